@@ -1,0 +1,96 @@
+// Command dhtkv runs one node of the dhtkv key-value store.
+//
+//	dhtkv --listen 127.0.0.1:8080 --data-dir ./data/node1 [--admin-listen 127.0.0.1:6060]
+//	      [--cluster http://127.0.0.1:8080,http://127.0.0.1:8081 --self http://127.0.0.1:8080]
+//
+// See README.md for every flag. SIGTERM or SIGINT stops it gracefully: stop
+// accepting, finish in-flight requests (bounded by --shutdown-timeout), close
+// Pebble, exit 0.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/dhtkv/dhtkv/internal/node"
+)
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	cfg := node.DefaultConfig()
+	fs := flag.NewFlagSet("dhtkv", flag.ContinueOnError)
+	fs.SetOutput(io.Discard) // we print one line ourselves
+	fs.StringVar(&cfg.Listen, "listen", cfg.Listen, "public API address `host:port`")
+	fs.StringVar(&cfg.DataDir, "data-dir", cfg.DataDir, "Pebble data `directory`")
+	fs.StringVar(&cfg.AdminListen, "admin-listen", "", "admin `host:port` for /debug/pprof/ and /metrics (off when empty)")
+	fs.Int64Var(&cfg.CacheBytes, "cache-bytes", cfg.CacheBytes, "read cache capacity in `bytes` (0 disables the cache)")
+	fs.Int64Var(&cfg.BlockCacheBytes, "block-cache-bytes", cfg.BlockCacheBytes, "Pebble block cache in `bytes`")
+	memtable := fs.Int64("memtable-bytes", int64(cfg.MemTableBytes), "Pebble memtable size in `bytes` (up to 4 in memory)")
+	fs.BoolVar(&cfg.Sync, "sync", cfg.Sync, "fsync the WAL before acknowledging each write (false: fast, can lose acknowledged writes on a crash)")
+	fs.IntVar(&cfg.MaxKeyBytes, "max-key-bytes", cfg.MaxKeyBytes, "longest key in `bytes` (400 beyond)")
+	fs.IntVar(&cfg.MaxValueBytes, "max-value-bytes", cfg.MaxValueBytes, "largest value in `bytes` (413 beyond)")
+	fs.IntVar(&cfg.MaxHeaderBytes, "max-header-bytes", cfg.MaxHeaderBytes, "largest request line + headers in `bytes`")
+	fs.DurationVar(&cfg.ReadTimeout, "read-timeout", cfg.ReadTimeout, "time to read a whole request")
+	fs.DurationVar(&cfg.WriteTimeout, "write-timeout", cfg.WriteTimeout, "time to write a whole response")
+	fs.DurationVar(&cfg.IdleTimeout, "idle-timeout", cfg.IdleTimeout, "keep-alive idle time before a connection is closed")
+	fs.StringVar(&cfg.Cluster, "cluster", "", "comma-separated `URLs` of all nodes, the same list on every node (empty: a cluster of one)")
+	fs.StringVar(&cfg.Self, "self", "", "this node's `URL` in --cluster (default http://<listen>)")
+	fs.StringVar(&cfg.ClusterSecret, "cluster-secret", "", "shared `secret` required on node-to-node requests (403 without it)")
+	fs.DurationVar(&cfg.ReplicaTimeout, "replica-timeout", cfg.ReplicaTimeout, "deadline of one request's replica calls (dial, write, read)")
+	fs.IntVar(&cfg.PeerMaxConns, "peer-max-conns", cfg.PeerMaxConns, "pooled connections to each peer")
+	shutdown := fs.Duration("shutdown-timeout", 10*time.Second, "how long to wait for in-flight requests on SIGTERM")
+	logLevel := fs.String("log-level", "info", "`level`: debug, info, warn, error")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fs.SetOutput(stdout)
+			fmt.Fprintln(stdout, "usage: dhtkv [flags]")
+			fs.PrintDefaults()
+			return 0
+		}
+		fmt.Fprintf(stderr, "dhtkv: %v (see dhtkv -h)\n", err)
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "dhtkv: unexpected argument %q (see dhtkv -h)\n", fs.Arg(0))
+		return 2
+	}
+	if *memtable <= 0 {
+		fmt.Fprintf(stderr, "dhtkv: --memtable-bytes must be positive\n")
+		return 2
+	}
+	cfg.MemTableBytes = uint64(*memtable)
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
+		fmt.Fprintf(stderr, "dhtkv: --log-level: %v\n", err)
+		return 2
+	}
+	cfg.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+
+	n, err := node.Start(cfg)
+	if err != nil {
+		fmt.Fprintf(stderr, "dhtkv: %v\n", err)
+		return 1
+	}
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
+	s := <-sig
+	cfg.Logger.Info("shutting down", "signal", s.String())
+	ctx, cancel := context.WithTimeout(context.Background(), *shutdown)
+	defer cancel()
+	if err := n.Shutdown(ctx); err != nil {
+		cfg.Logger.Error("shutdown", "err", err)
+		return 1
+	}
+	return 0
+}

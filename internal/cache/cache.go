@@ -1,0 +1,203 @@
+// Package cache is the read cache in front of the store: a ristretto v2 cache
+// of records, bounded by the bytes it holds, plus the locking protocol that
+// keeps it from ever serving a value older than an acknowledged write.
+//
+// # Why a protocol is needed
+//
+// ristretto's Set of a key that is not yet cached is asynchronous: it is
+// queued (and may be dropped when the queue is full), then admitted or
+// rejected by the TinyLFU policy on a background goroutine. Only then does the
+// item become visible. Del, in contrast, removes the item at once and queues a
+// delete behind any queued Set, so it is never lost. Two races follow from
+// plain cache-aside (fill on miss, Del on write):
+//
+//  1. The classic one. Reader R misses, reads v1 from Pebble; writer W
+//     commits v2 and Dels (nothing cached yet); R Sets v1. The cache now
+//     serves v1 after W was acknowledged.
+//  2. The ristretto one. R Sets v1 (queued, not visible); W commits v2 and
+//     Dels: the map holds nothing yet, so only a queued delete is left
+//     behind R's queued Set. When the policy goroutine runs, v1 becomes
+//     visible and stays visible until the queued delete is processed: a
+//     read that began after W's acknowledgement can return v1.
+//
+// # The protocol
+//
+// Keys hash onto a fixed set of mutex stripes.
+//
+//   - A fill (Fill) holds its key's stripe while it re-checks the cache,
+//     reads the store, Sets the record and Waits for ristretto to process
+//     the Set. When it unlocks, its item is either visible in the map or
+//     gone for good (dropped or rejected): nothing of it is still queued.
+//   - A write commits to the store first, then calls Invalidate, which
+//     takes the stripe and Dels the key, and only then is acknowledged.
+//
+// Interleavings of one fill F and one write W of the same key:
+//
+//   - F takes the stripe after W's Invalidate: F reads the store after W's
+//     commit and caches v2 (or newer). Correct.
+//   - F holds the stripe when W's commit lands: W's Invalidate waits for
+//     F to unlock. By then F's v1 is in the map (or not at all), so W's Del
+//     removes it synchronously, before W is acknowledged. Correct.
+//   - F finishes before W commits: same as above, W's Del removes v1.
+//
+// So after a write is acknowledged no fill that read an older state can
+// leave an entry behind, and no queued Set can surface later. Cache hits take
+// no lock; fills of one key are serialized by the stripe, so a burst of
+// misses on a hot key reads the store once.
+//
+// Entries are immutable once cached and own their memory: keys and values are
+// copied before they go in, because Pebble and fasthttp reuse their buffers.
+//
+// The linearizability test in internal/httpapi checks this end to end; it
+// fails when Invalidate is skipped (see its comment).
+package cache
+
+import (
+	"bytes"
+	"fmt"
+	"hash/maphash"
+	"sync"
+
+	"github.com/dgraph-io/ristretto/v2"
+
+	"github.com/dhtkv/dhtkv/internal/record"
+)
+
+// nStripes is a power of two large enough that 64+ concurrent requests rarely
+// share a stripe, small enough to be a few KiB.
+const nStripes = 1024
+
+// entryOverhead approximates the bytes an entry costs beyond its key and
+// value (the Entry struct, slice headers, ristretto's own bookkeeping is
+// added by ristretto itself).
+const entryOverhead = 64
+
+// Entry is a cached record. Found is false for a key the store has never
+// seen; such negative entries are cached too, like tombstones, so repeated
+// GETs of absent or deleted keys do not reach Pebble.
+type Entry struct {
+	Key   []byte
+	Rec   record.Record
+	Found bool
+}
+
+// Metrics are the cache's counters, for the metrics collector.
+type Metrics struct {
+	Hits, Misses, Evictions, SetsDropped, SetsRejected uint64
+	CostAdded, CostEvicted                             uint64
+	MaxCost                                            int64
+}
+
+// Cache is a record cache bounded by bytes. A nil *Cache is a valid, always
+// missing cache: the node runs without one when --cache-bytes is 0.
+type Cache struct {
+	rc      *ristretto.Cache[uint64, *Entry]
+	seed    maphash.Seed
+	stripes [nStripes]sync.Mutex
+}
+
+// New returns a cache holding at most maxBytes of entries, or nil when
+// maxBytes is 0.
+func New(maxBytes int64) (*Cache, error) {
+	if maxBytes <= 0 {
+		return nil, nil
+	}
+	counters := maxBytes / 100 // ~10 counters per expected entry of ~1 KiB
+	if counters < 10000 {
+		counters = 10000
+	}
+	rc, err := ristretto.NewCache(&ristretto.Config[uint64, *Entry]{
+		NumCounters: counters,
+		MaxCost:     maxBytes,
+		BufferItems: 64,
+		Metrics:     true,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("new cache: %w", err)
+	}
+	return &Cache{rc: rc, seed: maphash.MakeSeed()}, nil
+}
+
+// Close releases the cache's goroutines.
+func (c *Cache) Close() {
+	if c != nil {
+		c.rc.Close()
+	}
+}
+
+// The ristretto key is a 64-bit hash of the user key; the full key is kept in
+// the entry and compared on every hit, so a hash collision is a miss, never a
+// wrong answer. All protocol steps for a key use the same hash, hence the
+// same stripe, so collisions cannot break the protocol either (they only
+// cause an extra invalidation).
+func (c *Cache) hash(key []byte) uint64 { return maphash.Bytes(c.seed, key) }
+
+// Get returns the cached entry for key. The entry must not be modified.
+func (c *Cache) Get(key []byte) (*Entry, bool) {
+	if c == nil {
+		return nil, false
+	}
+	e, ok := c.rc.Get(c.hash(key))
+	if !ok || !bytes.Equal(e.Key, key) {
+		return nil, false
+	}
+	return e, true
+}
+
+// Fill returns key's entry, loading it with load on a miss and caching the
+// result. load must return a record that owns its memory (store.Get does).
+func (c *Cache) Fill(key []byte, load func() (record.Record, bool, error)) (*Entry, error) {
+	if c == nil {
+		rec, found, err := load()
+		if err != nil {
+			return nil, err
+		}
+		return &Entry{Key: key, Rec: rec, Found: found}, nil
+	}
+	h := c.hash(key)
+	mu := &c.stripes[h%nStripes]
+	mu.Lock()
+	defer mu.Unlock()
+	if e, ok := c.rc.Get(h); ok && bytes.Equal(e.Key, key) {
+		return e, nil // filled by a concurrent reader while we waited
+	}
+	rec, found, err := load()
+	if err != nil {
+		return nil, err
+	}
+	e := &Entry{Key: bytes.Clone(key), Rec: rec, Found: found}
+	if e.Key == nil {
+		e.Key = []byte{}
+	}
+	c.rc.Set(h, e, int64(len(e.Key)+len(rec.Value)+entryOverhead))
+	// Do not unlock while the Set may still be queued: see race 2 above.
+	c.rc.Wait()
+	return e, nil
+}
+
+// Invalidate removes key's entry. Call it after the write to the store has
+// committed and before acknowledging the write.
+func (c *Cache) Invalidate(key []byte) {
+	if c == nil {
+		return
+	}
+	h := c.hash(key)
+	mu := &c.stripes[h%nStripes]
+	mu.Lock()
+	c.rc.Del(h)
+	mu.Unlock()
+}
+
+// Metrics returns a snapshot of the cache's counters (zero for a nil cache).
+func (c *Cache) Metrics() Metrics {
+	if c == nil {
+		return Metrics{}
+	}
+	m := c.rc.Metrics
+	return Metrics{
+		Hits: m.Hits(), Misses: m.Misses(), Evictions: m.KeysEvicted(),
+		SetsDropped: m.SetsDropped(), SetsRejected: m.SetsRejected(),
+		CostAdded: m.CostAdded(), CostEvicted: m.CostEvicted(),
+		MaxCost: c.rc.MaxCost(),
+	}
+}

@@ -1,0 +1,258 @@
+package cluster
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/dhtkv/dhtkv/internal/hlc"
+	"github.com/dhtkv/dhtkv/internal/metrics"
+	"github.com/dhtkv/dhtkv/internal/record"
+	"github.com/dhtkv/dhtkv/internal/replica"
+)
+
+// ErrNotEnoughReplicas is returned when fewer than ack replicas answered
+// before the deadline (or success became impossible).
+var ErrNotEnoughReplicas = errors.New("not enough replicas")
+
+// Coordinator runs client requests against a key's replicas. The node that
+// receives a request coordinates it.
+//
+// Shape of one request (Get and Write share it, see fanOut):
+//
+//  1. placement picks the key's first `from` replicas;
+//  2. each remote replica is called in its own goroutine, which sends its
+//     answer on a channel buffered for every replica, so a goroutine that
+//     finishes after the coordinator has answered never blocks;
+//  3. the local replica, if in the set, is served in-process on the
+//     calling goroutine while the remote calls are in flight;
+//  4. the coordinator returns as soon as `ack` replicas have answered, or as
+//     soon as so many failed that `ack` is out of reach;
+//  5. stragglers finish in the background, bounded by the request deadline
+//     that every remote call carries; Close waits for them.
+//
+// Remote goroutines never see the handler's RequestCtx or its buffers: they
+// get a copy of the key and of the encoded record, read-only.
+type Coordinator struct {
+	topo    Topology
+	place   *Placement
+	clock   *hlc.Clock
+	local   *replica.Replica
+	peers   []*Peer // indexed like topo.Nodes; nil at topo.Self
+	peerM   []*metrics.PeerMetrics
+	m       *metrics.Metrics
+	timeout time.Duration
+	log     *slog.Logger
+
+	inflight sync.WaitGroup
+}
+
+// NewCoordinator wires the coordinator. m may be nil.
+func NewCoordinator(topo Topology, clock *hlc.Clock, local *replica.Replica, po PeerOptions, m *metrics.Metrics, log *slog.Logger) *Coordinator {
+	c := &Coordinator{
+		topo: topo, place: NewPlacement(topo), clock: clock, local: local,
+		peers: make([]*Peer, topo.Size()), peerM: make([]*metrics.PeerMetrics, topo.Size()),
+		m: m, timeout: po.Timeout, log: log,
+	}
+	for i, u := range topo.Nodes {
+		if i != topo.Self {
+			c.peers[i] = NewPeer(u, po)
+			c.peerM[i] = m.Peer(u)
+		}
+	}
+	return c
+}
+
+// Topology returns the cluster's topology.
+func (c *Coordinator) Topology() Topology { return c.topo }
+
+// Placement returns the key placement.
+func (c *Coordinator) Placement() *Placement { return c.place }
+
+// Peer returns the client for node i (nil for this node).
+func (c *Coordinator) Peer(i int) *Peer { return c.peers[i] }
+
+// Timeout is the per-request replica deadline.
+func (c *Coordinator) Timeout() time.Duration { return c.timeout }
+
+// Close waits for background replica calls to finish (each is bounded by its
+// request's deadline).
+func (c *Coordinator) Close() { c.inflight.Wait() }
+
+// answer is one replica's reply.
+type answer struct {
+	rec   record.Record
+	found bool
+	err   error
+}
+
+// Result of a Get: the newest record among the answers. Found is false when
+// no answering replica had the key; a tombstone is Found with Tombstone set.
+type Result struct {
+	Rec   record.Record
+	Found bool
+}
+
+// Live reports whether the result is a value a GET returns with 200.
+func (r Result) Live() bool { return r.Found && !r.Rec.Tombstone }
+
+// maxReplicas bounds the on-stack replica list; larger sets allocate.
+const maxReplicas = 8
+
+// Get reads key from `from` replicas and returns the newest version among
+// the first `ack` answers. key may be the handler's buffer: it is copied
+// before any goroutine sees it. The returned record's value must not be
+// modified (it may be the cache's).
+func (c *Coordinator) Get(key []byte, ack, from int) (Result, error) {
+	var buf [maxReplicas]int
+	reps := c.place.Replicas(key, from, buf[:0])
+	if len(reps) == 1 && reps[0] == c.topo.Self {
+		// Single local replica: no copy, no goroutine, no channel.
+		a := c.localGet(key)
+		if a.err != nil {
+			return Result{}, a.err
+		}
+		return Result{Rec: a.rec, Found: a.found}, nil
+	}
+	var best Result
+	n, err := c.fanOut(key, reps, ack, c.localGet,
+		func(p *Peer, pm *metrics.PeerMetrics, k []byte, deadline time.Time) answer {
+			start := time.Now()
+			rec, found, err := p.Get(k, deadline)
+			c.observe(pm, false, start, err)
+			if found {
+				c.clock.Observe(rec.Version)
+			}
+			return answer{rec: rec, found: found, err: err}
+		},
+		func(a answer) {
+			if a.found && (!best.Found || a.rec.Newer(&best.Rec)) {
+				best = Result{Rec: a.rec, Found: true}
+			}
+		})
+	if err != nil {
+		return Result{}, fmt.Errorf("get: %d of %d replicas answered, need %d: %w", n, len(reps), ack, err)
+	}
+	return best, nil
+}
+
+// Write stores value (or a tombstone) under key with a fresh version on
+// `from` replicas and returns once `ack` of them have it. value may be the
+// handler's buffer.
+func (c *Coordinator) Write(key, value []byte, tombstone bool, ack, from int) error {
+	rec := record.Record{Version: c.clock.Next(), Tombstone: tombstone, Value: value}
+	var buf [maxReplicas]int
+	reps := c.place.Replicas(key, from, buf[:0])
+	local := func(k []byte) answer {
+		return answer{err: c.local.Apply(k, &rec)}
+	}
+	if len(reps) == 1 && reps[0] == c.topo.Self {
+		return local(key).err // the store copies key and value into its batch
+	}
+	// One immutable envelope for all remote replicas; it copies the value
+	// out of the handler's buffer.
+	env := rec.Encode()
+	n, err := c.fanOut(key, reps, ack, local,
+		func(p *Peer, pm *metrics.PeerMetrics, k []byte, deadline time.Time) answer {
+			start := time.Now()
+			err := p.Apply(k, env, deadline)
+			c.observe(pm, true, start, err)
+			return answer{err: err}
+		}, nil)
+	if err != nil {
+		return fmt.Errorf("write: %d of %d replicas acknowledged, need %d: %w", n, len(reps), ack, err)
+	}
+	return nil
+}
+
+func (c *Coordinator) localGet(key []byte) answer {
+	e, err := c.local.Get(key)
+	if err != nil {
+		return answer{err: err}
+	}
+	return answer{rec: e.Rec, found: e.Found}
+}
+
+// fanOut calls every replica in reps and feeds successful answers to merge
+// (on the calling goroutine, so merge needs no lock) until ack succeeded or
+// ack became impossible. It returns the number of successes.
+func (c *Coordinator) fanOut(
+	key []byte, reps []int, ack int,
+	local func(key []byte) answer,
+	remote func(p *Peer, pm *metrics.PeerMetrics, key []byte, deadline time.Time) answer,
+	merge func(answer),
+) (int, error) {
+	deadline := time.Now().Add(c.timeout)
+	k := bytes.Clone(key) // the goroutines outlive the handler's buffer
+	results := make(chan answer, len(reps))
+	hasLocal := false
+	for _, n := range reps {
+		if n == c.topo.Self {
+			hasLocal = true
+			continue
+		}
+		p, pm := c.peers[n], c.peerM[n]
+		c.inflight.Add(1)
+		if c.m != nil {
+			c.m.InFlightReplicaCalls.Inc()
+		}
+		go func() {
+			defer c.inflight.Done()
+			results <- remote(p, pm, k, deadline) // never blocks: buffered for all
+			if c.m != nil {
+				c.m.InFlightReplicaCalls.Dec()
+			}
+		}()
+	}
+	ok, failed, pending := 0, 0, len(reps)
+	var firstErr error
+	take := func(a answer) {
+		pending--
+		if a.err != nil {
+			failed++
+			if firstErr == nil {
+				firstErr = a.err
+			}
+			return
+		}
+		ok++
+		if merge != nil {
+			merge(a)
+		}
+	}
+	if hasLocal {
+		take(local(k))
+	}
+	for ok < ack && failed <= len(reps)-ack {
+		take(<-results)
+	}
+	if c.m != nil && pending > 0 {
+		c.m.Stragglers.Add(float64(pending))
+	}
+	if ok < ack {
+		c.log.Debug("replicas failed", "ok", ok, "need", ack, "err", firstErr)
+		return ok, fmt.Errorf("%w (first failure: %v)", ErrNotEnoughReplicas, firstErr)
+	}
+	return ok, nil
+}
+
+func (c *Coordinator) observe(pm *metrics.PeerMetrics, put bool, start time.Time, err error) {
+	if pm == nil {
+		return
+	}
+	lat, timeouts, errs := pm.GetLatency, pm.GetTimeouts, pm.GetErrors
+	if put {
+		lat, timeouts, errs = pm.PutLatency, pm.PutTimeouts, pm.PutErrors
+	}
+	lat.Observe(time.Since(start).Seconds())
+	switch {
+	case err == nil:
+	case errors.Is(err, ErrTimeout):
+		timeouts.Inc()
+	default:
+		errs.Inc()
+	}
+}

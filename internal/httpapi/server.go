@@ -1,0 +1,154 @@
+// Package httpapi serves dhtkv's HTTP API on fasthttp: the public entity and
+// range endpoints, the status endpoint, and the internal endpoints that nodes
+// use to reach each other's replicas.
+//
+// A request's path, top to bottom: Server.Handler routes by path; the entity
+// handler parses and validates the query (params.go), then hands the key to
+// the cluster coordinator, which serves the local replica (package replica:
+// read cache, then Pebble) in-process and the remote ones over the internal
+// endpoint (internal.go on the other node).
+//
+// fasthttp reuses the request's and response's buffers once a handler
+// returns: nothing here keeps a slice of them; the coordinator copies what
+// its goroutines need.
+package httpapi
+
+import (
+	"errors"
+	"log/slog"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/dhtkv/dhtkv/internal/cluster"
+	"github.com/dhtkv/dhtkv/internal/hlc"
+	"github.com/dhtkv/dhtkv/internal/metrics"
+	"github.com/dhtkv/dhtkv/internal/replica"
+)
+
+// Limits bounds what a request may carry.
+type Limits struct {
+	MaxKeyBytes   int
+	MaxValueBytes int
+}
+
+// Server holds what the handlers need.
+type Server struct {
+	Coord   *cluster.Coordinator
+	Local   *replica.Replica
+	Clock   *hlc.Clock
+	Limits  Limits
+	Metrics *metrics.Metrics
+	// Secret, when set, must accompany internal requests.
+	Secret string
+	Log    *slog.Logger
+	// ScanFlushBytes is how many bytes a range stream buffers before it
+	// flushes to the client (default 64 KiB).
+	ScanFlushBytes int
+}
+
+const (
+	pathEntity           = "/v0/entity"
+	pathEntities         = "/v0/entities"
+	pathStatus           = "/v0/status"
+	pathInternalEntities = "/v0/internal/entities"
+)
+
+// Handler is the fasthttp request handler.
+func (s *Server) Handler(ctx *fasthttp.RequestCtx) {
+	start := time.Now()
+	var op metrics.Op
+	switch string(ctx.Path()) {
+	case pathEntity:
+		op = s.entity(ctx)
+	case pathStatus:
+		op = metrics.OpStatus
+		if !ctx.IsGet() && !ctx.IsHead() {
+			methodNotAllowed(ctx, "GET, HEAD")
+		} else {
+			ctx.SetBodyString("OK\n")
+		}
+	case pathEntities:
+		op = metrics.OpScan
+		s.entities(ctx)
+	case cluster.InternalPath:
+		op = s.internalEntity(ctx)
+	case pathInternalEntities:
+		op = metrics.OpInternalScan
+		s.internalEntities(ctx)
+	default:
+		op = metrics.OpOther
+		fail(ctx, badRequest("unknown path %q", ctx.Path()))
+	}
+	s.Metrics.Request(op, ctx.Response.StatusCode(), time.Since(start))
+}
+
+func (s *Server) entity(ctx *fasthttp.RequestCtx) metrics.Op {
+	var op metrics.Op
+	switch {
+	case ctx.IsGet():
+		op = metrics.OpGet
+	case ctx.IsPut():
+		op = metrics.OpPut
+	case ctx.IsDelete():
+		op = metrics.OpDelete
+	default:
+		methodNotAllowed(ctx, "GET, PUT, DELETE")
+		return metrics.OpOther
+	}
+	p, aerr := parseEntity(ctx.QueryArgs(), s.Coord.Topology().Size(), s.Limits.MaxKeyBytes)
+	if aerr != nil {
+		fail(ctx, aerr)
+		return op
+	}
+	switch op {
+	case metrics.OpGet:
+		res, err := s.Coord.Get(p.key, p.ack, p.from)
+		switch {
+		case err != nil:
+			s.replicaError(ctx, err)
+		case res.Live():
+			ctx.SetBody(res.Rec.Value) // copies into the response buffer
+		default:
+			ctx.Error("not found\n", fasthttp.StatusNotFound)
+		}
+	case metrics.OpPut:
+		body := ctx.PostBody()
+		if len(body) > s.Limits.MaxValueBytes {
+			fail(ctx, &apiError{fasthttp.StatusRequestEntityTooLarge, "value too large"})
+			return op
+		}
+		if err := s.Coord.Write(p.key, body, false, p.ack, p.from); err != nil {
+			s.replicaError(ctx, err)
+			return op
+		}
+		ctx.SetStatusCode(fasthttp.StatusCreated)
+	case metrics.OpDelete:
+		if err := s.Coord.Write(p.key, nil, true, p.ack, p.from); err != nil {
+			s.replicaError(ctx, err)
+			return op
+		}
+		ctx.SetStatusCode(fasthttp.StatusAccepted)
+	}
+	return op
+}
+
+// replicaError maps a coordinator failure to its status: too few replicas
+// answered is the contract's 504; anything else is the server's fault.
+func (s *Server) replicaError(ctx *fasthttp.RequestCtx, err error) {
+	if errors.Is(err, cluster.ErrNotEnoughReplicas) {
+		ctx.Error("not enough replicas\n", fasthttp.StatusGatewayTimeout)
+		return
+	}
+	s.Log.Error("request failed", "path", string(ctx.Path()), "err", err)
+	ctx.Error("internal error\n", fasthttp.StatusInternalServerError)
+}
+
+func fail(ctx *fasthttp.RequestCtx, e *apiError) {
+	ctx.Error(e.reason+"\n", e.code)
+}
+
+func methodNotAllowed(ctx *fasthttp.RequestCtx, allow string) {
+	ctx.Response.Header.Set(fasthttp.HeaderAllow, allow)
+	ctx.Error("method not allowed\n", fasthttp.StatusMethodNotAllowed)
+}

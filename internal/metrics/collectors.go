@@ -1,0 +1,109 @@
+package metrics
+
+import (
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/dhtkv/dhtkv/internal/cache"
+)
+
+// cacheCollector reads ristretto's counters at scrape time.
+type cacheCollector struct {
+	c                                *cache.Cache
+	hits, misses, evictions, dropped *prometheus.Desc
+	rejected, cost, maxCost          *prometheus.Desc
+}
+
+// RegisterCache exports the read cache's counters.
+func (m *Metrics) RegisterCache(c *cache.Cache) {
+	d := func(name, help string) *prometheus.Desc { return prometheus.NewDesc(name, help, nil, nil) }
+	m.Registry.MustRegister(&cacheCollector{
+		c:         c,
+		hits:      d("dhtkv_cache_hits_total", "Read cache hits."),
+		misses:    d("dhtkv_cache_misses_total", "Read cache misses."),
+		evictions: d("dhtkv_cache_evictions_total", "Entries evicted from the read cache."),
+		dropped:   d("dhtkv_cache_sets_dropped_total", "Cache fills dropped because ristretto's buffer was full."),
+		rejected:  d("dhtkv_cache_sets_rejected_total", "Cache fills rejected by the admission policy."),
+		cost:      d("dhtkv_cache_bytes", "Bytes held by the read cache (key + value + overhead)."),
+		maxCost:   d("dhtkv_cache_max_bytes", "Read cache capacity in bytes (--cache-bytes)."),
+	})
+}
+
+func (c *cacheCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{c.hits, c.misses, c.evictions, c.dropped, c.rejected, c.cost, c.maxCost} {
+		ch <- d
+	}
+}
+
+func (c *cacheCollector) Collect(ch chan<- prometheus.Metric) {
+	m := c.c.Metrics()
+	counter := func(d *prometheus.Desc, v uint64) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v))
+	}
+	counter(c.hits, m.Hits)
+	counter(c.misses, m.Misses)
+	counter(c.evictions, m.Evictions)
+	counter(c.dropped, m.SetsDropped)
+	counter(c.rejected, m.SetsRejected)
+	ch <- prometheus.MustNewConstMetric(c.cost, prometheus.GaugeValue, float64(m.CostAdded-m.CostEvicted))
+	ch <- prometheus.MustNewConstMetric(c.maxCost, prometheus.GaugeValue, float64(m.MaxCost))
+}
+
+// pebbleCollector exports a few of Pebble's own metrics, the ones that
+// explain latency under write load: compaction debt, L0 shape, memtables,
+// WAL and disk usage.
+type pebbleCollector struct {
+	metrics func() *pebble.Metrics
+	descs   map[string]*prometheus.Desc
+}
+
+// RegisterPebble exports Pebble's metrics, read at scrape time.
+func (m *Metrics) RegisterPebble(metrics func() *pebble.Metrics) {
+	pc := &pebbleCollector{metrics: metrics, descs: map[string]*prometheus.Desc{}}
+	for name, help := range map[string]string{
+		"dhtkv_pebble_compactions_total":        "Compactions completed.",
+		"dhtkv_pebble_compaction_debt_bytes":    "Estimated bytes to compact for the LSM to reach a stable state.",
+		"dhtkv_pebble_flushes_total":            "Memtable flushes completed.",
+		"dhtkv_pebble_l0_sublevels":             "L0 sublevels: read amplification of L0.",
+		"dhtkv_pebble_l0_files":                 "Files in L0.",
+		"dhtkv_pebble_read_amplification":       "Read amplification of the whole LSM.",
+		"dhtkv_pebble_memtable_bytes":           "Bytes allocated by memtables (including queued ones).",
+		"dhtkv_pebble_memtables":                "Memtables in memory.",
+		"dhtkv_pebble_wal_bytes_written_total":  "Bytes written to the WAL.",
+		"dhtkv_pebble_wal_files":                "Live WAL files.",
+		"dhtkv_pebble_disk_usage_bytes":         "Bytes on disk used by the store.",
+		"dhtkv_pebble_block_cache_bytes":        "Bytes held by Pebble's block cache.",
+		"dhtkv_pebble_block_cache_hits_total":   "Block cache hits.",
+		"dhtkv_pebble_block_cache_misses_total": "Block cache misses.",
+	} {
+		pc.descs[name] = prometheus.NewDesc(name, help, nil, nil)
+	}
+	m.Registry.MustRegister(pc)
+}
+
+func (p *pebbleCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range p.descs {
+		ch <- d
+	}
+}
+
+func (p *pebbleCollector) Collect(ch chan<- prometheus.Metric) {
+	pm := p.metrics()
+	emit := func(name string, t prometheus.ValueType, v float64) {
+		ch <- prometheus.MustNewConstMetric(p.descs[name], t, v)
+	}
+	emit("dhtkv_pebble_compactions_total", prometheus.CounterValue, float64(pm.Compact.Count))
+	emit("dhtkv_pebble_compaction_debt_bytes", prometheus.GaugeValue, float64(pm.Compact.EstimatedDebt))
+	emit("dhtkv_pebble_flushes_total", prometheus.CounterValue, float64(pm.Flush.Count))
+	emit("dhtkv_pebble_l0_sublevels", prometheus.GaugeValue, float64(pm.Levels[0].Sublevels))
+	emit("dhtkv_pebble_l0_files", prometheus.GaugeValue, float64(pm.Levels[0].TablesCount))
+	emit("dhtkv_pebble_read_amplification", prometheus.GaugeValue, float64(pm.ReadAmp()))
+	emit("dhtkv_pebble_memtable_bytes", prometheus.GaugeValue, float64(pm.MemTable.Size))
+	emit("dhtkv_pebble_memtables", prometheus.GaugeValue, float64(pm.MemTable.Count))
+	emit("dhtkv_pebble_wal_bytes_written_total", prometheus.CounterValue, float64(pm.WAL.BytesWritten))
+	emit("dhtkv_pebble_wal_files", prometheus.GaugeValue, float64(pm.WAL.Files))
+	emit("dhtkv_pebble_disk_usage_bytes", prometheus.GaugeValue, float64(pm.DiskSpaceUsage()))
+	emit("dhtkv_pebble_block_cache_bytes", prometheus.GaugeValue, float64(pm.BlockCache.Size))
+	emit("dhtkv_pebble_block_cache_hits_total", prometheus.CounterValue, float64(pm.BlockCache.Hits))
+	emit("dhtkv_pebble_block_cache_misses_total", prometheus.CounterValue, float64(pm.BlockCache.Misses))
+}

@@ -1,0 +1,228 @@
+// Package node assembles one dhtkv server from its parts: store, read cache,
+// clock, coordinator, HTTP API, admin listener. The binary (cmd/dhtkv) and
+// the tests' in-process clusters both start nodes through it, so what the
+// tests exercise is what ships.
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/dhtkv/dhtkv/internal/admin"
+	"github.com/dhtkv/dhtkv/internal/cache"
+	"github.com/dhtkv/dhtkv/internal/cluster"
+	"github.com/dhtkv/dhtkv/internal/hlc"
+	"github.com/dhtkv/dhtkv/internal/httpapi"
+	"github.com/dhtkv/dhtkv/internal/metrics"
+	"github.com/dhtkv/dhtkv/internal/replica"
+	"github.com/dhtkv/dhtkv/internal/store"
+)
+
+// Config is everything a node is started with; cmd/dhtkv fills it from flags.
+type Config struct {
+	Listen      string // public API, e.g. 127.0.0.1:8080
+	AdminListen string // pprof and /metrics; empty: no admin listener
+	DataDir     string
+
+	CacheBytes      int64 // read cache; 0 disables it
+	BlockCacheBytes int64 // Pebble block cache
+	MemTableBytes   uint64
+	Sync            bool
+
+	MaxKeyBytes    int
+	MaxValueBytes  int
+	MaxHeaderBytes int
+
+	ReadTimeout  time.Duration // whole request, including the body
+	WriteTimeout time.Duration
+	IdleTimeout  time.Duration
+
+	Cluster        string // comma-separated node URLs; empty: a cluster of one
+	Self           string // this node's URL; empty: http://<Listen>
+	ClusterSecret  string
+	ReplicaTimeout time.Duration
+	PeerMaxConns   int
+
+	Logger *slog.Logger
+}
+
+// DefaultConfig returns the defaults the flags document.
+func DefaultConfig() Config {
+	return Config{
+		Listen:          "127.0.0.1:8080",
+		DataDir:         "./data/node1",
+		CacheBytes:      64 << 20,
+		BlockCacheBytes: 64 << 20,
+		MemTableBytes:   16 << 20,
+		Sync:            true,
+		MaxKeyBytes:     1024,
+		MaxValueBytes:   16 << 20,
+		MaxHeaderBytes:  8 << 10,
+		ReadTimeout:     30 * time.Second,
+		WriteTimeout:    30 * time.Second,
+		IdleTimeout:     2 * time.Minute,
+		ReplicaTimeout:  300 * time.Millisecond,
+		PeerMaxConns:    256,
+	}
+}
+
+// Node is a running server.
+type Node struct {
+	cfg     Config
+	log     *slog.Logger
+	store   *store.Store
+	cache   *cache.Cache
+	coord   *cluster.Coordinator
+	metrics *metrics.Metrics
+	api     *httpapi.Server
+
+	srv      *fasthttp.Server
+	ln       net.Listener
+	adminSrv *http.Server
+	adminLn  net.Listener
+	served   chan error
+}
+
+// Start opens the store and starts serving. On error everything opened so
+// far is closed again.
+func Start(cfg Config) (_ *Node, err error) {
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	if cfg.Self == "" {
+		cfg.Self = "http://" + cfg.Listen
+	}
+	topo, err := cluster.ParseTopology(cfg.Cluster, cfg.Self)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.MaxKeyBytes < 1 || cfg.MaxValueBytes < 0 || cfg.MaxHeaderBytes < 1024 {
+		return nil, fmt.Errorf("limits: key %d, value %d, header %d bytes: out of range", cfg.MaxKeyBytes, cfg.MaxValueBytes, cfg.MaxHeaderBytes)
+	}
+	if cfg.ReplicaTimeout <= 0 {
+		return nil, fmt.Errorf("--replica-timeout must be positive")
+	}
+	clock, err := hlc.New(topo.Self, nil)
+	if err != nil {
+		return nil, err
+	}
+	n := &Node{cfg: cfg, log: log, metrics: metrics.New(), served: make(chan error, 1)}
+	defer func() {
+		if err != nil {
+			n.closeStorage()
+		}
+	}()
+	n.store, err = store.Open(cfg.DataDir, store.Options{
+		Sync: cfg.Sync, BlockCacheBytes: cfg.BlockCacheBytes, MemTableBytes: cfg.MemTableBytes, Logger: log,
+	})
+	if err != nil {
+		return nil, err
+	}
+	if n.cache, err = cache.New(cfg.CacheBytes); err != nil {
+		return nil, err
+	}
+	n.metrics.RegisterCache(n.cache)
+	n.metrics.RegisterPebble(n.store.Metrics)
+	local := &replica.Replica{Store: n.store, Cache: n.cache}
+	n.coord = cluster.NewCoordinator(topo, clock, local, cluster.PeerOptions{
+		Timeout: cfg.ReplicaTimeout, MaxConns: cfg.PeerMaxConns, Secret: cfg.ClusterSecret,
+	}, n.metrics, log)
+	n.api = &httpapi.Server{
+		Coord: n.coord, Local: local, Clock: clock, Metrics: n.metrics, Secret: cfg.ClusterSecret, Log: log,
+		Limits: httpapi.Limits{MaxKeyBytes: cfg.MaxKeyBytes, MaxValueBytes: cfg.MaxValueBytes},
+	}
+	n.srv = &fasthttp.Server{
+		Handler: n.api.Handler,
+		Name:    "dhtkv",
+		// The body limit is enforced by fasthttp before the handler runs
+		// (413); internal writes carry the envelope header on top.
+		MaxRequestBodySize: cfg.MaxValueBytes + 1024,
+		// Request line and headers must fit in the read buffer: this is
+		// the header size limit.
+		ReadBufferSize:               cfg.MaxHeaderBytes,
+		ReadTimeout:                  cfg.ReadTimeout,
+		WriteTimeout:                 cfg.WriteTimeout,
+		IdleTimeout:                  cfg.IdleTimeout,
+		NoDefaultContentType:         true,
+		DisablePreParseMultipartForm: true,
+		CloseOnShutdown:              true,
+		Logger:                       fasthttpLogger{log},
+	}
+	if n.ln, err = net.Listen("tcp", cfg.Listen); err != nil {
+		return nil, fmt.Errorf("listen %s: %w", cfg.Listen, err)
+	}
+	if cfg.AdminListen != "" {
+		if n.adminLn, err = net.Listen("tcp", cfg.AdminListen); err != nil {
+			n.ln.Close()
+			return nil, fmt.Errorf("admin listen %s: %w", cfg.AdminListen, err)
+		}
+		n.adminSrv = &http.Server{Handler: admin.Handler(n.metrics.Registry), ReadHeaderTimeout: 10 * time.Second}
+		go func() {
+			if err := n.adminSrv.Serve(n.adminLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				log.Error("admin listener", "err", err)
+			}
+		}()
+	}
+	go func() { n.served <- n.srv.Serve(n.ln) }()
+	log.Info("dhtkv node started", "listen", n.ln.Addr().String(), "admin", cfg.AdminListen,
+		"data_dir", cfg.DataDir, "self", topo.Nodes[topo.Self], "cluster_size", topo.Size(), "sync", cfg.Sync)
+	return n, nil
+}
+
+// Addr is the public listener's address (useful with port 0).
+func (n *Node) Addr() string { return n.ln.Addr().String() }
+
+// AdminAddr is the admin listener's address, or "" without one.
+func (n *Node) AdminAddr() string {
+	if n.adminLn == nil {
+		return ""
+	}
+	return n.adminLn.Addr().String()
+}
+
+// Metrics returns the node's instruments.
+func (n *Node) Metrics() *metrics.Metrics { return n.metrics }
+
+// Shutdown stops accepting connections, waits up to ctx's deadline for
+// in-flight requests and background replica calls, then closes the store
+// cleanly. It is safe to call once.
+func (n *Node) Shutdown(ctx context.Context) error {
+	if n.adminSrv != nil {
+		n.adminSrv.Close()
+	}
+	if err := n.srv.ShutdownWithContext(ctx); err != nil {
+		// Handlers are still running and may use the store: closing it
+		// under them would crash them. Leave it to process exit; every
+		// acknowledged write is already in the WAL (fsynced with --sync).
+		return fmt.Errorf("shutdown http (store left open): %w", err)
+	}
+	// Stragglers are bounded by the replica timeout.
+	n.coord.Close()
+	if err := n.closeStorage(); err != nil {
+		return err
+	}
+	n.log.Info("dhtkv node stopped", "listen", n.cfg.Listen)
+	return nil
+}
+
+func (n *Node) closeStorage() error {
+	n.cache.Close()
+	if n.store != nil {
+		return n.store.Close()
+	}
+	return nil
+}
+
+type fasthttpLogger struct{ l *slog.Logger }
+
+func (f fasthttpLogger) Printf(format string, args ...any) {
+	f.l.Debug(fmt.Sprintf(format, args...), "component", "fasthttp")
+}

@@ -1,0 +1,224 @@
+// Package store keeps dhtkv's records durably in Pebble.
+//
+// Every user key is stored under the data prefix 'd' with a record envelope
+// (package record) as its value; writes are Pebble merges resolved by
+// last-write-wins on the version (merge.go), so Put and Delete are the same
+// operation: Apply. A meta key records the on-disk layout version so that an
+// incompatible directory is refused at Open instead of misread.
+package store
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/bloom"
+
+	"github.com/dhtkv/dhtkv/internal/record"
+)
+
+const (
+	dataPrefix = 'd'
+	// layoutKey holds layoutVersion; it sorts before every data key.
+	layoutKey     = "\x00layout"
+	layoutVersion = "dhtkv-layout-1"
+)
+
+// FormatMajorVersion is pinned rather than left to Pebble's default so that
+// upgrading the library never silently ratchets the on-disk format (which
+// cannot be undone); raise it deliberately.
+const FormatMajorVersion = pebble.FormatValueSeparation
+
+// Options configures a Store. Zero fields take the defaults noted.
+type Options struct {
+	// Sync makes every acknowledged write durable (fsync of the WAL before
+	// Apply returns). Concurrent writers share fsyncs in Pebble's commit
+	// pipeline. With Sync false, Pebble buffers WAL writes in the process
+	// and even a process crash can lose acknowledged writes.
+	Sync bool
+	// BlockCacheBytes sizes Pebble's block cache (default 64 MiB).
+	BlockCacheBytes int64
+	// MemTableBytes sizes one memtable (default 16 MiB); up to
+	// MemTableStopWrites of them (4) can be in memory while flushes lag.
+	MemTableBytes uint64
+	Logger        *slog.Logger
+}
+
+// MemTableStopWrites is how many memtables may queue before writes stall.
+const MemTableStopWrites = 4
+
+func (o *Options) defaults() {
+	if o.BlockCacheBytes <= 0 {
+		o.BlockCacheBytes = 64 << 20
+	}
+	if o.MemTableBytes == 0 {
+		o.MemTableBytes = 16 << 20
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+}
+
+// Store is a Pebble database holding record envelopes. It is safe for
+// concurrent use.
+type Store struct {
+	db       *pebble.DB
+	dir      string
+	writeOpt *pebble.WriteOptions
+	keyBufs  sync.Pool // *[]byte scratch for prefixed keys on reads
+}
+
+// Open opens (creating if needed) the store in dir.
+func Open(dir string, o Options) (*Store, error) {
+	o.defaults()
+	cache := pebble.NewCache(o.BlockCacheBytes)
+	defer cache.Unref() // the DB holds its own reference
+
+	popts := &pebble.Options{
+		Cache:                       cache,
+		FormatMajorVersion:          FormatMajorVersion,
+		MemTableSize:                o.MemTableBytes,
+		MemTableStopWritesThreshold: MemTableStopWrites,
+		Merger:                      lwwMerger,
+		Logger:                      slogLogger{o.Logger.With("component", "pebble")},
+	}
+	for i := range popts.Levels {
+		// Point reads of absent keys are common (GET of a never-written
+		// key, first write of a key): a bloom filter on every level, L0
+		// included, answers most of them without reading data blocks.
+		popts.Levels[i].FilterPolicy = bloom.FilterPolicy(10)
+		popts.Levels[i].FilterType = pebble.TableFilter
+	}
+	db, err := pebble.Open(dir, popts)
+	if err != nil {
+		return nil, fmt.Errorf("open store %s: %w", dir, err)
+	}
+	s := &Store{db: db, dir: dir, writeOpt: pebble.NoSync}
+	s.keyBufs.New = func() any { b := make([]byte, 0, 64); return &b }
+	if o.Sync {
+		s.writeOpt = pebble.Sync
+	}
+	if err := s.checkLayout(); err != nil {
+		db.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+func (s *Store) checkLayout() error {
+	v, closer, err := s.db.Get([]byte(layoutKey))
+	switch {
+	case errors.Is(err, pebble.ErrNotFound):
+		if err := s.db.Set([]byte(layoutKey), []byte(layoutVersion), pebble.Sync); err != nil {
+			return fmt.Errorf("open store %s: write layout: %w", s.dir, err)
+		}
+		return nil
+	case err != nil:
+		return fmt.Errorf("open store %s: read layout: %w", s.dir, err)
+	}
+	defer closer.Close()
+	if string(v) != layoutVersion {
+		return fmt.Errorf("open store %s: layout %q, this release reads %q", s.dir, v, layoutVersion)
+	}
+	return nil
+}
+
+// Close flushes nothing extra (the WAL already holds every write) and
+// releases the database.
+func (s *Store) Close() error {
+	if err := s.db.Close(); err != nil {
+		return fmt.Errorf("close store %s: %w", s.dir, err)
+	}
+	return nil
+}
+
+// Get returns the newest record of key. found is false if the key was never
+// written (a deleted key is found, as a tombstone). The returned record owns
+// its memory.
+func (s *Store) Get(key []byte) (rec record.Record, found bool, err error) {
+	bp := s.keyBufs.Get().(*[]byte)
+	*bp = append(append((*bp)[:0], dataPrefix), key...)
+	v, closer, err := s.db.Get(*bp)
+	s.keyBufs.Put(bp)
+	if errors.Is(err, pebble.ErrNotFound) {
+		return record.Record{}, false, nil
+	}
+	if err != nil {
+		return record.Record{}, false, fmt.Errorf("get %q: %w", key, err)
+	}
+	defer closer.Close()
+	rec, err = record.Decode(v)
+	if err != nil {
+		return record.Record{}, false, fmt.Errorf("get %q: %w", key, err)
+	}
+	return rec.Clone(), true, nil
+}
+
+// Apply stores rec under key unless the key already holds a newer version
+// (last-write-wins, resolved by the merge operator). It returns once the
+// write is durable (Sync) or in the memtable (no Sync).
+func (s *Store) Apply(key []byte, rec *record.Record) error {
+	b := s.db.NewBatch()
+	defer b.Close()
+	op := b.MergeDeferred(1+len(key), rec.EncodedSize())
+	op.Key[0] = dataPrefix
+	copy(op.Key[1:], key)
+	rec.AppendEncode(op.Value[:0])
+	if err := op.Finish(); err != nil {
+		return fmt.Errorf("apply %q: %w", key, err)
+	}
+	if err := s.db.Apply(b, s.writeOpt); err != nil {
+		return fmt.Errorf("apply %q: %w", key, err)
+	}
+	return nil
+}
+
+// Metrics exposes Pebble's metrics for the metrics collector.
+func (s *Store) Metrics() *pebble.Metrics { return s.db.Metrics() }
+
+// DataKey returns the Pebble key of user key k (exported for range scans).
+func DataKey(k []byte) []byte { return append([]byte{dataPrefix}, k...) }
+
+// UserKey strips the data prefix from a Pebble key, or returns nil if the
+// key is not a data key.
+func UserKey(pk []byte) []byte {
+	if len(pk) == 0 || pk[0] != dataPrefix {
+		return nil
+	}
+	return pk[1:]
+}
+
+var dataUpper = []byte{dataPrefix + 1}
+
+// NewIter returns an iterator over data keys in [DataKey(start), DataKey(end));
+// end nil means to the last key. The caller must Close it.
+func (s *Store) NewIter(start, end []byte) (*pebble.Iterator, error) {
+	upper := dataUpper
+	if end != nil {
+		upper = DataKey(end)
+	}
+	lower := DataKey(start)
+	if bytes.Compare(lower, upper) >= 0 {
+		upper = lower // empty range
+	}
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
+	if err != nil {
+		return nil, fmt.Errorf("new iterator: %w", err)
+	}
+	return it, nil
+}
+
+type slogLogger struct{ l *slog.Logger }
+
+func (l slogLogger) Infof(format string, args ...any) { l.l.Debug(fmt.Sprintf(format, args...)) }
+func (l slogLogger) Errorf(format string, args ...any) {
+	l.l.Error(fmt.Sprintf(format, args...))
+}
+func (l slogLogger) Fatalf(format string, args ...any) {
+	// Pebble calls Fatalf on unrecoverable corruption; it expects no return.
+	l.l.Error(fmt.Sprintf(format, args...))
+	panic(fmt.Sprintf(format, args...))
+}
