@@ -149,6 +149,6 @@ func fail(ctx *fasthttp.RequestCtx, e *apiError) {
 }
 
 func methodNotAllowed(ctx *fasthttp.RequestCtx, allow string) {
+	ctx.Error("method not allowed\n", fasthttp.StatusMethodNotAllowed) // resets headers
 	ctx.Response.Header.Set(fasthttp.HeaderAllow, allow)
-	ctx.Error("method not allowed\n", fasthttp.StatusMethodNotAllowed)
 }

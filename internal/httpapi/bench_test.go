@@ -1,0 +1,164 @@
+package httpapi
+
+import (
+	"fmt"
+	"io"
+	"log/slog"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"github.com/valyala/fasthttp"
+
+	"github.com/dhtkv/dhtkv/internal/cache"
+	"github.com/dhtkv/dhtkv/internal/cluster"
+	"github.com/dhtkv/dhtkv/internal/hlc"
+	"github.com/dhtkv/dhtkv/internal/metrics"
+	"github.com/dhtkv/dhtkv/internal/replica"
+	"github.com/dhtkv/dhtkv/internal/store"
+)
+
+// newBenchServer assembles a single node's handler the way node.Start does,
+// without a listener, so benchmarks measure our code and fasthttp's request
+// handling but no sockets.
+func newBenchServer(b *testing.B, sync bool, cacheBytes int64) *Server {
+	st, err := store.Open(b.TempDir(), store.Options{Sync: sync})
+	require.NoError(b, err)
+	c, err := cache.New(cacheBytes)
+	require.NoError(b, err)
+	b.Cleanup(func() { c.Close(); st.Close() })
+	topo, err := cluster.ParseTopology("", "http://127.0.0.1:1")
+	require.NoError(b, err)
+	clock, _ := hlc.New(0, nil)
+	m := metrics.New()
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	local := &replica.Replica{Store: st, Cache: c}
+	return &Server{
+		Coord: cluster.NewCoordinator(topo, clock, local, cluster.PeerOptions{Timeout: 1e9}, m, log),
+		Local: local, Clock: clock, Metrics: m, Log: log,
+		Limits: Limits{MaxKeyBytes: 1024, MaxValueBytes: 1 << 20},
+	}
+}
+
+// do runs one request through the handler, reusing ctx like fasthttp does
+// for a keep-alive connection.
+func do(s *Server, ctx *fasthttp.RequestCtx, method string, uri, body []byte) int {
+	ctx.Request.Reset()
+	ctx.Response.Reset()
+	ctx.Request.Header.SetMethod(method)
+	ctx.Request.SetRequestURIBytes(uri)
+	if body != nil {
+		ctx.Request.SetBodyRaw(body)
+	}
+	s.Handler(ctx)
+	return ctx.Response.StatusCode()
+}
+
+func newCtx() *fasthttp.RequestCtx {
+	var ctx fasthttp.RequestCtx
+	var req fasthttp.Request
+	ctx.Init(&req, nil, nil)
+	return &ctx
+}
+
+const nKeys = 10000
+
+func uris(prefix string) [][]byte {
+	u := make([][]byte, nKeys)
+	for i := range u {
+		u[i] = []byte(fmt.Sprintf("/v0/entity?id=%s%d", prefix, i))
+	}
+	return u
+}
+
+func fill(b *testing.B, s *Server, u [][]byte, val []byte) {
+	ctx := newCtx()
+	for _, x := range u {
+		require.Equal(b, 201, do(s, ctx, "PUT", x, val))
+	}
+}
+
+// BenchmarkGetHit: every GET is served by the read cache. Target: at most 1
+// allocation per request in our code.
+func BenchmarkGetHit(b *testing.B) {
+	s := newBenchServer(b, false, 64<<20)
+	u := uris("k")
+	fill(b, s, u, make([]byte, 1024))
+	ctx := newCtx()
+	for _, x := range u { // warm the cache
+		do(s, ctx, "GET", x, nil)
+	}
+	b.ReportAllocs()
+	b.SetBytes(1024)
+	b.ResetTimer()
+	for i := 0; b.Loop(); i++ {
+		if do(s, ctx, "GET", u[i%nKeys], nil) != 200 {
+			b.Fatal("not 200")
+		}
+	}
+}
+
+// BenchmarkGetMiss: the cache is off, every GET reads Pebble (memtable and
+// block cache: the data set is small).
+func BenchmarkGetMiss(b *testing.B) {
+	s := newBenchServer(b, false, 0)
+	u := uris("k")
+	fill(b, s, u, make([]byte, 1024))
+	ctx := newCtx()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; b.Loop(); i++ {
+		if do(s, ctx, "GET", u[i%nKeys], nil) != 200 {
+			b.Fatal("not 200")
+		}
+	}
+}
+
+// BenchmarkGetAbsent: GETs of keys never written, with the cache on (the
+// negative entries are cached after the first miss).
+func BenchmarkGetAbsent(b *testing.B) {
+	s := newBenchServer(b, false, 64<<20)
+	u := uris("absent")
+	ctx := newCtx()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; b.Loop(); i++ {
+		if do(s, ctx, "GET", u[i%nKeys], nil) != 404 {
+			b.Fatal("not 404")
+		}
+	}
+}
+
+func benchPut(b *testing.B, sync bool) {
+	s := newBenchServer(b, sync, 64<<20)
+	u := uris("k")
+	val := make([]byte, 1024)
+	ctx := newCtx()
+	b.ReportAllocs()
+	b.SetBytes(1024)
+	b.ResetTimer()
+	for i := 0; b.Loop(); i++ {
+		if do(s, ctx, "PUT", u[i%nKeys], val) != 201 {
+			b.Fatal("not 201")
+		}
+	}
+}
+
+// BenchmarkPut: --sync=false (the WAL is written, not fsynced).
+func BenchmarkPut(b *testing.B) { benchPut(b, false) }
+
+// BenchmarkPutSync: the default --sync=true, one writer: every request pays
+// a full fsync (concurrent writers share them; see docs/benchmarks.md).
+func BenchmarkPutSync(b *testing.B) { benchPut(b, true) }
+
+func BenchmarkDelete(b *testing.B) {
+	s := newBenchServer(b, false, 64<<20)
+	u := uris("k")
+	ctx := newCtx()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; b.Loop(); i++ {
+		if do(s, ctx, "DELETE", u[i%nKeys], nil) != 202 {
+			b.Fatal("not 202")
+		}
+	}
+}

@@ -1,0 +1,122 @@
+package store
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/dhtkv/dhtkv/internal/record"
+)
+
+func open(t *testing.T, dir string) *Store {
+	t.Helper()
+	s, err := Open(dir, Options{BlockCacheBytes: 1 << 20, MemTableBytes: 1 << 20})
+	require.NoError(t, err)
+	return s
+}
+
+func TestLastWriteWinsAnyOrder(t *testing.T) {
+	s := open(t, t.TempDir())
+	defer s.Close()
+	key := []byte("k")
+	recs := []record.Record{
+		{Version: 5, Value: []byte("five")},
+		{Version: 9, Tombstone: true},
+		{Version: 7, Value: []byte("seven")},
+		{Version: 1, Value: []byte("one")},
+	}
+	for _, r := range recs {
+		require.NoError(t, s.Apply(key, &r))
+	}
+	got, found, err := s.Get(key)
+	require.NoError(t, err)
+	require.True(t, found)
+	require.Equal(t, uint64(9), got.Version)
+	require.True(t, got.Tombstone)
+
+	r := record.Record{Version: 10, Value: []byte("ten")}
+	require.NoError(t, s.Apply(key, &r))
+	got, _, _ = s.Get(key)
+	require.Equal(t, "ten", string(got.Value))
+}
+
+// The merge operator must keep the newest version through flushes and
+// compactions, whichever subset of operands each one sees.
+func TestLastWriteWinsSurvivesCompaction(t *testing.T) {
+	dir := t.TempDir()
+	s := open(t, dir)
+	rng := rand.New(rand.NewPCG(1, 2))
+	want := map[string]uint64{}
+	for i := 0; i < 20000; i++ {
+		k := fmt.Sprintf("k%03d", rng.IntN(200))
+		v := rng.Uint64N(1 << 40)
+		r := record.Record{Version: v, Value: []byte(fmt.Sprint(v)), Tombstone: v%7 == 0}
+		if r.Tombstone {
+			r.Value = nil
+		}
+		require.NoError(t, s.Apply([]byte(k), &r))
+		if v > want[k] {
+			want[k] = v
+		}
+		if i%5000 == 4999 {
+			require.NoError(t, s.db.Flush())
+		}
+	}
+	require.NoError(t, s.db.Compact(t.Context(), []byte{0}, []byte{0xff}, true))
+	require.NoError(t, s.Close())
+	s = open(t, dir)
+	defer s.Close()
+	for k, v := range want {
+		got, found, err := s.Get([]byte(k))
+		require.NoError(t, err)
+		require.True(t, found)
+		require.Equal(t, v, got.Version, k)
+	}
+}
+
+func TestConcurrentWritersConverge(t *testing.T) {
+	s := open(t, t.TempDir())
+	defer s.Close()
+	var wg sync.WaitGroup
+	for g := 0; g < 8; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 500; i++ {
+				r := record.Record{Version: uint64(i*8 + g + 1), Value: []byte{byte(g)}}
+				require.NoError(t, s.Apply([]byte("hot"), &r))
+			}
+		}()
+	}
+	wg.Wait()
+	got, _, err := s.Get([]byte("hot"))
+	require.NoError(t, err)
+	require.Equal(t, uint64(499*8+7+1), got.Version)
+}
+
+func TestAbsentAndBinaryKeys(t *testing.T) {
+	s := open(t, t.TempDir())
+	defer s.Close()
+	_, found, err := s.Get([]byte("nope"))
+	require.NoError(t, err)
+	require.False(t, found)
+	k := []byte{0, 1, 0xff, '\n'}
+	r := record.Record{Version: 1, Value: []byte{}}
+	require.NoError(t, s.Apply(k, &r))
+	got, found, err := s.Get(k)
+	require.NoError(t, err)
+	require.True(t, found)
+	require.Empty(t, got.Value)
+}
+
+func TestRefusesForeignLayout(t *testing.T) {
+	dir := t.TempDir()
+	s := open(t, dir)
+	require.NoError(t, s.db.Set([]byte(layoutKey), []byte("other-layout"), nil))
+	require.NoError(t, s.Close())
+	_, err := Open(dir, Options{})
+	require.ErrorContains(t, err, "layout")
+}
