@@ -79,8 +79,15 @@ func (c *Coordinator) Peer(i int) *Peer { return c.peers[i] }
 func (c *Coordinator) Timeout() time.Duration { return c.timeout }
 
 // Close waits for background replica calls to finish (each is bounded by its
-// request's deadline).
-func (c *Coordinator) Close() { c.inflight.Wait() }
+// request's deadline), then closes the idle connections to peers.
+func (c *Coordinator) Close() {
+	c.inflight.Wait()
+	for _, p := range c.peers {
+		if p != nil {
+			p.Close()
+		}
+	}
+}
 
 // answer is one replica's reply.
 type answer struct {
@@ -142,30 +149,56 @@ func (c *Coordinator) Get(key []byte, ack, from int) (Result, error) {
 // Write stores value (or a tombstone) under key with a fresh version on
 // `from` replicas and returns once `ack` of them have it. value may be the
 // handler's buffer.
+//
+// Real-time order across coordinators: this node's clock may not have seen
+// the key's latest version (this node is not one of its replicas, or was the
+// straggler of the previous write), so a fresh version from the same
+// millisecond with a lower node id would lose to a write acknowledged
+// before this one began. A remote replica that holds a newer version refuses
+// the write and reports that version; the coordinator then observes it and
+// writes once more with a version above it. One more round is enough: when
+// both writes use quorums, some replica among the first round's `ack`
+// answers holds every write acknowledged before this one started. A replica
+// refusing again in the second round holds a write concurrent with this
+// one, and either order is then correct.
+//
+// The local replica never needs this: every version it stores came from
+// this clock or was observed by it before being applied.
 func (c *Coordinator) Write(key, value []byte, tombstone bool, ack, from int) error {
 	rec := record.Record{Version: c.clock.Next(), Tombstone: tombstone, Value: value}
 	var buf [maxReplicas]int
 	reps := c.place.Replicas(key, from, buf[:0])
-	local := func(k []byte) answer {
-		return answer{err: c.local.Apply(k, &rec)}
-	}
 	if len(reps) == 1 && reps[0] == c.topo.Self {
-		return local(key).err // the store copies key and value into its batch
+		return c.local.Apply(key, &rec) // the store copies key and value into its batch
 	}
+	newer, err := c.writeRound(key, &rec, reps, ack)
+	if err == nil && newer > rec.Version {
+		c.clock.Observe(newer)
+		rec.Version = c.clock.Next()
+		_, err = c.writeRound(key, &rec, reps, ack)
+	}
+	return err
+}
+
+// writeRound sends rec to reps and returns the newest version a replica
+// refused it with (0 if none did). A refusal counts as an answer.
+func (c *Coordinator) writeRound(key []byte, rec *record.Record, reps []int, ack int) (newer uint64, err error) {
 	// One immutable envelope for all remote replicas; it copies the value
 	// out of the handler's buffer.
 	env := rec.Encode()
-	n, err := c.fanOut(key, reps, ack, local,
+	n, err := c.fanOut(key, reps, ack,
+		func(k []byte) answer { return answer{err: c.local.Apply(k, rec)} },
 		func(p *Peer, pm *metrics.PeerMetrics, k []byte, deadline time.Time) answer {
 			start := time.Now()
-			err := p.Apply(k, env, deadline)
+			v, err := p.Apply(k, env, deadline)
 			c.observe(pm, true, start, err)
-			return answer{err: err}
-		}, nil)
+			return answer{rec: record.Record{Version: v}, err: err}
+		},
+		func(a answer) { newer = max(newer, a.rec.Version) })
 	if err != nil {
-		return fmt.Errorf("write: %d of %d replicas acknowledged, need %d: %w", n, len(reps), ack, err)
+		return 0, fmt.Errorf("write: %d of %d replicas acknowledged, need %d: %w", n, len(reps), ack, err)
 	}
-	return nil
+	return newer, nil
 }
 
 func (c *Coordinator) localGet(key []byte) answer {

@@ -3,8 +3,11 @@ package cluster
 import (
 	"errors"
 	"fmt"
+	"io"
 	"net"
+	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -17,9 +20,15 @@ import (
 // carry a version: the public API always gets a fresh version from the
 // coordinator's clock, so clients cannot forge one.
 //
-//	GET /v0/internal/entity?id=K        → 200 + envelope, or 404 (never written)
-//	PUT /v0/internal/entity?id=K + envelope → 201 (applied or already newer)
+//	GET /v0/internal/entity?id=K            → 200 + envelope, or 404 (never written)
+//	PUT /v0/internal/entity?id=K + envelope → 201 applied, or
+//	                                          409 + VersionHeader: the replica
+//	                                          holds that newer version, nothing written
 const InternalPath = "/v0/internal/entity"
+
+// VersionHeader carries, on a 409 answer to an internal PUT, the newer
+// version the replica already holds (decimal).
+const VersionHeader = "X-Dhtkv-Version"
 
 // SecretHeader carries --cluster-secret on internal requests.
 const SecretHeader = "X-Dhtkv-Secret"
@@ -61,17 +70,35 @@ func NewPeer(baseURL string, o PeerOptions) *Peer {
 			// is queued, a stuck peer is still bounded by the deadline.
 			MaxConnWaitTimeout: timeout,
 			// fasthttp retries idempotent requests (GET and, by its rules,
-			// PUT) up to 5 times by default. A retry hides failures from the
-			// coordinator and multiplies load on a struggling peer; the
-			// coordinator's ack counting is the retry policy.
-			MaxIdemponentCallAttempts: 1,
-			ReadTimeout:               timeout,
-			WriteTimeout:              timeout,
-			MaxIdleConnDuration:       30 * time.Second,
-			NoDefaultUserAgentHeader:  true,
+			// PUT) up to 5 times by default, on any error. A blanket retry
+			// hides failures from the coordinator and multiplies load on a
+			// struggling peer. One retry is allowed, and only when a pooled
+			// keep-alive connection turned out to be dead (the peer
+			// restarted): without it the first request per pooled
+			// connection after a peer restart fails. Internal requests
+			// carry their version, so a repeat is harmless; timeouts are
+			// never retried and the request deadline still bounds the call.
+			MaxIdemponentCallAttempts: 2,
+			RetryIfErr: func(_ *fasthttp.Request, _ int, err error) (bool, bool) {
+				return false, isDeadConn(err)
+			},
+			ReadTimeout:              timeout,
+			WriteTimeout:             timeout,
+			MaxIdleConnDuration:      30 * time.Second,
+			NoDefaultUserAgentHeader: true,
 		},
 	}
 }
+
+// isDeadConn reports errors that mean a pooled connection was closed by the
+// other side before or while we used it.
+func isDeadConn(err error) bool {
+	return errors.Is(err, fasthttp.ErrConnectionClosed) || errors.Is(err, io.EOF) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
+}
+
+// Close drops the pooled idle connections to the peer (on shutdown).
+func (p *Peer) Close() { p.client.CloseIdleConnections() }
 
 // URL is the peer's base URL.
 func (p *Peer) URL() string { return p.url }
@@ -131,18 +158,27 @@ func (p *Peer) Get(key []byte, deadline time.Time) (rec record.Record, found boo
 	}
 }
 
-// Apply sends an encoded envelope for key to the peer.
-func (p *Peer) Apply(key, envelope []byte, deadline time.Time) error {
+// Apply sends an encoded envelope for key to the peer. newer is non-zero
+// when the peer already holds a newer version of key and wrote nothing.
+func (p *Peer) Apply(key, envelope []byte, deadline time.Time) (newer uint64, err error) {
 	req := p.newRequest(fasthttp.MethodPut, key)
 	req.SetBodyRaw(envelope) // shared read-only by all fan-out goroutines
 	resp := fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseRequest(req)
 	defer fasthttp.ReleaseResponse(resp)
 	if err := p.client.DoDeadline(req, resp, deadline); err != nil {
-		return fmt.Errorf("apply to %s: %w", p.url, classify(err))
+		return 0, fmt.Errorf("apply to %s: %w", p.url, classify(err))
 	}
-	if resp.StatusCode() != fasthttp.StatusCreated {
-		return fmt.Errorf("apply to %s: %w", p.url, errStatus{resp.StatusCode()})
+	switch resp.StatusCode() {
+	case fasthttp.StatusCreated:
+		return 0, nil
+	case fasthttp.StatusConflict:
+		v, err := strconv.ParseUint(string(resp.Header.Peek(VersionHeader)), 10, 64)
+		if err != nil || v == 0 {
+			return 0, fmt.Errorf("apply to %s: 409 without a version", p.url)
+		}
+		return v, nil
+	default:
+		return 0, fmt.Errorf("apply to %s: %w", p.url, errStatus{resp.StatusCode()})
 	}
-	return nil
 }

@@ -11,7 +11,7 @@ import (
 // property for free: the replicas for from=k are the first k of the list for
 // from=k+1. With a handful of nodes scoring all of them costs a few
 // nanoseconds each. The balance over 1M keys is measured in
-// placement_test.go and reported in docs/architecture.md.
+// placement_test.go and reported in docs/placement.md.
 //
 // Scores depend only on the key and the node's URL, so every node computes
 // the same order, and adding a node moves only the keys that now score

@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"crypto/subtle"
+	"strconv"
 
 	"github.com/valyala/fasthttp"
 
@@ -70,6 +71,19 @@ func (s *Server) internalEntity(ctx *fasthttp.RequestCtx) metrics.Op {
 		return op
 	}
 	s.Clock.Observe(rec.Version)
+	// A newer version already here means the coordinator's clock is
+	// behind this key: refuse and tell it, so it can rewrite above it (see
+	// cluster.Coordinator.Write). Equal is the same write repeated: apply.
+	cur, found, err := s.Local.Store.Version(key)
+	if err != nil {
+		s.replicaError(ctx, err)
+		return op
+	}
+	if found && cur > rec.Version {
+		ctx.Response.Header.Set(cluster.VersionHeader, strconv.FormatUint(cur, 10))
+		ctx.SetStatusCode(fasthttp.StatusConflict)
+		return op
+	}
 	if err := s.Local.Apply(key, &rec); err != nil { // the store copies body
 		s.replicaError(ctx, err)
 		return op

@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -138,6 +139,9 @@ func Start(cfg Config) (_ *Node, err error) {
 	n.api = &httpapi.Server{
 		Coord: n.coord, Local: local, Clock: clock, Metrics: n.metrics, Secret: cfg.ClusterSecret, Log: log,
 		Limits: httpapi.Limits{MaxKeyBytes: cfg.MaxKeyBytes, MaxValueBytes: cfg.MaxValueBytes},
+		// A range stream may run for any time; the write timeout then
+		// bounds a stall instead of the whole response.
+		ScanIdleTimeout: cfg.WriteTimeout,
 	}
 	n.srv = &fasthttp.Server{
 		Handler: n.api.Handler,
@@ -171,7 +175,12 @@ func Start(cfg Config) (_ *Node, err error) {
 			}
 		}()
 	}
-	go func() { n.served <- n.srv.Serve(n.ln) }()
+	// fasthttp's Shutdown returns at once if Serve has not registered the
+	// listener yet, and a Serve that starts later would then run handlers
+	// against a closed store. Return only once Serve is accepting.
+	ln := &readyListener{Listener: n.ln, ready: make(chan struct{})}
+	go func() { n.served <- n.srv.Serve(ln) }()
+	<-ln.ready
 	log.Info("dhtkv node started", "listen", n.ln.Addr().String(), "admin", cfg.AdminListen,
 		"data_dir", cfg.DataDir, "self", topo.Nodes[topo.Self], "cluster_size", topo.Size(), "sync", cfg.Sync)
 	return n, nil
@@ -198,11 +207,17 @@ func (n *Node) Shutdown(ctx context.Context) error {
 	if n.adminSrv != nil {
 		n.adminSrv.Close()
 	}
+	// Range streams may run for any time: abort them (their clients see a
+	// truncated body) rather than let them hold the shutdown.
+	n.api.Close()
 	if err := n.srv.ShutdownWithContext(ctx); err != nil {
 		// Handlers are still running and may use the store: closing it
 		// under them would crash them. Leave it to process exit; every
 		// acknowledged write is already in the WAL (fsynced with --sync).
 		return fmt.Errorf("shutdown http (store left open): %w", err)
+	}
+	if err := <-n.served; err != nil {
+		n.log.Warn("serve", "err", err)
 	}
 	// Stragglers are bounded by the replica timeout.
 	n.coord.Close()
@@ -219,6 +234,19 @@ func (n *Node) closeStorage() error {
 		return n.store.Close()
 	}
 	return nil
+}
+
+// readyListener reports the first Accept: by then fasthttp's Serve has
+// registered the listener, so Shutdown can stop it.
+type readyListener struct {
+	net.Listener
+	once  sync.Once
+	ready chan struct{}
+}
+
+func (l *readyListener) Accept() (net.Conn, error) {
+	l.once.Do(func() { close(l.ready) })
+	return l.Listener.Accept()
 }
 
 type fasthttpLogger struct{ l *slog.Logger }

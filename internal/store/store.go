@@ -157,6 +157,27 @@ func (s *Store) Get(key []byte) (rec record.Record, found bool, err error) {
 	return rec.Clone(), true, nil
 }
 
+// Version returns the version key currently holds (found false if the key
+// was never written), reading only the envelope's header.
+func (s *Store) Version(key []byte) (v uint64, found bool, err error) {
+	bp := s.keyBufs.Get().(*[]byte)
+	*bp = append(append((*bp)[:0], dataPrefix), key...)
+	val, closer, err := s.db.Get(*bp)
+	s.keyBufs.Put(bp)
+	if errors.Is(err, pebble.ErrNotFound) {
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, fmt.Errorf("version of %q: %w", key, err)
+	}
+	defer closer.Close()
+	v, ok := record.PeekVersion(val)
+	if !ok {
+		return 0, false, fmt.Errorf("version of %q: %w", key, record.ErrCorrupt)
+	}
+	return v, true, nil
+}
+
 // Apply stores rec under key unless the key already holds a newer version
 // (last-write-wins, resolved by the merge operator). It returns once the
 // write is durable (Sync) or in the memtable (no Sync).

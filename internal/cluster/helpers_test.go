@@ -1,0 +1,176 @@
+package cluster_test
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/dhtkv/dhtkv/internal/cluster"
+	"github.com/dhtkv/dhtkv/internal/node"
+	"github.com/dhtkv/dhtkv/internal/record"
+	"github.com/dhtkv/dhtkv/internal/testcluster"
+)
+
+// withReplicaTimeout sets every node's replica deadline.
+func withReplicaTimeout(d time.Duration) testcluster.Option {
+	return func(_ int, c *node.Config) { c.ReplicaTimeout = d }
+}
+
+// withSecret sets --cluster-secret on every node.
+func withSecret(s string) testcluster.Option {
+	return func(_ int, c *node.Config) { c.ClusterSecret = s }
+}
+
+// withExtraMembers appends members that are not testcluster nodes (fake or
+// absent peers) to every node's --cluster, after the real nodes: with n real
+// nodes, the first extra member is node n.
+func withExtraMembers(urls ...string) testcluster.Option {
+	return func(_ int, c *node.Config) { c.Cluster += "," + strings.Join(urls, ",") }
+}
+
+// placementOf computes the cluster's placement the way every node does.
+func placementOf(t testing.TB, c *testcluster.Cluster) *cluster.Placement {
+	t.Helper()
+	topo, err := cluster.ParseTopology(c.Config(0).Cluster, c.URL(0))
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, topo.Size(), c.Size())
+	for i := range c.Size() {
+		require.Equal(t, c.URL(i), topo.Nodes[i], "testcluster URL order is the --cluster order")
+	}
+	return cluster.NewPlacement(topo)
+}
+
+// replicasOf returns key's first `from` replicas.
+func replicasOf(p *cluster.Placement, key string, from int) []int {
+	return p.Replicas([]byte(key), from, nil)
+}
+
+// findKey returns a key (prefix + counter) whose first len(want) replicas are
+// exactly want, in that order.
+func findKey(t testing.TB, p *cluster.Placement, prefix string, want ...int) string {
+	t.Helper()
+	for i := range 100_000 {
+		k := fmt.Sprintf("%s-%d", prefix, i)
+		if slices.Equal(replicasOf(p, k, len(want)), want) {
+			return k
+		}
+	}
+	t.Fatalf("no key with replicas %v", want)
+	return ""
+}
+
+// findKeySet is findKey ignoring the order of the replicas.
+func findKeySet(t testing.TB, p *cluster.Placement, prefix string, want ...int) string {
+	t.Helper()
+	sorted := slices.Sorted(slices.Values(want))
+	for i := range 100_000 {
+		k := fmt.Sprintf("%s-%d", prefix, i)
+		if slices.Equal(slices.Sorted(slices.Values(replicasOf(p, k, len(want)))), sorted) {
+			return k
+		}
+	}
+	t.Fatalf("no key with replica set %v", want)
+	return ""
+}
+
+func newClient(t testing.TB) *testcluster.Client {
+	cl := testcluster.NewClient()
+	t.Cleanup(cl.HTTP.CloseIdleConnections)
+	return cl
+}
+
+func internalURL(base, key string) string {
+	return base + cluster.InternalPath + "?id=" + url.QueryEscape(key)
+}
+
+// internalGet reads key from node base's local replica only.
+func internalGet(t testing.TB, cl *testcluster.Client, base, key, secret string) (int, record.Record) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, internalURL(base, key), nil)
+	require.NoError(t, err)
+	if secret != "" {
+		req.Header.Set(cluster.SecretHeader, secret)
+	}
+	resp, err := cl.HTTP.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	if resp.StatusCode != http.StatusOK {
+		return resp.StatusCode, record.Record{}
+	}
+	rec, err := record.Decode(body)
+	require.NoError(t, err, "internal GET body is an envelope")
+	return resp.StatusCode, rec.Clone()
+}
+
+// internalPut writes an explicit envelope into node base's local replica.
+func internalPut(t testing.TB, cl *testcluster.Client, base, key string, rec record.Record, secret string) int {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPut, internalURL(base, key), strings.NewReader(string(rec.Encode())))
+	require.NoError(t, err)
+	if secret != "" {
+		req.Header.Set(cluster.SecretHeader, secret)
+	}
+	resp, err := cl.HTTP.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, resp.Body)
+	return resp.StatusCode
+}
+
+// holders returns the running nodes whose local replica has key (live or
+// tombstone).
+func holders(t testing.TB, c *testcluster.Cluster, cl *testcluster.Client, key, secret string) []int {
+	t.Helper()
+	var hs []int
+	for i := range c.Size() {
+		if c.Node(i) == nil {
+			continue
+		}
+		code, _ := internalGet(t, cl, c.URL(i), key, secret)
+		require.Contains(t, []int{http.StatusOK, http.StatusNotFound}, code)
+		if code == http.StatusOK {
+			hs = append(hs, i)
+		}
+	}
+	return hs
+}
+
+// eventually polls cond until it holds or the deadline passes.
+func eventually(t testing.TB, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", timeout, what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// rawURL builds an entity URL with ack/from given verbatim ("" omits one).
+func rawURL(base, key, ack, from string) string {
+	u := base + "/v0/entity?id=" + url.QueryEscape(key)
+	if ack != "" {
+		u += "&ack=" + ack
+	}
+	if from != "" {
+		u += "&from=" + from
+	}
+	return u
+}
+
+// timed runs f and returns how long it took.
+func timed(f func()) time.Duration {
+	start := time.Now()
+	f()
+	return time.Since(start)
+}

@@ -1,0 +1,203 @@
+package cluster_test
+
+// The internal endpoint: it carries versions (last-write-wins at the
+// replica), the public API cannot forge one, and --cluster-secret guards it.
+
+import (
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/dhtkv/dhtkv/internal/cluster"
+	"github.com/dhtkv/dhtkv/internal/hlc"
+	"github.com/dhtkv/dhtkv/internal/node"
+	"github.com/dhtkv/dhtkv/internal/record"
+	"github.com/dhtkv/dhtkv/internal/testcluster"
+)
+
+// versionAt builds a version the way the HLC lays it out.
+func versionAt(t time.Time, logical, nodeID int) uint64 {
+	return uint64(t.UnixMilli())<<20 | uint64(logical)<<8 | uint64(nodeID)
+}
+
+// TestReplicaLastWriteWins: an internal write with an older version never
+// replaces a newer one, for values and tombstones alike, whatever the
+// arrival order and whether the key was cached.
+func TestReplicaLastWriteWins(t *testing.T) {
+	c := testcluster.Start(t, 1)
+	cl := newClient(t)
+	base := c.URL(0)
+	now := time.Now()
+	older, newer, newest := versionAt(now, 0, 3), versionAt(now, 1, 3), versionAt(now.Add(time.Millisecond), 0, 1)
+
+	put := func(key string, rec record.Record) {
+		t.Helper()
+		code := internalPut(t, cl, base, key, rec, "")
+		require.Contains(t, []int{http.StatusCreated, http.StatusConflict}, code,
+			"201 applied; 409 refused because a newer version is here")
+	}
+	state := func(key string) record.Record {
+		t.Helper()
+		code, rec := internalGet(t, cl, base, key, "")
+		require.Equal(t, http.StatusOK, code)
+		return rec
+	}
+
+	// Newer value first, then an older one.
+	put("k1", record.Record{Version: newer, Value: []byte("new")})
+	expectValue(t, cl, base, "k1", 1, 1, "new") // cache it
+	put("k1", record.Record{Version: older, Value: []byte("old")})
+	require.Equal(t, record.Record{Version: newer, Value: []byte("new")}, state("k1"))
+	expectValue(t, cl, base, "k1", 1, 1, "new")
+
+	// An older tombstone does not delete a newer value.
+	put("k1", record.Record{Version: older, Tombstone: true})
+	expectValue(t, cl, base, "k1", 1, 1, "new")
+	// A newer tombstone does; an older value does not resurrect the key.
+	put("k1", record.Record{Version: newest, Tombstone: true})
+	expectAbsent(t, cl, base, "k1", 1, 1)
+	put("k1", record.Record{Version: newer, Value: []byte("zombie")})
+	require.Equal(t, record.Record{Version: newest, Tombstone: true, Value: []byte{}}, state("k1"))
+	expectAbsent(t, cl, base, "k1", 1, 1)
+
+	// Out of order arrival of three versions converges on the newest.
+	put("k2", record.Record{Version: newer, Value: []byte("b")})
+	put("k2", record.Record{Version: newest, Value: []byte("c")})
+	put("k2", record.Record{Version: older, Value: []byte("a")})
+	require.Equal(t, "c", string(state("k2").Value))
+
+	// Same millisecond and logical counter: the node id breaks the tie.
+	put("k3", record.Record{Version: versionAt(now, 5, 7), Value: []byte("node7")})
+	put("k3", record.Record{Version: versionAt(now, 5, 2), Value: []byte("node2")})
+	require.Equal(t, "node7", string(state("k3").Value))
+
+	// Never-written keys are 404 on the internal endpoint.
+	code, _ := internalGet(t, cl, base, "never", "")
+	require.Equal(t, http.StatusNotFound, code)
+
+	// Bad envelopes are rejected, not stored.
+	for name, body := range map[string][]byte{
+		"short":     []byte("x"),
+		"format":    append([]byte{9, 0}, make([]byte, 8)...),
+		"version 0": (&record.Record{Version: 0, Value: []byte("v")}).Encode(),
+	} {
+		code, _ := cl.Do(t, http.MethodPut, internalURL(base, "k4"), body)
+		require.Equal(t, http.StatusBadRequest, code, name)
+	}
+	code, _ = internalGet(t, cl, base, "k4", "")
+	require.Equal(t, http.StatusNotFound, code)
+}
+
+// TestPublicPutCannotForgeVersion: whatever a client sends to /v0/entity,
+// the write gets a fresh version from the coordinator's clock (its node id,
+// the current millisecond) and the body is stored verbatim as the value.
+func TestPublicPutCannotForgeVersion(t *testing.T) {
+	c := testcluster.Start(t, 2)
+	cl := newClient(t)
+	forged := record.Record{Version: ^uint64(0) &^ 0xff, Value: []byte("forged")}
+	body := forged.Encode() // a body that is itself a valid envelope
+	for via := range 2 {
+		key := "forge-" + strconv.Itoa(via)
+		u := testcluster.EntityURL(c.URL(via), key, 2, 2) + "&version=" + strconv.FormatUint(forged.Version, 10)
+		req, err := http.NewRequest(http.MethodPut, u, strings.NewReader(string(body)))
+		require.NoError(t, err)
+		req.Header.Set("X-Dhtkv-Version", strconv.FormatUint(forged.Version, 10))
+		req.Header.Set("Content-Type", "application/octet-stream")
+		before := time.Now()
+		resp, err := cl.HTTP.Do(req)
+		require.NoError(t, err)
+		resp.Body.Close()
+		require.Equal(t, http.StatusCreated, resp.StatusCode)
+
+		for i := range 2 {
+			code, rec := internalGet(t, cl, c.URL(i), key, "")
+			require.Equal(t, http.StatusOK, code)
+			ms, _, nodeID := hlc.Parts(rec.Version)
+			require.Equal(t, via, nodeID, "version carries the coordinator's id")
+			require.InDelta(t, before.UnixMilli(), ms, 5000, "version is the current time, not the forged one")
+			require.Equal(t, body, rec.Value, "the body is the value, not an envelope")
+		}
+		expectValue(t, cl, c.URL(1-via), key, 2, 2, string(body))
+	}
+}
+
+// TestInternalFarFutureVersion documents why the internal endpoint must be
+// protected (--cluster-secret, network): whoever can reach it can write any
+// version. A far-future one is reported back to the next coordinator
+// (409 with the held version), which then rewrites above it: the public
+// write wins, but every clock that sees the forged version is dragged an
+// hour ahead, and the versions of all later writes with it.
+func TestInternalFarFutureVersion(t *testing.T) {
+	c := testcluster.Start(t, 2)
+	cl := newClient(t)
+	future := versionAt(time.Now().Add(time.Hour), 0, 1)
+	require.Equal(t, http.StatusCreated, internalPut(t, cl, c.URL(1), "k", record.Record{Version: future, Value: []byte("forged")}, ""))
+
+	// Node 0 never saw the forged version; node 1 refuses node 0's first
+	// round with it, and node 0 rewrites past it.
+	require.Equal(t, http.StatusCreated, cl.Put(t, c.URL(0), "k", []byte("public"), 2, 2))
+	for i := range 2 {
+		_, rec := internalGet(t, cl, c.URL(i), "k", "")
+		require.Equal(t, "public", string(rec.Value), "node %d", i)
+		require.Greater(t, rec.Version, future, "node %d: the clock now runs past the forged version", i)
+	}
+	expectValue(t, cl, c.URL(1), "k", 2, 2, "public")
+	require.Equal(t, http.StatusCreated, cl.Put(t, c.URL(1), "k", []byte("via1"), 2, 2))
+	expectValue(t, cl, c.URL(0), "k", 2, 2, "via1")
+}
+
+// TestClusterSecret: with --cluster-secret, internal requests need the
+// header (403 otherwise), the public API does not, and the cluster works
+// end to end because peers send it.
+func TestClusterSecret(t *testing.T) {
+	const secret = "s3cret"
+	c := testcluster.Start(t, 2, withSecret(secret))
+	cl := newClient(t)
+	rec := record.Record{Version: versionAt(time.Now(), 0, 0), Value: []byte("v")}
+	for i := range 2 {
+		base := c.URL(i)
+		require.Equal(t, http.StatusForbidden, internalPut(t, cl, base, "direct", rec, ""))
+		require.Equal(t, http.StatusForbidden, internalPut(t, cl, base, "direct", rec, "wrong"))
+		code, _ := internalGet(t, cl, base, "direct", "")
+		require.Equal(t, http.StatusForbidden, code)
+		code, _ = internalGet(t, cl, base, "direct", secret[:3])
+		require.Equal(t, http.StatusForbidden, code)
+
+		require.Equal(t, http.StatusCreated, internalPut(t, cl, base, "direct", rec, secret))
+		code, got := internalGet(t, cl, base, "direct", secret)
+		require.Equal(t, http.StatusOK, code)
+		require.Equal(t, rec, got)
+	}
+
+	for via := range 2 {
+		key := "e2e-" + strconv.Itoa(via)
+		require.Equal(t, http.StatusCreated, cl.Put(t, c.URL(via), key, []byte("v"), 2, 2))
+		for i := range 2 {
+			expectValue(t, cl, c.URL(i), key, 2, 2, "v")
+		}
+		require.Equal(t, http.StatusAccepted, cl.Delete(t, c.URL(1-via), key, 2, 2))
+		for i := range 2 {
+			expectAbsent(t, cl, c.URL(i), key, 2, 2)
+		}
+	}
+}
+
+// TestClusterSecretMismatch: a node started with another secret is refused
+// by its peers (403), which the coordinator counts as a failed replica.
+func TestClusterSecretMismatch(t *testing.T) {
+	c := testcluster.Start(t, 2, func(i int, cfg *node.Config) { cfg.ClusterSecret = "secret-" + strconv.Itoa(i) })
+	cl := newClient(t)
+	p := placementOf(t, c)
+	key := findKey(t, p, "mismatch", 0, 1)
+	require.Equal(t, http.StatusGatewayTimeout, cl.Put(t, c.URL(0), key, []byte("v"), 2, 2))
+	require.Equal(t, http.StatusCreated, cl.Put(t, c.URL(0), key, []byte("v"), 1, 2))
+	code, _ := internalGet(t, cl, c.URL(1), key, "secret-0")
+	require.Equal(t, http.StatusForbidden, code)
+	code, _ = internalGet(t, cl, c.URL(1), key, "secret-1")
+	require.Equal(t, http.StatusNotFound, code, "node 1 refused the write")
+	require.Equal(t, cluster.SecretHeader, "X-Dhtkv-Secret")
+}
