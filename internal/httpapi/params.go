@@ -41,37 +41,46 @@ func parseKey(args *fasthttp.Args, name string, maxKey int) ([]byte, *apiError) 
 	return key, nil
 }
 
-// parseEntity applies the course's rules: from defaults to the cluster size,
-// ack to a majority of from; both must be numbers with 1 <= ack <= from <=
-// cluster size.
+// parseEntity reads id, ack and from.
 func parseEntity(args *fasthttp.Args, clusterSize, maxKey int) (entityParams, *apiError) {
 	key, aerr := parseKey(args, "id", maxKey)
 	if aerr != nil {
 		return entityParams{}, aerr
 	}
-	p := entityParams{key: key, from: clusterSize}
+	ack, from, aerr := parseReplication(args, clusterSize)
+	if aerr != nil {
+		return entityParams{}, aerr
+	}
+	return entityParams{key: key, ack: ack, from: from}, nil
+}
+
+// parseReplication applies the course's rules: from defaults to the cluster
+// size, ack to a majority of from; both must be numbers with
+// 1 <= ack <= from <= cluster size.
+func parseReplication(args *fasthttp.Args, clusterSize int) (ack, from int, _ *apiError) {
+	from = clusterSize
 	if args.Has("from") {
 		n, err := parsePositive(args.Peek("from"))
 		if err != nil {
-			return entityParams{}, badRequest("from: %v", err)
+			return 0, 0, badRequest("from: %v", err)
 		}
 		if n > clusterSize {
-			return entityParams{}, badRequest("from=%d exceeds cluster size %d", n, clusterSize)
+			return 0, 0, badRequest("from=%d exceeds cluster size %d", n, clusterSize)
 		}
-		p.from = n
+		from = n
 	}
-	p.ack = p.from/2 + 1
+	ack = from/2 + 1
 	if args.Has("ack") {
 		n, err := parsePositive(args.Peek("ack"))
 		if err != nil {
-			return entityParams{}, badRequest("ack: %v", err)
+			return 0, 0, badRequest("ack: %v", err)
 		}
-		if n > p.from {
-			return entityParams{}, badRequest("ack=%d exceeds from=%d", n, p.from)
+		if n > from {
+			return 0, 0, badRequest("ack=%d exceeds from=%d", n, from)
 		}
-		p.ack = n
+		ack = n
 	}
-	return p, nil
+	return ack, from, nil
 }
 
 func parsePositive(b []byte) (int, error) {

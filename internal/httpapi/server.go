@@ -45,6 +45,13 @@ type Server struct {
 	// ScanFlushBytes is how many bytes a range stream buffers before it
 	// flushes to the client (default 64 KiB).
 	ScanFlushBytes int
+	// ScanIdleTimeout bounds how long a range stream may make no progress
+	// (client not reading, another node not sending) before it is aborted
+	// (default DefaultScanIdleTimeout). It replaces fasthttp's whole-
+	// response write deadline for streams, which may run for any time.
+	ScanIdleTimeout time.Duration
+
+	scans scanRegistry // range streams in flight (entities.go)
 }
 
 const (

@@ -1,0 +1,196 @@
+package httpapi_test
+
+import (
+	"bytes"
+	"io"
+	"net/http"
+	"net/url"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/dhtkv/dhtkv/internal/node"
+	"github.com/dhtkv/dhtkv/internal/scan"
+	"github.com/dhtkv/dhtkv/internal/testcluster"
+)
+
+// readCourse reads a course-framed response over a raw connection and
+// checks the contract's framing: one chunk per record, key '\n' value.
+func readCourse(t *testing.T, rc *rawConn) [][2]string {
+	t.Helper()
+	var out [][2]string
+	for {
+		c, err := rc.Chunk()
+		if err == io.EOF {
+			return out
+		}
+		require.NoError(t, err)
+		k, v, ok := bytes.Cut(c, []byte("\n"))
+		require.True(t, ok, "chunk %q has no newline", c)
+		out = append(out, [2]string{string(k), string(v)})
+	}
+}
+
+// readBinary reads a format=binary body with net/http and checks its end
+// marker.
+func readBinary(t *testing.T, body io.Reader) [][2]string {
+	t.Helper()
+	d := scan.NewDecoder(body, 1<<10, 1<<20)
+	var out [][2]string
+	for d.Next() {
+		out = append(out, [2]string{string(d.Key()), string(d.Value())})
+	}
+	require.NoError(t, d.Err())
+	return out
+}
+
+func TestEntitiesLocalContract(t *testing.T) {
+	c := testcluster.Start(t, 1)
+	cl := testcluster.NewClient()
+	base := c.URL(0)
+	data := map[string]string{
+		"a1": "one", "a2": "two\nlines\n", "a3": "deleted", "b1": "", "b2": "old",
+		"c\x00zero": "bin\x00\xff", "c\xffhigh": "x", "c&amp=;": "q", "c sp+ace%": "s",
+	}
+	for k, v := range data {
+		require.Equal(t, http.StatusCreated, cl.Put(t, base, k, []byte(v), 0, 0))
+	}
+	require.Equal(t, http.StatusAccepted, cl.Delete(t, base, "a3", 0, 0))
+	delete(data, "a3")
+	require.Equal(t, http.StatusCreated, cl.Put(t, base, "b2", []byte("new"), 0, 0))
+	data["b2"] = "new"
+
+	want := func(start, end string) [][2]string {
+		var out [][2]string
+		for k, v := range data {
+			if k >= start && (end == "" || k < end) {
+				out = append(out, [2]string{k, v})
+			}
+		}
+		sort.Slice(out, func(i, j int) bool { return out[i][0] < out[j][0] })
+		return out
+	}
+	q := url.QueryEscape
+	cases := []struct {
+		name, method, query string
+		status              int
+		allow               string
+		start, end          string // expected range for 200
+	}{
+		{name: "no start", query: "", status: 400},
+		{name: "empty start", query: "start=", status: 400},
+		{name: "empty end", query: "start=a&end=", status: 400},
+		{name: "bad format", query: "start=a&format=json", status: 400},
+		{name: "bad scope", query: "start=a&scope=world", status: 400},
+		{name: "ack without cluster scope", query: "start=a&ack=1", status: 400},
+		{name: "ack above from", query: "start=a&scope=cluster&from=1&ack=2", status: 400},
+		{name: "from above cluster size", query: "start=a&scope=cluster&from=2", status: 400},
+		{name: "POST", method: http.MethodPost, query: "start=a", status: 405, allow: "GET"},
+		{name: "PUT", method: http.MethodPut, query: "start=a", status: 405, allow: "GET"},
+		{name: "DELETE", method: http.MethodDelete, query: "start=a", status: 405, allow: "GET"},
+		{name: "HEAD", method: http.MethodHead, query: "start=a", status: 405, allow: "GET"},
+		{name: "everything", query: "start=" + q("\x00"), status: 200, start: "\x00"},
+		{name: "no end: to the last key", query: "start=b", status: 200, start: "b"},
+		{name: "end is exclusive", query: "start=a1&end=b2", status: 200, start: "a1", end: "b2"},
+		{name: "deleted key absent", query: "start=a3&end=a4", status: 200, start: "a3", end: "a4"},
+		{name: "empty range", query: "start=zz", status: 200, start: "zz"},
+		{name: "start after end", query: "start=b&end=a", status: 200, start: "b", end: "a"},
+		{name: "start equals end", query: "start=a1&end=a1", status: 200, start: "a1", end: "a1"},
+		{name: "binary keys", query: "start=" + q("c\x00") + "&end=" + q("c\xff\xff"), status: 200, start: "c\x00", end: "c\xff\xff"},
+		{name: "cluster scope of one", query: "start=a&scope=cluster", status: 200, start: "a"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			method := tc.method
+			if method == "" {
+				method = http.MethodGet
+			}
+			if tc.status != 200 {
+				req, err := http.NewRequest(method, base+"/v0/entities?"+tc.query, nil)
+				require.NoError(t, err)
+				resp, err := cl.HTTP.Do(req)
+				require.NoError(t, err)
+				resp.Body.Close()
+				require.Equal(t, tc.status, resp.StatusCode)
+				if tc.allow != "" {
+					require.Equal(t, tc.allow, resp.Header.Get("Allow"))
+				}
+				return
+			}
+			exp := want(tc.start, tc.end)
+			// Course framing, checked chunk by chunk on the wire.
+			rc := rawGet(t, c.Config(0).Listen, "/v0/entities?"+tc.query, 0)
+			require.Equal(t, 200, rc.Status)
+			require.Equal(t, "chunked", rc.Header.Get("Transfer-Encoding"))
+			got := readCourse(t, rc)
+			if len(exp) == 0 {
+				require.Empty(t, got)
+			} else {
+				require.Equal(t, exp, got)
+			}
+			// Binary framing, through net/http.
+			resp := httpGet(t, base+"/v0/entities?"+tc.query+"&format=binary")
+			require.Equal(t, 200, resp.StatusCode)
+			gotBin := readBinary(t, resp.Body)
+			if len(exp) == 0 {
+				require.Empty(t, gotBin)
+			} else {
+				require.Equal(t, exp, gotBin)
+			}
+		})
+	}
+}
+
+// TestEntitiesBinaryFramingIsUnambiguous stores keys and values that the
+// course framing cannot carry through a re-chunking proxy (newlines in
+// keys and values, every byte value) and reads them back exactly.
+func TestEntitiesBinaryFramingIsUnambiguous(t *testing.T) {
+	c := testcluster.Start(t, 1)
+	cl := testcluster.NewClient()
+	all := make([]byte, 256)
+	for i := range all {
+		all[i] = byte(i)
+	}
+	data := map[string]string{
+		"k\n1":      "v\n\n1",
+		"k\n1\n":    "\n",
+		"k\r\n2":    string(all),
+		"k\x00\xff": "0\r\n\r\n",
+		"k3":        strings.Repeat("\n", 1000),
+	}
+	for k, v := range data {
+		require.Equal(t, http.StatusCreated, cl.Put(t, c.URL(0), k, []byte(v), 0, 0))
+	}
+	resp := httpGet(t, c.URL(0)+"/v0/entities?start=k&format=binary")
+	require.Equal(t, 200, resp.StatusCode)
+	got := map[string]string{}
+	for _, kv := range readBinary(t, resp.Body) {
+		got[kv[0]] = kv[1]
+	}
+	require.Equal(t, data, got)
+}
+
+func TestInternalEntitiesSecret(t *testing.T) {
+	c := testcluster.Start(t, 1, func(_ int, cfg *node.Config) { cfg.ClusterSecret = "s3cret" })
+	u := c.URL(0) + scan.InternalPath + "?start=a"
+	resp := httpGet(t, u)
+	require.Equal(t, http.StatusForbidden, resp.StatusCode)
+
+	req, err := http.NewRequest(http.MethodGet, u, nil)
+	require.NoError(t, err)
+	req.Header.Set("X-Dhtkv-Secret", "s3cret")
+	resp, err = http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.Empty(t, readBinary(t, resp.Body))
+
+	req, err = http.NewRequest(http.MethodPost, u, nil)
+	require.NoError(t, err)
+	resp2, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	resp2.Body.Close()
+	require.Equal(t, http.StatusMethodNotAllowed, resp2.StatusCode)
+}

@@ -1,0 +1,193 @@
+package httpapi_test
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"path/filepath"
+	"sort"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/dhtkv/dhtkv/internal/node"
+	"github.com/dhtkv/dhtkv/internal/scan"
+	"github.com/dhtkv/dhtkv/internal/testcluster"
+)
+
+// Cluster-wide scans on a 3-node cluster.
+
+// clusterScan reads scope=cluster through node i in both framings and
+// checks that they agree; it returns the records, or the status if not 200.
+func clusterScan(t *testing.T, c *testcluster.Cluster, i int, query string) (int, [][2]string) {
+	t.Helper()
+	resp := httpGet(t, c.URL(i)+"/v0/entities?scope=cluster&format=binary&"+query)
+	if resp.StatusCode != 200 {
+		return resp.StatusCode, nil
+	}
+	bin := readBinary(t, resp.Body)
+	rc := rawGet(t, c.Config(i).Listen, "/v0/entities?scope=cluster&"+query, 0)
+	require.Equal(t, 200, rc.Status)
+	course := readCourse(t, rc)
+	require.Equal(t, bin, course, "binary and course framings disagree")
+	return 200, bin
+}
+
+func sortedPairs(m map[string]string, start, end string) [][2]string {
+	var out [][2]string
+	for k, v := range m {
+		if k >= start && (end == "" || k < end) {
+			out = append(out, [2]string{k, v})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i][0] < out[j][0] })
+	return out
+}
+
+// TestScanClusterMerge writes through different nodes with different
+// ack/from, overwrites and deletes, and lets one node miss writes entirely
+// (stopped meanwhile), so the nodes' stores disagree; the merged range must
+// still be exactly the newest live value of every key.
+func TestScanClusterMerge(t *testing.T) {
+	c := testcluster.Start(t, 3, func(_ int, cfg *node.Config) { cfg.ClusterSecret = "s" })
+	cl := testcluster.NewClient()
+	want := map[string]string{}
+	put := func(node int, k, v string, ack, from int) {
+		require.Equal(t, http.StatusCreated, cl.Put(t, c.URL(node), k, []byte(v), ack, from), "put %q", k)
+		want[k] = v
+	}
+	del := func(node int, k string, ack, from int) {
+		require.Equal(t, http.StatusAccepted, cl.Delete(t, c.URL(node), k, ack, from), "delete %q", k)
+		delete(want, k)
+	}
+	// Binary bytes in keys, except '\n', which the course framing cannot
+	// carry in a key (TestEntitiesBinaryFramingIsUnambiguous covers it).
+	key := func(i int) string {
+		b := byte(i)
+		if b == '\n' {
+			b = 'N'
+		}
+		return fmt.Sprintf("k%04d\x00%c", i, b)
+	}
+	for i := range 300 {
+		put(i%3, key(i), fmt.Sprintf("v%d\nfirst", i), 0, 0)
+	}
+	for i := 0; i < 300; i += 3 { // overwrites acknowledged by one of two replicas
+		put((i+1)%3, key(i), fmt.Sprintf("v%d\nsecond", i), 1, 2)
+	}
+	for i := 1; i < 300; i += 7 {
+		del((i+2)%3, key(i), 1, 3)
+	}
+	// Node 2 misses a round of overwrites, deletes and new keys: its store
+	// keeps the old versions, which the merge must not return.
+	c.StopNode(2)
+	for i := 0; i < 300; i += 5 {
+		put(i%2, key(i), fmt.Sprintf("v%d\nthird", i), 0, 0)
+	}
+	for i := 2; i < 300; i += 11 {
+		del(1, key(i), 0, 0)
+	}
+	for i := 300; i < 330; i++ {
+		put(0, key(i), "new", 0, 0)
+	}
+	c.StartNode(2)
+	// Node 2 answers a local scan with stale data...
+	resp := httpGet(t, c.URL(2)+"/v0/entities?start=k&format=binary")
+	local := readBinary(t, resp.Body)
+	require.NotEqual(t, sortedPairs(want, "k", ""), local)
+
+	// ...while a cluster scan through any node is exact.
+	for i := range 3 {
+		code, got := clusterScan(t, c, i, "start=k")
+		require.Equal(t, 200, code)
+		require.Equal(t, sortedPairs(want, "k", ""), got, "via node %d", i)
+	}
+	start, end := key(50), key(250)
+	code, got := clusterScan(t, c, 2, "start="+url.QueryEscape(start)+"&end="+url.QueryEscape(end))
+	require.Equal(t, 200, code)
+	require.Equal(t, sortedPairs(want, start, end), got)
+	code, got = clusterScan(t, c, 1, "start=zzz")
+	require.Equal(t, 200, code)
+	require.Empty(t, got)
+
+	t.Run("node stopped before the call", func(t *testing.T) {
+		c.StopNode(1)
+		defer c.StartNode(1)
+		// Default from=3 ack=2 tolerates one node down: still complete.
+		for _, i := range []int{0, 2} {
+			code, got := clusterScan(t, c, i, "start=k")
+			require.Equal(t, 200, code)
+			require.Equal(t, sortedPairs(want, "k", ""), got, "via node %d", i)
+		}
+		code, got := clusterScan(t, c, 0, "start=k&from=2&ack=1")
+		require.Equal(t, 200, code)
+		require.Equal(t, sortedPairs(want, "k", ""), got)
+		// ack=3, or from=2&ack=2, cannot be met with a node down: 504
+		// before any record is sent.
+		for _, q := range []string{"start=k&ack=3", "start=k&from=2&ack=2", "start=k&from=1"} {
+			code, _ := clusterScan(t, c, 0, q)
+			require.Equal(t, http.StatusGatewayTimeout, code, q)
+		}
+	})
+}
+
+// TestScanClusterNodeFailsMidStream stops a node while the coordinator is
+// merging its stream: the response must end in an error the client sees,
+// in both framings, never as a complete (shorter) result.
+func TestScanClusterNodeFailsMidStream(t *testing.T) {
+	const n, valueSize = 6000, 4096 // 24 MiB per node, more than the socket buffers hold
+	dirs := make([]string, 3)
+	for i := range dirs {
+		dirs[i] = filepath.Join(t.TempDir(), fmt.Sprintf("node%d", i))
+		fillStore(t, dirs[i], n, valueSize)
+	}
+	c := testcluster.Start(t, 3, func(i int, cfg *node.Config) { cfg.DataDir = dirs[i] })
+	coordAborts := c.Node(0).Metrics().ScanAborts.WithLabelValues(scan.AbortSourceError)
+
+	t.Run("binary", func(t *testing.T) {
+		resp := httpGet(t, c.URL(0)+"/v0/entities?scope=cluster&format=binary&start=key")
+		require.Equal(t, 200, resp.StatusCode)
+		d := scan.NewDecoder(resp.Body, 1024, 1<<20)
+		for range 10 {
+			require.True(t, d.Next())
+		}
+		c.StopNode(1)
+		for d.Next() {
+		}
+		require.Less(t, d.Count(), uint64(n))
+		require.ErrorIs(t, d.Err(), scan.ErrTruncated)
+		require.ErrorIs(t, d.Err(), io.ErrUnexpectedEOF, "net/http sees the chunked body cut short")
+		require.Equal(t, float64(1), counter(t, coordAborts))
+	})
+	c.StartNode(1)
+	t.Run("chunks", func(t *testing.T) {
+		rc := rawGet(t, c.Config(0).Listen, "/v0/entities?scope=cluster&start=key", 0)
+		require.Equal(t, 200, rc.Status)
+		for range 10 {
+			_, err := rc.Chunk()
+			require.NoError(t, err)
+		}
+		c.StopNode(2)
+		records := 10
+		var err error
+		for {
+			if _, err = rc.Chunk(); err != nil {
+				break
+			}
+			records++
+		}
+		require.Less(t, records, n)
+		require.ErrorIs(t, err, io.ErrUnexpectedEOF, "no terminating chunk: the connection was cut, %d records", records)
+		// And through net/http, the error a plain client gets:
+		c.StartNode(2)
+		resp := httpGet(t, c.URL(0)+"/v0/entities?scope=cluster&start=key")
+		buf := make([]byte, 64<<10)
+		_, err = io.ReadFull(resp.Body, buf)
+		require.NoError(t, err)
+		c.StopNode(2)
+		_, err = io.Copy(io.Discard, resp.Body)
+		require.ErrorIs(t, err, io.ErrUnexpectedEOF)
+		require.Equal(t, float64(3), counter(t, coordAborts))
+	})
+}

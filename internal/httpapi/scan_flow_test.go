@@ -1,0 +1,172 @@
+package httpapi_test
+
+import (
+	"bufio"
+	"bytes"
+	"io"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/dhtkv/dhtkv/internal/node"
+	"github.com/dhtkv/dhtkv/internal/scan"
+	"github.com/dhtkv/dhtkv/internal/testcluster"
+)
+
+// Flow control and the client going away, on a node-local stream.
+
+const (
+	flowRecords   = 16384
+	flowValueSize = 2048 // 32 MiB of values in all
+)
+
+// startFilled starts a one-node cluster on a store prefilled with
+// flowRecords records; writeTimeout > 0 overrides the node's.
+func startFilled(t *testing.T, writeTimeout time.Duration) *testcluster.Cluster {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "filled")
+	fillStore(t, dir, flowRecords, flowValueSize)
+	return testcluster.Start(t, 1, func(_ int, cfg *node.Config) {
+		cfg.DataDir = dir
+		if writeTimeout > 0 {
+			cfg.WriteTimeout = writeTimeout
+		}
+	})
+}
+
+// TestScanSlowClientBoundsProduction reads with a 4 KiB receive buffer,
+// stalls, and checks that the node stops producing while the client does
+// not read: the records produced stay a small fraction of the range and do
+// not grow during the stall. Then it reads everything and checks every
+// record, so the stall cost nothing but time.
+func TestScanSlowClientBoundsProduction(t *testing.T) {
+	c := startFilled(t, 0)
+	m := c.Node(0).Metrics()
+	base := newBase(flowValueSize)
+	for _, format := range []string{"chunks", "binary"} {
+		t.Run(format, func(t *testing.T) {
+			before := counter(t, m.ScanRecords)
+			rc := rawGet(t, c.Config(0).Listen, "/v0/entities?start=key&format="+format, 4096)
+			require.Equal(t, 200, rc.Status)
+			small := make([]byte, 4096)
+			_, err := io.ReadFull(rc.br, small)
+			require.NoError(t, err)
+
+			time.Sleep(700 * time.Millisecond)
+			stalled := counter(t, m.ScanRecords) - before
+			time.Sleep(500 * time.Millisecond)
+			stalledLater := counter(t, m.ScanRecords) - before
+			t.Logf("%s: %v of %d records produced while the client is stalled (%.1f MiB)",
+				format, stalled, flowRecords, stalled*flowValueSize/(1<<20))
+			require.Equal(t, stalled, stalledLater, "production went on while the client did not read")
+			require.Less(t, stalled, float64(flowRecords)/4, "production is not bounded by the client")
+
+			// Resume: read the rest a few KB at a time and check it all.
+			r := io.MultiReader(bytes.NewReader(small), rc.br)
+			var want []byte
+			n := 0
+			if format == "chunks" {
+				// Re-parse from the start: the raw bytes read so far
+				// are the head of the chunked encoding.
+				rc2 := &rawConn{br: bufio.NewReaderSize(r, 4096)}
+				rc2.tp = newTextprotoReader(rc2.br)
+				for {
+					chunk, err := rc2.Chunk()
+					if err == io.EOF {
+						break
+					}
+					require.NoError(t, err)
+					want = genValue(want, base, n)
+					require.Equal(t, append(append(genKey(n), '\n'), want...), chunk, "record %d", n)
+					n++
+				}
+			} else {
+				rc2 := &rawConn{br: bufio.NewReaderSize(r, 4096)}
+				rc2.tp = newTextprotoReader(rc2.br)
+				d := scan.NewDecoder(&chunkReader{rc: rc2}, 1024, 1<<20)
+				for d.Next() {
+					want = genValue(want, base, n)
+					require.Equal(t, genKey(n), d.Key())
+					require.True(t, bytes.Equal(want, d.Value()), "record %d", n)
+					n++
+				}
+				require.NoError(t, d.Err())
+			}
+			require.Equal(t, flowRecords, n)
+			require.Equal(t, float64(flowRecords), counter(t, m.ScanRecords)-before)
+		})
+	}
+}
+
+// TestScanClientGoneStopsAndCounts closes the connection mid-stream: the
+// stream stops, releases its iterator (the node's store closes cleanly at
+// the end of the test, which Pebble refuses with a leaked iterator) and is
+// counted as an abort.
+func TestScanClientGoneStopsAndCounts(t *testing.T) {
+	c := startFilled(t, 0)
+	m := c.Node(0).Metrics()
+	gone := m.ScanAborts.WithLabelValues(scan.AbortClientGone)
+	rc := rawGet(t, c.Config(0).Listen, "/v0/entities?start=key&format=binary", 4096)
+	require.Equal(t, 200, rc.Status)
+	_, err := io.ReadFull(rc.br, make([]byte, 10000))
+	require.NoError(t, err)
+	rc.conn.Close()
+	require.Eventually(t, func() bool { return counter(t, gone) == 1 }, 10*time.Second, 10*time.Millisecond)
+	require.Less(t, counter(t, m.ScanRecords), float64(flowRecords))
+	// The node still serves scans.
+	resp := httpGet(t, c.URL(0)+"/v0/entities?start=key00000000&end=key00000010&format=binary")
+	require.Len(t, readBinary(t, resp.Body), 10)
+	c.StopNode(0) // fails if the aborted stream leaked its iterator
+}
+
+// TestScanIdleTimeout: a stream may run longer than the write timeout as
+// long as the client keeps reading, and is aborted when the client stalls
+// for longer than it.
+func TestScanIdleTimeout(t *testing.T) {
+	c := startFilled(t, 300*time.Millisecond)
+	m := c.Node(0).Metrics()
+
+	// A client that keeps reading, slowly: the whole stream takes well
+	// over the write timeout and completes.
+	rc := rawGet(t, c.Config(0).Listen, "/v0/entities?start=key&format=binary", 4096)
+	require.Equal(t, 200, rc.Status)
+	d := scan.NewDecoder(&chunkReader{rc: rc}, 1024, 1<<20)
+	start := time.Now()
+	for d.Next() {
+		if d.Count()%2000 == 0 {
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	require.NoError(t, d.Err())
+	require.Equal(t, uint64(flowRecords), d.Count())
+	require.Greater(t, time.Since(start), 600*time.Millisecond)
+
+	// A client that stops reading is cut off.
+	timeouts := m.ScanAborts.WithLabelValues(scan.AbortClientTimeout)
+	rc = rawGet(t, c.Config(0).Listen, "/v0/entities?start=key&format=binary", 4096)
+	require.Equal(t, 200, rc.Status)
+	require.Eventually(t, func() bool { return counter(t, timeouts) == 1 }, 10*time.Second, 20*time.Millisecond)
+}
+
+// TestScanShutdownAbortsStreams: stopping a node does not wait for a
+// stalled range stream (a scan may run for any time); the stream ends
+// truncated, and the store closes cleanly (no leaked iterator).
+func TestScanShutdownAbortsStreams(t *testing.T) {
+	c := startFilled(t, 0)
+	m := c.Node(0).Metrics()
+	rc := rawGet(t, c.Config(0).Listen, "/v0/entities?start=key", 4096)
+	require.Equal(t, 200, rc.Status)
+	_, err := rc.Chunk()
+	require.NoError(t, err)
+	time.Sleep(100 * time.Millisecond) // the stream is now blocked on the stalled client
+	start := time.Now()
+	c.StopNode(0)
+	require.Less(t, time.Since(start), 3*time.Second)
+	for err == nil {
+		_, err = rc.Chunk()
+	}
+	require.ErrorIs(t, err, io.ErrUnexpectedEOF)
+	require.Equal(t, float64(1), counter(t, m.ScanAborts.WithLabelValues(scan.AbortShutdown)))
+}

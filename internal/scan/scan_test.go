@@ -1,0 +1,320 @@
+package scan
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"sort"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/dhtkv/dhtkv/internal/record"
+)
+
+// sliceIter is an Iterator over records in memory; failAfter >= 0 makes it
+// fail after that many records.
+type sliceIter struct {
+	keys      []string
+	recs      []record.Record
+	i         int
+	env       []byte
+	failAfter int
+	err       error
+	closed    bool
+}
+
+func newSliceIter(m map[string]record.Record) *sliceIter {
+	s := &sliceIter{i: -1, failAfter: -1}
+	for k := range m {
+		s.keys = append(s.keys, k)
+	}
+	sort.Strings(s.keys)
+	for _, k := range s.keys {
+		s.recs = append(s.recs, m[k])
+	}
+	return s
+}
+
+func (s *sliceIter) Next() bool {
+	if s.err != nil {
+		return false
+	}
+	if s.failAfter >= 0 && s.i+1 >= s.failAfter {
+		s.err = errors.New("injected failure")
+		return false
+	}
+	s.i++
+	if s.i >= len(s.keys) {
+		return false
+	}
+	s.env = s.recs[s.i].Encode()
+	return true
+}
+func (s *sliceIter) Key() []byte           { return []byte(s.keys[s.i]) }
+func (s *sliceIter) Envelope() []byte      { return s.env }
+func (s *sliceIter) Record() record.Record { r, _ := record.Decode(s.env); return r }
+func (s *sliceIter) Err() error            { return s.err }
+func (s *sliceIter) Close() error          { s.closed = true; return nil }
+
+func live(v string, version uint64) record.Record {
+	return record.Record{Version: version, Value: []byte(v)}
+}
+
+func dead(version uint64) record.Record { return record.Record{Version: version, Tombstone: true} }
+
+func TestBinaryFramingRoundTrip(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	type kv struct{ k, v []byte }
+	var recs []kv
+	for i := range 500 {
+		k := make([]byte, 1+rng.IntN(40))
+		for j := range k {
+			k[j] = byte(rng.UintN(256)) // every byte value, '\n' and 0 included
+		}
+		v := make([]byte, rng.IntN(300)*(i%3))
+		for j := range v {
+			v[j] = byte(rng.UintN(256))
+		}
+		recs = append(recs, kv{k, v})
+	}
+	recs = append(recs, kv{[]byte("line\nkey"), []byte("a\nb\r\n\n\x00")})
+	var buf []byte
+	for _, r := range recs {
+		before := len(buf)
+		buf = AppendRecord(buf, r.k, r.v)
+		require.Equal(t, FrameSize(r.k, r.v), len(buf)-before)
+	}
+	buf = AppendEnd(buf, uint64(len(recs)))
+
+	d := NewDecoder(bytes.NewReader(buf), 1024, 1<<20)
+	for i := 0; d.Next(); i++ {
+		require.True(t, bytes.Equal(recs[i].k, d.Key()), "record %d key", i)
+		require.True(t, bytes.Equal(recs[i].v, d.Value()), "record %d value", i)
+	}
+	require.NoError(t, d.Err())
+	require.Equal(t, uint64(len(recs)), d.Count())
+
+	// Every proper prefix is a truncated stream, never a complete one.
+	for cut := 0; cut < len(buf); cut += 1 + cut/50 {
+		d := NewDecoder(bytes.NewReader(buf[:cut]), 1024, 1<<20)
+		for d.Next() {
+		}
+		require.ErrorIs(t, d.Err(), ErrTruncated, "cut at %d of %d", cut, len(buf))
+	}
+}
+
+func TestDecoderRejects(t *testing.T) {
+	rec := AppendRecord(nil, []byte("k"), []byte("value"))
+	cases := map[string]struct {
+		stream []byte
+		want   string
+	}{
+		"count mismatch":  {AppendEnd(append([]byte{}, rec...), 2), "counts 2 records, received 1"},
+		"trailing data":   {append(AppendEnd(append([]byte{}, rec...), 1), 'x'), "after the end marker"},
+		"value too large": {AppendRecord(nil, []byte("k"), make([]byte, 65)), "value length 65 exceeds limit 64"},
+		"key too large":   {AppendRecord(nil, make([]byte, 17), nil), "key length 17 exceeds limit 16"},
+		"broken body":     {nil, "unexpected EOF"},
+	}
+	for name, c := range cases {
+		t.Run(name, func(t *testing.T) {
+			var r io.Reader = bytes.NewReader(c.stream)
+			if c.stream == nil {
+				r = io.MultiReader(bytes.NewReader(rec), errReader{io.ErrUnexpectedEOF})
+			}
+			d := NewDecoder(r, 16, 64)
+			for d.Next() {
+			}
+			require.ErrorContains(t, d.Err(), c.want)
+		})
+	}
+}
+
+type errReader struct{ err error }
+
+func (e errReader) Read([]byte) (int, error) { return 0, e.err }
+
+func TestMergeNewestWinsAndKeepsTombstones(t *testing.T) {
+	a := newSliceIter(map[string]record.Record{"a": live("a1", 1), "b": live("b3", 3), "d": dead(5), "e": live("e1", 1)})
+	b := newSliceIter(map[string]record.Record{"a": live("a2", 2), "b": live("b1", 1), "c": live("c1", 1), "d": live("d4", 4)})
+	c := newSliceIter(map[string]record.Record{"a": live("a2", 2), "f": live("f1", 1)})
+	m := NewMerge([]Iterator{a, b, c})
+	var got []string
+	for m.Next() {
+		r := m.Record()
+		got = append(got, fmt.Sprintf("%s=%s/%d/%v", m.Key(), r.Value, r.Version, r.Tombstone))
+		env, err := record.Decode(m.Envelope())
+		require.NoError(t, err)
+		require.Equal(t, r.Version, env.Version)
+	}
+	require.NoError(t, m.Err())
+	require.Equal(t, []string{"a=a2/2/false", "b=b3/3/false", "c=c1/1/false", "d=/5/true", "e=e1/1/false", "f=f1/1/false"}, got)
+	require.NoError(t, m.Close())
+	require.True(t, a.closed && b.closed && c.closed)
+}
+
+func TestMergeRandomAgainstMap(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	want := map[string]record.Record{}
+	var parts []map[string]record.Record
+	for range 4 {
+		parts = append(parts, map[string]record.Record{})
+	}
+	for v := uint64(1); v <= 3000; v++ {
+		k := fmt.Sprintf("k%04d", rng.IntN(800))
+		r := live(fmt.Sprint(v), v)
+		if rng.IntN(5) == 0 {
+			r = dead(v)
+		}
+		want[k] = r
+		for _, p := range parts {
+			if rng.IntN(2) == 0 {
+				p[k] = r
+			}
+		}
+	}
+	// The newest version of a key must be on at least one source for the
+	// merge to find it; drop keys whose newest was lost.
+	var srcs []Iterator
+	for _, p := range parts {
+		srcs = append(srcs, newSliceIter(p))
+	}
+	m := NewMerge(srcs)
+	seen := 0
+	prev := ""
+	for m.Next() {
+		k := string(m.Key())
+		require.Greater(t, k, prev)
+		prev = k
+		newest := uint64(0)
+		for _, p := range parts {
+			if r, ok := p[k]; ok && r.Version > newest {
+				newest = r.Version
+			}
+		}
+		require.Equal(t, newest, m.Record().Version, k)
+		seen++
+	}
+	require.NoError(t, m.Err())
+	union := map[string]bool{}
+	for _, p := range parts {
+		for k := range p {
+			union[k] = true
+		}
+	}
+	require.Equal(t, len(union), seen)
+}
+
+func TestMergeStopsOnSourceError(t *testing.T) {
+	a := newSliceIter(map[string]record.Record{"a": live("1", 1), "b": live("1", 1), "c": live("1", 1)})
+	b := newSliceIter(map[string]record.Record{"a": live("1", 1), "b": live("1", 1), "c": live("1", 1)})
+	b.failAfter = 1
+	m := NewMerge([]Iterator{a, b})
+	n := 0
+	for m.Next() {
+		n++
+	}
+	require.Equal(t, 1, n)
+	require.ErrorContains(t, m.Err(), "injected failure")
+}
+
+// chunkWriter records every Write as one chunk, like fasthttp's chunked
+// body writer.
+type chunkWriter struct {
+	chunks  [][]byte
+	failAt  int
+	written int
+}
+
+func (w *chunkWriter) Write(p []byte) (int, error) {
+	if w.failAt > 0 && len(w.chunks) >= w.failAt {
+		return 0, errors.New("broken pipe")
+	}
+	w.chunks = append(w.chunks, bytes.Clone(p))
+	w.written += len(p)
+	return len(p), nil
+}
+
+func TestBodyFormats(t *testing.T) {
+	data := map[string]record.Record{"a": live("x\ny", 1), "b": dead(2), "c": live("", 3), "d": live("zz", 4)}
+
+	t.Run("chunks: one chunk per live record", func(t *testing.T) {
+		var w chunkWriter
+		b := NewBody(newSliceIter(data), FormatChunks, BodyOptions{})
+		_, err := b.WriteTo(&w)
+		require.NoError(t, err)
+		require.NoError(t, b.Close())
+		require.Equal(t, [][]byte{[]byte("a\nx\ny"), []byte("c\n"), []byte("d\nzz")}, w.chunks)
+	})
+	t.Run("binary: batched, live only, end marker", func(t *testing.T) {
+		var w chunkWriter
+		b := NewBody(newSliceIter(data), FormatBinary, BodyOptions{FlushBytes: 8})
+		_, err := b.WriteTo(&w)
+		require.NoError(t, err)
+		require.Greater(t, len(w.chunks), 1)
+		d := NewDecoder(bytes.NewReader(bytes.Join(w.chunks, nil)), 16, 64)
+		var got []string
+		for d.Next() {
+			got = append(got, string(d.Key())+"="+string(d.Value()))
+		}
+		require.NoError(t, d.Err())
+		require.Equal(t, []string{"a=x\ny", "c=", "d=zz"}, got)
+	})
+	t.Run("internal: tombstones and envelopes", func(t *testing.T) {
+		var w chunkWriter
+		b := NewBody(newSliceIter(data), FormatInternal, BodyOptions{})
+		_, err := b.WriteTo(&w)
+		require.NoError(t, err)
+		it := NewDecoderIterator(NewDecoder(bytes.NewReader(bytes.Join(w.chunks, nil)), 16, 64), nil, "test")
+		var got []string
+		for it.Next() {
+			r := it.Record()
+			got = append(got, fmt.Sprintf("%s/%d/%v", it.Key(), r.Version, r.Tombstone))
+		}
+		require.NoError(t, it.Err())
+		require.Equal(t, []string{"a/1/false", "b/2/true", "c/3/false", "d/4/false"}, got)
+	})
+	t.Run("read fallback", func(t *testing.T) {
+		b := NewBody(newSliceIter(data), FormatBinary, BodyOptions{FlushBytes: 4})
+		all, err := io.ReadAll(b)
+		require.NoError(t, err)
+		d := NewDecoder(bytes.NewReader(all), 16, 64)
+		for d.Next() {
+		}
+		require.NoError(t, d.Err())
+		require.Equal(t, uint64(3), d.Count())
+	})
+}
+
+func TestBodyErrors(t *testing.T) {
+	data := map[string]record.Record{}
+	for i := range 100 {
+		data[fmt.Sprintf("k%03d", i)] = live("v", uint64(i+1))
+	}
+	t.Run("source failure: error, no end marker", func(t *testing.T) {
+		src := newSliceIter(data)
+		src.failAfter = 50
+		var w chunkWriter
+		b := NewBody(src, FormatBinary, BodyOptions{FlushBytes: 32})
+		_, err := b.WriteTo(&w)
+		require.ErrorContains(t, err, "injected failure")
+		require.NoError(t, b.Close())
+		require.True(t, src.closed)
+		d := NewDecoder(bytes.NewReader(bytes.Join(w.chunks, nil)), 16, 64)
+		for d.Next() {
+		}
+		require.ErrorIs(t, d.Err(), ErrTruncated)
+	})
+	t.Run("client gone: stops producing", func(t *testing.T) {
+		src := newSliceIter(data)
+		w := chunkWriter{failAt: 3}
+		b := NewBody(src, FormatChunks, BodyOptions{})
+		_, err := b.WriteTo(&w)
+		require.ErrorContains(t, err, "broken pipe")
+		require.Equal(t, uint64(4), b.Records()) // 3 written, the 4th failed
+		require.NoError(t, b.Close())
+		require.True(t, src.closed)
+	})
+}
