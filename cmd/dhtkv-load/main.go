@@ -1,0 +1,131 @@
+// Command dhtkv-load is dhtkv's load generator: closed-loop (like wrk) or
+// constant-rate with coordinated-omission correction (like wrk2) runs of PUT,
+// GET, mixed or DELETE requests against one or more local dhtkv nodes.
+//
+//	dhtkv-load --targets http://127.0.0.1:8080 --workload get --rate 20000 \
+//	    --connections 64 --duration 30s --fill 100000 --keyspace 100000
+//
+// The report goes to stdout (wrk2's layout, or one JSON object with --json);
+// logs go to stderr.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/dhtkv/dhtkv/loadtest"
+)
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// options are the flags that are not part of loadtest.Config.
+type options struct {
+	fill int64
+	json bool
+}
+
+func parseFlags(args []string, stderr io.Writer) (loadtest.Config, options, error) {
+	cfg := loadtest.DefaultConfig()
+	var opt options
+	fs := flag.NewFlagSet("dhtkv-load", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+
+	targets := fs.String("targets", strings.Join(cfg.Targets, ","), "comma-separated base URLs (loopback only); workers are spread round-robin over them")
+	workload := fs.String("workload", string(cfg.Workload), "put, get, mixed or delete")
+	dist := fs.String("dist", string(cfg.Dist), "key distribution: uniform or zipf")
+	fs.Float64Var(&cfg.ReadRatio, "read-ratio", cfg.ReadRatio, "mixed workload: fraction of GETs (the rest are PUTs)")
+	fs.Float64Var(&cfg.ZipfS, "zipf-s", cfg.ZipfS, "zipf exponent s (> 1)")
+	fs.Float64Var(&cfg.ZipfV, "zipf-v", cfg.ZipfV, "zipf offset v (>= 1)")
+	fs.Uint64Var(&cfg.Keyspace, "keyspace", cfg.Keyspace, "number of keys: k0..k<keyspace-1>")
+	fs.IntVar(&cfg.ValueSize, "value-size", cfg.ValueSize, "PUT body size in bytes")
+	fs.IntVar(&cfg.Ack, "ack", 0, "ack parameter sent with every request (0 = omitted)")
+	fs.IntVar(&cfg.From, "from", 0, "from parameter sent with every request (0 = omitted)")
+	fs.IntVar(&cfg.Connections, "connections", cfg.Connections, "connections = workers, in total over all targets")
+	fs.Float64Var(&cfg.Rate, "rate", 0, "total requests/s on a constant schedule (latency from intended send time); 0 = closed loop")
+	fs.DurationVar(&cfg.Duration, "duration", cfg.Duration, "measured duration (> 0, <= 1h)")
+	fs.DurationVar(&cfg.Warmup, "warmup", 0, "warm-up before the measured duration: requests are sent but not recorded")
+	fs.DurationVar(&cfg.Drain, "drain", cfg.Drain, "constant rate: how long after --duration requests scheduled inside it may still be sent late")
+	fs.Int64Var(&cfg.MaxRequests, "max-requests", 0, "hard upper bound on requests sent, warm-up included (0 = none)")
+	fs.DurationVar(&cfg.Timeout, "timeout", cfg.Timeout, "per-request timeout")
+	fs.Uint64Var(&cfg.Seed, "seed", 0, "random seed for keys and operations (0 = time-based)")
+	fs.Int64Var(&opt.fill, "fill", 0, "before the run, PUT keys k0..k<fill-1> once each with --connections workers")
+	fs.BoolVar(&opt.json, "json", false, "print the result as one JSON object")
+
+	if err := fs.Parse(args); err != nil {
+		return cfg, opt, err
+	}
+	if fs.NArg() > 0 {
+		return cfg, opt, fmt.Errorf("unexpected arguments: %q", fs.Args())
+	}
+	cfg.Targets = nil
+	for _, t := range strings.Split(*targets, ",") {
+		if t = strings.TrimSpace(t); t != "" {
+			cfg.Targets = append(cfg.Targets, strings.TrimSuffix(t, "/"))
+		}
+	}
+	cfg.Workload = loadtest.Workload(*workload)
+	cfg.Dist = loadtest.Dist(*dist)
+	if opt.fill < 0 || opt.fill > loadtest.MaxFill {
+		return cfg, opt, fmt.Errorf("--fill %d: must be in [0, %d]", opt.fill, loadtest.MaxFill)
+	}
+	return cfg, opt, cfg.Validate()
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	log := slog.New(slog.NewTextHandler(stderr, nil))
+	cfg, opt, err := parseFlags(args, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		log.Error("bad arguments", "err", err)
+		return 2
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	if opt.fill > 0 {
+		log.Info("fill starting", "keys", opt.fill, "connections", cfg.Connections)
+		res, err := loadtest.Fill(ctx, cfg, opt.fill)
+		if err != nil {
+			log.Error("fill failed", "err", err)
+			return 1
+		}
+		log.Info("fill done", "keys", res.Keys, "elapsed", res.Elapsed.Round(1e6).String(),
+			"keys_per_s", fmt.Sprintf("%.0f", res.Rate()))
+	}
+
+	res, err := loadtest.Run(ctx, cfg)
+	if err != nil {
+		log.Error("run failed", "err", err)
+		return 1
+	}
+	if ctx.Err() != nil {
+		log.Warn("run interrupted: the result covers only the time before the signal")
+	}
+	if res.Unsent > 0 {
+		log.Warn("constant-rate schedule not kept: requests scheduled in the window were never sent",
+			"unsent", res.Unsent, "drain", cfg.Drain.String())
+	}
+	if opt.json {
+		err = res.WriteJSON(stdout)
+	} else {
+		err = res.WriteText(stdout)
+	}
+	if err != nil {
+		log.Error("write result", "err", err)
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,210 @@
+// Package loadtest is dhtkv's HTTP load generator: closed-loop (wrk-like) and
+// constant-rate (wrk2-like, coordinated-omission corrected) runs against the
+// entity API, with HdrHistogram latency reports in wrk2's layout or JSON.
+//
+// The generator is a library so that its scheduler and accounting can be
+// tested against real in-process servers; cmd/dhtkv-load is a thin flag
+// wrapper around Fill and Run.
+package loadtest
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"net/url"
+	"strings"
+	"time"
+)
+
+// Workload names which requests a run sends.
+type Workload string
+
+// The workloads understood by Run.
+const (
+	WorkloadPut    Workload = "put"
+	WorkloadGet    Workload = "get"
+	WorkloadMixed  Workload = "mixed"
+	WorkloadDelete Workload = "delete"
+)
+
+// Dist names how keys are drawn from the keyspace.
+type Dist string
+
+// The key distributions understood by Run.
+const (
+	DistUniform Dist = "uniform"
+	DistZipf    Dist = "zipf"
+)
+
+// Limits that keep every run bounded (a workplace rule) and inside what the
+// latency histogram can represent.
+const (
+	MaxDuration    = time.Hour
+	MaxTimeout     = time.Minute // the histogram tracks 1µs..60s
+	MaxConnections = 10000
+	MaxValueSize   = 16 << 20
+)
+
+// Config describes one run. Zero values are not defaults: start from
+// DefaultConfig so that omitted settings match the command's flags.
+type Config struct {
+	Targets     []string // base URLs, e.g. http://127.0.0.1:8080; loopback only
+	Workload    Workload
+	ReadRatio   float64 // fraction of GETs in the mixed workload
+	Dist        Dist
+	ZipfS       float64 // zipf exponent, > 1
+	ZipfV       float64 // zipf offset, >= 1
+	Keyspace    uint64  // keys are k0..k(Keyspace-1)
+	ValueSize   int     // PUT body size in bytes
+	Ack, From   int     // replication parameters; 0 omits them from the URL
+	Connections int     // workers = connections, spread round-robin over Targets
+	Rate        float64 // total requests/s; 0 selects the closed loop
+	Duration    time.Duration
+	Warmup      time.Duration // runs before Duration; sent but not recorded
+	// Drain bounds how long, after Duration, a constant-rate run keeps sending
+	// requests that were scheduled inside Duration but could not be sent yet
+	// because every connection was busy. Dropping them silently would hide
+	// exactly the queueing a constant-rate run exists to show; whatever is
+	// still unsent when Drain expires is reported as Result.Unsent.
+	Drain       time.Duration
+	MaxRequests int64         // hard bound on requests sent by Run (0 = none)
+	Timeout     time.Duration // per request, from the moment it is sent
+	Seed        uint64        // 0 picks a time-based seed
+}
+
+// DefaultConfig returns the settings the command uses when no flag is given.
+func DefaultConfig() Config {
+	return Config{
+		Targets:     []string{"http://127.0.0.1:8080"},
+		Workload:    WorkloadGet,
+		ReadRatio:   0.9,
+		Dist:        DistUniform,
+		ZipfS:       1.1,
+		ZipfV:       1,
+		Keyspace:    100000,
+		ValueSize:   1024,
+		Connections: 64,
+		Duration:    30 * time.Second,
+		Drain:       10 * time.Second,
+		Timeout:     2 * time.Second,
+	}
+}
+
+// Mode is "rate" for a constant-rate run and "closed" for a closed loop.
+func (c *Config) Mode() string {
+	if c.Rate > 0 {
+		return "rate"
+	}
+	return "closed"
+}
+
+// Validate checks every setting, including the loopback-only rule for
+// targets, and reports all problems at once.
+func (c *Config) Validate() error {
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+
+	if len(c.Targets) == 0 {
+		bad("no targets given")
+	}
+	for _, t := range c.Targets {
+		if _, err := TargetAddr(t); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	switch c.Workload {
+	case WorkloadPut, WorkloadGet, WorkloadDelete:
+	case WorkloadMixed:
+		if !(c.ReadRatio >= 0 && c.ReadRatio <= 1) {
+			bad("read ratio %v: must be in [0, 1]", c.ReadRatio)
+		}
+	default:
+		bad("workload %q: must be put, get, mixed or delete", c.Workload)
+	}
+	switch c.Dist {
+	case DistUniform:
+	case DistZipf:
+		// math/rand/v2.NewZipf returns nil outside these bounds.
+		if !(c.ZipfS > 1) {
+			bad("zipf s %v: must be > 1", c.ZipfS)
+		}
+		if !(c.ZipfV >= 1) {
+			bad("zipf v %v: must be >= 1", c.ZipfV)
+		}
+	default:
+		bad("dist %q: must be uniform or zipf", c.Dist)
+	}
+	if c.Keyspace == 0 {
+		bad("keyspace must be > 0")
+	}
+	if c.ValueSize < 0 || c.ValueSize > MaxValueSize {
+		bad("value size %d: must be in [0, %d]", c.ValueSize, MaxValueSize)
+	}
+	if c.Ack < 0 || c.From < 0 {
+		bad("ack %d / from %d: must be >= 0", c.Ack, c.From)
+	}
+	if c.Connections < 1 || c.Connections > MaxConnections {
+		bad("connections %d: must be in [1, %d]", c.Connections, MaxConnections)
+	} else if c.Connections < len(c.Targets) {
+		bad("connections %d: fewer than the %d targets, some would get no traffic", c.Connections, len(c.Targets))
+	}
+	if !(c.Rate >= 0) || c.Rate > 1e8 {
+		bad("rate %v: must be in [0, 1e8] requests/s", c.Rate)
+	}
+	if c.Duration <= 0 || c.Duration > MaxDuration {
+		bad("duration %v: must be > 0 and <= %v", c.Duration, MaxDuration)
+	}
+	if c.Warmup < 0 || c.Warmup > MaxDuration {
+		bad("warmup %v: must be in [0, %v]", c.Warmup, MaxDuration)
+	}
+	if c.Drain < 0 || c.Drain > MaxDuration {
+		bad("drain %v: must be in [0, %v]", c.Drain, MaxDuration)
+	}
+	if c.MaxRequests < 0 {
+		bad("max requests %d: must be >= 0", c.MaxRequests)
+	}
+	if c.Timeout <= 0 || c.Timeout > MaxTimeout {
+		bad("timeout %v: must be > 0 and <= %v", c.Timeout, MaxTimeout)
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("invalid load config: %w", errors.Join(errs...))
+	}
+	return nil
+}
+
+// TargetAddr validates a target base URL and returns its host:port. Only
+// plain http to a loopback host is accepted: this generator must never be
+// pointed at another machine.
+func TargetAddr(target string) (string, error) {
+	u, err := url.Parse(target)
+	if err != nil {
+		return "", fmt.Errorf("target %q: %w", target, err)
+	}
+	if u.Scheme != "http" {
+		return "", fmt.Errorf("target %q: scheme must be http", target)
+	}
+	if (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.User != nil {
+		return "", fmt.Errorf("target %q: must be a base URL like http://127.0.0.1:8080", target)
+	}
+	host := u.Hostname()
+	if !isLoopbackHost(host) {
+		return "", fmt.Errorf("target %q: host %q is not a loopback address (127.0.0.0/8, localhost, ::1); load may only be sent to this machine", target, host)
+	}
+	port := u.Port()
+	if port == "" {
+		port = "80"
+	}
+	return net.JoinHostPort(host, port), nil
+}
+
+func isLoopbackHost(host string) bool {
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip, err := netip.ParseAddr(host)
+	if err != nil {
+		return false
+	}
+	return ip.Unmap().IsLoopback()
+}

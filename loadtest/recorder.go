@@ -1,0 +1,125 @@
+package loadtest
+
+import (
+	"errors"
+	"net"
+	"os"
+	"syscall"
+	"time"
+
+	"github.com/HdrHistogram/hdrhistogram-go"
+	"github.com/valyala/fasthttp"
+)
+
+// Histogram bounds: microsecond resolution from 1µs to 60s, 3 significant
+// digits, as wrk2 does.
+const (
+	histMinUS  = 1
+	histMaxUS  = 60_000_000
+	histDigits = 3
+)
+
+func newHistogram() *hdrhistogram.Histogram {
+	return hdrhistogram.New(histMinUS, histMaxUS, histDigits)
+}
+
+// errKind classifies transport failures the way wrk reports socket errors,
+// so that a dead or overloaded server is visible instead of being folded into
+// the latency figures.
+type errKind uint8
+
+const (
+	errConnect errKind = iota
+	errTimeout
+	errOther
+	numErrKinds
+)
+
+// classifyErr maps a fasthttp client error to its kind. A dial that times out
+// is a connect error (as in wrk): the request never reached the server.
+func classifyErr(err error) errKind {
+	var dialErr *fasthttp.ErrDialWithUpstream
+	var netErr net.Error
+	switch {
+	case errors.As(err, &dialErr), errors.Is(err, fasthttp.ErrDialTimeout),
+		errors.Is(err, syscall.ECONNREFUSED):
+		return errConnect
+	case errors.Is(err, fasthttp.ErrTimeout), errors.Is(err, os.ErrDeadlineExceeded),
+		errors.As(err, &netErr) && netErr.Timeout():
+		return errTimeout
+	default:
+		return errOther
+	}
+}
+
+// maxStatus bounds the status array: any three-digit code fits.
+const maxStatus = 1000
+
+// recorder accumulates one worker's results. It is owned by a single
+// goroutine, so the hot path takes no lock; recorders are merged once the
+// workers have stopped.
+type recorder struct {
+	hist     *hdrhistogram.Histogram
+	status   [maxStatus]int64
+	errs     [numErrKinds]int64
+	requests int64
+}
+
+func newRecorder() *recorder {
+	return &recorder{hist: newHistogram()}
+}
+
+// record accounts for one finished request. Responses of any status and
+// timeouts enter the histogram; other transport errors do not, because their
+// near-zero "latency" (e.g. an instant connection refusal) would flatter it.
+func (r *recorder) record(status int, err error, latency time.Duration) {
+	r.requests++
+	if err != nil {
+		k := classifyErr(err)
+		r.errs[k]++
+		if k == errTimeout {
+			r.recordLatency(latency)
+		}
+		return
+	}
+	if status < 0 || status >= maxStatus {
+		r.errs[errOther]++ // not an HTTP status: a protocol error
+		return
+	}
+	r.status[status]++
+	r.recordLatency(latency)
+}
+
+func (r *recorder) recordLatency(d time.Duration) {
+	us := d.Microseconds()
+	if us < histMinUS {
+		us = histMinUS
+	} else if us > histMaxUS {
+		us = histMaxUS
+	}
+	_ = r.hist.RecordValue(us) // cannot fail: clamped to the tracked range
+}
+
+// merge adds o's counts into r.
+func (r *recorder) merge(o *recorder) {
+	r.hist.Merge(o.hist)
+	for i, n := range o.status {
+		r.status[i] += n
+	}
+	for i, n := range o.errs {
+		r.errs[i] += n
+	}
+	r.requests += o.requests
+}
+
+// failures is the number of requests that got no 2xx answer: non-2xx
+// responses and transport errors.
+func (r *recorder) failures() int64 {
+	n := r.errs[errConnect] + r.errs[errTimeout] + r.errs[errOther]
+	for code, c := range r.status {
+		if code < 200 || code > 299 {
+			n += c
+		}
+	}
+	return n
+}

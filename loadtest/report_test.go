@@ -1,0 +1,140 @@
+package loadtest
+
+import (
+	"bytes"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+)
+
+// knownResult records latencies 1..1000µs (all exactly representable at 3
+// significant digits), 10 of them as 404s, plus errors.
+func knownResult(t *testing.T) *Result {
+	t.Helper()
+	rec := newRecorder()
+	for us := 1; us <= 1000; us++ {
+		status := 200
+		if us%100 == 0 {
+			status = 404
+		}
+		rec.record(status, nil, time.Duration(us)*time.Microsecond)
+	}
+	rec.errs[errConnect] = 3
+	rec.errs[errOther] = 1
+	rec.requests += 4
+	cfg := DefaultConfig()
+	cfg.Targets = []string{"http://127.0.0.1:8080", "http://127.0.0.1:8081", "http://127.0.0.1:8082"}
+	cfg.Rate = 20000
+	cfg.Ack, cfg.From = 2, 3
+	return newResult(cfg, rec, 2*time.Second, 0)
+}
+
+func TestTextReportLayout(t *testing.T) {
+	var b bytes.Buffer
+	noErr(t, knownResult(t).WriteText(&b))
+	want := []string{
+		"Running 30s test @ http://127.0.0.1:8080 (+2 more)",
+		"  workload get, dist uniform, keyspace 100000, value 1024 B, 64 connections, rate 20000/s (constant), ack/from 2/3",
+		"  Latency Distribution (HdrHistogram - Recorded Latency)",
+		" 50.000%    0.50ms",
+		" 75.000%    0.75ms",
+		" 90.000%    0.90ms",
+		" 99.000%    0.99ms",
+		" 99.900%    1.00ms",
+		" 99.990%    1.00ms",
+		" 99.999%    1.00ms",
+		"100.000%    1.00ms",
+		"  1004 requests in 2.00s",
+		"  Requests/sec:    502.00",
+		"  Status: 200=990 404=10",
+		"  Non-2xx responses: 10",
+		"  Socket errors: connect 3, timeout 0, other 1",
+	}
+	got := strings.Split(strings.TrimSuffix(b.String(), "\n"), "\n")
+	eq(t, len(want), len(got), "line count of\n%s", b.String())
+	for i := range min(len(want), len(got)) {
+		eq(t, want[i], got[i], "line %d", i+1)
+	}
+}
+
+func TestTextReportClosedLoopAndUnsent(t *testing.T) {
+	res := knownResult(t)
+	res.cfg.Rate = 0
+	res.cfg.Ack, res.cfg.From = 0, 0
+	res.cfg.Workload = WorkloadMixed
+	res.cfg.Dist = DistZipf
+	res.Unsent = 7
+	var b bytes.Buffer
+	noErr(t, res.WriteText(&b))
+	for _, line := range []string{
+		"  workload mixed (read ratio 0.90), dist zipf (s=1.1, v=1), keyspace 100000, value 1024 B, 64 connections, closed loop, ack/from -/-\n",
+		"  Unsent: 7 scheduled requests never sent (drain limit 10s reached)\n",
+	} {
+		ok(t, strings.Contains(b.String(), line), "missing %q in\n%s", line, b.String())
+	}
+}
+
+func TestJSONReport(t *testing.T) {
+	var b bytes.Buffer
+	noErr(t, knownResult(t).WriteJSON(&b))
+	out := b.String()
+	eq(t, 1, strings.Count(out, "\n"), "lines")
+
+	var got map[string]any
+	noErr(t, json.Unmarshal(b.Bytes(), &got))
+	keys := []string{"mode", "workload", "dist", "targets", "connections", "rate", "duration_s",
+		"keyspace", "value_size", "ack", "from", "requests", "throughput_rps", "status",
+		"non_2xx", "errors", "latency_us"}
+	for _, k := range keys {
+		_, present := got[k]
+		ok(t, present, "field %q missing", k)
+	}
+	eq(t, len(keys), len(got), "no extra fields when nothing is unsent")
+	want := map[string]any{
+		"mode":           "rate",
+		"workload":       "get",
+		"dist":           "uniform",
+		"targets":        []any{"http://127.0.0.1:8080", "http://127.0.0.1:8081", "http://127.0.0.1:8082"},
+		"connections":    64.0,
+		"rate":           20000.0,
+		"duration_s":     2.0,
+		"keyspace":       100000.0,
+		"value_size":     1024.0,
+		"ack":            2.0,
+		"from":           3.0,
+		"requests":       1004.0,
+		"throughput_rps": 502.0,
+		"status":         map[string]any{"200": 990.0, "404": 10.0},
+		"non_2xx":        10.0,
+		"errors":         map[string]any{"connect": 3.0, "timeout": 0.0, "other": 1.0},
+		"latency_us": map[string]any{
+			"50": 500.0, "75": 750.0, "90": 900.0, "99": 990.0, "99.9": 999.0,
+			"99.99": 1000.0, "99.999": 1000.0, "100": 1000.0, "mean": 500.5, "stddev": 288.7,
+		},
+	}
+	for k, v := range want {
+		eq(t, v, got[k], "field %q", k)
+	}
+	// Percentiles are written in order, as in the documented schema.
+	ok(t, strings.Contains(out, `"latency_us":{"50":500,"75":750,"90":900,"99":990,"99.9":999,`), "order in %s", out)
+
+	res := knownResult(t)
+	res.Unsent = 5
+	b.Reset()
+	noErr(t, res.WriteJSON(&b))
+	ok(t, strings.Contains(b.String(), `"unsent":5`), "unsent shown when non-zero: %s", b.String())
+}
+
+func TestRecorderClampsAndClassifies(t *testing.T) {
+	rec := newRecorder()
+	rec.record(200, nil, 0)             // below 1µs
+	rec.record(200, nil, 2*time.Minute) // beyond 60s
+	rec.record(0, errTimeoutForTest, 3*time.Second)
+	eq(t, int64(3), rec.requests, "requests")
+	eq(t, int64(3), rec.hist.TotalCount(), "timeouts enter the histogram")
+	eq(t, int64(1), rec.hist.Min(), "min")
+	ok(t, rec.hist.ValuesAreEquivalent(histMaxUS, rec.hist.Max()), "max %d", rec.hist.Max())
+	eq(t, int64(1), rec.errs[errTimeout], "timeouts")
+	eq(t, int64(1), rec.failures(), "failures")
+}

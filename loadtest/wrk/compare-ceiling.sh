@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# Measures one dhtkv node against the in-memory ceiling server in ONE run,
+# alternating wrk runs (ceiling, node --sync=true, node --sync=false) for
+# several rounds so that noise on this shared machine hits all of them alike.
+# Prints every run's WRKRESULT line and the median ratios.
+#
+#   loadtest/wrk/compare-ceiling.sh            # defaults below
+#   ROUNDS=5 DURATION=15s loadtest/wrk/compare-ceiling.sh
+#
+# Only 127.0.0.1 is contacted. Needs wrk (apt-get install -y wrk).
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+CEILING_DIR=${CEILING_DIR:-$ROOT/../shared/tools/ceiling}
+LUA=${LUA_DIR:-$ROOT/../shared/tools/lua}
+DURATION=${DURATION:-10s}
+CONNECTIONS=${CONNECTIONS:-64}
+THREADS=${THREADS:-2}
+ROUNDS=${ROUNDS:-3}
+KEYSPACE=${KEYSPACE:-100000}
+VALUE_SIZE=${VALUE_SIZE:-1024}
+export KEYSPACE VALUE_SIZE
+
+command -v wrk >/dev/null || { echo "wrk missing: apt-get install -y wrk" >&2; exit 1; }
+tmp=$(mktemp -d)
+pids=()
+cleanup() { kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$tmp"; }
+trap cleanup EXIT
+
+(cd "$CEILING_DIR" && go build -o "$tmp/ceiling" . && go build -o "$tmp/prefill" ./prefill)
+(cd "$ROOT" && go build -o "$tmp/dhtkv" ./cmd/dhtkv)
+
+"$tmp/ceiling" -addr 127.0.0.1:18080 >"$tmp/ceiling.log" 2>&1 & pids+=($!)
+# The read cache is sized to hold the whole keyspace: the GET figures are
+# cache hits, as the issue asks.
+cache=$(( KEYSPACE * (VALUE_SIZE + 128) * 2 ))
+"$tmp/dhtkv" --listen 127.0.0.1:18081 --data-dir "$tmp/sync" --cache-bytes $cache >"$tmp/sync.log" 2>&1 & pids+=($!)
+"$tmp/dhtkv" --listen 127.0.0.1:18082 --data-dir "$tmp/nosync" --sync=false --cache-bytes $cache >"$tmp/nosync.log" 2>&1 & pids+=($!)
+for port in 18080 18081 18082; do
+  for _ in $(seq 100); do curl -s -o /dev/null "http://127.0.0.1:$port/v0/entity?id=probe" && break; sleep 0.1; done
+done
+for port in 18080 18081; do
+  "$tmp/prefill" -url "http://127.0.0.1:$port" -n "$KEYSPACE" -size "$VALUE_SIZE" >/dev/null
+done
+
+declare -A results
+run() { # name port script
+  local line
+  line=$(wrk -t"$THREADS" -c"$CONNECTIONS" -d"$DURATION" --latency -s "$LUA/$3" "http://127.0.0.1:$2" | grep '^WRKRESULT')
+  echo "$1 $line"
+  results[$1]+="$(sed -E 's/.* rps=([0-9.]+).*/\1/' <<<"$line") "
+}
+echo "# $(nproc) cores, $(go version | cut -d' ' -f3), $(date -u +%FT%TZ), $CONNECTIONS connections, $DURATION per run, $ROUNDS rounds, keyspace $KEYSPACE, values $VALUE_SIZE B"
+for r in $(seq "$ROUNDS"); do
+  run ceiling-get 18080 get.lua
+  run dhtkv-get 18081 get.lua
+  run ceiling-put 18080 put.lua
+  run dhtkv-put-sync 18081 put.lua
+  run dhtkv-put-nosync 18082 put.lua
+done
+median() { tr ' ' '\n' <<<"$1" | grep . | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+echo
+printf "%-18s %12s %8s\n" run "median rps" "ratio"
+for k in ceiling-get dhtkv-get ceiling-put dhtkv-put-sync dhtkv-put-nosync; do
+  m=$(median "${results[$k]}")
+  case $k in *get) base=$(median "${results[ceiling-get]}");; *) base=$(median "${results[ceiling-put]}");; esac
+  printf "%-18s %12.0f %7.0f%%\n" "$k" "$m" "$(awk -v a="$m" -v b="$base" 'BEGIN{print 100*a/b}')"
+done
