@@ -1,0 +1,224 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// LoadResult mirrors the single JSON object `dhtkv-load --json` prints. It is
+// redeclared here rather than imported so the driver depends only on the
+// command's output contract, not on the load generator's internals.
+type LoadResult struct {
+	Mode          string           `json:"mode"`
+	Workload      string           `json:"workload"`
+	Dist          string           `json:"dist"`
+	Targets       []string         `json:"targets"`
+	Connections   int              `json:"connections"`
+	Rate          float64          `json:"rate"`
+	DurationS     float64          `json:"duration_s"`
+	Keyspace      uint64           `json:"keyspace"`
+	ValueSize     int              `json:"value_size"`
+	Ack           int              `json:"ack"`
+	From          int              `json:"from"`
+	Requests      int64            `json:"requests"`
+	ThroughputRPS float64          `json:"throughput_rps"`
+	Status        map[string]int64 `json:"status"`
+	Non2xx        int64            `json:"non_2xx"`
+	Errors        struct {
+		Connect int64 `json:"connect"`
+		Timeout int64 `json:"timeout"`
+		Other   int64 `json:"other"`
+	} `json:"errors"`
+	Latency Latency `json:"latency_us"`
+	Unsent  int64   `json:"unsent,omitempty"`
+}
+
+// Latency holds percentiles in microseconds.
+type Latency struct {
+	P50    float64 `json:"50"`
+	P75    float64 `json:"75"`
+	P90    float64 `json:"90"`
+	P99    float64 `json:"99"`
+	P999   float64 `json:"99.9"`
+	P9999  float64 `json:"99.99"`
+	P99999 float64 `json:"99.999"`
+	P100   float64 `json:"100"`
+	Mean   float64 `json:"mean"`
+	StdDev float64 `json:"stddev"`
+}
+
+// ErrorCount is the number of requests that got no HTTP answer.
+func (r *LoadResult) ErrorCount() int64 {
+	return r.Errors.Connect + r.Errors.Timeout + r.Errors.Other
+}
+
+// ServerErrors counts 5xx answers: those mean the system failed a request,
+// unlike a 404 on a GET, which is a valid answer.
+func (r *LoadResult) ServerErrors() int64 {
+	var n int64
+	for code, c := range r.Status {
+		if v, err := strconv.Atoi(code); err == nil && v >= 500 {
+			n += c
+		}
+	}
+	return n
+}
+
+// ParseLoadResult decodes dhtkv-load's JSON output. Anything but exactly one
+// JSON object (ignoring surrounding whitespace) is an error, because a
+// half-written result would silently skew the saturation search.
+func ParseLoadResult(out []byte) (*LoadResult, error) {
+	dec := json.NewDecoder(bytes.NewReader(out))
+	var r LoadResult
+	if err := dec.Decode(&r); err != nil {
+		return nil, fmt.Errorf("decode dhtkv-load JSON: %w", err)
+	}
+	if dec.More() {
+		return nil, errors.New("decode dhtkv-load JSON: trailing data after the result object")
+	}
+	if r.Mode == "" {
+		return nil, errors.New("decode dhtkv-load JSON: no mode field; not a result object")
+	}
+	return &r, nil
+}
+
+// RunSpec is what varies between load runs of one scenario.
+type RunSpec struct {
+	Label     string  // short name for logs and file names, e.g. "closed", "step3"
+	Workload  string  // put, get, mixed
+	ReadRatio float64 // for mixed
+	Rate      float64 // requests/s; 0 = closed loop
+	Duration  time.Duration
+	Warmup    time.Duration
+	Fill      int64 // >0: PUT k0..k(Fill-1) before the run
+}
+
+// Run is one executed dhtkv-load invocation and what it printed.
+type Run struct {
+	Spec    RunSpec
+	Command string // shell-quoted command line, as a reader would retype it
+	Result  *LoadResult
+	Stdout  string
+	Stderr  string
+	Elapsed time.Duration
+}
+
+// Runner executes load runs; the saturation search depends only on this, so
+// it can be tested against a model of a server.
+type Runner interface {
+	Run(ctx context.Context, spec RunSpec) (*Run, error)
+}
+
+// loadRunner runs bin/dhtkv-load against one system.
+type loadRunner struct {
+	bin         string   // path to dhtkv-load
+	displayBin  string   // how the command is shown in reports (repo-relative)
+	targets     []string // base URLs
+	keyspace    int64
+	valueSize   int
+	connections int
+	ack, from   int
+	timeout     time.Duration
+	logDir      string // raw stdout/stderr of each run land here
+	prefix      string // file name prefix, the scenario name
+	seq         int
+}
+
+func (l *loadRunner) args(spec RunSpec) []string {
+	a := []string{
+		"--targets", strings.Join(l.targets, ","),
+		"--workload", spec.Workload,
+	}
+	if spec.Workload == "mixed" {
+		a = append(a, "--read-ratio", strconv.FormatFloat(spec.ReadRatio, 'f', -1, 64))
+	}
+	a = append(a,
+		"--dist", "uniform",
+		"--keyspace", strconv.FormatInt(l.keyspace, 10),
+		"--value-size", strconv.Itoa(l.valueSize),
+	)
+	if l.ack > 0 {
+		a = append(a, "--ack", strconv.Itoa(l.ack), "--from", strconv.Itoa(l.from))
+	}
+	a = append(a,
+		"--connections", strconv.Itoa(l.connections),
+		"--rate", strconv.FormatFloat(spec.Rate, 'f', 0, 64),
+		"--duration", spec.Duration.String(),
+		"--warmup", spec.Warmup.String(),
+		"--timeout", l.timeout.String(),
+	)
+	if spec.Rate > 0 {
+		// Requests an overloaded server could not take in time are sent late
+		// for at most this long; a failing search step then costs seconds,
+		// not the generator's 10 s default, and still counts as failing.
+		a = append(a, "--drain", min(10*time.Second, max(time.Second, spec.Duration/2)).String())
+	}
+	if spec.Fill > 0 {
+		a = append(a, "--fill", strconv.FormatInt(spec.Fill, 10))
+	}
+	return append(a, "--json")
+}
+
+// Run executes one dhtkv-load invocation. The child gets its own process
+// group and is killed with it when ctx ends (Ctrl-C), and its output is kept
+// in logDir for post-mortems.
+func (l *loadRunner) Run(ctx context.Context, spec RunSpec) (*Run, error) {
+	l.seq++
+	args := l.args(spec)
+	run := &Run{Spec: spec, Command: shellJoin(append([]string{l.displayBin}, args...))}
+	cmd := exec.CommandContext(ctx, l.bin, args...)
+	setProcessGroup(cmd)
+	killGroupOnCancel(cmd)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	start := time.Now()
+	err := cmd.Run()
+	run.Elapsed = time.Since(start)
+	run.Stdout, run.Stderr = stdout.String(), stderr.String()
+	base := filepath.Join(l.logDir, fmt.Sprintf("%s-%02d-%s", l.prefix, l.seq, spec.Label))
+	_ = os.WriteFile(base+".json", stdout.Bytes(), 0o644)
+	_ = os.WriteFile(base+".stderr", stderr.Bytes(), 0o644)
+	if ctx.Err() != nil {
+		return run, fmt.Errorf("load run %s: %w", spec.Label, ctx.Err())
+	}
+	if err != nil {
+		return run, fmt.Errorf("load run %s (%s): %w: %s", spec.Label, run.Command, err, lastLines(run.Stderr, 5))
+	}
+	res, err := ParseLoadResult(stdout.Bytes())
+	if err != nil {
+		return run, fmt.Errorf("load run %s: %w", spec.Label, err)
+	}
+	run.Result = res
+	return run, nil
+}
+
+// shellJoin quotes args so the printed command can be pasted into a shell.
+func shellJoin(args []string) string {
+	out := make([]string, len(args))
+	for i, a := range args {
+		if a != "" && strings.Trim(a, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_./:,=@%+") == "" {
+			out[i] = a
+		} else {
+			out[i] = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
+		}
+	}
+	return strings.Join(out, " ")
+}
+
+// lastLines returns the last n non-empty lines of s, for error messages.
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, " | ")
+}

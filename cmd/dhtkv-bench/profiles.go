@@ -1,0 +1,172 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/dhtkv/dhtkv/internal/flamegraph"
+	"github.com/google/pprof/profile"
+)
+
+// Profiles are what was captured from one node during the measured run.
+type Profiles struct {
+	Node        string // which node (admin URL) they came from
+	CPU         *profile.Profile
+	Alloc       *profile.Profile
+	AllocMethod string // how the allocation delta was obtained
+	CPUErr      error
+	AllocErr    error
+}
+
+// captureProfiles fetches a CPU profile and an allocation delta for the
+// window [start+delay, start+delay+seconds] from a node's admin listener. It
+// runs alongside the load run; delay skips the load generator's warm-up so
+// the profile covers the measured part only.
+func captureProfiles(ctx context.Context, admin string, delay time.Duration, seconds int, rawDir, prefix string) *Profiles {
+	p := &Profiles{Node: admin}
+	select {
+	case <-ctx.Done():
+		p.CPUErr, p.AllocErr = ctx.Err(), ctx.Err()
+		return p
+	case <-time.After(delay):
+	}
+	client := &http.Client{Timeout: time.Duration(seconds)*time.Second + 60*time.Second}
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		p.CPU, p.CPUErr = fetchProfile(ctx, client, fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", admin, seconds),
+			filepath.Join(rawDir, prefix+"-cpu.pb.gz"))
+	})
+	wg.Go(func() {
+		p.Alloc, p.AllocMethod, p.AllocErr = captureAllocDelta(ctx, client, admin, seconds, rawDir, prefix)
+	})
+	wg.Wait()
+	return p
+}
+
+// captureAllocDelta asks for the server-side delta (`allocs?seconds=N`, which
+// net/http/pprof supports). If the admin handler does not, it subtracts a
+// snapshot taken at the start of the window from one taken at its end.
+func captureAllocDelta(ctx context.Context, client *http.Client, admin string, seconds int, rawDir, prefix string) (*profile.Profile, string, error) {
+	before, errBefore := fetchProfile(ctx, client, admin+"/debug/pprof/allocs", filepath.Join(rawDir, prefix+"-allocs-before.pb.gz"))
+	start := time.Now()
+	d, err := fetchProfile(ctx, client, fmt.Sprintf("%s/debug/pprof/allocs?seconds=%d", admin, seconds),
+		filepath.Join(rawDir, prefix+"-allocs-delta.pb.gz"))
+	if err == nil {
+		return d, fmt.Sprintf("server-side delta (`/debug/pprof/allocs?seconds=%d`)", seconds), nil
+	}
+	slog.Warn("allocs?seconds unsupported; falling back to before/after snapshots", "err", err)
+	if errBefore != nil {
+		return nil, "", fmt.Errorf("alloc delta: %w; before snapshot: %w", err, errBefore)
+	}
+	if rest := time.Duration(seconds)*time.Second - time.Since(start); rest > 0 {
+		select {
+		case <-ctx.Done():
+			return nil, "", ctx.Err()
+		case <-time.After(rest):
+		}
+	}
+	after, err := fetchProfile(ctx, client, admin+"/debug/pprof/allocs", filepath.Join(rawDir, prefix+"-allocs-after.pb.gz"))
+	if err != nil {
+		return nil, "", fmt.Errorf("alloc after snapshot: %w", err)
+	}
+	delta, err := flamegraph.Delta(before, after)
+	if err != nil {
+		return nil, "", err
+	}
+	return delta, "difference of `/debug/pprof/allocs` snapshots taken at the start and end of the window", nil
+}
+
+// fetchProfile GETs and parses a pprof profile, keeping the raw bytes at
+// rawPath so a reader can open it with `go tool pprof`.
+func fetchProfile(ctx context.Context, client *http.Client, url, rawPath string) (*profile.Profile, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, fmt.Errorf("profile request %s: %w", url, err)
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("fetch %s: %w", url, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", url, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("fetch %s: %s: %.200s", url, resp.Status, body)
+	}
+	if err := os.WriteFile(rawPath, body, 0o644); err != nil {
+		slog.Warn("could not keep raw profile", "path", rawPath, "err", err)
+	}
+	p, err := flamegraph.Parse(bytes.NewReader(body))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", url, err)
+	}
+	return p, nil
+}
+
+// ProfileArtifacts are the rendered outputs linked from a scenario report.
+type ProfileArtifacts struct {
+	Node        string
+	CPUSVG      string // file name relative to the report directory; "" if none
+	AllocSVG    string
+	CPUTopFlat  string
+	CPUTopCum   string
+	AllocTop    string
+	AllocMethod string
+	Notes       []string // what could not be captured, and why
+}
+
+// renderProfiles writes the flame graphs of a scenario into outDir and
+// computes its top tables. Stale SVGs from an earlier run are removed when a
+// profile is missing, so a report never links a picture of another run.
+func renderProfiles(outDir, scenario, subtitle string, p *Profiles) (*ProfileArtifacts, error) {
+	a := &ProfileArtifacts{Node: p.Node, AllocMethod: p.AllocMethod}
+	render := func(prof *profile.Profile, capErr error, typ, kind, title string) (string, int, error) {
+		name := fmt.Sprintf("%s-%s.svg", scenario, kind)
+		path := filepath.Join(outDir, name)
+		if capErr != nil {
+			a.Notes = append(a.Notes, fmt.Sprintf("%s profile not captured: %v", kind, capErr))
+			_ = os.Remove(path)
+			return "", 0, nil
+		}
+		idx, err := flamegraph.SampleIndex(prof, typ)
+		if err != nil {
+			a.Notes = append(a.Notes, fmt.Sprintf("%s profile unusable: %v", kind, err))
+			_ = os.Remove(path)
+			return "", 0, nil
+		}
+		var buf bytes.Buffer
+		if err := flamegraph.RenderProfile(&buf, prof, idx, flamegraph.Options{Title: title, Subtitle: subtitle}); err != nil {
+			return "", 0, err
+		}
+		if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
+			return "", 0, fmt.Errorf("write %s: %w", path, err)
+		}
+		return name, idx, nil
+	}
+	var err error
+	var idx int
+	if a.CPUSVG, idx, err = render(p.CPU, p.CPUErr, "cpu", "cpu", scenario+": CPU time"); err != nil {
+		return nil, err
+	}
+	if a.CPUSVG != "" {
+		a.CPUTopFlat = flamegraph.Top(p.CPU, idx, 20)
+		a.CPUTopCum = flamegraph.TopCum(p.CPU, idx, 20)
+	}
+	if a.AllocSVG, idx, err = render(p.Alloc, p.AllocErr, "alloc_space", "alloc", scenario+": bytes allocated"); err != nil {
+		return nil, err
+	}
+	if a.AllocSVG != "" {
+		a.AllocTop = flamegraph.Top(p.Alloc, idx, 20)
+	}
+	return a, nil
+}

@@ -1,0 +1,168 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// ScenarioSpec is one workload measured on one system.
+type ScenarioSpec struct {
+	Name      string // report file stem, e.g. "node-put-nosync"
+	Title     string
+	Workload  string
+	ReadRatio float64
+}
+
+// System is a server set-up started fresh, filled once, and then measured
+// under each of its scenarios in order.
+type System struct {
+	Name      string
+	Title     string
+	Ceiling   bool // the in-memory reference server, no admin port
+	Nodes     int
+	Sync      bool
+	Ack, From int // 0 = let the server choose (single node)
+	Scenarios []ScenarioSpec
+}
+
+// Systems lists what `make bench` measures. The ceiling runs first so every
+// dhtkv report can quote it. On each system, reads run before writes: the
+// write scenario churns the store, and reads should see the state the fill
+// left, not one disturbed by an earlier write run.
+func Systems() []System {
+	sc := func(prefix, suffix, titleSuffix string, workloads ...string) []ScenarioSpec {
+		var out []ScenarioSpec
+		for _, w := range workloads {
+			s := ScenarioSpec{Name: prefix + "-" + w + suffix, Workload: w}
+			switch w {
+			case "get":
+				s.Title = "GET" + titleSuffix
+			case "put":
+				s.Title = "PUT" + titleSuffix
+			case "mixed":
+				s.Title, s.ReadRatio = "mixed 90% GET / 10% PUT"+titleSuffix, 0.9
+			}
+			out = append(out, s)
+		}
+		return out
+	}
+	return []System{
+		{Name: "ceiling", Title: "ceiling (in-memory reference server)", Ceiling: true, Nodes: 1,
+			Scenarios: sc("ceiling", "", ", ceiling", "get", "mixed", "put")},
+		{Name: "node", Title: "one dhtkv node, --sync=true", Nodes: 1, Sync: true,
+			Scenarios: sc("node", "", ", one dhtkv node (--sync=true)", "get", "mixed", "put")},
+		{Name: "node-nosync", Title: "one dhtkv node, --sync=false", Nodes: 1, Sync: false,
+			Scenarios: sc("node", "-nosync", ", one dhtkv node (--sync=false)", "put")},
+		{Name: "cluster", Title: "3-node dhtkv cluster, ack=2 from=3, --sync=true", Nodes: 3, Sync: true, Ack: 2, From: 3,
+			Scenarios: sc("cluster", "", ", 3-node cluster (ack=2, from=3)", "get", "mixed", "put")},
+	}
+}
+
+// running is a started system.
+type running struct {
+	procs    []*Proc
+	targets  []string // public base URLs
+	admins   []string // admin base URLs (empty for the ceiling)
+	commands []string
+}
+
+func (r *running) stop() {
+	for _, p := range r.procs {
+		p.Stop(10 * time.Second)
+	}
+}
+
+// checkAlive returns an error naming the first server that has exited, so a
+// crash is reported as a crash and not as a slow run.
+func (r *running) checkAlive() error {
+	for _, p := range r.procs {
+		if done, err := p.Exited(); done {
+			return fmt.Errorf("%s exited (%v); log %s:\n%s", p.Name, err, p.LogPath, tailFile(p.LogPath, 15))
+		}
+	}
+	return nil
+}
+
+// start launches sys on fresh loopback ports and data directories under dir
+// and waits until every node is ready.
+func (b *Bench) start(ctx context.Context, sys System, dir string) (*running, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("create %s: %w", dir, err)
+	}
+	r := &running{}
+	if sys.Ceiling {
+		ports, err := freePorts(1)
+		if err != nil {
+			return nil, err
+		}
+		addr := "127.0.0.1:" + strconv.Itoa(ports[0])
+		p, err := b.procs.Start("ceiling", b.ceilingBin, "$TMP/bin/ceiling", []string{"-addr", addr}, filepath.Join(dir, "ceiling.log"))
+		if err != nil {
+			return nil, err
+		}
+		r.procs, r.targets, r.commands = []*Proc{p}, []string{"http://" + addr}, []string{p.Command}
+		// The ceiling has no status endpoint; any HTTP answer means it serves.
+		if err := waitReady(ctx, p, "http://"+addr+"/v0/entity?id=readiness-probe", 0, 30*time.Second); err != nil {
+			r.stop()
+			return nil, err
+		}
+		return r, nil
+	}
+
+	ports, err := freePorts(2 * sys.Nodes)
+	if err != nil {
+		return nil, err
+	}
+	var urls []string
+	for i := range sys.Nodes {
+		urls = append(urls, "http://127.0.0.1:"+strconv.Itoa(ports[2*i]))
+	}
+	for i := range sys.Nodes {
+		listen := "127.0.0.1:" + strconv.Itoa(ports[2*i])
+		admin := "127.0.0.1:" + strconv.Itoa(ports[2*i+1])
+		data := filepath.Join(dir, fmt.Sprintf("node%d", i+1))
+		args := []string{
+			"--listen", listen,
+			"--data-dir", data,
+			"--admin-listen", admin,
+			"--cache-bytes", strconv.FormatInt(b.cfg.CacheBytes, 10),
+			"--sync=" + strconv.FormatBool(sys.Sync),
+		}
+		if sys.Nodes > 1 {
+			args = append(args, "--cluster", strings.Join(urls, ","), "--self", urls[i])
+		}
+		name := fmt.Sprintf("%s-node%d", sys.Name, i+1)
+		p, err := b.procs.Start(name, filepath.Join(b.cfg.Bin, "dhtkv"), b.displayBin("dhtkv"), args, filepath.Join(dir, name+".log"))
+		if err != nil {
+			r.stop()
+			return nil, err
+		}
+		r.procs = append(r.procs, p)
+		r.targets = append(r.targets, urls[i])
+		r.admins = append(r.admins, "http://"+admin)
+		r.commands = append(r.commands, p.Command)
+	}
+	for i, p := range r.procs {
+		if err := waitReady(ctx, p, r.targets[i]+"/v0/status", 200, 60*time.Second); err != nil {
+			r.stop()
+			return nil, err
+		}
+	}
+	return r, nil
+}
+
+// displayBin is how a binary under --bin is shown in reports: relative to
+// the repository when it lives there, so commands read the same on any
+// machine.
+func (b *Bench) displayBin(name string) string {
+	p := filepath.Join(b.cfg.Bin, name)
+	if rel, err := filepath.Rel(b.cfg.Repo, p); err == nil && !strings.HasPrefix(rel, "..") {
+		return rel
+	}
+	return p
+}
