@@ -20,6 +20,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/dhtkv/dhtkv/internal/node"
 	"github.com/dhtkv/dhtkv/internal/testcluster"
 )
 
@@ -128,8 +129,11 @@ func TestCoordinatorSilentPeer(t *testing.T) {
 		require.Equal(t, http.StatusGatewayTimeout, code)
 	}
 	require.Positive(t, hole.accepted(), "the silent peer was called")
-	// Every ack=1 answer left a straggler behind, which ends at its deadline.
-	require.GreaterOrEqual(t, metricValue(t, m.Stragglers)-stragglersBefore, 8.0)
+	// Every ack=1 PUT called the silent peer and left a straggler behind,
+	// which ends at its deadline (4). An ack=1 GET calls only its first
+	// replica, the local one first: only the GET whose first replica is
+	// the silent peer ({2,1}) called it, and was hedged to node 1 (1).
+	require.Equal(t, 5.0, metricValue(t, m.Stragglers)-stragglersBefore)
 	eventually(t, 2*replicaTimeout, "stragglers to finish", func() bool {
 		return metricValue(t, m.InFlightReplicaCalls) == 0
 	})
@@ -341,4 +345,46 @@ func metricValue(t testing.TB, m prometheus.Metric) float64 {
 	}
 	t.Fatalf("not a counter or gauge: %v", m.Desc())
 	return 0
+}
+
+// TestCoordinatorReadHedging: a GET asks its first ack replicas only; when
+// one of them is silent, the spare is asked after --read-hedge-delay, not
+// after the replica timeout. With the delay set to 0 every GET asks all
+// `from` replicas at once.
+func TestCoordinatorReadHedging(t *testing.T) {
+	for _, delay := range []time.Duration{20 * time.Millisecond, 0} {
+		t.Run(fmt.Sprintf("delay=%v", delay), func(t *testing.T) {
+			hole := newSilentPeer(t)
+			c := testcluster.Start(t, 2, withReplicaTimeout(replicaTimeout), withExtraMembers(hole.URL()),
+				func(_ int, cfg *node.Config) { cfg.ReadHedgeDelay = delay })
+			cl := newClient(t)
+			p := placementOf(t, c)
+			m := c.Node(0).Metrics()
+
+			key := findKey(t, p, "hedge", 2, 1) // silent peer first, coordinator 0 not a replica
+			require.Equal(t, http.StatusCreated, cl.Put(t, c.URL(0), key, []byte("v"), 1, 2))
+			hedged, stragglers := metricValue(t, m.HedgedReads), metricValue(t, m.Stragglers)
+			var code int
+			d := timed(func() { code, _ = cl.Get(t, c.URL(0), key, 1, 2) })
+			require.Equal(t, http.StatusOK, code)
+			requireFast(t, d, "GET ack=1 from=2, silent replica first")
+			require.GreaterOrEqual(t, d, delay, "the spare is asked only after the hedge delay")
+			if delay > 0 {
+				require.Equal(t, 1.0, metricValue(t, m.HedgedReads)-hedged)
+			}
+			require.Equal(t, 1.0, metricValue(t, m.Stragglers)-stragglers, "the silent call is a straggler")
+
+			// A live first replica answers alone: no spare is asked.
+			key = findKey(t, p, "hedge-live", 1, 2)
+			require.Equal(t, http.StatusCreated, cl.Put(t, c.URL(0), key, []byte("v"), 1, 2))
+			stragglers = metricValue(t, m.Stragglers)
+			code, _ = cl.Get(t, c.URL(0), key, 1, 2)
+			require.Equal(t, http.StatusOK, code)
+			want := 0.0
+			if delay == 0 {
+				want = 1 // all at once: the silent peer was asked too
+			}
+			require.Equal(t, want, metricValue(t, m.Stragglers)-stragglers)
+		})
+	}
 }

@@ -40,6 +40,9 @@ type PeerOptions struct {
 	// MaxConns bounds the pooled connections to the peer.
 	MaxConns int
 	Secret   string
+	// ReadHedgeDelay is how long a read waits for its first `ack`
+	// replicas before asking the others too (0: ask all at once).
+	ReadHedgeDelay time.Duration
 }
 
 // Peer is the client for one other node: a fasthttp HostClient created at

@@ -52,6 +52,9 @@ type Metrics struct {
 	// Stragglers counts replica calls still running when the coordinator
 	// answered the client; they finish in the background.
 	Stragglers prometheus.Counter
+	// HedgedReads counts reads that asked their spare replicas because the
+	// first ack replicas had not all answered within the hedge delay.
+	HedgedReads prometheus.Counter
 	// InFlightReplicaCalls is the number of replica goroutines running.
 	InFlightReplicaCalls prometheus.Gauge
 	// ScanAborts counts range streams ended early (client gone, error).
@@ -89,6 +92,10 @@ func New() *Metrics {
 		Name: "dhtkv_coordinator_stragglers_total",
 		Help: "Replica calls still running when the coordinator answered; they complete in the background.",
 	})
+	m.HedgedReads = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "dhtkv_coordinator_hedged_reads_total",
+		Help: "Reads that asked their spare replicas after the hedge delay.",
+	})
 	m.InFlightReplicaCalls = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "dhtkv_coordinator_replica_calls_in_flight",
 		Help: "Replica call goroutines currently running.",
@@ -108,7 +115,7 @@ func New() *Metrics {
 			m.reqFast[op][i] = m.requests.WithLabelValues(op.String(), strconv.Itoa(c))
 		}
 	}
-	reg.MustRegister(m.requests, lat, m.replicaLat, m.replicaErr, m.Stragglers,
+	reg.MustRegister(m.requests, lat, m.replicaLat, m.replicaErr, m.Stragglers, m.HedgedReads,
 		m.InFlightReplicaCalls, m.ScanAborts, m.ScanRecords,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

@@ -49,6 +49,7 @@ type Config struct {
 	Self           string // this node's URL; empty: http://<Listen>
 	ClusterSecret  string
 	ReplicaTimeout time.Duration
+	ReadHedgeDelay time.Duration
 	PeerMaxConns   int
 
 	Logger *slog.Logger
@@ -70,6 +71,7 @@ func DefaultConfig() Config {
 		WriteTimeout:    30 * time.Second,
 		IdleTimeout:     2 * time.Minute,
 		ReplicaTimeout:  300 * time.Millisecond,
+		ReadHedgeDelay:  5 * time.Millisecond,
 		PeerMaxConns:    256,
 	}
 }
@@ -111,6 +113,9 @@ func Start(cfg Config) (_ *Node, err error) {
 	if cfg.ReplicaTimeout <= 0 {
 		return nil, fmt.Errorf("--replica-timeout must be positive")
 	}
+	if cfg.ReadHedgeDelay < 0 {
+		return nil, fmt.Errorf("--read-hedge-delay must not be negative")
+	}
 	clock, err := hlc.New(topo.Self, nil)
 	if err != nil {
 		return nil, err
@@ -135,6 +140,7 @@ func Start(cfg Config) (_ *Node, err error) {
 	local := &replica.Replica{Store: n.store, Cache: n.cache}
 	n.coord = cluster.NewCoordinator(topo, clock, local, cluster.PeerOptions{
 		Timeout: cfg.ReplicaTimeout, MaxConns: cfg.PeerMaxConns, Secret: cfg.ClusterSecret,
+		ReadHedgeDelay: cfg.ReadHedgeDelay,
 	}, n.metrics, log)
 	n.api = &httpapi.Server{
 		Coord: n.coord, Local: local, Clock: clock, Metrics: n.metrics, Secret: cfg.ClusterSecret, Log: log,
