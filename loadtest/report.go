@@ -67,6 +67,23 @@ type Result struct {
 	hist *hdrhistogram.Histogram
 }
 
+// ErrorCount is the number of requests that got no HTTP answer.
+func (r *Result) ErrorCount() int64 {
+	return r.Errors.Connect + r.Errors.Timeout + r.Errors.Other
+}
+
+// ServerErrors counts 5xx answers: those mean the system failed a request,
+// unlike a 404 on a GET, which is a valid answer.
+func (r *Result) ServerErrors() int64 {
+	var n int64
+	for code, c := range r.Status {
+		if v, err := strconv.Atoi(code); err == nil && v >= 500 {
+			n += c
+		}
+	}
+	return n
+}
+
 // newResult builds the report of a run from its merged recorder.
 func newResult(cfg Config, rec *recorder, elapsed time.Duration, unsent int64) *Result {
 	r := &Result{

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/dhtkv/dhtkv/loadtest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,64 +15,12 @@ import (
 	"time"
 )
 
-// LoadResult mirrors the single JSON object `dhtkv-load --json` prints. It is
-// redeclared here rather than imported so the driver depends only on the
-// command's output contract, not on the load generator's internals.
-type LoadResult struct {
-	Mode          string           `json:"mode"`
-	Workload      string           `json:"workload"`
-	Dist          string           `json:"dist"`
-	Targets       []string         `json:"targets"`
-	Connections   int              `json:"connections"`
-	Rate          float64          `json:"rate"`
-	DurationS     float64          `json:"duration_s"`
-	Keyspace      uint64           `json:"keyspace"`
-	ValueSize     int              `json:"value_size"`
-	Ack           int              `json:"ack"`
-	From          int              `json:"from"`
-	Requests      int64            `json:"requests"`
-	ThroughputRPS float64          `json:"throughput_rps"`
-	Status        map[string]int64 `json:"status"`
-	Non2xx        int64            `json:"non_2xx"`
-	Errors        struct {
-		Connect int64 `json:"connect"`
-		Timeout int64 `json:"timeout"`
-		Other   int64 `json:"other"`
-	} `json:"errors"`
-	Latency Latency `json:"latency_us"`
-	Unsent  int64   `json:"unsent,omitempty"`
-}
+// LoadResult is the single JSON object `dhtkv-load --json` prints; the
+// generator's own type is the one definition of that schema.
+type LoadResult = loadtest.Result
 
 // Latency holds percentiles in microseconds.
-type Latency struct {
-	P50    float64 `json:"50"`
-	P75    float64 `json:"75"`
-	P90    float64 `json:"90"`
-	P99    float64 `json:"99"`
-	P999   float64 `json:"99.9"`
-	P9999  float64 `json:"99.99"`
-	P99999 float64 `json:"99.999"`
-	P100   float64 `json:"100"`
-	Mean   float64 `json:"mean"`
-	StdDev float64 `json:"stddev"`
-}
-
-// ErrorCount is the number of requests that got no HTTP answer.
-func (r *LoadResult) ErrorCount() int64 {
-	return r.Errors.Connect + r.Errors.Timeout + r.Errors.Other
-}
-
-// ServerErrors counts 5xx answers: those mean the system failed a request,
-// unlike a 404 on a GET, which is a valid answer.
-func (r *LoadResult) ServerErrors() int64 {
-	var n int64
-	for code, c := range r.Status {
-		if v, err := strconv.Atoi(code); err == nil && v >= 500 {
-			n += c
-		}
-	}
-	return n
-}
+type Latency = loadtest.LatencySummary
 
 // ParseLoadResult decodes dhtkv-load's JSON output. Anything but exactly one
 // JSON object (ignoring surrounding whitespace) is an error, because a

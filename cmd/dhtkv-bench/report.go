@@ -50,8 +50,8 @@ func (s *ScenarioResult) Ratio() float64 {
 	return s.Search.Saturation / s.Ceiling.Saturation
 }
 
-func us(v float64) string {
-	return fmtDur(time.Duration(v * float64(time.Microsecond)))
+func us(v int64) string {
+	return fmtDur(time.Duration(v) * time.Microsecond)
 }
 
 func rps(v float64) string {
@@ -172,7 +172,7 @@ func RenderScenario(s *ScenarioResult) string {
 		w(".\n\n")
 		w("| p50 | p75 | p90 | p99 | p99.9 | p99.99 | p99.999 | max | mean | stddev |\n|---|---|---|---|---|---|---|---|---|---|\n")
 		l := r.Latency
-		w("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n\n", us(l.P50), us(l.P75), us(l.P90), us(l.P99), us(l.P999), us(l.P9999), us(l.P99999), us(l.P100), us(l.Mean), us(l.StdDev))
+		w("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n\n", us(l.P50), us(l.P75), us(l.P90), us(l.P99), us(l.P999), us(l.P9999), us(l.P99999), us(l.P100), us(int64(l.Mean)), us(int64(l.StdDev)))
 		w("Status codes: %s; connection errors %d, timeouts %d, other errors %d.\n\n", statusLine(r.Status), r.Errors.Connect, r.Errors.Timeout, r.Errors.Other)
 		w("Command:\n\n```sh\n%s\n```\n\nOutput:\n\n```json\n%s\n```\n", s.Fixed.Command, strings.TrimSpace(s.Fixed.Stdout))
 		if e := strings.TrimSpace(s.Fixed.Stderr); e != "" {

@@ -52,7 +52,7 @@ type Search struct {
 // scheduled request unsent, and fail at most MaxFailFrac of requests. 404s do
 // not count as failures; they are answers.
 func Judge(r *LoadResult, rate float64, cfg SearchConfig) (bool, string) {
-	p99 := time.Duration(r.Latency.P99 * float64(time.Microsecond))
+	p99 := time.Duration(r.Latency.P99) * time.Microsecond
 	failed := r.ErrorCount() + r.ServerErrors()
 	summary := fmt.Sprintf("%.0f rps (%.1f%% of target), p99 %s", r.ThroughputRPS, 100*r.ThroughputRPS/rate, fmtDur(p99))
 	switch {
@@ -92,7 +92,7 @@ func FindSaturation(ctx context.Context, r Runner, base RunSpec, cfg SearchConfi
 			res.ErrorCount()+res.ServerErrors(), res.Requests, res.Errors.Connect, res.Errors.Timeout, res.Errors.Other, res.ServerErrors())
 	}
 	s.Steps = append(s.Steps, Step{Run: run, Reason: fmt.Sprintf("closed loop: %.0f rps, p99 %s (upper bound)",
-		s.Upper, fmtDur(time.Duration(run.Result.Latency.P99*1e3)))})
+		s.Upper, fmtDur(time.Duration(run.Result.Latency.P99)*time.Microsecond))})
 	slog.Info("closed-loop upper bound", "scenario", base.Label, "rps", math.Round(s.Upper))
 	if s.Upper < 1 {
 		return s, fmt.Errorf("closed-loop probe completed %d requests; nothing to search", run.Result.Requests)

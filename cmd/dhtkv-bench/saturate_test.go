@@ -21,7 +21,7 @@ func TestMain(m *testing.M) {
 // above it throughput caps and p99 explodes.
 type modelRunner struct {
 	capacity float64
-	p99Low   float64 // µs below capacity
+	p99Low   int64 // µs below capacity
 	calls    []RunSpec
 	failAt   int // return an error on this call (1-based); 0 = never
 }
