@@ -57,7 +57,7 @@ run-cluster: build
 	echo "try:  curl -X PUT --data-binary hello 'http://127.0.0.1:8080/v0/entity?id=greeting'"; \
 	echo "      curl 'http://127.0.0.1:8081/v0/entity?id=greeting&ack=2&from=3'"; \
 	echo "Ctrl-C (or make stop-cluster) stops all three."; \
-	wait -n "$${pids[@]}"; echo "a node exited: see data/node*.log"
+	wait -n "$${pids[@]}"; echo "a node exited (make stop-cluster, or see data/node*.log)"
 
 stop-cluster:
 	@for f in data/node*.pid; do [ -f "$$f" ] && kill -TERM $$(cat $$f) 2>/dev/null; rm -f "$$f"; done; echo "stopped"
