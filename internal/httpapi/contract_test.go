@@ -66,6 +66,10 @@ func TestContract(t *testing.T) {
 		{"value at limit", "PUT", e("?id=big"), bytes.Repeat([]byte("v"), 1000), 201, ""},
 		{"value over limit", "PUT", e("?id=big2"), bytes.Repeat([]byte("v"), 1001), 413, "too large"},
 		{"big untouched", "GET", e("?id=big2"), nil, 404, ""},
+		// Far over the limit, fasthttp rejects the body before the handler
+		// runs: still 413 with a reason, not fasthttp's bare 400.
+		{"value far over limit", "PUT", e("?id=big3"), bytes.Repeat([]byte("v"), 10000), 413, "value too large"},
+		{"big3 untouched", "GET", e("?id=big3"), nil, 404, ""},
 		{"ack not a number", "GET", e("?id=k1&ack=x"), nil, 400, "ack"},
 		{"ack zero", "GET", e("?id=k1&ack=0"), nil, 400, "ack"},
 		{"ack negative", "PUT", e("?id=k1&ack=-1"), []byte("v"), 400, "ack"},
@@ -171,6 +175,24 @@ func TestHeaderLimit(t *testing.T) {
 	buf := make([]byte, 64)
 	n, _ := conn.Read(buf)
 	require.Regexp(t, `^HTTP/1.1 4\d\d`, string(buf[:n]))
+	require.Regexp(t, `^HTTP/1.1 431`, string(buf[:n]))
 	code, _ := testcluster.NewClient().Get(t, base, "a", 0, 0)
 	require.Equal(t, 404, code)
+}
+
+// A client announcing a body over the limit with Expect: 100-continue (curl
+// does so above 1 KiB) gets 413 too: fasthttp first sends an interim
+// 100 Continue, then refuses on the announced length without reading the body.
+func TestOversizedBodyWithExpectContinue(t *testing.T) {
+	_, base := startNode(t, func(_ int, c *node.Config) { c.MaxValueBytes = 100 })
+	conn, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
+	require.NoError(t, err)
+	defer conn.Close()
+	_, err = io.WriteString(conn, "PUT /v0/entity?id=a HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 5000\r\n\r\n")
+	require.NoError(t, err)
+	resp, err := io.ReadAll(conn) // the server answers and closes
+	require.NoError(t, err)
+	t.Logf("%q", resp)
+	require.Regexp(t, `(?s)^(HTTP/1.1 100 Continue\r\n\r\n)?HTTP/1.1 413 `, string(resp))
+	require.Contains(t, string(resp), "value too large: limit is 100 bytes")
 }

@@ -15,7 +15,9 @@ package httpapi
 
 import (
 	"errors"
+	"fmt"
 	"log/slog"
+	"net"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -158,4 +160,22 @@ func fail(ctx *fasthttp.RequestCtx, e *apiError) {
 func methodNotAllowed(ctx *fasthttp.RequestCtx, allow string) {
 	ctx.Error("method not allowed\n", fasthttp.StatusMethodNotAllowed) // resets headers
 	ctx.Response.Header.Set(fasthttp.HeaderAllow, allow)
+}
+
+// ErrorHandler answers requests that fasthttp could not read, before
+// Handler runs, with the contract's statuses and a one-line reason:
+// fasthttp's default answers a body over the limit with a bare 400.
+func (s *Server) ErrorHandler(ctx *fasthttp.RequestCtx, err error) {
+	var small *fasthttp.ErrSmallBuffer
+	var netErr net.Error
+	switch {
+	case errors.Is(err, fasthttp.ErrBodyTooLarge):
+		ctx.Error(fmt.Sprintf("value too large: limit is %d bytes\n", s.Limits.MaxValueBytes), fasthttp.StatusRequestEntityTooLarge)
+	case errors.As(err, &small):
+		ctx.Error("request line and headers too large\n", fasthttp.StatusRequestHeaderFieldsTooLarge)
+	case errors.As(err, &netErr) && netErr.Timeout():
+		ctx.Error("request timeout\n", fasthttp.StatusRequestTimeout)
+	default:
+		ctx.Error("malformed request\n", fasthttp.StatusBadRequest)
+	}
 }

@@ -150,8 +150,9 @@ func Start(cfg Config) (_ *Node, err error) {
 		ScanIdleTimeout: cfg.WriteTimeout,
 	}
 	n.srv = &fasthttp.Server{
-		Handler: n.api.Handler,
-		Name:    "dhtkv",
+		Handler:      n.api.Handler,
+		ErrorHandler: n.api.ErrorHandler,
+		Name:         "dhtkv",
 		// The body limit is enforced by fasthttp before the handler runs
 		// (413); internal writes carry the envelope header on top.
 		MaxRequestBodySize: cfg.MaxValueBytes + 1024,
