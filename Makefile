@@ -24,10 +24,12 @@ lint:
 		$(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...; \
 	else echo "staticcheck not available from the module proxy; skipped"; fi
 
-# Fuzz the request parsing for FUZZTIME (default 30s).
+# Fuzz the request parser, then the whole handler, for FUZZTIME each (default 30s).
+# make test runs their seed corpora only.
 FUZZTIME ?= 30s
 fuzz:
 	$(GO) test ./internal/httpapi -run '^$$' -fuzz FuzzParseEntity -fuzztime $(FUZZTIME)
+	$(GO) test ./internal/httpapi -run '^$$' -fuzz FuzzHandler -fuzztime $(FUZZTIME)
 
 # One node, data in ./data/node1.
 run: build

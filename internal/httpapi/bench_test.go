@@ -20,7 +20,7 @@ import (
 // newBenchServer assembles a single node's handler the way node.Start does,
 // without a listener, so benchmarks measure our code and fasthttp's request
 // handling but no sockets.
-func newBenchServer(b *testing.B, sync bool, cacheBytes int64) *Server {
+func newBenchServer(b testing.TB, sync bool, cacheBytes int64) *Server {
 	st, err := store.Open(b.TempDir(), store.Options{Sync: sync})
 	require.NoError(b, err)
 	c, err := cache.New(cacheBytes)

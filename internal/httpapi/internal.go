@@ -80,8 +80,8 @@ func (s *Server) internalEntity(ctx *fasthttp.RequestCtx) metrics.Op {
 		return op
 	}
 	if found && cur > rec.Version {
+		ctx.Error("a newer version is stored\n", fasthttp.StatusConflict) // resets headers
 		ctx.Response.Header.Set(cluster.VersionHeader, strconv.FormatUint(cur, 10))
-		ctx.SetStatusCode(fasthttp.StatusConflict)
 		return op
 	}
 	if err := s.Local.Apply(key, &rec); err != nil { // the store copies body
