@@ -135,7 +135,9 @@ func (c *Coordinator) Get(key []byte, ack, from int) (Result, error) {
 			rec, found, err := p.Get(k, deadline)
 			c.observe(pm, false, start, err)
 			if found {
-				c.clock.Observe(rec.Version)
+				// Keeps clocks close; nothing is stored here, so a failure
+				// to persist the bound only costs that.
+				_ = c.clock.Observe(rec.Version)
 			}
 			return answer{rec: rec, found: found, err: err}
 		},
@@ -169,7 +171,11 @@ func (c *Coordinator) Get(key []byte, ack, from int) (Result, error) {
 // The local replica never needs this: every version it stores came from
 // this clock or was observed by it before being applied.
 func (c *Coordinator) Write(key, value []byte, tombstone bool, ack, from int) error {
-	rec := record.Record{Version: c.clock.Next(), Tombstone: tombstone, Value: value}
+	version, err := c.clock.Next()
+	if err != nil {
+		return fmt.Errorf("write: %w", err)
+	}
+	rec := record.Record{Version: version, Tombstone: tombstone, Value: value}
 	var buf [maxReplicas]int
 	reps := c.place.Replicas(key, from, buf[:0])
 	if len(reps) == 1 && reps[0] == c.topo.Self {
@@ -177,8 +183,12 @@ func (c *Coordinator) Write(key, value []byte, tombstone bool, ack, from int) er
 	}
 	newer, err := c.writeRound(key, &rec, reps, ack)
 	if err == nil && newer > rec.Version {
-		c.clock.Observe(newer)
-		rec.Version = c.clock.Next()
+		if err = c.clock.Observe(newer); err != nil {
+			return fmt.Errorf("write: %w", err)
+		}
+		if rec.Version, err = c.clock.Next(); err != nil {
+			return fmt.Errorf("write: %w", err)
+		}
 		_, err = c.writeRound(key, &rec, reps, ack)
 	}
 	return err

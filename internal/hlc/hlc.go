@@ -14,6 +14,13 @@
 // issues a smaller one afterwards. Two writes in the same millisecond from
 // different coordinators are therefore still ordered, deterministically, by
 // the node id. Comparing versions is plain integer comparison.
+//
+// Across restarts: with Restore, the clock keeps a persisted upper bound of
+// every version it has issued or observed, written before any version beyond
+// it is used, and restarts from that bound. Since a node stores only versions
+// its clock issued or observed, versions issued after a restart are newer
+// than everything already stored, even if the wall clock is behind them (a
+// peer's clock ran ahead, or the wall clock stepped back).
 package hlc
 
 import (
@@ -35,9 +42,15 @@ type Clock struct {
 	node uint64
 	now  func() time.Time
 
-	mu   sync.Mutex
-	last uint64 // last issued or observed version, node bits cleared
+	mu      sync.Mutex
+	last    uint64 // last issued or observed version, node bits cleared
+	bound   uint64 // persisted upper bound of last (0: not persisting)
+	persist func(bound uint64) error
 }
+
+// persistWindow is how far ahead of the clock the persisted bound is set:
+// about 10 s of clock time, so the bound is written about every 10 s.
+const persistWindow = 10_000 << (logicalBits + nodeBits)
 
 // New returns a clock for node id (0..MaxNodeID). now may be nil for the
 // wall clock; tests pass a fake.
@@ -51,11 +64,39 @@ func New(node int, now func() time.Time) (*Clock, error) {
 	return &Clock{node: uint64(node), now: now}, nil
 }
 
+// Restore makes the clock durable: it starts above bound (the last bound
+// persisted, 0 for none) and calls persist with a new bound, before using
+// any version beyond the current one. Call it before the clock is used.
+func (c *Clock) Restore(bound uint64, persist func(bound uint64) error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	bound &^= MaxNodeID
+	if bound > c.last {
+		c.last = bound
+	}
+	c.bound, c.persist = bound, persist
+}
+
+// advance moves last to v (node bits cleared), persisting a new bound first
+// when v passes the current one. The caller holds mu.
+func (c *Clock) advance(v uint64) error {
+	if c.persist != nil && v > c.bound {
+		nb := v + persistWindow
+		if err := c.persist(nb); err != nil {
+			return fmt.Errorf("hlc: persist clock bound: %w", err)
+		}
+		c.bound = nb
+	}
+	c.last = v
+	return nil
+}
+
 // Next returns a version greater than every version this clock has issued or
-// observed.
-func (c *Clock) Next() uint64 {
+// observed, since Restore's bound if it was restored.
+func (c *Clock) Next() (uint64, error) {
 	wall := uint64(c.now().UnixMilli()) << (logicalBits + nodeBits)
 	c.mu.Lock()
+	defer c.mu.Unlock()
 	v := c.last + 1<<nodeBits // same millisecond: next logical tick
 	if wall > v {
 		v = wall
@@ -63,20 +104,23 @@ func (c *Clock) Next() uint64 {
 	// Overflowing the logical counter carries into the millisecond field,
 	// which makes this clock run slightly ahead of the wall clock: allowed
 	// by the HLC, and it keeps versions strictly increasing.
-	c.last = v
-	c.mu.Unlock()
-	return v | c.node
+	if err := c.advance(v); err != nil {
+		return 0, err
+	}
+	return v | c.node, nil
 }
 
 // Observe advances the clock past a version seen from another node, so that
-// writes this node coordinates later are ordered after it.
-func (c *Clock) Observe(v uint64) {
+// writes this node coordinates later are ordered after it. A node must
+// observe a version before storing it (the restart guarantee relies on it).
+func (c *Clock) Observe(v uint64) error {
 	v &^= MaxNodeID
 	c.mu.Lock()
-	if v > c.last {
-		c.last = v
+	defer c.mu.Unlock()
+	if v <= c.last {
+		return nil
 	}
-	c.mu.Unlock()
+	return c.advance(v)
 }
 
 // Parts splits a version into its fields, for logs and tests.

@@ -1,6 +1,7 @@
 package hlc
 
 import (
+	"errors"
 	"sync"
 	"testing"
 	"time"
@@ -14,7 +15,7 @@ func TestStrictlyIncreasingWithFrozenClock(t *testing.T) {
 	require.NoError(t, err)
 	prev := uint64(0)
 	for i := 0; i < 10000; i++ { // more than 4096: overflows into the ms field
-		v := c.Next()
+		v := next(t, c)
 		require.Greater(t, v, prev)
 		_, _, node := Parts(v)
 		require.Equal(t, 3, node)
@@ -25,9 +26,9 @@ func TestStrictlyIncreasingWithFrozenClock(t *testing.T) {
 func TestClockStepsBack(t *testing.T) {
 	now := time.UnixMilli(1_700_000_000_000)
 	c, _ := New(0, func() time.Time { return now })
-	a := c.Next()
+	a := next(t, c)
 	now = now.Add(-time.Hour)
-	require.Greater(t, c.Next(), a)
+	require.Greater(t, next(t, c), a)
 }
 
 func TestSameMillisecondOrderedByNode(t *testing.T) {
@@ -35,7 +36,7 @@ func TestSameMillisecondOrderedByNode(t *testing.T) {
 	fixed := func() time.Time { return now }
 	a, _ := New(1, fixed)
 	b, _ := New(2, fixed)
-	va, vb := a.Next(), b.Next()
+	va, vb := next(t, a), next(t, b)
 	require.NotEqual(t, va, vb)
 	require.Greater(t, vb, va, "same ms and logical: the node id breaks the tie")
 }
@@ -43,9 +44,9 @@ func TestSameMillisecondOrderedByNode(t *testing.T) {
 func TestObserveOrdersCausally(t *testing.T) {
 	slow, _ := New(1, func() time.Time { return time.UnixMilli(1_000) })
 	fast, _ := New(2, func() time.Time { return time.UnixMilli(9_000) })
-	v := fast.Next()
-	slow.Observe(v)
-	require.Greater(t, slow.Next(), v, "a write after observing v is newer than v")
+	v := next(t, fast)
+	require.NoError(t, slow.Observe(v))
+	require.Greater(t, next(t, slow), v, "a write after observing v is newer than v")
 }
 
 func TestConcurrentUnique(t *testing.T) {
@@ -59,7 +60,11 @@ func TestConcurrentUnique(t *testing.T) {
 			defer wg.Done()
 			local := make([]uint64, 0, 1000)
 			for i := 0; i < 1000; i++ {
-				local = append(local, c.Next())
+				v, err := c.Next()
+				if err != nil {
+					panic(err)
+				}
+				local = append(local, v)
 			}
 			mu.Lock()
 			for _, v := range local {
@@ -77,4 +82,49 @@ func TestNodeRange(t *testing.T) {
 	require.Error(t, err)
 	_, err = New(-1, nil)
 	require.Error(t, err)
+}
+
+func next(t *testing.T, c *Clock) uint64 {
+	t.Helper()
+	v, err := c.Next()
+	require.NoError(t, err)
+	return v
+}
+
+// A restored clock issues versions above everything issued or observed
+// before the "restart", even when the wall clock is far behind them, and
+// never uses a version above the bound persisted so far.
+func TestRestoreSurvivesRestart(t *testing.T) {
+	wall := time.UnixMilli(1_700_000_000_000)
+	clockAt := func() time.Time { return wall }
+	var persisted uint64
+	persist := func(b uint64) error { persisted = b; return nil }
+
+	c, _ := New(1, clockAt)
+	c.Restore(0, persist)
+	var highest uint64
+	for i := 0; i < 100; i++ {
+		v := next(t, c)
+		require.LessOrEqual(t, v, persisted|MaxNodeID, "a version beyond the persisted bound")
+		highest = v
+	}
+	future := uint64(wall.Add(time.Hour).UnixMilli()) << (logicalBits + nodeBits)
+	require.NoError(t, c.Observe(future))
+	require.GreaterOrEqual(t, persisted, future, "observed versions are covered by the bound first")
+
+	// Restart: a new clock, the wall clock even earlier than before.
+	wall = wall.Add(-time.Minute)
+	c2, _ := New(1, clockAt)
+	c2.Restore(persisted, persist)
+	v := next(t, c2)
+	require.Greater(t, v, future)
+	require.Greater(t, v, highest)
+}
+
+func TestPersistFailureStopsTheClock(t *testing.T) {
+	c, _ := New(0, nil)
+	c.Restore(0, func(uint64) error { return errors.New("disk full") })
+	_, err := c.Next()
+	require.ErrorContains(t, err, "disk full")
+	require.ErrorContains(t, c.Observe(1<<62), "disk full")
 }

@@ -70,7 +70,10 @@ func (s *Server) internalEntity(ctx *fasthttp.RequestCtx) metrics.Op {
 		fail(ctx, badRequest("bad record envelope"))
 		return op
 	}
-	s.Clock.Observe(rec.Version)
+	if err := s.Clock.Observe(rec.Version); err != nil { // before storing it
+		s.replicaError(ctx, err)
+		return op
+	}
 	// A newer version already here means the coordinator's clock is
 	// behind this key: refuse and tell it, so it can rewrite above it (see
 	// cluster.Coordinator.Write). Equal is the same write repeated: apply.

@@ -132,6 +132,12 @@ func Start(cfg Config) (_ *Node, err error) {
 	if err != nil {
 		return nil, err
 	}
+	// Versions issued after a restart must be newer than every stored one.
+	bound, err := n.store.ClockBound()
+	if err != nil {
+		return nil, err
+	}
+	clock.Restore(bound, n.store.SetClockBound)
 	if n.cache, err = cache.New(cfg.CacheBytes); err != nil {
 		return nil, err
 	}

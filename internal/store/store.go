@@ -9,6 +9,7 @@ package store
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -25,6 +26,8 @@ const (
 	// layoutKey holds layoutVersion; it sorts before every data key.
 	layoutKey     = "\x00layout"
 	layoutVersion = "dhtkv-layout-1"
+	// clockKey holds the node clock's persisted upper bound (package hlc).
+	clockKey = "\x00clock"
 )
 
 // FormatMajorVersion is pinned rather than left to Pebble's default so that
@@ -122,6 +125,32 @@ func (s *Store) checkLayout() error {
 	defer closer.Close()
 	if string(v) != layoutVersion {
 		return fmt.Errorf("open store %s: layout %q, this release reads %q", s.dir, v, layoutVersion)
+	}
+	return nil
+}
+
+// ClockBound returns the clock bound persisted by SetClockBound (0 if none).
+func (s *Store) ClockBound() (uint64, error) {
+	v, closer, err := s.db.Get([]byte(clockKey))
+	if errors.Is(err, pebble.ErrNotFound) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("read clock bound in %s: %w", s.dir, err)
+	}
+	defer closer.Close()
+	if len(v) != 8 {
+		return 0, fmt.Errorf("read clock bound in %s: %d bytes, want 8", s.dir, len(v))
+	}
+	return binary.BigEndian.Uint64(v), nil
+}
+
+// SetClockBound durably records the clock's upper bound. It is always
+// synced: the bound must be on disk before any version above the previous
+// one is used.
+func (s *Store) SetClockBound(bound uint64) error {
+	if err := s.db.Set([]byte(clockKey), binary.BigEndian.AppendUint64(nil, bound), pebble.Sync); err != nil {
+		return fmt.Errorf("write clock bound in %s: %w", s.dir, err)
 	}
 	return nil
 }
