@@ -73,12 +73,6 @@ func NewCoordinator(topo Topology, clock *hlc.Clock, local *replica.Replica, po 
 // Topology returns the cluster's topology.
 func (c *Coordinator) Topology() Topology { return c.topo }
 
-// Placement returns the key placement.
-func (c *Coordinator) Placement() *Placement { return c.place }
-
-// Peer returns the client for node i (nil for this node).
-func (c *Coordinator) Peer(i int) *Peer { return c.peers[i] }
-
 // Timeout is the per-request replica deadline.
 func (c *Coordinator) Timeout() time.Duration { return c.timeout }
 
