@@ -43,11 +43,7 @@ func benchCluster(b *testing.B, nodes int) *testcluster.Cluster {
 // values (SetBytes) and records/s.
 func benchScan(b *testing.B, c *testcluster.Cluster, query string) {
 	client := &http.Client{Timeout: time.Minute}
-	var payload int64
-	for i := range benchRecords {
-		payload += int64(len(genKey(i)) + benchValueSize - i%251)
-	}
-	b.SetBytes(payload)
+	b.SetBytes(benchPayload())
 	b.ReportAllocs()
 	b.ResetTimer()
 	for range b.N {
@@ -74,11 +70,7 @@ func BenchmarkScanLocalBinary(b *testing.B) {
 func BenchmarkScanLocalChunks(b *testing.B) {
 	c := benchCluster(b, 1)
 	client := &http.Client{Timeout: time.Minute}
-	var payload int64
-	for i := range benchRecords {
-		payload += int64(len(genKey(i)) + benchValueSize - i%251)
-	}
-	b.SetBytes(payload)
+	b.SetBytes(benchPayload())
 	b.ReportAllocs()
 	b.ResetTimer()
 	for range b.N {
@@ -86,7 +78,7 @@ func BenchmarkScanLocalChunks(b *testing.B) {
 		require.NoError(b, err)
 		n, err := io.Copy(io.Discard, resp.Body)
 		require.NoError(b, err)
-		require.Equal(b, payload+benchRecords, n) // one '\n' per record
+		require.Equal(b, benchPayload()+benchRecords, n) // one '\n' per record
 		resp.Body.Close()
 	}
 	b.ReportMetric(float64(benchRecords)*float64(b.N)/b.Elapsed().Seconds(), "records/s")
@@ -94,4 +86,13 @@ func BenchmarkScanLocalChunks(b *testing.B) {
 
 func BenchmarkScanClusterBinary(b *testing.B) {
 	benchScan(b, benchCluster(b, 3), "start=key&format=binary&scope=cluster")
+}
+
+// benchPayload is the bytes of keys and values in the benchmark range.
+func benchPayload() int64 {
+	var payload int64
+	for i := range benchRecords {
+		payload += int64(len(genKey(i)) + benchValueSize - i%251)
+	}
+	return payload
 }
