@@ -37,6 +37,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.Int64Var(&cfg.CacheBytes, "cache-bytes", cfg.CacheBytes, "read cache capacity in `bytes` (0 disables the cache)")
 	fs.Int64Var(&cfg.BlockCacheBytes, "block-cache-bytes", cfg.BlockCacheBytes, "Pebble block cache in `bytes`")
 	memtable := fs.Int64("memtable-bytes", int64(cfg.MemTableBytes), "Pebble memtable size in `bytes` (up to 4 in memory)")
+	fs.IntVar(&cfg.L0CompactionThreshold, "l0-compaction-threshold", cfg.L0CompactionThreshold, "L0 sublevels that trigger a compaction into the level below (writes stall at 4x)")
 	fs.BoolVar(&cfg.Sync, "sync", cfg.Sync, "fsync the WAL before acknowledging each write (false: fast, can lose acknowledged writes on a crash)")
 	fs.IntVar(&cfg.MaxKeyBytes, "max-key-bytes", cfg.MaxKeyBytes, "longest key in `bytes` (400 beyond)")
 	fs.IntVar(&cfg.MaxValueBytes, "max-value-bytes", cfg.MaxValueBytes, "largest value in `bytes` (413 beyond)")
@@ -71,6 +72,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	cfg.MemTableBytes = uint64(*memtable)
+	if cfg.L0CompactionThreshold < 1 {
+		fmt.Fprintf(stderr, "dhtkv: --l0-compaction-threshold must be at least 1\n")
+		return 2
+	}
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
 		fmt.Fprintf(stderr, "dhtkv: --log-level: %v\n", err)

@@ -36,6 +36,8 @@ type Config struct {
 	BlockCacheBytes int64 // Pebble block cache
 	MemTableBytes   uint64
 	Sync            bool
+	// L0CompactionThreshold: see store.Options.
+	L0CompactionThreshold int
 
 	MaxKeyBytes    int
 	MaxValueBytes  int
@@ -58,21 +60,22 @@ type Config struct {
 // DefaultConfig returns the defaults the flags document.
 func DefaultConfig() Config {
 	return Config{
-		Listen:          "127.0.0.1:8080",
-		DataDir:         "./data/node1",
-		CacheBytes:      64 << 20,
-		BlockCacheBytes: 64 << 20,
-		MemTableBytes:   16 << 20,
-		Sync:            true,
-		MaxKeyBytes:     1024,
-		MaxValueBytes:   16 << 20,
-		MaxHeaderBytes:  8 << 10,
-		ReadTimeout:     30 * time.Second,
-		WriteTimeout:    30 * time.Second,
-		IdleTimeout:     2 * time.Minute,
-		ReplicaTimeout:  300 * time.Millisecond,
-		ReadHedgeDelay:  5 * time.Millisecond,
-		PeerMaxConns:    256,
+		Listen:                "127.0.0.1:8080",
+		DataDir:               "./data/node1",
+		CacheBytes:            64 << 20,
+		BlockCacheBytes:       64 << 20,
+		MemTableBytes:         16 << 20,
+		Sync:                  true,
+		L0CompactionThreshold: 16,
+		MaxKeyBytes:           1024,
+		MaxValueBytes:         16 << 20,
+		MaxHeaderBytes:        8 << 10,
+		ReadTimeout:           30 * time.Second,
+		WriteTimeout:          30 * time.Second,
+		IdleTimeout:           2 * time.Minute,
+		ReplicaTimeout:        300 * time.Millisecond,
+		ReadHedgeDelay:        5 * time.Millisecond,
+		PeerMaxConns:          256,
 	}
 }
 
@@ -127,7 +130,7 @@ func Start(cfg Config) (_ *Node, err error) {
 		}
 	}()
 	n.store, err = store.Open(cfg.DataDir, store.Options{
-		Sync: cfg.Sync, BlockCacheBytes: cfg.BlockCacheBytes, MemTableBytes: cfg.MemTableBytes, Logger: log,
+		Sync: cfg.Sync, L0CompactionThreshold: cfg.L0CompactionThreshold, BlockCacheBytes: cfg.BlockCacheBytes, MemTableBytes: cfg.MemTableBytes, Logger: log,
 	})
 	if err != nil {
 		return nil, err
