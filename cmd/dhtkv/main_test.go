@@ -165,6 +165,7 @@ func TestFlags(t *testing.T) {
 		{[]string{"--listen", "127.0.0.1:0", "--cluster", "http://127.0.0.1:1,http://127.0.0.1:2", "--self", "http://127.0.0.1:3"}, 1, "is not in --cluster"},
 		{[]string{"--listen", "127.0.0.1:0", "--cluster", "127.0.0.1:1"}, 1, "bad node URL"},
 		{[]string{"--listen", "127.0.0.1:0", "--replica-timeout", "0s"}, 1, "replica-timeout"},
+		{[]string{"--listen", "127.0.0.1:0", "--peer-conns", "0"}, 1, "peer-conns"},
 		{[]string{"--listen", "127.0.0.1:0", "--max-key-bytes", "0"}, 1, "limits"},
 	} {
 		var out, errb bytes.Buffer

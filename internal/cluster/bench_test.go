@@ -92,7 +92,7 @@ func BenchmarkCoordinatorHandler(b *testing.B) {
 	require.NoError(b, err)
 	local := &replica.Replica{Store: st, Cache: ca}
 	m := metrics.New()
-	coord := cluster.NewCoordinator(topo, clock, local, cluster.PeerOptions{Timeout: time.Second, MaxConns: 64}, m, log)
+	coord := cluster.NewCoordinator(topo, clock, local, cluster.PeerOptions{Timeout: time.Second}, m, log)
 	defer coord.Close()
 	api := &httpapi.Server{Coord: coord, Local: local, Clock: clock, Metrics: m, Log: log,
 		Limits: httpapi.Limits{MaxKeyBytes: 1024, MaxValueBytes: 1 << 20}}

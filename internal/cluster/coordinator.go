@@ -63,8 +63,8 @@ func NewCoordinator(topo Topology, clock *hlc.Clock, local *replica.Replica, po 
 	}
 	for i, u := range topo.Nodes {
 		if i != topo.Self {
-			c.peers[i] = NewPeer(u, po)
 			c.peerM[i] = m.Peer(u)
+			c.peers[i] = NewPeer(u, po, c.peerM[i])
 		}
 	}
 	return c

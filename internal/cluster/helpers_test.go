@@ -1,6 +1,8 @@
 package cluster_test
 
 import (
+	"bytes"
+	"encoding/binary"
 	"fmt"
 	"io"
 	"net/http"
@@ -86,44 +88,70 @@ func newClient(t testing.TB) *testcluster.Client {
 	return cl
 }
 
-func internalURL(base, key string) string {
-	return base + cluster.InternalPath + "?id=" + url.QueryEscape(key)
+// internalBatch posts a raw batch body to node base and returns the status
+// and the answer's body.
+func internalBatch(t testing.TB, cl *testcluster.Client, base string, body []byte, secret string) (int, []byte) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, base+cluster.BatchPath, bytes.NewReader(body))
+	require.NoError(t, err)
+	if secret != "" {
+		req.Header.Set(cluster.SecretHeader, secret)
+	}
+	resp, err := cl.HTTP.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	out, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	return resp.StatusCode, out
 }
 
-// internalGet reads key from node base's local replica only.
+// internalGet reads key from node base's local replica only, through a
+// batch of one read: 200 and the record, 404 if never written there, or
+// the batch's own status when it was refused.
 func internalGet(t testing.TB, cl *testcluster.Client, base, key, secret string) (int, record.Record) {
 	t.Helper()
-	req, err := http.NewRequest(http.MethodGet, internalURL(base, key), nil)
-	require.NoError(t, err)
-	if secret != "" {
-		req.Header.Set(cluster.SecretHeader, secret)
+	code, out := internalBatch(t, cl, base, cluster.AppendBatchOp(nil, cluster.OpRead, []byte(key), nil), secret)
+	if code != http.StatusOK {
+		return code, record.Record{}
 	}
-	resp, err := cl.HTTP.Do(req)
-	require.NoError(t, err)
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	require.NoError(t, err)
-	if resp.StatusCode != http.StatusOK {
-		return resp.StatusCode, record.Record{}
+	require.NotEmpty(t, out)
+	switch out[0] {
+	case cluster.ResNotFound:
+		require.Len(t, out, 1)
+		return http.StatusNotFound, record.Record{}
+	case cluster.ResFound:
+		n, w := binary.Uvarint(out[1:])
+		require.Positive(t, w)
+		require.Equal(t, int(n), len(out)-1-w, "one result, the whole answer")
+		rec, err := record.Decode(out[1+w:])
+		require.NoError(t, err, "the result is an envelope")
+		return http.StatusOK, rec.Clone()
 	}
-	rec, err := record.Decode(body)
-	require.NoError(t, err, "internal GET body is an envelope")
-	return resp.StatusCode, rec.Clone()
+	t.Fatalf("unexpected result %q", out)
+	return 0, record.Record{}
 }
 
-// internalPut writes an explicit envelope into node base's local replica.
+// internalPut writes an explicit envelope into node base's local replica
+// through a batch of one write: 201 applied, 409 refused because a newer
+// version is there, or the batch's own status when it was refused.
 func internalPut(t testing.TB, cl *testcluster.Client, base, key string, rec record.Record, secret string) int {
 	t.Helper()
-	req, err := http.NewRequest(http.MethodPut, internalURL(base, key), strings.NewReader(string(rec.Encode())))
-	require.NoError(t, err)
-	if secret != "" {
-		req.Header.Set(cluster.SecretHeader, secret)
+	code, out := internalBatch(t, cl, base, cluster.AppendBatchOp(nil, cluster.OpWrite, []byte(key), rec.Encode()), secret)
+	if code != http.StatusOK {
+		return code
 	}
-	resp, err := cl.HTTP.Do(req)
-	require.NoError(t, err)
-	defer resp.Body.Close()
-	_, _ = io.Copy(io.Discard, resp.Body)
-	return resp.StatusCode
+	require.NotEmpty(t, out)
+	switch out[0] {
+	case cluster.ResApplied:
+		require.Len(t, out, 1)
+		return http.StatusCreated
+	case cluster.ResNewer:
+		require.Len(t, out, 9)
+		require.Greater(t, binary.BigEndian.Uint64(out[1:]), rec.Version)
+		return http.StatusConflict
+	}
+	t.Fatalf("unexpected result %q", out)
+	return 0
 }
 
 // holders returns the running nodes whose local replica has key (live or

@@ -4,7 +4,9 @@ package cluster_test
 // replica), the public API cannot forge one, and --cluster-secret guards it.
 
 import (
+	"bytes"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -79,17 +81,75 @@ func TestReplicaLastWriteWins(t *testing.T) {
 	code, _ := internalGet(t, cl, base, "never", "")
 	require.Equal(t, http.StatusNotFound, code)
 
-	// Bad envelopes are rejected, not stored.
-	for name, body := range map[string][]byte{
-		"short":     []byte("x"),
-		"format":    append([]byte{9, 0}, make([]byte, 8)...),
-		"version 0": (&record.Record{Version: 0, Value: []byte("v")}).Encode(),
+}
+
+// TestInternalBatch: one batch mixes reads and writes and gets one result
+// per operation in order; a malformed batch is refused whole (400, nothing
+// stored), a wrong method gets 405.
+func TestInternalBatch(t *testing.T) {
+	c := testcluster.Start(t, 1)
+	cl := newClient(t)
+	base := c.URL(0)
+	now := time.Now()
+	v1, v2 := versionAt(now, 1, 3), versionAt(now, 2, 3)
+	require.Equal(t, http.StatusCreated, internalPut(t, cl, base, "held", record.Record{Version: v2, Value: []byte("held")}, ""))
+
+	var body []byte
+	body = cluster.AppendBatchOp(body, cluster.OpWrite, []byte("a"), (&record.Record{Version: v1, Value: []byte("A")}).Encode())
+	body = cluster.AppendBatchOp(body, cluster.OpRead, []byte("held"), nil)
+	body = cluster.AppendBatchOp(body, cluster.OpWrite, []byte("held"), (&record.Record{Version: v1, Value: []byte("older")}).Encode())
+	body = cluster.AppendBatchOp(body, cluster.OpRead, []byte("never"), nil)
+	body = cluster.AppendBatchOp(body, cluster.OpWrite, []byte("b"), (&record.Record{Version: v1, Tombstone: true}).Encode())
+	code, out := internalBatch(t, cl, base, body, "")
+	require.Equal(t, http.StatusOK, code)
+	held := (&record.Record{Version: v2, Value: []byte("held")}).Encode()
+	want := []byte{cluster.ResApplied}
+	want = cluster.AppendResultFound(want, held[:record.HeaderSize], held[record.HeaderSize:])
+	want = cluster.AppendResultNewer(want, v2)
+	want = append(want, cluster.ResNotFound, cluster.ResApplied)
+	require.Equal(t, want, out)
+	_, rec := internalGet(t, cl, base, "a", "")
+	require.Equal(t, "A", string(rec.Value))
+	_, rec = internalGet(t, cl, base, "b", "")
+	require.True(t, rec.Tombstone)
+	expectValue(t, cl, base, "held", 1, 1, "held")
+
+	// Refused whole: nothing of the batch is stored, even its valid first
+	// operation.
+	good := cluster.AppendBatchOp(nil, cluster.OpWrite, []byte("k4"), (&record.Record{Version: v1, Value: []byte("v")}).Encode())
+	tooMany := []byte{}
+	for range cluster.MaxBatchOps + 1 {
+		tooMany = cluster.AppendBatchOp(tooMany, cluster.OpRead, []byte("x"), nil)
+	}
+	for name, tc := range map[string]struct {
+		body []byte
+		code int
+	}{
+		"short envelope":  {cluster.AppendBatchOp(good, cluster.OpWrite, []byte("k5"), []byte("x")), http.StatusBadRequest},
+		"envelope format": {cluster.AppendBatchOp(good, cluster.OpWrite, []byte("k5"), append([]byte{9, 0}, make([]byte, 8)...)), http.StatusBadRequest},
+		"version 0":       {cluster.AppendBatchOp(good, cluster.OpWrite, []byte("k5"), (&record.Record{Value: []byte("v")}).Encode()), http.StatusBadRequest},
+		"unknown kind":    {append(slices.Clone(good), 'x', 1, 'k'), http.StatusBadRequest},
+		"cut short":       {good[:len(good)-1], http.StatusBadRequest},
+		"length too big":  {append(slices.Clone(good), cluster.OpRead, 0xff, 0xff, 0x03, 'k'), http.StatusBadRequest},
+		"empty key":       {cluster.AppendBatchOp(good, cluster.OpRead, nil, nil), http.StatusBadRequest},
+		"long key":        {cluster.AppendBatchOp(good, cluster.OpRead, bytes.Repeat([]byte("k"), 1025), nil), http.StatusBadRequest},
+		"too many":        {append(slices.Clone(good), tooMany...), http.StatusBadRequest},
 	} {
-		code, _ := cl.Do(t, http.MethodPut, internalURL(base, "k4"), body)
-		require.Equal(t, http.StatusBadRequest, code, name)
+		code, out := internalBatch(t, cl, base, tc.body, "")
+		require.Equal(t, tc.code, code, name)
+		require.Equal(t, 1, bytes.Count(out, []byte("\n")), "%s: a one-line reason: %q", name, out)
 	}
 	code, _ = internalGet(t, cl, base, "k4", "")
 	require.Equal(t, http.StatusNotFound, code)
+
+	for _, m := range []string{http.MethodGet, http.MethodPut, http.MethodDelete} {
+		code, _ := cl.Do(t, m, base+cluster.BatchPath, good)
+		require.Equal(t, http.StatusMethodNotAllowed, code, m)
+	}
+	// An empty batch is valid and answers nothing.
+	code, out = internalBatch(t, cl, base, nil, "")
+	require.Equal(t, http.StatusOK, code)
+	require.Empty(t, out)
 }
 
 // TestPublicPutCannotForgeVersion: whatever a client sends to /v0/entity,

@@ -1,34 +1,21 @@
 package cluster
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
 	"net"
-	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/dhtkv/dhtkv/internal/metrics"
 	"github.com/dhtkv/dhtkv/internal/record"
 )
-
-// InternalPath is where nodes send each other replica reads and writes. It is
-// separate from the public /v0/entity so that only node-to-node traffic can
-// carry a version: the public API always gets a fresh version from the
-// coordinator's clock, so clients cannot forge one.
-//
-//	GET /v0/internal/entity?id=K            → 200 + envelope, or 404 (never written)
-//	PUT /v0/internal/entity?id=K + envelope → 201 applied, or
-//	                                          409 + VersionHeader: the replica
-//	                                          holds that newer version, nothing written
-const InternalPath = "/v0/internal/entity"
-
-// VersionHeader carries, on a 409 answer to an internal PUT, the newer
-// version the replica already holds (decimal).
-const VersionHeader = "X-Dhtkv-Version"
 
 // SecretHeader carries --cluster-secret on internal requests.
 const SecretHeader = "X-Dhtkv-Secret"
@@ -37,29 +24,72 @@ const SecretHeader = "X-Dhtkv-Secret"
 type PeerOptions struct {
 	// Timeout bounds dial, read and write of one replica call.
 	Timeout time.Duration
-	// MaxConns bounds the pooled connections to the peer.
-	MaxConns int
-	Secret   string
+	// Conns is how many batches may be in flight to the peer at once: the
+	// number of sender goroutines, each with one pooled connection in use
+	// (default 4). Fewer means larger batches, more means less waiting
+	// behind a slow batch; on the 2-core benchmark machine 2 and 4 were
+	// alike and 8 was slower (docs/benchmarks.md).
+	Conns int
+	// MaxBatchBytes bounds one batch's body (default 256 KiB); a single
+	// larger operation goes alone. Keep it below the peers' request body
+	// limit (--max-value-bytes).
+	MaxBatchBytes int
+	Secret        string
 	// ReadHedgeDelay is how long a read waits for its first `ack`
 	// replicas before asking the others too (0: ask all at once).
 	ReadHedgeDelay time.Duration
 }
 
+// queueLen bounds the calls waiting for a sender. A full queue fails a call
+// at once (overload) rather than letting it wait without bound.
+const queueLen = 4096
+
 // Peer is the client for one other node: a fasthttp HostClient created at
-// start-up, with pooled connections, reused for the node's lifetime.
+// start-up, with pooled connections, reused for the node's lifetime, and
+// the sender goroutines that batch calls onto it (see BatchPath).
+//
+// Get and Apply enqueue a call and wait for it. A sender takes the oldest
+// waiting call plus every other call waiting at that moment (up to a
+// batch's bounds), sends them in one request with the earliest of their
+// deadlines, and hands each call its result. Calls whose deadline passed
+// while queued fail without being sent; the queue is first in, first out,
+// so a call waits at most for batches whose deadlines come before its
+// own. Every call therefore ends by its deadline, and the coordinator's
+// goroutines never wait longer than they would on a direct request.
 type Peer struct {
-	url    string
-	client *fasthttp.HostClient
-	secret string
+	url      string
+	batchURL string
+	client   *fasthttp.HostClient
+	secret   string
+	maxBatch int
+	m        *metrics.PeerMetrics // nil: no metrics
+
+	mu      sync.RWMutex // guards closed against enqueues racing Close
+	closed  bool
+	queue   chan *call
+	stop    chan struct{}
+	senders sync.WaitGroup
 }
 
-// NewPeer prepares the client for baseURL (http://host:port).
-func NewPeer(baseURL string, o PeerOptions) *Peer {
+// NewPeer prepares the client for baseURL (http://host:port) and starts its
+// senders; Close stops them. m may be nil.
+func NewPeer(baseURL string, o PeerOptions, m *metrics.PeerMetrics) *Peer {
 	addr := strings.TrimPrefix(baseURL, "http://")
 	timeout := o.Timeout
-	return &Peer{
-		url:    baseURL,
-		secret: o.Secret,
+	if o.Conns <= 0 {
+		o.Conns = 4
+	}
+	if o.MaxBatchBytes <= 0 {
+		o.MaxBatchBytes = 256 << 10
+	}
+	p := &Peer{
+		url:      baseURL,
+		batchURL: baseURL + BatchPath,
+		secret:   o.Secret,
+		maxBatch: o.MaxBatchBytes,
+		m:        m,
+		queue:    make(chan *call, queueLen),
+		stop:     make(chan struct{}),
 		client: &fasthttp.HostClient{
 			Addr: addr,
 			Name: "dhtkv-replica",
@@ -67,20 +97,19 @@ func NewPeer(baseURL string, o PeerOptions) *Peer {
 			// from connect immediately); a silent host fails after the
 			// timeout, not the OS default of minutes.
 			Dial:     func(a string) (net.Conn, error) { return fasthttp.DialTimeout(a, timeout) },
-			MaxConns: o.MaxConns,
-			// When all MaxConns are busy, wait for one up to the replica
-			// timeout instead of failing at once with ErrNoFreeConns: a burst
-			// is queued, a stuck peer is still bounded by the deadline.
+			MaxConns: o.Conns,
+			// Each sender uses one connection at a time, so none waits for
+			// a free one; should that change, a wait is still bounded.
 			MaxConnWaitTimeout: timeout,
-			// fasthttp retries idempotent requests (GET and, by its rules,
-			// PUT) up to 5 times by default, on any error. A blanket retry
-			// hides failures from the coordinator and multiplies load on a
-			// struggling peer. One retry is allowed, and only when a pooled
-			// keep-alive connection turned out to be dead (the peer
-			// restarted): without it the first request per pooled
-			// connection after a peer restart fails. Internal requests
-			// carry their version, so a repeat is harmless; timeouts are
-			// never retried and the request deadline still bounds the call.
+			// fasthttp retries idempotent requests up to 5 times by
+			// default, on any error. A blanket retry hides failures from
+			// the coordinator and multiplies load on a struggling peer.
+			// One retry is allowed, and only when a pooled keep-alive
+			// connection turned out to be dead (the peer restarted):
+			// without it the first request per pooled connection after a
+			// peer restart fails. A batch carries versions, so a repeat is
+			// harmless; timeouts are never retried and the request
+			// deadline still bounds the call.
 			MaxIdemponentCallAttempts: 2,
 			RetryIfErr: func(_ *fasthttp.Request, _ int, err error) (bool, bool) {
 				return false, isDeadConn(err)
@@ -91,6 +120,11 @@ func NewPeer(baseURL string, o PeerOptions) *Peer {
 			NoDefaultUserAgentHeader: true,
 		},
 	}
+	p.senders.Add(o.Conns)
+	for range o.Conns {
+		go p.sender()
+	}
+	return p
 }
 
 // isDeadConn reports errors that mean a pooled connection was closed by the
@@ -100,8 +134,19 @@ func isDeadConn(err error) bool {
 		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
 }
 
-// Close drops the pooled idle connections to the peer (on shutdown).
-func (p *Peer) Close() { p.client.CloseIdleConnections() }
+// Close stops the senders (calls still queued fail) and drops the pooled
+// idle connections to the peer. The coordinator closes its peers only
+// after its own calls have ended.
+func (p *Peer) Close() {
+	p.mu.Lock()
+	if !p.closed {
+		p.closed = true
+		close(p.stop)
+	}
+	p.mu.Unlock()
+	p.senders.Wait()
+	p.client.CloseIdleConnections()
+}
 
 // URL is the peer's base URL.
 func (p *Peer) URL() string { return p.url }
@@ -111,23 +156,12 @@ type errStatus struct{ code int }
 
 func (e errStatus) Error() string { return fmt.Sprintf("status %d", e.code) }
 
-// ErrTimeout marks a replica call that ran out of time.
+// ErrTimeout marks a replica call that ran out of time (or could not even
+// be queued because the peer's queue was full).
 var ErrTimeout = errors.New("replica timeout")
 
-func (p *Peer) newRequest(method string, key []byte) *fasthttp.Request {
-	req := fasthttp.AcquireRequest()
-	uri := make([]byte, 0, len(p.url)+len(InternalPath)+4+len(key)*3)
-	uri = append(uri, p.url...)
-	uri = append(uri, InternalPath...)
-	uri = append(uri, "?id="...)
-	uri = fasthttp.AppendQuotedArg(uri, key)
-	req.SetRequestURIBytes(uri)
-	req.Header.SetMethod(method)
-	if p.secret != "" {
-		req.Header.Set(SecretHeader, p.secret)
-	}
-	return req
-}
+// ErrPeerClosed fails calls made or still queued when the peer client closes.
+var ErrPeerClosed = errors.New("peer client closed")
 
 func classify(err error) error {
 	if errors.Is(err, fasthttp.ErrTimeout) || errors.Is(err, fasthttp.ErrDialTimeout) ||
@@ -137,51 +171,212 @@ func classify(err error) error {
 	return err
 }
 
+// call is one replica operation waiting for a sender. Calls are pooled:
+// the waiter owns it again once done has fired.
+type call struct {
+	kind     byte
+	key      []byte
+	envelope []byte // writes
+	deadline time.Time
+
+	// Set by the sender before it signals done.
+	res batchResult
+	err error
+
+	done chan struct{}
+}
+
+var calls = sync.Pool{New: func() any { return &call{done: make(chan struct{}, 1)} }}
+
+// do enqueues c and waits for its result.
+func (p *Peer) do(c *call) {
+	var err error
+	p.mu.RLock()
+	if p.closed {
+		err = ErrPeerClosed
+	} else {
+		select {
+		case p.queue <- c: // c belongs to the senders until done fires
+		default:
+			err = fmt.Errorf("%w: %d calls already queued", ErrTimeout, queueLen)
+		}
+	}
+	p.mu.RUnlock()
+	if err != nil {
+		c.err = err
+		return
+	}
+	<-c.done
+}
+
+func (c *call) finish(err error) {
+	c.err = err
+	c.done <- struct{}{}
+}
+
 // Get fetches key's record from the peer. found is false when the peer has
 // never seen the key. The record owns its memory.
 func (p *Peer) Get(key []byte, deadline time.Time) (rec record.Record, found bool, err error) {
-	req := p.newRequest(fasthttp.MethodGet, key)
-	resp := fasthttp.AcquireResponse()
-	defer fasthttp.ReleaseRequest(req)
-	defer fasthttp.ReleaseResponse(resp)
-	if err := p.client.DoDeadline(req, resp, deadline); err != nil {
-		return record.Record{}, false, fmt.Errorf("get from %s: %w", p.url, classify(err))
-	}
-	switch resp.StatusCode() {
-	case fasthttp.StatusOK:
-		rec, err := record.Decode(resp.Body())
-		if err != nil {
-			return record.Record{}, false, fmt.Errorf("get from %s: %w", p.url, err)
-		}
-		return rec.Clone(), true, nil // resp's buffer is reused
-	case fasthttp.StatusNotFound:
+	c := calls.Get().(*call)
+	defer calls.Put(c)
+	*c = call{kind: OpRead, key: key, deadline: deadline, done: c.done}
+	p.do(c)
+	switch {
+	case c.err != nil:
+		return record.Record{}, false, fmt.Errorf("get from %s: %w", p.url, c.err)
+	case c.res.code == ResNotFound:
 		return record.Record{}, false, nil
-	default:
-		return record.Record{}, false, fmt.Errorf("get from %s: %w", p.url, errStatus{resp.StatusCode()})
 	}
+	rec, err = record.Decode(c.res.envelope) // the sender cloned it
+	if err != nil {
+		return record.Record{}, false, fmt.Errorf("get from %s: %w", p.url, err)
+	}
+	return rec, true, nil
 }
 
 // Apply sends an encoded envelope for key to the peer. newer is non-zero
 // when the peer already holds a newer version of key and wrote nothing.
 func (p *Peer) Apply(key, envelope []byte, deadline time.Time) (newer uint64, err error) {
-	req := p.newRequest(fasthttp.MethodPut, key)
-	req.SetBodyRaw(envelope) // shared read-only by all fan-out goroutines
-	resp := fasthttp.AcquireResponse()
+	c := calls.Get().(*call)
+	defer calls.Put(c)
+	*c = call{kind: OpWrite, key: key, envelope: envelope, deadline: deadline, done: c.done}
+	p.do(c)
+	switch {
+	case c.err != nil:
+		return 0, fmt.Errorf("apply to %s: %w", p.url, c.err)
+	case c.res.code == ResNewer:
+		if c.res.version == 0 {
+			return 0, fmt.Errorf("apply to %s: refused without a version", p.url)
+		}
+		return c.res.version, nil
+	}
+	return 0, nil
+}
+
+// sender sends batches until Close; see Peer.
+func (p *Peer) sender() {
+	defer p.senders.Done()
+	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseRequest(req)
 	defer fasthttp.ReleaseResponse(resp)
-	if err := p.client.DoDeadline(req, resp, deadline); err != nil {
-		return 0, fmt.Errorf("apply to %s: %w", p.url, classify(err))
-	}
-	switch resp.StatusCode() {
-	case fasthttp.StatusCreated:
-		return 0, nil
-	case fasthttp.StatusConflict:
-		v, err := strconv.ParseUint(string(resp.Header.Peek(VersionHeader)), 10, 64)
-		if err != nil || v == 0 {
-			return 0, fmt.Errorf("apply to %s: 409 without a version", p.url)
+	var (
+		batch []*call
+		body  []byte
+		carry *call // taken from the queue but over the previous batch's bound
+	)
+	for {
+		first := carry
+		carry = nil
+		select { // a closed peer stops first: nothing more is sent
+		case <-p.stop:
+			if first != nil {
+				first.finish(ErrPeerClosed)
+			}
+			p.failQueued()
+			return
+		default:
 		}
-		return v, nil
-	default:
-		return 0, fmt.Errorf("apply to %s: %w", p.url, errStatus{resp.StatusCode()})
+		if first == nil {
+			select {
+			case first = <-p.queue:
+			case <-p.stop:
+				p.failQueued()
+				return
+			}
+		}
+		batch = append(batch[:0], first)
+		size := batchOpSize(first.key, first.envelope)
+	fill:
+		for len(batch) < MaxBatchOps {
+			select {
+			case c := <-p.queue:
+				if n := batchOpSize(c.key, c.envelope); size+n <= p.maxBatch {
+					batch, size = append(batch, c), size+n
+					continue
+				}
+				carry = c
+			default:
+			}
+			break fill
+		}
+		body = p.send(batch, req, resp, body)
 	}
+}
+
+// failQueued fails the calls left in the queue of a closed peer. Close holds
+// enqueues off (closed is set under mu), so the queue only shrinks.
+func (p *Peer) failQueued() {
+	for {
+		select {
+		case c := <-p.queue:
+			c.finish(ErrPeerClosed)
+		default:
+			return
+		}
+	}
+}
+
+// send sends one batch and finishes every call in it. It returns body, the
+// request buffer, for reuse.
+func (p *Peer) send(batch []*call, req *fasthttp.Request, resp *fasthttp.Response, body []byte) []byte {
+	now := time.Now()
+	live := batch[:0]
+	var deadline time.Time
+	for _, c := range batch {
+		if !now.Before(c.deadline) {
+			c.finish(fmt.Errorf("%w: deadline passed while queued", ErrTimeout))
+			continue
+		}
+		if len(live) == 0 || c.deadline.Before(deadline) {
+			deadline = c.deadline
+		}
+		live = append(live, c)
+	}
+	if len(live) == 0 {
+		return body
+	}
+	if p.m != nil {
+		p.m.BatchOps.Observe(float64(len(live)))
+	}
+	body = body[:0]
+	for _, c := range live {
+		body = AppendBatchOp(body, c.kind, c.key, c.envelope)
+	}
+	req.Reset()
+	req.SetRequestURI(p.batchURL)
+	req.Header.SetMethod(fasthttp.MethodPost)
+	if p.secret != "" {
+		req.Header.Set(SecretHeader, p.secret)
+	}
+	req.SetBodyRaw(body)
+	resp.Reset()
+	err := p.client.DoDeadline(req, resp, deadline)
+	if err == nil && resp.StatusCode() != fasthttp.StatusOK {
+		err = errStatus{resp.StatusCode()}
+	}
+	rest := resp.Body()
+	for _, c := range live {
+		if err != nil {
+			c.finish(classify(err))
+			continue
+		}
+		var r batchResult
+		if r, rest, err = nextResult(rest); err != nil {
+			c.finish(err) // and every call after it
+			continue
+		}
+		if r.code == ResError {
+			c.finish(fmt.Errorf("replica error: %s", r.msg))
+			continue
+		}
+		if ok := (c.kind == OpRead) == (r.code == ResFound || r.code == ResNotFound); !ok {
+			err = fmt.Errorf("%w: result %q for operation %q", errMalformed, r.code, c.kind)
+			c.finish(err)
+			continue
+		}
+		r.envelope = bytes.Clone(r.envelope) // resp's buffer is reused
+		c.res = r
+		c.finish(nil)
+	}
+	return body
 }

@@ -2,13 +2,13 @@ package httpapi
 
 import (
 	"crypto/subtle"
-	"strconv"
+	"sync"
 
 	"github.com/valyala/fasthttp"
 
 	"github.com/dhtkv/dhtkv/internal/cluster"
-	"github.com/dhtkv/dhtkv/internal/metrics"
 	"github.com/dhtkv/dhtkv/internal/record"
+	"github.com/dhtkv/dhtkv/internal/store"
 )
 
 // checkSecret answers 403 and returns false when --cluster-secret is set and
@@ -25,72 +25,130 @@ func (s *Server) checkSecret(ctx *fasthttp.RequestCtx) bool {
 	return true
 }
 
-// internalEntity serves a replica read or write from another node's
-// coordinator against the local replica only. Writes carry the version the
-// coordinator assigned; last-write-wins in the store keeps the newest.
-func (s *Server) internalEntity(ctx *fasthttp.RequestCtx) metrics.Op {
-	op := metrics.OpInternalGet
-	if ctx.IsPut() {
-		op = metrics.OpInternalPut
-	} else if !ctx.IsGet() {
-		methodNotAllowed(ctx, "GET, PUT")
-		return metrics.OpOther
+// batchScratch is the per-request working memory of internalBatch, pooled.
+type batchScratch struct {
+	ops    []cluster.BatchOp
+	recs   []record.Record
+	writes []store.Write
+	newer  []uint64 // per operation: the newer version that refuses a write
+	out    []byte
+}
+
+var batchScratches = sync.Pool{New: func() any { return new(batchScratch) }}
+
+// internalBatch serves a batch of replica reads and writes from another
+// node's coordinator (see cluster.BatchPath) against the local replica
+// only. Writes carry the version the coordinator assigned; last-write-wins
+// in the store keeps the newest, and all the batch's accepted writes go to
+// the store in one commit (one fsync).
+func (s *Server) internalBatch(ctx *fasthttp.RequestCtx) {
+	if !ctx.IsPost() {
+		methodNotAllowed(ctx, "POST")
+		return
 	}
 	if !s.checkSecret(ctx) {
-		return op
+		return
 	}
-	key, aerr := parseKey(ctx.QueryArgs(), "id", s.Limits.MaxKeyBytes)
-	if aerr != nil {
-		fail(ctx, aerr)
-		return op
+	sc := batchScratches.Get().(*batchScratch)
+	defer batchScratches.Put(sc)
+	var err error
+	if sc.ops, err = cluster.ParseBatch(ctx.PostBody(), sc.ops[:0]); err != nil {
+		fail(ctx, badRequest("%v", err))
+		return
 	}
-	if op == metrics.OpInternalGet {
-		e, err := s.Local.Get(key)
+	// Validate everything before touching anything: a malformed batch is
+	// refused whole.
+	sc.recs, sc.newer = sc.recs[:0], sc.newer[:0]
+	var maxVersion uint64
+	for i, op := range sc.ops {
+		if len(op.Key) == 0 || len(op.Key) > s.Limits.MaxKeyBytes {
+			fail(ctx, badRequest("operation %d: key of %d bytes (1 to %d allowed)", i, len(op.Key), s.Limits.MaxKeyBytes))
+			return
+		}
+		var rec record.Record
+		if op.Kind == cluster.OpWrite {
+			if rec, err = record.Decode(op.Envelope); err != nil || rec.Version == 0 {
+				fail(ctx, badRequest("operation %d: bad record envelope", i))
+				return
+			}
+			if len(rec.Value) > s.Limits.MaxValueBytes {
+				fail(ctx, &apiError{fasthttp.StatusRequestEntityTooLarge, "value too large"})
+				return
+			}
+			maxVersion = max(maxVersion, rec.Version)
+		}
+		sc.recs = append(sc.recs, rec)
+		sc.newer = append(sc.newer, 0)
+	}
+	if maxVersion > 0 {
+		if err := s.Clock.Observe(maxVersion); err != nil { // before storing any
+			s.replicaError(ctx, err)
+			return
+		}
+	}
+	// A newer version already here means the coordinator's clock is behind
+	// this key: refuse that write and report the version, so that the
+	// coordinator can rewrite above it (see cluster.Coordinator.Write).
+	// Equal is the same write repeated: apply.
+	sc.writes = sc.writes[:0]
+	for i, op := range sc.ops {
+		if op.Kind != cluster.OpWrite {
+			continue
+		}
+		newer, err := s.Local.NewerVersion(op.Key, sc.recs[i].Version)
 		if err != nil {
 			s.replicaError(ctx, err)
-			return op
+			return
 		}
-		if !e.Found {
-			ctx.SetStatusCode(fasthttp.StatusNotFound)
-			return op
+		if newer != 0 {
+			sc.newer[i] = newer
+			continue
 		}
-		var hdr [record.HeaderSize]byte
-		h := record.Record{Version: e.Rec.Version, Tombstone: e.Rec.Tombstone}
-		ctx.Response.AppendBody(h.AppendEncode(hdr[:0]))
-		ctx.Response.AppendBody(e.Rec.Value)
-		return op
+		sc.writes = append(sc.writes, store.Write{Key: op.Key, Rec: &sc.recs[i]})
 	}
-	body := ctx.PostBody()
-	if len(body) > s.Limits.MaxValueBytes+record.HeaderSize {
-		fail(ctx, &apiError{fasthttp.StatusRequestEntityTooLarge, "value too large"})
-		return op
+	var applyErr error
+	if len(sc.writes) > 0 {
+		applyErr = s.Local.ApplyBatch(sc.writes) // the store copies keys and values
+		if applyErr != nil {
+			s.Log.Error("internal batch", "writes", len(sc.writes), "err", applyErr)
+		}
 	}
-	rec, err := record.Decode(body)
-	if err != nil || rec.Version == 0 {
-		fail(ctx, badRequest("bad record envelope"))
-		return op
+	out := sc.out[:0]
+	for i, op := range sc.ops {
+		switch {
+		case op.Kind == cluster.OpWrite && sc.newer[i] != 0:
+			out = cluster.AppendResultNewer(out, sc.newer[i])
+		case op.Kind == cluster.OpWrite && applyErr != nil:
+			out = cluster.AppendResultError(out, "store write failed")
+		case op.Kind == cluster.OpWrite:
+			out = append(out, cluster.ResApplied)
+		default:
+			e, err := s.Local.Get(op.Key)
+			switch {
+			case err != nil:
+				s.Log.Error("internal batch read", "err", err)
+				out = cluster.AppendResultError(out, "store read failed")
+			case !e.Found:
+				out = append(out, cluster.ResNotFound)
+			default:
+				var hdr [record.HeaderSize]byte
+				h := record.Record{Version: e.Rec.Version, Tombstone: e.Rec.Tombstone}
+				out = cluster.AppendResultFound(out, h.AppendEncode(hdr[:0]), e.Rec.Value)
+			}
+		}
 	}
-	if err := s.Clock.Observe(rec.Version); err != nil { // before storing it
-		s.replicaError(ctx, err)
-		return op
+	ctx.SetBody(out) // copies
+	sc.out = out
+	if cap(sc.out) > 1<<20 {
+		sc.out = nil // do not pin a large answer's buffer in the pool
 	}
-	// A newer version already here means the coordinator's clock is
-	// behind this key: refuse and tell it, so it can rewrite above it (see
-	// cluster.Coordinator.Write). Equal is the same write repeated: apply.
-	cur, found, err := s.Local.Store.Version(key)
-	if err != nil {
-		s.replicaError(ctx, err)
-		return op
+	for i := range sc.recs {
+		sc.recs[i] = record.Record{} // drop references into the request
 	}
-	if found && cur > rec.Version {
-		ctx.Error("a newer version is stored\n", fasthttp.StatusConflict) // resets headers
-		ctx.Response.Header.Set(cluster.VersionHeader, strconv.FormatUint(cur, 10))
-		return op
+	for i := range sc.ops {
+		sc.ops[i] = cluster.BatchOp{}
 	}
-	if err := s.Local.Apply(key, &rec); err != nil { // the store copies body
-		s.replicaError(ctx, err)
-		return op
+	for i := range sc.writes {
+		sc.writes[i] = store.Write{}
 	}
-	ctx.SetStatusCode(fasthttp.StatusCreated)
-	return op
 }

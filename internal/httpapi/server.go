@@ -80,8 +80,9 @@ func (s *Server) Handler(ctx *fasthttp.RequestCtx) {
 	case pathEntities:
 		op = metrics.OpScan
 		s.entities(ctx)
-	case cluster.InternalPath:
-		op = s.internalEntity(ctx)
+	case cluster.BatchPath:
+		op = metrics.OpInternalBatch
+		s.internalBatch(ctx)
 	case pathInternalEntities:
 		op = metrics.OpInternalScan
 		s.internalEntities(ctx)

@@ -24,14 +24,13 @@ const (
 	OpDelete
 	OpStatus
 	OpScan
-	OpInternalGet
-	OpInternalPut
+	OpInternalBatch
 	OpInternalScan
 	OpOther
 	nOps
 )
 
-var opNames = [nOps]string{"get", "put", "delete", "status", "scan", "internal_get", "internal_put", "internal_scan", "other"}
+var opNames = [nOps]string{"get", "put", "delete", "status", "scan", "internal_batch", "internal_scan", "other"}
 
 func (o Op) String() string { return opNames[o] }
 
@@ -48,6 +47,7 @@ type Metrics struct {
 	latency    [nOps]prometheus.Observer
 	replicaLat *prometheus.HistogramVec
 	replicaErr *prometheus.CounterVec
+	batchOps   *prometheus.HistogramVec
 
 	// Stragglers counts replica calls still running when the coordinator
 	// answered the client; they finish in the background.
@@ -88,6 +88,11 @@ func New() *Metrics {
 		Name: "dhtkv_replica_failures_total",
 		Help: "Failed replica calls, by peer, operation and reason (timeout or error).",
 	}, []string{"peer", "op", "reason"})
+	m.batchOps = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "dhtkv_peer_batch_operations",
+		Help:    "Replica operations per internal batch request sent, by peer.",
+		Buckets: prometheus.ExponentialBuckets(1, 2, 11),
+	}, []string{"peer"})
 	m.Stragglers = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "dhtkv_coordinator_stragglers_total",
 		Help: "Replica calls still running when the coordinator answered; they complete in the background.",
@@ -115,7 +120,7 @@ func New() *Metrics {
 			m.reqFast[op][i] = m.requests.WithLabelValues(op.String(), strconv.Itoa(c))
 		}
 	}
-	reg.MustRegister(m.requests, lat, m.replicaLat, m.replicaErr, m.Stragglers, m.HedgedReads,
+	reg.MustRegister(m.requests, lat, m.replicaLat, m.replicaErr, m.batchOps, m.Stragglers, m.HedgedReads,
 		m.InFlightReplicaCalls, m.ScanAborts, m.ScanRecords,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -142,6 +147,8 @@ type PeerMetrics struct {
 	GetLatency, PutLatency   prometheus.Observer
 	GetTimeouts, PutTimeouts prometheus.Counter
 	GetErrors, PutErrors     prometheus.Counter
+	// BatchOps observes how many operations each batch sent carried.
+	BatchOps prometheus.Observer
 }
 
 // Peer resolves the instruments for one peer URL. A nil *Metrics returns nil.
@@ -156,5 +163,6 @@ func (m *Metrics) Peer(url string) *PeerMetrics {
 		PutTimeouts: m.replicaErr.WithLabelValues(url, "put", "timeout"),
 		GetErrors:   m.replicaErr.WithLabelValues(url, "get", "error"),
 		PutErrors:   m.replicaErr.WithLabelValues(url, "put", "error"),
+		BatchOps:    m.batchOps.WithLabelValues(url),
 	}
 }

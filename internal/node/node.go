@@ -52,7 +52,7 @@ type Config struct {
 	ClusterSecret  string
 	ReplicaTimeout time.Duration
 	ReadHedgeDelay time.Duration
-	PeerMaxConns   int
+	PeerConns      int
 
 	Logger *slog.Logger
 }
@@ -75,7 +75,7 @@ func DefaultConfig() Config {
 		IdleTimeout:           2 * time.Minute,
 		ReplicaTimeout:        300 * time.Millisecond,
 		ReadHedgeDelay:        5 * time.Millisecond,
-		PeerMaxConns:          256,
+		PeerConns:             4,
 	}
 }
 
@@ -116,6 +116,9 @@ func Start(cfg Config) (_ *Node, err error) {
 	if cfg.ReplicaTimeout <= 0 {
 		return nil, fmt.Errorf("--replica-timeout must be positive")
 	}
+	if cfg.PeerConns < 1 {
+		return nil, fmt.Errorf("--peer-conns must be at least 1")
+	}
 	if cfg.ReadHedgeDelay < 0 {
 		return nil, fmt.Errorf("--read-hedge-delay must not be negative")
 	}
@@ -146,10 +149,26 @@ func Start(cfg Config) (_ *Node, err error) {
 	}
 	n.metrics.RegisterCache(n.cache)
 	n.metrics.RegisterPebble(n.store.Metrics)
-	local := &replica.Replica{Store: n.store, Cache: n.cache}
+	// Every stored version is at most the restored bound (node bits set):
+	// the clock observes a version before it is stored and persists a
+	// bound above it first. A store with data but no bound (not written
+	// by this release) gets a filter that always reads.
+	floor := bound | hlc.MaxNodeID
+	if bound == 0 {
+		floor = 0
+		if has, err := n.store.HasData(); err != nil {
+			return nil, err
+		} else if has {
+			floor = ^uint64(0)
+		}
+	}
+	local := &replica.Replica{Store: n.store, Cache: n.cache, Versions: replica.NewVersionFilter(replica.DefaultVersionSlots, floor)}
 	n.coord = cluster.NewCoordinator(topo, clock, local, cluster.PeerOptions{
-		Timeout: cfg.ReplicaTimeout, MaxConns: cfg.PeerMaxConns, Secret: cfg.ClusterSecret,
+		Timeout: cfg.ReplicaTimeout, Conns: cfg.PeerConns, Secret: cfg.ClusterSecret,
 		ReadHedgeDelay: cfg.ReadHedgeDelay,
+		// Peers run with the same limits: a batch stays within their
+		// request body limit below.
+		MaxBatchBytes: min(256<<10, cfg.MaxValueBytes),
 	}, n.metrics, log)
 	n.api = &httpapi.Server{
 		Coord: n.coord, Local: local, Clock: clock, Metrics: n.metrics, Secret: cfg.ClusterSecret, Log: log,
@@ -163,8 +182,9 @@ func Start(cfg Config) (_ *Node, err error) {
 		ErrorHandler: n.api.ErrorHandler,
 		Name:         "dhtkv",
 		// The body limit is enforced by fasthttp before the handler runs
-		// (413); internal writes carry the envelope header on top.
-		MaxRequestBodySize: cfg.MaxValueBytes + 1024,
+		// (413). An internal batch holding one largest write carries its
+		// key, the envelope header and framing on top of the value.
+		MaxRequestBodySize: cfg.MaxValueBytes + cfg.MaxKeyBytes + 64,
 		// Request line and headers must fit in the read buffer: this is
 		// the header size limit.
 		ReadBufferSize:               cfg.MaxHeaderBytes,

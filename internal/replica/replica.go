@@ -16,6 +16,10 @@ import (
 type Replica struct {
 	Store *store.Store
 	Cache *cache.Cache // nil: no read cache
+	// Versions spares most reads of NewerVersion (nil: always read). Every
+	// write of this replica goes through Apply or ApplyBatch, which keep
+	// it up to date.
+	Versions *VersionFilter
 }
 
 // Get returns key's newest record as the cache or the store knows it. The
@@ -38,6 +42,36 @@ func (r *Replica) Apply(key []byte, rec *record.Record) error {
 	if err := r.Store.Apply(key, rec); err != nil {
 		return fmt.Errorf("replica apply: %w", err)
 	}
+	r.Versions.Raise(key, rec.Version)
 	r.Cache.Invalidate(key)
 	return nil
+}
+
+// ApplyBatch is Apply for many writes in one store commit (one fsync).
+func (r *Replica) ApplyBatch(ws []store.Write) error {
+	if err := r.Store.ApplyBatch(ws); err != nil {
+		return fmt.Errorf("replica apply: %w", err)
+	}
+	for _, w := range ws {
+		r.Versions.Raise(w.Key, w.Rec.Version)
+		r.Cache.Invalidate(w.Key)
+	}
+	return nil
+}
+
+// NewerVersion returns the version key holds if it is newer than v, and 0
+// if it holds v, an older version or nothing.
+func (r *Replica) NewerVersion(key []byte, v uint64) (uint64, error) {
+	if r.Versions.Below(key, v) {
+		return 0, nil
+	}
+	cur, found, err := r.Store.Version(key)
+	if err != nil {
+		return 0, fmt.Errorf("replica version: %w", err)
+	}
+	if !found || cur <= v {
+		return 0, nil
+	}
+	r.Versions.Raise(key, cur) // already true; keeps the slot honest after a restart
+	return cur, nil
 }

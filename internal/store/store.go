@@ -225,19 +225,50 @@ func (s *Store) Version(key []byte) (v uint64, found bool, err error) {
 // (last-write-wins, resolved by the merge operator). It returns once the
 // write is durable (Sync) or in the memtable (no Sync).
 func (s *Store) Apply(key []byte, rec *record.Record) error {
+	return s.ApplyBatch([]Write{{Key: key, Rec: rec}})
+}
+
+// Write is one record to store under a key.
+type Write struct {
+	Key []byte
+	Rec *record.Record
+}
+
+// ApplyBatch applies every write as Apply does, in one Pebble batch: one
+// commit, and with Sync one shared fsync. The batch is atomic; two writes
+// of one key resolve by version like any others.
+func (s *Store) ApplyBatch(ws []Write) error {
 	b := s.db.NewBatch()
 	defer b.Close()
-	op := b.MergeDeferred(1+len(key), rec.EncodedSize())
-	op.Key[0] = dataPrefix
-	copy(op.Key[1:], key)
-	rec.AppendEncode(op.Value[:0])
-	if err := op.Finish(); err != nil {
-		return fmt.Errorf("apply %q: %w", key, err)
+	for _, w := range ws {
+		op := b.MergeDeferred(1+len(w.Key), w.Rec.EncodedSize())
+		op.Key[0] = dataPrefix
+		copy(op.Key[1:], w.Key)
+		w.Rec.AppendEncode(op.Value[:0])
+		if err := op.Finish(); err != nil {
+			return fmt.Errorf("apply %q: %w", w.Key, err)
+		}
 	}
 	if err := s.db.Apply(b, s.writeOpt); err != nil {
-		return fmt.Errorf("apply %q: %w", key, err)
+		if len(ws) == 1 {
+			return fmt.Errorf("apply %q: %w", ws[0].Key, err)
+		}
+		return fmt.Errorf("apply batch of %d: %w", len(ws), err)
 	}
 	return nil
+}
+
+// HasData reports whether any user key was ever written (tombstones count).
+func (s *Store) HasData() (bool, error) {
+	it, err := s.NewIter(nil, nil)
+	if err != nil {
+		return false, err
+	}
+	found := it.First()
+	if err := it.Close(); err != nil {
+		return false, fmt.Errorf("scan %s: %w", s.dir, err)
+	}
+	return found, nil
 }
 
 // Metrics exposes Pebble's metrics for the metrics collector.

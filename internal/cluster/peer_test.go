@@ -1,0 +1,133 @@
+package cluster_test
+
+// The peer client's batching: concurrent calls share requests, a call
+// queued behind a stuck batch still ends by its own deadline, and Close
+// fails what is still queued instead of sending it.
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/stretchr/testify/require"
+
+	"github.com/dhtkv/dhtkv/internal/cluster"
+	"github.com/dhtkv/dhtkv/internal/metrics"
+	"github.com/dhtkv/dhtkv/internal/record"
+	"github.com/dhtkv/dhtkv/internal/testcluster"
+)
+
+// TestPeerBatchesConcurrentCalls: 64 goroutines writing through one peer
+// client with a single connection are served by fewer requests than calls,
+// and every write lands.
+func TestPeerBatchesConcurrentCalls(t *testing.T) {
+	c := testcluster.Start(t, 1)
+	m := metrics.New()
+	p := cluster.NewPeer(c.URL(0), cluster.PeerOptions{Timeout: 5 * time.Second, Conns: 1}, m.Peer(c.URL(0)))
+	defer p.Close()
+
+	const writers, each = 64, 20
+	version := versionAt(time.Now(), 0, 9)
+	var wg sync.WaitGroup
+	errs := make(chan error, writers*each)
+	for w := range writers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range each {
+				key := fmt.Appendf(nil, "w%d-%d", w, i)
+				env := (&record.Record{Version: version, Value: key}).Encode()
+				newer, err := p.Apply(key, env, time.Now().Add(5*time.Second))
+				if err == nil && newer != 0 {
+					err = fmt.Errorf("%s refused with %d", key, newer)
+				}
+				errs <- err
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	rec, found, err := p.Get([]byte("w63-19"), time.Now().Add(5*time.Second))
+	require.NoError(t, err)
+	require.True(t, found)
+	require.Equal(t, "w63-19", string(rec.Value))
+
+	var d dto.Metric
+	require.NoError(t, m.Peer(c.URL(0)).BatchOps.(interface{ Write(*dto.Metric) error }).Write(&d))
+	batches, ops := d.Histogram.GetSampleCount(), d.Histogram.GetSampleSum()
+	t.Logf("%d calls in %d batches", int(ops), batches)
+	require.Equal(t, float64(writers*each+1), ops, "every call was sent once")
+	require.Less(t, batches, uint64(writers*each/2), "concurrent calls shared requests")
+}
+
+// TestPeerQueuedCallEndsByItsDeadline: with one connection stuck on a
+// silent peer, calls queued behind it fail at their own deadline, not
+// after the stuck batch's deadline plus their own timeout.
+func TestPeerQueuedCallEndsByItsDeadline(t *testing.T) {
+	hole := newSilentPeer(t)
+	p := cluster.NewPeer(hole.URL(), cluster.PeerOptions{Timeout: time.Second, Conns: 1}, nil)
+	defer p.Close()
+	env := (&record.Record{Version: 1}).Encode()
+
+	start := time.Now()
+	first := make(chan error, 1)
+	go func() {
+		_, err := p.Apply([]byte("stuck"), env, start.Add(300*time.Millisecond))
+		first <- err
+	}()
+	time.Sleep(50 * time.Millisecond) // the sender is now waiting on the hole
+	var wg sync.WaitGroup
+	for i := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			deadline := start.Add(350 * time.Millisecond)
+			_, err := p.Apply(fmt.Appendf(nil, "queued-%d", i), env, deadline)
+			require.ErrorIs(t, err, cluster.ErrTimeout)
+			require.Less(t, time.Since(deadline), 150*time.Millisecond, "ended soon after its deadline")
+		}()
+	}
+	wg.Wait()
+	require.ErrorIs(t, <-first, cluster.ErrTimeout)
+}
+
+// TestPeerCloseFailsQueuedCalls: Close while a batch is stuck and others
+// wait: the waiting calls fail with an error instead of being sent, and
+// Close returns once the stuck batch reached its deadline.
+func TestPeerCloseFailsQueuedCalls(t *testing.T) {
+	hole := newSilentPeer(t)
+	p := cluster.NewPeer(hole.URL(), cluster.PeerOptions{Timeout: time.Second, Conns: 1}, nil)
+	env := (&record.Record{Version: 1}).Encode()
+	deadline := time.Now().Add(300 * time.Millisecond)
+	results := make(chan error, 5)
+	go func() { _, err := p.Apply([]byte("stuck"), env, deadline); results <- err }()
+	time.Sleep(50 * time.Millisecond)
+	for range 4 {
+		go func() { _, err := p.Apply([]byte("queued"), env, time.Now().Add(time.Minute)); results <- err }()
+	}
+	time.Sleep(50 * time.Millisecond)
+	closed := timed(p.Close)
+	require.Less(t, closed, 500*time.Millisecond)
+	var timeouts, closedErrs int
+	for range 5 {
+		err := <-results
+		switch {
+		case errors.Is(err, cluster.ErrTimeout):
+			timeouts++
+		case errors.Is(err, cluster.ErrPeerClosed):
+			closedErrs++
+		default:
+			t.Fatalf("unexpected result %v", err)
+		}
+	}
+	require.Equal(t, 1, timeouts, "the stuck batch ends at its deadline")
+	require.Equal(t, 4, closedErrs, "the queued calls were not sent")
+	_, err := p.Apply([]byte("late"), env, time.Now().Add(time.Second))
+	require.ErrorIs(t, err, cluster.ErrPeerClosed, "a closed peer sends nothing")
+}
