@@ -188,6 +188,19 @@ type call struct {
 
 var calls = sync.Pool{New: func() any { return &call{done: make(chan struct{}, 1)} }}
 
+// newCall takes a call from the pool; putCall returns it without keeping
+// references to the request's memory.
+func newCall(kind byte, key, envelope []byte, deadline time.Time) *call {
+	c := calls.Get().(*call)
+	*c = call{kind: kind, key: key, envelope: envelope, deadline: deadline, done: c.done}
+	return c
+}
+
+func putCall(c *call) {
+	*c = call{done: c.done}
+	calls.Put(c)
+}
+
 // do enqueues c and waits for its result.
 func (p *Peer) do(c *call) {
 	var err error
@@ -217,9 +230,8 @@ func (c *call) finish(err error) {
 // Get fetches key's record from the peer. found is false when the peer has
 // never seen the key. The record owns its memory.
 func (p *Peer) Get(key []byte, deadline time.Time) (rec record.Record, found bool, err error) {
-	c := calls.Get().(*call)
-	defer calls.Put(c)
-	*c = call{kind: OpRead, key: key, deadline: deadline, done: c.done}
+	c := newCall(OpRead, key, nil, deadline)
+	defer putCall(c)
 	p.do(c)
 	switch {
 	case c.err != nil:
@@ -237,9 +249,8 @@ func (p *Peer) Get(key []byte, deadline time.Time) (rec record.Record, found boo
 // Apply sends an encoded envelope for key to the peer. newer is non-zero
 // when the peer already holds a newer version of key and wrote nothing.
 func (p *Peer) Apply(key, envelope []byte, deadline time.Time) (newer uint64, err error) {
-	c := calls.Get().(*call)
-	defer calls.Put(c)
-	*c = call{kind: OpWrite, key: key, envelope: envelope, deadline: deadline, done: c.done}
+	c := newCall(OpWrite, key, envelope, deadline)
+	defer putCall(c)
 	p.do(c)
 	switch {
 	case c.err != nil:
@@ -257,8 +268,10 @@ func (p *Peer) Apply(key, envelope []byte, deadline time.Time) (newer uint64, er
 func (p *Peer) sender() {
 	defer p.senders.Done()
 	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
-	defer fasthttp.ReleaseRequest(req)
-	defer fasthttp.ReleaseResponse(resp)
+	defer func() {
+		fasthttp.ReleaseRequest(req)
+		fasthttp.ReleaseResponse(resp)
+	}()
 	var (
 		batch []*call
 		body  []byte
@@ -300,6 +313,15 @@ func (p *Peer) sender() {
 			break fill
 		}
 		body = p.send(batch, req, resp, body)
+		// A batch with one very large value must not pin its buffers for
+		// the sender's lifetime.
+		if cap(body) > 2*p.maxBatch {
+			body = nil
+		}
+		if cap(resp.Body()) > 2*p.maxBatch {
+			fasthttp.ReleaseResponse(resp)
+			resp = fasthttp.AcquireResponse()
+		}
 	}
 }
 

@@ -36,6 +36,18 @@ type batchScratch struct {
 
 var batchScratches = sync.Pool{New: func() any { return new(batchScratch) }}
 
+// release returns sc to the pool, dropping its references into the request
+// (keys, envelopes) and a large answer buffer.
+func (sc *batchScratch) release() {
+	clear(sc.ops)
+	clear(sc.recs)
+	clear(sc.writes)
+	if cap(sc.out) > 1<<20 {
+		sc.out = nil
+	}
+	batchScratches.Put(sc)
+}
+
 // internalBatch serves a batch of replica reads and writes from another
 // node's coordinator (see cluster.BatchPath) against the local replica
 // only. Writes carry the version the coordinator assigned; last-write-wins
@@ -50,7 +62,7 @@ func (s *Server) internalBatch(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	sc := batchScratches.Get().(*batchScratch)
-	defer batchScratches.Put(sc)
+	defer sc.release()
 	var err error
 	if sc.ops, err = cluster.ParseBatch(ctx.PostBody(), sc.ops[:0]); err != nil {
 		fail(ctx, badRequest("%v", err))
@@ -137,18 +149,7 @@ func (s *Server) internalBatch(ctx *fasthttp.RequestCtx) {
 			}
 		}
 	}
-	ctx.SetBody(out) // copies
-	sc.out = out
-	if cap(sc.out) > 1<<20 {
-		sc.out = nil // do not pin a large answer's buffer in the pool
-	}
-	for i := range sc.recs {
-		sc.recs[i] = record.Record{} // drop references into the request
-	}
-	for i := range sc.ops {
-		sc.ops[i] = cluster.BatchOp{}
-	}
-	for i := range sc.writes {
-		sc.writes[i] = store.Write{}
-	}
+	// The answer becomes the response's body without a copy; the response's
+	// previous (empty) buffer is kept for the next batch.
+	sc.out = ctx.Response.SwapBody(out)
 }
