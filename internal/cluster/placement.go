@@ -46,6 +46,9 @@ func (p *Placement) Replicas(key []byte, n int, dst []int) []int {
 	if n > len(p.nodeSeeds) {
 		n = len(p.nodeSeeds)
 	}
+	if len(p.nodeSeeds) == 1 && n == 1 { // a single node: nothing to hash
+		return append(dst, 0)
+	}
 	h := xxhash.Sum64(key)
 	var scores [256]uint64 // topology size is bounded by hlc.MaxNodeID+1
 	base := len(dst)

@@ -225,7 +225,15 @@ func (s *Store) Version(key []byte) (v uint64, found bool, err error) {
 // (last-write-wins, resolved by the merge operator). It returns once the
 // write is durable (Sync) or in the memtable (no Sync).
 func (s *Store) Apply(key []byte, rec *record.Record) error {
-	return s.ApplyBatch([]Write{{Key: key, Rec: rec}})
+	b := s.db.NewBatch()
+	defer b.Close()
+	if err := addMerge(b, key, rec); err != nil {
+		return fmt.Errorf("apply %q: %w", key, err)
+	}
+	if err := s.db.Apply(b, s.writeOpt); err != nil {
+		return fmt.Errorf("apply %q: %w", key, err)
+	}
+	return nil
 }
 
 // Write is one record to store under a key.
@@ -241,21 +249,23 @@ func (s *Store) ApplyBatch(ws []Write) error {
 	b := s.db.NewBatch()
 	defer b.Close()
 	for _, w := range ws {
-		op := b.MergeDeferred(1+len(w.Key), w.Rec.EncodedSize())
-		op.Key[0] = dataPrefix
-		copy(op.Key[1:], w.Key)
-		w.Rec.AppendEncode(op.Value[:0])
-		if err := op.Finish(); err != nil {
-			return fmt.Errorf("apply %q: %w", w.Key, err)
+		if err := addMerge(b, w.Key, w.Rec); err != nil {
+			return fmt.Errorf("apply batch: %w", err)
 		}
 	}
 	if err := s.db.Apply(b, s.writeOpt); err != nil {
-		if len(ws) == 1 {
-			return fmt.Errorf("apply %q: %w", ws[0].Key, err)
-		}
 		return fmt.Errorf("apply batch of %d: %w", len(ws), err)
 	}
 	return nil
+}
+
+// addMerge adds rec under key's data key to b, encoding in place.
+func addMerge(b *pebble.Batch, key []byte, rec *record.Record) error {
+	op := b.MergeDeferred(1+len(key), rec.EncodedSize())
+	op.Key[0] = dataPrefix
+	copy(op.Key[1:], key)
+	rec.AppendEncode(op.Value[:0])
+	return op.Finish()
 }
 
 // HasData reports whether any user key was ever written (tombstones count).
