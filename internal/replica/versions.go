@@ -25,6 +25,7 @@ import (
 // "maybe" more often.
 type VersionFilter struct {
 	seed  maphash.Seed
+	floor uint64 // every slot is at least this (kept apart: no start-up fill)
 	slots []atomic.Uint64
 	mask  uint64
 }
@@ -40,13 +41,7 @@ func NewVersionFilter(n int, floor uint64) *VersionFilter {
 	for size < n {
 		size <<= 1
 	}
-	f := &VersionFilter{seed: maphash.MakeSeed(), slots: make([]atomic.Uint64, size), mask: uint64(size - 1)}
-	if floor > 0 {
-		for i := range f.slots {
-			f.slots[i].Store(floor)
-		}
-	}
-	return f
+	return &VersionFilter{seed: maphash.MakeSeed(), floor: floor, slots: make([]atomic.Uint64, size), mask: uint64(size - 1)}
 }
 
 func (f *VersionFilter) slot(key []byte) *atomic.Uint64 {
@@ -56,7 +51,7 @@ func (f *VersionFilter) slot(key []byte) *atomic.Uint64 {
 // Below reports whether every version key may hold is below v. A nil
 // filter knows nothing (false).
 func (f *VersionFilter) Below(key []byte, v uint64) bool {
-	return f != nil && f.slot(key).Load() < v
+	return f != nil && max(f.slot(key).Load(), f.floor) < v
 }
 
 // Raise records that key now holds v (or newer). Call it once the write is
