@@ -128,6 +128,8 @@ func TestInternalBatch(t *testing.T) {
 		"short envelope":  {cluster.AppendBatchOp(good, cluster.OpWrite, []byte("k5"), []byte("x")), http.StatusBadRequest},
 		"envelope format": {cluster.AppendBatchOp(good, cluster.OpWrite, []byte("k5"), append([]byte{9, 0}, make([]byte, 8)...)), http.StatusBadRequest},
 		"version 0":       {cluster.AppendBatchOp(good, cluster.OpWrite, []byte("k5"), (&record.Record{Value: []byte("v")}).Encode()), http.StatusBadRequest},
+		"far future":      {cluster.AppendBatchOp(good, cluster.OpWrite, []byte("k5"), (&record.Record{Version: versionAt(now.Add(hlc.MaxAhead+time.Hour), 0, 1), Value: []byte("v")}).Encode()), http.StatusBadRequest},
+		"top of range":    {cluster.AppendBatchOp(good, cluster.OpWrite, []byte("k5"), (&record.Record{Version: ^uint64(0), Value: []byte("v")}).Encode()), http.StatusBadRequest},
 		"unknown kind":    {append(slices.Clone(good), 'x', 1, 'k'), http.StatusBadRequest},
 		"cut short":       {good[:len(good)-1], http.StatusBadRequest},
 		"length too big":  {append(slices.Clone(good), cluster.OpRead, 0xff, 0xff, 0x03, 'k'), http.StatusBadRequest},
@@ -187,7 +189,8 @@ func TestPublicPutCannotForgeVersion(t *testing.T) {
 
 // TestInternalFarFutureVersion documents why the internal endpoint must be
 // protected (--cluster-secret, network): whoever can reach it can write any
-// version. A far-future one is reported back to the next coordinator
+// version up to hlc.MaxAhead (a day) ahead of the replica's clock; beyond
+// that it is refused (TestInternalBatch). A far-future one is reported back to the next coordinator
 // (409 with the held version), which then rewrites above it: the public
 // write wins, but every clock that sees the forged version is dragged an
 // hour ahead, and the versions of all later writes with it.

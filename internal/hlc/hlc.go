@@ -24,6 +24,7 @@
 package hlc
 
 import (
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -110,10 +111,35 @@ func (c *Clock) Next() (uint64, error) {
 	return v | c.node, nil
 }
 
+// MaxAhead bounds how far ahead of this node's wall clock a version from
+// elsewhere may be. Observing a version drags the clock, and every later
+// version, up to it: a corrupt or forged one near the top of the 64-bit
+// range would make the clock's arithmetic wrap around, and versions issued
+// afterwards would lose to everything stored. Real clock skew between
+// nodes is milliseconds; a day leaves room for operators' mistakes.
+const MaxAhead = 24 * time.Hour
+
+// ErrTooFarAhead refuses a version more than MaxAhead ahead of the wall
+// clock.
+var ErrTooFarAhead = errors.New("version too far ahead of the wall clock")
+
+// CheckAhead returns ErrTooFarAhead for a version beyond MaxAhead.
+func (c *Clock) CheckAhead(v uint64) error {
+	ms, _, _ := Parts(v)
+	if limit := c.now().Add(MaxAhead).UnixMilli(); ms > limit {
+		return fmt.Errorf("%w: %d ms ahead, at most %v", ErrTooFarAhead, ms-limit+MaxAhead.Milliseconds(), MaxAhead)
+	}
+	return nil
+}
+
 // Observe advances the clock past a version seen from another node, so that
 // writes this node coordinates later are ordered after it. A node must
 // observe a version before storing it (the restart guarantee relies on it).
+// A version beyond MaxAhead is refused with ErrTooFarAhead and not observed.
 func (c *Clock) Observe(v uint64) error {
+	if err := c.CheckAhead(v); err != nil {
+		return err
+	}
 	v &^= MaxNodeID
 	c.mu.Lock()
 	defer c.mu.Unlock()

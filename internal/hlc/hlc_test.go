@@ -126,5 +126,27 @@ func TestPersistFailureStopsTheClock(t *testing.T) {
 	c.Restore(0, func(uint64) error { return errors.New("disk full") })
 	_, err := c.Next()
 	require.ErrorContains(t, err, "disk full")
-	require.ErrorContains(t, c.Observe(1<<62), "disk full")
+	ahead := uint64(time.Now().Add(time.Minute).UnixMilli()) << (logicalBits + nodeBits)
+	require.ErrorContains(t, c.Observe(ahead), "disk full")
+}
+
+// TestObserveRefusesFarFuture: a version more than MaxAhead ahead of the
+// wall clock is refused and leaves the clock alone; one just inside is
+// observed. The top of the 64-bit range would otherwise wrap the clock.
+func TestObserveRefusesFarFuture(t *testing.T) {
+	now := time.UnixMilli(1_700_000_000_000)
+	c, _ := New(1, func() time.Time { return now })
+	before := next(t, c)
+	for _, v := range []uint64{^uint64(0), uint64(now.Add(MaxAhead+time.Second).UnixMilli()) << (logicalBits + nodeBits)} {
+		require.ErrorIs(t, c.Observe(v), ErrTooFarAhead)
+		require.ErrorIs(t, c.CheckAhead(v), ErrTooFarAhead)
+	}
+	after := next(t, c)
+	require.Greater(t, after, before)
+	ms, _, _ := Parts(after)
+	require.Equal(t, now.UnixMilli(), ms, "the clock did not move to the refused versions")
+
+	inside := uint64(now.Add(MaxAhead-time.Second).UnixMilli()) << (logicalBits + nodeBits)
+	require.NoError(t, c.Observe(inside))
+	require.Greater(t, next(t, c), inside)
 }

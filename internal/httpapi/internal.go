@@ -83,6 +83,10 @@ func (s *Server) internalBatch(ctx *fasthttp.RequestCtx) {
 				fail(ctx, badRequest("operation %d: bad record envelope", i))
 				return
 			}
+			if err := s.Clock.CheckAhead(rec.Version); err != nil {
+				fail(ctx, badRequest("operation %d: %v", i, err))
+				return
+			}
 			if len(rec.Value) > s.Limits.MaxValueBytes {
 				fail(ctx, &apiError{fasthttp.StatusRequestEntityTooLarge, "value too large"})
 				return
