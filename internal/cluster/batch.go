@@ -34,8 +34,10 @@ import (
 //	                               holds this newer version of the key
 //	'e' uvarint length, message    this operation failed at the replica
 //
-// A malformed batch is refused as a whole with 400, a missing or wrong
-// --cluster-secret with 403.
+// A malformed batch (bad framing, a key out of limits, a bad envelope, a
+// version 0 or more than hlc.MaxAhead ahead) is refused as a whole with 400
+// and nothing of it is stored; a missing or wrong --cluster-secret gets
+// 403.
 const BatchPath = "/v0/internal/batch"
 
 // Operation kinds and result codes of a batch (see BatchPath).
