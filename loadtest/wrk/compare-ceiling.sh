@@ -14,40 +14,14 @@
 #   ROUNDS=5 DURATION=15s loadtest/wrk/compare-ceiling.sh
 #
 # Only 127.0.0.1 is contacted. Needs wrk (apt-get install -y wrk).
-set -euo pipefail
-ROOT=$(cd "$(dirname "$0")/../.." && pwd)
-CEILING_DIR=${CEILING_DIR:-$ROOT/../shared/tools/ceiling}
-LUA=${LUA_DIR:-$ROOT/../shared/tools/lua}
-DURATION=${DURATION:-10s}
-CONNECTIONS=${CONNECTIONS:-64}
-THREADS=${THREADS:-2}
-ROUNDS=${ROUNDS:-3}
-KEYSPACE=${KEYSPACE:-100000}
-VALUE_SIZE=${VALUE_SIZE:-1024}
-export KEYSPACE VALUE_SIZE
-
-command -v wrk >/dev/null || { echo "wrk missing: apt-get install -y wrk" >&2; exit 1; }
-tmp=$(mktemp -d)
-pids=()
-cleanup() { kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$tmp"; }
-trap cleanup EXIT
-
-(cd "$CEILING_DIR" && go build -o "$tmp/ceiling" . && go build -o "$tmp/prefill" ./prefill)
-(cd "$ROOT" && go build -o "$tmp/dhtkv" ./cmd/dhtkv)
+source "$(dirname "$0")/setup.sh"
 
 "$tmp/ceiling" -addr 127.0.0.1:18080 >"$tmp/ceiling.log" 2>&1 & pids+=($!)
-# The read cache is sized to hold the whole keyspace: the GET figures are
-# cache hits, as the issue asks.
-cache=$(( KEYSPACE * (VALUE_SIZE + 128) * 2 ))
 "$tmp/dhtkv" --listen 127.0.0.1:18081 --data-dir "$tmp/sync" --cache-bytes $cache >"$tmp/sync.log" 2>&1 & pids+=($!)
 "$tmp/dhtkv" --listen 127.0.0.1:18082 --data-dir "$tmp/nosync" --sync=false --cache-bytes $cache >"$tmp/nosync.log" 2>&1 & pids+=($!)
 "$tmp/dhtkv" --listen 127.0.0.1:18083 --admin-listen 127.0.0.1:18093 --data-dir "$tmp/get" --cache-bytes $cache >"$tmp/get.log" 2>&1 & pids+=($!)
-for port in 18080 18081 18082 18083; do
-  for _ in $(seq 100); do curl -s -o /dev/null "http://127.0.0.1:$port/v0/entity?id=probe" && break; sleep 0.1; done
-done
-for port in 18080 18081 18083; do
-  "$tmp/prefill" -url "http://127.0.0.1:$port" -n "$KEYSPACE" -size "$VALUE_SIZE" >/dev/null
-done
+wait_up 18080 18081 18082 18083
+prefill 18080 18081 18083
 wrk -t"$THREADS" -c"$CONNECTIONS" -d"$DURATION" -s "$LUA/get.lua" "http://127.0.0.1:18083" >/dev/null # warm-up
 cachestat() { curl -s http://127.0.0.1:18093/metrics | awk -v m="dhtkv_cache_$1_total" '$1 == m {printf "%d", $2}'; }
 hits0=$(cachestat hits) misses0=$(cachestat misses)
