@@ -148,9 +148,6 @@ func (p *Peer) Close() {
 	p.client.CloseIdleConnections()
 }
 
-// URL is the peer's base URL.
-func (p *Peer) URL() string { return p.url }
-
 // errStatus is an unexpected status from a peer.
 type errStatus struct{ code int }
 

@@ -72,6 +72,5 @@ func (r *Replica) NewerVersion(key []byte, v uint64) (uint64, error) {
 	if !found || cur <= v {
 		return 0, nil
 	}
-	r.Versions.Raise(key, cur) // already true; keeps the slot honest after a restart
 	return cur, nil
 }
