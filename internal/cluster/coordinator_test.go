@@ -5,9 +5,7 @@ package cluster_test
 // the background, and nothing outlives the nodes.
 
 import (
-	"bufio"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"strconv"
@@ -20,7 +18,6 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
-	"github.com/dhtkv/dhtkv/internal/cluster"
 	"github.com/dhtkv/dhtkv/internal/node"
 	"github.com/dhtkv/dhtkv/internal/testcluster"
 )
@@ -231,102 +228,13 @@ func TestCoordinatorPeerRestart(t *testing.T) {
 	}
 }
 
-// fakePeer acknowledges every internal write (and holds nothing for reads),
-// and records when a client closes its connection.
-type fakePeer struct {
-	ln     net.Listener
-	mu     sync.Mutex
-	open   int
-	served int
-	conns  []net.Conn
-	wg     sync.WaitGroup
-}
-
-// newFakePeer listens on a fresh 127.0.0.1 port.
-func newFakePeer(t testing.TB) *fakePeer {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	f := &fakePeer{ln: ln}
-	f.wg.Add(1)
-	go func() {
-		defer f.wg.Done()
-		for {
-			conn, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			f.mu.Lock()
-			f.open++
-			f.conns = append(f.conns, conn)
-			f.mu.Unlock()
-			f.wg.Add(1)
-			go f.serve(conn)
-		}
-	}()
-	t.Cleanup(func() {
-		ln.Close()
-		f.mu.Lock()
-		for _, c := range f.conns {
-			c.Close()
-		}
-		f.mu.Unlock()
-		f.wg.Wait()
-	})
-	return f
-}
-
-func (f *fakePeer) serve(conn net.Conn) {
-	defer f.wg.Done()
-	defer func() {
-		conn.Close()
-		f.mu.Lock()
-		f.open--
-		f.mu.Unlock()
-	}()
-	r := bufio.NewReader(conn)
-	for {
-		req, err := http.ReadRequest(r)
-		if err != nil {
-			return // the client closed the connection (or the test ended)
-		}
-		body, err := io.ReadAll(req.Body)
-		req.Body.Close()
-		if err != nil {
-			return
-		}
-		ops, err := cluster.ParseBatch(body, nil)
-		if err != nil {
-			return
-		}
-		var out []byte
-		for _, op := range ops { // acknowledge every write, hold nothing
-			out = append(out, map[byte]byte{cluster.OpWrite: cluster.ResApplied, cluster.OpRead: cluster.ResNotFound}[op.Kind])
-		}
-		if _, err := fmt.Fprintf(conn, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s", len(out), out); err != nil {
-			return
-		}
-		f.mu.Lock()
-		f.served += len(ops)
-		f.mu.Unlock()
-	}
-}
-
-func (f *fakePeer) URL() string { return "http://" + f.ln.Addr().String() }
-
-func (f *fakePeer) state() (open, served int) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.open, f.served
-}
-
 // TestNodeShutdownClosesPeerConnections: a stopped node must not keep its
 // pooled connections to other nodes open. Node 1 is a fake peer that
 // acknowledges every write; after node 0 shuts down, the fake
 // must see its connections closed (without Peer.Close they stay open until
 // fasthttp's idle timeout, 30s).
 func TestNodeShutdownClosesPeerConnections(t *testing.T) {
-	fake := newFakePeer(t)
+	fake := newFakePeer(t, nil)
 	c := testcluster.Start(t, 1, withExtraMembers(fake.URL()))
 	cl := newClient(t)
 	p := placementOf(t, c)

@@ -1,14 +1,17 @@
 package cluster_test
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/binary"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -201,4 +204,99 @@ func timed(f func()) time.Duration {
 	start := time.Now()
 	f()
 	return time.Since(start)
+}
+
+// fakePeer speaks the batch protocol without a store: every write is
+// acknowledged and every read answers "never written", once hold (if not
+// nil) has returned for the batch; hold can delay or block a batch. It
+// records when a client closes its connection.
+type fakePeer struct {
+	ln     net.Listener
+	hold   func(ops []cluster.BatchOp)
+	mu     sync.Mutex
+	open   int
+	served int
+	conns  []net.Conn
+	wg     sync.WaitGroup
+}
+
+// newFakePeer listens on a fresh 127.0.0.1 port.
+func newFakePeer(t testing.TB, hold func(ops []cluster.BatchOp)) *fakePeer {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	f := &fakePeer{ln: ln, hold: hold}
+	f.wg.Add(1)
+	go func() {
+		defer f.wg.Done()
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			f.mu.Lock()
+			f.open++
+			f.conns = append(f.conns, conn)
+			f.mu.Unlock()
+			f.wg.Add(1)
+			go f.serve(conn)
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		f.mu.Lock()
+		for _, c := range f.conns {
+			c.Close()
+		}
+		f.mu.Unlock()
+		f.wg.Wait()
+	})
+	return f
+}
+
+func (f *fakePeer) serve(conn net.Conn) {
+	defer f.wg.Done()
+	defer func() {
+		conn.Close()
+		f.mu.Lock()
+		f.open--
+		f.mu.Unlock()
+	}()
+	r := bufio.NewReader(conn)
+	for {
+		req, err := http.ReadRequest(r)
+		if err != nil {
+			return // the client closed the connection (or the test ended)
+		}
+		body, err := io.ReadAll(req.Body)
+		req.Body.Close()
+		if err != nil {
+			return
+		}
+		ops, err := cluster.ParseBatch(body, nil)
+		if err != nil {
+			return
+		}
+		if f.hold != nil {
+			f.hold(ops)
+		}
+		var out []byte
+		for _, op := range ops { // acknowledge every write, hold nothing
+			out = append(out, map[byte]byte{cluster.OpWrite: cluster.ResApplied, cluster.OpRead: cluster.ResNotFound}[op.Kind])
+		}
+		if _, err := fmt.Fprintf(conn, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s", len(out), out); err != nil {
+			return
+		}
+		f.mu.Lock()
+		f.served += len(ops)
+		f.mu.Unlock()
+	}
+}
+
+func (f *fakePeer) URL() string { return "http://" + f.ln.Addr().String() }
+
+func (f *fakePeer) state() (open, served int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.open, f.served
 }

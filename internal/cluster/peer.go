@@ -24,11 +24,13 @@ const SecretHeader = "X-Dhtkv-Secret"
 type PeerOptions struct {
 	// Timeout bounds dial, read and write of one replica call.
 	Timeout time.Duration
-	// Conns is how many batches may be in flight to the peer at once: the
-	// number of sender goroutines, each with one pooled connection in use
-	// (default 4). Fewer means larger batches, more means less waiting
-	// behind a slow batch; on the 2-core benchmark machine 2 and 4 were
-	// alike and 8 was slower (docs/benchmarks.md).
+	// Conns is how many batches of each lane (reads, writes) may be in
+	// flight to the peer at once: the number of sender goroutines per
+	// lane, each with one pooled connection in use (default 1). Fewer
+	// means larger batches, so less CPU per replica call; more means less
+	// waiting behind a slow batch. On the 2-core benchmark machine one per
+	// lane used the least CPU per request and gave the most throughput
+	// (docs/benchmarks.md).
 	Conns int
 	// MaxBatchBytes bounds one batch's body (default 256 KiB); a single
 	// larger operation goes alone. Keep it below the peers' request body
@@ -52,10 +54,16 @@ const queueLen = 4096
 // waiting call plus every other call waiting at that moment (up to a
 // batch's bounds), sends them in one request with the earliest of their
 // deadlines, and hands each call its result. Calls whose deadline passed
-// while queued fail without being sent; the queue is first in, first out,
+// while queued fail without being sent; a queue is first in, first out,
 // so a call waits at most for batches whose deadlines come before its
 // own. Every call therefore ends by its deadline, and the coordinator's
 // goroutines never wait longer than they would on a direct request.
+//
+// Reads and writes queue in separate lanes with their own senders: a
+// write batch waits for the peer's fsync (about a millisecond here), and
+// a read queued behind it would wait that long for nothing. While a
+// lane's batch is in flight its next calls gather in the queue, so the
+// batch grows with the load by itself, without any timer.
 type Peer struct {
 	url      string
 	batchURL string
@@ -66,9 +74,23 @@ type Peer struct {
 
 	mu      sync.RWMutex // guards closed against enqueues racing Close
 	closed  bool
-	queue   chan *call
+	lanes   [nLanes]chan *call // queued calls, by laneOf their kind
 	stop    chan struct{}
 	senders sync.WaitGroup
+}
+
+// The lanes of a peer: reads never wait behind writes (see Peer).
+const (
+	laneRead = iota
+	laneWrite
+	nLanes
+)
+
+func laneOf(kind byte) int {
+	if kind == OpWrite {
+		return laneWrite
+	}
+	return laneRead
 }
 
 // NewPeer prepares the client for baseURL (http://host:port) and starts its
@@ -77,7 +99,7 @@ func NewPeer(baseURL string, o PeerOptions, m *metrics.PeerMetrics) *Peer {
 	addr := strings.TrimPrefix(baseURL, "http://")
 	timeout := o.Timeout
 	if o.Conns <= 0 {
-		o.Conns = 4
+		o.Conns = 1
 	}
 	if o.MaxBatchBytes <= 0 {
 		o.MaxBatchBytes = 256 << 10
@@ -88,7 +110,6 @@ func NewPeer(baseURL string, o PeerOptions, m *metrics.PeerMetrics) *Peer {
 		secret:   o.Secret,
 		maxBatch: o.MaxBatchBytes,
 		m:        m,
-		queue:    make(chan *call, queueLen),
 		stop:     make(chan struct{}),
 		client: &fasthttp.HostClient{
 			Addr: addr,
@@ -97,7 +118,7 @@ func NewPeer(baseURL string, o PeerOptions, m *metrics.PeerMetrics) *Peer {
 			// from connect immediately); a silent host fails after the
 			// timeout, not the OS default of minutes.
 			Dial:     func(a string) (net.Conn, error) { return fasthttp.DialTimeout(a, timeout) },
-			MaxConns: o.Conns,
+			MaxConns: nLanes * o.Conns,
 			// Each sender uses one connection at a time, so none waits for
 			// a free one; should that change, a wait is still bounded.
 			MaxConnWaitTimeout: timeout,
@@ -120,9 +141,12 @@ func NewPeer(baseURL string, o PeerOptions, m *metrics.PeerMetrics) *Peer {
 			NoDefaultUserAgentHeader: true,
 		},
 	}
-	p.senders.Add(o.Conns)
-	for range o.Conns {
-		go p.sender()
+	for l := range p.lanes {
+		p.lanes[l] = make(chan *call, queueLen)
+		p.senders.Add(o.Conns)
+		for range o.Conns {
+			go p.sender(p.lanes[l])
+		}
 	}
 	return p
 }
@@ -206,7 +230,7 @@ func (p *Peer) do(c *call) {
 		err = ErrPeerClosed
 	} else {
 		select {
-		case p.queue <- c: // c belongs to the senders until done fires
+		case p.lanes[laneOf(c.kind)] <- c: // c belongs to the senders until done fires
 		default:
 			err = fmt.Errorf("%w: %d calls already queued", ErrTimeout, queueLen)
 		}
@@ -261,8 +285,8 @@ func (p *Peer) Apply(key, envelope []byte, deadline time.Time) (newer uint64, er
 	return 0, nil
 }
 
-// sender sends batches until Close; see Peer.
-func (p *Peer) sender() {
+// sender sends batches of queue's calls until Close; see Peer.
+func (p *Peer) sender(queue chan *call) {
 	defer p.senders.Done()
 	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
 	defer func() {
@@ -282,15 +306,15 @@ func (p *Peer) sender() {
 			if first != nil {
 				first.finish(ErrPeerClosed)
 			}
-			p.failQueued()
+			failQueued(queue)
 			return
 		default:
 		}
 		if first == nil {
 			select {
-			case first = <-p.queue:
+			case first = <-queue:
 			case <-p.stop:
-				p.failQueued()
+				failQueued(queue)
 				return
 			}
 		}
@@ -299,7 +323,7 @@ func (p *Peer) sender() {
 	fill:
 		for len(batch) < MaxBatchOps {
 			select {
-			case c := <-p.queue:
+			case c := <-queue:
 				if n := batchOpSize(c.key, c.envelope); size+n <= p.maxBatch {
 					batch, size = append(batch, c), size+n
 					continue
@@ -322,12 +346,12 @@ func (p *Peer) sender() {
 	}
 }
 
-// failQueued fails the calls left in the queue of a closed peer. Close holds
+// failQueued fails the calls left in a queue of a closed peer. Close holds
 // enqueues off (closed is set under mu), so the queue only shrinks.
-func (p *Peer) failQueued() {
+func failQueued(queue chan *call) {
 	for {
 		select {
-		case c := <-p.queue:
+		case c := <-queue:
 			c.finish(ErrPeerClosed)
 		default:
 			return

@@ -131,3 +131,42 @@ func TestPeerCloseFailsQueuedCalls(t *testing.T) {
 	_, err := p.Apply([]byte("late"), env, time.Now().Add(time.Second))
 	require.ErrorIs(t, err, cluster.ErrPeerClosed, "a closed peer sends nothing")
 }
+
+// TestPeerReadsDoNotWaitForWrites: reads and writes go out in separate
+// lanes, so a read is answered while a write batch is still waiting at the
+// peer (as it does for an fsync), even with one batch in flight per lane.
+func TestPeerReadsDoNotWaitForWrites(t *testing.T) {
+	received, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	fake := newFakePeer(t, func(ops []cluster.BatchOp) {
+		if ops[0].Kind == cluster.OpWrite {
+			once.Do(func() { close(received) })
+			<-release
+		}
+	})
+	var released sync.Once
+	unblock := func() { released.Do(func() { close(release) }) }
+	t.Cleanup(unblock) // runs before the fake peer's cleanup waits for its handlers
+	p := cluster.NewPeer(fake.URL(), cluster.PeerOptions{Timeout: 5 * time.Second, Conns: 1}, nil)
+	defer p.Close()
+
+	written := make(chan error, 1)
+	go func() {
+		_, err := p.Apply([]byte("slow"), (&record.Record{Version: 1}).Encode(), time.Now().Add(5*time.Second))
+		written <- err
+	}()
+	<-received // the write batch is in flight, held by the peer
+	var found bool
+	var err error
+	d := timed(func() { _, found, err = p.Get([]byte("fast"), time.Now().Add(5*time.Second)) })
+	require.NoError(t, err)
+	require.False(t, found)
+	require.Less(t, d, time.Second, "the read did not wait for the held write")
+	select {
+	case err := <-written:
+		t.Fatalf("the write ended before the peer answered it: %v", err)
+	default:
+	}
+	unblock()
+	require.NoError(t, <-written)
+}

@@ -75,7 +75,7 @@ func DefaultConfig() Config {
 		IdleTimeout:           2 * time.Minute,
 		ReplicaTimeout:        300 * time.Millisecond,
 		ReadHedgeDelay:        5 * time.Millisecond,
-		PeerConns:             4,
+		PeerConns:             1,
 	}
 }
 
