@@ -47,8 +47,10 @@ type Coordinator struct {
 	peerM   []*metrics.PeerMetrics
 	m       *metrics.Metrics
 	timeout time.Duration
-	// hedgeDelay: see fanOut; 0 sends reads to all `from` replicas at once.
+	// hedgeDelay is the least time a read waits for its first replicas
+	// (see readHedgeDelay); 0 sends reads to all `from` replicas at once.
 	hedgeDelay time.Duration
+	readLat    []*latencyWindow // indexed like peers: recent read latencies
 	log        *slog.Logger
 
 	inflight sync.WaitGroup
@@ -59,13 +61,18 @@ func NewCoordinator(topo Topology, clock *hlc.Clock, local *replica.Replica, po 
 	c := &Coordinator{
 		topo: topo, place: NewPlacement(topo), clock: clock, local: local,
 		peers: make([]*Peer, topo.Size()), peerM: make([]*metrics.PeerMetrics, topo.Size()),
-		m: m, timeout: po.Timeout, hedgeDelay: po.ReadHedgeDelay, log: log,
+		readLat: make([]*latencyWindow, topo.Size()),
+		m:       m, timeout: po.Timeout, hedgeDelay: po.ReadHedgeDelay, log: log,
 	}
 	for i, u := range topo.Nodes {
 		if i != topo.Self {
 			c.peerM[i] = m.Peer(u)
 			c.peers[i] = NewPeer(u, po, c.peerM[i])
+			c.readLat[i] = new(latencyWindow)
 		}
+	}
+	if m != nil && c.hedgeDelay > 0 {
+		m.RegisterHedgeDelay(func() float64 { return c.readHedgeDelay(time.Now()).Seconds() })
 	}
 	return c
 }
@@ -124,10 +131,13 @@ func (c *Coordinator) Get(key []byte, ack, from int) (Result, error) {
 	}
 	var best Result
 	n, err := c.fanOut(key, reps, ack, ack, c.localGet,
-		func(p *Peer, pm *metrics.PeerMetrics, k []byte, deadline time.Time) answer {
+		func(i int, k []byte, deadline time.Time) answer {
 			start := time.Now()
-			rec, found, err := p.Get(k, deadline)
-			c.observe(pm, false, start, err)
+			rec, found, err := c.peers[i].Get(k, deadline)
+			end := c.observe(c.peerM[i], false, start, err)
+			if err == nil {
+				c.readLat[i].record(end.Sub(start), end)
+			}
 			if found {
 				// Keeps clocks close; nothing is stored here, so a failure
 				// to persist the bound only costs that.
@@ -196,10 +206,10 @@ func (c *Coordinator) writeRound(key []byte, rec *record.Record, reps []int, ack
 	env := rec.Encode()
 	n, err := c.fanOut(key, reps, ack, len(reps),
 		func(k []byte) answer { return answer{err: c.local.Apply(k, rec)} },
-		func(p *Peer, pm *metrics.PeerMetrics, k []byte, deadline time.Time) answer {
+		func(i int, k []byte, deadline time.Time) answer {
 			start := time.Now()
-			v, err := p.Apply(k, env, deadline)
-			c.observe(pm, true, start, err)
+			v, err := c.peers[i].Apply(k, env, deadline)
+			c.observe(c.peerM[i], true, start, err)
 			return answer{rec: record.Record{Version: v}, err: err}
 		},
 		func(a answer) { newer = max(newer, a.rec.Version) })
@@ -232,7 +242,7 @@ func (c *Coordinator) localGet(key []byte) answer {
 func (c *Coordinator) fanOut(
 	key []byte, reps []int, ack, initial int,
 	local func(key []byte) answer,
-	remote func(p *Peer, pm *metrics.PeerMetrics, key []byte, deadline time.Time) answer,
+	remote func(node int, key []byte, deadline time.Time) answer,
 	merge func(answer),
 ) (int, error) {
 	if c.hedgeDelay == 0 {
@@ -245,7 +255,8 @@ func (c *Coordinator) fanOut(
 			break
 		}
 	}
-	deadline := time.Now().Add(c.timeout)
+	now := time.Now()
+	deadline := now.Add(c.timeout)
 	k := bytes.Clone(key) // the goroutines outlive the handler's buffer
 	results := make(chan answer, len(reps))
 	next, runLocal := 0, false
@@ -257,14 +268,13 @@ func (c *Coordinator) fanOut(
 				runLocal = true
 				continue
 			}
-			p, pm := c.peers[n], c.peerM[n]
 			c.inflight.Add(1)
 			if c.m != nil {
 				c.m.InFlightReplicaCalls.Inc()
 			}
 			go func() {
 				defer c.inflight.Done()
-				results <- remote(p, pm, k, deadline) // never blocks: buffered for all
+				results <- remote(n, k, deadline) // never blocks: buffered for all
 				if c.m != nil {
 					c.m.InFlightReplicaCalls.Dec()
 				}
@@ -295,7 +305,7 @@ func (c *Coordinator) fanOut(
 	}
 	var hedge <-chan time.Time
 	if next < len(reps) && ok < ack {
-		t := time.NewTimer(c.hedgeDelay)
+		t := time.NewTimer(c.readHedgeDelay(now))
 		defer t.Stop()
 		hedge = t.C
 	}
@@ -321,15 +331,18 @@ func (c *Coordinator) fanOut(
 	return ok, nil
 }
 
-func (c *Coordinator) observe(pm *metrics.PeerMetrics, put bool, start time.Time, err error) {
+// observe records one replica call in pm (nil: nothing) and returns the
+// time it ended.
+func (c *Coordinator) observe(pm *metrics.PeerMetrics, put bool, start time.Time, err error) time.Time {
+	end := time.Now()
 	if pm == nil {
-		return
+		return end
 	}
 	lat, timeouts, errs := pm.GetLatency, pm.GetTimeouts, pm.GetErrors
 	if put {
 		lat, timeouts, errs = pm.PutLatency, pm.PutTimeouts, pm.PutErrors
 	}
-	lat.Observe(time.Since(start).Seconds())
+	lat.Observe(end.Sub(start).Seconds())
 	switch {
 	case err == nil:
 	case errors.Is(err, ErrTimeout):
@@ -337,4 +350,5 @@ func (c *Coordinator) observe(pm *metrics.PeerMetrics, put bool, start time.Time
 	default:
 		errs.Inc()
 	}
+	return end
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/dhtkv/dhtkv/internal/cluster"
 	"github.com/dhtkv/dhtkv/internal/node"
 	"github.com/dhtkv/dhtkv/internal/testcluster"
 )
@@ -311,4 +312,46 @@ func TestCoordinatorReadHedging(t *testing.T) {
 			require.Equal(t, want, metricValue(t, m.Stragglers)-stragglers)
 		})
 	}
+}
+
+// TestCoordinatorHedgeDelayFollowsLatency: when every peer answers reads
+// slowly (here both peers take 25 ms), the hedge delay rises from
+// --read-hedge-delay (5 ms) to their 95th percentile, so reads stop being
+// hedged: a fixed 5 ms delay would hedge every one of them, doubling the
+// load on peers that are slow already.
+func TestCoordinatorHedgeDelayFollowsLatency(t *testing.T) {
+	const slow = 25 * time.Millisecond
+	delay := func(ops []cluster.BatchOp) {
+		if ops[0].Kind == cluster.OpRead {
+			time.Sleep(slow)
+		}
+	}
+	fake1, fake2 := newFakePeer(t, delay), newFakePeer(t, delay)
+	c := testcluster.Start(t, 1, withReplicaTimeout(replicaTimeout), withExtraMembers(fake1.URL(), fake2.URL()))
+	cl := newClient(t)
+	p := placementOf(t, c)
+	m := c.Node(0).Metrics()
+	key := findKey(t, p, "hedge-adapt", 1, 2) // the coordinator is not a replica
+
+	reads := func(n int) (hedged float64) {
+		before := metricValue(t, m.HedgedReads)
+		var wg sync.WaitGroup
+		for range 32 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for range n / 32 {
+					code, _ := cl.Get(t, c.URL(0), key, 1, 2)
+					require.Equal(t, http.StatusNotFound, code)
+				}
+			}()
+		}
+		wg.Wait()
+		return metricValue(t, m.HedgedReads) - before
+	}
+	first := reads(320) // fills the peers' latency windows
+	later := reads(320)
+	t.Logf("hedged: %v of the first 320 reads, %v of the next 320", first, later)
+	require.Greater(t, first, 100.0, "at 5 ms, reads of 25 ms peers hedge")
+	require.Less(t, later, 320*0.3, "once measured, the delay follows the peers' latency")
 }

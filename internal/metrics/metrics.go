@@ -142,6 +142,15 @@ func (m *Metrics) Request(op Op, code int, elapsed time.Duration) {
 	m.requests.WithLabelValues(op.String(), strconv.Itoa(code)).Inc()
 }
 
+// RegisterHedgeDelay exports the coordinator's current read hedge delay,
+// read at scrape time.
+func (m *Metrics) RegisterHedgeDelay(delay func() float64) {
+	m.Registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "dhtkv_coordinator_read_hedge_delay_seconds",
+		Help: "How long a read now waits for its first ack replicas before asking the others (adapts to the fastest peer's 95th-percentile read latency).",
+	}, delay))
+}
+
 // PeerMetrics are the per-peer instruments, resolved once per peer.
 type PeerMetrics struct {
 	GetLatency, PutLatency   prometheus.Observer
