@@ -5,6 +5,8 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -157,10 +159,18 @@ func TestAdminListener(t *testing.T) {
 		"dhtkv_cache_hits_total 2", // first GET fills, the next two hit
 		"dhtkv_pebble_wal_bytes_written_total",
 		"dhtkv_pebble_disk_usage_bytes",
+		"dhtkv_pebble_write_stalls_total 0",
+		`dhtkv_pebble_wal_fsync_seconds_bucket{le="+Inf"}`,
 		"go_goroutines",
 	} {
 		assert.Contains(t, m, want)
 	}
+	// --sync=true (the default): the PUT waited for a WAL fsync.
+	fsyncs := regexp.MustCompile(`(?m)^dhtkv_pebble_wal_fsync_seconds_count (\d+)$`).FindStringSubmatch(m)
+	require.Len(t, fsyncs, 2, "the WAL fsync histogram is exported")
+	n, err := strconv.Atoi(fsyncs[1])
+	require.NoError(t, err)
+	assert.Positive(t, n)
 }
 
 // A request whose headers exceed the limit is refused with a 4xx, and the

@@ -1,8 +1,11 @@
 package metrics
 
 import (
+	"time"
+
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/dhtkv/dhtkv/internal/cache"
 )
@@ -54,27 +57,32 @@ func (c *cacheCollector) Collect(ch chan<- prometheus.Metric) {
 // WAL and disk usage.
 type pebbleCollector struct {
 	metrics func() *pebble.Metrics
+	stalls  func() (uint64, time.Duration)
 	descs   map[string]*prometheus.Desc
 }
 
-// RegisterPebble exports Pebble's metrics, read at scrape time.
-func (m *Metrics) RegisterPebble(metrics func() *pebble.Metrics) {
-	pc := &pebbleCollector{metrics: metrics, descs: map[string]*prometheus.Desc{}}
+// RegisterPebble exports Pebble's metrics and the store's write stalls
+// (count, total duration), read at scrape time.
+func (m *Metrics) RegisterPebble(metrics func() *pebble.Metrics, stalls func() (uint64, time.Duration)) {
+	pc := &pebbleCollector{metrics: metrics, stalls: stalls, descs: map[string]*prometheus.Desc{}}
 	for name, help := range map[string]string{
-		"dhtkv_pebble_compactions_total":        "Compactions completed.",
-		"dhtkv_pebble_compaction_debt_bytes":    "Estimated bytes to compact for the LSM to reach a stable state.",
-		"dhtkv_pebble_flushes_total":            "Memtable flushes completed.",
-		"dhtkv_pebble_l0_sublevels":             "L0 sublevels: read amplification of L0.",
-		"dhtkv_pebble_l0_files":                 "Files in L0.",
-		"dhtkv_pebble_read_amplification":       "Read amplification of the whole LSM.",
-		"dhtkv_pebble_memtable_bytes":           "Bytes allocated by memtables (including queued ones).",
-		"dhtkv_pebble_memtables":                "Memtables in memory.",
-		"dhtkv_pebble_wal_bytes_written_total":  "Bytes written to the WAL.",
-		"dhtkv_pebble_wal_files":                "Live WAL files.",
-		"dhtkv_pebble_disk_usage_bytes":         "Bytes on disk used by the store.",
-		"dhtkv_pebble_block_cache_bytes":        "Bytes held by Pebble's block cache.",
-		"dhtkv_pebble_block_cache_hits_total":   "Block cache hits.",
-		"dhtkv_pebble_block_cache_misses_total": "Block cache misses.",
+		"dhtkv_pebble_compactions_total":         "Compactions completed.",
+		"dhtkv_pebble_compaction_debt_bytes":     "Estimated bytes to compact for the LSM to reach a stable state.",
+		"dhtkv_pebble_flushes_total":             "Memtable flushes completed.",
+		"dhtkv_pebble_l0_sublevels":              "L0 sublevels: read amplification of L0.",
+		"dhtkv_pebble_l0_files":                  "Files in L0.",
+		"dhtkv_pebble_read_amplification":        "Read amplification of the whole LSM.",
+		"dhtkv_pebble_memtable_bytes":            "Bytes allocated by memtables (including queued ones).",
+		"dhtkv_pebble_memtables":                 "Memtables in memory.",
+		"dhtkv_pebble_wal_bytes_written_total":   "Bytes written to the WAL.",
+		"dhtkv_pebble_wal_files":                 "Live WAL files.",
+		"dhtkv_pebble_disk_usage_bytes":          "Bytes on disk used by the store.",
+		"dhtkv_pebble_block_cache_bytes":         "Bytes held by Pebble's block cache.",
+		"dhtkv_pebble_block_cache_hits_total":    "Block cache hits.",
+		"dhtkv_pebble_block_cache_misses_total":  "Block cache misses.",
+		"dhtkv_pebble_wal_fsync_seconds":         "Latency of the WAL's fsyncs (each covers every commit waiting for it).",
+		"dhtkv_pebble_write_stalls_total":        "Write stalls begun: commits wait while memtables or L0 are full.",
+		"dhtkv_pebble_write_stall_seconds_total": "Total duration of ended write stalls.",
 	} {
 		pc.descs[name] = prometheus.NewDesc(name, help, nil, nil)
 	}
@@ -106,4 +114,37 @@ func (p *pebbleCollector) Collect(ch chan<- prometheus.Metric) {
 	emit("dhtkv_pebble_block_cache_bytes", prometheus.GaugeValue, float64(pm.BlockCache.Size))
 	emit("dhtkv_pebble_block_cache_hits_total", prometheus.CounterValue, float64(pm.BlockCache.Hits))
 	emit("dhtkv_pebble_block_cache_misses_total", prometheus.CounterValue, float64(pm.BlockCache.Misses))
+	if h := pm.LogWriter.FsyncLatency; h != nil {
+		var d dto.Metric
+		if err := h.Write(&d); err == nil && d.Histogram != nil {
+			count, sum, buckets := rebucket(d.Histogram, 1e-9)
+			ch <- prometheus.MustNewConstHistogram(p.descs["dhtkv_pebble_wal_fsync_seconds"], count, sum, buckets)
+		}
+	}
+	n, total := p.stalls()
+	emit("dhtkv_pebble_write_stalls_total", prometheus.CounterValue, float64(n))
+	emit("dhtkv_pebble_write_stall_seconds_total", prometheus.CounterValue, total.Seconds())
+}
+
+// fsyncBuckets are the upper bounds, in seconds, that the WAL fsync
+// histogram is exported with: Pebble's own has about a hundred.
+var fsyncBuckets = prometheus.ExponentialBuckets(100e-6, 2, 17) // 100µs .. ~6.5s
+
+// rebucket converts a Pebble histogram (in units of scale seconds) to
+// fsyncBuckets. A bucket's count is the cumulative count at the largest of
+// Pebble's bounds that does not exceed it, so no observation is counted
+// below its true value.
+func rebucket(h *dto.Histogram, scale float64) (count uint64, sum float64, buckets map[float64]uint64) {
+	buckets = make(map[float64]uint64, len(fsyncBuckets))
+	src := h.GetBucket()
+	i := 0
+	var cum uint64
+	for _, le := range fsyncBuckets {
+		for i < len(src) && src[i].GetUpperBound()*scale <= le {
+			cum = src[i].GetCumulativeCount()
+			i++
+		}
+		buckets[le] = cum
+	}
+	return h.GetSampleCount(), h.GetSampleSum() * scale, buckets
 }

@@ -148,7 +148,7 @@ func Start(cfg Config) (_ *Node, err error) {
 		return nil, err
 	}
 	n.metrics.RegisterCache(n.cache)
-	n.metrics.RegisterPebble(n.store.Metrics)
+	n.metrics.RegisterPebble(n.store.Metrics, n.store.Stalls)
 	// Every stored version is at most the restored bound (node bits set):
 	// the clock observes a version before it is stored and persists a
 	// bound above it first. A store with data but no bound (not written

@@ -84,6 +84,7 @@ type Store struct {
 	dir      string
 	writeOpt *pebble.WriteOptions
 	keyBufs  sync.Pool // *[]byte scratch for prefixed keys on reads
+	stalls   stallCounter
 }
 
 // Open opens (creating if needed) the store in dir.
@@ -102,6 +103,8 @@ func Open(dir string, o Options) (*Store, error) {
 		Merger:                      lwwMerger,
 		Logger:                      slogLogger{o.Logger.With("component", "pebble")},
 	}
+	s := &Store{dir: dir, writeOpt: pebble.NoSync}
+	popts.EventListener = s.eventListener(o.Logger.With("component", "pebble"))
 	for i := range popts.Levels {
 		// Point reads of absent keys are common (GET of a never-written
 		// key, first write of a key): a bloom filter on every level, L0
@@ -113,7 +116,7 @@ func Open(dir string, o Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open store %s: %w", dir, err)
 	}
-	s := &Store{db: db, dir: dir, writeOpt: pebble.NoSync}
+	s.db = db
 	s.keyBufs.New = func() any { b := make([]byte, 0, 64); return &b }
 	if o.Sync {
 		s.writeOpt = pebble.Sync

@@ -2,10 +2,13 @@ package store
 
 import (
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"sync"
 	"testing"
+	"time"
 
+	"github.com/cockroachdb/pebble/v2"
 	"github.com/stretchr/testify/require"
 
 	"github.com/dhtkv/dhtkv/internal/record"
@@ -119,4 +122,21 @@ func TestRefusesForeignLayout(t *testing.T) {
 	require.NoError(t, s.Close())
 	_, err := Open(dir, Options{})
 	require.ErrorContains(t, err, "layout")
+}
+
+// Write stalls are counted and timed from Pebble's events.
+func TestStallAccounting(t *testing.T) {
+	s := open(t, t.TempDir())
+	defer s.Close()
+	l := s.eventListener(slog.New(slog.DiscardHandler))
+	n, total := s.Stalls()
+	require.Zero(t, n)
+	require.Zero(t, total)
+	l.WriteStallEnd() // an end without a begin counts nothing
+	l.WriteStallBegin(pebble.WriteStallBeginInfo{Reason: "memtable count limit reached"})
+	time.Sleep(20 * time.Millisecond)
+	l.WriteStallEnd()
+	n, total = s.Stalls()
+	require.Equal(t, uint64(1), n)
+	require.GreaterOrEqual(t, total, 20*time.Millisecond)
 }
