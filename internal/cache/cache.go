@@ -29,7 +29,9 @@
 //     the Set. When it unlocks, its item is either visible in the map or
 //     gone for good (dropped or rejected): nothing of it is still queued.
 //   - A write commits to the store first, then calls Invalidate, which
-//     takes the stripe and Dels the key, and only then is acknowledged.
+//     takes the stripe and Dels the key (if the map holds it: nothing of
+//     this key can be queued then, see Invalidate), and only then is
+//     acknowledged.
 //
 // Interleavings of one fill F and one write W of the same key:
 //
@@ -177,6 +179,14 @@ func (c *Cache) Fill(key []byte, load func() (record.Record, bool, error)) (*Ent
 
 // Invalidate removes key's entry. Call it after the write to the store has
 // committed and before acknowledging the write.
+//
+// Most writes find nothing to remove, and ristretto's Del is not free: it
+// queues a delete for its policy goroutine (an allocation and a channel
+// send) to cancel a Set that might still be queued. Under the stripe no
+// Set of this key can be queued (fills Set and Wait under it), so when the
+// map does not hold the key there is nothing to remove now or later, and
+// the Del is skipped. GetTTL reads the map without touching the policy or
+// the hit counters.
 func (c *Cache) Invalidate(key []byte) {
 	if c == nil {
 		return
@@ -184,7 +194,9 @@ func (c *Cache) Invalidate(key []byte) {
 	h := c.hash(key)
 	mu := &c.stripes[h%nStripes]
 	mu.Lock()
-	c.rc.Del(h)
+	if _, cached := c.rc.GetTTL(h); cached {
+		c.rc.Del(h)
+	}
 	mu.Unlock()
 }
 
