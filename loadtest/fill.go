@@ -6,6 +6,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/valyala/fasthttp"
 )
 
 // MaxFill bounds --fill so that a typo cannot start an hours-long preload.
@@ -13,10 +15,26 @@ const MaxFill = 100_000_000
 
 // FillResult summarises a fill.
 type FillResult struct {
-	Keys    int64         // PUTs sent
+	Keys    int64         // keys written (or given up on)
 	Elapsed time.Duration // wall time of the fill
-	Non2xx  int64
-	Errors  ErrorCounts
+	Retried int64         // PUTs sent again after a 503, 504 or timeout
+	Non2xx  int64         // keys whose last attempt was not a 2xx
+	Errors  ErrorCounts   // keys whose last attempt failed at the HTTP level
+}
+
+// fillAttempts is how many times Fill tries one key. A cluster at a fill's
+// closed-loop saturation may answer a few PUTs 504 (fewer than ack
+// replicas answered within its replica timeout), 503, or not in time; a
+// PUT of the same key and value again is harmless, and a fill that gives
+// up on the first one would leave the keyspace partly filled.
+const fillAttempts = 3
+
+// retryable reports a PUT outcome worth another attempt.
+func retryable(status int, err error) bool {
+	if err != nil {
+		return classifyErr(err) == errTimeout
+	}
+	return status == fasthttp.StatusServiceUnavailable || status == fasthttp.StatusGatewayTimeout
 }
 
 // Rate is the achieved fill rate in keys per second.
@@ -30,8 +48,10 @@ func (f FillResult) Rate() float64 {
 // Fill PUTs keys k0..k(n-1) exactly once each, with cfg's value size,
 // ack/from, targets and connections, so that a following GET run over the
 // same keyspace hits. Keys are handed out from a shared counter, so workers
-// never write the same key twice. It returns an error if any PUT did not get
-// a 2xx answer: a partly filled store would make the next run misleading.
+// never write the same key twice, except that a PUT answered 503 or 504 or
+// timed out is sent again (up to fillAttempts in all). It returns an error
+// if any key did not get a 2xx answer in the end: a partly filled store
+// would make the next run misleading.
 func Fill(ctx context.Context, cfg Config, n int64) (FillResult, error) {
 	if n <= 0 || n > MaxFill {
 		return FillResult{}, fmt.Errorf("fill %d: must be in [1, %d]", n, MaxFill)
@@ -49,7 +69,7 @@ func Fill(ctx context.Context, cfg Config, n int64) (FillResult, error) {
 		}
 	}()
 
-	var next atomic.Int64
+	var next, retried atomic.Int64
 	done := ctx.Done()
 	start := time.Now()
 	var wg sync.WaitGroup
@@ -65,9 +85,17 @@ func Fill(ctx context.Context, cfg Config, n int64) (FillResult, error) {
 				if k >= n {
 					return
 				}
-				sent := time.Now()
-				status, err := w.do(opPut, w.gen.uriFor(uint64(k)))
-				w.rec.record(status, err, time.Since(sent))
+				uri := w.gen.uriFor(uint64(k))
+				for attempt := 1; ; attempt++ {
+					sent := time.Now()
+					status, err := w.do(opPut, uri)
+					if attempt < fillAttempts && retryable(status, err) {
+						retried.Add(1)
+						continue
+					}
+					w.rec.record(status, err, time.Since(sent))
+					break
+				}
 			}
 		})
 	}
@@ -80,6 +108,7 @@ func Fill(ctx context.Context, cfg Config, n int64) (FillResult, error) {
 	res := FillResult{
 		Keys:    total.requests,
 		Elapsed: time.Since(start),
+		Retried: retried.Load(),
 		Errors: ErrorCounts{
 			Connect: total.errs[errConnect],
 			Timeout: total.errs[errTimeout],

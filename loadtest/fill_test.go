@@ -56,3 +56,42 @@ func TestFillFailsLoudly(t *testing.T) {
 	_, err = Fill(context.Background(), cfg, 0)
 	ok(t, err != nil, "fill 0 accepted")
 }
+
+// A PUT answered 504 (or 503) is sent again: a cluster at saturation may
+// miss its replica timeout now and then, and the keyspace must still end
+// up complete. Other failures are not retried.
+func TestFillRetriesGatewayTimeouts(t *testing.T) {
+	l := newRequestLog()
+	target := startServer(t, func(ctx *fasthttp.RequestCtx) {
+		l.add(ctx)
+		l.mu.Lock()
+		first := l.keys[string(ctx.QueryArgs().Peek("id"))] == 1
+		l.mu.Unlock()
+		if first {
+			ctx.SetStatusCode(fasthttp.StatusGatewayTimeout)
+			return
+		}
+		ctx.SetStatusCode(fasthttp.StatusCreated)
+	})
+	cfg := testConfig(target)
+	res, err := Fill(context.Background(), cfg, 50)
+	noErr(t, err)
+	eq(t, int64(50), res.Keys, "keys")
+	eq(t, int64(50), res.Retried, "retried")
+	eq(t, int64(0), res.Non2xx, "non-2xx")
+	for i := range 50 {
+		eq(t, 2, l.keys[fmt.Sprintf("k%d", i)], "writes of k%d", i)
+	}
+
+	// Always 504: given up after fillAttempts, and reported.
+	target = startServer(t, func(ctx *fasthttp.RequestCtx) { ctx.SetStatusCode(fasthttp.StatusGatewayTimeout) })
+	res, err = Fill(context.Background(), testConfig(target), 5)
+	ok(t, err != nil, "a fill answered by 504s succeeded")
+	eq(t, int64(5), res.Non2xx, "non-2xx")
+	eq(t, int64(5*(fillAttempts-1)), res.Retried, "retried")
+
+	// 400 is the client's fault: not retried.
+	target = startServer(t, func(ctx *fasthttp.RequestCtx) { ctx.SetStatusCode(fasthttp.StatusBadRequest) })
+	res, _ = Fill(context.Background(), testConfig(target), 5)
+	eq(t, int64(0), res.Retried, "retried")
+}

@@ -99,11 +99,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 		log.Info("fill starting", "keys", opt.fill, "connections", cfg.Connections)
 		res, err := loadtest.Fill(ctx, cfg, opt.fill)
 		if err != nil {
-			log.Error("fill failed", "err", err)
+			log.Error("fill failed", "err", err, "retried", res.Retried)
 			return 1
 		}
 		log.Info("fill done", "keys", res.Keys, "elapsed", res.Elapsed.Round(1e6).String(),
-			"keys_per_s", fmt.Sprintf("%.0f", res.Rate()))
+			"keys_per_s", fmt.Sprintf("%.0f", res.Rate()), "retried", res.Retried)
 	}
 
 	res, err := loadtest.Run(ctx, cfg)
