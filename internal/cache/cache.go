@@ -49,6 +49,7 @@
 //
 // Entries are immutable once cached and own their memory: keys and values are
 // copied before they go in, because Pebble and fasthttp reuse their buffers.
+// An entry is one buffer holding the key and the record (see Loader).
 //
 // The linearizability test in internal/httpapi checks this end to end; it
 // fails when Invalidate is skipped (see its comment).
@@ -56,6 +57,7 @@ package cache
 
 import (
 	"bytes"
+	"encoding/binary"
 	"fmt"
 	"hash/maphash"
 	"sync"
@@ -69,19 +71,34 @@ import (
 // share a stripe, small enough to be a few KiB.
 const nStripes = 1024
 
-// entryOverhead approximates the bytes an entry costs beyond its key and
-// value (the Entry struct, slice headers, ristretto's own bookkeeping is
-// added by ristretto itself).
+// entryOverhead approximates the bytes an entry costs beyond its buffer
+// (ristretto's map slot and policy bookkeeping).
 const entryOverhead = 64
 
-// Entry is a cached record. Found is false for a key the store has never
-// seen; such negative entries are cached too, like tombstones, so repeated
-// GETs of absent or deleted keys do not reach Pebble.
+// Entry is a record as the cache knows it. Found is false for a key the
+// store has never seen; such negative entries are cached too, like
+// tombstones, so repeated GETs of absent or deleted keys do not reach
+// Pebble. Rec.Value of a cached entry is the cache's memory: read-only.
 type Entry struct {
-	Key   []byte
 	Rec   record.Record
 	Found bool
 }
+
+// A cached entry is one buffer, so that a hit touches one allocation: the
+// key compare reads the buffer's first cache line and the value follows
+// it, where an Entry struct pointing at a separate key and a separate
+// value cost three dependent cache misses per hit on a data set larger
+// than the CPU caches (BenchmarkGetHitLarge):
+//
+//	uvarint key length, key, envelope (package record; absent: not found)
+//
+// A found record's envelope is at least record.HeaderSize bytes, so
+// nothing after the key means "never written".
+
+// Loader appends key's envelope to prefix in a new buffer that the cache
+// keeps, and reports found false (and the buffer unused) when the store
+// has never seen the key. store.Store.AppendEnvelope is one.
+type Loader func(prefix []byte) (buf []byte, found bool, err error)
 
 // Metrics are the cache's counters, for the metrics collector.
 type Metrics struct {
@@ -93,7 +110,7 @@ type Metrics struct {
 // Cache is a record cache bounded by bytes. A nil *Cache is a valid, always
 // missing cache: the node runs without one when --cache-bytes is 0.
 type Cache struct {
-	rc      *ristretto.Cache[uint64, *Entry]
+	rc      *ristretto.Cache[uint64, []byte]
 	seed    maphash.Seed
 	stripes [nStripes]sync.Mutex
 }
@@ -108,7 +125,7 @@ func New(maxBytes int64) (*Cache, error) {
 	if counters < 10000 {
 		counters = 10000
 	}
-	rc, err := ristretto.NewCache(&ristretto.Config[uint64, *Entry]{
+	rc, err := ristretto.NewCache(&ristretto.Config[uint64, []byte]{
 		NumCounters: counters,
 		MaxCost:     maxBytes,
 		BufferItems: 64,
@@ -134,44 +151,72 @@ func (c *Cache) Close() {
 // cause an extra invalidation).
 func (c *Cache) hash(key []byte) uint64 { return maphash.Bytes(c.seed, key) }
 
-// Get returns the cached entry for key. The entry must not be modified.
-func (c *Cache) Get(key []byte) (*Entry, bool) {
+// Get returns the cached entry for key.
+func (c *Cache) Get(key []byte) (Entry, bool) {
 	if c == nil {
-		return nil, false
+		return Entry{}, false
 	}
-	e, ok := c.rc.Get(c.hash(key))
-	if !ok || !bytes.Equal(e.Key, key) {
-		return nil, false
+	buf, ok := c.rc.Get(c.hash(key))
+	if !ok {
+		return Entry{}, false
 	}
-	return e, true
+	return decode(buf, key)
+}
+
+// decode reads a cached buffer; ok is false when it holds another key (a
+// hash collision) or is malformed.
+func decode(buf, key []byte) (Entry, bool) {
+	n, w := binary.Uvarint(buf)
+	if w <= 0 || n != uint64(len(key)) || uint64(len(buf)-w) < n || !bytes.Equal(buf[w:w+len(key)], key) {
+		return Entry{}, false
+	}
+	env := buf[w+len(key):]
+	if len(env) == 0 {
+		return Entry{Found: false}, true
+	}
+	rec, err := record.Decode(env)
+	if err != nil {
+		return Entry{}, false
+	}
+	return Entry{Rec: rec, Found: true}, true
 }
 
 // Fill returns key's entry, loading it with load on a miss and caching the
-// result. load must return a record that owns its memory (store.Get does).
-func (c *Cache) Fill(key []byte, load func() (record.Record, bool, error)) (*Entry, error) {
+// result.
+func (c *Cache) Fill(key []byte, load Loader) (Entry, error) {
 	if c == nil {
-		rec, found, err := load()
-		if err != nil {
-			return nil, err
+		buf, found, err := load(nil)
+		if err != nil || !found {
+			return Entry{}, err
 		}
-		return &Entry{Key: key, Rec: rec, Found: found}, nil
+		rec, err := record.Decode(buf)
+		if err != nil {
+			return Entry{}, fmt.Errorf("cache fill: %w", err)
+		}
+		return Entry{Rec: rec, Found: true}, nil
 	}
 	h := c.hash(key)
 	mu := &c.stripes[h%nStripes]
 	mu.Lock()
 	defer mu.Unlock()
-	if e, ok := c.rc.Get(h); ok && bytes.Equal(e.Key, key) {
-		return e, nil // filled by a concurrent reader while we waited
+	if buf, ok := c.rc.Get(h); ok {
+		if e, ok := decode(buf, key); ok {
+			return e, nil // filled by a concurrent reader while we waited
+		}
 	}
-	rec, found, err := load()
+	prefix := append(binary.AppendUvarint(make([]byte, 0, binary.MaxVarintLen64+len(key)), uint64(len(key))), key...)
+	buf, found, err := load(prefix)
 	if err != nil {
-		return nil, err
+		return Entry{}, err
 	}
-	e := &Entry{Key: bytes.Clone(key), Rec: rec, Found: found}
-	if e.Key == nil {
-		e.Key = []byte{}
+	if !found {
+		buf = prefix
 	}
-	c.rc.Set(h, e, int64(len(e.Key)+len(rec.Value)+entryOverhead))
+	e, ok := decode(buf, key)
+	if !ok {
+		return Entry{}, fmt.Errorf("cache fill %q: %w", key, record.ErrCorrupt)
+	}
+	c.rc.Set(h, buf, int64(len(buf)+entryOverhead))
 	// Do not unlock while the Set may still be queued: see race 2 above.
 	c.rc.Wait()
 	return e, nil

@@ -11,9 +11,15 @@ import (
 	"github.com/dhtkv/dhtkv/internal/record"
 )
 
-func loader(v uint64, val string) func() (record.Record, bool, error) {
-	return func() (record.Record, bool, error) {
-		return record.Record{Version: v, Value: []byte(val)}, true, nil
+// loader returns a Loader that finds the record (v, val).
+func loader(v uint64, val string) Loader {
+	return recordLoader(func() record.Record { return record.Record{Version: v, Value: []byte(val)} })
+}
+
+func recordLoader(read func() record.Record) Loader {
+	return func(prefix []byte) ([]byte, bool, error) {
+		rec := read()
+		return rec.AppendEncode(prefix), true, nil
 	}
 }
 
@@ -71,11 +77,11 @@ func TestFillRacingWriteLeavesNoStaleEntry(t *testing.T) {
 		wg.Add(1)
 		go func() { // reader: misses and fills with what it read
 			defer wg.Done()
-			_, _ = c.Fill(key, func() (record.Record, bool, error) {
+			_, _ = c.Fill(key, recordLoader(func() record.Record {
 				v := committed.Load()
 				close(readStarted)
-				return record.Record{Version: v}, true, nil
-			})
+				return record.Record{Version: v}
+			}))
 		}()
 		<-readStarted
 		committed.Store(round) // writer commits...
@@ -104,4 +110,46 @@ func TestNilCacheIsPassThrough(t *testing.T) {
 	c.Invalidate([]byte("a"))
 	require.Zero(t, c.Metrics())
 	c.Close()
+}
+
+// A key the store has never seen is cached as such: the second read does
+// not reach the store.
+func TestNegativeEntriesAreCached(t *testing.T) {
+	c, err := New(1 << 20)
+	require.NoError(t, err)
+	defer c.Close()
+	loads := 0
+	absent := func(prefix []byte) ([]byte, bool, error) { loads++; return nil, false, nil }
+	for range 2 {
+		e, err := c.Fill([]byte("nope"), absent)
+		require.NoError(t, err)
+		require.False(t, e.Found)
+	}
+	require.Equal(t, 1, loads)
+	e, ok := c.Get([]byte("nope"))
+	require.True(t, ok)
+	require.False(t, e.Found)
+}
+
+// A cached buffer answers only for its own key: a hash collision or a
+// damaged buffer is a miss, never another key's record.
+func TestDecodeChecksTheKey(t *testing.T) {
+	rec := record.Record{Version: 7, Value: []byte("value")}
+	buf := rec.AppendEncode(append([]byte{3}, "abc"...))
+	e, ok := decode(buf, []byte("abc"))
+	require.True(t, ok)
+	require.True(t, e.Found)
+	require.Equal(t, rec.Version, e.Rec.Version)
+	require.Equal(t, "value", string(e.Rec.Value))
+	for name, tc := range map[string]struct{ buf, key []byte }{
+		"other key":        {buf, []byte("abd")},
+		"longer key":       {buf, []byte("abcd")},
+		"shorter key":      {buf, []byte("ab")},
+		"truncated":        {buf[:3], []byte("abc")},
+		"bad envelope":     {append([]byte{3}, "abcXY"...), []byte("abc")},
+		"no length prefix": {nil, []byte("abc")},
+	} {
+		_, ok := decode(tc.buf, tc.key)
+		require.False(t, ok, name)
+	}
 }

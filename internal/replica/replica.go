@@ -23,15 +23,15 @@ type Replica struct {
 }
 
 // Get returns key's newest record as the cache or the store knows it. The
-// entry is shared and must not be modified. found is false for a key never
-// written; a deleted key is found as a tombstone.
-func (r *Replica) Get(key []byte) (*cache.Entry, error) {
+// record's value is shared and must not be modified. Found is false for a
+// key never written; a deleted key is found as a tombstone.
+func (r *Replica) Get(key []byte) (cache.Entry, error) {
 	if e, ok := r.Cache.Get(key); ok {
 		return e, nil
 	}
-	e, err := r.Cache.Fill(key, func() (record.Record, bool, error) { return r.Store.Get(key) })
+	e, err := r.Cache.Fill(key, func(prefix []byte) ([]byte, bool, error) { return r.Store.AppendEnvelope(prefix, key) })
 	if err != nil {
-		return nil, fmt.Errorf("replica get: %w", err)
+		return cache.Entry{}, fmt.Errorf("replica get: %w", err)
 	}
 	return e, nil
 }

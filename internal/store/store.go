@@ -185,22 +185,39 @@ func (s *Store) Close() error {
 // written (a deleted key is found, as a tombstone). The returned record owns
 // its memory.
 func (s *Store) Get(key []byte) (rec record.Record, found bool, err error) {
+	buf, found, err := s.AppendEnvelope(nil, key)
+	if err != nil || !found {
+		return record.Record{}, false, err
+	}
+	rec, err = record.Decode(buf)
+	if err != nil {
+		return record.Record{}, false, fmt.Errorf("get %q: %w", key, err)
+	}
+	return rec, true, nil
+}
+
+// AppendEnvelope returns a new buffer holding prefix followed by key's
+// record envelope, sized exactly (the read cache keeps it as it is). found
+// is false, and the buffer nil, if the key was never written.
+func (s *Store) AppendEnvelope(prefix, key []byte) (buf []byte, found bool, err error) {
 	bp := s.keyBufs.Get().(*[]byte)
 	*bp = append(append((*bp)[:0], dataPrefix), key...)
 	v, closer, err := s.db.Get(*bp)
 	s.keyBufs.Put(bp)
 	if errors.Is(err, pebble.ErrNotFound) {
-		return record.Record{}, false, nil
+		return nil, false, nil
 	}
 	if err != nil {
-		return record.Record{}, false, fmt.Errorf("get %q: %w", key, err)
+		return nil, false, fmt.Errorf("get %q: %w", key, err)
 	}
 	defer closer.Close()
-	rec, err = record.Decode(v)
-	if err != nil {
-		return record.Record{}, false, fmt.Errorf("get %q: %w", key, err)
+	if _, err := record.Decode(v); err != nil {
+		return nil, false, fmt.Errorf("get %q: %w", key, err)
 	}
-	return rec.Clone(), true, nil
+	buf = make([]byte, len(prefix)+len(v))
+	copy(buf, prefix)
+	copy(buf[len(prefix):], v) // v belongs to Pebble until closer.Close
+	return buf, true, nil
 }
 
 // Version returns the version key currently holds (found false if the key
