@@ -65,7 +65,7 @@ const (
 
 // Handler is the fasthttp request handler.
 func (s *Server) Handler(ctx *fasthttp.RequestCtx) {
-	start := time.Now()
+	start := ctx.Time() // fasthttp's time.Now() of this request, taken just before the handler
 	var op metrics.Op
 	switch string(ctx.Path()) {
 	case pathEntity:
