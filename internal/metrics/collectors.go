@@ -69,6 +69,7 @@ func (m *Metrics) RegisterPebble(metrics func() *pebble.Metrics, stalls func() (
 		"dhtkv_pebble_compactions_total":         "Compactions completed.",
 		"dhtkv_pebble_compaction_debt_bytes":     "Estimated bytes to compact for the LSM to reach a stable state.",
 		"dhtkv_pebble_flushes_total":             "Memtable flushes completed.",
+		"dhtkv_pebble_background_jobs":           "Flushes and compactions in progress.",
 		"dhtkv_pebble_l0_sublevels":              "L0 sublevels: read amplification of L0.",
 		"dhtkv_pebble_l0_files":                  "Files in L0.",
 		"dhtkv_pebble_read_amplification":        "Read amplification of the whole LSM.",
@@ -103,6 +104,7 @@ func (p *pebbleCollector) Collect(ch chan<- prometheus.Metric) {
 	emit("dhtkv_pebble_compactions_total", prometheus.CounterValue, float64(pm.Compact.Count))
 	emit("dhtkv_pebble_compaction_debt_bytes", prometheus.GaugeValue, float64(pm.Compact.EstimatedDebt))
 	emit("dhtkv_pebble_flushes_total", prometheus.CounterValue, float64(pm.Flush.Count))
+	emit("dhtkv_pebble_background_jobs", prometheus.GaugeValue, float64(pm.Flush.NumInProgress+pm.Compact.NumInProgress))
 	emit("dhtkv_pebble_l0_sublevels", prometheus.GaugeValue, float64(pm.Levels[0].Sublevels))
 	emit("dhtkv_pebble_l0_files", prometheus.GaugeValue, float64(pm.Levels[0].TablesCount))
 	emit("dhtkv_pebble_read_amplification", prometheus.GaugeValue, float64(pm.ReadAmp()))
