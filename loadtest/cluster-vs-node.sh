@@ -55,21 +55,7 @@ load() { # targets workload [ack from] [fill]
     --keyspace "$KEYSPACE" --value-size "$VALUE_SIZE" --connections "$CONNECTIONS" \
     --duration "$DURATION" --fill "${5:-0}" 2>/dev/null
 }
-pebble() { # port... -> "flushes and compactions in progress, completed" summed
-  for port in "$@"; do curl -s "http://127.0.0.1:$((port + 10))/metrics"; done |
-    awk '$1 == "dhtkv_pebble_background_jobs" {b += $2} $1 == "dhtkv_pebble_compactions_total" || $1 == "dhtkv_pebble_flushes_total" {n += $2} END {printf "%d %d", b, n}'
-}
-settle() { # port...: until no flush or compaction ran for a second
-  local prev now
-  prev=$(pebble "$@")
-  for _ in $(seq 60); do
-    sleep 1
-    now=$(pebble "$@")
-    [ "$now" = "$prev" ] && [ "${now%% *}" = 0 ] && return
-    prev=$now
-  done
-  echo "# warning: Pebble on ports $* still busy after 60 s" >&2
-}
+source "$ROOT/loadtest/settle.sh"
 # Fill all four with the whole keyspace (the GETs then all find their key),
 # then warm the GET systems' read caches.
 load "$node_put" put 0 0 "$KEYSPACE" >/dev/null

@@ -284,12 +284,14 @@ func (f *fakePeer) serve(conn net.Conn) {
 		for _, op := range ops { // acknowledge every write, hold nothing
 			out = append(out, map[byte]byte{cluster.OpWrite: cluster.ResApplied, cluster.OpRead: cluster.ResNotFound}[op.Kind])
 		}
-		if _, err := fmt.Fprintf(conn, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s", len(out), out); err != nil {
-			return
-		}
+		// Counted before the answer goes out: the client may act on the
+		// answer before this goroutine runs again.
 		f.mu.Lock()
 		f.served += len(ops)
 		f.mu.Unlock()
+		if _, err := fmt.Fprintf(conn, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s", len(out), out); err != nil {
+			return
+		}
 	}
 }
 

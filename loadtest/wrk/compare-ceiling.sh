@@ -8,17 +8,19 @@
 # unmeasured GET run, so that they are the cache hits the issue asks about:
 # a PUT run before each GET run would invalidate most of the read cache and
 # leave Pebble compacting during the GETs. The script prints the read
-# cache's hit ratio over the measured GET runs.
+# cache's hit ratio over the measured GET runs. After each dhtkv PUT run it
+# waits until that node's Pebble is quiet (settle.sh).
 #
 #   loadtest/wrk/compare-ceiling.sh            # defaults below
 #   ROUNDS=5 DURATION=15s loadtest/wrk/compare-ceiling.sh
 #
 # Only 127.0.0.1 is contacted. Needs wrk (apt-get install -y wrk).
 source "$(dirname "$0")/setup.sh"
+source "$ROOT/loadtest/settle.sh"
 
 "$tmp/ceiling" -addr 127.0.0.1:18080 >"$tmp/ceiling.log" 2>&1 & pids+=($!)
-"$tmp/dhtkv" --listen 127.0.0.1:18081 --data-dir "$tmp/sync" --cache-bytes $cache >"$tmp/sync.log" 2>&1 & pids+=($!)
-"$tmp/dhtkv" --listen 127.0.0.1:18082 --data-dir "$tmp/nosync" --sync=false --cache-bytes $cache >"$tmp/nosync.log" 2>&1 & pids+=($!)
+"$tmp/dhtkv" --listen 127.0.0.1:18081 --admin-listen 127.0.0.1:18091 --data-dir "$tmp/sync" --cache-bytes $cache >"$tmp/sync.log" 2>&1 & pids+=($!)
+"$tmp/dhtkv" --listen 127.0.0.1:18082 --admin-listen 127.0.0.1:18092 --data-dir "$tmp/nosync" --sync=false --cache-bytes $cache >"$tmp/nosync.log" 2>&1 & pids+=($!)
 "$tmp/dhtkv" --listen 127.0.0.1:18083 --admin-listen 127.0.0.1:18093 --data-dir "$tmp/get" --cache-bytes $cache >"$tmp/get.log" 2>&1 & pids+=($!)
 wait_up 18080 18081 18082 18083
 prefill 18080 18081 18083
@@ -39,7 +41,9 @@ for r in $(seq "$ROUNDS"); do
   run dhtkv-get 18083 get.lua
   run ceiling-put 18080 put.lua
   run dhtkv-put-sync 18081 put.lua
+  settle 18081
   run dhtkv-put-nosync 18082 put.lua
+  settle 18082
 done
 hits=$(( $(cachestat hits) - hits0 )) misses=$(( $(cachestat misses) - misses0 ))
 echo "read cache during the measured dhtkv-get runs: $hits hits, $misses misses"
