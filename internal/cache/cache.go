@@ -24,7 +24,7 @@
 //
 // Keys hash onto a fixed set of mutex stripes.
 //
-//   - A fill (Fill) holds its key's stripe while it re-checks the cache,
+//   - A fill (GetOrLoad on a miss) holds its key's stripe while it re-checks the cache,
 //     reads the store, Sets the record and Waits for ristretto to process
 //     the Set. When it unlocks, its item is either visible in the map or
 //     gone for good (dropped or rejected): nothing of it is still queued.
@@ -151,8 +151,19 @@ func (c *Cache) Close() {
 // cause an extra invalidation).
 func (c *Cache) hash(key []byte) uint64 { return maphash.Bytes(c.seed, key) }
 
-// Get returns the cached entry for key.
-func (c *Cache) Get(key []byte) (Entry, bool) {
+// GetOrLoad returns key's entry: from the cache when it holds one (no lock,
+// no allocation), else from load under the key's stripe, caching what load
+// returned (see the protocol above). load is called at most once, on this
+// goroutine, and not kept. The entry's value is the cache's: read-only.
+func (c *Cache) GetOrLoad(key []byte, load Loader) (Entry, error) {
+	if e, ok := c.get(key); ok {
+		return e, nil
+	}
+	return c.fill(key, load)
+}
+
+// get returns the cached entry for key, if any.
+func (c *Cache) get(key []byte) (Entry, bool) {
 	if c == nil {
 		return Entry{}, false
 	}
@@ -181,9 +192,9 @@ func decode(buf, key []byte) (Entry, bool) {
 	return Entry{Rec: rec, Found: true}, true
 }
 
-// Fill returns key's entry, loading it with load on a miss and caching the
+// fill returns key's entry, loading it with load on a miss and caching the
 // result.
-func (c *Cache) Fill(key []byte, load Loader) (Entry, error) {
+func (c *Cache) fill(key []byte, load Loader) (Entry, error) {
 	if c == nil {
 		buf, found, err := load(nil)
 		if err != nil || !found {

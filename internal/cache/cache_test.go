@@ -28,14 +28,14 @@ func TestFillThenHit(t *testing.T) {
 	require.NoError(t, err)
 	defer c.Close()
 	key := []byte("k")
-	e, err := c.Fill(key, loader(1, "v1"))
+	e, err := c.fill(key, loader(1, "v1"))
 	require.NoError(t, err)
 	require.Equal(t, "v1", string(e.Rec.Value))
-	got, ok := c.Get(key)
+	got, ok := c.get(key)
 	require.True(t, ok, "Fill waits for the Set: the entry is visible at once")
 	require.Equal(t, "v1", string(got.Rec.Value))
 	key[0] = 'X' // the cache copied the caller's key
-	_, ok = c.Get([]byte("k"))
+	_, ok = c.get([]byte("k"))
 	require.True(t, ok)
 }
 
@@ -50,11 +50,11 @@ func TestNoEntrySurfacesAfterInvalidate(t *testing.T) {
 	defer c.Close()
 	for i := 0; i < 20000; i++ {
 		key := []byte(fmt.Sprintf("key-%d", i))
-		_, err := c.Fill(key, loader(1, "old"))
+		_, err := c.fill(key, loader(1, "old"))
 		require.NoError(t, err)
 		c.Invalidate(key)
 		for j := 0; j < 30; j++ {
-			_, ok := c.Get(key)
+			_, ok := c.get(key)
 			require.False(t, ok, "iteration %d: a pre-invalidation entry is visible", i)
 		}
 	}
@@ -77,7 +77,7 @@ func TestFillRacingWriteLeavesNoStaleEntry(t *testing.T) {
 		wg.Add(1)
 		go func() { // reader: misses and fills with what it read
 			defer wg.Done()
-			_, _ = c.Fill(key, recordLoader(func() record.Record {
+			_, _ = c.fill(key, recordLoader(func() record.Record {
 				v := committed.Load()
 				close(readStarted)
 				return record.Record{Version: v}
@@ -86,11 +86,11 @@ func TestFillRacingWriteLeavesNoStaleEntry(t *testing.T) {
 		<-readStarted
 		committed.Store(round) // writer commits...
 		c.Invalidate(key)      // ...invalidates, then would acknowledge
-		if e, ok := c.Get(key); ok {
+		if e, ok := c.get(key); ok {
 			require.GreaterOrEqual(t, e.Rec.Version, round, "stale entry after acknowledged write")
 		}
 		wg.Wait()
-		if e, ok := c.Get(key); ok {
+		if e, ok := c.get(key); ok {
 			require.GreaterOrEqual(t, e.Rec.Version, round, "stale entry after acknowledged write")
 		}
 		c.Invalidate(key)
@@ -102,9 +102,9 @@ func TestNilCacheIsPassThrough(t *testing.T) {
 	c2, err := New(0)
 	require.NoError(t, err)
 	require.Nil(t, c2)
-	_, ok := c.Get([]byte("a"))
+	_, ok := c.get([]byte("a"))
 	require.False(t, ok)
-	e, err := c.Fill([]byte("a"), loader(3, "x"))
+	e, err := c.fill([]byte("a"), loader(3, "x"))
 	require.NoError(t, err)
 	require.Equal(t, uint64(3), e.Rec.Version)
 	c.Invalidate([]byte("a"))
@@ -121,12 +121,12 @@ func TestNegativeEntriesAreCached(t *testing.T) {
 	loads := 0
 	absent := func(prefix []byte) ([]byte, bool, error) { loads++; return nil, false, nil }
 	for range 2 {
-		e, err := c.Fill([]byte("nope"), absent)
+		e, err := c.fill([]byte("nope"), absent)
 		require.NoError(t, err)
 		require.False(t, e.Found)
 	}
 	require.Equal(t, 1, loads)
-	e, ok := c.Get([]byte("nope"))
+	e, ok := c.get([]byte("nope"))
 	require.True(t, ok)
 	require.False(t, e.Found)
 }

@@ -8,10 +8,12 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/dhtkv/dhtkv/internal/hlc"
-	"github.com/dhtkv/dhtkv/internal/metrics"
 	"github.com/dhtkv/dhtkv/internal/record"
 	"github.com/dhtkv/dhtkv/internal/replica"
+	"github.com/dhtkv/dhtkv/internal/rpc"
 )
 
 // ErrNotEnoughReplicas is returned when fewer than ack replicas answered
@@ -43,36 +45,88 @@ type Coordinator struct {
 	place   *Placement
 	clock   *hlc.Clock
 	local   *replica.Replica
-	peers   []*Peer // indexed like topo.Nodes; nil at topo.Self
-	peerM   []*metrics.PeerMetrics
-	m       *metrics.Metrics
+	peers   []*peer // indexed like topo.Nodes; nil at topo.Self
+	m       *coordMetrics
 	timeout time.Duration
 	// hedgeDelay is the least time a read waits for its first replicas
 	// (see readHedgeDelay); 0 sends reads to all `from` replicas at once.
 	hedgeDelay time.Duration
-	readLat    []*latencyWindow // indexed like peers: recent read latencies
+	streams    *rpc.StreamClient // other nodes' range streams (scan.go)
 	log        *slog.Logger
 
 	inflight sync.WaitGroup
 }
 
-// NewCoordinator wires the coordinator. m may be nil.
-func NewCoordinator(topo Topology, clock *hlc.Clock, local *replica.Replica, po PeerOptions, m *metrics.Metrics, log *slog.Logger) *Coordinator {
+// peer is another node as the coordinator sees it: its client, its
+// instruments and its recent read latencies (hedge.go).
+type peer struct {
+	client        *rpc.Peer
+	reads, writes callMetrics
+	readLat       *latencyWindow
+}
+
+// Options configures a coordinator. Zero fields take the defaults noted.
+type Options struct {
+	// Timeout is one request's deadline for its replica calls
+	// (--replica-timeout; default 300 ms). A request that has fewer than
+	// ack answers by then fails with ErrNotEnoughReplicas.
+	Timeout time.Duration
+	// HedgeDelay is the least time a read waits for its first ack
+	// replicas before asking the others too (--read-hedge-delay; 0 asks
+	// all from replicas at once). See hedge.go for how it adapts.
+	HedgeDelay time.Duration
+	// ScanIdleTimeout bounds how long another node's range stream may
+	// send nothing before a cluster scan fails (default 30 s).
+	ScanIdleTimeout time.Duration
+	// MaxKeyBytes and MaxValueBytes bound what other nodes' streams may
+	// carry (the node's --max-key-bytes and --max-value-bytes).
+	MaxKeyBytes, MaxValueBytes int
+	// Peer configures the client of every other node.
+	Peer rpc.PeerOptions
+}
+
+// NewCoordinator wires the coordinator and registers its instruments with
+// reg (nil: not registered).
+func NewCoordinator(topo Topology, clock *hlc.Clock, local *replica.Replica, o Options, reg prometheus.Registerer, log *slog.Logger) *Coordinator {
+	if o.Timeout <= 0 {
+		o.Timeout = 300 * time.Millisecond
+	}
+	if o.ScanIdleTimeout <= 0 {
+		o.ScanIdleTimeout = 30 * time.Second
+	}
+	if o.Peer.Timeout <= 0 {
+		o.Peer.Timeout = o.Timeout
+	}
 	c := &Coordinator{
 		topo: topo, place: NewPlacement(topo), clock: clock, local: local,
-		peers: make([]*Peer, topo.Size()), peerM: make([]*metrics.PeerMetrics, topo.Size()),
-		readLat: make([]*latencyWindow, topo.Size()),
-		m:       m, timeout: po.Timeout, hedgeDelay: po.ReadHedgeDelay, log: log,
+		peers: make([]*peer, topo.Size()), m: newCoordMetrics(),
+		timeout: o.Timeout, hedgeDelay: o.HedgeDelay, log: log,
+		streams: rpc.NewStreamClient(rpc.StreamOptions{
+			OpenTimeout: o.Timeout,
+			IdleTimeout: o.ScanIdleTimeout,
+			Secret:      o.Peer.Secret,
+			MaxKey:      o.MaxKeyBytes,
+			MaxEnvelope: o.MaxValueBytes + record.HeaderSize,
+		}),
+	}
+	var rm *rpc.Metrics
+	if reg != nil {
+		rm = rpc.NewMetrics(reg)
+		var delay func() float64
+		if c.hedgeDelay > 0 {
+			delay = func() float64 { return c.readHedgeDelay(time.Now()).Seconds() }
+		}
+		c.m.register(reg, delay)
 	}
 	for i, u := range topo.Nodes {
 		if i != topo.Self {
-			c.peerM[i] = m.Peer(u)
-			c.peers[i] = NewPeer(u, po, c.peerM[i])
-			c.readLat[i] = new(latencyWindow)
+			c.peers[i] = &peer{
+				client:  rpc.NewPeer(u, o.Peer, rm),
+				reads:   c.m.calls(u, "get"),
+				writes:  c.m.calls(u, "put"),
+				readLat: new(latencyWindow),
+			}
 		}
-	}
-	if m != nil && c.hedgeDelay > 0 {
-		m.RegisterHedgeDelay(func() float64 { return c.readHedgeDelay(time.Now()).Seconds() })
 	}
 	return c
 }
@@ -89,9 +143,10 @@ func (c *Coordinator) Close() {
 	c.inflight.Wait()
 	for _, p := range c.peers {
 		if p != nil {
-			p.Close()
+			p.client.Close()
 		}
 	}
+	c.streams.Close()
 }
 
 // answer is one replica's reply.
@@ -132,11 +187,12 @@ func (c *Coordinator) Get(key []byte, ack, from int) (Result, error) {
 	var best Result
 	n, err := c.fanOut(key, reps, ack, ack, c.localGet,
 		func(i int, k []byte, deadline time.Time) answer {
+			p := c.peers[i]
 			start := time.Now()
-			rec, found, err := c.peers[i].Get(k, deadline)
-			end := c.observe(c.peerM[i], false, start, err)
+			rec, found, err := p.client.Get(k, deadline)
+			end := p.reads.observe(start, err)
 			if err == nil {
-				c.readLat[i].record(end.Sub(start), end)
+				p.readLat.record(end.Sub(start), end)
 			}
 			if found {
 				// Keeps clocks close; nothing is stored here, so a failure
@@ -207,9 +263,10 @@ func (c *Coordinator) writeRound(key []byte, rec *record.Record, reps []int, ack
 	n, err := c.fanOut(key, reps, ack, len(reps),
 		func(k []byte) answer { return answer{err: c.local.Apply(k, rec)} },
 		func(i int, k []byte, deadline time.Time) answer {
+			p := c.peers[i]
 			start := time.Now()
-			v, err := c.peers[i].Apply(k, env, deadline)
-			c.observe(c.peerM[i], true, start, err)
+			v, err := p.client.Apply(k, env, deadline)
+			p.writes.observe(start, err)
 			return answer{rec: record.Record{Version: v}, err: err}
 		},
 		func(a answer) { newer = max(newer, a.rec.Version) })
@@ -269,15 +326,11 @@ func (c *Coordinator) fanOut(
 				continue
 			}
 			c.inflight.Add(1)
-			if c.m != nil {
-				c.m.InFlightReplicaCalls.Inc()
-			}
+			c.m.inFlight.Inc()
 			go func() {
 				defer c.inflight.Done()
 				results <- remote(n, k, deadline) // never blocks: buffered for all
-				if c.m != nil {
-					c.m.InFlightReplicaCalls.Dec()
-				}
+				c.m.inFlight.Dec()
 			}()
 		}
 	}
@@ -315,40 +368,18 @@ func (c *Coordinator) fanOut(
 			take(a)
 		case <-hedge:
 			hedge = nil
-			if c.m != nil && next < len(reps) {
-				c.m.HedgedReads.Inc()
+			if next < len(reps) {
+				c.m.hedgedReads.Inc()
 			}
 			launch(len(reps))
 		}
 	}
-	if c.m != nil && next-answered > 0 {
-		c.m.Stragglers.Add(float64(next - answered))
+	if next > answered {
+		c.m.stragglers.Add(float64(next - answered))
 	}
 	if ok < ack {
 		c.log.Debug("replicas failed", "ok", ok, "need", ack, "err", firstErr)
 		return ok, fmt.Errorf("%w (first failure: %v)", ErrNotEnoughReplicas, firstErr)
 	}
 	return ok, nil
-}
-
-// observe records one replica call in pm (nil: nothing) and returns the
-// time it ended.
-func (c *Coordinator) observe(pm *metrics.PeerMetrics, put bool, start time.Time, err error) time.Time {
-	end := time.Now()
-	if pm == nil {
-		return end
-	}
-	lat, timeouts, errs := pm.GetLatency, pm.GetTimeouts, pm.GetErrors
-	if put {
-		lat, timeouts, errs = pm.PutLatency, pm.PutTimeouts, pm.PutErrors
-	}
-	lat.Observe(end.Sub(start).Seconds())
-	switch {
-	case err == nil:
-	case errors.Is(err, ErrTimeout):
-		timeouts.Inc()
-	default:
-		errs.Inc()
-	}
-	return end
 }

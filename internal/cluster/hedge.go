@@ -90,11 +90,11 @@ func (w *latencyWindow) quantile(now time.Time) (time.Duration, bool) {
 func (c *Coordinator) readHedgeDelay(now time.Time) time.Duration {
 	d := c.hedgeDelay
 	fastest := time.Duration(-1)
-	for _, w := range c.readLat {
-		if w == nil {
+	for _, p := range c.peers {
+		if p == nil {
 			continue
 		}
-		if q, ok := w.quantile(now); ok && (fastest < 0 || q < fastest) {
+		if q, ok := p.readLat.quantile(now); ok && (fastest < 0 || q < fastest) {
 			fastest = q
 		}
 	}

@@ -55,7 +55,13 @@ func TestReadHedgeDelay(t *testing.T) {
 		{"at most half the replica timeout", []*latencyWindow{nil, window(time.Second, now)}, 200 * time.Millisecond},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c := &Coordinator{hedgeDelay: 5 * time.Millisecond, timeout: 400 * time.Millisecond, readLat: tc.peers}
+			peers := make([]*peer, len(tc.peers))
+			for i, w := range tc.peers {
+				if w != nil {
+					peers[i] = &peer{readLat: w}
+				}
+			}
+			c := &Coordinator{hedgeDelay: 5 * time.Millisecond, timeout: 400 * time.Millisecond, peers: peers}
 			require.Equal(t, tc.want, c.readHedgeDelay(now))
 		})
 	}

@@ -1,4 +1,4 @@
-package httpapi
+package httpapi_test
 
 import (
 	"fmt"
@@ -10,42 +10,30 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dhtkv/dhtkv/internal/node"
 	"github.com/stretchr/testify/require"
 	"github.com/valyala/fasthttp"
-
-	"github.com/dhtkv/dhtkv/internal/cache"
-	"github.com/dhtkv/dhtkv/internal/cluster"
-	"github.com/dhtkv/dhtkv/internal/hlc"
-	"github.com/dhtkv/dhtkv/internal/metrics"
-	"github.com/dhtkv/dhtkv/internal/replica"
-	"github.com/dhtkv/dhtkv/internal/store"
 )
 
-// newBenchServer assembles a single node's handler the way node.Start does,
-// without a listener, so benchmarks measure our code and fasthttp's request
-// handling but no sockets.
-func newBenchServer(b testing.TB, sync bool, cacheBytes int64) *Server {
-	st, err := store.Open(b.TempDir(), store.Options{Sync: sync})
+// newBenchServer builds a single node the way the binary does (node.New),
+// without a listener, and returns its handler: benchmarks measure our code
+// and fasthttp's request handling but no sockets.
+func newBenchServer(b testing.TB, sync bool, cacheBytes int64) fasthttp.RequestHandler {
+	cfg := node.DefaultConfig()
+	cfg.DataDir = b.TempDir()
+	cfg.Sync = sync
+	cfg.CacheBytes = cacheBytes
+	cfg.MaxValueBytes = 1 << 20
+	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	n, err := node.New(cfg)
 	require.NoError(b, err)
-	c, err := cache.New(cacheBytes)
-	require.NoError(b, err)
-	b.Cleanup(func() { c.Close(); st.Close() })
-	topo, err := cluster.ParseTopology("", "http://127.0.0.1:1")
-	require.NoError(b, err)
-	clock, _ := hlc.New(0, nil)
-	m := metrics.New()
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	local := &replica.Replica{Store: st, Cache: c}
-	return &Server{
-		Coord: cluster.NewCoordinator(topo, clock, local, cluster.PeerOptions{Timeout: 1e9}, m, log),
-		Local: local, Clock: clock, Metrics: m, Log: log,
-		Limits: Limits{MaxKeyBytes: 1024, MaxValueBytes: 1 << 20},
-	}
+	b.Cleanup(func() { require.NoError(b, n.Close()) })
+	return n.Handler()
 }
 
 // do runs one request through the handler, reusing ctx like fasthttp does
 // for a keep-alive connection.
-func do(s *Server, ctx *fasthttp.RequestCtx, method string, uri, body []byte) int {
+func do(s fasthttp.RequestHandler, ctx *fasthttp.RequestCtx, method string, uri, body []byte) int {
 	ctx.Request.Reset()
 	ctx.Response.Reset()
 	ctx.Request.Header.SetMethod(method)
@@ -53,7 +41,7 @@ func do(s *Server, ctx *fasthttp.RequestCtx, method string, uri, body []byte) in
 	if body != nil {
 		ctx.Request.SetBodyRaw(body)
 	}
-	s.Handler(ctx)
+	s(ctx)
 	return ctx.Response.StatusCode()
 }
 
@@ -74,7 +62,7 @@ func uris(prefix string) [][]byte {
 	return u
 }
 
-func fill(b *testing.B, s *Server, u [][]byte, val []byte) {
+func fill(b *testing.B, s fasthttp.RequestHandler, u [][]byte, val []byte) {
 	ctx := newCtx()
 	for _, x := range u {
 		require.Equal(b, 201, do(s, ctx, "PUT", x, val))

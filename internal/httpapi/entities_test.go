@@ -12,13 +12,14 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/dhtkv/dhtkv/internal/node"
+	"github.com/dhtkv/dhtkv/internal/rpc"
 	"github.com/dhtkv/dhtkv/internal/scan"
 	"github.com/dhtkv/dhtkv/internal/testcluster"
 )
 
-// readCourse reads a course-framed response over a raw connection and
+// readChunks reads a chunks-framed response over a raw connection and
 // checks the contract's framing: one chunk per record, key '\n' value.
-func readCourse(t *testing.T, rc *rawConn) [][2]string {
+func readChunks(t *testing.T, rc *rawConn) [][2]string {
 	t.Helper()
 	var out [][2]string
 	for {
@@ -124,7 +125,7 @@ func TestEntitiesLocalContract(t *testing.T) {
 			rc := rawGet(t, c.Config(0).Listen, "/v0/entities?"+tc.query, 0)
 			require.Equal(t, 200, rc.Status)
 			require.Equal(t, "chunked", rc.Header.Get("Transfer-Encoding"))
-			got := readCourse(t, rc)
+			got := readChunks(t, rc)
 			if len(exp) == 0 {
 				require.Empty(t, got)
 			} else {
@@ -144,7 +145,7 @@ func TestEntitiesLocalContract(t *testing.T) {
 }
 
 // TestEntitiesBinaryFramingIsUnambiguous stores keys and values that the
-// course framing cannot carry through a re-chunking proxy (newlines in
+// chunks framing cannot carry through a re-chunking proxy (newlines in
 // keys and values, every byte value) and reads them back exactly.
 func TestEntitiesBinaryFramingIsUnambiguous(t *testing.T) {
 	c := testcluster.Start(t, 1)
@@ -174,7 +175,7 @@ func TestEntitiesBinaryFramingIsUnambiguous(t *testing.T) {
 
 func TestInternalEntitiesSecret(t *testing.T) {
 	c := testcluster.Start(t, 1, func(_ int, cfg *node.Config) { cfg.ClusterSecret = "s3cret" })
-	u := c.URL(0) + scan.InternalPath + "?start=a"
+	u := c.URL(0) + rpc.StreamPath + "?start=a"
 	resp := httpGet(t, u)
 	require.Equal(t, http.StatusForbidden, resp.StatusCode)
 

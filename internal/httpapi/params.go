@@ -54,8 +54,8 @@ func parseEntity(args *fasthttp.Args, clusterSize, maxKey int) (entityParams, *a
 	return entityParams{key: key, ack: ack, from: from}, nil
 }
 
-// parseReplication applies the course's rules: from defaults to the cluster
-// size, ack to a majority of from; both must be numbers with
+// parseReplication reads ack and from: from defaults to the cluster size,
+// ack to a majority of from (from/2+1); both must be numbers with
 // 1 <= ack <= from <= cluster size.
 func parseReplication(args *fasthttp.Args, clusterSize int) (ack, from int, _ *apiError) {
 	from = clusterSize

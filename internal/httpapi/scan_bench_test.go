@@ -64,7 +64,7 @@ func BenchmarkScanLocalBinary(b *testing.B) {
 	benchScan(b, benchCluster(b, 1), "start=key&format=binary")
 }
 
-// BenchmarkScanLocalChunks is the course framing: one chunk, and so one
+// BenchmarkScanLocalChunks is the chunks framing: one chunk, and so one
 // write to the socket, per record. Read with net/http, which undoes the
 // chunking; the body is then read as raw bytes.
 func BenchmarkScanLocalChunks(b *testing.B) {

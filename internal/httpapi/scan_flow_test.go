@@ -43,11 +43,10 @@ func startFilled(t *testing.T, writeTimeout time.Duration) *testcluster.Cluster 
 // record, so the stall cost nothing but time.
 func TestScanSlowClientBoundsProduction(t *testing.T) {
 	c := startFilled(t, 0)
-	m := c.Node(0).Metrics()
 	base := newBase(flowValueSize)
 	for _, format := range []string{"chunks", "binary"} {
 		t.Run(format, func(t *testing.T) {
-			before := counter(t, m.ScanRecords)
+			before := c.Metric(t, 0, "dhtkv_scan_records_total")
 			rc := rawGet(t, c.Config(0).Listen, "/v0/entities?start=key&format="+format, 4096)
 			require.Equal(t, 200, rc.Status)
 			small := make([]byte, 4096)
@@ -55,9 +54,9 @@ func TestScanSlowClientBoundsProduction(t *testing.T) {
 			require.NoError(t, err)
 
 			time.Sleep(700 * time.Millisecond)
-			stalled := counter(t, m.ScanRecords) - before
+			stalled := c.Metric(t, 0, "dhtkv_scan_records_total") - before
 			time.Sleep(500 * time.Millisecond)
-			stalledLater := counter(t, m.ScanRecords) - before
+			stalledLater := c.Metric(t, 0, "dhtkv_scan_records_total") - before
 			t.Logf("%s: %v of %d records produced while the client is stalled (%.1f MiB)",
 				format, stalled, flowRecords, stalled*flowValueSize/(1<<20))
 			require.Equal(t, stalled, stalledLater, "production went on while the client did not read")
@@ -95,7 +94,7 @@ func TestScanSlowClientBoundsProduction(t *testing.T) {
 				require.NoError(t, d.Err())
 			}
 			require.Equal(t, flowRecords, n)
-			require.Equal(t, float64(flowRecords), counter(t, m.ScanRecords)-before)
+			require.Equal(t, float64(flowRecords), c.Metric(t, 0, "dhtkv_scan_records_total")-before)
 		})
 	}
 }
@@ -106,15 +105,14 @@ func TestScanSlowClientBoundsProduction(t *testing.T) {
 // counted as an abort.
 func TestScanClientGoneStopsAndCounts(t *testing.T) {
 	c := startFilled(t, 0)
-	m := c.Node(0).Metrics()
-	gone := m.ScanAborts.WithLabelValues(scan.AbortClientGone)
+	gone := func() float64 { return c.Metric(t, 0, "dhtkv_scan_aborts_total", "reason", scan.AbortClientGone) }
 	rc := rawGet(t, c.Config(0).Listen, "/v0/entities?start=key&format=binary", 4096)
 	require.Equal(t, 200, rc.Status)
 	_, err := io.ReadFull(rc.br, make([]byte, 10000))
 	require.NoError(t, err)
 	rc.conn.Close()
-	require.Eventually(t, func() bool { return counter(t, gone) == 1 }, 10*time.Second, 10*time.Millisecond)
-	require.Less(t, counter(t, m.ScanRecords), float64(flowRecords))
+	require.Eventually(t, func() bool { return gone() == 1 }, 10*time.Second, 10*time.Millisecond)
+	require.Less(t, c.Metric(t, 0, "dhtkv_scan_records_total"), float64(flowRecords))
 	// The node still serves scans.
 	resp := httpGet(t, c.URL(0)+"/v0/entities?start=key00000000&end=key00000010&format=binary")
 	require.Len(t, readBinary(t, resp.Body), 10)
@@ -126,7 +124,6 @@ func TestScanClientGoneStopsAndCounts(t *testing.T) {
 // for longer than it.
 func TestScanIdleTimeout(t *testing.T) {
 	c := startFilled(t, 300*time.Millisecond)
-	m := c.Node(0).Metrics()
 
 	// A client that keeps reading, slowly: the whole stream takes well
 	// over the write timeout and completes.
@@ -144,10 +141,10 @@ func TestScanIdleTimeout(t *testing.T) {
 	require.Greater(t, time.Since(start), 600*time.Millisecond)
 
 	// A client that stops reading is cut off.
-	timeouts := m.ScanAborts.WithLabelValues(scan.AbortClientTimeout)
+	timeouts := func() float64 { return c.Metric(t, 0, "dhtkv_scan_aborts_total", "reason", scan.AbortClientTimeout) }
 	rc = rawGet(t, c.Config(0).Listen, "/v0/entities?start=key&format=binary", 4096)
 	require.Equal(t, 200, rc.Status)
-	require.Eventually(t, func() bool { return counter(t, timeouts) == 1 }, 10*time.Second, 20*time.Millisecond)
+	require.Eventually(t, func() bool { return timeouts() == 1 }, 10*time.Second, 20*time.Millisecond)
 }
 
 // TestScanShutdownAbortsStreams: stopping a node does not wait for a
@@ -155,12 +152,12 @@ func TestScanIdleTimeout(t *testing.T) {
 // truncated, and the store closes cleanly (no leaked iterator).
 func TestScanShutdownAbortsStreams(t *testing.T) {
 	c := startFilled(t, 0)
-	m := c.Node(0).Metrics()
 	rc := rawGet(t, c.Config(0).Listen, "/v0/entities?start=key", 4096)
 	require.Equal(t, 200, rc.Status)
 	_, err := rc.Chunk()
 	require.NoError(t, err)
 	time.Sleep(100 * time.Millisecond) // the stream is now blocked on the stalled client
+	reg := c.Node(0).Registry() // still readable once the node stopped
 	start := time.Now()
 	c.StopNode(0)
 	require.Less(t, time.Since(start), 3*time.Second)
@@ -168,5 +165,5 @@ func TestScanShutdownAbortsStreams(t *testing.T) {
 		_, err = rc.Chunk()
 	}
 	require.ErrorIs(t, err, io.ErrUnexpectedEOF)
-	require.Equal(t, float64(1), counter(t, m.ScanAborts.WithLabelValues(scan.AbortShutdown)))
+	require.Equal(t, float64(1), testcluster.Metric(t, reg, "dhtkv_scan_aborts_total", "reason", scan.AbortShutdown))
 }

@@ -1,12 +1,14 @@
-// Package httpapi serves dhtkv's HTTP API on fasthttp: the public entity and
-// range endpoints, the status endpoint, and the internal endpoints that nodes
-// use to reach each other's replicas.
+// Package httpapi serves dhtkv's HTTP API on fasthttp: it parses and
+// validates requests, routes them, and writes the answers. The public
+// entity and range endpoints go to the cluster coordinator; the internal
+// endpoints, which nodes use to reach each other's replicas, are mounted
+// from package rpc, which serves them.
 //
 // A request's path, top to bottom: Server.Handler routes by path; the entity
 // handler parses and validates the query (params.go), then hands the key to
 // the cluster coordinator, which serves the local replica (package replica:
-// read cache, then Pebble) in-process and the remote ones over the internal
-// endpoint (internal.go on the other node).
+// read cache, then Pebble) in-process and the remote ones through package
+// rpc (a batch to the other node's rpc.Server, mounted here).
 //
 // fasthttp reuses the request's and response's buffers once a handler
 // returns: nothing here keeps a slice of them; the coordinator copies what
@@ -23,9 +25,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/dhtkv/dhtkv/internal/cluster"
-	"github.com/dhtkv/dhtkv/internal/hlc"
-	"github.com/dhtkv/dhtkv/internal/metrics"
-	"github.com/dhtkv/dhtkv/internal/replica"
+	"github.com/dhtkv/dhtkv/internal/rpc"
 )
 
 // Limits bounds what a request may carry.
@@ -36,17 +36,12 @@ type Limits struct {
 
 // Server holds what the handlers need.
 type Server struct {
-	Coord   *cluster.Coordinator
-	Local   *replica.Replica
-	Clock   *hlc.Clock
+	Coord *cluster.Coordinator
+	// RPC serves the internal endpoints (BatchPath, StreamPath).
+	RPC     *rpc.Server
 	Limits  Limits
-	Metrics *metrics.Metrics
-	// Secret, when set, must accompany internal requests.
-	Secret string
-	Log    *slog.Logger
-	// ScanFlushBytes is how many bytes a range stream buffers before it
-	// flushes to the client (default 64 KiB).
-	ScanFlushBytes int
+	Metrics *Metrics
+	Log     *slog.Logger
 	// ScanIdleTimeout bounds how long a range stream may make no progress
 	// (client not reading, another node not sending) before it is aborted
 	// (default DefaultScanIdleTimeout). It replaces fasthttp's whole-
@@ -57,54 +52,53 @@ type Server struct {
 }
 
 const (
-	pathEntity           = "/v0/entity"
-	pathEntities         = "/v0/entities"
-	pathStatus           = "/v0/status"
-	pathInternalEntities = "/v0/internal/entities"
+	pathEntity   = "/v0/entity"
+	pathEntities = "/v0/entities"
+	pathStatus   = "/v0/status"
 )
 
 // Handler is the fasthttp request handler.
 func (s *Server) Handler(ctx *fasthttp.RequestCtx) {
 	start := ctx.Time() // fasthttp's time.Now() of this request, taken just before the handler
-	var op metrics.Op
+	var op Op
 	switch string(ctx.Path()) {
 	case pathEntity:
 		op = s.entity(ctx)
 	case pathStatus:
-		op = metrics.OpStatus
+		op = OpStatus
 		if !ctx.IsGet() && !ctx.IsHead() {
 			methodNotAllowed(ctx, "GET, HEAD")
 		} else {
 			ctx.SetBodyString("OK\n")
 		}
 	case pathEntities:
-		op = metrics.OpScan
+		op = OpScan
 		s.entities(ctx)
-	case cluster.BatchPath:
-		op = metrics.OpInternalBatch
+	case rpc.BatchPath:
+		op = OpInternalBatch
 		s.internalBatch(ctx)
-	case pathInternalEntities:
-		op = metrics.OpInternalScan
-		s.internalEntities(ctx)
+	case rpc.StreamPath:
+		op = OpInternalScan
+		s.internalStream(ctx)
 	default:
-		op = metrics.OpOther
+		op = OpOther
 		fail(ctx, badRequest("unknown path %q", ctx.Path()))
 	}
 	s.Metrics.Request(op, ctx.Response.StatusCode(), time.Since(start))
 }
 
-func (s *Server) entity(ctx *fasthttp.RequestCtx) metrics.Op {
-	var op metrics.Op
+func (s *Server) entity(ctx *fasthttp.RequestCtx) Op {
+	var op Op
 	switch {
 	case ctx.IsGet():
-		op = metrics.OpGet
+		op = OpGet
 	case ctx.IsPut():
-		op = metrics.OpPut
+		op = OpPut
 	case ctx.IsDelete():
-		op = metrics.OpDelete
+		op = OpDelete
 	default:
 		methodNotAllowed(ctx, "GET, PUT, DELETE")
-		return metrics.OpOther
+		return OpOther
 	}
 	p, aerr := parseEntity(ctx.QueryArgs(), s.Coord.Topology().Size(), s.Limits.MaxKeyBytes)
 	if aerr != nil {
@@ -112,7 +106,7 @@ func (s *Server) entity(ctx *fasthttp.RequestCtx) metrics.Op {
 		return op
 	}
 	switch op {
-	case metrics.OpGet:
+	case OpGet:
 		res, err := s.Coord.Get(p.key, p.ack, p.from)
 		switch {
 		case err != nil:
@@ -122,7 +116,7 @@ func (s *Server) entity(ctx *fasthttp.RequestCtx) metrics.Op {
 		default:
 			ctx.Error("not found\n", fasthttp.StatusNotFound)
 		}
-	case metrics.OpPut:
+	case OpPut:
 		body := ctx.PostBody()
 		if len(body) > s.Limits.MaxValueBytes {
 			fail(ctx, &apiError{fasthttp.StatusRequestEntityTooLarge, "value too large"})
@@ -133,7 +127,7 @@ func (s *Server) entity(ctx *fasthttp.RequestCtx) metrics.Op {
 			return op
 		}
 		ctx.SetStatusCode(fasthttp.StatusCreated)
-	case metrics.OpDelete:
+	case OpDelete:
 		if err := s.Coord.Write(p.key, nil, true, p.ack, p.from); err != nil {
 			s.replicaError(ctx, err)
 			return op

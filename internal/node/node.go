@@ -1,7 +1,7 @@
 // Package node assembles one dhtkv server from its parts: store, read cache,
-// clock, coordinator, HTTP API, admin listener. The binary (cmd/dhtkv) and
-// the tests' in-process clusters both start nodes through it, so what the
-// tests exercise is what ships.
+// clock, replica, coordinator, rpc server, HTTP API, admin listener. The
+// binary (cmd/dhtkv), the tests' in-process clusters and the benchmarks
+// all build nodes through it (New), so what they exercise is what ships.
 package node
 
 import (
@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/valyala/fasthttp"
 
 	"github.com/dhtkv/dhtkv/internal/admin"
@@ -23,41 +24,93 @@ import (
 	"github.com/dhtkv/dhtkv/internal/httpapi"
 	"github.com/dhtkv/dhtkv/internal/metrics"
 	"github.com/dhtkv/dhtkv/internal/replica"
+	"github.com/dhtkv/dhtkv/internal/rpc"
 	"github.com/dhtkv/dhtkv/internal/store"
 )
 
-// Config is everything a node is started with; cmd/dhtkv fills it from flags.
+// Config is everything a node is built from; cmd/dhtkv fills it from its
+// flags (the flag of each field is named in its comment), and
+// DefaultConfig holds the defaults stated here.
 type Config struct {
-	Listen      string // public API, e.g. 127.0.0.1:8080
-	AdminListen string // pprof and /metrics; empty: no admin listener
-	DataDir     string
+	// Listen is the public API's address (--listen). The default value is
+	// 127.0.0.1:8080.
+	Listen string
+	// AdminListen is the address of pprof and /metrics (--admin-listen).
+	// The default value is empty: no admin listener.
+	AdminListen string
+	// DataDir is the Pebble directory (--data-dir). The default value is
+	// ./data/node1.
+	DataDir string
 
-	CacheBytes      int64 // read cache; 0 disables it
-	BlockCacheBytes int64 // Pebble block cache
-	MemTableBytes   uint64
-	Sync            bool
-	// L0CompactionThreshold: see store.Options.
+	// CacheBytes is the read cache's capacity in bytes (--cache-bytes); 0
+	// disables it. The default value is 64 MiB.
+	CacheBytes int64
+	// BlockCacheBytes is Pebble's block cache in bytes
+	// (--block-cache-bytes). The default value is 64 MiB.
+	BlockCacheBytes int64
+	// MemTableBytes is one Pebble memtable in bytes (--memtable-bytes); up
+	// to store.MemTableStopWrites of them are in memory. The default value
+	// is 16 MiB.
+	MemTableBytes uint64
+	// Sync makes an acknowledged write durable: the WAL is fsynced before
+	// the answer (--sync). The default value is true.
+	Sync bool
+	// L0CompactionThreshold is how many L0 sublevels trigger a compaction
+	// into the level below; writes stall at four times as many
+	// (--l0-compaction-threshold, see store.Options). The default value is
+	// 16.
 	L0CompactionThreshold int
 
-	MaxKeyBytes    int
-	MaxValueBytes  int
+	// MaxKeyBytes is the longest key in bytes (--max-key-bytes; 400
+	// beyond). The default value is 1024.
+	MaxKeyBytes int
+	// MaxValueBytes is the largest value in bytes (--max-value-bytes; 413
+	// beyond). The default value is 16 MiB.
+	MaxValueBytes int
+	// MaxHeaderBytes bounds the request line plus headers in bytes
+	// (--max-header-bytes; 431 beyond). The default value is 8 KiB.
 	MaxHeaderBytes int
 
-	ReadTimeout  time.Duration // whole request, including the body
+	// ReadTimeout is the time to read a whole request, body included
+	// (--read-timeout). The default value is 30 s.
+	ReadTimeout time.Duration
+	// WriteTimeout is the time to write a whole response; a range stream
+	// instead may stall this long between writes (--write-timeout). The
+	// default value is 30 s.
 	WriteTimeout time.Duration
-	IdleTimeout  time.Duration
+	// IdleTimeout is how long an idle keep-alive connection stays open
+	// (--idle-timeout). The default value is 2 min.
+	IdleTimeout time.Duration
 
-	Cluster        string // comma-separated node URLs; empty: a cluster of one
-	Self           string // this node's URL; empty: http://<Listen>
-	ClusterSecret  string
+	// Cluster is the comma-separated list of every node's URL, the same
+	// list in the same order on every node (--cluster). The default value
+	// is empty: a cluster of one.
+	Cluster string
+	// Self is this node's URL in Cluster (--self). The default value is
+	// empty, meaning http://<Listen>.
+	Self string
+	// ClusterSecret is the shared secret node-to-node requests must carry
+	// (--cluster-secret; 403 without it). The default value is empty: none
+	// required.
+	ClusterSecret string
+	// ReplicaTimeout is one request's deadline for its replica calls
+	// (--replica-timeout; 504 beyond). The default value is 300 ms.
 	ReplicaTimeout time.Duration
+	// ReadHedgeDelay is the least time a GET waits for its first ack
+	// replicas before asking the others (--read-hedge-delay; 0 asks all at
+	// once). The default value is 5 ms.
 	ReadHedgeDelay time.Duration
-	PeerConns      int
+	// PeerConns is how many batches may be in flight to each peer at
+	// once, for reads and for writes each (--peer-conns). The default
+	// value is 1.
+	PeerConns int
 
+	// Logger receives the node's logs. The default value is nil:
+	// slog.Default().
 	Logger *slog.Logger
 }
 
-// DefaultConfig returns the defaults the flags document.
+// DefaultConfig returns the defaults Config documents.
 func DefaultConfig() Config {
 	return Config{
 		Listen:                "127.0.0.1:8080",
@@ -79,15 +132,38 @@ func DefaultConfig() Config {
 	}
 }
 
-// Node is a running server.
+// validate checks the settings that the parts would otherwise misuse.
+func (cfg *Config) validate() error {
+	switch {
+	case cfg.MaxKeyBytes < 1 || cfg.MaxValueBytes < 0 || cfg.MaxHeaderBytes < 1024:
+		return fmt.Errorf("limits: key %d, value %d, header %d bytes: out of range", cfg.MaxKeyBytes, cfg.MaxValueBytes, cfg.MaxHeaderBytes)
+	case cfg.ReplicaTimeout <= 0:
+		return fmt.Errorf("--replica-timeout must be positive")
+	case cfg.PeerConns < 1:
+		return fmt.Errorf("--peer-conns must be at least 1")
+	case cfg.ReadHedgeDelay < 0:
+		return fmt.Errorf("--read-hedge-delay must not be negative")
+	case cfg.MemTableBytes == 0:
+		return fmt.Errorf("--memtable-bytes must be positive")
+	case cfg.L0CompactionThreshold < 1:
+		return fmt.Errorf("--l0-compaction-threshold must be at least 1")
+	}
+	return nil
+}
+
+// Node is one dhtkv server. New builds it without opening any socket;
+// Serve (or Start, which does both) puts it on its listeners.
+//
+// Lifetime: a node made by New owns its store until Close (never served)
+// or Shutdown (served); either is called once.
 type Node struct {
-	cfg     Config
-	log     *slog.Logger
-	store   *store.Store
-	cache   *cache.Cache
-	coord   *cluster.Coordinator
-	metrics *metrics.Metrics
-	api     *httpapi.Server
+	cfg      Config
+	log      *slog.Logger
+	store    *store.Store
+	cache    *cache.Cache
+	coord    *cluster.Coordinator
+	registry *prometheus.Registry
+	api      *httpapi.Server
 
 	srv      *fasthttp.Server
 	ln       net.Listener
@@ -96,9 +172,10 @@ type Node struct {
 	served   chan error
 }
 
-// Start opens the store and starts serving. On error everything opened so
-// far is closed again.
-func Start(cfg Config) (_ *Node, err error) {
+// New builds a node: it opens the store, restores the clock, and wires the
+// cache, replica, coordinator, rpc server and HTTP API. Nothing listens
+// yet. On error everything opened so far is closed again.
+func New(cfg Config) (_ *Node, err error) {
 	log := cfg.Logger
 	if log == nil {
 		log = slog.Default()
@@ -110,23 +187,14 @@ func Start(cfg Config) (_ *Node, err error) {
 	if err != nil {
 		return nil, err
 	}
-	if cfg.MaxKeyBytes < 1 || cfg.MaxValueBytes < 0 || cfg.MaxHeaderBytes < 1024 {
-		return nil, fmt.Errorf("limits: key %d, value %d, header %d bytes: out of range", cfg.MaxKeyBytes, cfg.MaxValueBytes, cfg.MaxHeaderBytes)
-	}
-	if cfg.ReplicaTimeout <= 0 {
-		return nil, fmt.Errorf("--replica-timeout must be positive")
-	}
-	if cfg.PeerConns < 1 {
-		return nil, fmt.Errorf("--peer-conns must be at least 1")
-	}
-	if cfg.ReadHedgeDelay < 0 {
-		return nil, fmt.Errorf("--read-hedge-delay must not be negative")
+	if err := cfg.validate(); err != nil {
+		return nil, err
 	}
 	clock, err := hlc.New(topo.Self, nil)
 	if err != nil {
 		return nil, err
 	}
-	n := &Node{cfg: cfg, log: log, metrics: metrics.New(), served: make(chan error, 1)}
+	n := &Node{cfg: cfg, log: log, registry: metrics.NewRegistry(), served: make(chan error, 1)}
 	defer func() {
 		if err != nil {
 			n.closeStorage()
@@ -147,8 +215,7 @@ func Start(cfg Config) (_ *Node, err error) {
 	if n.cache, err = cache.New(cfg.CacheBytes); err != nil {
 		return nil, err
 	}
-	n.metrics.RegisterCache(n.cache)
-	n.metrics.RegisterPebble(n.store.Metrics, n.store.Stalls)
+	n.registry.MustRegister(n.cache.Collector(), n.store.Collector())
 	// Every stored version is at most the restored bound (node bits set):
 	// the clock observes a version before it is stored and persists a
 	// bound above it first. A store with data but no bound (not written
@@ -163,18 +230,30 @@ func Start(cfg Config) (_ *Node, err error) {
 		}
 	}
 	local := &replica.Replica{Store: n.store, Cache: n.cache, Versions: replica.NewVersionFilter(replica.DefaultVersionSlots, floor)}
-	n.coord = cluster.NewCoordinator(topo, clock, local, cluster.PeerOptions{
-		Timeout: cfg.ReplicaTimeout, Conns: cfg.PeerConns, Secret: cfg.ClusterSecret,
-		ReadHedgeDelay: cfg.ReadHedgeDelay,
-		// Peers run with the same limits: a batch stays within their
-		// request body limit below.
-		MaxBatchBytes: min(256<<10, cfg.MaxValueBytes),
-	}, n.metrics, log)
-	n.api = &httpapi.Server{
-		Coord: n.coord, Local: local, Clock: clock, Metrics: n.metrics, Secret: cfg.ClusterSecret, Log: log,
-		Limits: httpapi.Limits{MaxKeyBytes: cfg.MaxKeyBytes, MaxValueBytes: cfg.MaxValueBytes},
+	n.coord = cluster.NewCoordinator(topo, clock, local, cluster.Options{
+		Timeout:    cfg.ReplicaTimeout,
+		HedgeDelay: cfg.ReadHedgeDelay,
 		// A range stream may run for any time; the write timeout then
 		// bounds a stall instead of the whole response.
+		ScanIdleTimeout: cfg.WriteTimeout,
+		MaxKeyBytes:     cfg.MaxKeyBytes,
+		MaxValueBytes:   cfg.MaxValueBytes,
+		Peer: rpc.PeerOptions{
+			Timeout: cfg.ReplicaTimeout, Conns: cfg.PeerConns, Secret: cfg.ClusterSecret,
+			// Peers run with the same limits: a batch stays within their
+			// request body limit below.
+			MaxBatchBytes: min(256<<10, cfg.MaxValueBytes),
+		},
+	}, n.registry, log)
+	n.api = &httpapi.Server{
+		Coord: n.coord,
+		RPC: &rpc.Server{
+			Replica: local, Clock: clock, Secret: cfg.ClusterSecret, Log: log,
+			MaxKeyBytes: cfg.MaxKeyBytes, MaxValueBytes: cfg.MaxValueBytes,
+		},
+		Metrics:         httpapi.NewMetrics(n.registry),
+		Log:             log,
+		Limits:          httpapi.Limits{MaxKeyBytes: cfg.MaxKeyBytes, MaxValueBytes: cfg.MaxValueBytes},
 		ScanIdleTimeout: cfg.WriteTimeout,
 	}
 	n.srv = &fasthttp.Server{
@@ -196,18 +275,42 @@ func Start(cfg Config) (_ *Node, err error) {
 		CloseOnShutdown:              true,
 		Logger:                       fasthttpLogger{log},
 	}
+	return n, nil
+}
+
+// Handler is the node's request handler, as its listener serves it: tests
+// and benchmarks drive it without a socket.
+func (n *Node) Handler() fasthttp.RequestHandler { return n.api.Handler }
+
+// Start builds a node (New) and serves it (Serve).
+func Start(cfg Config) (*Node, error) {
+	n, err := New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := n.Serve(); err != nil {
+		n.Close()
+		return nil, err
+	}
+	return n, nil
+}
+
+// Serve opens the public and admin listeners and starts serving; it
+// returns once the public listener accepts connections.
+func (n *Node) Serve() (err error) {
+	cfg := n.cfg
 	if n.ln, err = net.Listen("tcp", cfg.Listen); err != nil {
-		return nil, fmt.Errorf("listen %s: %w", cfg.Listen, err)
+		return fmt.Errorf("listen %s: %w", cfg.Listen, err)
 	}
 	if cfg.AdminListen != "" {
 		if n.adminLn, err = net.Listen("tcp", cfg.AdminListen); err != nil {
 			n.ln.Close()
-			return nil, fmt.Errorf("admin listen %s: %w", cfg.AdminListen, err)
+			return fmt.Errorf("admin listen %s: %w", cfg.AdminListen, err)
 		}
-		n.adminSrv = &http.Server{Handler: admin.Handler(n.metrics.Registry), ReadHeaderTimeout: 10 * time.Second}
+		n.adminSrv = &http.Server{Handler: admin.Handler(n.registry), ReadHeaderTimeout: 10 * time.Second}
 		go func() {
 			if err := n.adminSrv.Serve(n.adminLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				log.Error("admin listener", "err", err)
+				n.log.Error("admin listener", "err", err)
 			}
 		}()
 	}
@@ -217,9 +320,17 @@ func Start(cfg Config) (_ *Node, err error) {
 	ln := &readyListener{Listener: n.ln, ready: make(chan struct{})}
 	go func() { n.served <- n.srv.Serve(ln) }()
 	<-ln.ready
-	log.Info("dhtkv node started", "listen", n.ln.Addr().String(), "admin", cfg.AdminListen,
+	topo := n.coord.Topology()
+	n.log.Info("dhtkv node started", "listen", n.ln.Addr().String(), "admin", cfg.AdminListen,
 		"data_dir", cfg.DataDir, "self", topo.Nodes[topo.Self], "cluster_size", topo.Size(), "sync", cfg.Sync)
-	return n, nil
+	return nil
+}
+
+// Close releases a node that was never served: its coordinator, cache and
+// store.
+func (n *Node) Close() error {
+	n.coord.Close()
+	return n.closeStorage()
 }
 
 // Addr is the public listener's address (useful with port 0).
@@ -233,8 +344,8 @@ func (n *Node) AdminAddr() string {
 	return n.adminLn.Addr().String()
 }
 
-// Metrics returns the node's instruments.
-func (n *Node) Metrics() *metrics.Metrics { return n.metrics }
+// Registry returns the node's metrics registry (what /metrics serves).
+func (n *Node) Registry() *prometheus.Registry { return n.registry }
 
 // Shutdown stops accepting connections, waits up to ctx's deadline for
 // in-flight requests and background replica calls, then closes the store

@@ -66,7 +66,7 @@ func (r *Record) Encode() []byte {
 
 // Decode parses an envelope. The returned Value aliases buf: callers that keep
 // the record beyond buf's lifetime (Pebble and fasthttp reuse their buffers)
-// must Clone it.
+// must copy the value.
 func Decode(buf []byte) (Record, error) {
 	if len(buf) < HeaderSize {
 		return Record{}, fmt.Errorf("%w: %d bytes, header needs %d", ErrCorrupt, len(buf), HeaderSize)
@@ -96,12 +96,4 @@ func PeekVersion(buf []byte) (v uint64, ok bool) {
 		return 0, false
 	}
 	return binary.BigEndian.Uint64(buf[2:HeaderSize]), true
-}
-
-// Clone returns a copy of r whose Value does not alias any other buffer.
-func (r Record) Clone() Record {
-	if r.Value != nil {
-		r.Value = append(make([]byte, 0, len(r.Value)), r.Value...)
-	}
-	return r
 }

@@ -36,12 +36,3 @@ func TestDecodeRejects(t *testing.T) {
 		require.ErrorIs(t, err, ErrCorrupt, name)
 	}
 }
-
-func TestCloneDoesNotAlias(t *testing.T) {
-	buf := (&Record{Version: 1, Value: []byte("abc")}).Encode()
-	r, err := Decode(buf)
-	require.NoError(t, err)
-	c := r.Clone()
-	buf[HeaderSize] = 'X'
-	require.Equal(t, "abc", string(c.Value))
-}

@@ -26,10 +26,7 @@ type Replica struct {
 // record's value is shared and must not be modified. Found is false for a
 // key never written; a deleted key is found as a tombstone.
 func (r *Replica) Get(key []byte) (cache.Entry, error) {
-	if e, ok := r.Cache.Get(key); ok {
-		return e, nil
-	}
-	e, err := r.Cache.Fill(key, func(prefix []byte) ([]byte, bool, error) { return r.Store.AppendEnvelope(prefix, key) })
+	e, err := r.Cache.GetOrLoad(key, func(prefix []byte) ([]byte, bool, error) { return r.Store.AppendEnvelope(prefix, key) })
 	if err != nil {
 		return cache.Entry{}, fmt.Errorf("replica get: %w", err)
 	}

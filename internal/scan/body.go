@@ -7,15 +7,13 @@ import (
 	"io"
 	"log/slog"
 	"os"
-
-	"github.com/dhtkv/dhtkv/internal/metrics"
 )
 
 // Format is how a response body frames its records.
 type Format int
 
 const (
-	// FormatChunks is the course's framing: one HTTP chunk per live record
+	// FormatChunks is the default framing: one HTTP chunk per live record
 	// whose content is key '\n' value.
 	FormatChunks Format = iota
 	// FormatBinary is the binary framing (framing.go) of the live records.
@@ -25,7 +23,7 @@ const (
 	FormatInternal
 )
 
-// Abort reasons, the label values of metrics.ScanAborts.
+// Abort reasons, the label values of dhtkv_scan_aborts_total.
 const (
 	AbortClientGone    = "client_gone"    // a write to the client failed
 	AbortClientTimeout = "client_timeout" // the client read nothing for the idle timeout
@@ -51,7 +49,7 @@ type BodyOptions struct {
 	// OnClose runs once when the body is closed (the handler unregisters
 	// the stream).
 	OnClose func()
-	Metrics *metrics.Metrics // nil: not counted
+	Metrics *Metrics // nil: not counted
 	Log     *slog.Logger
 	// Name identifies the stream in logs.
 	Name string
@@ -70,7 +68,7 @@ type BodyOptions struct {
 //     reading, so the iterator does not advance; nothing piles up in
 //     between, there is no goroutine and no pipe;
 //   - chunk boundaries are ours: FormatChunks writes one record per chunk,
-//     as the course's contract requires;
+//     as FormatChunks requires;
 //   - an error return from WriteTo makes fasthttp close the connection
 //     without the terminating zero-length chunk, which the client sees as
 //     a truncated body, never as a complete one.
@@ -207,7 +205,7 @@ func (b *Body) step() ([]byte, error) {
 				continue
 			}
 			b.n++
-			b.buf = AppendCourse(b.buf, b.it.Key(), rec.Value)
+			b.buf = AppendKeyNewlineValue(b.buf, b.it.Key(), rec.Value)
 			return b.buf, nil
 		case FormatBinary:
 			if rec.Tombstone {
@@ -226,7 +224,7 @@ func (b *Body) step() ([]byte, error) {
 
 func (b *Body) count() {
 	if b.o.Metrics != nil && b.n > b.counted {
-		b.o.Metrics.ScanRecords.Add(float64(b.n - b.counted))
+		b.o.Metrics.Records.Add(float64(b.n - b.counted))
 	}
 	b.counted = b.n
 }
@@ -236,7 +234,7 @@ func (b *Body) abort(reason string, err error) error {
 	if b.reason == "" {
 		b.reason = reason
 		if b.o.Metrics != nil {
-			b.o.Metrics.ScanAborts.WithLabelValues(reason).Inc()
+			b.o.Metrics.Aborts.WithLabelValues(reason).Inc()
 		}
 		level := slog.LevelDebug // clients going away is normal
 		if reason == AbortSourceError {
@@ -247,9 +245,6 @@ func (b *Body) abort(reason string, err error) error {
 	}
 	return fmt.Errorf("scan %s after %d records: %w", b.o.Name, b.n, err)
 }
-
-// Records is the number of records produced so far.
-func (b *Body) Records() uint64 { return b.n }
 
 // Close releases the iterator. fasthttp calls it after the body was
 // written, or failed, or was never written (the connection died first):

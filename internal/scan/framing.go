@@ -40,24 +40,10 @@ func AppendEnd(dst []byte, n uint64) []byte {
 	return binary.AppendUvarint(append(dst, 0), n)
 }
 
-// FrameSize is the encoded size of a record frame.
-func FrameSize(key, value []byte) int {
-	return uvarintLen(uint64(len(key))) + len(key) + uvarintLen(uint64(len(value))) + len(value)
-}
-
-func uvarintLen(x uint64) int {
-	n := 1
-	for x >= 0x80 {
-		x >>= 7
-		n++
-	}
-	return n
-}
-
-// AppendCourse appends the course framing's chunk content, key '\n' value.
+// AppendKeyNewlineValue appends one record of FormatChunks: key '\n' value.
 // It is only unambiguous as long as every record travels in its own HTTP
 // chunk and the key has no '\n'.
-func AppendCourse(dst, key, value []byte) []byte {
+func AppendKeyNewlineValue(dst, key, value []byte) []byte {
 	dst = append(dst, key...)
 	dst = append(dst, '\n')
 	return append(dst, value...)

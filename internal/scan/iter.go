@@ -5,14 +5,12 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/cockroachdb/pebble/v2"
-
 	"github.com/dhtkv/dhtkv/internal/record"
-	"github.com/dhtkv/dhtkv/internal/store"
 )
 
 // Iterator is a stream of records in strictly increasing key order,
-// tombstones included. Key, Envelope and Record alias the iterator's memory
+// tombstones included: a node's store (*store.Iter), another node's stream
+// (DecoderIterator) or their merge (Merge). Key, Envelope and Record alias the iterator's memory
 // and are valid until the next call to Next; nothing is copied per record,
 // which is what keeps a scan's memory independent of its size.
 type Iterator interface {
@@ -26,80 +24,6 @@ type Iterator interface {
 	Err() error
 	// Close releases the iterator's resources; safe to call twice.
 	Close() error
-}
-
-// storeIter reads the local Pebble store.
-type storeIter struct {
-	it    *pebble.Iterator
-	key   []byte
-	env   []byte
-	rec   record.Record
-	err   error
-	first bool
-}
-
-// NewStoreIterator iterates st's records with start <= key < end (end nil:
-// to the last key). Pebble gives it a consistent snapshot of the store as
-// of this call; it holds that snapshot's memtables and sstables until Close,
-// so it must always be closed.
-func NewStoreIterator(st *store.Store, start, end []byte) (Iterator, error) {
-	it, err := st.NewIter(start, end)
-	if err != nil {
-		return nil, fmt.Errorf("scan local store: %w", err)
-	}
-	return &storeIter{it: it, first: true}, nil
-}
-
-func (s *storeIter) Next() bool {
-	if s.it == nil || s.err != nil {
-		return false
-	}
-	var ok bool
-	if s.first {
-		ok, s.first = s.it.First(), false
-	} else {
-		ok = s.it.Next()
-	}
-	if !ok {
-		if err := s.it.Error(); err != nil {
-			s.err = fmt.Errorf("scan local store: %w", err)
-		}
-		return false
-	}
-	s.key = store.UserKey(s.it.Key())
-	if s.key == nil {
-		// The bounds keep the iterator inside the data prefix.
-		s.err = fmt.Errorf("scan local store: non-data key %q inside the bounds", s.it.Key())
-		return false
-	}
-	env, err := s.it.ValueAndErr()
-	if err != nil {
-		s.err = fmt.Errorf("scan local store: value of %q: %w", s.key, err)
-		return false
-	}
-	if s.rec, err = record.Decode(env); err != nil {
-		s.err = fmt.Errorf("scan local store: key %q: %w", s.key, err)
-		return false
-	}
-	s.env = env
-	return true
-}
-
-func (s *storeIter) Key() []byte           { return s.key }
-func (s *storeIter) Envelope() []byte      { return s.env }
-func (s *storeIter) Record() record.Record { return s.rec }
-func (s *storeIter) Err() error            { return s.err }
-
-func (s *storeIter) Close() error {
-	if s.it == nil {
-		return nil
-	}
-	err := s.it.Close()
-	s.it = nil
-	if err != nil {
-		return fmt.Errorf("close local scan: %w", err)
-	}
-	return nil
 }
 
 // DecoderIterator adapts a binary-framed stream whose values are record

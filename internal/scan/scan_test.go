@@ -83,9 +83,7 @@ func TestBinaryFramingRoundTrip(t *testing.T) {
 	recs = append(recs, kv{[]byte("line\nkey"), []byte("a\nb\r\n\n\x00")})
 	var buf []byte
 	for _, r := range recs {
-		before := len(buf)
 		buf = AppendRecord(buf, r.k, r.v)
-		require.Equal(t, FrameSize(r.k, r.v), len(buf)-before)
 	}
 	buf = AppendEnd(buf, uint64(len(recs)))
 
@@ -313,7 +311,7 @@ func TestBodyErrors(t *testing.T) {
 		b := NewBody(src, FormatChunks, BodyOptions{})
 		_, err := b.WriteTo(&w)
 		require.ErrorContains(t, err, "broken pipe")
-		require.Equal(t, uint64(4), b.Records()) // 3 written, the 4th failed
+		require.Len(t, w.chunks, 3, "3 written, the 4th failed")
 		require.NoError(t, b.Close())
 		require.True(t, src.closed)
 	})

@@ -8,7 +8,6 @@
 package store
 
 import (
-	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -181,64 +180,58 @@ func (s *Store) Close() error {
 	return nil
 }
 
-// Get returns the newest record of key. found is false if the key was never
-// written (a deleted key is found, as a tombstone). The returned record owns
-// its memory.
-func (s *Store) Get(key []byte) (rec record.Record, found bool, err error) {
-	buf, found, err := s.AppendEnvelope(nil, key)
-	if err != nil || !found {
-		return record.Record{}, false, err
+// lookup reads key's stored envelope and hands it to fn, which must not
+// keep it: the bytes belong to Pebble until lookup returns. found is false
+// when the key was never written. AppendEnvelope and Version share it so
+// that the data-key encoding and the not-found rule have one home.
+func (s *Store) lookup(key []byte, fn func(env []byte) error) (found bool, err error) {
+	bp := s.keyBufs.Get().(*[]byte)
+	*bp = append(append((*bp)[:0], dataPrefix), key...)
+	v, closer, err := s.db.Get(*bp)
+	s.keyBufs.Put(bp)
+	if errors.Is(err, pebble.ErrNotFound) {
+		return false, nil
 	}
-	rec, err = record.Decode(buf)
 	if err != nil {
-		return record.Record{}, false, fmt.Errorf("get %q: %w", key, err)
+		return false, fmt.Errorf("get %q: %w", key, err)
 	}
-	return rec, true, nil
+	defer closer.Close()
+	if err := fn(v); err != nil {
+		return false, fmt.Errorf("get %q: %w", key, err)
+	}
+	return true, nil
 }
 
 // AppendEnvelope returns a new buffer holding prefix followed by key's
 // record envelope, sized exactly (the read cache keeps it as it is). found
 // is false, and the buffer nil, if the key was never written.
 func (s *Store) AppendEnvelope(prefix, key []byte) (buf []byte, found bool, err error) {
-	bp := s.keyBufs.Get().(*[]byte)
-	*bp = append(append((*bp)[:0], dataPrefix), key...)
-	v, closer, err := s.db.Get(*bp)
-	s.keyBufs.Put(bp)
-	if errors.Is(err, pebble.ErrNotFound) {
-		return nil, false, nil
+	found, err = s.lookup(key, func(env []byte) error {
+		if _, err := record.Decode(env); err != nil {
+			return err
+		}
+		buf = make([]byte, len(prefix)+len(env))
+		copy(buf, prefix)
+		copy(buf[len(prefix):], env)
+		return nil
+	})
+	if err != nil || !found {
+		return nil, false, err
 	}
-	if err != nil {
-		return nil, false, fmt.Errorf("get %q: %w", key, err)
-	}
-	defer closer.Close()
-	if _, err := record.Decode(v); err != nil {
-		return nil, false, fmt.Errorf("get %q: %w", key, err)
-	}
-	buf = make([]byte, len(prefix)+len(v))
-	copy(buf, prefix)
-	copy(buf[len(prefix):], v) // v belongs to Pebble until closer.Close
 	return buf, true, nil
 }
 
 // Version returns the version key currently holds (found false if the key
 // was never written), reading only the envelope's header.
 func (s *Store) Version(key []byte) (v uint64, found bool, err error) {
-	bp := s.keyBufs.Get().(*[]byte)
-	*bp = append(append((*bp)[:0], dataPrefix), key...)
-	val, closer, err := s.db.Get(*bp)
-	s.keyBufs.Put(bp)
-	if errors.Is(err, pebble.ErrNotFound) {
-		return 0, false, nil
-	}
-	if err != nil {
-		return 0, false, fmt.Errorf("version of %q: %w", key, err)
-	}
-	defer closer.Close()
-	v, ok := record.PeekVersion(val)
-	if !ok {
-		return 0, false, fmt.Errorf("version of %q: %w", key, record.ErrCorrupt)
-	}
-	return v, true, nil
+	found, err = s.lookup(key, func(env []byte) error {
+		var ok bool
+		if v, ok = record.PeekVersion(env); !ok {
+			return record.ErrCorrupt
+		}
+		return nil
+	})
+	return v, found, err
 }
 
 // Apply stores rec under key unless the key already holds a newer version
@@ -286,54 +279,6 @@ func addMerge(b *pebble.Batch, key []byte, rec *record.Record) error {
 	copy(op.Key[1:], key)
 	rec.AppendEncode(op.Value[:0])
 	return op.Finish()
-}
-
-// HasData reports whether any user key was ever written (tombstones count).
-func (s *Store) HasData() (bool, error) {
-	it, err := s.NewIter(nil, nil)
-	if err != nil {
-		return false, err
-	}
-	found := it.First()
-	if err := it.Close(); err != nil {
-		return false, fmt.Errorf("scan %s: %w", s.dir, err)
-	}
-	return found, nil
-}
-
-// Metrics exposes Pebble's metrics for the metrics collector.
-func (s *Store) Metrics() *pebble.Metrics { return s.db.Metrics() }
-
-// DataKey returns the Pebble key of user key k (exported for range scans).
-func DataKey(k []byte) []byte { return append([]byte{dataPrefix}, k...) }
-
-// UserKey strips the data prefix from a Pebble key, or returns nil if the
-// key is not a data key.
-func UserKey(pk []byte) []byte {
-	if len(pk) == 0 || pk[0] != dataPrefix {
-		return nil
-	}
-	return pk[1:]
-}
-
-var dataUpper = []byte{dataPrefix + 1}
-
-// NewIter returns an iterator over data keys in [DataKey(start), DataKey(end));
-// end nil means to the last key. The caller must Close it.
-func (s *Store) NewIter(start, end []byte) (*pebble.Iterator, error) {
-	upper := dataUpper
-	if end != nil {
-		upper = DataKey(end)
-	}
-	lower := DataKey(start)
-	if bytes.Compare(lower, upper) >= 0 {
-		upper = lower // empty range
-	}
-	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
-	if err != nil {
-		return nil, fmt.Errorf("new iterator: %w", err)
-	}
-	return it, nil
 }
 
 type slogLogger struct{ l *slog.Logger }

@@ -21,6 +21,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/require"
 
 	"github.com/dhtkv/dhtkv/internal/node"
@@ -248,4 +250,55 @@ func WaitReady(t testing.TB, base string, timeout time.Duration) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	t.Fatalf("%s not ready after %v", base, timeout)
+}
+
+// Metric returns what node i's registry holds under name, summed over the
+// series whose labels include every given name/value pair: a counter's or
+// gauge's value, a histogram's sample count. A series never touched counts
+// 0. The node must be running.
+func (c *Cluster) Metric(t testing.TB, i int, name string, labels ...string) float64 {
+	t.Helper()
+	n := c.Node(i)
+	require.NotNil(t, n, "node %d is stopped", i)
+	return Metric(t, n.Registry(), name, labels...)
+}
+
+// Metric is Cluster.Metric for any registry.
+func Metric(t testing.TB, reg prometheus.Gatherer, name string, labels ...string) float64 {
+	t.Helper()
+	require.Zero(t, len(labels)%2, "labels come in name/value pairs")
+	families, err := reg.Gather()
+	require.NoError(t, err)
+	var sum float64
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+	series:
+		for _, m := range f.GetMetric() {
+			for j := 0; j < len(labels); j += 2 {
+				if !hasLabel(m, labels[j], labels[j+1]) {
+					continue series
+				}
+			}
+			switch {
+			case m.Counter != nil:
+				sum += m.Counter.GetValue()
+			case m.Gauge != nil:
+				sum += m.Gauge.GetValue()
+			case m.Histogram != nil:
+				sum += float64(m.Histogram.GetSampleCount())
+			}
+		}
+	}
+	return sum
+}
+
+func hasLabel(m *dto.Metric, name, value string) bool {
+	for _, l := range m.GetLabel() {
+		if l.GetName() == name && l.GetValue() == value {
+			return true
+		}
+	}
+	return false
 }

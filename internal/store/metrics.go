@@ -1,4 +1,4 @@
-package metrics
+package store
 
 import (
 	"time"
@@ -6,51 +6,7 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
-
-	"github.com/dhtkv/dhtkv/internal/cache"
 )
-
-// cacheCollector reads ristretto's counters at scrape time.
-type cacheCollector struct {
-	c                                *cache.Cache
-	hits, misses, evictions, dropped *prometheus.Desc
-	rejected, cost, maxCost          *prometheus.Desc
-}
-
-// RegisterCache exports the read cache's counters.
-func (m *Metrics) RegisterCache(c *cache.Cache) {
-	d := func(name, help string) *prometheus.Desc { return prometheus.NewDesc(name, help, nil, nil) }
-	m.Registry.MustRegister(&cacheCollector{
-		c:         c,
-		hits:      d("dhtkv_cache_hits_total", "Read cache hits."),
-		misses:    d("dhtkv_cache_misses_total", "Read cache misses."),
-		evictions: d("dhtkv_cache_evictions_total", "Entries evicted from the read cache."),
-		dropped:   d("dhtkv_cache_sets_dropped_total", "Cache fills dropped because ristretto's buffer was full."),
-		rejected:  d("dhtkv_cache_sets_rejected_total", "Cache fills rejected by the admission policy."),
-		cost:      d("dhtkv_cache_bytes", "Bytes held by the read cache (key + value + overhead)."),
-		maxCost:   d("dhtkv_cache_max_bytes", "Read cache capacity in bytes (--cache-bytes)."),
-	})
-}
-
-func (c *cacheCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.hits, c.misses, c.evictions, c.dropped, c.rejected, c.cost, c.maxCost} {
-		ch <- d
-	}
-}
-
-func (c *cacheCollector) Collect(ch chan<- prometheus.Metric) {
-	m := c.c.Metrics()
-	counter := func(d *prometheus.Desc, v uint64) {
-		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v))
-	}
-	counter(c.hits, m.Hits)
-	counter(c.misses, m.Misses)
-	counter(c.evictions, m.Evictions)
-	counter(c.dropped, m.SetsDropped)
-	counter(c.rejected, m.SetsRejected)
-	ch <- prometheus.MustNewConstMetric(c.cost, prometheus.GaugeValue, float64(m.CostAdded-m.CostEvicted))
-	ch <- prometheus.MustNewConstMetric(c.maxCost, prometheus.GaugeValue, float64(m.MaxCost))
-}
 
 // pebbleCollector exports a few of Pebble's own metrics, the ones that
 // explain latency under write load: compaction debt, L0 shape, memtables,
@@ -61,10 +17,10 @@ type pebbleCollector struct {
 	descs   map[string]*prometheus.Desc
 }
 
-// RegisterPebble exports Pebble's metrics and the store's write stalls
-// (count, total duration), read at scrape time.
-func (m *Metrics) RegisterPebble(metrics func() *pebble.Metrics, stalls func() (uint64, time.Duration)) {
-	pc := &pebbleCollector{metrics: metrics, stalls: stalls, descs: map[string]*prometheus.Desc{}}
+// Collector exports Pebble's metrics and the store's write stalls (count,
+// total duration), read at scrape time. Register it once per store.
+func (s *Store) Collector() prometheus.Collector {
+	pc := &pebbleCollector{metrics: s.db.Metrics, stalls: s.Stalls, descs: map[string]*prometheus.Desc{}}
 	for name, help := range map[string]string{
 		"dhtkv_pebble_compactions_total":         "Compactions completed.",
 		"dhtkv_pebble_compaction_debt_bytes":     "Estimated bytes to compact for the LSM to reach a stable state.",
@@ -87,7 +43,7 @@ func (m *Metrics) RegisterPebble(metrics func() *pebble.Metrics, stalls func() (
 	} {
 		pc.descs[name] = prometheus.NewDesc(name, help, nil, nil)
 	}
-	m.Registry.MustRegister(pc)
+	return pc
 }
 
 func (p *pebbleCollector) Describe(ch chan<- *prometheus.Desc) {

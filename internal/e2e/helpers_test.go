@@ -1,4 +1,4 @@
-package cluster_test
+package e2e_test
 
 import (
 	"bufio"
@@ -20,6 +20,7 @@ import (
 	"github.com/dhtkv/dhtkv/internal/cluster"
 	"github.com/dhtkv/dhtkv/internal/node"
 	"github.com/dhtkv/dhtkv/internal/record"
+	"github.com/dhtkv/dhtkv/internal/rpc"
 	"github.com/dhtkv/dhtkv/internal/testcluster"
 )
 
@@ -95,10 +96,10 @@ func newClient(t testing.TB) *testcluster.Client {
 // and the answer's body.
 func internalBatch(t testing.TB, cl *testcluster.Client, base string, body []byte, secret string) (int, []byte) {
 	t.Helper()
-	req, err := http.NewRequest(http.MethodPost, base+cluster.BatchPath, bytes.NewReader(body))
+	req, err := http.NewRequest(http.MethodPost, base+rpc.BatchPath, bytes.NewReader(body))
 	require.NoError(t, err)
 	if secret != "" {
-		req.Header.Set(cluster.SecretHeader, secret)
+		req.Header.Set(rpc.SecretHeader, secret)
 	}
 	resp, err := cl.HTTP.Do(req)
 	require.NoError(t, err)
@@ -113,22 +114,22 @@ func internalBatch(t testing.TB, cl *testcluster.Client, base string, body []byt
 // the batch's own status when it was refused.
 func internalGet(t testing.TB, cl *testcluster.Client, base, key, secret string) (int, record.Record) {
 	t.Helper()
-	code, out := internalBatch(t, cl, base, cluster.AppendBatchOp(nil, cluster.OpRead, []byte(key), nil), secret)
+	code, out := internalBatch(t, cl, base, rpc.AppendBatchOp(nil, rpc.OpRead, []byte(key), nil), secret)
 	if code != http.StatusOK {
 		return code, record.Record{}
 	}
 	require.NotEmpty(t, out)
 	switch out[0] {
-	case cluster.ResNotFound:
+	case rpc.ResNotFound:
 		require.Len(t, out, 1)
 		return http.StatusNotFound, record.Record{}
-	case cluster.ResFound:
+	case rpc.ResFound:
 		n, w := binary.Uvarint(out[1:])
 		require.Positive(t, w)
 		require.Equal(t, int(n), len(out)-1-w, "one result, the whole answer")
 		rec, err := record.Decode(out[1+w:])
 		require.NoError(t, err, "the result is an envelope")
-		return http.StatusOK, rec.Clone()
+		return http.StatusOK, rec // out is this test's own buffer
 	}
 	t.Fatalf("unexpected result %q", out)
 	return 0, record.Record{}
@@ -139,16 +140,16 @@ func internalGet(t testing.TB, cl *testcluster.Client, base, key, secret string)
 // version is there, or the batch's own status when it was refused.
 func internalPut(t testing.TB, cl *testcluster.Client, base, key string, rec record.Record, secret string) int {
 	t.Helper()
-	code, out := internalBatch(t, cl, base, cluster.AppendBatchOp(nil, cluster.OpWrite, []byte(key), rec.Encode()), secret)
+	code, out := internalBatch(t, cl, base, rpc.AppendBatchOp(nil, rpc.OpWrite, []byte(key), rec.Encode()), secret)
 	if code != http.StatusOK {
 		return code
 	}
 	require.NotEmpty(t, out)
 	switch out[0] {
-	case cluster.ResApplied:
+	case rpc.ResApplied:
 		require.Len(t, out, 1)
 		return http.StatusCreated
-	case cluster.ResNewer:
+	case rpc.ResNewer:
 		require.Len(t, out, 9)
 		require.Greater(t, binary.BigEndian.Uint64(out[1:]), rec.Version)
 		return http.StatusConflict
@@ -212,7 +213,7 @@ func timed(f func()) time.Duration {
 // records when a client closes its connection.
 type fakePeer struct {
 	ln     net.Listener
-	hold   func(ops []cluster.BatchOp)
+	hold   func(ops []rpc.BatchOp)
 	mu     sync.Mutex
 	open   int
 	served int
@@ -221,7 +222,7 @@ type fakePeer struct {
 }
 
 // newFakePeer listens on a fresh 127.0.0.1 port.
-func newFakePeer(t testing.TB, hold func(ops []cluster.BatchOp)) *fakePeer {
+func newFakePeer(t testing.TB, hold func(ops []rpc.BatchOp)) *fakePeer {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
@@ -273,7 +274,7 @@ func (f *fakePeer) serve(conn net.Conn) {
 		if err != nil {
 			return
 		}
-		ops, err := cluster.ParseBatch(body, nil)
+		ops, err := rpc.ParseBatch(body, nil)
 		if err != nil {
 			return
 		}
@@ -282,7 +283,7 @@ func (f *fakePeer) serve(conn net.Conn) {
 		}
 		var out []byte
 		for _, op := range ops { // acknowledge every write, hold nothing
-			out = append(out, map[byte]byte{cluster.OpWrite: cluster.ResApplied, cluster.OpRead: cluster.ResNotFound}[op.Kind])
+			out = append(out, map[byte]byte{rpc.OpWrite: rpc.ResApplied, rpc.OpRead: rpc.ResNotFound}[op.Kind])
 		}
 		// Counted before the answer goes out: the client may act on the
 		// answer before this goroutine runs again.

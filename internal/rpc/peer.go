@@ -1,4 +1,4 @@
-package cluster
+package rpc
 
 import (
 	"bytes"
@@ -11,18 +11,21 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/valyala/fasthttp"
 
-	"github.com/dhtkv/dhtkv/internal/metrics"
 	"github.com/dhtkv/dhtkv/internal/record"
 )
 
 // SecretHeader carries --cluster-secret on internal requests.
 const SecretHeader = "X-Dhtkv-Secret"
 
-// PeerOptions configures the client for one peer.
+// PeerOptions configures the client for one peer. Zero fields take the
+// defaults noted.
 type PeerOptions struct {
-	// Timeout bounds dial, read and write of one replica call.
+	// Timeout bounds dialing, writing a batch and reading its answer (the
+	// node passes --replica-timeout; default 300 ms). Each call's own
+	// deadline bounds it further.
 	Timeout time.Duration
 	// Conns is how many batches of each lane (reads, writes) may be in
 	// flight to the peer at once: the number of sender goroutines per
@@ -32,14 +35,13 @@ type PeerOptions struct {
 	// lane used the least CPU per request and gave the most throughput
 	// (docs/benchmarks.md).
 	Conns int
-	// MaxBatchBytes bounds one batch's body (default 256 KiB); a single
-	// larger operation goes alone. Keep it below the peers' request body
-	// limit (--max-value-bytes).
+	// MaxBatchBytes bounds one batch's body in bytes (default 256 KiB); a
+	// single larger operation goes alone. Keep it below the peers' request
+	// body limit (--max-value-bytes).
 	MaxBatchBytes int
-	Secret        string
-	// ReadHedgeDelay is how long a read waits for its first `ack`
-	// replicas before asking the others too (0: ask all at once).
-	ReadHedgeDelay time.Duration
+	// Secret is sent in SecretHeader on every request when set
+	// (--cluster-secret; default none).
+	Secret string
 }
 
 // queueLen bounds the calls waiting for a sender. A full queue fails a call
@@ -70,7 +72,7 @@ type Peer struct {
 	client   *fasthttp.HostClient
 	secret   string
 	maxBatch int
-	m        *metrics.PeerMetrics // nil: no metrics
+	batchOps prometheus.Observer
 
 	mu      sync.RWMutex // guards closed against enqueues racing Close
 	closed  bool
@@ -94,9 +96,12 @@ func laneOf(kind byte) int {
 }
 
 // NewPeer prepares the client for baseURL (http://host:port) and starts its
-// senders; Close stops them. m may be nil.
-func NewPeer(baseURL string, o PeerOptions, m *metrics.PeerMetrics) *Peer {
+// senders; Close stops them. m may be nil (nothing is counted).
+func NewPeer(baseURL string, o PeerOptions, m *Metrics) *Peer {
 	addr := strings.TrimPrefix(baseURL, "http://")
+	if o.Timeout <= 0 {
+		o.Timeout = 300 * time.Millisecond
+	}
 	timeout := o.Timeout
 	if o.Conns <= 0 {
 		o.Conns = 1
@@ -109,7 +114,7 @@ func NewPeer(baseURL string, o PeerOptions, m *metrics.PeerMetrics) *Peer {
 		batchURL: baseURL + BatchPath,
 		secret:   o.Secret,
 		maxBatch: o.MaxBatchBytes,
-		m:        m,
+		batchOps: m.batchOpsFor(baseURL),
 		stop:     make(chan struct{}),
 		client: &fasthttp.HostClient{
 			Addr: addr,
@@ -378,9 +383,7 @@ func (p *Peer) send(batch []*call, req *fasthttp.Request, resp *fasthttp.Respons
 	if len(live) == 0 {
 		return body
 	}
-	if p.m != nil {
-		p.m.BatchOps.Observe(float64(len(live)))
-	}
+	p.batchOps.Observe(float64(len(live)))
 	body = body[:0]
 	for _, c := range live {
 		body = AppendBatchOp(body, c.kind, c.key, c.envelope)

@@ -1,4 +1,4 @@
-package cluster_test
+package e2e_test
 
 // The course's two-node replication suite, one test per scenario, against a
 // real in-process cluster of two nodes (testcluster.Start(t, 2)).

@@ -1,4 +1,4 @@
-package cluster_test
+package e2e_test
 
 // The internal endpoint: it carries versions (last-write-wins at the
 // replica), the public API cannot forge one, and --cluster-secret guards it.
@@ -14,10 +14,10 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/dhtkv/dhtkv/internal/cluster"
 	"github.com/dhtkv/dhtkv/internal/hlc"
 	"github.com/dhtkv/dhtkv/internal/node"
 	"github.com/dhtkv/dhtkv/internal/record"
+	"github.com/dhtkv/dhtkv/internal/rpc"
 	"github.com/dhtkv/dhtkv/internal/testcluster"
 )
 
@@ -95,18 +95,18 @@ func TestInternalBatch(t *testing.T) {
 	require.Equal(t, http.StatusCreated, internalPut(t, cl, base, "held", record.Record{Version: v2, Value: []byte("held")}, ""))
 
 	var body []byte
-	body = cluster.AppendBatchOp(body, cluster.OpWrite, []byte("a"), (&record.Record{Version: v1, Value: []byte("A")}).Encode())
-	body = cluster.AppendBatchOp(body, cluster.OpRead, []byte("held"), nil)
-	body = cluster.AppendBatchOp(body, cluster.OpWrite, []byte("held"), (&record.Record{Version: v1, Value: []byte("older")}).Encode())
-	body = cluster.AppendBatchOp(body, cluster.OpRead, []byte("never"), nil)
-	body = cluster.AppendBatchOp(body, cluster.OpWrite, []byte("b"), (&record.Record{Version: v1, Tombstone: true}).Encode())
+	body = rpc.AppendBatchOp(body, rpc.OpWrite, []byte("a"), (&record.Record{Version: v1, Value: []byte("A")}).Encode())
+	body = rpc.AppendBatchOp(body, rpc.OpRead, []byte("held"), nil)
+	body = rpc.AppendBatchOp(body, rpc.OpWrite, []byte("held"), (&record.Record{Version: v1, Value: []byte("older")}).Encode())
+	body = rpc.AppendBatchOp(body, rpc.OpRead, []byte("never"), nil)
+	body = rpc.AppendBatchOp(body, rpc.OpWrite, []byte("b"), (&record.Record{Version: v1, Tombstone: true}).Encode())
 	code, out := internalBatch(t, cl, base, body, "")
 	require.Equal(t, http.StatusOK, code)
 	held := (&record.Record{Version: v2, Value: []byte("held")}).Encode()
-	want := []byte{cluster.ResApplied}
-	want = cluster.AppendResultFound(want, held[:record.HeaderSize], held[record.HeaderSize:])
-	want = cluster.AppendResultNewer(want, v2)
-	want = append(want, cluster.ResNotFound, cluster.ResApplied)
+	want := []byte{rpc.ResApplied}
+	want = rpc.AppendResultFound(want, held[:record.HeaderSize], held[record.HeaderSize:])
+	want = rpc.AppendResultNewer(want, v2)
+	want = append(want, rpc.ResNotFound, rpc.ResApplied)
 	require.Equal(t, want, out)
 	_, rec := internalGet(t, cl, base, "a", "")
 	require.Equal(t, "A", string(rec.Value))
@@ -116,25 +116,25 @@ func TestInternalBatch(t *testing.T) {
 
 	// Refused whole: nothing of the batch is stored, even its valid first
 	// operation.
-	good := cluster.AppendBatchOp(nil, cluster.OpWrite, []byte("k4"), (&record.Record{Version: v1, Value: []byte("v")}).Encode())
+	good := rpc.AppendBatchOp(nil, rpc.OpWrite, []byte("k4"), (&record.Record{Version: v1, Value: []byte("v")}).Encode())
 	tooMany := []byte{}
-	for range cluster.MaxBatchOps + 1 {
-		tooMany = cluster.AppendBatchOp(tooMany, cluster.OpRead, []byte("x"), nil)
+	for range rpc.MaxBatchOps + 1 {
+		tooMany = rpc.AppendBatchOp(tooMany, rpc.OpRead, []byte("x"), nil)
 	}
 	for name, tc := range map[string]struct {
 		body []byte
 		code int
 	}{
-		"short envelope":  {cluster.AppendBatchOp(good, cluster.OpWrite, []byte("k5"), []byte("x")), http.StatusBadRequest},
-		"envelope format": {cluster.AppendBatchOp(good, cluster.OpWrite, []byte("k5"), append([]byte{9, 0}, make([]byte, 8)...)), http.StatusBadRequest},
-		"version 0":       {cluster.AppendBatchOp(good, cluster.OpWrite, []byte("k5"), (&record.Record{Value: []byte("v")}).Encode()), http.StatusBadRequest},
-		"far future":      {cluster.AppendBatchOp(good, cluster.OpWrite, []byte("k5"), (&record.Record{Version: versionAt(now.Add(hlc.MaxAhead+time.Hour), 0, 1), Value: []byte("v")}).Encode()), http.StatusBadRequest},
-		"top of range":    {cluster.AppendBatchOp(good, cluster.OpWrite, []byte("k5"), (&record.Record{Version: ^uint64(0), Value: []byte("v")}).Encode()), http.StatusBadRequest},
+		"short envelope":  {rpc.AppendBatchOp(good, rpc.OpWrite, []byte("k5"), []byte("x")), http.StatusBadRequest},
+		"envelope format": {rpc.AppendBatchOp(good, rpc.OpWrite, []byte("k5"), append([]byte{9, 0}, make([]byte, 8)...)), http.StatusBadRequest},
+		"version 0":       {rpc.AppendBatchOp(good, rpc.OpWrite, []byte("k5"), (&record.Record{Value: []byte("v")}).Encode()), http.StatusBadRequest},
+		"far future":      {rpc.AppendBatchOp(good, rpc.OpWrite, []byte("k5"), (&record.Record{Version: versionAt(now.Add(hlc.MaxAhead+time.Hour), 0, 1), Value: []byte("v")}).Encode()), http.StatusBadRequest},
+		"top of range":    {rpc.AppendBatchOp(good, rpc.OpWrite, []byte("k5"), (&record.Record{Version: ^uint64(0), Value: []byte("v")}).Encode()), http.StatusBadRequest},
 		"unknown kind":    {append(slices.Clone(good), 'x', 1, 'k'), http.StatusBadRequest},
 		"cut short":       {good[:len(good)-1], http.StatusBadRequest},
-		"length too big":  {append(slices.Clone(good), cluster.OpRead, 0xff, 0xff, 0x03, 'k'), http.StatusBadRequest},
-		"empty key":       {cluster.AppendBatchOp(good, cluster.OpRead, nil, nil), http.StatusBadRequest},
-		"long key":        {cluster.AppendBatchOp(good, cluster.OpRead, bytes.Repeat([]byte("k"), 1025), nil), http.StatusBadRequest},
+		"length too big":  {append(slices.Clone(good), rpc.OpRead, 0xff, 0xff, 0x03, 'k'), http.StatusBadRequest},
+		"empty key":       {rpc.AppendBatchOp(good, rpc.OpRead, nil, nil), http.StatusBadRequest},
+		"long key":        {rpc.AppendBatchOp(good, rpc.OpRead, bytes.Repeat([]byte("k"), 1025), nil), http.StatusBadRequest},
 		"too many":        {append(slices.Clone(good), tooMany...), http.StatusBadRequest},
 	} {
 		code, out := internalBatch(t, cl, base, tc.body, "")
@@ -145,7 +145,7 @@ func TestInternalBatch(t *testing.T) {
 	require.Equal(t, http.StatusNotFound, code)
 
 	for _, m := range []string{http.MethodGet, http.MethodPut, http.MethodDelete} {
-		code, _ := cl.Do(t, m, base+cluster.BatchPath, good)
+		code, _ := cl.Do(t, m, base+rpc.BatchPath, good)
 		require.Equal(t, http.StatusMethodNotAllowed, code, m)
 	}
 	// An empty batch is valid and answers nothing.
@@ -262,7 +262,7 @@ func TestClusterSecretMismatch(t *testing.T) {
 	require.Equal(t, http.StatusForbidden, code)
 	code, _ = internalGet(t, cl, c.URL(1), key, "secret-1")
 	require.Equal(t, http.StatusNotFound, code, "node 1 refused the write")
-	require.Equal(t, cluster.SecretHeader, "X-Dhtkv-Secret")
+	require.Equal(t, rpc.SecretHeader, "X-Dhtkv-Secret")
 }
 
 // TestClockSurvivesRestart: a node stores a version far ahead of its wall

@@ -1,4 +1,4 @@
-package cluster_test
+package e2e_test
 
 // The real binary as three processes with --sync=true: SIGKILL one node,
 // check the quorum still serves, restart it on the same data directory and

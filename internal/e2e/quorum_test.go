@@ -1,4 +1,4 @@
-package cluster_test
+package e2e_test
 
 // Quorum invariants on three and five nodes, default ack/from, the "at most
 // from copies" rule and the ordering of writes without sleeping.

@@ -1,4 +1,4 @@
-package scan
+package rpc
 
 import (
 	"bufio"
@@ -9,17 +9,48 @@ import (
 	"net/http"
 	"net/url"
 	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/dhtkv/dhtkv/internal/scan"
+	"github.com/dhtkv/dhtkv/internal/store"
 )
 
-// InternalPath streams a node's own records, tombstones included, in the
-// binary framing with record envelopes as values. It is what a coordinator
-// merges; see docs/range-scans.md.
+// StreamPath streams a node's own records, tombstones included, in the
+// binary framing (package scan) with record envelopes as values. It is
+// what a coordinator merges for a cluster-wide range scan; see
+// docs/range-scans.md.
 //
 //	GET /v0/internal/entities?start=S[&end=E] → 200 + binary-framed envelopes
-const InternalPath = "/v0/internal/entities"
+const StreamPath = "/v0/internal/entities"
 
-// ClientOptions configures the client that opens other nodes' streams.
-type ClientOptions struct {
+// OpenStream opens the local store's records in the range a StreamPath
+// query asks for. The caller streams them in scan.FormatInternal and must
+// close the iterator. A bad query is an *Error.
+func (s *Server) OpenStream(query *fasthttp.Args) (*store.Iter, error) {
+	start, err := s.streamKey(query, "start")
+	if err != nil {
+		return nil, err
+	}
+	var end []byte
+	if query.Has("end") {
+		if end, err = s.streamKey(query, "end"); err != nil {
+			return nil, err
+		}
+	}
+	return s.Replica.Store.NewIter(start, end)
+}
+
+func (s *Server) streamKey(query *fasthttp.Args, name string) ([]byte, error) {
+	k := query.Peek(name)
+	if len(k) == 0 || len(k) > s.MaxKeyBytes {
+		return nil, refuse(http.StatusBadRequest, "%s of %d bytes (1 to %d allowed)", name, len(k), s.MaxKeyBytes)
+	}
+	return k, nil
+}
+
+// StreamOptions configures the client that opens other nodes' streams.
+type StreamOptions struct {
 	// OpenTimeout bounds connecting and receiving the response headers
 	// (the replica timeout: a node that cannot start a stream within it
 	// counts as not answering).
@@ -29,13 +60,12 @@ type ClientOptions struct {
 	// range may take any time.
 	IdleTimeout time.Duration
 	// Secret is sent in SecretHeader when set.
-	Secret       string
-	SecretHeader string
+	Secret string
 	// MaxKey and MaxEnvelope bound the lengths the decoder accepts.
 	MaxKey, MaxEnvelope int
 }
 
-// Client opens internal streams on other nodes.
+// StreamClient opens internal streams on other nodes.
 //
 // It uses net/http rather than fasthttp's HostClient: a streamed body is a
 // plain io.ReadCloser there, a chunked body cut before its last chunk reads
@@ -45,14 +75,14 @@ type ClientOptions struct {
 // ReadTimeout and the request deadline active while the body is read, and
 // ties the body to a pooled Response whose release must be sequenced by
 // hand; the per-record cost it would save is irrelevant next to the merge.
-type Client struct {
-	o  ClientOptions
+type StreamClient struct {
+	o  StreamOptions
 	hc *http.Client
 	tr *http.Transport
 }
 
-// NewClient prepares a client; Close releases its idle connections.
-func NewClient(o ClientOptions) *Client {
+// NewStreamClient prepares a client; Close releases its idle connections.
+func NewStreamClient(o StreamOptions) *StreamClient {
 	dialer := &net.Dialer{Timeout: o.OpenTimeout}
 	idle := o.IdleTimeout
 	tr := &http.Transport{
@@ -70,17 +100,17 @@ func NewClient(o ClientOptions) *Client {
 		MaxIdleConnsPerHost: 4,
 		IdleConnTimeout:     30 * time.Second,
 	}
-	return &Client{o: o, tr: tr, hc: &http.Client{Transport: tr}}
+	return &StreamClient{o: o, tr: tr, hc: &http.Client{Transport: tr}}
 }
 
 // Close drops idle connections.
-func (c *Client) Close() { c.tr.CloseIdleConnections() }
+func (c *StreamClient) Close() { c.tr.CloseIdleConnections() }
 
 // Open starts the internal stream of the node at baseURL (http://host:port)
 // for [start, end) and returns it once the node answered 200. Cancelling
 // ctx aborts the stream at any point.
-func (c *Client) Open(ctx context.Context, baseURL string, start, end []byte) (*DecoderIterator, error) {
-	u := baseURL + InternalPath + "?start=" + url.QueryEscape(string(start))
+func (c *StreamClient) Open(ctx context.Context, baseURL string, start, end []byte) (*scan.DecoderIterator, error) {
+	u := baseURL + StreamPath + "?start=" + url.QueryEscape(string(start))
 	if end != nil {
 		u += "&end=" + url.QueryEscape(string(end))
 	}
@@ -89,7 +119,7 @@ func (c *Client) Open(ctx context.Context, baseURL string, start, end []byte) (*
 		return nil, fmt.Errorf("open scan on %s: %w", baseURL, err)
 	}
 	if c.o.Secret != "" {
-		req.Header.Set(c.o.SecretHeader, c.o.Secret)
+		req.Header.Set(SecretHeader, c.o.Secret)
 	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
@@ -100,8 +130,8 @@ func (c *Client) Open(ctx context.Context, baseURL string, start, end []byte) (*
 		resp.Body.Close()
 		return nil, fmt.Errorf("open scan on %s: status %d: %q", baseURL, resp.StatusCode, msg)
 	}
-	d := NewDecoder(bufio.NewReaderSize(resp.Body, 64<<10), c.o.MaxKey, c.o.MaxEnvelope)
-	return NewDecoderIterator(d, resp.Body, baseURL), nil
+	d := scan.NewDecoder(bufio.NewReaderSize(resp.Body, 64<<10), c.o.MaxKey, c.o.MaxEnvelope)
+	return scan.NewDecoderIterator(d, resp.Body, baseURL), nil
 }
 
 // idleConn sets a fresh read deadline before every read, so a stream may

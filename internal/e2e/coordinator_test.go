@@ -1,4 +1,4 @@
-package cluster_test
+package e2e_test
 
 // Coordinator behaviour with slow, dead and restarted peers: it answers as
 // soon as ack replicas did (or ack became impossible), stragglers finish in
@@ -18,8 +18,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
-	"github.com/dhtkv/dhtkv/internal/cluster"
 	"github.com/dhtkv/dhtkv/internal/node"
+	"github.com/dhtkv/dhtkv/internal/rpc"
 	"github.com/dhtkv/dhtkv/internal/testcluster"
 )
 
@@ -112,8 +112,7 @@ func TestCoordinatorSilentPeer(t *testing.T) {
 	cl := newClient(t)
 	p := placementOf(t, c)
 
-	m := c.Node(0).Metrics()
-	stragglersBefore := metricValue(t, m.Stragglers)
+	stragglersBefore := c.Metric(t, 0, "dhtkv_coordinator_stragglers_total")
 	for _, set := range [][]int{{0, 2}, {2, 0}, {1, 2}, {2, 1}} {
 		key := findKey(t, p, "silent", set...)
 		name := fmt.Sprintf("replicas %v", set)
@@ -138,9 +137,9 @@ func TestCoordinatorSilentPeer(t *testing.T) {
 	// which ends at its deadline (4). An ack=1 GET calls only its first
 	// replica, the local one first: only the GET whose first replica is
 	// the silent peer ({2,1}) called it, and was hedged to node 1 (1).
-	require.Equal(t, 5.0, metricValue(t, m.Stragglers)-stragglersBefore)
+	require.Equal(t, 5.0, c.Metric(t, 0, "dhtkv_coordinator_stragglers_total")-stragglersBefore)
 	eventually(t, 2*replicaTimeout, "stragglers to finish", func() bool {
-		return metricValue(t, m.InFlightReplicaCalls) == 0
+		return c.Metric(t, 0, "dhtkv_coordinator_replica_calls_in_flight") == 0
 	})
 }
 
@@ -284,32 +283,31 @@ func TestCoordinatorReadHedging(t *testing.T) {
 				func(_ int, cfg *node.Config) { cfg.ReadHedgeDelay = delay })
 			cl := newClient(t)
 			p := placementOf(t, c)
-			m := c.Node(0).Metrics()
 
 			key := findKey(t, p, "hedge", 2, 1) // silent peer first, coordinator 0 not a replica
 			require.Equal(t, http.StatusCreated, cl.Put(t, c.URL(0), key, []byte("v"), 1, 2))
-			hedged, stragglers := metricValue(t, m.HedgedReads), metricValue(t, m.Stragglers)
+			hedged, stragglers := c.Metric(t, 0, "dhtkv_coordinator_hedged_reads_total"), c.Metric(t, 0, "dhtkv_coordinator_stragglers_total")
 			var code int
 			d := timed(func() { code, _ = cl.Get(t, c.URL(0), key, 1, 2) })
 			require.Equal(t, http.StatusOK, code)
 			requireFast(t, d, "GET ack=1 from=2, silent replica first")
 			require.GreaterOrEqual(t, d, delay, "the spare is asked only after the hedge delay")
 			if delay > 0 {
-				require.Equal(t, 1.0, metricValue(t, m.HedgedReads)-hedged)
+				require.Equal(t, 1.0, c.Metric(t, 0, "dhtkv_coordinator_hedged_reads_total")-hedged)
 			}
-			require.Equal(t, 1.0, metricValue(t, m.Stragglers)-stragglers, "the silent call is a straggler")
+			require.Equal(t, 1.0, c.Metric(t, 0, "dhtkv_coordinator_stragglers_total")-stragglers, "the silent call is a straggler")
 
 			// A live first replica answers alone: no spare is asked.
 			key = findKey(t, p, "hedge-live", 1, 2)
 			require.Equal(t, http.StatusCreated, cl.Put(t, c.URL(0), key, []byte("v"), 1, 2))
-			stragglers = metricValue(t, m.Stragglers)
+			stragglers = c.Metric(t, 0, "dhtkv_coordinator_stragglers_total")
 			code, _ = cl.Get(t, c.URL(0), key, 1, 2)
 			require.Equal(t, http.StatusOK, code)
 			want := 0.0
 			if delay == 0 {
 				want = 1 // all at once: the silent peer was asked too
 			}
-			require.Equal(t, want, metricValue(t, m.Stragglers)-stragglers)
+			require.Equal(t, want, c.Metric(t, 0, "dhtkv_coordinator_stragglers_total")-stragglers)
 		})
 	}
 }
@@ -321,8 +319,8 @@ func TestCoordinatorReadHedging(t *testing.T) {
 // load on peers that are slow already.
 func TestCoordinatorHedgeDelayFollowsLatency(t *testing.T) {
 	const slow = 25 * time.Millisecond
-	delay := func(ops []cluster.BatchOp) {
-		if ops[0].Kind == cluster.OpRead {
+	delay := func(ops []rpc.BatchOp) {
+		if ops[0].Kind == rpc.OpRead {
 			time.Sleep(slow)
 		}
 	}
@@ -330,11 +328,10 @@ func TestCoordinatorHedgeDelayFollowsLatency(t *testing.T) {
 	c := testcluster.Start(t, 1, withReplicaTimeout(replicaTimeout), withExtraMembers(fake1.URL(), fake2.URL()))
 	cl := newClient(t)
 	p := placementOf(t, c)
-	m := c.Node(0).Metrics()
 	key := findKey(t, p, "hedge-adapt", 1, 2) // the coordinator is not a replica
 
 	reads := func(n int) (hedged float64) {
-		before := metricValue(t, m.HedgedReads)
+		before := c.Metric(t, 0, "dhtkv_coordinator_hedged_reads_total")
 		var wg sync.WaitGroup
 		for range 32 {
 			wg.Add(1)
@@ -347,7 +344,7 @@ func TestCoordinatorHedgeDelayFollowsLatency(t *testing.T) {
 			}()
 		}
 		wg.Wait()
-		return metricValue(t, m.HedgedReads) - before
+		return c.Metric(t, 0, "dhtkv_coordinator_hedged_reads_total") - before
 	}
 	first := reads(320) // fills the peers' latency windows
 	later := reads(320)

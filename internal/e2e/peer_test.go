@@ -1,4 +1,4 @@
-package cluster_test
+package e2e_test
 
 // The peer client's batching: concurrent calls share requests, a call
 // queued behind a stuck batch still ends by its own deadline, and Close
@@ -11,12 +11,11 @@ import (
 	"testing"
 	"time"
 
-	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
-	"github.com/dhtkv/dhtkv/internal/cluster"
-	"github.com/dhtkv/dhtkv/internal/metrics"
 	"github.com/dhtkv/dhtkv/internal/record"
+	"github.com/dhtkv/dhtkv/internal/rpc"
 	"github.com/dhtkv/dhtkv/internal/testcluster"
 )
 
@@ -25,8 +24,8 @@ import (
 // and every write lands.
 func TestPeerBatchesConcurrentCalls(t *testing.T) {
 	c := testcluster.Start(t, 1)
-	m := metrics.New()
-	p := cluster.NewPeer(c.URL(0), cluster.PeerOptions{Timeout: 5 * time.Second, Conns: 1}, m.Peer(c.URL(0)))
+	reg := prometheus.NewRegistry()
+	p := rpc.NewPeer(c.URL(0), rpc.PeerOptions{Timeout: 5 * time.Second, Conns: 1}, rpc.NewMetrics(reg))
 	defer p.Close()
 
 	const writers, each = 64, 20
@@ -58,9 +57,12 @@ func TestPeerBatchesConcurrentCalls(t *testing.T) {
 	require.True(t, found)
 	require.Equal(t, "w63-19", string(rec.Value))
 
-	var d dto.Metric
-	require.NoError(t, m.Peer(c.URL(0)).BatchOps.(interface{ Write(*dto.Metric) error }).Write(&d))
-	batches, ops := d.Histogram.GetSampleCount(), d.Histogram.GetSampleSum()
+	families, err := reg.Gather()
+	require.NoError(t, err)
+	require.Len(t, families, 1)
+	require.Equal(t, "dhtkv_peer_batch_operations", families[0].GetName())
+	h := families[0].GetMetric()[0].GetHistogram()
+	batches, ops := h.GetSampleCount(), h.GetSampleSum()
 	t.Logf("%d calls in %d batches", int(ops), batches)
 	require.Equal(t, float64(writers*each+1), ops, "every call was sent once")
 	require.Less(t, batches, uint64(writers*each/2), "concurrent calls shared requests")
@@ -71,7 +73,7 @@ func TestPeerBatchesConcurrentCalls(t *testing.T) {
 // after the stuck batch's deadline plus their own timeout.
 func TestPeerQueuedCallEndsByItsDeadline(t *testing.T) {
 	hole := newSilentPeer(t)
-	p := cluster.NewPeer(hole.URL(), cluster.PeerOptions{Timeout: time.Second, Conns: 1}, nil)
+	p := rpc.NewPeer(hole.URL(), rpc.PeerOptions{Timeout: time.Second, Conns: 1}, nil)
 	defer p.Close()
 	env := (&record.Record{Version: 1}).Encode()
 
@@ -89,12 +91,12 @@ func TestPeerQueuedCallEndsByItsDeadline(t *testing.T) {
 			defer wg.Done()
 			deadline := start.Add(350 * time.Millisecond)
 			_, err := p.Apply(fmt.Appendf(nil, "queued-%d", i), env, deadline)
-			require.ErrorIs(t, err, cluster.ErrTimeout)
+			require.ErrorIs(t, err, rpc.ErrTimeout)
 			require.Less(t, time.Since(deadline), 150*time.Millisecond, "ended soon after its deadline")
 		}()
 	}
 	wg.Wait()
-	require.ErrorIs(t, <-first, cluster.ErrTimeout)
+	require.ErrorIs(t, <-first, rpc.ErrTimeout)
 }
 
 // TestPeerCloseFailsQueuedCalls: Close while a batch is stuck and others
@@ -102,7 +104,7 @@ func TestPeerQueuedCallEndsByItsDeadline(t *testing.T) {
 // Close returns once the stuck batch reached its deadline.
 func TestPeerCloseFailsQueuedCalls(t *testing.T) {
 	hole := newSilentPeer(t)
-	p := cluster.NewPeer(hole.URL(), cluster.PeerOptions{Timeout: time.Second, Conns: 1}, nil)
+	p := rpc.NewPeer(hole.URL(), rpc.PeerOptions{Timeout: time.Second, Conns: 1}, nil)
 	env := (&record.Record{Version: 1}).Encode()
 	deadline := time.Now().Add(300 * time.Millisecond)
 	results := make(chan error, 5)
@@ -118,9 +120,9 @@ func TestPeerCloseFailsQueuedCalls(t *testing.T) {
 	for range 5 {
 		err := <-results
 		switch {
-		case errors.Is(err, cluster.ErrTimeout):
+		case errors.Is(err, rpc.ErrTimeout):
 			timeouts++
-		case errors.Is(err, cluster.ErrPeerClosed):
+		case errors.Is(err, rpc.ErrPeerClosed):
 			closedErrs++
 		default:
 			t.Fatalf("unexpected result %v", err)
@@ -129,7 +131,7 @@ func TestPeerCloseFailsQueuedCalls(t *testing.T) {
 	require.Equal(t, 1, timeouts, "the stuck batch ends at its deadline")
 	require.Equal(t, 4, closedErrs, "the queued calls were not sent")
 	_, err := p.Apply([]byte("late"), env, time.Now().Add(time.Second))
-	require.ErrorIs(t, err, cluster.ErrPeerClosed, "a closed peer sends nothing")
+	require.ErrorIs(t, err, rpc.ErrPeerClosed, "a closed peer sends nothing")
 }
 
 // TestPeerReadsDoNotWaitForWrites: reads and writes go out in separate
@@ -138,8 +140,8 @@ func TestPeerCloseFailsQueuedCalls(t *testing.T) {
 func TestPeerReadsDoNotWaitForWrites(t *testing.T) {
 	received, release := make(chan struct{}), make(chan struct{})
 	var once sync.Once
-	fake := newFakePeer(t, func(ops []cluster.BatchOp) {
-		if ops[0].Kind == cluster.OpWrite {
+	fake := newFakePeer(t, func(ops []rpc.BatchOp) {
+		if ops[0].Kind == rpc.OpWrite {
 			once.Do(func() { close(received) })
 			<-release
 		}
@@ -147,7 +149,7 @@ func TestPeerReadsDoNotWaitForWrites(t *testing.T) {
 	var released sync.Once
 	unblock := func() { released.Do(func() { close(release) }) }
 	t.Cleanup(unblock) // runs before the fake peer's cleanup waits for its handlers
-	p := cluster.NewPeer(fake.URL(), cluster.PeerOptions{Timeout: 5 * time.Second, Conns: 1}, nil)
+	p := rpc.NewPeer(fake.URL(), rpc.PeerOptions{Timeout: 5 * time.Second, Conns: 1}, nil)
 	defer p.Close()
 
 	written := make(chan error, 1)

@@ -1,4 +1,4 @@
-package cluster_test
+package e2e_test
 
 import (
 	"fmt"
@@ -14,13 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/valyala/fasthttp"
 
-	"github.com/dhtkv/dhtkv/internal/cache"
-	"github.com/dhtkv/dhtkv/internal/cluster"
-	"github.com/dhtkv/dhtkv/internal/hlc"
-	"github.com/dhtkv/dhtkv/internal/httpapi"
-	"github.com/dhtkv/dhtkv/internal/metrics"
-	"github.com/dhtkv/dhtkv/internal/replica"
-	"github.com/dhtkv/dhtkv/internal/store"
+	"github.com/dhtkv/dhtkv/internal/node"
 	"github.com/dhtkv/dhtkv/internal/testcluster"
 )
 
@@ -78,24 +72,17 @@ func BenchmarkCoordinatorHandler(b *testing.B) {
 	pc := startProcCluster(b, 3, "--sync=false")
 	// Replace process 0 by an in-process coordinator with the same URL.
 	pc.kill(0)
-	selfURL := pc.urls[0]
-	topo, err := cluster.ParseTopology(strings.Join(pc.urls, ","), selfURL)
+	cfg := node.DefaultConfig()
+	cfg.Listen = strings.TrimPrefix(pc.urls[0], "http://")
+	cfg.Cluster = strings.Join(pc.urls, ",")
+	cfg.DataDir = filepath.Join(b.TempDir(), "coord")
+	cfg.Sync = false
+	cfg.ReplicaTimeout = time.Second
+	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	n, err := node.New(cfg) // built, not served: the handler is called directly
 	require.NoError(b, err)
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	st, err := store.Open(filepath.Join(b.TempDir(), "coord"), store.Options{Logger: log})
-	require.NoError(b, err)
-	defer st.Close()
-	ca, err := cache.New(8 << 20)
-	require.NoError(b, err)
-	defer ca.Close()
-	clock, err := hlc.New(topo.Self, nil)
-	require.NoError(b, err)
-	local := &replica.Replica{Store: st, Cache: ca}
-	m := metrics.New()
-	coord := cluster.NewCoordinator(topo, clock, local, cluster.PeerOptions{Timeout: time.Second}, m, log)
-	defer coord.Close()
-	api := &httpapi.Server{Coord: coord, Local: local, Clock: clock, Metrics: m, Log: log,
-		Limits: httpapi.Limits{MaxKeyBytes: 1024, MaxValueBytes: 1 << 20}}
+	defer n.Close()
+	handler := n.Handler()
 
 	uris := benchURIs("")
 	addr := &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 12345}
@@ -109,7 +96,7 @@ func BenchmarkCoordinatorHandler(b *testing.B) {
 		for b.Loop() {
 			req.SetRequestURI(uris[i%benchKeys])
 			ctx.Init(&req, addr, nil)
-			api.Handler(&ctx)
+			handler(&ctx)
 			if ctx.Response.StatusCode() != want {
 				b.Fatalf("%s: status %d: %s", method, ctx.Response.StatusCode(), ctx.Response.Body())
 			}
@@ -127,7 +114,7 @@ func BenchmarkCoordinatorHandler(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
 			ctx.Init(&req, addr, nil)
-			api.Handler(&ctx)
+			handler(&ctx)
 		}
 		if ctx.Response.StatusCode() != fasthttp.StatusBadRequest {
 			b.Fatal(fmt.Sprint(ctx.Response.StatusCode()))

@@ -1,0 +1,86 @@
+package httpapi
+
+import (
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/dhtkv/dhtkv/internal/metrics"
+	"github.com/dhtkv/dhtkv/internal/scan"
+)
+
+// Op is a kind of request, a label value of the request metrics.
+type Op int
+
+// The kinds of request, by path and method.
+const (
+	OpGet Op = iota
+	OpPut
+	OpDelete
+	OpStatus
+	OpScan
+	OpInternalBatch
+	OpInternalScan
+	OpOther
+	nOps
+)
+
+var opNames = [nOps]string{"get", "put", "delete", "status", "scan", "internal_batch", "internal_scan", "other"}
+
+func (o Op) String() string { return opNames[o] }
+
+// codes are the statuses the API answers with; others are counted through
+// the slow path.
+var codes = []int{200, 201, 202, 400, 403, 404, 405, 413, 500, 503, 504}
+
+// Metrics are the request instruments. The counters the hot path touches
+// are resolved once into arrays indexed by operation and status, so a
+// request costs two atomic adds and a histogram observation, with no label
+// hashing.
+type Metrics struct {
+	requests *prometheus.CounterVec
+	reqFast  [nOps][]prometheus.Counter // by codes index
+	latency  [nOps]prometheus.Observer
+	// Scan counts the range streams' records and aborts.
+	Scan *scan.Metrics
+}
+
+// NewMetrics creates the instruments and registers them with reg (nil: not
+// registered).
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{}
+	m.requests = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "dhtkv_requests_total",
+		Help: "HTTP requests answered, by operation and status code.",
+	}, []string{"op", "code"})
+	lat := prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "dhtkv_request_duration_seconds",
+		Help:    "Time from parsed request to response ready, by operation.",
+		Buckets: metrics.LatencyBuckets(),
+	}, []string{"op"})
+	for op := Op(0); op < nOps; op++ {
+		m.latency[op] = lat.WithLabelValues(op.String())
+		m.reqFast[op] = make([]prometheus.Counter, len(codes))
+		for i, c := range codes {
+			m.reqFast[op][i] = m.requests.WithLabelValues(op.String(), strconv.Itoa(c))
+		}
+	}
+	m.Scan = scan.NewMetrics(reg)
+	if reg != nil {
+		reg.MustRegister(m.requests, lat)
+	}
+	return m
+}
+
+// Request records one answered request.
+func (m *Metrics) Request(op Op, code int, elapsed time.Duration) {
+	m.latency[op].Observe(elapsed.Seconds())
+	for i, c := range codes {
+		if c == code {
+			m.reqFast[op][i].Inc()
+			return
+		}
+	}
+	m.requests.WithLabelValues(op.String(), strconv.Itoa(code)).Inc()
+}

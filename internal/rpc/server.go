@@ -1,0 +1,176 @@
+package rpc
+
+import (
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"sync"
+
+	"github.com/dhtkv/dhtkv/internal/hlc"
+	"github.com/dhtkv/dhtkv/internal/record"
+	"github.com/dhtkv/dhtkv/internal/replica"
+	"github.com/dhtkv/dhtkv/internal/store"
+)
+
+// Server is the receiving side of node-to-node traffic: it serves other
+// coordinators' batches and streams against this node's replica only. It
+// knows nothing of the transport; package httpapi mounts it on BatchPath
+// and StreamPath, checks the secret with Authorized, and writes what it
+// returns.
+type Server struct {
+	Replica *replica.Replica
+	// Clock observes every version before it is stored (see hlc.Observe).
+	Clock *hlc.Clock
+	// MaxKeyBytes and MaxValueBytes are the node's own limits
+	// (--max-key-bytes, --max-value-bytes): an operation beyond them is
+	// refused like a public request would be.
+	MaxKeyBytes, MaxValueBytes int
+	// Secret, when set, must accompany every request (--cluster-secret).
+	Secret string
+	Log    *slog.Logger
+}
+
+// Error refuses a whole request: nothing of it was stored. Status is the
+// HTTP status the transport answers with, Msg a one-line reason.
+type Error struct {
+	Status int
+	Msg    string
+}
+
+func (e *Error) Error() string { return e.Msg }
+
+func refuse(status int, format string, args ...any) *Error {
+	return &Error{Status: status, Msg: fmt.Sprintf(format, args...)}
+}
+
+// Authorized reports whether a request carrying header value got in
+// SecretHeader may be served. The comparison is constant-time.
+func (s *Server) Authorized(got []byte) bool {
+	return s.Secret == "" || subtle.ConstantTimeCompare(got, []byte(s.Secret)) == 1
+}
+
+// batchScratch is the per-request working memory of ServeBatch, pooled.
+type batchScratch struct {
+	ops    []BatchOp
+	recs   []record.Record
+	writes []store.Write
+	newer  []uint64 // per operation: the newer version that refuses a write
+}
+
+var batchScratches = sync.Pool{New: func() any { return new(batchScratch) }}
+
+// release returns sc to the pool without its references into the request.
+func (sc *batchScratch) release() {
+	clear(sc.ops)
+	clear(sc.recs)
+	clear(sc.writes)
+	batchScratches.Put(sc)
+}
+
+// ServeBatch serves one batch (see BatchPath) and appends its answer to
+// out. body may be the transport's buffer: nothing of it is kept after
+// ServeBatch returns (the store copies keys and values into its batch).
+//
+// Writes carry the version the coordinator assigned; last-write-wins in
+// the store keeps the newest, and all the batch's accepted writes go to
+// the store in one commit (one fsync). Every operation is validated before
+// anything is applied, so a malformed batch (an *Error) stores nothing.
+// Any other error is the replica's failure (the store, persisting the
+// clock).
+func (s *Server) ServeBatch(body, out []byte) ([]byte, error) {
+	sc := batchScratches.Get().(*batchScratch)
+	defer sc.release()
+	var err error
+	if sc.ops, err = ParseBatch(body, sc.ops[:0]); err != nil {
+		return out, refuse(http.StatusBadRequest, "%v", err)
+	}
+	sc.recs, sc.newer = sc.recs[:0], sc.newer[:0]
+	var maxVersion uint64
+	for i, op := range sc.ops {
+		if len(op.Key) == 0 || len(op.Key) > s.MaxKeyBytes {
+			return out, refuse(http.StatusBadRequest, "operation %d: key of %d bytes (1 to %d allowed)", i, len(op.Key), s.MaxKeyBytes)
+		}
+		var rec record.Record
+		if op.Kind == OpWrite {
+			if rec, err = record.Decode(op.Envelope); err != nil || rec.Version == 0 {
+				return out, refuse(http.StatusBadRequest, "operation %d: bad record envelope", i)
+			}
+			if err := s.Clock.CheckAhead(rec.Version); err != nil {
+				return out, refuse(http.StatusBadRequest, "operation %d: %v", i, err)
+			}
+			if len(rec.Value) > s.MaxValueBytes {
+				return out, refuse(http.StatusRequestEntityTooLarge, "operation %d: value of %d bytes, limit is %d", i, len(rec.Value), s.MaxValueBytes)
+			}
+			maxVersion = max(maxVersion, rec.Version)
+		}
+		sc.recs = append(sc.recs, rec)
+		sc.newer = append(sc.newer, 0)
+	}
+	if maxVersion > 0 {
+		if err := s.Clock.Observe(maxVersion); err != nil { // before storing any
+			return out, fmt.Errorf("serve batch: %w", err)
+		}
+	}
+	// A newer version already here means the coordinator's clock is behind
+	// this key: refuse that write and report the version, so that the
+	// coordinator can rewrite above it (see cluster.Coordinator.Write).
+	// Equal is the same write repeated: apply.
+	sc.writes = sc.writes[:0]
+	for i, op := range sc.ops {
+		if op.Kind != OpWrite {
+			continue
+		}
+		newer, err := s.Replica.NewerVersion(op.Key, sc.recs[i].Version)
+		if err != nil {
+			return out, fmt.Errorf("serve batch: %w", err)
+		}
+		if newer != 0 {
+			sc.newer[i] = newer
+			continue
+		}
+		sc.writes = append(sc.writes, store.Write{Key: op.Key, Rec: &sc.recs[i]})
+	}
+	var applyErr error
+	if len(sc.writes) > 0 {
+		if applyErr = s.Replica.ApplyBatch(sc.writes); applyErr != nil {
+			s.Log.Error("internal batch", "writes", len(sc.writes), "err", applyErr)
+		}
+	}
+	for i, op := range sc.ops {
+		switch {
+		case op.Kind == OpWrite && sc.newer[i] != 0:
+			out = AppendResultNewer(out, sc.newer[i])
+		case op.Kind == OpWrite && applyErr != nil:
+			out = AppendResultError(out, "store write failed")
+		case op.Kind == OpWrite:
+			out = append(out, ResApplied)
+		default:
+			out = s.appendRead(out, op.Key)
+		}
+	}
+	return out, nil
+}
+
+// appendRead appends the result of reading key from the replica.
+func (s *Server) appendRead(out, key []byte) []byte {
+	e, err := s.Replica.Get(key)
+	switch {
+	case err != nil:
+		s.Log.Error("internal batch read", "err", err)
+		return AppendResultError(out, "store read failed")
+	case !e.Found:
+		return append(out, ResNotFound)
+	}
+	var hdr [record.HeaderSize]byte
+	h := record.Record{Version: e.Rec.Version, Tombstone: e.Rec.Tombstone}
+	return AppendResultFound(out, h.AppendEncode(hdr[:0]), e.Rec.Value)
+}
+
+// IsRefusal reports whether err refuses a request (an *Error) and returns it.
+func IsRefusal(err error) (*Error, bool) {
+	var e *Error
+	ok := errors.As(err, &e)
+	return e, ok
+}

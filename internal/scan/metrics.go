@@ -1,0 +1,31 @@
+package scan
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// Metrics are the range streams' instruments.
+type Metrics struct {
+	// Aborts counts streams ended before their last record, by reason
+	// (AbortClientGone, ...).
+	Aborts *prometheus.CounterVec
+	// Records counts records streamed.
+	Records prometheus.Counter
+}
+
+// NewMetrics creates the instruments and registers them with reg (nil: not
+// registered).
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		Aborts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "dhtkv_scan_aborts_total",
+			Help: "Range streams ended before their last record, by reason.",
+		}, []string{"reason"}),
+		Records: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "dhtkv_scan_records_total",
+			Help: "Records streamed by range scans.",
+		}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.Aborts, m.Records)
+	}
+	return m
+}
