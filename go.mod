@@ -18,7 +18,10 @@ require (
 	go.uber.org/goleak v1.3.0
 )
 
-require golang.org/x/sys v0.48.0
+require (
+	github.com/cockroachdb/datadriven v1.0.3-0.20250407164829-2945557346d5
+	golang.org/x/sys v0.48.0
+)
 
 require (
 	github.com/DataDog/zstd v1.5.7 // indirect
@@ -38,10 +41,12 @@ require (
 	github.com/klauspost/compress v1.20.1 // indirect
 	github.com/kr/pretty v0.3.1 // indirect
 	github.com/kr/text v0.2.0 // indirect
+	github.com/kylelemons/godebug v1.1.0 // indirect
 	github.com/minio/minlz v1.0.1-0.20250507153514-87eb42fe8882 // indirect
 	github.com/molecule-man/go-brrr v1.0.1 // indirect
 	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
 	github.com/pkg/errors v0.9.1 // indirect
+	github.com/pmezard/go-difflib v1.0.0 // indirect
 	github.com/prometheus/common v0.72.0 // indirect
 	github.com/prometheus/procfs v0.22.0 // indirect
 	github.com/rogpeppe/go-internal v1.14.1 // indirect
