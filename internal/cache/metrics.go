@@ -44,4 +44,3 @@ func (c *cacheCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.cost, prometheus.GaugeValue, float64(m.CostAdded-m.CostEvicted))
 	ch <- prometheus.MustNewConstMetric(c.maxCost, prometheus.GaugeValue, float64(m.MaxCost))
 }
-

@@ -157,7 +157,7 @@ func TestScanShutdownAbortsStreams(t *testing.T) {
 	_, err := rc.Chunk()
 	require.NoError(t, err)
 	time.Sleep(100 * time.Millisecond) // the stream is now blocked on the stalled client
-	reg := c.Node(0).Registry() // still readable once the node stopped
+	reg := c.Node(0).Registry()        // still readable once the node stopped
 	start := time.Now()
 	c.StopNode(0)
 	require.Less(t, time.Since(start), 3*time.Second)
