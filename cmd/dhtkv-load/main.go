@@ -30,8 +30,9 @@ func main() {
 
 // options are the flags that are not part of loadgen.Config.
 type options struct {
-	fill int64
-	json bool
+	fill     int64
+	fillOnly bool
+	json     bool
 }
 
 func parseFlags(args []string, stderr io.Writer) (loadgen.Config, options, error) {
@@ -59,6 +60,7 @@ func parseFlags(args []string, stderr io.Writer) (loadgen.Config, options, error
 	fs.DurationVar(&cfg.Timeout, "timeout", cfg.Timeout, "per-request timeout")
 	fs.Uint64Var(&cfg.Seed, "seed", 0, "random seed for keys and operations (0 = time-based)")
 	fs.Int64Var(&opt.fill, "fill", 0, "before the run, PUT keys k0..k<fill-1> once each with --connections workers")
+	fs.BoolVar(&opt.fillOnly, "fill-only", false, "exit after --fill without a run (prefills a server for other tools, such as the wrk scripts)")
 	fs.BoolVar(&opt.json, "json", false, "print the result as one JSON object")
 
 	if err := fs.Parse(args); err != nil {
@@ -77,6 +79,9 @@ func parseFlags(args []string, stderr io.Writer) (loadgen.Config, options, error
 	cfg.Dist = loadgen.Dist(*dist)
 	if opt.fill < 0 || opt.fill > loadgen.MaxFill {
 		return cfg, opt, fmt.Errorf("--fill %d: must be in [0, %d]", opt.fill, loadgen.MaxFill)
+	}
+	if opt.fillOnly && opt.fill == 0 {
+		return cfg, opt, errors.New("--fill-only needs --fill N")
 	}
 	return cfg, opt, cfg.Validate()
 }
@@ -104,6 +109,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 		log.Info("fill done", "keys", res.Keys, "elapsed", res.Elapsed.Round(1e6).String(),
 			"keys_per_s", fmt.Sprintf("%.0f", res.Rate()), "retried", res.Retried)
+		if opt.fillOnly {
+			return 0
+		}
 	}
 
 	res, err := loadgen.Run(ctx, cfg)
