@@ -10,6 +10,7 @@ all: build
 build:
 	$(GO) build -o $(BIN)/dhtkv ./cmd/dhtkv
 	$(GO) build -o $(BIN)/dhtkv-load ./cmd/dhtkv-load
+	$(GO) build -o $(BIN)/dhtkv-baseline ./cmd/dhtkv-baseline
 
 # The whole suite, with the race detector, as CI runs it.
 test:
@@ -68,13 +69,14 @@ clean:
 	rm -rf $(BIN)
 
 # Benchmarks (cmd/dhtkv-bench): make bench (full, < 30 min on 2 cores) and
-# make bench-quick (< 3 min) write docs/reports/. Extra driver flags go in
-# BENCH_FLAGS, e.g. make bench BENCH_FLAGS='--only node-get,ceiling-get --keep';
+# make bench-quick (< 3 min) write docs/reports/. Each run measures the
+# in-memory baseline server (bin/dhtkv-baseline) too, and quotes dhtkv's
+# figures as a ratio to it. Extra driver flags go in BENCH_FLAGS, e.g.
+# make bench BENCH_FLAGS='--only node-get,ceiling-get --keep';
 # go run ./cmd/dhtkv-bench -h lists them. make bench-wrk cross-checks the
-# ceiling's figure with wrk (installs wrk if missing).
+# baseline's figure with wrk (installs wrk if missing).
 BENCH_OUT   ?= docs/reports
 BENCH_FLAGS ?=
-CEILING_DIR ?= ../shared/tools/ceiling
 
 .PHONY: bench bench-quick bench-driver bench-wrk bench-ensure-wrk
 
@@ -84,12 +86,12 @@ bench-driver:
 	$(GO) build -o $(BIN)/dhtkv-bench ./cmd/dhtkv-bench
 
 bench: build bench-driver
-	./$(BIN)/dhtkv-bench --out $(BENCH_OUT) --bin $(BIN) --ceiling-dir $(CEILING_DIR) $(BENCH_FLAGS)
+	./$(BIN)/dhtkv-bench --out $(BENCH_OUT) --bin $(BIN) --baseline $(BIN)/dhtkv-baseline $(BENCH_FLAGS)
 
 bench-quick: build bench-driver
-	./$(BIN)/dhtkv-bench --quick --out $(BENCH_OUT) --bin $(BIN) --ceiling-dir $(CEILING_DIR) $(BENCH_FLAGS)
+	./$(BIN)/dhtkv-bench --quick --out $(BENCH_OUT) --bin $(BIN) --baseline $(BIN)/dhtkv-baseline $(BENCH_FLAGS)
 
-# wrk is not needed by the driver; only bench-wrk uses it.
+# wrk is not needed by the driver; only bench-wrk and loadtest/wrk/ use it.
 bench-ensure-wrk:
 	@command -v wrk >/dev/null 2>&1 || { \
 		echo "wrk not found; installing it with apt-get"; \
@@ -97,14 +99,13 @@ bench-ensure-wrk:
 	}
 
 # Independent check of the load generator's figures: wrk's closed-loop GET
-# throughput on the ceiling, to compare with the closed-loop row of
-# docs/reports/ceiling-get.md. Loopback only; the ceiling is stopped on exit.
+# throughput on the baseline, to compare with the closed-loop row of
+# docs/reports/ceiling-get.md. Loopback only; the baseline is stopped on exit.
 BENCH_WRK_PORT ?= 18089
-bench-wrk: bench-ensure-wrk
-	@set -e; tmp=$$(mktemp -d); \
-	trap 'kill $$pid 2>/dev/null; rm -rf $$tmp' EXIT INT TERM; \
-	(cd $(CEILING_DIR) && $(GO) build -o $$tmp/ceiling .); \
-	$$tmp/ceiling -addr 127.0.0.1:$(BENCH_WRK_PORT) >$$tmp/ceiling.log 2>&1 & pid=$$!; \
-	sleep 1; \
-	(cd $(CEILING_DIR) && $(GO) run ./prefill -url http://127.0.0.1:$(BENCH_WRK_PORT) -n 100000 -size 1024); \
-	KEYSPACE=100000 wrk -t2 -c64 -d10s --latency -s $(CEILING_DIR)/../lua/get.lua http://127.0.0.1:$(BENCH_WRK_PORT)
+bench-wrk: build bench-ensure-wrk
+	@set -e; \
+	$(BIN)/dhtkv-baseline --listen 127.0.0.1:$(BENCH_WRK_PORT) 2>/dev/null & pid=$$!; \
+	trap 'kill $$pid 2>/dev/null' EXIT INT TERM; \
+	for i in $$(seq 50); do curl -sf -o /dev/null http://127.0.0.1:$(BENCH_WRK_PORT)/v0/status && break; sleep 0.1; done; \
+	$(BIN)/dhtkv-load --targets http://127.0.0.1:$(BENCH_WRK_PORT) --fill 100000 --fill-only --value-size 1024; \
+	KEYSPACE=100000 wrk -t2 -c64 -d10s --latency -s loadtest/wrk/get.lua http://127.0.0.1:$(BENCH_WRK_PORT)

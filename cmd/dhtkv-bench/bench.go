@@ -13,14 +13,12 @@ import (
 
 // Bench runs all systems and scenarios and writes the reports.
 type Bench struct {
-	cfg         Config
-	machine     Machine
-	procs       *Procs
-	tmp         string
-	ceilingBin  string
-	ceilingNote string                    // why there is no ceiling, if there is none
-	ceilings    map[string]*CeilingFigure // by workload, filled as the ceiling runs
-	results     []*ScenarioResult
+	cfg      Config
+	machine  Machine
+	procs    *Procs
+	tmp      string
+	ceilings map[string]*CeilingFigure // by workload, filled as the baseline runs
+	results  []*ScenarioResult
 }
 
 // Run executes the benchmark. Scenario failures do not stop the other
@@ -47,24 +45,17 @@ func (b *Bench) Run(ctx context.Context) error {
 	}()
 	slog.Info("bench starting", "quick", b.cfg.Quick, "tmp", tmp, "out", b.cfg.Out)
 
-	for _, name := range []string{"dhtkv", "dhtkv-load"} {
-		if _, err := os.Stat(filepath.Join(b.cfg.Bin, name)); err != nil {
-			return fmt.Errorf("need %s (run `make build`): %w", filepath.Join(b.cfg.Bin, name), err)
-		}
+	if err := b.checkBinaries(); err != nil {
+		return err
 	}
 	if err := os.MkdirAll(b.cfg.Out, 0o755); err != nil {
 		return fmt.Errorf("create %s: %w", b.cfg.Out, err)
 	}
 	b.machine = detectMachine(ctx, b.cfg.Repo)
-	b.buildCeiling(ctx)
 
 	var failed []string
 	for _, sys := range Systems() {
 		if !b.selected(sys) {
-			continue
-		}
-		if sys.Ceiling && b.ceilingBin == "" {
-			slog.Warn("skipping the ceiling", "why", b.ceilingNote)
 			continue
 		}
 		for _, r := range b.runSystem(ctx, sys) {
@@ -105,21 +96,22 @@ func (b *Bench) selected(sys System) bool {
 	return false
 }
 
-// buildCeiling compiles the ceiling from its own module into the temp dir.
-// Without it the reports say so and give no ratios.
-func (b *Bench) buildCeiling(ctx context.Context) {
-	dir := b.cfg.CeilingDir
-	if _, err := os.Stat(filepath.Join(dir, "go.mod")); err != nil {
-		b.ceilingNote = fmt.Sprintf("the ceiling was not found at %s, so no ratio is given", dir)
-		return
+// checkBinaries fails early, before any server starts, when a binary the
+// selected systems need is missing. The baseline is needed whenever its
+// system runs: dhtkv's figures mean little without the ratio to it.
+func (b *Bench) checkBinaries() error {
+	need := []string{filepath.Join(b.cfg.Bin, "dhtkv"), filepath.Join(b.cfg.Bin, "dhtkv-load")}
+	for _, sys := range Systems() {
+		if sys.Ceiling && b.selected(sys) {
+			need = append(need, b.cfg.Baseline)
+		}
 	}
-	bin := filepath.Join(b.tmp, "bin", "ceiling")
-	out, err := goBuild(ctx, dir, bin)
-	if err != nil {
-		b.ceilingNote = fmt.Sprintf("the ceiling at %s did not build (%v: %s), so no ratio is given", dir, err, oneLine(out))
-		return
+	for _, p := range need {
+		if _, err := os.Stat(p); err != nil {
+			return fmt.Errorf("need %s (run `make build`): %w", p, err)
+		}
 	}
-	b.ceilingBin = bin
+	return nil
 }
 
 // runSystem starts sys, fills it and runs its scenarios, writing each
@@ -169,7 +161,7 @@ func (b *Bench) runSystem(ctx context.Context, sys System) []*ScenarioResult {
 	tmpl.Servers = rs.commands
 
 	runner := &loadRunner{
-		bin: filepath.Join(b.cfg.Bin, "dhtkv-load"), displayBin: b.displayBin("dhtkv-load"),
+		bin: filepath.Join(b.cfg.Bin, "dhtkv-load"), displayBin: b.displayPath(filepath.Join(b.cfg.Bin, "dhtkv-load")),
 		targets: rs.targets, keyspace: b.cfg.Fill, valueSize: b.cfg.ValueSize,
 		connections: b.cfg.Connections, ack: sys.Ack, from: sys.From, timeout: b.cfg.Timeout,
 		logDir: dir, prefix: sys.Name,
@@ -217,7 +209,7 @@ func (b *Bench) newResult(sys System, spec ScenarioSpec, rs *running, fill *Run)
 	valueMiB := float64(b.cfg.Fill) * float64(b.cfg.ValueSize) / (1 << 20)
 	r.SystemNotes = append(r.SystemNotes, "system: "+sys.Title)
 	if sys.Ceiling {
-		r.SystemNotes = append(r.SystemNotes, fmt.Sprintf("data: %d keys × %d B values (%.0f MiB) filled before the first scenario; the ceiling keeps everything in memory",
+		r.SystemNotes = append(r.SystemNotes, fmt.Sprintf("data: %d keys × %d B values (%.0f MiB) filled before the first scenario; the baseline keeps everything in memory",
 			b.cfg.Fill, b.cfg.ValueSize, valueMiB))
 	} else {
 		r.SystemNotes = append(r.SystemNotes, fmt.Sprintf("data: %d keys × %d B values (%.0f MiB of values) filled before the first scenario, %.1f× the read cache of `--cache-bytes %d` (%.0f MiB), so most GETs miss the cache and go to Pebble",
@@ -280,7 +272,7 @@ func (b *Bench) runScenario(ctx context.Context, sys System, spec ScenarioSpec, 
 	}
 
 	if sys.Ceiling {
-		r.CeilingNote = "This is the ceiling itself: an in-memory fasthttp server with dhtkv's entity API, the most the HTTP layer allows on this machine."
+		r.CeilingNote = "This is the ceiling itself: the baseline server (cmd/dhtkv-baseline), an in-memory fasthttp server with dhtkv's entity API, the most the HTTP layer allows on this machine."
 		b.ceilings[spec.Workload] = &CeilingFigure{Scenario: spec.Name, Saturation: search.Saturation, Upper: search.Upper, Fixed: r.Fixed.Result}
 		return
 	}
@@ -288,12 +280,10 @@ func (b *Bench) runScenario(ctx context.Context, sys System, spec ScenarioSpec, 
 	case c != nil:
 		r.Ceiling = c
 		if c.Saturation <= 0 {
-			r.CeilingNote = "The ceiling found no saturation point for this workload in this run, so no ratio is given."
+			r.CeilingNote = "The baseline found no saturation point for this workload in this run, so no ratio is given."
 		}
-	case b.ceilingNote != "":
-		r.CeilingNote = "Not measured: " + b.ceilingNote + "."
 	default:
-		r.CeilingNote = "The ceiling was not measured for this workload in this run (see --only), so no ratio is given."
+		r.CeilingNote = "The baseline was not measured for this workload in this run (see --only), so no ratio is given."
 	}
 }
 
@@ -320,9 +310,7 @@ func (b *Bench) setupNotes() []string {
 		fmt.Sprintf("load: `dhtkv-load`, %d connections, uniform keys; search steps %s, measured runs %s at %.0f%% of saturation, %s warm-up each",
 			b.cfg.Connections, b.cfg.StepDuration, b.cfg.Duration, 100*b.cfg.FixedFrac, b.cfg.Warmup),
 		"cluster: 3 nodes on this machine, ack=2 from=3, load spread over all three",
-	}
-	if b.ceilingNote != "" {
-		notes = append(notes, "ceiling: "+b.ceilingNote)
+		"ceiling: the baseline server `" + b.displayPath(b.cfg.Baseline) + "` (cmd/dhtkv-baseline): dhtkv's entity API and fasthttp settings over an in-memory map",
 	}
 	return notes
 }

@@ -6,21 +6,22 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/dhtkv/dhtkv/loadtest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/dhtkv/dhtkv/internal/loadgen"
 )
 
 // LoadResult is the single JSON object `dhtkv-load --json` prints; the
 // generator's own type is the one definition of that schema.
-type LoadResult = loadtest.Result
+type LoadResult = loadgen.Result
 
 // Latency holds percentiles in microseconds.
-type Latency = loadtest.LatencySummary
+type Latency = loadgen.LatencySummary
 
 // ParseLoadResult decodes dhtkv-load's JSON output. Anything but exactly one
 // JSON object (ignoring surrounding whitespace) is an error, because a

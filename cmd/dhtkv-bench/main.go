@@ -1,10 +1,11 @@
 // Command dhtkv-bench is the driver behind `make bench` and `make
-// bench-quick`. It starts the ceiling (an in-memory server with the same
-// API), one dhtkv node (with and without fsync) and a 3-node cluster, each
-// fresh on loopback ports in a temporary directory; fills each; finds the
-// saturation point of PUT, GET and mixed load with bin/dhtkv-load; measures a
-// fixed rate below it while profiling the server; and writes a Markdown
-// report with flame graphs per scenario plus a summary table in
+// bench-quick`. It starts the baseline (bin/dhtkv-baseline, an in-memory
+// server with the same API, whose throughput is the ceiling dhtkv's figures
+// are quoted against), one dhtkv node (with and without fsync) and a 3-node
+// cluster, each fresh on loopback ports in a temporary directory; fills each;
+// finds the saturation point of PUT, GET and mixed load with bin/dhtkv-load;
+// measures a fixed rate below it while profiling the server; and writes a
+// Markdown report with flame graphs per scenario plus a summary table in
 // docs/reports/README.md.
 //
 // Everything runs on 127.0.0.1, and every child process is killed when the
@@ -18,7 +19,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"strings"
@@ -56,7 +56,7 @@ type Config struct {
 	Out          string
 	Bin          string
 	Repo         string
-	CeilingDir   string
+	Baseline     string        // the baseline server binary
 	Duration     time.Duration // the measured fixed-rate run
 	StepDuration time.Duration // each saturation-search run
 	Warmup       time.Duration
@@ -98,7 +98,7 @@ func parseFlags(args []string) (Config, error) {
 	quick := fs.Bool("quick", false, "small data and short runs: checks that the benchmark works (< 3 min)")
 	out := fs.String("out", "docs/reports", "directory for reports, flame graphs and the README summary")
 	bin := fs.String("bin", "bin", "directory holding dhtkv and dhtkv-load")
-	ceiling := fs.String("ceiling-dir", "", "source of the ceiling server (default: ../shared/tools/ceiling from the repository root)")
+	baseline := fs.String("baseline", "", "the in-memory baseline server binary, built by make build (default: dhtkv-baseline in --bin)")
 	duration := fs.Duration("duration", 0, "measured fixed-rate run (default 30s, quick 2s)")
 	step := fs.Duration("step-duration", 0, "each saturation-search run (default 5s, quick 1.5s)")
 	warmup := fs.Duration("warmup", 0, "warm-up before every run (default 2s, quick 500ms)")
@@ -110,7 +110,7 @@ func parseFlags(args []string) (Config, error) {
 	cache := fs.Int64("cache-bytes", 0, "dhtkv --cache-bytes (default 16 MiB, quick 2 MiB)")
 	valueSize := fs.Int("value-size", 1024, "value size in bytes")
 	fixedFrac := fs.Float64("fixed-fraction", 0.8, "fixed-rate run as a fraction of the saturation point")
-	only := fs.String("only", "", "comma-separated systems (ceiling, node, node-nosync, cluster) or scenarios (e.g. node-get) to run")
+	only := fs.String("only", "", "comma-separated systems (ceiling for the baseline, node, node-nosync, cluster) or scenarios (e.g. node-get) to run")
 	if err := fs.Parse(args); err != nil {
 		return Config{}, err
 	}
@@ -174,15 +174,16 @@ func parseFlags(args []string) (Config, error) {
 		return filepath.Join(wd, p)
 	}
 	cfg.Out, cfg.Bin = abs(*out), abs(*bin)
-	cfg.CeilingDir = filepath.Join(cfg.Repo, "..", "shared", "tools", "ceiling")
-	if *ceiling != "" {
-		cfg.CeilingDir = abs(*ceiling)
+	cfg.Baseline = filepath.Join(cfg.Bin, "dhtkv-baseline")
+	if *baseline != "" {
+		cfg.Baseline = abs(*baseline)
 	}
 	return cfg, nil
 }
 
-// repoRoot walks up from dir to the directory holding go.mod, so the driver
-// finds ../shared from any subdirectory; it falls back to dir.
+// repoRoot walks up from dir to the directory holding go.mod, so that
+// reports name the commit and show binaries relative to the repository from
+// any subdirectory; it falls back to dir.
 func repoRoot(dir string) string {
 	for d := dir; ; d = filepath.Dir(d) {
 		if _, err := os.Stat(filepath.Join(d, "go.mod")); err == nil {
@@ -192,16 +193,4 @@ func repoRoot(dir string) string {
 			return dir
 		}
 	}
-}
-
-// goBuild builds the main package in dir into out and returns the compiler's
-// output for error messages.
-func goBuild(ctx context.Context, dir, out string) (string, error) {
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", out, ".")
-	cmd.Dir = dir
-	b, err := cmd.CombinedOutput()
-	if err != nil {
-		return string(b), fmt.Errorf("go build in %s: %w", dir, err)
-	}
-	return string(b), nil
 }

@@ -12,7 +12,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/dhtkv/dhtkv/internal/flamegraph"
+	"github.com/dhtkv/dhtkv/cmd/dhtkv-bench/flamegraph"
 	"github.com/google/pprof/profile"
 )
 

@@ -11,7 +11,7 @@ import (
 // renderer is pure so it can be tested without running anything.
 type ScenarioResult struct {
 	Name        string // e.g. "node-get"
-	IsCeiling   bool   // the reference server itself; it has no ratio
+	IsCeiling   bool   // the baseline server itself; it has no ratio
 	Title       string // e.g. "GET, one dhtkv node (--sync=true)"
 	Workload    string
 	Quick       bool
@@ -183,7 +183,7 @@ func RenderScenario(s *ScenarioResult) string {
 
 	if s.Ceiling != nil {
 		w("## Ceiling\n\n")
-		w("The ceiling (`../shared/tools/ceiling`, an in-memory fasthttp server with the same API) was measured for the same workload in the same run (`%s`): ", s.Ceiling.Scenario)
+		w("The ceiling is the throughput of the baseline server (cmd/dhtkv-baseline: dhtkv's entity API and fasthttp settings over an in-memory map), measured for the same workload in the same run (`%s`): ", s.Ceiling.Scenario)
 		w("saturation %s rps, closed-loop %s rps", rps(s.Ceiling.Saturation), rps(s.Ceiling.Upper))
 		if s.Ceiling.Fixed != nil {
 			w(", p99 %s at its own fixed rate of %s rps", us(s.Ceiling.Fixed.Latency.P99), rps(s.Ceiling.Fixed.Rate))

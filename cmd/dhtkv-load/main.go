@@ -21,21 +21,22 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/dhtkv/dhtkv/loadtest"
+	"github.com/dhtkv/dhtkv/internal/loadgen"
 )
 
 func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
-// options are the flags that are not part of loadtest.Config.
+// options are the flags that are not part of loadgen.Config.
 type options struct {
-	fill int64
-	json bool
+	fill     int64
+	fillOnly bool
+	json     bool
 }
 
-func parseFlags(args []string, stderr io.Writer) (loadtest.Config, options, error) {
-	cfg := loadtest.DefaultConfig()
+func parseFlags(args []string, stderr io.Writer) (loadgen.Config, options, error) {
+	cfg := loadgen.DefaultConfig()
 	var opt options
 	fs := flag.NewFlagSet("dhtkv-load", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -59,6 +60,7 @@ func parseFlags(args []string, stderr io.Writer) (loadtest.Config, options, erro
 	fs.DurationVar(&cfg.Timeout, "timeout", cfg.Timeout, "per-request timeout")
 	fs.Uint64Var(&cfg.Seed, "seed", 0, "random seed for keys and operations (0 = time-based)")
 	fs.Int64Var(&opt.fill, "fill", 0, "before the run, PUT keys k0..k<fill-1> once each with --connections workers")
+	fs.BoolVar(&opt.fillOnly, "fill-only", false, "exit after --fill without a run (prefills a server for other tools, such as the wrk scripts)")
 	fs.BoolVar(&opt.json, "json", false, "print the result as one JSON object")
 
 	if err := fs.Parse(args); err != nil {
@@ -73,10 +75,13 @@ func parseFlags(args []string, stderr io.Writer) (loadtest.Config, options, erro
 			cfg.Targets = append(cfg.Targets, strings.TrimSuffix(t, "/"))
 		}
 	}
-	cfg.Workload = loadtest.Workload(*workload)
-	cfg.Dist = loadtest.Dist(*dist)
-	if opt.fill < 0 || opt.fill > loadtest.MaxFill {
-		return cfg, opt, fmt.Errorf("--fill %d: must be in [0, %d]", opt.fill, loadtest.MaxFill)
+	cfg.Workload = loadgen.Workload(*workload)
+	cfg.Dist = loadgen.Dist(*dist)
+	if opt.fill < 0 || opt.fill > loadgen.MaxFill {
+		return cfg, opt, fmt.Errorf("--fill %d: must be in [0, %d]", opt.fill, loadgen.MaxFill)
+	}
+	if opt.fillOnly && opt.fill == 0 {
+		return cfg, opt, errors.New("--fill-only needs --fill N")
 	}
 	return cfg, opt, cfg.Validate()
 }
@@ -97,16 +102,19 @@ func run(args []string, stdout, stderr io.Writer) int {
 
 	if opt.fill > 0 {
 		log.Info("fill starting", "keys", opt.fill, "connections", cfg.Connections)
-		res, err := loadtest.Fill(ctx, cfg, opt.fill)
+		res, err := loadgen.Fill(ctx, cfg, opt.fill)
 		if err != nil {
 			log.Error("fill failed", "err", err, "retried", res.Retried)
 			return 1
 		}
 		log.Info("fill done", "keys", res.Keys, "elapsed", res.Elapsed.Round(1e6).String(),
 			"keys_per_s", fmt.Sprintf("%.0f", res.Rate()), "retried", res.Retried)
+		if opt.fillOnly {
+			return 0
+		}
 	}
 
-	res, err := loadtest.Run(ctx, cfg)
+	res, err := loadgen.Run(ctx, cfg)
 	if err != nil {
 		log.Error("run failed", "err", err)
 		return 1

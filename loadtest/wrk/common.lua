@@ -1,5 +1,5 @@
 -- Shared by put.lua, get.lua and mixed.lua (loaded with dofile from the
--- scripts' own directory), in the conventions of shared/tools/lua:
+-- scripts' own directory). Keys are those dhtkv-load --fill N writes:
 --   KEYSPACE    number of distinct ids, keys are "k0".."k<KEYSPACE-1>" (default 1000000)
 --   VALUE_SIZE  value size in bytes (default 1024)
 --   ACK, FROM   replication parameters, appended as &ack=..&from=.. when set

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Measures one dhtkv node against the in-memory ceiling server in ONE run,
-# alternating wrk runs (ceiling, node --sync=true, node --sync=false) for
-# several rounds so that noise on this shared machine hits all of them alike.
-# Prints every run's WRKRESULT line and the median ratios.
+# Measures one dhtkv node against the ceiling, the in-memory baseline server
+# (cmd/dhtkv-baseline), in ONE run, alternating wrk runs (baseline, node
+# --sync=true, node --sync=false) for several rounds so that noise on this
+# shared machine hits all of them alike. Prints every run's WRKRESULT line
+# and the median ratios; the baseline's runs are labelled ceiling-*.
 #
 # GETs go to a node of their own that never sees the PUT runs, warmed by one
 # unmeasured GET run, so that they are the cache hits the issue asks about:
@@ -14,11 +15,12 @@
 #   loadtest/wrk/compare-ceiling.sh            # defaults below
 #   ROUNDS=5 DURATION=15s loadtest/wrk/compare-ceiling.sh
 #
-# Only 127.0.0.1 is contacted. Needs wrk (apt-get install -y wrk).
+# Builds what it runs from this repository. Only 127.0.0.1 is contacted.
+# Needs wrk (apt-get install -y wrk).
 source "$(dirname "$0")/setup.sh"
 source "$ROOT/loadtest/settle.sh"
 
-"$tmp/ceiling" -addr 127.0.0.1:18080 >"$tmp/ceiling.log" 2>&1 & pids+=($!)
+"$tmp/dhtkv-baseline" --listen 127.0.0.1:18080 >"$tmp/baseline.log" 2>&1 & pids+=($!)
 "$tmp/dhtkv" --listen 127.0.0.1:18081 --admin-listen 127.0.0.1:18091 --data-dir "$tmp/sync" --cache-bytes $cache >"$tmp/sync.log" 2>&1 & pids+=($!)
 "$tmp/dhtkv" --listen 127.0.0.1:18082 --admin-listen 127.0.0.1:18092 --data-dir "$tmp/nosync" --sync=false --cache-bytes $cache >"$tmp/nosync.log" 2>&1 & pids+=($!)
 "$tmp/dhtkv" --listen 127.0.0.1:18083 --admin-listen 127.0.0.1:18093 --data-dir "$tmp/get" --cache-bytes $cache >"$tmp/get.log" 2>&1 & pids+=($!)

@@ -1,22 +1,24 @@
 #!/usr/bin/env bash
-# CPU time per request of one dhtkv node and of the in-memory ceiling under
-# the same wrk load, alternating, in ONE run. CPU is the server process's
-# user+system ticks (/proc/<pid>/stat) over a wrk run divided by the
-# requests it answered: a steadier figure than rps on this shared 2-core
-# machine, where wrk and the server share the cores.
+# CPU time per request of one dhtkv node and of the in-memory baseline
+# server (cmd/dhtkv-baseline, labelled "ceiling") under the same wrk load,
+# alternating, in ONE run. CPU is the server process's user+system ticks
+# (/proc/<pid>/stat) over a wrk run divided by the requests it answered: a
+# steadier figure than rps on this shared 2-core machine, where wrk and the
+# server share the cores.
 #
 #   loadtest/wrk/cpu-per-request.sh get.lua                  # node defaults
 #   loadtest/wrk/cpu-per-request.sh put.lua --sync=false     # extra node flags
 #
 # The node gets a read cache that holds every key; a warm-up run precedes
-# the measured ones. Only 127.0.0.1 is contacted. Needs wrk.
+# the measured ones. Builds what it runs from this repository. Only
+# 127.0.0.1 is contacted. Needs wrk.
 DURATION=${DURATION:-8s}
 ROUNDS=${ROUNDS:-2}
 script=${1:?usage: cpu-per-request.sh get.lua|put.lua [dhtkv flags...]}
 shift
 source "$(dirname "$0")/setup.sh"
 
-"$tmp/ceiling" -addr 127.0.0.1:18380 >"$tmp/ceiling.log" 2>&1 & pids+=($!); ceiling_pid=$!
+"$tmp/dhtkv-baseline" --listen 127.0.0.1:18380 >"$tmp/baseline.log" 2>&1 & pids+=($!); ceiling_pid=$!
 "$tmp/dhtkv" --listen 127.0.0.1:18381 --data-dir "$tmp/node" --cache-bytes $cache "$@" >"$tmp/node.log" 2>&1 & pids+=($!); node_pid=$!
 wait_up 18380 18381
 prefill 18380 18381

@@ -1,5 +1,5 @@
 //go:build !race
 
-package loadtest
+package loadgen
 
 const raceEnabled = false

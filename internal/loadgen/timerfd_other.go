@@ -1,6 +1,6 @@
 //go:build !linux
 
-package loadtest
+package loadgen
 
 import (
 	"errors"

@@ -1,11 +1,11 @@
-// Package loadtest is dhtkv's HTTP load generator: closed-loop (wrk-like) and
+// Package loadgen is dhtkv's HTTP load generator: closed-loop (wrk-like) and
 // constant-rate (wrk2-like, coordinated-omission corrected) runs against the
 // entity API, with HdrHistogram latency reports in wrk2's layout or JSON.
 //
 // The generator is a library so that its scheduler and accounting can be
 // tested against real in-process servers; cmd/dhtkv-load is a thin flag
 // wrapper around Fill and Run.
-package loadtest
+package loadgen
 
 import (
 	"errors"

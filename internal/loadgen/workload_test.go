@@ -1,4 +1,4 @@
-package loadtest
+package loadgen
 
 import (
 	"context"
