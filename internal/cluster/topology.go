@@ -1,7 +1,8 @@
 // Package cluster places keys on nodes and coordinates requests across the
 // replicas of a key: topology (the static node list), placement (rendezvous
-// hashing), peers (HTTP clients to the other nodes) and the coordinator
-// (fan-out, ack counting, newest-version-wins).
+// hashing) and the coordinator (fan-out, ack counting, newest-version-wins,
+// read hedging, cluster-wide scans). It reaches other nodes through
+// package rpc.
 package cluster
 
 import (

@@ -1,8 +1,9 @@
-// Package scan implements dhtkv's range scans below the HTTP handler: the
-// wire framings of a record stream (this file), iterators over the local
-// store and over another node's stream, the k-way merge that turns the
-// nodes' streams into one newest-version-per-key stream, and the response
-// body that writes a stream to the client in constant memory.
+// Package scan implements dhtkv's record streams: the wire framings of a
+// stream (this file), the iterator over another node's stream, the k-way
+// merge that turns the nodes' streams into one newest-version-per-key
+// stream, and the response body that writes a stream to the client in
+// constant memory. The local store's iterator is store.Iter; who opens
+// which streams is the coordinator's (cluster.Coordinator.Scan).
 //
 // See docs/range-scans.md for the contract and the reasoning.
 package scan
