@@ -52,6 +52,8 @@ type Coordinator struct {
 	// (see readHedgeDelay); 0 sends reads to all `from` replicas at once.
 	hedgeDelay time.Duration
 	streams    *rpc.StreamClient // other nodes' range streams (scan.go)
+	repairMode RepairMode
+	repairs    *repairQueue // background read repairs (repair.go)
 	log        *slog.Logger
 
 	inflight sync.WaitGroup
@@ -75,6 +77,9 @@ type Options struct {
 	// replicas before asking the others too (--read-hedge-delay; 0 asks
 	// all from replicas at once). See hedge.go for how it adapts.
 	HedgeDelay time.Duration
+	// ReadRepair says what a read does with the stale replicas it finds
+	// (--read-repair; default RepairBlocking, see repair.go).
+	ReadRepair RepairMode
 	// ScanIdleTimeout bounds how long another node's range stream may
 	// send nothing before a cluster scan fails (default 30 s).
 	ScanIdleTimeout time.Duration
@@ -100,7 +105,7 @@ func NewCoordinator(topo Topology, clock *hlc.Clock, local *replica.Replica, o O
 	c := &Coordinator{
 		topo: topo, place: NewPlacement(topo), clock: clock, local: local,
 		peers: make([]*peer, topo.Size()), m: newCoordMetrics(),
-		timeout: o.Timeout, hedgeDelay: o.HedgeDelay, log: log,
+		timeout: o.Timeout, hedgeDelay: o.HedgeDelay, repairMode: o.ReadRepair, log: log,
 		streams: rpc.NewStreamClient(rpc.StreamOptions{
 			OpenTimeout: o.Timeout,
 			IdleTimeout: o.ScanIdleTimeout,
@@ -109,6 +114,7 @@ func NewCoordinator(topo Topology, clock *hlc.Clock, local *replica.Replica, o O
 			MaxEnvelope: o.MaxValueBytes + record.HeaderSize,
 		}),
 	}
+	c.repairs = newRepairQueue(c)
 	var rm *rpc.Metrics
 	if reg != nil {
 		rm = rpc.NewMetrics(reg)
@@ -138,9 +144,11 @@ func (c *Coordinator) Topology() Topology { return c.topo }
 func (c *Coordinator) Timeout() time.Duration { return c.timeout }
 
 // Close waits for background replica calls to finish (each is bounded by its
-// request's deadline), then closes the idle connections to peers.
+// request's deadline), stops the background repairs, then closes the idle
+// connections to peers.
 func (c *Coordinator) Close() {
 	c.inflight.Wait()
+	c.repairs.close()
 	for _, p := range c.peers {
 		if p != nil {
 			p.client.Close()
@@ -151,6 +159,7 @@ func (c *Coordinator) Close() {
 
 // answer is one replica's reply.
 type answer struct {
+	node  int // set by fanOut
 	rec   record.Record
 	found bool
 	err   error
@@ -184,8 +193,11 @@ func (c *Coordinator) Get(key []byte, ack, from int) (Result, error) {
 		}
 		return Result{Rec: a.rec, Found: a.found}, nil
 	}
+	deadline := time.Now().Add(c.timeout)
 	var best Result
-	n, err := c.fanOut(key, reps, ack, ack, c.localGet,
+	var answered [maxReplicas]replicaState
+	na := 0
+	n, err := c.fanOut(deadline, key, reps, ack, ack, c.localGet,
 		func(i int, k []byte, deadline time.Time) answer {
 			p := c.peers[i]
 			start := time.Now()
@@ -202,12 +214,21 @@ func (c *Coordinator) Get(key []byte, ack, from int) (Result, error) {
 			return answer{rec: rec, found: found, err: err}
 		},
 		func(a answer) {
+			if na < len(answered) {
+				answered[na] = replicaState{node: a.node, version: a.rec.Version, found: a.found}
+				na++
+			}
 			if a.found && (!best.Found || a.rec.Newer(&best.Rec)) {
 				best = Result{Rec: a.rec, Found: true}
 			}
 		})
 	if err != nil {
 		return Result{}, fmt.Errorf("get: %d of %d replicas answered, need %d: %w", n, len(reps), ack, err)
+	}
+	if best.Found && c.repairMode != RepairOff {
+		if err := c.readRepair(key, &best.Rec, answered[:na], reps, deadline); err != nil {
+			return Result{}, fmt.Errorf("get: %w", err)
+		}
 	}
 	return best, nil
 }
@@ -260,7 +281,7 @@ func (c *Coordinator) writeRound(key []byte, rec *record.Record, reps []int, ack
 	// One immutable envelope for all remote replicas; it copies the value
 	// out of the handler's buffer.
 	env := rec.Encode()
-	n, err := c.fanOut(key, reps, ack, len(reps),
+	n, err := c.fanOut(time.Now().Add(c.timeout), key, reps, ack, len(reps),
 		func(k []byte) answer { return answer{err: c.local.Apply(k, rec)} },
 		func(i int, k []byte, deadline time.Time) answer {
 			p := c.peers[i]
@@ -297,7 +318,7 @@ func (c *Coordinator) localGet(key []byte) answer {
 // semantics: a dead replica still fails over at once, a slow one after
 // hedgeDelay. hedgeDelay 0 starts everything at once, like a write.
 func (c *Coordinator) fanOut(
-	key []byte, reps []int, ack, initial int,
+	deadline time.Time, key []byte, reps []int, ack, initial int,
 	local func(key []byte) answer,
 	remote func(node int, key []byte, deadline time.Time) answer,
 	merge func(answer),
@@ -313,7 +334,6 @@ func (c *Coordinator) fanOut(
 		}
 	}
 	now := time.Now()
-	deadline := now.Add(c.timeout)
 	k := bytes.Clone(key) // the goroutines outlive the handler's buffer
 	results := make(chan answer, len(reps))
 	next, runLocal := 0, false
@@ -329,7 +349,9 @@ func (c *Coordinator) fanOut(
 			c.m.inFlight.Inc()
 			go func() {
 				defer c.inflight.Done()
-				results <- remote(n, k, deadline) // never blocks: buffered for all
+				a := remote(n, k, deadline)
+				a.node = n
+				results <- a // never blocks: buffered for all
 				c.m.inFlight.Dec()
 			}()
 		}
@@ -354,24 +376,40 @@ func (c *Coordinator) fanOut(
 		}
 	}
 	if runLocal {
-		take(local(k))
+		a := local(k)
+		a.node = c.topo.Self
+		take(a)
 	}
-	var hedge <-chan time.Time
-	if next < len(reps) && ok < ack {
-		t := time.NewTimer(c.readHedgeDelay(now))
-		defer t.Stop()
-		hedge = t.C
-	}
-	for ok < ack && failed <= len(reps)-ack {
-		select {
-		case a := <-results:
-			take(a)
-		case <-hedge:
-			hedge = nil
-			if next < len(reps) {
-				c.m.hedgedReads.Inc()
+	// One timer: first the hedge delay (reads with spares left), then the
+	// request's deadline. Every call ends by the deadline on its own; the
+	// wait has it too, so no call can hold the answer past it.
+	if ok < ack && failed <= len(reps)-ack {
+		hedging := next < len(reps)
+		wait := deadline.Sub(now)
+		if hedging {
+			wait = min(wait, c.readHedgeDelay(now))
+		}
+		timer := time.NewTimer(wait)
+		defer timer.Stop()
+	wait:
+		for ok < ack && failed <= len(reps)-ack {
+			select {
+			case a := <-results:
+				take(a)
+			case <-timer.C:
+				if !hedging {
+					if firstErr == nil {
+						firstErr = fmt.Errorf("%w: no answer by the deadline", rpc.ErrTimeout)
+					}
+					break wait
+				}
+				hedging = false
+				if next < len(reps) {
+					c.m.hedgedReads.Inc()
+				}
+				launch(len(reps))
+				timer.Reset(time.Until(deadline))
 			}
-			launch(len(reps))
 		}
 	}
 	if next > answered {

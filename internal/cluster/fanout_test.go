@@ -81,7 +81,7 @@ func TestFanOut(t *testing.T) {
 				return answer{found: true}
 			}
 			merged := 0
-			n, err := c.fanOut([]byte("k"), tc.reps, tc.ack, tc.initial,
+			n, err := c.fanOut(time.Now().Add(time.Minute), []byte("k"), tc.reps, tc.ack, tc.initial,
 				func([]byte) answer { return reply(self) },
 				func(node int, _ []byte, _ time.Time) answer { return reply(node) },
 				func(answer) { merged++ })

@@ -24,6 +24,10 @@ type coordMetrics struct {
 	hedgedReads prometheus.Counter
 	// inFlight is the number of replica goroutines running.
 	inFlight prometheus.Gauge
+	// repairs counts replicas written to by read repair, by mode
+	// (blocking, async: the background queue) and result (ok, failed,
+	// dropped: the queue was full).
+	repairs *prometheus.CounterVec
 }
 
 func newCoordMetrics() *coordMetrics {
@@ -49,13 +53,17 @@ func newCoordMetrics() *coordMetrics {
 			Name: "dhtkv_coordinator_replica_calls_in_flight",
 			Help: "Replica call goroutines currently running.",
 		}),
+		repairs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "dhtkv_read_repairs_total",
+			Help: "Stale replicas written to by read repair, by mode (blocking before the reply, async in the background) and result (ok, failed, dropped when the queue was full).",
+		}, []string{"mode", "result"}),
 	}
 }
 
 // register adds the instruments, and the hedge delay read at scrape time,
 // to reg.
 func (m *coordMetrics) register(reg prometheus.Registerer, hedgeDelay func() float64) {
-	reg.MustRegister(m.replicaLat, m.replicaErr, m.stragglers, m.hedgedReads, m.inFlight)
+	reg.MustRegister(m.replicaLat, m.replicaErr, m.stragglers, m.hedgedReads, m.inFlight, m.repairs)
 	if hedgeDelay != nil {
 		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "dhtkv_coordinator_read_hedge_delay_seconds",

@@ -128,7 +128,7 @@ func TestInternalBatch(t *testing.T) {
 		"short envelope":  {rpc.AppendBatchOp(good, rpc.OpWrite, []byte("k5"), []byte("x")), http.StatusBadRequest},
 		"envelope format": {rpc.AppendBatchOp(good, rpc.OpWrite, []byte("k5"), append([]byte{9, 0}, make([]byte, 8)...)), http.StatusBadRequest},
 		"version 0":       {rpc.AppendBatchOp(good, rpc.OpWrite, []byte("k5"), (&record.Record{Value: []byte("v")}).Encode()), http.StatusBadRequest},
-		"far future":      {rpc.AppendBatchOp(good, rpc.OpWrite, []byte("k5"), (&record.Record{Version: versionAt(now.Add(hlc.MaxAhead+time.Hour), 0, 1), Value: []byte("v")}).Encode()), http.StatusBadRequest},
+		"far future":      {rpc.AppendBatchOp(good, rpc.OpWrite, []byte("k5"), (&record.Record{Version: versionAt(now.Add(hlc.DefaultMaxAhead+time.Hour), 0, 1), Value: []byte("v")}).Encode()), http.StatusBadRequest},
 		"top of range":    {rpc.AppendBatchOp(good, rpc.OpWrite, []byte("k5"), (&record.Record{Version: ^uint64(0), Value: []byte("v")}).Encode()), http.StatusBadRequest},
 		"unknown kind":    {append(slices.Clone(good), 'x', 1, 'k'), http.StatusBadRequest},
 		"cut short":       {good[:len(good)-1], http.StatusBadRequest},
@@ -189,13 +189,13 @@ func TestPublicPutCannotForgeVersion(t *testing.T) {
 
 // TestInternalFarFutureVersion documents why the internal endpoint must be
 // protected (--cluster-secret, network): whoever can reach it can write any
-// version up to hlc.MaxAhead (a day) ahead of the replica's clock; beyond
-// that it is refused (TestInternalBatch). A far-future one is reported back to the next coordinator
+// version up to --max-clock-skew ahead of the replica's clock (here set to
+// two hours); beyond that it is refused (TestInternalBatch). A far-future one is reported back to the next coordinator
 // (409 with the held version), which then rewrites above it: the public
 // write wins, but every clock that sees the forged version is dragged an
 // hour ahead, and the versions of all later writes with it.
 func TestInternalFarFutureVersion(t *testing.T) {
-	c := testcluster.Start(t, 2)
+	c := testcluster.Start(t, 2, func(_ int, cfg *node.Config) { cfg.MaxClockSkew = 2 * time.Hour })
 	cl := newClient(t)
 	future := versionAt(time.Now().Add(time.Hour), 0, 1)
 	require.Equal(t, http.StatusCreated, internalPut(t, cl, c.URL(1), "k", record.Record{Version: future, Value: []byte("forged")}, ""))
@@ -269,16 +269,36 @@ func TestClusterSecretMismatch(t *testing.T) {
 // clock (a peer's clock ran ahead); after a restart, writes it coordinates
 // alone (one local replica: no replica can answer 409) must still be newer.
 // Without the persisted clock bound (hlc.Restore), the restarted clock
-// starts from the wall clock and the PUT below is silently lost: checked by
-// hand on 2026-11-22 by removing the Restore call in node.Start, which made
-// this test fail.
+// starts from the wall clock and the PUT below is silently lost (removing
+// the Restore call in node.New makes this test fail).
 func TestClockSurvivesRestart(t *testing.T) {
 	c := testcluster.Start(t, 1)
 	cl := newClient(t)
-	future := versionAt(time.Now().Add(time.Hour), 0, 0)
+	future := versionAt(time.Now().Add(3*time.Second), 0, 0) // within --max-clock-skew
 	require.Equal(t, http.StatusCreated, internalPut(t, cl, c.URL(0), "k", record.Record{Version: future, Value: []byte("ahead")}, ""))
 	c.StopNode(0)
 	c.StartNode(0)
 	require.Equal(t, http.StatusCreated, cl.Put(t, c.URL(0), "k", []byte("after restart"), 1, 1))
 	expectValue(t, cl, c.URL(0), "k", 1, 1, "after restart")
+}
+
+// TestRestartLoopKeepsVersionsNearTheWallClock: a node restarted 50 times
+// in a row, writing between restarts, issues versions within
+// hlc.PersistWindow of the wall clock every time: restarts do not push its
+// clock ahead, and do not accumulate.
+func TestRestartLoopKeepsVersionsNearTheWallClock(t *testing.T) {
+	c := testcluster.Start(t, 1)
+	cl := newClient(t)
+	var last uint64
+	for i := range 50 {
+		c.StopNode(0)
+		c.StartNode(0)
+		require.Equal(t, http.StatusCreated, cl.Put(t, c.URL(0), "k", []byte("v"), 1, 1))
+		wall := time.Now().UnixMilli() // after the write's version was taken
+		_, rec := internalGet(t, cl, c.URL(0), "k", "")
+		require.Greater(t, rec.Version, last, "restart %d: versions increase", i)
+		last = rec.Version
+		ms, _, _ := hlc.Parts(rec.Version)
+		require.LessOrEqual(t, ms-wall, hlc.PersistWindow.Milliseconds(), "restart %d: version %d ms ahead of the wall clock", i, ms-wall)
+	}
 }

@@ -21,6 +21,16 @@
 // its clock issued or observed, versions issued after a restart are newer
 // than everything already stored, even if the wall clock is behind them (a
 // peer's clock ran ahead, or the wall clock stepped back).
+//
+// The bound runs at most PersistWindow ahead of the clock, so a restart
+// finds it at most that far ahead of the versions issued before; Restore
+// reports how far ahead of the wall clock it is, and the node waits that
+// out before serving. Versions after a restart are then wall-clock
+// versions again: restarts do not push the clock ahead, however many there
+// are in a row.
+//
+// Skew: a version more than the clock's MaxAhead ahead of this node's wall
+// clock is refused (ErrTooFarAhead), never observed.
 package hlc
 
 import (
@@ -40,8 +50,9 @@ const (
 
 // Clock issues versions. The zero value is not usable; call New.
 type Clock struct {
-	node uint64
-	now  func() time.Time
+	node     uint64
+	now      func() time.Time
+	maxAhead time.Duration
 
 	mu      sync.Mutex
 	last    uint64 // last issued or observed version, node bits cleared
@@ -49,9 +60,13 @@ type Clock struct {
 	persist func(bound uint64) error
 }
 
-// persistWindow is how far ahead of the clock the persisted bound is set:
-// about 10 s of clock time, so the bound is written about every 10 s.
-const persistWindow = 10_000 << (logicalBits + nodeBits)
+// PersistWindow is how far ahead of the clock the persisted bound is set.
+// Under a steady stream of writes the bound is written (one synced Pebble
+// write, a fraction of a millisecond) once per window, and a restart waits
+// out at most this long before the node's versions are the wall clock's.
+const PersistWindow = 100 * time.Millisecond
+
+const persistWindow = uint64(PersistWindow/time.Millisecond) << (logicalBits + nodeBits)
 
 // New returns a clock for node id (0..MaxNodeID). now may be nil for the
 // wall clock; tests pass a fake.
@@ -62,13 +77,27 @@ func New(node int, now func() time.Time) (*Clock, error) {
 	if now == nil {
 		now = time.Now
 	}
-	return &Clock{node: uint64(node), now: now}, nil
+	return &Clock{node: uint64(node), now: now, maxAhead: DefaultMaxAhead}, nil
 }
+
+// SetMaxAhead sets how far ahead of this node's wall clock a version from
+// elsewhere may be (--max-clock-skew; default DefaultMaxAhead). Call it
+// before the clock is used.
+func (c *Clock) SetMaxAhead(d time.Duration) { c.maxAhead = d }
+
+// MaxAhead is the bound SetMaxAhead set.
+func (c *Clock) MaxAhead() time.Duration { return c.maxAhead }
 
 // Restore makes the clock durable: it starts above bound (the last bound
 // persisted, 0 for none) and calls persist with a new bound, before using
 // any version beyond the current one. Call it before the clock is used.
-func (c *Clock) Restore(bound uint64, persist func(bound uint64) error) {
+//
+// It returns how far bound is ahead of the wall clock (0 if it is not).
+// Up to PersistWindow that is the window of the last run: waiting it out
+// before issuing versions keeps them the wall clock's. More means the
+// clock had observed versions from a clock running ahead (or this one
+// stepped back), and versions continue from the bound.
+func (c *Clock) Restore(bound uint64, persist func(bound uint64) error) (ahead time.Duration) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	bound &^= MaxNodeID
@@ -76,6 +105,8 @@ func (c *Clock) Restore(bound uint64, persist func(bound uint64) error) {
 		c.last = bound
 	}
 	c.bound, c.persist = bound, persist
+	ms, _, _ := Parts(bound)
+	return max(time.Duration(ms-c.now().UnixMilli())*time.Millisecond, 0)
 }
 
 // advance moves last to v (node bits cleared), persisting a new bound first
@@ -111,13 +142,14 @@ func (c *Clock) Next() (uint64, error) {
 	return v | c.node, nil
 }
 
-// MaxAhead bounds how far ahead of this node's wall clock a version from
-// elsewhere may be. Observing a version drags the clock, and every later
-// version, up to it: a corrupt or forged one near the top of the 64-bit
-// range would make the clock's arithmetic wrap around, and versions issued
-// afterwards would lose to everything stored. Real clock skew between
-// nodes is milliseconds; a day leaves room for operators' mistakes.
-const MaxAhead = 24 * time.Hour
+// DefaultMaxAhead bounds how far ahead of this node's wall clock a version
+// from elsewhere may be, unless SetMaxAhead says otherwise. Observing a
+// version drags the clock, and every later version, up to it: a forged or
+// skewed one would make this node's writes lose to it for that long, and
+// one near the top of the 64-bit range would make the clock's arithmetic
+// wrap around. Clocks kept by NTP differ by milliseconds; seconds leave
+// room for a bad minute, not for a clock that is off.
+const DefaultMaxAhead = 5 * time.Second
 
 // ErrTooFarAhead refuses a version more than MaxAhead ahead of the wall
 // clock.
@@ -126,8 +158,8 @@ var ErrTooFarAhead = errors.New("version too far ahead of the wall clock")
 // CheckAhead returns ErrTooFarAhead for a version beyond MaxAhead.
 func (c *Clock) CheckAhead(v uint64) error {
 	ms, _, _ := Parts(v)
-	if limit := c.now().Add(MaxAhead).UnixMilli(); ms > limit {
-		return fmt.Errorf("%w: %d ms ahead, at most %v", ErrTooFarAhead, ms-limit+MaxAhead.Milliseconds(), MaxAhead)
+	if limit := c.now().Add(c.maxAhead).UnixMilli(); ms > limit {
+		return fmt.Errorf("%w: %d ms ahead, at most %v", ErrTooFarAhead, ms-limit+c.maxAhead.Milliseconds(), c.maxAhead)
 	}
 	return nil
 }

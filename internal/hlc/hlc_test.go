@@ -43,7 +43,7 @@ func TestSameMillisecondOrderedByNode(t *testing.T) {
 
 func TestObserveOrdersCausally(t *testing.T) {
 	slow, _ := New(1, func() time.Time { return time.UnixMilli(1_000) })
-	fast, _ := New(2, func() time.Time { return time.UnixMilli(9_000) })
+	fast, _ := New(2, func() time.Time { return time.UnixMilli(4_000) })
 	v := next(t, fast)
 	require.NoError(t, slow.Observe(v))
 	require.Greater(t, next(t, slow), v, "a write after observing v is newer than v")
@@ -108,7 +108,7 @@ func TestRestoreSurvivesRestart(t *testing.T) {
 		require.LessOrEqual(t, v, persisted|MaxNodeID, "a version beyond the persisted bound")
 		highest = v
 	}
-	future := uint64(wall.Add(time.Hour).UnixMilli()) << (logicalBits + nodeBits)
+	future := uint64(wall.Add(time.Second).UnixMilli()) << (logicalBits + nodeBits)
 	require.NoError(t, c.Observe(future))
 	require.GreaterOrEqual(t, persisted, future, "observed versions are covered by the bound first")
 
@@ -126,18 +126,18 @@ func TestPersistFailureStopsTheClock(t *testing.T) {
 	c.Restore(0, func(uint64) error { return errors.New("disk full") })
 	_, err := c.Next()
 	require.ErrorContains(t, err, "disk full")
-	ahead := uint64(time.Now().Add(time.Minute).UnixMilli()) << (logicalBits + nodeBits)
+	ahead := uint64(time.Now().Add(time.Second).UnixMilli()) << (logicalBits + nodeBits)
 	require.ErrorContains(t, c.Observe(ahead), "disk full")
 }
 
-// TestObserveRefusesFarFuture: a version more than MaxAhead ahead of the
+// TestObserveRefusesFarFuture: a version more than DefaultMaxAhead ahead of the
 // wall clock is refused and leaves the clock alone; one just inside is
 // observed. The top of the 64-bit range would otherwise wrap the clock.
 func TestObserveRefusesFarFuture(t *testing.T) {
 	now := time.UnixMilli(1_700_000_000_000)
 	c, _ := New(1, func() time.Time { return now })
 	before := next(t, c)
-	for _, v := range []uint64{^uint64(0), uint64(now.Add(MaxAhead+time.Second).UnixMilli()) << (logicalBits + nodeBits)} {
+	for _, v := range []uint64{^uint64(0), uint64(now.Add(DefaultMaxAhead+time.Second).UnixMilli()) << (logicalBits + nodeBits)} {
 		require.ErrorIs(t, c.Observe(v), ErrTooFarAhead)
 		require.ErrorIs(t, c.CheckAhead(v), ErrTooFarAhead)
 	}
@@ -146,7 +146,52 @@ func TestObserveRefusesFarFuture(t *testing.T) {
 	ms, _, _ := Parts(after)
 	require.Equal(t, now.UnixMilli(), ms, "the clock did not move to the refused versions")
 
-	inside := uint64(now.Add(MaxAhead-time.Second).UnixMilli()) << (logicalBits + nodeBits)
+	inside := uint64(now.Add(DefaultMaxAhead-time.Second).UnixMilli()) << (logicalBits + nodeBits)
 	require.NoError(t, c.Observe(inside))
 	require.Greater(t, next(t, c), inside)
+}
+
+// TestRestartsDoNotPushTheClockAhead: a node restarted again and again,
+// waiting out what Restore reports each time, issues versions that stay
+// within PersistWindow of the wall clock, never accumulating.
+func TestRestartsDoNotPushTheClockAhead(t *testing.T) {
+	wall := time.UnixMilli(1_700_000_000_000)
+	clockAt := func() time.Time { return wall }
+	var persisted uint64
+	persist := func(b uint64) error { persisted = b; return nil }
+	var highest uint64
+	for restart := range 200 {
+		c, _ := New(1, clockAt)
+		ahead := c.Restore(persisted, persist)
+		require.LessOrEqual(t, ahead, PersistWindow, "restart %d", restart)
+		wall = wall.Add(ahead) // the node waits it out
+		for range 10 {
+			v := next(t, c)
+			require.Greater(t, v, highest, "restart %d: versions still increase", restart)
+			highest = v
+			ms, _, _ := Parts(v)
+			require.LessOrEqual(t, ms-wall.UnixMilli(), int64(1), "restart %d: version ahead of the wall clock", restart)
+		}
+		wall = wall.Add(time.Millisecond) // a quick crash loop
+	}
+}
+
+// TestRestoreReportsAnObservedBound: a bound far ahead because of a
+// version observed from a fast clock is reported as it is; versions go on
+// from it.
+func TestRestoreReportsAnObservedBound(t *testing.T) {
+	wall := time.UnixMilli(1_700_000_000_000)
+	c, _ := New(1, func() time.Time { return wall })
+	bound := uint64(wall.Add(3*time.Second).UnixMilli()) << (logicalBits + nodeBits)
+	require.Equal(t, 3*time.Second, c.Restore(bound, func(uint64) error { return nil }))
+	require.Greater(t, next(t, c), bound)
+}
+
+func TestSetMaxAhead(t *testing.T) {
+	now := time.UnixMilli(1_700_000_000_000)
+	c, _ := New(1, func() time.Time { return now })
+	v := uint64(now.Add(time.Minute).UnixMilli()) << (logicalBits + nodeBits)
+	require.ErrorIs(t, c.CheckAhead(v), ErrTooFarAhead)
+	c.SetMaxAhead(time.Hour)
+	require.NoError(t, c.CheckAhead(v))
 }

@@ -96,6 +96,16 @@ type Config struct {
 	// ReplicaTimeout is one request's deadline for its replica calls
 	// (--replica-timeout; 504 beyond). The default value is 300 ms.
 	ReplicaTimeout time.Duration
+	// MaxClockSkew is how far ahead of this node's wall clock a version
+	// from another node may be (--max-clock-skew): a replica refuses
+	// writes beyond it, and a node whose clock is off from its peers' by
+	// more refuses to coordinate writes. The default value is 5 s.
+	MaxClockSkew time.Duration
+	// ReadRepair is what a GET does with the stale replicas it finds:
+	// blocking (write the newest record to them before replying), async
+	// (in the background) or off (--read-repair, see cluster/repair.go).
+	// The default value is blocking.
+	ReadRepair string
 	// ReadHedgeDelay is the least time a GET waits for its first ack
 	// replicas before asking the others (--read-hedge-delay; 0 asks all at
 	// once). The default value is 5 ms.
@@ -127,6 +137,8 @@ func DefaultConfig() Config {
 		WriteTimeout:          30 * time.Second,
 		IdleTimeout:           2 * time.Minute,
 		ReplicaTimeout:        300 * time.Millisecond,
+		MaxClockSkew:          hlc.DefaultMaxAhead,
+		ReadRepair:            "blocking",
 		ReadHedgeDelay:        5 * time.Millisecond,
 		PeerConns:             1,
 	}
@@ -141,6 +153,8 @@ func (cfg *Config) validate() error {
 		return fmt.Errorf("--replica-timeout must be positive")
 	case cfg.PeerConns < 1:
 		return fmt.Errorf("--peer-conns must be at least 1")
+	case cfg.MaxClockSkew <= 0:
+		return fmt.Errorf("--max-clock-skew must be positive")
 	case cfg.ReadHedgeDelay < 0:
 		return fmt.Errorf("--read-hedge-delay must not be negative")
 	case cfg.MemTableBytes == 0:
@@ -190,10 +204,15 @@ func New(cfg Config) (_ *Node, err error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
+	repair, err := cluster.ParseRepairMode(cfg.ReadRepair)
+	if err != nil {
+		return nil, fmt.Errorf("--read-repair: %w", err)
+	}
 	clock, err := hlc.New(topo.Self, nil)
 	if err != nil {
 		return nil, err
 	}
+	clock.SetMaxAhead(cfg.MaxClockSkew)
 	n := &Node{cfg: cfg, log: log, registry: metrics.NewRegistry(), served: make(chan error, 1)}
 	defer func() {
 		if err != nil {
@@ -211,7 +230,14 @@ func New(cfg Config) (_ *Node, err error) {
 	if err != nil {
 		return nil, err
 	}
-	clock.Restore(bound, n.store.SetClockBound)
+	if ahead := clock.Restore(bound, n.store.SetClockBound); ahead > hlc.PersistWindow {
+		log.Warn("clock restored ahead of the wall clock: it had observed versions from a clock running ahead, or this one stepped back",
+			"ahead", ahead)
+	} else if ahead > 0 {
+		// The last run's window: wait it out, so that versions issued
+		// from now on are the wall clock's (see hlc.Clock.Restore).
+		time.Sleep(ahead)
+	}
 	if n.cache, err = cache.New(cfg.CacheBytes); err != nil {
 		return nil, err
 	}
@@ -233,6 +259,7 @@ func New(cfg Config) (_ *Node, err error) {
 	n.coord = cluster.NewCoordinator(topo, clock, local, cluster.Options{
 		Timeout:    cfg.ReplicaTimeout,
 		HedgeDelay: cfg.ReadHedgeDelay,
+		ReadRepair: repair,
 		// A range stream may run for any time; the write timeout then
 		// bounds a stall instead of the whole response.
 		ScanIdleTimeout: cfg.WriteTimeout,

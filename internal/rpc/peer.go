@@ -120,9 +120,16 @@ func NewPeer(baseURL string, o PeerOptions, m *Metrics) *Peer {
 			Addr: addr,
 			Name: "dhtkv-replica",
 			// A refused connection fails at once (ECONNREFUSED comes back
-			// from connect immediately); a silent host fails after the
-			// timeout, not the OS default of minutes.
-			Dial:     func(a string) (net.Conn, error) { return fasthttp.DialTimeout(a, timeout) },
+			// from connect immediately); a silent host fails when the
+			// batch's deadline passes (fasthttp passes the time it has
+			// left), never later than the timeout and not after the OS
+			// default of minutes.
+			DialTimeout: func(a string, left time.Duration) (net.Conn, error) {
+				if left <= 0 || left > timeout {
+					left = timeout
+				}
+				return fasthttp.DialTimeout(a, left)
+			},
 			MaxConns: nLanes * o.Conns,
 			// Each sender uses one connection at a time, so none waits for
 			// a free one; should that change, a wait is still bounded.

@@ -35,7 +35,7 @@ import (
 //	'e' uvarint length, message    this operation failed at the replica
 //
 // A malformed batch (bad framing, a key out of limits, a bad envelope, a
-// version 0 or more than hlc.MaxAhead ahead) is refused as a whole with 400
+// version 0 or more than --max-clock-skew ahead of the replica's clock) is refused as a whole with 400
 // and nothing of it is stored; a missing or wrong --cluster-secret gets
 // 403.
 const BatchPath = "/v0/internal/batch"

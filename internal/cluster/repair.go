@@ -1,0 +1,194 @@
+package cluster
+
+import (
+	"bytes"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/dhtkv/dhtkv/internal/record"
+)
+
+// Read repair
+//
+// A GET whose answers disagree (an older version, a missing key, a
+// tombstone against a value) found replicas that missed a write: a node
+// was down, a link was cut, a write failed part-way. Left alone, later
+// quorum reads flip between the old and the new value depending on which
+// replicas they reach, and a failed write left on one replica can win
+// later. So the coordinator writes the newest record it saw back:
+//
+//   - to the stale replicas among those that answered, before it replies
+//     (RepairBlocking, the default). Once the reply is sent, ack replicas
+//     hold that record, so every later quorum read meets one and never
+//     returns anything older: quorum reads are monotonic. If the repair
+//     cannot reach them all by the request's deadline, the read fails
+//     (504) rather than return a value a later read could contradict;
+//   - to the replicas it did not hear from (not asked, or not answered in
+//     time), in the background through a bounded queue: they are likely
+//     stale too, and a blind write is harmless under last-write-wins (a
+//     replica holding something newer refuses it).
+//
+// RepairAsync sends everything through the queue and replies at once
+// (faster, not monotonic); RepairOff leaves disagreements to anti-entropy.
+// Reads that agree cost nothing extra. A full queue drops the job and
+// counts it.
+
+// RepairMode says what a read does with stale replicas it found.
+type RepairMode int
+
+// The read repair modes (--read-repair).
+const (
+	RepairBlocking RepairMode = iota
+	RepairAsync
+	RepairOff
+)
+
+var repairModes = []string{"blocking", "async", "off"}
+
+func (m RepairMode) String() string { return repairModes[m] }
+
+// ParseRepairMode reads a --read-repair value.
+func ParseRepairMode(s string) (RepairMode, error) {
+	if i := slices.Index(repairModes, s); i >= 0 {
+		return RepairMode(i), nil
+	}
+	return 0, fmt.Errorf("read repair %q: want blocking, async or off", s)
+}
+
+// replicaState is what one replica answered to a read.
+type replicaState struct {
+	node    int
+	version uint64
+	found   bool
+}
+
+// readRepair brings the replicas of key up to best (see above). answered
+// are the replicas that answered the read, reps all the key's replicas.
+func (c *Coordinator) readRepair(key []byte, best *record.Record, answered []replicaState, reps []int, deadline time.Time) error {
+	var staleBuf, otherBuf [maxReplicas]int
+	stale, others := staleBuf[:0], otherBuf[:0]
+	for _, a := range answered {
+		if !a.found || a.version < best.Version {
+			stale = append(stale, a.node)
+		}
+	}
+	if len(stale) == 0 {
+		return nil // the answers agree
+	}
+	for _, n := range reps {
+		if !slices.ContainsFunc(answered, func(a replicaState) bool { return a.node == n }) {
+			others = append(others, n)
+		}
+	}
+	env := best.Encode() // copies the value: the cache's or the handler's memory
+	if c.repairMode == RepairAsync {
+		c.repairs.enqueue(key, env, append(stale, others...))
+		return nil
+	}
+	c.repairs.enqueue(key, env, others)
+	n, err := c.fanOut(deadline, key, stale, len(stale), len(stale),
+		func(k []byte) answer { return answer{err: c.applyRepair(k, env)} },
+		func(i int, k []byte, deadline time.Time) answer {
+			_, err := c.peers[i].client.Apply(k, env, deadline)
+			return answer{err: err}
+		}, nil)
+	c.m.repairs.WithLabelValues("blocking", "ok").Add(float64(n))
+	if err != nil {
+		c.m.repairs.WithLabelValues("blocking", "failed").Add(float64(len(stale) - n))
+		return fmt.Errorf("read repair of %d stale replicas: %d done: %w", len(stale), n, err)
+	}
+	return nil
+}
+
+// applyRepair stores env on the local replica. The version came from
+// another node: the clock observes it first, as for any replicated write.
+func (c *Coordinator) applyRepair(key, env []byte) error {
+	rec, err := record.Decode(env)
+	if err != nil {
+		return err
+	}
+	if err := c.clock.Observe(rec.Version); err != nil {
+		return err
+	}
+	return c.local.Apply(key, &rec)
+}
+
+// repairQueue runs background repairs: one worker, a bounded queue.
+type repairQueue struct {
+	c    *Coordinator
+	jobs chan repairJob
+	stop chan struct{}
+	done sync.WaitGroup
+}
+
+// repairJob writes env under key to targets. It owns its memory.
+type repairJob struct {
+	key, env []byte
+	targets  []int
+}
+
+// repairQueueLen bounds the background repairs waiting: a burst of reads
+// of a diverged range queues at most this many; the rest is left to the
+// next read or to anti-entropy.
+const repairQueueLen = 1024
+
+func newRepairQueue(c *Coordinator) *repairQueue {
+	q := &repairQueue{c: c, jobs: make(chan repairJob, repairQueueLen), stop: make(chan struct{})}
+	q.done.Add(1)
+	go q.run()
+	return q
+}
+
+// enqueue queues a repair of key to targets, or counts it dropped when the
+// queue is full.
+func (q *repairQueue) enqueue(key, env []byte, targets []int) {
+	if len(targets) == 0 {
+		return
+	}
+	job := repairJob{key: bytes.Clone(key), env: env, targets: slices.Clone(targets)}
+	select {
+	case q.jobs <- job:
+	default:
+		q.c.m.repairs.WithLabelValues("async", "dropped").Add(float64(len(targets)))
+	}
+}
+
+func (q *repairQueue) run() {
+	defer q.done.Done()
+	for {
+		select {
+		case <-q.stop:
+			return
+		case job := <-q.jobs:
+			q.repair(job)
+		}
+	}
+}
+
+func (q *repairQueue) repair(job repairJob) {
+	c := q.c
+	deadline := time.Now().Add(c.timeout)
+	for _, n := range job.targets {
+		var err error
+		if n == c.topo.Self {
+			err = c.applyRepair(job.key, job.env)
+		} else {
+			_, err = c.peers[n].client.Apply(job.key, job.env, deadline)
+		}
+		result := "ok"
+		if err != nil {
+			result = "failed"
+			c.log.Debug("background read repair failed", "node", c.topo.Nodes[n], "err", err)
+		}
+		c.m.repairs.WithLabelValues("async", result).Inc()
+	}
+}
+
+// close stops the worker; queued jobs are dropped (anti-entropy covers
+// them).
+func (q *repairQueue) close() {
+	close(q.stop)
+	q.done.Wait()
+}
