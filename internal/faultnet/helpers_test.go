@@ -89,6 +89,17 @@ func newLink(t *testing.T, target string, opts ...Option) *Link {
 	return l
 }
 
+// warmLink starts an echo server and a link to it, and returns them with a
+// connection through the link that has made one round trip.
+func warmLink(t *testing.T, opts ...Option) (*echoServer, *Link, net.Conn) {
+	t.Helper()
+	echo := startEcho(t)
+	l := newLink(t, echo.addr(), opts...)
+	c := dial(t, l.Addr())
+	requireEcho(t, c, "warm")
+	return echo, l, c
+}
+
 // dial connects to addr; the connection is closed when the test ends.
 func dial(t *testing.T, addr string) net.Conn {
 	t.Helper()

@@ -62,10 +62,7 @@ func TestPassForwardsHalfClose(t *testing.T) {
 
 func TestCutResetsOpenAndNewConnections(t *testing.T) {
 	t.Parallel()
-	echo := startEcho(t)
-	l := newLink(t, echo.addr())
-	open := dial(t, l.Addr())
-	requireEcho(t, open, "before")
+	echo, l, open := warmLink(t)
 
 	l.Cut()
 	require.Equal(t, "cut", l.Mode())
@@ -124,10 +121,7 @@ func TestBlackholeHidesADeadTarget(t *testing.T) {
 func TestDelayDelaysEachDirectionInOrder(t *testing.T) {
 	t.Parallel()
 	const d = 50 * time.Millisecond
-	echo := startEcho(t)
-	l := newLink(t, echo.addr())
-	c := dial(t, l.Addr())
-	requireEcho(t, c, "warm")
+	_, l, c := warmLink(t)
 
 	l.Delay(d)
 	require.Equal(t, "delay 50ms", l.Mode())
@@ -163,10 +157,7 @@ func TestDelayDelaysEachDirectionInOrder(t *testing.T) {
 
 func TestModeChangeReachesQueuedChunks(t *testing.T) {
 	t.Parallel()
-	echo := startEcho(t)
-	l := newLink(t, echo.addr())
-	c := dial(t, l.Addr())
-	requireEcho(t, c, "warm")
+	_, l, c := warmLink(t)
 
 	l.Delay(time.Hour)
 	_, err := c.Write([]byte("held"))
@@ -191,10 +182,7 @@ func TestModeChangeReachesQueuedChunks(t *testing.T) {
 
 func TestDelayAppliesBackpressure(t *testing.T) {
 	t.Parallel()
-	echo := startEcho(t)
-	l := newLink(t, echo.addr(), BufferBytes(32<<10))
-	c := dial(t, l.Addr())
-	requireEcho(t, c, "warm")
+	_, l, c := warmLink(t, BufferBytes(32<<10))
 	l.Delay(time.Hour)
 
 	// 64 MiB is far more than the loopback socket buffers and the link's
@@ -224,10 +212,7 @@ func TestDelayAppliesBackpressure(t *testing.T) {
 
 func TestMaxConnsRefusesBeyondTheCap(t *testing.T) {
 	t.Parallel()
-	echo := startEcho(t)
-	l := newLink(t, echo.addr(), MaxConns(2))
-	c1 := dial(t, l.Addr())
-	requireEcho(t, c1, "one")
+	_, l, c1 := warmLink(t, MaxConns(2))
 	requireEcho(t, dial(t, l.Addr()), "two")
 
 	requireRefused(t, l.Addr())
