@@ -94,16 +94,20 @@ func TestBlackholeAnswersNothing(t *testing.T) {
 	// target.
 	before := l.Stats().Accepted
 	fresh := dial(t, l.Addr())
-	eventually(t, func() bool { return l.Stats().Accepted == before+1 }, "accepted while blackholed")
+	quiet := dial(t, l.Addr()) // sends nothing until the link heals
+	eventually(t, func() bool { return l.Stats().Accepted == before+2 }, "accepted while blackholed")
 	requireSilent(t, fresh, wait)
 	eventually(t, func() bool { return l.Stats().Dropped >= 2*int64(len("ping")) }, "dropped bytes")
 	require.EqualValues(t, 2, echo.accepted.Load(), "a blackholed link must not dial the target")
 
 	l.Restore()
-	// Streams with a gap are reset; the idle one carries on.
+	// Streams with a gap are reset; the idle ones carry on, the one opened
+	// in the blackhole reaching the target only now.
 	requireBroken(t, busy)
 	requireBroken(t, fresh)
 	requireEcho(t, idle, "still here")
+	requireEcho(t, quiet, "dialed at last")
+	require.EqualValues(t, 3, echo.accepted.Load())
 	requireEcho(t, dial(t, l.Addr()), "after")
 }
 
