@@ -54,6 +54,7 @@ type Coordinator struct {
 	streams    *rpc.StreamClient // other nodes' range streams (scan.go)
 	repairMode RepairMode
 	repairs    *repairQueue // background read repairs (repair.go)
+	handoff    *handoff     // hints for replicas that missed a write (handoff.go)
 	log        *slog.Logger
 
 	inflight sync.WaitGroup
@@ -86,13 +87,16 @@ type Options struct {
 	// MaxKeyBytes and MaxValueBytes bound what other nodes' streams may
 	// carry (the node's --max-key-bytes and --max-value-bytes).
 	MaxKeyBytes, MaxValueBytes int
+	// Handoff configures hinted handoff (handoff.go).
+	Handoff HandoffOptions
 	// Peer configures the client of every other node.
 	Peer rpc.PeerOptions
 }
 
-// NewCoordinator wires the coordinator and registers its instruments with
-// reg (nil: not registered).
-func NewCoordinator(topo Topology, clock *hlc.Clock, local *replica.Replica, o Options, reg prometheus.Registerer, log *slog.Logger) *Coordinator {
+// NewCoordinator wires the coordinator, starts its background work
+// (repairs, hint delivery) and registers its instruments with reg (nil:
+// not registered). Close stops it.
+func NewCoordinator(topo Topology, clock *hlc.Clock, local *replica.Replica, o Options, reg prometheus.Registerer, log *slog.Logger) (*Coordinator, error) {
 	if o.Timeout <= 0 {
 		o.Timeout = 300 * time.Millisecond
 	}
@@ -114,7 +118,10 @@ func NewCoordinator(topo Topology, clock *hlc.Clock, local *replica.Replica, o O
 			MaxEnvelope: o.MaxValueBytes + record.HeaderSize,
 		}),
 	}
-	c.repairs = newRepairQueue(c)
+	var err error
+	if c.handoff, err = newHandoff(c, local.Store, o.Handoff, o.MaxKeyBytes+o.MaxValueBytes+64); err != nil {
+		return nil, err
+	}
 	var rm *rpc.Metrics
 	if reg != nil {
 		rm = rpc.NewMetrics(reg)
@@ -123,6 +130,7 @@ func NewCoordinator(topo Topology, clock *hlc.Clock, local *replica.Replica, o O
 			delay = func() float64 { return c.readHedgeDelay(time.Now()).Seconds() }
 		}
 		c.m.register(reg, delay)
+		c.handoff.m.register(reg)
 	}
 	for i, u := range topo.Nodes {
 		if i != topo.Self {
@@ -134,7 +142,10 @@ func NewCoordinator(topo Topology, clock *hlc.Clock, local *replica.Replica, o O
 			}
 		}
 	}
-	return c
+	// The background work starts last: it uses the peers.
+	c.repairs = newRepairQueue(c)
+	c.handoff.start()
+	return c, nil
 }
 
 // Topology returns the cluster's topology.
@@ -149,6 +160,7 @@ func (c *Coordinator) Timeout() time.Duration { return c.timeout }
 func (c *Coordinator) Close() {
 	c.inflight.Wait()
 	c.repairs.close()
+	c.handoff.close()
 	for _, p := range c.peers {
 		if p != nil {
 			p.client.Close()
@@ -288,6 +300,9 @@ func (c *Coordinator) writeRound(key []byte, rec *record.Record, reps []int, ack
 			start := time.Now()
 			v, err := p.client.Apply(k, env, deadline)
 			p.writes.observe(start, err)
+			if err != nil && !rpc.IsRefused(err) {
+				c.handoff.add(i, k, env) // k and env are this request's own copies
+			}
 			return answer{rec: record.Record{Version: v}, err: err}
 		},
 		func(a answer) { newer = max(newer, a.rec.Version) })

@@ -181,6 +181,10 @@ func (c *Clock) Observe(v uint64) error {
 	return c.advance(v)
 }
 
+// VersionAt is the smallest version of time t: every version issued at t
+// or later is at least this.
+func VersionAt(t time.Time) uint64 { return uint64(t.UnixMilli()) << (logicalBits + nodeBits) }
+
 // Parts splits a version into its fields, for logs and tests.
 func Parts(v uint64) (ms int64, logical int, node int) {
 	return int64(v >> (logicalBits + nodeBits)), int(v>>nodeBits) & logicalMax, int(v & MaxNodeID)

@@ -106,6 +106,19 @@ type Config struct {
 	// (in the background) or off (--read-repair, see cluster/repair.go).
 	// The default value is blocking.
 	ReadRepair string
+	// HintWindow is how old a hint (a write kept for a replica that
+	// missed it) may get before it is dropped (--hint-window). The default
+	// value is 3 h.
+	HintWindow time.Duration
+	// HintMaxBytes caps the hints kept for one replica, in bytes
+	// (--hint-max-bytes). The default value is 256 MiB.
+	HintMaxBytes int64
+	// HintReplayRate is the most hint bytes per second delivered to
+	// returning replicas (--hint-replay-rate). The default value is 4 MiB.
+	HintReplayRate int64
+	// HintInterval is how often hints are offered to their replicas. The
+	// default value is 1 s; tests shorten it.
+	HintInterval time.Duration
 	// ReadHedgeDelay is the least time a GET waits for its first ack
 	// replicas before asking the others (--read-hedge-delay; 0 asks all at
 	// once). The default value is 5 ms.
@@ -139,6 +152,10 @@ func DefaultConfig() Config {
 		ReplicaTimeout:        300 * time.Millisecond,
 		MaxClockSkew:          hlc.DefaultMaxAhead,
 		ReadRepair:            "blocking",
+		HintWindow:            3 * time.Hour,
+		HintMaxBytes:          256 << 20,
+		HintReplayRate:        4 << 20,
+		HintInterval:          time.Second,
 		ReadHedgeDelay:        5 * time.Millisecond,
 		PeerConns:             1,
 	}
@@ -256,7 +273,7 @@ func New(cfg Config) (_ *Node, err error) {
 		}
 	}
 	local := &replica.Replica{Store: n.store, Cache: n.cache, Versions: replica.NewVersionFilter(replica.DefaultVersionSlots, floor)}
-	n.coord = cluster.NewCoordinator(topo, clock, local, cluster.Options{
+	n.coord, err = cluster.NewCoordinator(topo, clock, local, cluster.Options{
 		Timeout:    cfg.ReplicaTimeout,
 		HedgeDelay: cfg.ReadHedgeDelay,
 		ReadRepair: repair,
@@ -271,7 +288,14 @@ func New(cfg Config) (_ *Node, err error) {
 			// request body limit below.
 			MaxBatchBytes: min(256<<10, cfg.MaxValueBytes),
 		},
+		Handoff: cluster.HandoffOptions{
+			Window: cfg.HintWindow, MaxBytes: cfg.HintMaxBytes, ReplayRate: cfg.HintReplayRate,
+			Interval: cfg.HintInterval,
+		},
 	}, n.registry, log)
+	if err != nil {
+		return nil, err
+	}
 	n.api = &httpapi.Server{
 		Coord: n.coord,
 		RPC: &rpc.Server{

@@ -189,6 +189,13 @@ type errStatus struct{ code int }
 
 func (e errStatus) Error() string { return fmt.Sprintf("status %d", e.code) }
 
+// IsRefused reports whether err is the peer refusing a batch as malformed
+// or forbidden (a 4xx): sending the same again cannot succeed.
+func IsRefused(err error) bool {
+	var e errStatus
+	return errors.As(err, &e) && e.code >= 400 && e.code < 500
+}
+
 // ErrTimeout marks a replica call that ran out of time (or could not even
 // be queued because the peer's queue was full).
 var ErrTimeout = errors.New("replica timeout")

@@ -1,0 +1,291 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/time/rate"
+
+	"github.com/dhtkv/dhtkv/internal/hlc"
+	"github.com/dhtkv/dhtkv/internal/store"
+)
+
+// Hinted handoff
+//
+// A replicated write that fails or times out on one replica leaves that
+// replica behind. The coordinator keeps the write as a hint, durably in
+// its own store (store.AddHint), and delivers it when the replica answers
+// again: every interval the handoff loop sends each target's hints, oldest
+// first, throttled to a byte rate, and deletes each once the replica
+// acknowledged it (applied, or refused because it already holds something
+// newer). A target that fails a delivery is tried again next interval.
+//
+// Hints never count towards ack: one is stored only after its replica
+// failed. They are a shortcut, not a guarantee: a hint older than the
+// window, or one that would take its target's hints over the byte cap, is
+// dropped and counted, and anti-entropy repairs what it carried. The
+// window also keeps a long-dead node from coming back to hours of stale
+// writes all at once, and (with tombstone collection) from replaying a
+// write older than a purged delete.
+
+// HandoffOptions configures hinted handoff. Zero fields take the defaults
+// noted.
+type HandoffOptions struct {
+	// Window is how old a hint may get before it is dropped (--hint-window;
+	// default 3 h). Age is the hinted write's version time.
+	Window time.Duration
+	// MaxBytes caps the hints kept for one target (--hint-max-bytes;
+	// default 256 MiB); a hint beyond it is dropped.
+	MaxBytes int64
+	// ReplayRate is the most hint bytes per second sent to all targets
+	// together (--hint-replay-rate; default 4 MiB/s), so a returning node
+	// is not flooded while it also serves clients.
+	ReplayRate int64
+	// Interval is how often the loop looks for hints to deliver (default
+	// 1 s).
+	Interval time.Duration
+}
+
+func (o *HandoffOptions) defaults() {
+	if o.Window <= 0 {
+		o.Window = 3 * time.Hour
+	}
+	if o.MaxBytes <= 0 {
+		o.MaxBytes = 256 << 20
+	}
+	if o.ReplayRate <= 0 {
+		o.ReplayRate = 4 << 20
+	}
+	if o.Interval <= 0 {
+		o.Interval = time.Second
+	}
+}
+
+// replayConcurrency is how many hints are in flight to one target at once:
+// the peer client batches concurrent calls into one request.
+const replayConcurrency = 64
+
+type handoff struct {
+	c     *Coordinator
+	store *store.Store
+	o     HandoffOptions
+	limit *rate.Limiter
+
+	mu      sync.Mutex
+	pending map[int]int64 // hint bytes per target
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	done   sync.WaitGroup
+	m      *handoffMetrics
+}
+
+func newHandoff(c *Coordinator, st *store.Store, o HandoffOptions, maxHint int) (*handoff, error) {
+	o.defaults()
+	pending, err := st.HintBytes()
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	h := &handoff{
+		c: c, store: st, o: o, pending: pending, ctx: ctx, cancel: cancel, m: newHandoffMetrics(),
+		// The burst admits the largest hint at once.
+		limit: rate.NewLimiter(rate.Limit(o.ReplayRate), max(int(o.ReplayRate), maxHint)),
+	}
+	for target, n := range pending {
+		if target >= len(c.topo.Nodes) || target == c.topo.Self {
+			return nil, fmt.Errorf("hints stored for node %d, not a peer in a cluster of %d", target, len(c.topo.Nodes))
+		}
+		h.m.pending.WithLabelValues(c.topo.Nodes[target]).Set(float64(n))
+	}
+	return h, nil
+}
+
+// start runs the delivery loop; close stops it.
+func (h *handoff) start() {
+	h.done.Add(1)
+	go h.run()
+}
+
+// add keeps a hint of the write env under key for target, whose replica
+// call failed with err. It runs on the replica call's goroutine.
+func (h *handoff) add(target int, key, env []byte) {
+	hint := store.Hint{Target: target, Key: key, Envelope: env}
+	peer := h.c.topo.Nodes[target]
+	size := int64(hint.Size())
+	h.mu.Lock()
+	if h.pending[target]+size > h.o.MaxBytes {
+		h.mu.Unlock()
+		h.m.dropped.WithLabelValues(peer, "cap").Inc()
+		return
+	}
+	h.pending[target] += size // reserved before the write, so concurrent adds respect the cap
+	h.mu.Unlock()
+	if err := h.store.AddHint(hint); err != nil {
+		h.addPending(target, -size)
+		h.m.dropped.WithLabelValues(peer, "error").Inc()
+		h.c.log.Error("store hint", "peer", peer, "err", err)
+		return
+	}
+	h.m.stored.WithLabelValues(peer).Inc()
+	h.m.pending.WithLabelValues(peer).Set(float64(h.addPending(target, 0)))
+}
+
+func (h *handoff) addPending(target int, n int64) int64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.pending[target] += n
+	if h.pending[target] <= 0 {
+		delete(h.pending, target)
+		return 0
+	}
+	return h.pending[target]
+}
+
+func (h *handoff) run() {
+	defer h.done.Done()
+	t := time.NewTicker(h.o.Interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-h.ctx.Done():
+			return
+		case <-t.C:
+		}
+		h.mu.Lock()
+		var targets []int
+		for target := range h.pending {
+			targets = append(targets, target)
+		}
+		h.mu.Unlock()
+		for _, target := range targets {
+			h.deliver(target)
+		}
+	}
+}
+
+// deliver sends target's hints, oldest first, until none is left or one
+// fails. Each pass reads a bounded slice of hints, so memory stays bounded
+// whatever the backlog.
+func (h *handoff) deliver(target int) {
+	peer := h.c.topo.Nodes[target]
+	for h.ctx.Err() == nil {
+		var batch []store.Hint
+		var expired []store.Hint
+		oldest := hlc.VersionAt(time.Now().Add(-h.o.Window))
+		err := h.store.Hints(target, func(hint store.Hint) bool {
+			if hint.Version() < oldest {
+				expired = append(expired, hint)
+			} else {
+				batch = append(batch, hint)
+			}
+			return len(batch)+len(expired) < replayConcurrency
+		})
+		if err != nil {
+			h.c.log.Error("read hints", "peer", peer, "err", err)
+			return
+		}
+		h.forget(target, expired, "window")
+		if len(batch) == 0 {
+			if len(expired) == 0 {
+				return
+			}
+			continue
+		}
+		delivered, failed := h.send(target, batch)
+		h.forget(target, delivered, "")
+		if failed != nil {
+			h.c.log.Debug("hint delivery failed; next interval", "peer", peer, "err", failed)
+			return
+		}
+	}
+}
+
+// send delivers batch concurrently and returns the hints acknowledged and
+// the first failure.
+func (h *handoff) send(target int, batch []store.Hint) (delivered []store.Hint, failed error) {
+	p := h.c.peers[target]
+	ok := make([]bool, len(batch))
+	errs := make([]error, len(batch))
+	var wg sync.WaitGroup
+	for i, hint := range batch {
+		if err := h.limit.WaitN(h.ctx, hint.Size()); err != nil {
+			break // stopping
+		}
+		wg.Go(func() {
+			_, err := p.client.Apply(hint.Key, hint.Envelope, time.Now().Add(h.c.timeout))
+			ok[i], errs[i] = err == nil, err
+		})
+	}
+	wg.Wait()
+	for i, hint := range batch {
+		if ok[i] {
+			delivered = append(delivered, hint)
+		}
+	}
+	return delivered, errors.Join(errs...)
+}
+
+// forget deletes hints delivered (reason "") or dropped.
+func (h *handoff) forget(target int, hs []store.Hint, reason string) {
+	if len(hs) == 0 {
+		return
+	}
+	peer := h.c.topo.Nodes[target]
+	if err := h.store.DeleteHints(hs); err != nil {
+		h.c.log.Error("delete hints", "peer", peer, "err", err)
+		return
+	}
+	var size int64
+	for _, hint := range hs {
+		size += int64(hint.Size())
+	}
+	h.m.pending.WithLabelValues(peer).Set(float64(h.addPending(target, -size)))
+	if reason == "" {
+		h.m.replayed.WithLabelValues(peer).Add(float64(len(hs)))
+	} else {
+		h.m.dropped.WithLabelValues(peer, reason).Add(float64(len(hs)))
+	}
+}
+
+// close stops the loop; hints not yet delivered stay stored for the next
+// start.
+func (h *handoff) close() {
+	h.cancel()
+	h.done.Wait()
+}
+
+type handoffMetrics struct {
+	stored, replayed *prometheus.CounterVec
+	dropped          *prometheus.CounterVec
+	pending          *prometheus.GaugeVec
+}
+
+func newHandoffMetrics() *handoffMetrics {
+	return &handoffMetrics{
+		stored: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "dhtkv_hints_stored_total",
+			Help: "Hints stored for a replica whose write failed or timed out, by peer.",
+		}, []string{"peer"}),
+		replayed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "dhtkv_hints_replayed_total",
+			Help: "Hints delivered to their replica and deleted, by peer.",
+		}, []string{"peer"}),
+		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "dhtkv_hints_dropped_total",
+			Help: "Hints not kept or not delivered, by peer and reason (window: older than --hint-window; cap: over --hint-max-bytes; error: the store failed). Anti-entropy repairs what they carried.",
+		}, []string{"peer", "reason"}),
+		pending: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "dhtkv_hints_pending_bytes",
+			Help: "Bytes of hints waiting for delivery, by peer.",
+		}, []string{"peer"}),
+	}
+}
+
+func (m *handoffMetrics) register(reg prometheus.Registerer) {
+	reg.MustRegister(m.stored, m.replayed, m.dropped, m.pending)
+}
