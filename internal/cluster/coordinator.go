@@ -114,6 +114,7 @@ func NewCoordinator(topo Topology, clock *hlc.Clock, local *replica.Replica, o O
 			OpenTimeout: o.Timeout,
 			IdleTimeout: o.ScanIdleTimeout,
 			Secret:      o.Peer.Secret,
+			Dial:        o.Peer.Dial,
 			MaxKey:      o.MaxKeyBytes,
 			MaxEnvelope: o.MaxValueBytes + record.HeaderSize,
 		}),

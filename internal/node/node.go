@@ -128,6 +128,13 @@ type Config struct {
 	// value is 1.
 	PeerConns int
 
+	// PeerDial, when set, connects to other nodes instead of plain TCP
+	// (no flag: tests route node-to-node links through faultnet with it).
+	PeerDial func(addr string, timeout time.Duration) (net.Conn, error)
+	// ClockOffset is added to the wall clock the node's versions are made
+	// from (no flag in the default build: tests skew one node's clock).
+	ClockOffset time.Duration
+
 	// Logger receives the node's logs. The default value is nil:
 	// slog.Default().
 	Logger *slog.Logger
@@ -225,7 +232,11 @@ func New(cfg Config) (_ *Node, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("--read-repair: %w", err)
 	}
-	clock, err := hlc.New(topo.Self, nil)
+	now := time.Now
+	if cfg.ClockOffset != 0 {
+		now = func() time.Time { return time.Now().Add(cfg.ClockOffset) }
+	}
+	clock, err := hlc.New(topo.Self, now)
 	if err != nil {
 		return nil, err
 	}
@@ -283,7 +294,7 @@ func New(cfg Config) (_ *Node, err error) {
 		MaxKeyBytes:     cfg.MaxKeyBytes,
 		MaxValueBytes:   cfg.MaxValueBytes,
 		Peer: rpc.PeerOptions{
-			Timeout: cfg.ReplicaTimeout, Conns: cfg.PeerConns, Secret: cfg.ClusterSecret,
+			Timeout: cfg.ReplicaTimeout, Conns: cfg.PeerConns, Secret: cfg.ClusterSecret, Dial: cfg.PeerDial,
 			// Peers run with the same limits: a batch stays within their
 			// request body limit below.
 			MaxBatchBytes: min(256<<10, cfg.MaxValueBytes),

@@ -42,6 +42,9 @@ type PeerOptions struct {
 	// Secret is sent in SecretHeader on every request when set
 	// (--cluster-secret; default none).
 	Secret string
+	// Dial connects to a peer's host:port within timeout (default: TCP).
+	// Tests route node-to-node traffic through fault injectors with it.
+	Dial func(addr string, timeout time.Duration) (net.Conn, error)
 }
 
 // queueLen bounds the calls waiting for a sender. A full queue fails a call
@@ -103,6 +106,10 @@ func NewPeer(baseURL string, o PeerOptions, m *Metrics) *Peer {
 		o.Timeout = 300 * time.Millisecond
 	}
 	timeout := o.Timeout
+	dial := o.Dial
+	if dial == nil {
+		dial = fasthttp.DialTimeout
+	}
 	if o.Conns <= 0 {
 		o.Conns = 1
 	}
@@ -128,7 +135,7 @@ func NewPeer(baseURL string, o PeerOptions, m *Metrics) *Peer {
 				if left <= 0 || left > timeout {
 					left = timeout
 				}
-				return fasthttp.DialTimeout(a, left)
+				return dial(a, left)
 			},
 			MaxConns: nLanes * o.Conns,
 			// Each sender uses one connection at a time, so none waits for

@@ -61,6 +61,9 @@ type StreamOptions struct {
 	IdleTimeout time.Duration
 	// Secret is sent in SecretHeader when set.
 	Secret string
+	// Dial connects to a node's host:port (default: TCP); see
+	// PeerOptions.Dial.
+	Dial func(addr string, timeout time.Duration) (net.Conn, error)
 	// MaxKey and MaxEnvelope bound the lengths the decoder accepts.
 	MaxKey, MaxEnvelope int
 }
@@ -84,10 +87,14 @@ type StreamClient struct {
 // NewStreamClient prepares a client; Close releases its idle connections.
 func NewStreamClient(o StreamOptions) *StreamClient {
 	dialer := &net.Dialer{Timeout: o.OpenTimeout}
+	dial := dialer.DialContext
+	if o.Dial != nil {
+		dial = func(ctx context.Context, _, addr string) (net.Conn, error) { return o.Dial(addr, o.OpenTimeout) }
+	}
 	idle := o.IdleTimeout
 	tr := &http.Transport{
 		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-			c, err := dialer.DialContext(ctx, network, addr)
+			c, err := dial(ctx, network, addr)
 			if err != nil {
 				return nil, err
 			}

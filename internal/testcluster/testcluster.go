@@ -25,6 +25,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/require"
 
+	"github.com/dhtkv/dhtkv/internal/faultnet"
 	"github.com/dhtkv/dhtkv/internal/node"
 )
 
@@ -32,6 +33,7 @@ import (
 type Cluster struct {
 	t     testing.TB
 	cfgs  []node.Config
+	links [][]*faultnet.Link // StartLinked only: [from][to]
 	mu    sync.Mutex
 	nodes []*node.Node // nil while stopped
 }
@@ -43,7 +45,12 @@ type Option func(i int, c *node.Config)
 // test.
 func Start(t testing.TB, n int, opts ...Option) *Cluster {
 	t.Helper()
-	ports := FreePorts(t, n)
+	return start(t, FreePorts(t, n), opts)
+}
+
+func start(t testing.TB, ports []int, opts []Option) *Cluster {
+	t.Helper()
+	n := len(ports)
 	urls := make([]string, n)
 	for i, p := range ports {
 		urls[i] = fmt.Sprintf("http://127.0.0.1:%d", p)

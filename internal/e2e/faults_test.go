@@ -1,0 +1,116 @@
+package e2e_test
+
+// Fault scenarios: real nodes whose links to each other run through
+// faultnet proxies (testcluster.StartLinked), clients recording what they
+// saw (package history), and the checker over the history.
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/dhtkv/dhtkv/internal/history"
+	"github.com/dhtkv/dhtkv/internal/testcluster"
+)
+
+// put records one PUT: 201 is OK, 4xx failed, anything else unknown (a
+// 504 may have left the write on some replicas).
+func put(t *testing.T, rec *history.Recorder, cl *testcluster.Client, base, client, key, value string, ack, from int) int {
+	t.Helper()
+	p := rec.Write(client, key, value)
+	code := cl.Put(t, base, key, []byte(value), ack, from)
+	switch {
+	case code == http.StatusCreated:
+		p.OK()
+	case code >= 400 && code < 500:
+		p.Fail(fmt.Errorf("status %d", code))
+	default:
+		p.Unknown(fmt.Errorf("status %d", code))
+	}
+	return code
+}
+
+// get records one GET.
+func get(t *testing.T, rec *history.Recorder, cl *testcluster.Client, base, client, key string, ack, from int) int {
+	t.Helper()
+	p := rec.Read(client, key)
+	code, body := cl.Get(t, base, key, ack, from)
+	switch code {
+	case http.StatusOK:
+		p.Found(string(body))
+	case http.StatusNotFound:
+		p.NotFound()
+	default:
+		p.Unknown(fmt.Errorf("status %d", code))
+	}
+	return code
+}
+
+// checkHistory fails t with every violation of the read rules.
+func checkHistory(t *testing.T, rec *history.Recorder) {
+	t.Helper()
+	ops := rec.History().Ops
+	reads, err := history.CheckReads(ops)
+	require.NoError(t, err)
+	mono, err := history.CheckMonotonic(ops)
+	require.NoError(t, err)
+	for _, v := range append(reads, mono...) {
+		t.Error(v)
+	}
+}
+
+// replicaDumps reads key's stored record on every node.
+func replicaDumps(t *testing.T, c *testcluster.Cluster, cl *testcluster.Client, keys ...string) map[string]map[string][]byte {
+	t.Helper()
+	dumps := map[string]map[string][]byte{}
+	for i := range c.Size() {
+		d := map[string][]byte{}
+		for _, k := range keys {
+			if code, r := internalGet(t, cl, c.URL(i), k, ""); code == http.StatusOK {
+				d[k] = r.Encode()
+			}
+		}
+		dumps[c.URL(i)] = d
+	}
+	return dumps
+}
+
+// TestFaultFailedWriteThenHeal is the history that used to flip forever:
+// W0 via A is acknowledged; C restarts (a restart used to move its clock
+// seconds ahead) and is cut off; W1 via C fails (504) but C stored it; W2
+// via A is acknowledged after W1 returned; the partition heals. Every
+// quorum read after that returns W2, reads are monotonic, and one read
+// with ack=3 leaves all replicas identical.
+func TestFaultFailedWriteThenHeal(t *testing.T) {
+	c := testcluster.StartLinked(t, 3)
+	cl := newClient(t)
+	rec := history.NewRecorder()
+	rec.KeepOnFailure(t, "")
+	const key = "flip"
+	const a, cNode = 0, 2
+
+	require.Equal(t, http.StatusCreated, put(t, rec, cl, c.URL(a), "writer", key, "W0", 2, 3))
+	c.StopNode(cNode)
+	c.StartNode(cNode)
+	c.Isolate(cNode)
+	require.Equal(t, http.StatusGatewayTimeout, put(t, rec, cl, c.URL(cNode), "writer", key, "W1", 2, 3))
+	require.Equal(t, http.StatusCreated, put(t, rec, cl, c.URL(a), "writer", key, "W2", 2, 3))
+	c.Heal()
+
+	r := rand.New(rand.NewPCG(1, 2))
+	for i := range 36 {
+		code := get(t, rec, cl, c.URL(r.IntN(3)), fmt.Sprintf("reader%d", i%3), key, 2, 3)
+		require.Equal(t, http.StatusOK, code)
+	}
+	checkHistory(t, rec)
+	require.Equal(t, http.StatusOK, get(t, rec, cl, c.URL(cNode), "final", key, 3, 3))
+	for _, v := range history.CheckReplicas(replicaDumps(t, c, cl, key)) {
+		t.Error(v)
+	}
+	code, w := internalGet(t, cl, c.URL(cNode), key, "")
+	require.Equal(t, http.StatusOK, code)
+	require.Equal(t, "W2", string(w.Value))
+}
