@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -55,6 +56,7 @@ type Coordinator struct {
 	repairMode RepairMode
 	repairs    *repairQueue // background read repairs (repair.go)
 	handoff    *handoff     // hints for replicas that missed a write (handoff.go)
+	probe      *prober      // peers' reachability and clocks (probe.go)
 	log        *slog.Logger
 
 	inflight sync.WaitGroup
@@ -66,6 +68,7 @@ type peer struct {
 	client        *rpc.Peer
 	reads, writes callMetrics
 	readLat       *latencyWindow
+	down          atomic.Bool // the last probe failed
 }
 
 // Options configures a coordinator. Zero fields take the defaults noted.
@@ -87,6 +90,12 @@ type Options struct {
 	// MaxKeyBytes and MaxValueBytes bound what other nodes' streams may
 	// carry (the node's --max-key-bytes and --max-value-bytes).
 	MaxKeyBytes, MaxValueBytes int
+	// MaxClockSkew is how far this node's clock may be off from its peers'
+	// before it refuses to coordinate writes (--max-clock-skew; default
+	// 5 s; see probe.go).
+	MaxClockSkew time.Duration
+	// ProbeInterval is how often every peer is pinged (default 1 s).
+	ProbeInterval time.Duration
 	// Handoff configures hinted handoff (handoff.go).
 	Handoff HandoffOptions
 	// Peer configures the client of every other node.
@@ -106,6 +115,13 @@ func NewCoordinator(topo Topology, clock *hlc.Clock, local *replica.Replica, o O
 	if o.Peer.Timeout <= 0 {
 		o.Peer.Timeout = o.Timeout
 	}
+	if o.MaxClockSkew <= 0 {
+		o.MaxClockSkew = hlc.DefaultMaxAhead
+	}
+	if o.ProbeInterval <= 0 {
+		o.ProbeInterval = time.Second
+	}
+	o.Peer.Now = clock.Wall
 	c := &Coordinator{
 		topo: topo, place: NewPlacement(topo), clock: clock, local: local,
 		peers: make([]*peer, topo.Size()), m: newCoordMetrics(),
@@ -146,6 +162,8 @@ func NewCoordinator(topo Topology, clock *hlc.Clock, local *replica.Replica, o O
 	// The background work starts last: it uses the peers.
 	c.repairs = newRepairQueue(c)
 	c.handoff.start()
+	c.probe = newProber(c, o.ProbeInterval, o.MaxClockSkew)
+	c.probe.start()
 	return c, nil
 }
 
@@ -160,6 +178,7 @@ func (c *Coordinator) Timeout() time.Duration { return c.timeout }
 // connections to peers.
 func (c *Coordinator) Close() {
 	c.inflight.Wait()
+	c.probe.close()
 	c.repairs.close()
 	c.handoff.close()
 	for _, p := range c.peers {
@@ -239,7 +258,7 @@ func (c *Coordinator) Get(key []byte, ack, from int) (Result, error) {
 		return Result{}, fmt.Errorf("get: %d of %d replicas answered, need %d: %w", n, len(reps), ack, err)
 	}
 	if best.Found && c.repairMode != RepairOff {
-		if err := c.readRepair(key, &best.Rec, answered[:na], reps, deadline); err != nil {
+		if err := c.readRepair(key, &best.Rec, answered[:na], reps, ack, deadline); err != nil {
 			return Result{}, fmt.Errorf("get: %w", err)
 		}
 	}
@@ -265,6 +284,9 @@ func (c *Coordinator) Get(key []byte, ack, from int) (Result, error) {
 // The local replica never needs this: every version it stores came from
 // this clock or was observed by it before being applied.
 func (c *Coordinator) Write(key, value []byte, tombstone bool, ack, from int) error {
+	if err := c.probe.check(); err != nil {
+		return fmt.Errorf("write: %w", err)
+	}
 	version, err := c.clock.Next()
 	if err != nil {
 		return fmt.Errorf("write: %w", err)

@@ -19,21 +19,24 @@ import (
 // replicas they reach, and a failed write left on one replica can win
 // later. So the coordinator writes the newest record it saw back:
 //
-//   - to the stale replicas among those that answered, before it replies
-//     (RepairBlocking, the default). Once the reply is sent, ack replicas
-//     hold that record, so every later quorum read meets one and never
-//     returns anything older: quorum reads are monotonic. If the repair
-//     cannot reach them all by the request's deadline, the read fails
-//     (504) rather than return a value a later read could contradict;
-//   - to the replicas it did not hear from (not asked, or not answered in
-//     time), in the background through a bounded queue: they are likely
-//     stale too, and a blind write is harmless under last-write-wins (a
-//     replica holding something newer refuses it).
+//   - to the stale replicas among those that answered, and to the replicas
+//     it did not hear from (not asked, or not answered in time: likely
+//     stale too, and a blind write is harmless under last-write-wins, a
+//     replica holding something newer refuses it), all at once;
+//   - and it replies only once ack replicas hold that record
+//     (RepairBlocking, the default), counting those that answered with
+//     it. Every later quorum read then meets one of them and never returns
+//     anything older: quorum reads are monotonic. A stale replica that
+//     cannot take the record (down, or its clock too far behind to accept
+//     the version) is replaced by one not heard from; if ack holders
+//     cannot be reached by the request's deadline, the read fails (504)
+//     rather than return a value a later read could contradict. The
+//     remaining writes finish in the background, bounded by the deadline.
 //
-// RepairAsync sends everything through the queue and replies at once
-// (faster, not monotonic); RepairOff leaves disagreements to anti-entropy.
-// Reads that agree cost nothing extra. A full queue drops the job and
-// counts it.
+// RepairAsync hands all of it to a bounded background queue and replies
+// at once (faster, not monotonic); RepairOff leaves disagreements to
+// anti-entropy. Reads that agree cost nothing extra. A full queue drops
+// the job and counts it.
 
 // RepairMode says what a read does with stale replicas it found.
 type RepairMode int
@@ -65,30 +68,40 @@ type replicaState struct {
 }
 
 // readRepair brings the replicas of key up to best (see above). answered
-// are the replicas that answered the read, reps all the key's replicas.
-func (c *Coordinator) readRepair(key []byte, best *record.Record, answered []replicaState, reps []int, deadline time.Time) error {
-	var staleBuf, otherBuf [maxReplicas]int
-	stale, others := staleBuf[:0], otherBuf[:0]
+// are the replicas that answered the read, reps all the key's replicas,
+// ack how many must hold best before the read may answer.
+func (c *Coordinator) readRepair(key []byte, best *record.Record, answered []replicaState, reps []int, ack int, deadline time.Time) error {
+	var targetBuf [maxReplicas]int
+	targets := targetBuf[:0]
+	holders := 0
 	for _, a := range answered {
-		if !a.found || a.version < best.Version {
-			stale = append(stale, a.node)
+		if a.found && a.version >= best.Version {
+			holders++
+		} else {
+			targets = append(targets, a.node)
 		}
 	}
-	if len(stale) == 0 {
+	if len(targets) == 0 {
 		return nil // the answers agree
 	}
+	stale := len(targets)
 	for _, n := range reps {
 		if !slices.ContainsFunc(answered, func(a replicaState) bool { return a.node == n }) {
-			others = append(others, n)
+			targets = append(targets, n)
 		}
 	}
 	env := best.Encode() // copies the value: the cache's or the handler's memory
 	if c.repairMode == RepairAsync {
-		c.repairs.enqueue(key, env, append(stale, others...))
+		c.repairs.enqueue(key, env, targets)
 		return nil
 	}
-	c.repairs.enqueue(key, env, others)
-	n, err := c.fanOut(deadline, key, stale, len(stale), len(stale),
+	// All targets at once, the stale ones and the replicas not heard from:
+	// the read answers as soon as ack replicas hold best, and the other
+	// writes finish in the background by the deadline. A stale replica
+	// that cannot take best (down, or its clock too far behind) is so
+	// replaced by one that can.
+	need := ack - holders
+	n, err := c.fanOut(deadline, key, targets, need, len(targets),
 		func(k []byte) answer { return answer{err: c.applyRepair(k, env)} },
 		func(i int, k []byte, deadline time.Time) answer {
 			_, err := c.peers[i].client.Apply(k, env, deadline)
@@ -96,8 +109,8 @@ func (c *Coordinator) readRepair(key []byte, best *record.Record, answered []rep
 		}, nil)
 	c.m.repairs.WithLabelValues("blocking", "ok").Add(float64(n))
 	if err != nil {
-		c.m.repairs.WithLabelValues("blocking", "failed").Add(float64(len(stale) - n))
-		return fmt.Errorf("read repair of %d stale replicas: %d done: %w", len(stale), n, err)
+		c.m.repairs.WithLabelValues("blocking", "failed").Add(float64(len(targets) - n))
+		return fmt.Errorf("read repair: %d stale of %d answers, %d of %d more replicas hold the newest version: %w", stale, len(answered), n, need, err)
 	}
 	return nil
 }

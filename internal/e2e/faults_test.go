@@ -8,11 +8,14 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/http"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/dhtkv/dhtkv/internal/history"
+	"github.com/dhtkv/dhtkv/internal/node"
 	"github.com/dhtkv/dhtkv/internal/testcluster"
 )
 
@@ -113,4 +116,43 @@ func TestFaultFailedWriteThenHeal(t *testing.T) {
 	code, w := internalGet(t, cl, c.URL(cNode), key, "")
 	require.Equal(t, http.StatusOK, code)
 	require.Equal(t, "W2", string(w.Value))
+}
+
+// TestFaultClockSkew: with one node's clock 30 s off (ahead, then behind)
+// in a cluster of three, that node refuses to coordinate writes (503 with
+// the reason, and its status says so), the two others go on, nothing the
+// skewed node wrote before it noticed wins over later writes, and reads
+// stay correct through every node.
+func TestFaultClockSkew(t *testing.T) {
+	for _, off := range []time.Duration{30 * time.Second, -30 * time.Second} {
+		t.Run(off.String(), func(t *testing.T) {
+			c := testcluster.Start(t, 3, func(i int, cfg *node.Config) {
+				if i == 2 {
+					cfg.ClockOffset = off
+				}
+			})
+			cl := newClient(t)
+			rec := history.NewRecorder()
+			rec.KeepOnFailure(t, "")
+			eventually(t, 10*time.Second, "the skewed node notices", func() bool {
+				code, body := cl.Do(t, http.MethodGet, c.URL(2)+"/v0/status", nil)
+				return code == http.StatusOK && strings.Contains(string(body), "refusing to coordinate writes")
+			})
+			code, body := cl.Do(t, http.MethodPut, testcluster.EntityURL(c.URL(2), "k", 2, 3), []byte("x"))
+			require.Equal(t, http.StatusServiceUnavailable, code)
+			require.Contains(t, string(body), "max-clock-skew")
+			for i := range 20 {
+				key := fmt.Sprintf("k%d", i%4)
+				require.Equal(t, http.StatusCreated, put(t, rec, cl, c.URL(i%2), "w"+key, key, fmt.Sprint(i), 2, 3))
+				for n := range 3 {
+					require.Equal(t, http.StatusOK, get(t, rec, cl, c.URL(n), fmt.Sprintf("r%d", n), key, 2, 3))
+				}
+			}
+			checkHistory(t, rec)
+			for _, n := range []int{0, 1} {
+				_, body := cl.Do(t, http.MethodGet, c.URL(n)+"/v0/status", nil)
+				require.Equal(t, "OK\n", string(body), "node %d is not the one off", n)
+			}
+		})
+	}
 }

@@ -181,6 +181,9 @@ func (c *Clock) Observe(v uint64) error {
 	return c.advance(v)
 }
 
+// Wall is the wall clock this clock's versions are made from.
+func (c *Clock) Wall() time.Time { return c.now() }
+
 // VersionAt is the smallest version of time t: every version issued at t
 // or later is at least this.
 func VersionAt(t time.Time) uint64 { return uint64(t.UnixMilli()) << (logicalBits + nodeBits) }

@@ -36,6 +36,8 @@ func (s *Server) internalBatch(ctx *fasthttp.RequestCtx) {
 		s.rpcError(ctx, err)
 		return
 	}
+	var now [20]byte
+	ctx.Response.Header.SetBytesV(rpc.TimeHeader, s.RPC.AppendTime(now[:0]))
 	ctx.Response.SwapBody(out)
 }
 

@@ -70,6 +70,9 @@ func (s *Server) Handler(ctx *fasthttp.RequestCtx) {
 			methodNotAllowed(ctx, "GET, HEAD")
 		} else {
 			ctx.SetBodyString("OK\n")
+			if w := s.Coord.ClockWarning(); w != "" {
+				ctx.Response.AppendBodyString("warning: " + w + "\n")
+			}
 		}
 	case pathEntities:
 		op = OpScan
@@ -142,6 +145,10 @@ func (s *Server) entity(ctx *fasthttp.RequestCtx) Op {
 func (s *Server) replicaError(ctx *fasthttp.RequestCtx, err error) {
 	if errors.Is(err, cluster.ErrNotEnoughReplicas) {
 		ctx.Error("not enough replicas\n", fasthttp.StatusGatewayTimeout)
+		return
+	}
+	if errors.Is(err, cluster.ErrClockSkew) {
+		ctx.Error(s.Coord.ClockWarning()+"\n", fasthttp.StatusServiceUnavailable)
 		return
 	}
 	s.Log.Error("request failed", "path", string(ctx.Path()), "err", err)

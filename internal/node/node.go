@@ -285,9 +285,10 @@ func New(cfg Config) (_ *Node, err error) {
 	}
 	local := &replica.Replica{Store: n.store, Cache: n.cache, Versions: replica.NewVersionFilter(replica.DefaultVersionSlots, floor)}
 	n.coord, err = cluster.NewCoordinator(topo, clock, local, cluster.Options{
-		Timeout:    cfg.ReplicaTimeout,
-		HedgeDelay: cfg.ReadHedgeDelay,
-		ReadRepair: repair,
+		Timeout:      cfg.ReplicaTimeout,
+		HedgeDelay:   cfg.ReadHedgeDelay,
+		ReadRepair:   repair,
+		MaxClockSkew: cfg.MaxClockSkew,
 		// A range stream may run for any time; the write timeout then
 		// bounds a stall instead of the whole response.
 		ScanIdleTimeout: cfg.WriteTimeout,

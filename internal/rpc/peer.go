@@ -42,6 +42,9 @@ type PeerOptions struct {
 	// Secret is sent in SecretHeader on every request when set
 	// (--cluster-secret; default none).
 	Secret string
+	// Now is this node's clock, the one its versions are made from
+	// (default time.Now): the peer's clock is measured against it.
+	Now func() time.Time
 	// Dial connects to a peer's host:port within timeout (default: TCP).
 	// Tests route node-to-node traffic through fault injectors with it.
 	Dial func(addr string, timeout time.Duration) (net.Conn, error)
@@ -76,6 +79,8 @@ type Peer struct {
 	secret   string
 	maxBatch int
 	batchOps prometheus.Observer
+	now      func() time.Time
+	offset   clockOffset
 
 	mu      sync.RWMutex // guards closed against enqueues racing Close
 	closed  bool
@@ -105,6 +110,9 @@ func NewPeer(baseURL string, o PeerOptions, m *Metrics) *Peer {
 	if o.Timeout <= 0 {
 		o.Timeout = 300 * time.Millisecond
 	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
 	timeout := o.Timeout
 	dial := o.Dial
 	if dial == nil {
@@ -122,6 +130,7 @@ func NewPeer(baseURL string, o PeerOptions, m *Metrics) *Peer {
 		secret:   o.Secret,
 		maxBatch: o.MaxBatchBytes,
 		batchOps: m.batchOpsFor(baseURL),
+		now:      o.Now,
 		stop:     make(chan struct{}),
 		client: &fasthttp.HostClient{
 			Addr: addr,
@@ -137,7 +146,7 @@ func NewPeer(baseURL string, o PeerOptions, m *Metrics) *Peer {
 				}
 				return dial(a, left)
 			},
-			MaxConns: nLanes * o.Conns,
+			MaxConns: nLanes*o.Conns + 1, // + 1 for Ping
 			// Each sender uses one connection at a time, so none waits for
 			// a free one; should that change, a wait is still bounded.
 			MaxConnWaitTimeout: timeout,
@@ -417,7 +426,7 @@ func (p *Peer) send(batch []*call, req *fasthttp.Request, resp *fasthttp.Respons
 	}
 	req.SetBodyRaw(body)
 	resp.Reset()
-	err := p.client.DoDeadline(req, resp, deadline)
+	err := p.exchange(req, resp, deadline)
 	if err == nil && resp.StatusCode() != fasthttp.StatusOK {
 		err = errStatus{resp.StatusCode()}
 	}
