@@ -418,12 +418,14 @@ func (c *Coordinator) fanOut(
 		a.node = c.topo.Self
 		take(a)
 	}
-	// One timer: first the hedge delay (reads with spares left), then the
-	// request's deadline. Every call ends by the deadline on its own; the
-	// wait has it too, so no call can hold the answer past it.
+	// One timer: first the hedge delay (reads with spares left), then just
+	// after the request's deadline. Every call ends by the deadline on its
+	// own (and is then counted as an answer, not a straggler); the wait has
+	// a bound of its own too, so no call can hold the answer much past it.
 	if ok < ack && failed <= len(reps)-ack {
 		hedging := next < len(reps)
-		wait := deadline.Sub(now)
+		grace := min(c.timeout/10, 50*time.Millisecond)
+		wait := deadline.Sub(now) + grace
 		if hedging {
 			wait = min(wait, c.readHedgeDelay(now))
 		}
@@ -446,7 +448,7 @@ func (c *Coordinator) fanOut(
 					c.m.hedgedReads.Inc()
 				}
 				launch(len(reps))
-				timer.Reset(time.Until(deadline))
+				timer.Reset(time.Until(deadline) + grace)
 			}
 		}
 	}
