@@ -3,7 +3,7 @@ SHELL := /bin/bash
 GO    ?= go
 BIN   := bin
 
-.PHONY: all build test test-short lint fuzz run run-cluster stop-cluster clean
+.PHONY: all build test test-faults lint fuzz run run-cluster stop-cluster clean
 
 all: build
 
@@ -16,6 +16,14 @@ build:
 test:
 	$(GO) vet ./...
 	$(GO) test -race -count=1 -timeout 15m ./...
+
+# The fault scenarios (partitions, clock skew, restarts, hints, read
+# repair) FAULT_COUNT times each with the race detector, shuffled; a
+# history that fails is saved and its path logged. make test runs them once.
+FAULT_COUNT ?= 20
+test-faults:
+	$(GO) test -race -count=$(FAULT_COUNT) -shuffle=on -timeout 60m \
+		-run 'TestFault|TestReadRepair|TestHint|TestRestartLoop|TestClockSurvivesRestart|TestProcessCluster' ./internal/e2e
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
