@@ -350,10 +350,9 @@ func (c *Coordinator) localGet(key []byte) answer {
 // Writes start every replica at once (initial = len(reps)). Reads start only
 // `initial` = ack of them, the local replica first (it costs no network),
 // and start a spare as soon as one fails, and all the spares once
-// hedgeDelay has passed without ack answers. On a 2-core box where every
-// remote call costs a client and a server request, this halves the work of
-// a GET ack=2/from=3 without changing its answers or its failure
-// semantics: a dead replica still fails over at once, a slow one after
+// hedgeDelay has passed without ack answers. Every remote call costs a
+// client and a server request, so this halves the work of a GET
+// ack=2/from=3 without changing its answers or its failure semantics: a dead replica still fails over at once, a slow one after
 // hedgeDelay. hedgeDelay 0 starts everything at once, like a write.
 func (c *Coordinator) fanOut(
 	deadline time.Time, key []byte, reps []int, ack, initial int,

@@ -14,9 +14,8 @@ import (
 // both directions: set low, a saturated cluster, where every answer is
 // slow, hedges most reads, and every hedge is one more remote read on
 // machines that have no CPU to spare, so latency grows and more reads
-// hedge (closed-loop GETs on the 2-core benchmark machine hedged 20-40% of
-// reads at 5 ms and lost half their throughput); set high, a peer that
-// hangs costs every read sent to it that long.
+// hedge, and throughput collapses (docs/benchmarks.md); set high, a peer
+// that hangs costs every read sent to it that long.
 //
 // So the delay follows the latency of the fastest peer: it is the 95th
 // percentile of the last readWindow successful read calls to that peer

@@ -31,9 +31,8 @@ type PeerOptions struct {
 	// flight to the peer at once: the number of sender goroutines per
 	// lane, each with one pooled connection in use (default 1). Fewer
 	// means larger batches, so less CPU per replica call; more means less
-	// waiting behind a slow batch. On the 2-core benchmark machine one per
-	// lane used the least CPU per request and gave the most throughput
-	// (docs/benchmarks.md).
+	// waiting behind a slow batch. One per lane measured best where CPU
+	// is scarce (docs/benchmarks.md).
 	Conns int
 	// MaxBatchBytes bounds one batch's body in bytes (default 256 KiB); a
 	// single larger operation goes alone. Keep it below the peers' request

@@ -11,9 +11,9 @@ import (
 // node-to-node traffic can carry a version: the public API always gets a
 // fresh version from the coordinator's clock, so clients cannot forge one.
 //
-// Why batches: on a 2-core machine running three nodes, one HTTP exchange
-// per replica call costs more CPU than the replica's work itself (see
-// docs/benchmarks.md). A peer's sender goroutines (peer.go) put every call
+// Why batches: one HTTP exchange per replica call costs more CPU than the
+// replica's work itself, and a synced write costs an fsync each (figures
+// in docs/benchmarks.md). A peer's sender goroutines (peer.go) put every call
 // that queued up while their previous request was in flight into the next
 // request, so under load one exchange and one Pebble commit (one fsync)
 // serve many client requests, and under light load a call goes out alone,

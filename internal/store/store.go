@@ -51,7 +51,7 @@ type Options struct {
 	// (default 16; Pebble's own default is 4). Writes stall at four times
 	// as many. See docs/storage.md: overwrite-heavy workloads rewrite the
 	// base level on every L0 compaction, so compacting 16 flushes at once
-	// instead of 4 cut the CPU a PUT costs by about a third, at the price
+	// instead of 4 costs a PUT much less CPU (figures there), at the price
 	// of more files for a cache-missing GET to consult (one bloom filter
 	// each) and for a range scan to merge.
 	L0CompactionThreshold int
