@@ -1,24 +1,21 @@
 package history
 
 import (
-	"flag"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/stretchr/testify/require"
+	"github.com/cockroachdb/datadriven"
 )
 
-var rewrite = flag.Bool("rewrite", false, "rewrite the expected output in testdata/*.txt")
-
-// TestChecks runs the cases of testdata/*.txt. A case is a hand-built
-// history and the violations every check reports for it:
+// TestChecks runs the datadriven cases of testdata/*. A case, named by the
+// # comment above it, is a check directive whose input is a hand-built
+// history, one event a line, and whose output is the violations every
+// check reports for it:
 //
-//	case <name>
+//	check
 //	<call ms> <return ms> <client> write <key> <value> ok|failed|unknown
 //	<call ms> <return ms> <client> delete <key> ok|failed|unknown
 //	<call ms> <return ms> <client> read <key> <value>|notfound|failed|unknown
@@ -26,61 +23,27 @@ var rewrite = flag.Bool("rewrite", false, "rewrite the expected output in testda
 //	----
 //	<one violation a line, or "ok", or "error: ..." for a malformed history>
 //
-// ending at a blank line. Ops get ids in line order. The checks run are
-// CheckReads, CheckMonotonic, CheckFinal (if the case has final lines) and
-// CheckLinearizable, in that order. Lines outside cases are comments.
-// go test -run TestChecks -args -rewrite regenerates the expected output.
+// Ops get ids in line order. The checks run are CheckReads, CheckMonotonic,
+// CheckFinal (if the case has final lines) and CheckLinearizable, in that
+// order. Rewrite the expected output after a deliberate change with
+// go test ./internal/history -run TestChecks -rewrite.
 func TestChecks(t *testing.T) {
-	files, err := filepath.Glob("testdata/*.txt")
-	require.NoError(t, err)
-	require.NotEmpty(t, files)
-	for _, path := range files {
-		t.Run(filepath.Base(path), func(t *testing.T) { runCheckFile(t, path) })
-	}
-}
-
-func runCheckFile(t *testing.T, path string) {
-	data, err := os.ReadFile(path)
-	require.NoError(t, err)
-	lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
-	var out strings.Builder
-	for i := 0; i < len(lines); {
-		name, ok := strings.CutPrefix(lines[i], "case ")
-		if !ok {
-			out.WriteString(lines[i] + "\n")
-			i++
-			continue
-		}
-		start := i
-		for i < len(lines) && lines[i] != "----" {
-			i++
-		}
-		require.Less(t, i, len(lines), "%s:%d: case %s has no ----", path, start+1, name)
-		input := lines[start+1 : i]
-		i++
-		wantStart := i
-		for i < len(lines) && lines[i] != "" {
-			i++
-		}
-		want := strings.Join(lines[wantStart:i], "\n")
-		got := runCase(t, fmt.Sprintf("%s:%d", path, start+1), input)
-		if *rewrite {
-			fmt.Fprintf(&out, "%s\n----\n%s\n", strings.Join(lines[start:start+1+len(input)], "\n"), got)
-			continue
-		}
-		t.Run(name, func(t *testing.T) {
-			require.Equal(t, want, got, "%s:%d", path, start+1)
+	datadriven.Walk(t, "testdata", func(t *testing.T, path string) {
+		datadriven.RunTest(t, path, func(t *testing.T, d *datadriven.TestData) string {
+			if d.Cmd != "check" || len(d.CmdArgs) > 0 {
+				d.Fatalf(t, "unknown directive %q: want check", d.FullCmd())
+			}
+			ops, final, err := parseCase(strings.Split(d.Input, "\n"))
+			if err != nil {
+				d.Fatalf(t, "%v", err)
+			}
+			return runCase(t, d, ops, final)
 		})
-	}
-	if *rewrite {
-		require.NoError(t, os.WriteFile(path, []byte(out.String()), 0o644))
-	}
+	})
 }
 
 // runCase checks one case's history and renders what the checks report.
-func runCase(t *testing.T, where string, input []string) string {
-	ops, final, err := parseCase(input)
-	require.NoError(t, err, where)
+func runCase(t *testing.T, d *datadriven.TestData, ops []Op, final map[string]Final) string {
 	var lines []string
 	add := func(vs []Violation, err error) {
 		if err != nil {
@@ -103,7 +66,7 @@ func runCase(t *testing.T, where string, input []string) string {
 	lin, err := CheckLinearizable(ops, 10*time.Second)
 	add(lin, err)
 	if v, bad := unconfirmed(append(reads, mono...), lin); bad {
-		t.Errorf("%s: %v, yet porcupine finds the key linearizable", where, v)
+		d.Fatalf(t, "%v, yet porcupine finds the key linearizable", v)
 	}
 	if len(lines) == 0 {
 		return "ok"
