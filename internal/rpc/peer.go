@@ -204,11 +204,16 @@ type errStatus struct{ code int }
 
 func (e errStatus) Error() string { return fmt.Sprintf("status %d", e.code) }
 
-// IsRefused reports whether err is the peer refusing a batch as malformed
-// or forbidden (a 4xx): sending the same again cannot succeed.
+// ErrRefused is a write the replica refused and always will as sent (see
+// ResRefused).
+var ErrRefused = errors.New("refused by the replica")
+
+// IsRefused reports whether err is the peer refusing a write or a whole
+// batch (a 4xx: malformed or forbidden): sending the same again cannot
+// succeed.
 func IsRefused(err error) bool {
 	var e errStatus
-	return errors.As(err, &e) && e.code >= 400 && e.code < 500
+	return errors.Is(err, ErrRefused) || errors.As(err, &e) && e.code >= 400 && e.code < 500
 }
 
 // ErrTimeout marks a replica call that ran out of time (or could not even
@@ -442,6 +447,10 @@ func (p *Peer) send(batch []*call, req *fasthttp.Request, resp *fasthttp.Respons
 		}
 		if r.code == ResError {
 			c.finish(fmt.Errorf("replica error: %s", r.msg))
+			continue
+		}
+		if r.code == ResRefused {
+			c.finish(fmt.Errorf("%w: %s", ErrRefused, r.msg))
 			continue
 		}
 		if ok := (c.kind == OpRead) == (r.code == ResFound || r.code == ResNotFound); !ok {

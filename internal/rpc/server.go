@@ -57,6 +57,7 @@ type batchScratch struct {
 	recs   []record.Record
 	writes []store.Write
 	newer  []uint64 // per operation: the newer version that refuses a write
+	skewed []bool   // per operation: a write refused for its version's skew
 }
 
 var batchScratches = sync.Pool{New: func() any { return new(batchScratch) }}
@@ -86,7 +87,7 @@ func (s *Server) ServeBatch(body, out []byte) ([]byte, error) {
 	if sc.ops, err = ParseBatch(body, sc.ops[:0]); err != nil {
 		return out, refuse(http.StatusBadRequest, "%v", err)
 	}
-	sc.recs, sc.newer = sc.recs[:0], sc.newer[:0]
+	sc.recs, sc.newer, sc.skewed = sc.recs[:0], sc.newer[:0], sc.skewed[:0]
 	var maxVersion uint64
 	for i, op := range sc.ops {
 		if len(op.Key) == 0 || len(op.Key) > s.MaxKeyBytes {
@@ -97,16 +98,20 @@ func (s *Server) ServeBatch(body, out []byte) ([]byte, error) {
 			if rec, err = record.Decode(op.Envelope); err != nil || rec.Version == 0 {
 				return out, refuse(http.StatusBadRequest, "operation %d: bad record envelope", i)
 			}
-			if err := s.Clock.CheckAhead(rec.Version); err != nil {
-				return out, refuse(http.StatusBadRequest, "operation %d: %v", i, err)
-			}
 			if len(rec.Value) > s.MaxValueBytes {
 				return out, refuse(http.StatusRequestEntityTooLarge, "operation %d: value of %d bytes, limit is %d", i, len(rec.Value), s.MaxValueBytes)
 			}
+		}
+		// A version too far ahead is this write's problem only (its
+		// coordinator's clock), not the batch's: the other operations,
+		// other clients' requests, go on.
+		skewed := op.Kind == OpWrite && s.Clock.CheckAhead(rec.Version) != nil
+		if op.Kind == OpWrite && !skewed {
 			maxVersion = max(maxVersion, rec.Version)
 		}
 		sc.recs = append(sc.recs, rec)
 		sc.newer = append(sc.newer, 0)
+		sc.skewed = append(sc.skewed, skewed)
 	}
 	if maxVersion > 0 {
 		if err := s.Clock.Observe(maxVersion); err != nil { // before storing any
@@ -119,7 +124,7 @@ func (s *Server) ServeBatch(body, out []byte) ([]byte, error) {
 	// Equal is the same write repeated: apply.
 	sc.writes = sc.writes[:0]
 	for i, op := range sc.ops {
-		if op.Kind != OpWrite {
+		if op.Kind != OpWrite || sc.skewed[i] {
 			continue
 		}
 		newer, err := s.Replica.NewerVersion(op.Key, sc.recs[i].Version)
@@ -140,6 +145,8 @@ func (s *Server) ServeBatch(body, out []byte) ([]byte, error) {
 	}
 	for i, op := range sc.ops {
 		switch {
+		case op.Kind == OpWrite && sc.skewed[i]:
+			out = AppendResultRefused(out, s.Clock.CheckAhead(sc.recs[i].Version).Error())
 		case op.Kind == OpWrite && sc.newer[i] != 0:
 			out = AppendResultNewer(out, sc.newer[i])
 		case op.Kind == OpWrite && applyErr != nil:

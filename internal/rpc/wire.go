@@ -33,9 +33,13 @@ import (
 //	'v' 8-byte big-endian version  write: refused, the replica already
 //	                               holds this newer version of the key
 //	'e' uvarint length, message    this operation failed at the replica
+//	'r' uvarint length, message    write: refused, and always will be as
+//	                               sent (its version is more than
+//	                               --max-clock-skew ahead of the
+//	                               replica's clock): not worth a retry
 //
 // A malformed batch (bad framing, a key out of limits, a bad envelope, a
-// version 0 or more than --max-clock-skew ahead of the replica's clock) is refused as a whole with 400
+// version 0) is refused as a whole with 400
 // and nothing of it is stored; a missing or wrong --cluster-secret gets
 // 403.
 const BatchPath = "/v0/internal/batch"
@@ -50,6 +54,7 @@ const (
 	ResApplied  = 'a'
 	ResNewer    = 'v'
 	ResError    = 'e'
+	ResRefused  = 'r'
 )
 
 // MaxBatchOps bounds the operations in one batch; a replica refuses more.
@@ -130,7 +135,16 @@ func AppendResultNewer(dst []byte, version uint64) []byte {
 }
 
 func AppendResultError(dst []byte, msg string) []byte {
-	dst = append(dst, ResError)
+	return appendMessage(dst, ResError, msg)
+}
+
+// AppendResultRefused appends a write's refusal.
+func AppendResultRefused(dst []byte, msg string) []byte {
+	return appendMessage(dst, ResRefused, msg)
+}
+
+func appendMessage(dst []byte, code byte, msg string) []byte {
+	dst = append(dst, code)
 	dst = binary.AppendUvarint(dst, uint64(len(msg)))
 	return append(dst, msg...)
 }
@@ -161,7 +175,7 @@ func nextResult(buf []byte) (r batchResult, rest []byte, err error) {
 		return r, rest[8:], nil
 	case ResFound:
 		r.envelope, rest, ok = cutChunk(rest)
-	case ResError:
+	case ResError, ResRefused:
 		var msg []byte
 		msg, rest, ok = cutChunk(rest)
 		r.msg = string(msg)

@@ -107,6 +107,8 @@ func printAnswer(buf []byte) string {
 			fmt.Fprintf(&b, "refused: holds version %d\n", r.version)
 		case ResError:
 			fmt.Fprintf(&b, "error result: %s\n", r.msg)
+		case ResRefused:
+			fmt.Fprintf(&b, "refused result: %s\n", r.msg)
 		}
 		buf = rest
 	}
