@@ -268,3 +268,50 @@ func waitOps(t *testing.T, rec *history.Recorder, n int) {
 	target := len(rec.History().Ops) + n
 	eventually(t, 60*time.Second, "client operations", func() bool { return len(rec.History().Ops) >= target })
 }
+
+// TestFaultBlackholeThenRestore: one node's incoming links swallow every
+// byte (a host that is up but never answers). Quorum writes through the
+// two others are still acknowledged, and a write that needs the silent
+// node fails by the replica timeout, not twice it; its missed writes are
+// hinted and delivered once the links are restored, with no client read.
+// Then the links to it are slowed instead: writes still succeed.
+func TestFaultBlackholeThenRestore(t *testing.T) {
+	const timeout = time.Second
+	c := testcluster.StartLinked(t, 3, withReplicaTimeout(timeout), func(_ int, cfg *node.Config) {
+		cfg.HintInterval = 50 * time.Millisecond
+		cfg.ReadRepair = "off" // only hints may repair node 2
+	})
+	cl := newClient(t)
+	for _, from := range []int{0, 1} {
+		c.Link(from, 2).Blackhole()
+	}
+	const n = 50
+	for i := range n {
+		require.Equal(t, http.StatusCreated, cl.Put(t, c.URL(i%2), fmt.Sprintf("bh%d", i), []byte("v"), 2, 3))
+	}
+	start := time.Now()
+	code, _, err := do(cl, http.MethodPut, testcluster.EntityURL(c.URL(0), "needs-all", 3, 3), []byte("v"))
+	elapsed := time.Since(start)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusGatewayTimeout, code)
+	require.Less(t, elapsed, timeout*17/10, "a 504 takes about the replica timeout, not twice it")
+	eventually(t, 10*time.Second, "every missed write hinted", func() bool {
+		return c.Metric(t, 0, "dhtkv_hints_stored_total")+c.Metric(t, 1, "dhtkv_hints_stored_total") >= n
+	})
+
+	c.Heal()
+	eventually(t, 20*time.Second, "hints delivered", func() bool {
+		return c.Metric(t, 0, "dhtkv_hints_pending_bytes")+c.Metric(t, 1, "dhtkv_hints_pending_bytes") == 0
+	})
+	for i := range n {
+		code, _ := internalGet(t, cl, c.URL(2), fmt.Sprintf("bh%d", i), "")
+		require.Equal(t, http.StatusOK, code, "bh%d reached node 2", i)
+	}
+
+	for _, from := range []int{0, 1} {
+		c.Link(from, 2).Delay(20 * time.Millisecond)
+	}
+	for i := range 10 {
+		require.Equal(t, http.StatusCreated, cl.Put(t, c.URL(i%2), fmt.Sprintf("slow%d", i), []byte("v"), 3, 3))
+	}
+}
