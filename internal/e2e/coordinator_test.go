@@ -6,10 +6,12 @@ package e2e_test
 
 import (
 	"fmt"
+	"math"
 	"net"
 	"net/http"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -313,31 +315,62 @@ func TestCoordinatorReadHedging(t *testing.T) {
 }
 
 // TestCoordinatorHedgeDelayFollowsLatency: when every peer answers reads
-// slowly (here both peers take 25 ms), the hedge delay rises from
-// --read-hedge-delay (5 ms) to their 95th percentile, so reads stop being
-// hedged: a fixed 5 ms delay would hedge every one of them, doubling the
-// load on peers that are slow already.
+// slowly (here in 25 ms, one read in ten in 100 ms), the hedge delay rises
+// from --read-hedge-delay (5 ms) to their 95th percentile, so reads stop
+// being hedged: a fixed 5 ms delay would hedge every one of them, doubling
+// the load on peers that are slow already.
+//
+// The test does not depend on how busy the machine is. The second phase
+// starts only once the node reports a hedge delay of at least the peers'
+// latency, which it does only when a latency window is full. Each reader
+// has its own connection, so a read's latency is the peer's and not its
+// place in a queue of batches, and one read in ten is much slower than the
+// rest: the 95th percentile lies among those slow reads, so a read the
+// scheduler delays by a few milliseconds beyond its measured latency
+// hedges only if it is one of them, and nine reads in ten stay 75 ms
+// below the delay. Following the percentile hedges about one read in
+// twenty; the bound, half of the reads, is still far below the fixed
+// delay's every read.
 func TestCoordinatorHedgeDelayFollowsLatency(t *testing.T) {
-	const slow = 25 * time.Millisecond
-	delay := func(ops []rpc.BatchOp) {
-		if ops[0].Kind == rpc.OpRead {
-			time.Sleep(slow)
-		}
+	const (
+		slow    = 25 * time.Millisecond
+		slower  = 4 * slow // one read in ten
+		readers = 8
+		n       = 320 // reads per phase
+	)
+	slowPeer := func() *fakePeer {
+		var reads atomic.Int64
+		return newFakePeer(t, func(ops []rpc.BatchOp) {
+			if ops[0].Kind != rpc.OpRead {
+				return
+			}
+			// The behaviour under test: a peer that answers reads slowly.
+			if reads.Add(1)%10 == 0 {
+				time.Sleep(slower)
+			} else {
+				time.Sleep(slow)
+			}
+		})
 	}
-	fake1, fake2 := newFakePeer(t, delay), newFakePeer(t, delay)
-	c := testcluster.Start(t, 1, withReplicaTimeout(replicaTimeout), withExtraMembers(fake1.URL(), fake2.URL()))
+	fake1, fake2 := slowPeer(), slowPeer()
+	conns := func(_ int, cfg *node.Config) { cfg.PeerConns = readers }
+	c := testcluster.Start(t, 1, withReplicaTimeout(2*time.Second), withExtraMembers(fake1.URL(), fake2.URL()), conns)
 	cl := newClient(t)
 	p := placementOf(t, c)
 	key := findKey(t, p, "hedge-adapt", 1, 2) // the coordinator is not a replica
 
+	hedgeDelay := func() time.Duration {
+		s := c.Metric(t, 0, "dhtkv_coordinator_read_hedge_delay_seconds")
+		return time.Duration(math.Round(s * float64(time.Second)))
+	}
 	reads := func(n int) (hedged float64) {
 		before := c.Metric(t, 0, "dhtkv_coordinator_hedged_reads_total")
 		var wg sync.WaitGroup
-		for range 32 {
+		for range readers {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				for range n / 32 {
+				for range n / readers {
 					code, _ := cl.Get(t, c.URL(0), key, 1, 2)
 					require.Equal(t, http.StatusNotFound, code)
 				}
@@ -346,9 +379,22 @@ func TestCoordinatorHedgeDelayFollowsLatency(t *testing.T) {
 		wg.Wait()
 		return c.Metric(t, 0, "dhtkv_coordinator_hedged_reads_total") - before
 	}
-	first := reads(320) // fills the peers' latency windows
-	later := reads(320)
-	t.Logf("hedged: %v of the first 320 reads, %v of the next 320", first, later)
-	require.Greater(t, first, 100.0, "at 5 ms, reads of 25 ms peers hedge")
-	require.Less(t, later, 320*0.3, "once measured, the delay follows the peers' latency")
+
+	require.Equal(t, 5*time.Millisecond, hedgeDelay(), "no latency measured yet: --read-hedge-delay")
+	// No window is full before 256 reads have ended, so at least that
+	// many start with the 5 ms delay and hedge.
+	first := reads(n)
+	// A window older than a second no longer counts: reads go on until the
+	// node reports the adapted delay. Every read takes at least 25 ms, so
+	// any percentile of them does too.
+	for warm := 0; hedgeDelay() < slow; warm += 64 {
+		require.Less(t, warm, 4*n, "the hedge delay stayed at %v while every read took at least %v", hedgeDelay(), slow)
+		reads(64)
+	}
+	adapted := hedgeDelay()
+	later := reads(n)
+	t.Logf("hedged: %v of the first %d reads, then at a hedge delay of %v %v of the next %d", first, n, adapted, later, n)
+	require.Greater(t, first, float64(n)/2, "at 5 ms, reads of 25 ms peers hedge")
+	require.Less(t, later, float64(n)/2,
+		"once measured, the delay follows the peers' latency: a fixed 5 ms delay hedges all %d reads, the 95th percentile about one in twenty", n)
 }
