@@ -1,7 +1,6 @@
 package httpapi_test
 
 import (
-	"bufio"
 	"bytes"
 	"io"
 	"path/filepath"
@@ -27,7 +26,7 @@ const (
 func startFilled(t *testing.T, writeTimeout time.Duration) *testcluster.Cluster {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), "filled")
-	fillStore(t, dir, flowRecords, flowValueSize)
+	testcluster.FillStore(t, dir, flowRecords, flowValueSize)
 	return testcluster.Start(t, 1, func(_ int, cfg *node.Config) {
 		cfg.DataDir = dir
 		if writeTimeout > 0 {
@@ -43,14 +42,14 @@ func startFilled(t *testing.T, writeTimeout time.Duration) *testcluster.Cluster 
 // record, so the stall cost nothing but time.
 func TestScanSlowClientBoundsProduction(t *testing.T) {
 	c := startFilled(t, 0)
-	base := newBase(flowValueSize)
+	base := testcluster.NewBase(flowValueSize)
 	for _, format := range []string{"chunks", "binary"} {
 		t.Run(format, func(t *testing.T) {
 			before := c.Metric(t, 0, "dhtkv_scan_records_total")
-			rc := rawGet(t, c.Config(0).Listen, "/v0/entities?start=key&format="+format, 4096)
+			rc := testcluster.RawGet(t, c.Config(0).Listen, "/v0/entities?start=key&format="+format, 4096)
 			require.Equal(t, 200, rc.Status)
 			small := make([]byte, 4096)
-			_, err := io.ReadFull(rc.br, small)
+			_, err := io.ReadFull(rc.Wire, small)
 			require.NoError(t, err)
 
 			time.Sleep(700 * time.Millisecond)
@@ -63,31 +62,28 @@ func TestScanSlowClientBoundsProduction(t *testing.T) {
 			require.Less(t, stalled, float64(flowRecords)/4, "production is not bounded by the client")
 
 			// Resume: read the rest a few KB at a time and check it all.
-			r := io.MultiReader(bytes.NewReader(small), rc.br)
+			r := io.MultiReader(bytes.NewReader(small), rc.Wire)
 			var want []byte
 			n := 0
 			if format == "chunks" {
 				// Re-parse from the start: the raw bytes read so far
 				// are the head of the chunked encoding.
-				rc2 := &rawConn{br: bufio.NewReaderSize(r, 4096)}
-				rc2.tp = newTextprotoReader(rc2.br)
+				cr := testcluster.NewChunkedReader(r)
 				for {
-					chunk, err := rc2.Chunk()
+					chunk, err := cr.Chunk()
 					if err == io.EOF {
 						break
 					}
 					require.NoError(t, err)
-					want = genValue(want, base, n)
-					require.Equal(t, append(append(genKey(n), '\n'), want...), chunk, "record %d", n)
+					want = testcluster.GenValue(want, base, n)
+					require.Equal(t, append(append(testcluster.GenKey(n), '\n'), want...), chunk, "record %d", n)
 					n++
 				}
 			} else {
-				rc2 := &rawConn{br: bufio.NewReaderSize(r, 4096)}
-				rc2.tp = newTextprotoReader(rc2.br)
-				d := scan.NewDecoder(&chunkReader{rc: rc2}, 1024, 1<<20)
+				d := scan.NewDecoder(testcluster.NewChunkedReader(r), 1024, 1<<20)
 				for d.Next() {
-					want = genValue(want, base, n)
-					require.Equal(t, genKey(n), d.Key())
+					want = testcluster.GenValue(want, base, n)
+					require.Equal(t, testcluster.GenKey(n), d.Key())
 					require.True(t, bytes.Equal(want, d.Value()), "record %d", n)
 					n++
 				}
@@ -106,16 +102,16 @@ func TestScanSlowClientBoundsProduction(t *testing.T) {
 func TestScanClientGoneStopsAndCounts(t *testing.T) {
 	c := startFilled(t, 0)
 	gone := func() float64 { return c.Metric(t, 0, "dhtkv_scan_aborts_total", "reason", scan.AbortClientGone) }
-	rc := rawGet(t, c.Config(0).Listen, "/v0/entities?start=key&format=binary", 4096)
+	rc := testcluster.RawGet(t, c.Config(0).Listen, "/v0/entities?start=key&format=binary", 4096)
 	require.Equal(t, 200, rc.Status)
-	_, err := io.ReadFull(rc.br, make([]byte, 10000))
+	_, err := io.ReadFull(rc.Wire, make([]byte, 10000))
 	require.NoError(t, err)
-	rc.conn.Close()
+	rc.Conn.Close()
 	require.Eventually(t, func() bool { return gone() == 1 }, 10*time.Second, 10*time.Millisecond)
 	require.Less(t, c.Metric(t, 0, "dhtkv_scan_records_total"), float64(flowRecords))
 	// The node still serves scans.
-	resp := httpGet(t, c.URL(0)+"/v0/entities?start=key00000000&end=key00000010&format=binary")
-	require.Len(t, readBinary(t, resp.Body), 10)
+	resp := testcluster.HTTPGet(t, c.URL(0)+"/v0/entities?start=key00000000&end=key00000010&format=binary")
+	require.Len(t, testcluster.ReadBinary(t, resp.Body), 10)
 	c.StopNode(0) // fails if the aborted stream leaked its iterator
 }
 
@@ -127,9 +123,9 @@ func TestScanIdleTimeout(t *testing.T) {
 
 	// A client that keeps reading, slowly: the whole stream takes well
 	// over the write timeout and completes.
-	rc := rawGet(t, c.Config(0).Listen, "/v0/entities?start=key&format=binary", 4096)
+	rc := testcluster.RawGet(t, c.Config(0).Listen, "/v0/entities?start=key&format=binary", 4096)
 	require.Equal(t, 200, rc.Status)
-	d := scan.NewDecoder(&chunkReader{rc: rc}, 1024, 1<<20)
+	d := scan.NewDecoder(rc.ChunkedReader, 1024, 1<<20)
 	start := time.Now()
 	for d.Next() {
 		if d.Count()%2000 == 0 {
@@ -142,7 +138,7 @@ func TestScanIdleTimeout(t *testing.T) {
 
 	// A client that stops reading is cut off.
 	timeouts := func() float64 { return c.Metric(t, 0, "dhtkv_scan_aborts_total", "reason", scan.AbortClientTimeout) }
-	rc = rawGet(t, c.Config(0).Listen, "/v0/entities?start=key&format=binary", 4096)
+	rc = testcluster.RawGet(t, c.Config(0).Listen, "/v0/entities?start=key&format=binary", 4096)
 	require.Equal(t, 200, rc.Status)
 	require.Eventually(t, func() bool { return timeouts() == 1 }, 10*time.Second, 20*time.Millisecond)
 }
@@ -152,7 +148,7 @@ func TestScanIdleTimeout(t *testing.T) {
 // truncated, and the store closes cleanly (no leaked iterator).
 func TestScanShutdownAbortsStreams(t *testing.T) {
 	c := startFilled(t, 0)
-	rc := rawGet(t, c.Config(0).Listen, "/v0/entities?start=key", 4096)
+	rc := testcluster.RawGet(t, c.Config(0).Listen, "/v0/entities?start=key", 4096)
 	require.Equal(t, 200, rc.Status)
 	_, err := rc.Chunk()
 	require.NoError(t, err)
