@@ -35,6 +35,24 @@ func startFilled(t *testing.T, writeTimeout time.Duration) *testcluster.Cluster 
 	})
 }
 
+// producedSettles waits until node 0's count of records produced by range
+// streams stops growing, as it does once a stream's writes block on a
+// client that does not read, and returns it. Stopped means unchanged for
+// 300 ms; a node that goes on producing fails the test after 10 s.
+func producedSettles(t *testing.T, c *testcluster.Cluster) float64 {
+	t.Helper()
+	const quiet, limit = 300 * time.Millisecond, 10 * time.Second
+	last, since, start := c.Metric(t, 0, "dhtkv_scan_records_total"), time.Now(), time.Now()
+	for time.Since(since) < quiet {
+		require.Less(t, time.Since(start), limit, "range streams still producing (%v records)", last)
+		time.Sleep(20 * time.Millisecond) // the polling interval
+		if n := c.Metric(t, 0, "dhtkv_scan_records_total"); n != last {
+			last, since = n, time.Now()
+		}
+	}
+	return last
+}
+
 // TestScanSlowClientBoundsProduction reads with a 4 KiB receive buffer,
 // stalls, and checks that the node stops producing while the client does
 // not read: the records produced stay a small fraction of the range and do
@@ -52,8 +70,9 @@ func TestScanSlowClientBoundsProduction(t *testing.T) {
 			_, err := io.ReadFull(rc.Wire, small)
 			require.NoError(t, err)
 
-			time.Sleep(700 * time.Millisecond)
-			stalled := c.Metric(t, 0, "dhtkv_scan_records_total") - before
+			stalled := producedSettles(t, c) - before
+			// The client stays stalled (the behaviour under test): the
+			// node must not produce more meanwhile.
 			time.Sleep(500 * time.Millisecond)
 			stalledLater := c.Metric(t, 0, "dhtkv_scan_records_total") - before
 			t.Logf("%s: %v of %d records produced while the client is stalled (%.1f MiB)",
@@ -119,7 +138,10 @@ func TestScanClientGoneStopsAndCounts(t *testing.T) {
 // long as the client keeps reading, and is aborted when the client stalls
 // for longer than it.
 func TestScanIdleTimeout(t *testing.T) {
-	c := startFilled(t, 300*time.Millisecond)
+	// Ten times the reader's pauses below, so that a busy machine cannot
+	// stretch a pause into a stall.
+	const writeTimeout = time.Second
+	c := startFilled(t, writeTimeout)
 
 	// A client that keeps reading, slowly: the whole stream takes well
 	// over the write timeout and completes.
@@ -128,13 +150,14 @@ func TestScanIdleTimeout(t *testing.T) {
 	d := scan.NewDecoder(rc.ChunkedReader, 1024, 1<<20)
 	start := time.Now()
 	for d.Next() {
-		if d.Count()%2000 == 0 {
-			time.Sleep(100 * time.Millisecond)
+		if d.Count()%1000 == 0 {
+			time.Sleep(100 * time.Millisecond) // a slow reader is the behaviour under test
 		}
 	}
 	require.NoError(t, d.Err())
 	require.Equal(t, uint64(flowRecords), d.Count())
-	require.Greater(t, time.Since(start), 600*time.Millisecond)
+	// 16 pauses of 100 ms: a lower bound, which load cannot break.
+	require.Greater(t, time.Since(start), writeTimeout, "the stream outlived the write timeout")
 
 	// A client that stops reading is cut off.
 	timeouts := func() float64 { return c.Metric(t, 0, "dhtkv_scan_aborts_total", "reason", scan.AbortClientTimeout) }
@@ -152,11 +175,13 @@ func TestScanShutdownAbortsStreams(t *testing.T) {
 	require.Equal(t, 200, rc.Status)
 	_, err := rc.Chunk()
 	require.NoError(t, err)
-	time.Sleep(100 * time.Millisecond) // the stream is now blocked on the stalled client
-	reg := c.Node(0).Registry()        // still readable once the node stopped
+	producedSettles(t, c)       // the stream is now blocked on the stalled client
+	reg := c.Node(0).Registry() // still readable once the node stopped
 	start := time.Now()
 	c.StopNode(0)
-	require.Less(t, time.Since(start), 3*time.Second)
+	// Only a loose bound: waiting for the stream would take the 30 s
+	// write timeout (and StopNode gives up after 10 s).
+	require.Less(t, time.Since(start), 3*time.Second, "Shutdown waited for the stalled stream")
 	for err == nil {
 		_, err = rc.Chunk()
 	}
