@@ -112,7 +112,7 @@ func (c *Cluster) StartNode(i int) {
 			c.nodes[i] = n
 			return
 		}
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(20 * time.Millisecond) // the retry interval
 	}
 	require.NoError(c.t, err, "start node %d", i)
 }
@@ -253,7 +253,7 @@ func WaitReady(t testing.TB, base string, timeout time.Duration) {
 				return
 			}
 		}
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(20 * time.Millisecond) // the polling interval
 	}
 	t.Fatalf("%s not ready after %v", base, timeout)
 }
