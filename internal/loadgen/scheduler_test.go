@@ -37,9 +37,12 @@ func TestRateModeCorrectsCoordinatedOmission(t *testing.T) {
 	// The last slot is due at ~1s but can only be sent at ~5s.
 	ok(t, res.Latency.P99 > 2_000_000, "p99 %dµs must show the queueing", res.Latency.P99)
 	ok(t, res.Latency.P50 > 500_000, "p50 %dµs must show the queueing", res.Latency.P50)
-	// Throughput is what the server really sustained: ~40/s over ~5s.
-	near(t, 40, res.ThroughputRPS, 8, "throughput")
-	near(t, 5, res.DurationS, 1, "duration")
+	// Throughput is what the server really sustained, 40/s at most (less
+	// on a busy machine), over the ~5s that took: not the schedule's
+	// 200/s over the 1s window.
+	ok(t, res.ThroughputRPS <= 48, "throughput %v/s: more than the server can answer", res.ThroughputRPS)
+	ok(t, res.DurationS >= 4, "duration %vs: shorter than the server needs for 200 requests", res.DurationS)
+	near(t, float64(res.Requests)/res.DurationS, res.ThroughputRPS, 0.5, "throughput is requests over duration")
 }
 
 func TestClosedLoopIsPacedByServer(t *testing.T) {
@@ -69,7 +72,9 @@ func TestRateModeWithoutDrainReportsUnsent(t *testing.T) {
 	res, err := Run(context.Background(), cfg)
 	noErr(t, err)
 
-	near(t, 40, res.Requests, 8, "requests")
+	// The server answers 40/s at most (fewer on a busy machine): with a
+	// drain all 200 would be sent.
+	ok(t, res.Requests > 0 && res.Requests <= 48, "requests: got %d, want 1 to 48", res.Requests)
 	near(t, 200-res.Requests, res.Unsent, 1, "unsent")
 	ok(t, res.Latency.P99 > 500_000, "p99 %dµs", res.Latency.P99)
 }
