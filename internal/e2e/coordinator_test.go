@@ -6,10 +6,12 @@ package e2e_test
 
 import (
 	"fmt"
+	"math"
 	"net"
 	"net/http"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -75,24 +77,15 @@ func (s *silentPeer) accepted() int {
 
 const replicaTimeout = 400 * time.Millisecond
 
-// fast is "well below the replica timeout"; a timed-out request must take
-// at least the timeout and not much longer.
-const (
-	fastLimit = replicaTimeout / 2
-	slowSlack = 400 * time.Millisecond
-)
-
-func requireFast(t *testing.T, d time.Duration, what string) {
-	t.Helper()
-	t.Logf("%-55s %v", what, d.Round(time.Millisecond))
-	require.Less(t, d, fastLimit, "%s took %v, replica timeout is %v", what, d, replicaTimeout)
-}
-
+// requireTimedOut checks that a request answered 504 because of the replica
+// timeout: not before it, and not after some much longer wait (the
+// client's 10 s timeout, an OS connect timeout). The upper bound is
+// deliberately loose: on a busy machine the answer may come late.
 func requireTimedOut(t *testing.T, d time.Duration, what string) {
 	t.Helper()
 	t.Logf("%-55s %v", what, d.Round(time.Millisecond))
 	require.GreaterOrEqual(t, d, replicaTimeout*9/10, "%s answered before the replica timeout", what)
-	require.Less(t, d, replicaTimeout+slowSlack, "%s took much longer than the replica timeout", what)
+	require.Less(t, d, replicaTimeout+3*time.Second, "%s took much longer than the replica timeout", what)
 }
 
 // TestCoordinatorSilentPeer: node 2 of three is a listener that accepts and
@@ -100,45 +93,57 @@ func requireTimedOut(t *testing.T, d time.Duration, what string) {
 // soon as the live replica did, whether that replica is local (key on nodes
 // {0,2}) or remote (key on {1,2}, coordinator 0 not among them); with
 // ack=2 it answers 504 after about the replica timeout.
+//
+// "As soon as" is checked without a clock: the coordinator counts a
+// straggler when it answers while a replica call is still running, and a
+// call to the silent peer runs until the replica timeout.
 func TestCoordinatorSilentPeer(t *testing.T) {
 	hole := newSilentPeer(t)
-	// The straggler count below assumes that a read of a live replica is
-	// never hedged: with the default 5 ms hedge delay, a slow moment under
-	// -race on a loaded 2-core box sometimes hedged one more read to the
-	// silent peer. 50 ms still answers the hedged read well within
-	// fastLimit.
+	// With a 50 ms hedge delay a read of a live replica is rarely hedged
+	// to the silent peer; when a slow moment does hedge one, the hedge
+	// and its straggler are both counted, and the checks allow for it.
 	hedge := func(_ int, cfg *node.Config) { cfg.ReadHedgeDelay = 50 * time.Millisecond }
 	c := testcluster.Start(t, 2, withReplicaTimeout(replicaTimeout), withExtraMembers(hole.URL()), hedge)
 	cl := newClient(t)
 	p := placementOf(t, c)
+	stragglers := func() float64 { return c.Metric(t, 0, "dhtkv_coordinator_stragglers_total") }
+	hedged := func() float64 { return c.Metric(t, 0, "dhtkv_coordinator_hedged_reads_total") }
 
-	stragglersBefore := c.Metric(t, 0, "dhtkv_coordinator_stragglers_total")
 	for _, set := range [][]int{{0, 2}, {2, 0}, {1, 2}, {2, 1}} {
 		key := findKey(t, p, "silent", set...)
 		name := fmt.Sprintf("replicas %v", set)
-		var code int
-		requireFast(t, timed(func() { code = cl.Put(t, c.URL(0), key, []byte("v"), 1, 2) }), name+": PUT ack=1 from=2")
-		require.Equal(t, http.StatusCreated, code)
-		var body []byte
-		requireFast(t, timed(func() { code, body = cl.Get(t, c.URL(0), key, 1, 2) }), name+": GET ack=1 from=2")
-		require.Equal(t, http.StatusOK, code)
-		require.Equal(t, "v", string(body))
+		s0 := stragglers()
+		require.Equal(t, http.StatusCreated, cl.Put(t, c.URL(0), key, []byte("v"), 1, 2), name)
+		require.Equal(t, 1.0, stragglers()-s0,
+			"%s: PUT ack=1 from=2 answered while the call to the silent peer was still running", name)
 
-		requireTimedOut(t, timed(func() { code = cl.Put(t, c.URL(0), key, []byte("v2"), 2, 2) }), name+": PUT ack=2 from=2")
+		s0, h0 := stragglers(), hedged()
+		code, body := cl.Get(t, c.URL(0), key, 1, 2)
+		require.Equal(t, http.StatusOK, code, name)
+		require.Equal(t, "v", string(body), name)
+		// An ack=1 GET calls only its first replica, the local one first.
+		// Only when that is the silent peer ({2,1}) must the read hedge to
+		// node 1 and answer while the silent call still runs.
+		if set[0] == 2 && set[1] == 1 {
+			require.Equal(t, 1.0, hedged()-h0, "%s: GET ack=1 from=2 hedged to the live replica", name)
+		}
+		require.Equal(t, hedged()-h0, stragglers()-s0,
+			"%s: GET ack=1 from=2 called the silent peer only when hedged, and answered without waiting for it", name)
+
+		var d time.Duration
+		d = timed(func() { code = cl.Put(t, c.URL(0), key, []byte("v2"), 2, 2) })
+		requireTimedOut(t, d, name+": PUT ack=2 from=2")
 		require.Equal(t, http.StatusGatewayTimeout, code)
-		requireTimedOut(t, timed(func() { code, body = cl.Get(t, c.URL(0), key, 2, 2) }), name+": GET ack=2 from=2")
+		d = timed(func() { code, body = cl.Get(t, c.URL(0), key, 2, 2) })
+		requireTimedOut(t, d, name+": GET ack=2 from=2")
 		require.Equal(t, http.StatusGatewayTimeout, code)
 		require.Equal(t, "not enough replicas\n", string(body))
-		requireTimedOut(t, timed(func() { code = cl.Delete(t, c.URL(0), key, 2, 2) }), name+": DELETE ack=2 from=2")
+		d = timed(func() { code = cl.Delete(t, c.URL(0), key, 2, 2) })
+		requireTimedOut(t, d, name+": DELETE ack=2 from=2")
 		require.Equal(t, http.StatusGatewayTimeout, code)
 	}
 	require.Positive(t, hole.accepted(), "the silent peer was called")
-	// Every ack=1 PUT called the silent peer and left a straggler behind,
-	// which ends at its deadline (4). An ack=1 GET calls only its first
-	// replica, the local one first: only the GET whose first replica is
-	// the silent peer ({2,1}) called it, and was hedged to node 1 (1).
-	require.Equal(t, 5.0, c.Metric(t, 0, "dhtkv_coordinator_stragglers_total")-stragglersBefore)
-	eventually(t, 2*replicaTimeout, "stragglers to finish", func() bool {
+	eventually(t, waitFor, "stragglers to finish", func() bool {
 		return c.Metric(t, 0, "dhtkv_coordinator_replica_calls_in_flight") == 0
 	})
 }
@@ -147,21 +152,30 @@ func TestCoordinatorSilentPeer(t *testing.T) {
 // connection, which fails the replica call at once: ack=2 gets its 504
 // without waiting for the replica timeout.
 func TestCoordinatorRefusedPeer(t *testing.T) {
+	// A long replica timeout, so that failing at once and failing at the
+	// timeout are far apart: the bound below is a few seconds, which a
+	// busy machine does not reach.
+	const timeout = 10 * time.Second
+	failsFast := func(d time.Duration, what string) {
+		t.Helper()
+		t.Logf("%-55s %v", what, d.Round(time.Millisecond))
+		require.Less(t, d, timeout/3, "%s waited for the %v replica timeout", what, timeout)
+	}
 	nobody := fmt.Sprintf("http://127.0.0.1:%d", testcluster.FreePorts(t, 1)[0])
-	c := testcluster.Start(t, 2, withReplicaTimeout(replicaTimeout), withExtraMembers(nobody))
+	c := testcluster.Start(t, 2, withReplicaTimeout(timeout), withExtraMembers(nobody))
 	cl := newClient(t)
 	p := placementOf(t, c)
 	for _, set := range [][]int{{0, 2}, {1, 2}} {
 		key := findKey(t, p, "refused", set...)
 		name := fmt.Sprintf("replicas %v", set)
 		var code int
-		requireFast(t, timed(func() { code = cl.Put(t, c.URL(0), key, []byte("v"), 2, 2) }), name+": PUT ack=2 from=2")
+		failsFast(timed(func() { code = cl.Put(t, c.URL(0), key, []byte("v"), 2, 2) }), name+": PUT ack=2 from=2")
 		require.Equal(t, http.StatusGatewayTimeout, code)
-		requireFast(t, timed(func() { code, _ = cl.Get(t, c.URL(0), key, 2, 2) }), name+": GET ack=2 from=2")
+		failsFast(timed(func() { code, _ = cl.Get(t, c.URL(0), key, 2, 2) }), name+": GET ack=2 from=2")
 		require.Equal(t, http.StatusGatewayTimeout, code)
-		requireFast(t, timed(func() { code = cl.Delete(t, c.URL(0), key, 2, 2) }), name+": DELETE ack=2 from=2")
+		failsFast(timed(func() { code = cl.Delete(t, c.URL(0), key, 2, 2) }), name+": DELETE ack=2 from=2")
 		require.Equal(t, http.StatusGatewayTimeout, code)
-		requireFast(t, timed(func() { code = cl.Put(t, c.URL(0), key, []byte("v"), 1, 2) }), name+": PUT ack=1 from=2")
+		failsFast(timed(func() { code = cl.Put(t, c.URL(0), key, []byte("v"), 1, 2) }), name+": PUT ack=1 from=2")
 		require.Equal(t, http.StatusCreated, code)
 	}
 }
@@ -246,14 +260,11 @@ func TestNodeShutdownClosesPeerConnections(t *testing.T) {
 	require.Equal(t, 5, served)
 	require.Positive(t, open)
 	c.StopNode(0)
-	deadline := time.Now().Add(2 * time.Second)
-	for time.Now().Before(deadline) {
-		if open, _ = fake.state(); open == 0 {
-			return
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	t.Fatalf("node 0 stopped 2s ago but still holds %d connection(s) to its peer", open)
+	// Well before fasthttp's 30 s idle timeout would close them.
+	eventually(t, waitFor, "node 0, stopped, to close its connections to its peer", func() bool {
+		open, _ = fake.state()
+		return open == 0
+	})
 }
 
 // metricValue reads a counter or gauge.
@@ -290,20 +301,24 @@ func TestCoordinatorReadHedging(t *testing.T) {
 			var code int
 			d := timed(func() { code, _ = cl.Get(t, c.URL(0), key, 1, 2) })
 			require.Equal(t, http.StatusOK, code)
-			requireFast(t, d, "GET ack=1 from=2, silent replica first")
 			require.GreaterOrEqual(t, d, delay, "the spare is asked only after the hedge delay")
 			if delay > 0 {
 				require.Equal(t, 1.0, c.Metric(t, 0, "dhtkv_coordinator_hedged_reads_total")-hedged)
 			}
-			require.Equal(t, 1.0, c.Metric(t, 0, "dhtkv_coordinator_stragglers_total")-stragglers, "the silent call is a straggler")
+			// The silent call runs until the replica timeout: a straggler
+			// means the read answered before it.
+			require.Equal(t, 1.0, c.Metric(t, 0, "dhtkv_coordinator_stragglers_total")-stragglers,
+				"the read answered while the silent call still ran")
 
 			// A live first replica answers alone: no spare is asked.
 			key = findKey(t, p, "hedge-live", 1, 2)
 			require.Equal(t, http.StatusCreated, cl.Put(t, c.URL(0), key, []byte("v"), 1, 2))
-			stragglers = c.Metric(t, 0, "dhtkv_coordinator_stragglers_total")
+			hedged, stragglers = c.Metric(t, 0, "dhtkv_coordinator_hedged_reads_total"), c.Metric(t, 0, "dhtkv_coordinator_stragglers_total")
 			code, _ = cl.Get(t, c.URL(0), key, 1, 2)
 			require.Equal(t, http.StatusOK, code)
-			want := 0.0
+			// The silent peer is asked only when the read hedges (which a
+			// slow moment can cause even at 20 ms), or at once with delay 0.
+			want := c.Metric(t, 0, "dhtkv_coordinator_hedged_reads_total") - hedged
 			if delay == 0 {
 				want = 1 // all at once: the silent peer was asked too
 			}
@@ -313,31 +328,62 @@ func TestCoordinatorReadHedging(t *testing.T) {
 }
 
 // TestCoordinatorHedgeDelayFollowsLatency: when every peer answers reads
-// slowly (here both peers take 25 ms), the hedge delay rises from
-// --read-hedge-delay (5 ms) to their 95th percentile, so reads stop being
-// hedged: a fixed 5 ms delay would hedge every one of them, doubling the
-// load on peers that are slow already.
+// slowly (here in 25 ms, one read in ten in 100 ms), the hedge delay rises
+// from --read-hedge-delay (5 ms) to their 95th percentile, so reads stop
+// being hedged: a fixed 5 ms delay would hedge every one of them, doubling
+// the load on peers that are slow already.
+//
+// The test does not depend on how busy the machine is. The second phase
+// starts only once the node reports a hedge delay of at least the peers'
+// latency, which it does only when a latency window is full. Each reader
+// has its own connection, so a read's latency is the peer's and not its
+// place in a queue of batches, and one read in ten is much slower than the
+// rest: the 95th percentile lies among those slow reads, so a read the
+// scheduler delays by a few milliseconds beyond its measured latency
+// hedges only if it is one of them, and nine reads in ten stay 75 ms
+// below the delay. Following the percentile hedges about one read in
+// twenty; the bound, half of the reads, is still far below the fixed
+// delay's every read.
 func TestCoordinatorHedgeDelayFollowsLatency(t *testing.T) {
-	const slow = 25 * time.Millisecond
-	delay := func(ops []rpc.BatchOp) {
-		if ops[0].Kind == rpc.OpRead {
-			time.Sleep(slow)
-		}
+	const (
+		slow    = 25 * time.Millisecond
+		slower  = 4 * slow // one read in ten
+		readers = 8
+		n       = 320 // reads per phase
+	)
+	slowPeer := func() *fakePeer {
+		var reads atomic.Int64
+		return newFakePeer(t, func(ops []rpc.BatchOp) {
+			if ops[0].Kind != rpc.OpRead {
+				return
+			}
+			// The behaviour under test: a peer that answers reads slowly.
+			if reads.Add(1)%10 == 0 {
+				time.Sleep(slower)
+			} else {
+				time.Sleep(slow)
+			}
+		})
 	}
-	fake1, fake2 := newFakePeer(t, delay), newFakePeer(t, delay)
-	c := testcluster.Start(t, 1, withReplicaTimeout(replicaTimeout), withExtraMembers(fake1.URL(), fake2.URL()))
+	fake1, fake2 := slowPeer(), slowPeer()
+	conns := func(_ int, cfg *node.Config) { cfg.PeerConns = readers }
+	c := testcluster.Start(t, 1, withReplicaTimeout(2*time.Second), withExtraMembers(fake1.URL(), fake2.URL()), conns)
 	cl := newClient(t)
 	p := placementOf(t, c)
 	key := findKey(t, p, "hedge-adapt", 1, 2) // the coordinator is not a replica
 
+	hedgeDelay := func() time.Duration {
+		s := c.Metric(t, 0, "dhtkv_coordinator_read_hedge_delay_seconds")
+		return time.Duration(math.Round(s * float64(time.Second)))
+	}
 	reads := func(n int) (hedged float64) {
 		before := c.Metric(t, 0, "dhtkv_coordinator_hedged_reads_total")
 		var wg sync.WaitGroup
-		for range 32 {
+		for range readers {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				for range n / 32 {
+				for range n / readers {
 					code, _ := cl.Get(t, c.URL(0), key, 1, 2)
 					require.Equal(t, http.StatusNotFound, code)
 				}
@@ -346,9 +392,22 @@ func TestCoordinatorHedgeDelayFollowsLatency(t *testing.T) {
 		wg.Wait()
 		return c.Metric(t, 0, "dhtkv_coordinator_hedged_reads_total") - before
 	}
-	first := reads(320) // fills the peers' latency windows
-	later := reads(320)
-	t.Logf("hedged: %v of the first 320 reads, %v of the next 320", first, later)
-	require.Greater(t, first, 100.0, "at 5 ms, reads of 25 ms peers hedge")
-	require.Less(t, later, 320*0.3, "once measured, the delay follows the peers' latency")
+
+	require.Equal(t, 5*time.Millisecond, hedgeDelay(), "no latency measured yet: --read-hedge-delay")
+	// No window is full before 256 reads have ended, so at least that
+	// many start with the 5 ms delay and hedge.
+	first := reads(n)
+	// A window older than a second no longer counts: reads go on until the
+	// node reports the adapted delay. Every read takes at least 25 ms, so
+	// any percentile of them does too.
+	for warm := 0; hedgeDelay() < slow; warm += 64 {
+		require.Less(t, warm, 4*n, "the hedge delay stayed at %v while every read took at least %v", hedgeDelay(), slow)
+		reads(64)
+	}
+	adapted := hedgeDelay()
+	later := reads(n)
+	t.Logf("hedged: %v of the first %d reads, then at a hedge delay of %v %v of the next %d", first, n, adapted, later, n)
+	require.Greater(t, first, float64(n)/2, "at 5 ms, reads of 25 ms peers hedge")
+	require.Less(t, later, float64(n)/2,
+		"once measured, the delay follows the peers' latency: a fixed 5 ms delay hedges all %d reads, the 95th percentile about one in twenty", n)
 }

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -176,7 +177,13 @@ func holders(t testing.TB, c *testcluster.Cluster, cl *testcluster.Client, key, 
 	return hs
 }
 
-// eventually polls cond until it holds or the deadline passes.
+// waitFor bounds a wait for a condition that holds soon on an idle
+// machine: generous, because only a failing test waits that long.
+const waitFor = 10 * time.Second
+
+// eventually polls cond until it holds or the deadline passes. Unlike
+// require.Eventually it calls cond on the test's goroutine, so cond may
+// use require.
 func eventually(t testing.TB, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
@@ -184,8 +191,34 @@ func eventually(t testing.TB, timeout time.Duration, what string, cond func() bo
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out after %v waiting for %s", timeout, what)
 		}
-		time.Sleep(5 * time.Millisecond)
+		time.Sleep(5 * time.Millisecond) // the polling interval
 	}
+}
+
+// waitBlocked waits until at least n goroutines are blocked receiving from
+// a channel in function fn (named as in a stack trace, with its package
+// path): a way to know that calls have reached a queue that the test
+// cannot see.
+func waitBlocked(t testing.TB, n int, fn string) {
+	t.Helper()
+	eventually(t, waitFor, fmt.Sprintf("%d goroutines blocked in %s", n, fn), func() bool {
+		buf := make([]byte, 1<<20)
+		for {
+			if m := runtime.Stack(buf, true); m < len(buf) {
+				buf = buf[:m]
+				break
+			}
+			buf = make([]byte, 2*len(buf))
+		}
+		blocked := 0
+		for _, g := range strings.Split(string(buf), "\n\n") {
+			header, frames, _ := strings.Cut(g, "\n")
+			if strings.Contains(header, "[chan receive") && strings.Contains("\n"+frames, "\n"+fn+"(") {
+				blocked++
+			}
+		}
+		return blocked >= n
+	})
 }
 
 // rawURL builds an entity URL with ack/from given verbatim ("" omits one).

@@ -73,29 +73,40 @@ func TestPeerBatchesConcurrentCalls(t *testing.T) {
 // after the stuck batch's deadline plus their own timeout.
 func TestPeerQueuedCallEndsByItsDeadline(t *testing.T) {
 	hole := newSilentPeer(t)
-	p := rpc.NewPeer(hole.URL(), rpc.PeerOptions{Timeout: time.Second, Conns: 1}, nil)
+	const timeout = 5 * time.Second
+	p := rpc.NewPeer(hole.URL(), rpc.PeerOptions{Timeout: timeout, Conns: 1}, nil)
 	defer p.Close()
 	env := (&record.Record{Version: 1}).Encode()
 
-	start := time.Now()
+	// The deadlines leave the queued calls ample time to queue behind the
+	// stuck batch, however busy the machine.
+	stuck := time.Now().Add(time.Second)
 	first := make(chan error, 1)
 	go func() {
-		_, err := p.Apply([]byte("stuck"), env, start.Add(300*time.Millisecond))
+		_, err := p.Apply([]byte("stuck"), env, stuck)
 		first <- err
 	}()
-	time.Sleep(50 * time.Millisecond) // the sender is now waiting on the hole
-	var wg sync.WaitGroup
+	eventually(t, waitFor, "the stuck batch to reach the silent peer", func() bool { return hole.accepted() == 1 })
+	deadline := stuck.Add(200 * time.Millisecond)
+	type result struct {
+		err error
+		end time.Time
+	}
+	results := make(chan result, 8)
 	for i := range 8 {
-		wg.Add(1)
 		go func() {
-			defer wg.Done()
-			deadline := start.Add(350 * time.Millisecond)
 			_, err := p.Apply(fmt.Appendf(nil, "queued-%d", i), env, deadline)
-			require.ErrorIs(t, err, rpc.ErrTimeout)
-			require.Less(t, time.Since(deadline), 150*time.Millisecond, "ended soon after its deadline")
+			results <- result{err, time.Now()}
 		}()
 	}
-	wg.Wait()
+	for range 8 {
+		r := <-results
+		require.ErrorIs(t, r.err, rpc.ErrTimeout)
+		// Only a loose bound: behind the stuck batch and then on its own,
+		// the call would end 5 s after the stuck batch's deadline.
+		require.Less(t, r.end.Sub(deadline), timeout/2,
+			"ended by its own deadline, not the stuck batch's deadline plus the %v timeout", timeout)
+	}
 	require.ErrorIs(t, <-first, rpc.ErrTimeout)
 }
 
@@ -104,18 +115,23 @@ func TestPeerQueuedCallEndsByItsDeadline(t *testing.T) {
 // Close returns once the stuck batch reached its deadline.
 func TestPeerCloseFailsQueuedCalls(t *testing.T) {
 	hole := newSilentPeer(t)
-	p := rpc.NewPeer(hole.URL(), rpc.PeerOptions{Timeout: time.Second, Conns: 1}, nil)
+	const timeout = 5 * time.Second
+	p := rpc.NewPeer(hole.URL(), rpc.PeerOptions{Timeout: timeout, Conns: 1}, nil)
 	env := (&record.Record{Version: 1}).Encode()
-	deadline := time.Now().Add(300 * time.Millisecond)
+	// Closed well before this deadline, however busy the machine: the
+	// queued calls are still queued when Close comes.
+	deadline := time.Now().Add(time.Second)
 	results := make(chan error, 5)
 	go func() { _, err := p.Apply([]byte("stuck"), env, deadline); results <- err }()
-	time.Sleep(50 * time.Millisecond)
+	eventually(t, waitFor, "the stuck batch to reach the silent peer", func() bool { return hole.accepted() == 1 })
 	for range 4 {
 		go func() { _, err := p.Apply([]byte("queued"), env, time.Now().Add(time.Minute)); results <- err }()
 	}
-	time.Sleep(50 * time.Millisecond)
+	waitBlocked(t, 5, "github.com/dhtkv/dhtkv/internal/rpc.(*Peer).do") // the stuck call and the 4 queued
 	closed := timed(p.Close)
-	require.Less(t, closed, 500*time.Millisecond)
+	// Only a loose bound: sending the queued calls would add the 5 s
+	// timeout to the stuck batch's deadline.
+	require.Less(t, closed, time.Second+timeout/2, "Close waited for more than the stuck batch")
 	var timeouts, closedErrs int
 	for range 5 {
 		err := <-results
@@ -158,12 +174,11 @@ func TestPeerReadsDoNotWaitForWrites(t *testing.T) {
 		written <- err
 	}()
 	<-received // the write batch is in flight, held by the peer
-	var found bool
-	var err error
-	d := timed(func() { _, found, err = p.Get([]byte("fast"), time.Now().Add(5*time.Second)) })
-	require.NoError(t, err)
+	// The peer holds the write until the read has returned, so a read
+	// that waited for it would end at its deadline with an error.
+	_, found, err := p.Get([]byte("fast"), time.Now().Add(5*time.Second))
+	require.NoError(t, err, "the read waited for the held write")
 	require.False(t, found)
-	require.Less(t, d, time.Second, "the read did not wait for the held write")
 	select {
 	case err := <-written:
 		t.Fatalf("the write ended before the peer answered it: %v", err)

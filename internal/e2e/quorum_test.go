@@ -230,7 +230,7 @@ func TestWriteAtMostFromCopies(t *testing.T) {
 				want := slices.Sorted(slices.Values(replicasOf(p, key, from)))
 				require.Equal(t, http.StatusCreated, cl.Put(t, c.URL(via), key, []byte("v"), ack, from))
 				var hs []int
-				eventually(t, replicaTimeout, "all replicas of "+key, func() bool {
+				eventually(t, waitFor, "all replicas of "+key, func() bool {
 					hs = holders(t, c, cl, key, "")
 					return len(hs) >= from
 				})

@@ -1,11 +1,8 @@
 package httpapi_test
 
 import (
-	"bytes"
-	"io"
 	"net/http"
 	"net/url"
-	"sort"
 	"strings"
 	"testing"
 
@@ -13,39 +10,8 @@ import (
 
 	"github.com/dhtkv/dhtkv/internal/node"
 	"github.com/dhtkv/dhtkv/internal/rpc"
-	"github.com/dhtkv/dhtkv/internal/scan"
 	"github.com/dhtkv/dhtkv/internal/testcluster"
 )
-
-// readChunks reads a chunks-framed response over a raw connection and
-// checks the contract's framing: one chunk per record, key '\n' value.
-func readChunks(t *testing.T, rc *rawConn) [][2]string {
-	t.Helper()
-	var out [][2]string
-	for {
-		c, err := rc.Chunk()
-		if err == io.EOF {
-			return out
-		}
-		require.NoError(t, err)
-		k, v, ok := bytes.Cut(c, []byte("\n"))
-		require.True(t, ok, "chunk %q has no newline", c)
-		out = append(out, [2]string{string(k), string(v)})
-	}
-}
-
-// readBinary reads a format=binary body with net/http and checks its end
-// marker.
-func readBinary(t *testing.T, body io.Reader) [][2]string {
-	t.Helper()
-	d := scan.NewDecoder(body, 1<<10, 1<<20)
-	var out [][2]string
-	for d.Next() {
-		out = append(out, [2]string{string(d.Key()), string(d.Value())})
-	}
-	require.NoError(t, d.Err())
-	return out
-}
 
 func TestEntitiesLocalContract(t *testing.T) {
 	c := testcluster.Start(t, 1)
@@ -63,16 +29,6 @@ func TestEntitiesLocalContract(t *testing.T) {
 	require.Equal(t, http.StatusCreated, cl.Put(t, base, "b2", []byte("new"), 0, 0))
 	data["b2"] = "new"
 
-	want := func(start, end string) [][2]string {
-		var out [][2]string
-		for k, v := range data {
-			if k >= start && (end == "" || k < end) {
-				out = append(out, [2]string{k, v})
-			}
-		}
-		sort.Slice(out, func(i, j int) bool { return out[i][0] < out[j][0] })
-		return out
-	}
 	q := url.QueryEscape
 	cases := []struct {
 		name, method, query string
@@ -120,21 +76,21 @@ func TestEntitiesLocalContract(t *testing.T) {
 				}
 				return
 			}
-			exp := want(tc.start, tc.end)
+			exp := testcluster.ScanOf(data, tc.start, tc.end)
 			// Course framing, checked chunk by chunk on the wire.
-			rc := rawGet(t, c.Config(0).Listen, "/v0/entities?"+tc.query, 0)
+			rc := testcluster.RawGet(t, c.Config(0).Listen, "/v0/entities?"+tc.query, 0)
 			require.Equal(t, 200, rc.Status)
 			require.Equal(t, "chunked", rc.Header.Get("Transfer-Encoding"))
-			got := readChunks(t, rc)
+			got := testcluster.ReadChunks(t, rc.ChunkedReader)
 			if len(exp) == 0 {
 				require.Empty(t, got)
 			} else {
 				require.Equal(t, exp, got)
 			}
 			// Binary framing, through net/http.
-			resp := httpGet(t, base+"/v0/entities?"+tc.query+"&format=binary")
+			resp := testcluster.HTTPGet(t, base+"/v0/entities?"+tc.query+"&format=binary")
 			require.Equal(t, 200, resp.StatusCode)
-			gotBin := readBinary(t, resp.Body)
+			gotBin := testcluster.ReadBinary(t, resp.Body)
 			if len(exp) == 0 {
 				require.Empty(t, gotBin)
 			} else {
@@ -164,10 +120,10 @@ func TestEntitiesBinaryFramingIsUnambiguous(t *testing.T) {
 	for k, v := range data {
 		require.Equal(t, http.StatusCreated, cl.Put(t, c.URL(0), k, []byte(v), 0, 0))
 	}
-	resp := httpGet(t, c.URL(0)+"/v0/entities?start=k&format=binary")
+	resp := testcluster.HTTPGet(t, c.URL(0)+"/v0/entities?start=k&format=binary")
 	require.Equal(t, 200, resp.StatusCode)
 	got := map[string]string{}
-	for _, kv := range readBinary(t, resp.Body) {
+	for _, kv := range testcluster.ReadBinary(t, resp.Body) {
 		got[kv[0]] = kv[1]
 	}
 	require.Equal(t, data, got)
@@ -176,7 +132,7 @@ func TestEntitiesBinaryFramingIsUnambiguous(t *testing.T) {
 func TestInternalEntitiesSecret(t *testing.T) {
 	c := testcluster.Start(t, 1, func(_ int, cfg *node.Config) { cfg.ClusterSecret = "s3cret" })
 	u := c.URL(0) + rpc.StreamPath + "?start=a"
-	resp := httpGet(t, u)
+	resp := testcluster.HTTPGet(t, u)
 	require.Equal(t, http.StatusForbidden, resp.StatusCode)
 
 	req, err := http.NewRequest(http.MethodGet, u, nil)
@@ -186,7 +142,7 @@ func TestInternalEntitiesSecret(t *testing.T) {
 	require.NoError(t, err)
 	defer resp.Body.Close()
 	require.Equal(t, http.StatusOK, resp.StatusCode)
-	require.Empty(t, readBinary(t, resp.Body))
+	require.Empty(t, testcluster.ReadBinary(t, resp.Body))
 
 	req, err = http.NewRequest(http.MethodPost, u, nil)
 	require.NoError(t, err)

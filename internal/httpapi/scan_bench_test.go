@@ -31,7 +31,7 @@ func benchCluster(b *testing.B, nodes int) *testcluster.Cluster {
 	dirs := make([]string, nodes)
 	for i := range dirs {
 		dirs[i] = filepath.Join(b.TempDir(), fmt.Sprintf("node%d", i))
-		fillStore(b, dirs[i], benchRecords, benchValueSize)
+		testcluster.FillStore(b, dirs[i], benchRecords, benchValueSize)
 	}
 	return testcluster.Start(b, nodes, func(i int, cfg *node.Config) {
 		cfg.DataDir = dirs[i]
@@ -92,7 +92,7 @@ func BenchmarkScanClusterBinary(b *testing.B) {
 func benchPayload() int64 {
 	var payload int64
 	for i := range benchRecords {
-		payload += int64(len(genKey(i)) + benchValueSize - i%251)
+		payload += int64(len(testcluster.GenKey(i)) + benchValueSize - i%251)
 	}
 	return payload
 }

@@ -1,7 +1,6 @@
 package httpapi_test
 
 import (
-	"bufio"
 	"bytes"
 	"io"
 	"path/filepath"
@@ -27,13 +26,31 @@ const (
 func startFilled(t *testing.T, writeTimeout time.Duration) *testcluster.Cluster {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), "filled")
-	fillStore(t, dir, flowRecords, flowValueSize)
+	testcluster.FillStore(t, dir, flowRecords, flowValueSize)
 	return testcluster.Start(t, 1, func(_ int, cfg *node.Config) {
 		cfg.DataDir = dir
 		if writeTimeout > 0 {
 			cfg.WriteTimeout = writeTimeout
 		}
 	})
+}
+
+// producedSettles waits until node 0's count of records produced by range
+// streams stops growing, as it does once a stream's writes block on a
+// client that does not read, and returns it. Stopped means unchanged for
+// 300 ms; a node that goes on producing fails the test after 10 s.
+func producedSettles(t *testing.T, c *testcluster.Cluster) float64 {
+	t.Helper()
+	const quiet, limit = 300 * time.Millisecond, 10 * time.Second
+	last, since, start := c.Metric(t, 0, "dhtkv_scan_records_total"), time.Now(), time.Now()
+	for time.Since(since) < quiet {
+		require.Less(t, time.Since(start), limit, "range streams still producing (%v records)", last)
+		time.Sleep(20 * time.Millisecond) // the polling interval
+		if n := c.Metric(t, 0, "dhtkv_scan_records_total"); n != last {
+			last, since = n, time.Now()
+		}
+	}
+	return last
 }
 
 // TestScanSlowClientBoundsProduction reads with a 4 KiB receive buffer,
@@ -43,18 +60,19 @@ func startFilled(t *testing.T, writeTimeout time.Duration) *testcluster.Cluster 
 // record, so the stall cost nothing but time.
 func TestScanSlowClientBoundsProduction(t *testing.T) {
 	c := startFilled(t, 0)
-	base := newBase(flowValueSize)
+	base := testcluster.NewBase(flowValueSize)
 	for _, format := range []string{"chunks", "binary"} {
 		t.Run(format, func(t *testing.T) {
 			before := c.Metric(t, 0, "dhtkv_scan_records_total")
-			rc := rawGet(t, c.Config(0).Listen, "/v0/entities?start=key&format="+format, 4096)
+			rc := testcluster.RawGet(t, c.Config(0).Listen, "/v0/entities?start=key&format="+format, 4096)
 			require.Equal(t, 200, rc.Status)
 			small := make([]byte, 4096)
-			_, err := io.ReadFull(rc.br, small)
+			_, err := io.ReadFull(rc.Wire, small)
 			require.NoError(t, err)
 
-			time.Sleep(700 * time.Millisecond)
-			stalled := c.Metric(t, 0, "dhtkv_scan_records_total") - before
+			stalled := producedSettles(t, c) - before
+			// The client stays stalled (the behaviour under test): the
+			// node must not produce more meanwhile.
 			time.Sleep(500 * time.Millisecond)
 			stalledLater := c.Metric(t, 0, "dhtkv_scan_records_total") - before
 			t.Logf("%s: %v of %d records produced while the client is stalled (%.1f MiB)",
@@ -63,31 +81,28 @@ func TestScanSlowClientBoundsProduction(t *testing.T) {
 			require.Less(t, stalled, float64(flowRecords)/4, "production is not bounded by the client")
 
 			// Resume: read the rest a few KB at a time and check it all.
-			r := io.MultiReader(bytes.NewReader(small), rc.br)
+			r := io.MultiReader(bytes.NewReader(small), rc.Wire)
 			var want []byte
 			n := 0
 			if format == "chunks" {
 				// Re-parse from the start: the raw bytes read so far
 				// are the head of the chunked encoding.
-				rc2 := &rawConn{br: bufio.NewReaderSize(r, 4096)}
-				rc2.tp = newTextprotoReader(rc2.br)
+				cr := testcluster.NewChunkedReader(r)
 				for {
-					chunk, err := rc2.Chunk()
+					chunk, err := cr.Chunk()
 					if err == io.EOF {
 						break
 					}
 					require.NoError(t, err)
-					want = genValue(want, base, n)
-					require.Equal(t, append(append(genKey(n), '\n'), want...), chunk, "record %d", n)
+					want = testcluster.GenValue(want, base, n)
+					require.Equal(t, append(append(testcluster.GenKey(n), '\n'), want...), chunk, "record %d", n)
 					n++
 				}
 			} else {
-				rc2 := &rawConn{br: bufio.NewReaderSize(r, 4096)}
-				rc2.tp = newTextprotoReader(rc2.br)
-				d := scan.NewDecoder(&chunkReader{rc: rc2}, 1024, 1<<20)
+				d := scan.NewDecoder(testcluster.NewChunkedReader(r), 1024, 1<<20)
 				for d.Next() {
-					want = genValue(want, base, n)
-					require.Equal(t, genKey(n), d.Key())
+					want = testcluster.GenValue(want, base, n)
+					require.Equal(t, testcluster.GenKey(n), d.Key())
 					require.True(t, bytes.Equal(want, d.Value()), "record %d", n)
 					n++
 				}
@@ -106,16 +121,16 @@ func TestScanSlowClientBoundsProduction(t *testing.T) {
 func TestScanClientGoneStopsAndCounts(t *testing.T) {
 	c := startFilled(t, 0)
 	gone := func() float64 { return c.Metric(t, 0, "dhtkv_scan_aborts_total", "reason", scan.AbortClientGone) }
-	rc := rawGet(t, c.Config(0).Listen, "/v0/entities?start=key&format=binary", 4096)
+	rc := testcluster.RawGet(t, c.Config(0).Listen, "/v0/entities?start=key&format=binary", 4096)
 	require.Equal(t, 200, rc.Status)
-	_, err := io.ReadFull(rc.br, make([]byte, 10000))
+	_, err := io.ReadFull(rc.Wire, make([]byte, 10000))
 	require.NoError(t, err)
-	rc.conn.Close()
+	rc.Conn.Close()
 	require.Eventually(t, func() bool { return gone() == 1 }, 10*time.Second, 10*time.Millisecond)
 	require.Less(t, c.Metric(t, 0, "dhtkv_scan_records_total"), float64(flowRecords))
 	// The node still serves scans.
-	resp := httpGet(t, c.URL(0)+"/v0/entities?start=key00000000&end=key00000010&format=binary")
-	require.Len(t, readBinary(t, resp.Body), 10)
+	resp := testcluster.HTTPGet(t, c.URL(0)+"/v0/entities?start=key00000000&end=key00000010&format=binary")
+	require.Len(t, testcluster.ReadBinary(t, resp.Body), 10)
 	c.StopNode(0) // fails if the aborted stream leaked its iterator
 }
 
@@ -123,26 +138,30 @@ func TestScanClientGoneStopsAndCounts(t *testing.T) {
 // long as the client keeps reading, and is aborted when the client stalls
 // for longer than it.
 func TestScanIdleTimeout(t *testing.T) {
-	c := startFilled(t, 300*time.Millisecond)
+	// Ten times the reader's pauses below, so that a busy machine cannot
+	// stretch a pause into a stall.
+	const writeTimeout = time.Second
+	c := startFilled(t, writeTimeout)
 
 	// A client that keeps reading, slowly: the whole stream takes well
 	// over the write timeout and completes.
-	rc := rawGet(t, c.Config(0).Listen, "/v0/entities?start=key&format=binary", 4096)
+	rc := testcluster.RawGet(t, c.Config(0).Listen, "/v0/entities?start=key&format=binary", 4096)
 	require.Equal(t, 200, rc.Status)
-	d := scan.NewDecoder(&chunkReader{rc: rc}, 1024, 1<<20)
+	d := scan.NewDecoder(rc.ChunkedReader, 1024, 1<<20)
 	start := time.Now()
 	for d.Next() {
-		if d.Count()%2000 == 0 {
-			time.Sleep(100 * time.Millisecond)
+		if d.Count()%1000 == 0 {
+			time.Sleep(100 * time.Millisecond) // a slow reader is the behaviour under test
 		}
 	}
 	require.NoError(t, d.Err())
 	require.Equal(t, uint64(flowRecords), d.Count())
-	require.Greater(t, time.Since(start), 600*time.Millisecond)
+	// 16 pauses of 100 ms: a lower bound, which load cannot break.
+	require.Greater(t, time.Since(start), writeTimeout, "the stream outlived the write timeout")
 
 	// A client that stops reading is cut off.
 	timeouts := func() float64 { return c.Metric(t, 0, "dhtkv_scan_aborts_total", "reason", scan.AbortClientTimeout) }
-	rc = rawGet(t, c.Config(0).Listen, "/v0/entities?start=key&format=binary", 4096)
+	rc = testcluster.RawGet(t, c.Config(0).Listen, "/v0/entities?start=key&format=binary", 4096)
 	require.Equal(t, 200, rc.Status)
 	require.Eventually(t, func() bool { return timeouts() == 1 }, 10*time.Second, 20*time.Millisecond)
 }
@@ -152,15 +171,17 @@ func TestScanIdleTimeout(t *testing.T) {
 // truncated, and the store closes cleanly (no leaked iterator).
 func TestScanShutdownAbortsStreams(t *testing.T) {
 	c := startFilled(t, 0)
-	rc := rawGet(t, c.Config(0).Listen, "/v0/entities?start=key", 4096)
+	rc := testcluster.RawGet(t, c.Config(0).Listen, "/v0/entities?start=key", 4096)
 	require.Equal(t, 200, rc.Status)
 	_, err := rc.Chunk()
 	require.NoError(t, err)
-	time.Sleep(100 * time.Millisecond) // the stream is now blocked on the stalled client
-	reg := c.Node(0).Registry()        // still readable once the node stopped
+	producedSettles(t, c)       // the stream is now blocked on the stalled client
+	reg := c.Node(0).Registry() // still readable once the node stopped
 	start := time.Now()
 	c.StopNode(0)
-	require.Less(t, time.Since(start), 3*time.Second)
+	// Only a loose bound: waiting for the stream would take the 30 s
+	// write timeout (and StopNode gives up after 10 s).
+	require.Less(t, time.Since(start), 3*time.Second, "Shutdown waited for the stalled stream")
 	for err == nil {
 		_, err = rc.Chunk()
 	}

@@ -46,7 +46,7 @@ func TestScanMemoryBounded(t *testing.T) {
 	bin := testcluster.BuildBinary(t, "../..")
 	dir := filepath.Join(t.TempDir(), "data")
 	start := time.Now()
-	fillStore(t, dir, n, valueSize)
+	testcluster.FillStore(t, dir, n, valueSize)
 	t.Logf("filled %d records of ~64 KiB (%d MiB) in %v", n, mb, time.Since(start).Round(time.Millisecond))
 
 	port := testcluster.FreePorts(t, 1)[0]
@@ -95,13 +95,13 @@ func TestScanMemoryBounded(t *testing.T) {
 	defer resp.Body.Close()
 	require.Equal(t, 200, resp.StatusCode)
 	d := scan.NewDecoder(resp.Body, 1024, 1<<20)
-	vbase := newBase(valueSize)
+	vbase := testcluster.NewBase(valueSize)
 	var want []byte
 	var bytesRead int64
 	i := 0
 	for d.Next() {
-		want = genValue(want, vbase, i)
-		if !bytes.Equal(genKey(i), d.Key()) || !bytes.Equal(want, d.Value()) {
+		want = testcluster.GenValue(want, vbase, i)
+		if !bytes.Equal(testcluster.GenKey(i), d.Key()) || !bytes.Equal(want, d.Value()) {
 			t.Fatalf("record %d: key %q, %d value bytes, not the expected ones", i, d.Key(), len(d.Value()))
 		}
 		bytesRead += int64(len(d.Key()) + len(d.Value()))

@@ -13,7 +13,7 @@ const serviceTime = 50 * time.Millisecond
 func slowServer(t *testing.T, l *requestLog) string {
 	return startServer(t, func(ctx *fasthttp.RequestCtx) {
 		l.add(ctx)
-		time.Sleep(serviceTime)
+		time.Sleep(serviceTime) // a slow server is the behaviour under test
 		ctx.SetStatusCode(fasthttp.StatusOK)
 	})
 }
@@ -37,9 +37,12 @@ func TestRateModeCorrectsCoordinatedOmission(t *testing.T) {
 	// The last slot is due at ~1s but can only be sent at ~5s.
 	ok(t, res.Latency.P99 > 2_000_000, "p99 %dµs must show the queueing", res.Latency.P99)
 	ok(t, res.Latency.P50 > 500_000, "p50 %dµs must show the queueing", res.Latency.P50)
-	// Throughput is what the server really sustained: ~40/s over ~5s.
-	near(t, 40, res.ThroughputRPS, 8, "throughput")
-	near(t, 5, res.DurationS, 1, "duration")
+	// Throughput is what the server really sustained, 40/s at most (less
+	// on a busy machine), over the ~5s that took: not the schedule's
+	// 200/s over the 1s window.
+	ok(t, res.ThroughputRPS <= 48, "throughput %v/s: more than the server can answer", res.ThroughputRPS)
+	ok(t, res.DurationS >= 4, "duration %vs: shorter than the server needs for 200 requests", res.DurationS)
+	near(t, float64(res.Requests)/res.DurationS, res.ThroughputRPS, 0.5, "throughput is requests over duration")
 }
 
 func TestClosedLoopIsPacedByServer(t *testing.T) {
@@ -49,10 +52,14 @@ func TestClosedLoopIsPacedByServer(t *testing.T) {
 	noErr(t, err)
 
 	eq(t, "closed", res.Mode, "mode")
-	// connections / service time = 2 / 0.05s = 40 requests in 1s.
-	near(t, 40, res.Requests, 6, "requests")
-	near(t, serviceTime.Microseconds(), res.Latency.P50, 15_000, "p50")
-	ok(t, res.Latency.P99 < 150_000, "p99 %dµs: a closed loop does not see the queue", res.Latency.P99)
+	// connections / service time = 2 / 0.05s = 40 requests in 1s, at
+	// most: a busy machine sends fewer, a loop that does not wait for its
+	// answers many more.
+	ok(t, res.Requests >= 10 && res.Requests <= 40+6, "requests: got %d, want 10 to 46", res.Requests)
+	// Latency is the service time, or more on a busy machine; measured
+	// from a schedule instead it would grow with the queue, towards 1 s.
+	ok(t, res.Latency.P50 >= serviceTime.Microseconds()*9/10, "p50 %dµs below the service time", res.Latency.P50)
+	ok(t, res.Latency.P99 < 400_000, "p99 %dµs: a closed loop does not see the queue", res.Latency.P99)
 }
 
 // Without a drain the late requests are dropped at the end of the window,
@@ -65,7 +72,9 @@ func TestRateModeWithoutDrainReportsUnsent(t *testing.T) {
 	res, err := Run(context.Background(), cfg)
 	noErr(t, err)
 
-	near(t, 40, res.Requests, 8, "requests")
+	// The server answers 40/s at most (fewer on a busy machine): with a
+	// drain all 200 would be sent.
+	ok(t, res.Requests > 0 && res.Requests <= 48, "requests: got %d, want 1 to 48", res.Requests)
 	near(t, 200-res.Requests, res.Unsent, 1, "unsent")
 	ok(t, res.Latency.P99 > 500_000, "p99 %dµs", res.Latency.P99)
 }
@@ -114,14 +123,15 @@ func TestMaxRequestsStopsTheRun(t *testing.T) {
 		eq(t, int64(50), res.Requests, "requests at rate %v", rate)
 		eq(t, 50, l.total(), "requests seen at rate %v", rate)
 		eq(t, int64(0), res.Unsent, "unsent at rate %v", rate)
+		// A loose bound: the run would otherwise last its 30 s.
 		ok(t, time.Since(start) < 5*time.Second, "took %v", time.Since(start))
 	}
 }
 
 // Cancellation stops the run promptly, even when workers sleep until slots
-// that are far away (0.5/s with 2 workers: the second slot is 2s out).
+// that are far away (0.2/s with 2 workers: the second slot is 5s out).
 func TestCancelStopsTheRun(t *testing.T) {
-	for _, rate := range []float64{100, 0.5} {
+	for _, rate := range []float64{100, 0.2} {
 		l := newRequestLog()
 		cfg := testConfig(startServer(t, okHandler(l)))
 		cfg.Rate = rate
@@ -131,7 +141,9 @@ func TestCancelStopsTheRun(t *testing.T) {
 		res, err := Run(ctx, cfg)
 		cancel()
 		noErr(t, err)
-		ok(t, time.Since(start) < time.Second, "rate %v: took %v", rate, time.Since(start))
+		// Canceled after 300 ms. A loose bound: a run that ignored the
+		// cancellation would wait for the slot 5 s out, or last its minute.
+		ok(t, time.Since(start) < 2500*time.Millisecond, "rate %v: took %v", rate, time.Since(start))
 		near(t, min(30, rate*0.3+1), res.Requests, 5, "requests at rate %v", rate)
 	}
 }

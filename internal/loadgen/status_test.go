@@ -75,7 +75,7 @@ func TestRefusedConnectionsAreCounted(t *testing.T) {
 // recorded, so that the tail shows them.
 func TestTimeoutsAreCounted(t *testing.T) {
 	target := startServer(t, func(ctx *fasthttp.RequestCtx) {
-		time.Sleep(300 * time.Millisecond)
+		time.Sleep(300 * time.Millisecond) // a server slower than the timeout is the behaviour under test
 	})
 	cfg := testConfig(target)
 	cfg.Timeout = 100 * time.Millisecond

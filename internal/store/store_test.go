@@ -134,7 +134,7 @@ func TestStallAccounting(t *testing.T) {
 	require.Zero(t, total)
 	l.WriteStallEnd() // an end without a begin counts nothing
 	l.WriteStallBegin(pebble.WriteStallBeginInfo{Reason: "memtable count limit reached"})
-	time.Sleep(20 * time.Millisecond)
+	time.Sleep(20 * time.Millisecond) // a stall of a known length is the behaviour under test
 	l.WriteStallEnd()
 	n, total = s.Stalls()
 	require.Equal(t, uint64(1), n)

@@ -3,6 +3,12 @@
 // which a test can stop and start again on the same port and data. The
 // process-level tests (SIGKILL) build and run cmd/dhtkv instead; see
 // BuildBinary.
+//
+// It also holds what the single-node tests (internal/httpapi) and the
+// whole-cluster tests (internal/e2e) both use to read the range-scan API:
+// a raw HTTP/1.1 client that shows the chunked encoding as it is on the
+// wire (RawGet), readers of both framings (ReadChunks, ReadBinary), and
+// generated data sets written straight into a node's store (FillStore).
 package testcluster
 
 import (
@@ -113,7 +119,7 @@ func (c *Cluster) StartNode(i int) {
 			c.nodes[i] = n
 			return
 		}
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(20 * time.Millisecond) // the retry interval
 	}
 	require.NoError(c.t, err, "start node %d", i)
 }
@@ -254,7 +260,7 @@ func WaitReady(t testing.TB, base string, timeout time.Duration) {
 				return
 			}
 		}
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(20 * time.Millisecond) // the polling interval
 	}
 	t.Fatalf("%s not ready after %v", base, timeout)
 }

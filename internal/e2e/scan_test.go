@@ -1,4 +1,8 @@
-package httpapi_test
+package e2e_test
+
+// Cluster-wide range scans (scope=cluster) on 3-node clusters: the merge
+// of the replicas' streams, and a replica failing mid-stream. The
+// node-local scan tests stay in internal/httpapi.
 
 import (
 	"fmt"
@@ -6,7 +10,6 @@ import (
 	"net/http"
 	"net/url"
 	"path/filepath"
-	"sort"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -16,33 +19,20 @@ import (
 	"github.com/dhtkv/dhtkv/internal/testcluster"
 )
 
-// Cluster-wide scans on a 3-node cluster.
-
 // clusterScan reads scope=cluster through node i in both framings and
 // checks that they agree; it returns the records, or the status if not 200.
 func clusterScan(t *testing.T, c *testcluster.Cluster, i int, query string) (int, [][2]string) {
 	t.Helper()
-	resp := httpGet(t, c.URL(i)+"/v0/entities?scope=cluster&format=binary&"+query)
+	resp := testcluster.HTTPGet(t, c.URL(i)+"/v0/entities?scope=cluster&format=binary&"+query)
 	if resp.StatusCode != 200 {
 		return resp.StatusCode, nil
 	}
-	bin := readBinary(t, resp.Body)
-	rc := rawGet(t, c.Config(i).Listen, "/v0/entities?scope=cluster&"+query, 0)
+	bin := testcluster.ReadBinary(t, resp.Body)
+	rc := testcluster.RawGet(t, c.Config(i).Listen, "/v0/entities?scope=cluster&"+query, 0)
 	require.Equal(t, 200, rc.Status)
-	chunks := readChunks(t, rc)
+	chunks := testcluster.ReadChunks(t, rc.ChunkedReader)
 	require.Equal(t, bin, chunks, "binary and chunks framings disagree")
 	return 200, bin
-}
-
-func sortedPairs(m map[string]string, start, end string) [][2]string {
-	var out [][2]string
-	for k, v := range m {
-		if k >= start && (end == "" || k < end) {
-			out = append(out, [2]string{k, v})
-		}
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i][0] < out[j][0] })
-	return out
 }
 
 // TestScanClusterMerge writes through different nodes with different
@@ -50,8 +40,8 @@ func sortedPairs(m map[string]string, start, end string) [][2]string {
 // (stopped meanwhile), so the nodes' stores disagree; the merged range must
 // still be exactly the newest live value of every key.
 func TestScanClusterMerge(t *testing.T) {
-	c := testcluster.Start(t, 3, func(_ int, cfg *node.Config) { cfg.ClusterSecret = "s" })
-	cl := testcluster.NewClient()
+	c := testcluster.Start(t, 3, withSecret("s"))
+	cl := newClient(t)
 	want := map[string]string{}
 	put := func(node int, k, v string, ack, from int) {
 		require.Equal(t, http.StatusCreated, cl.Put(t, c.URL(node), k, []byte(v), ack, from), "put %q", k)
@@ -93,20 +83,20 @@ func TestScanClusterMerge(t *testing.T) {
 	}
 	c.StartNode(2)
 	// Node 2 answers a local scan with stale data...
-	resp := httpGet(t, c.URL(2)+"/v0/entities?start=k&format=binary")
-	local := readBinary(t, resp.Body)
-	require.NotEqual(t, sortedPairs(want, "k", ""), local)
+	resp := testcluster.HTTPGet(t, c.URL(2)+"/v0/entities?start=k&format=binary")
+	local := testcluster.ReadBinary(t, resp.Body)
+	require.NotEqual(t, testcluster.ScanOf(want, "k", ""), local)
 
 	// ...while a cluster scan through any node is exact.
 	for i := range 3 {
 		code, got := clusterScan(t, c, i, "start=k")
 		require.Equal(t, 200, code)
-		require.Equal(t, sortedPairs(want, "k", ""), got, "via node %d", i)
+		require.Equal(t, testcluster.ScanOf(want, "k", ""), got, "via node %d", i)
 	}
 	start, end := key(50), key(250)
 	code, got := clusterScan(t, c, 2, "start="+url.QueryEscape(start)+"&end="+url.QueryEscape(end))
 	require.Equal(t, 200, code)
-	require.Equal(t, sortedPairs(want, start, end), got)
+	require.Equal(t, testcluster.ScanOf(want, start, end), got)
 	code, got = clusterScan(t, c, 1, "start=zzz")
 	require.Equal(t, 200, code)
 	require.Empty(t, got)
@@ -118,11 +108,11 @@ func TestScanClusterMerge(t *testing.T) {
 		for _, i := range []int{0, 2} {
 			code, got := clusterScan(t, c, i, "start=k")
 			require.Equal(t, 200, code)
-			require.Equal(t, sortedPairs(want, "k", ""), got, "via node %d", i)
+			require.Equal(t, testcluster.ScanOf(want, "k", ""), got, "via node %d", i)
 		}
 		code, got := clusterScan(t, c, 0, "start=k&from=2&ack=1")
 		require.Equal(t, 200, code)
-		require.Equal(t, sortedPairs(want, "k", ""), got)
+		require.Equal(t, testcluster.ScanOf(want, "k", ""), got)
 		// ack=3, or from=2&ack=2, cannot be met with a node down: 504
 		// before any record is sent.
 		for _, q := range []string{"start=k&ack=3", "start=k&from=2&ack=2", "start=k&from=1"} {
@@ -140,13 +130,13 @@ func TestScanClusterNodeFailsMidStream(t *testing.T) {
 	dirs := make([]string, 3)
 	for i := range dirs {
 		dirs[i] = filepath.Join(t.TempDir(), fmt.Sprintf("node%d", i))
-		fillStore(t, dirs[i], n, valueSize)
+		testcluster.FillStore(t, dirs[i], n, valueSize)
 	}
 	c := testcluster.Start(t, 3, func(i int, cfg *node.Config) { cfg.DataDir = dirs[i] })
 	coordAborts := func() float64 { return c.Metric(t, 0, "dhtkv_scan_aborts_total", "reason", scan.AbortSourceError) }
 
 	t.Run("binary", func(t *testing.T) {
-		resp := httpGet(t, c.URL(0)+"/v0/entities?scope=cluster&format=binary&start=key")
+		resp := testcluster.HTTPGet(t, c.URL(0)+"/v0/entities?scope=cluster&format=binary&start=key")
 		require.Equal(t, 200, resp.StatusCode)
 		d := scan.NewDecoder(resp.Body, 1024, 1<<20)
 		for range 10 {
@@ -162,7 +152,7 @@ func TestScanClusterNodeFailsMidStream(t *testing.T) {
 	})
 	c.StartNode(1)
 	t.Run("chunks", func(t *testing.T) {
-		rc := rawGet(t, c.Config(0).Listen, "/v0/entities?scope=cluster&start=key", 0)
+		rc := testcluster.RawGet(t, c.Config(0).Listen, "/v0/entities?scope=cluster&start=key", 0)
 		require.Equal(t, 200, rc.Status)
 		for range 10 {
 			_, err := rc.Chunk()
@@ -181,7 +171,7 @@ func TestScanClusterNodeFailsMidStream(t *testing.T) {
 		require.ErrorIs(t, err, io.ErrUnexpectedEOF, "no terminating chunk: the connection was cut, %d records", records)
 		// And through net/http, the error a plain client gets:
 		c.StartNode(2)
-		resp := httpGet(t, c.URL(0)+"/v0/entities?scope=cluster&start=key")
+		resp := testcluster.HTTPGet(t, c.URL(0)+"/v0/entities?scope=cluster&start=key")
 		buf := make([]byte, 64<<10)
 		_, err = io.ReadFull(resp.Body, buf)
 		require.NoError(t, err)
