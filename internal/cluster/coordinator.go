@@ -136,7 +136,7 @@ func NewCoordinator(topo Topology, clock *hlc.Clock, local *replica.Replica, o O
 		}),
 	}
 	var err error
-	if c.handoff, err = newHandoff(c, local.Store, o.Handoff, o.MaxKeyBytes+o.MaxValueBytes+64); err != nil {
+	if c.handoff, err = newHandoff(c, local.Store, o.Handoff); err != nil {
 		return nil, err
 	}
 	var rm *rpc.Metrics

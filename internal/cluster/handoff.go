@@ -84,7 +84,7 @@ type handoff struct {
 	m      *handoffMetrics
 }
 
-func newHandoff(c *Coordinator, st *store.Store, o HandoffOptions, maxHint int) (*handoff, error) {
+func newHandoff(c *Coordinator, st *store.Store, o HandoffOptions) (*handoff, error) {
 	o.defaults()
 	pending, err := st.HintBytes()
 	if err != nil {
@@ -93,8 +93,9 @@ func newHandoff(c *Coordinator, st *store.Store, o HandoffOptions, maxHint int) 
 	ctx, cancel := context.WithCancel(context.Background())
 	h := &handoff{
 		c: c, store: st, o: o, pending: pending, ctx: ctx, cancel: cancel, m: newHandoffMetrics(),
-		// The burst admits the largest hint at once.
-		limit: rate.NewLimiter(rate.Limit(o.ReplayRate), max(int(o.ReplayRate), maxHint)),
+		// A second's worth at most goes out at once; a larger hint waits
+		// for a full bucket (see send).
+		limit: rate.NewLimiter(rate.Limit(o.ReplayRate), int(o.ReplayRate)),
 	}
 	for target, n := range pending {
 		if target >= len(c.topo.Nodes) || target == c.topo.Self {
@@ -173,11 +174,13 @@ func (h *handoff) run() {
 // whatever the backlog.
 func (h *handoff) deliver(target int) {
 	peer := h.c.topo.Nodes[target]
+	var cursor *store.Hint // the last hint handled: the next slice starts past it
 	for h.ctx.Err() == nil {
 		var batch []store.Hint
 		var expired []store.Hint
 		oldest := hlc.VersionAt(time.Now().Add(-h.o.Window))
-		err := h.store.Hints(target, func(hint store.Hint) bool {
+		err := h.store.Hints(target, cursor, func(hint store.Hint) bool {
+			cursor = &hint
 			if hint.Version() < oldest {
 				expired = append(expired, hint)
 			} else {
@@ -213,7 +216,7 @@ func (h *handoff) send(target int, batch []store.Hint) (delivered []store.Hint, 
 	errs := make([]error, len(batch))
 	var wg sync.WaitGroup
 	for i, hint := range batch {
-		if err := h.limit.WaitN(h.ctx, hint.Size()); err != nil {
+		if err := h.limit.WaitN(h.ctx, min(hint.Size(), h.limit.Burst())); err != nil {
 			break // stopping
 		}
 		wg.Go(func() {

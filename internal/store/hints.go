@@ -56,9 +56,16 @@ func (s *Store) AddHint(h Hint) error {
 }
 
 // Hints calls fn with target's hints, oldest first, until fn returns false.
-// The hint's slices are copies: fn may keep them.
-func (s *Store) Hints(target int, fn func(Hint) bool) error {
+// after, if not nil, is a hint fn saw before: the walk starts past it, so
+// a caller going through a backlog in slices does not step again over the
+// hints it already handled (deleted hints are tombstones a walk from the
+// start would pass every time). The hint's slices are copies: fn may keep
+// them.
+func (s *Store) Hints(target int, after *Hint, fn func(Hint) bool) error {
 	lower := []byte{hintPrefix, byte(target)}
+	if after != nil {
+		lower = append(hintKey(target, after.Version(), after.Key), 0)
+	}
 	upper := []byte{hintPrefix, byte(target) + 1}
 	if target == 255 {
 		upper = []byte{hintPrefix + 1}
