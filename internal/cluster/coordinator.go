@@ -69,6 +69,7 @@ type peer struct {
 	reads, writes callMetrics
 	readLat       *latencyWindow
 	down          atomic.Bool // the last probe failed
+	seen          atomic.Bool // a probe succeeded once
 }
 
 // Options configures a coordinator. Zero fields take the defaults noted.

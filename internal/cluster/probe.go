@@ -137,16 +137,26 @@ func (p *prober) check() error {
 	return nil
 }
 
-// observeReachable records a probe's outcome and logs a change.
+// observeReachable records a probe's outcome and logs a change: a peer
+// that stops answering (a warning), one that answers again, and, at
+// information level, one that has not answered since this node started
+// (in a cluster starting up, its peers may simply not be up yet).
 func (p *peer) observeReachable(c *Coordinator, i int, err error) {
 	down := err != nil
 	if p.down.Swap(down) == down {
 		return
 	}
-	if down {
+	seen := p.seen.Load()
+	switch {
+	case down && seen:
 		c.log.Warn("peer not answering", "peer", c.topo.Nodes[i], "err", err)
-	} else {
+	case down:
+		c.log.Info("peer not answering yet", "peer", c.topo.Nodes[i], "err", err)
+	case seen:
 		c.log.Info("peer answering again", "peer", c.topo.Nodes[i])
+	}
+	if !down {
+		p.seen.Store(true)
 	}
 }
 
