@@ -152,13 +152,15 @@ func NewPeer(baseURL string, o PeerOptions, m *Metrics) *Peer {
 			// fasthttp retries idempotent requests up to 5 times by
 			// default, on any error. A blanket retry hides failures from
 			// the coordinator and multiplies load on a struggling peer.
-			// One retry is allowed, and only when a pooled keep-alive
-			// connection turned out to be dead (the peer restarted):
-			// without it the first request per pooled connection after a
-			// peer restart fails. A batch carries versions, so a repeat is
-			// harmless; timeouts are never retried and the request
-			// deadline still bounds the call.
-			MaxIdemponentCallAttempts: 2,
+			// Retries are allowed only when a pooled keep-alive
+			// connection turned out to be dead (the peer restarted), once
+			// per pooled connection plus one: after a peer restart every
+			// pooled connection is dead, and each retry discards one.
+			// Without them the first requests after a peer restart fail.
+			// A batch carries versions, so a repeat is harmless; timeouts
+			// are never retried and the request deadline still bounds the
+			// call.
+			MaxIdemponentCallAttempts: nLanes*o.Conns + 2,
 			RetryIfErr: func(_ *fasthttp.Request, _ int, err error) (bool, bool) {
 				return false, isDeadConn(err)
 			},
