@@ -7,8 +7,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -49,13 +51,14 @@ func TestScanMemoryBounded(t *testing.T) {
 	testcluster.FillStore(t, dir, n, valueSize)
 	t.Logf("filled %d records of ~64 KiB (%d MiB) in %v", n, mb, time.Since(start).Round(time.Millisecond))
 
-	port := testcluster.FreePorts(t, 1)[0]
-	addr := fmt.Sprintf("127.0.0.1:%d", port)
-	var stderr bytes.Buffer
-	cmd := exec.Command(bin, "--listen", addr, "--data-dir", dir, "--sync=false",
+	// Port 0: the node picks a free port and logs it, so that no other
+	// test's node can take the port between a look-up and the bind (the
+	// suite runs packages in parallel) and answer in its place.
+	stderr := &syncBuffer{}
+	cmd := exec.Command(bin, "--listen", "127.0.0.1:0", "--data-dir", dir, "--sync=false",
 		"--cache-bytes=0", "--block-cache-bytes", strconv.Itoa(8<<20), "--memtable-bytes", strconv.Itoa(4<<20))
 	cmd.Env = append(os.Environ(), fmt.Sprintf("GOMEMLIMIT=%dMiB", limitMiB))
-	cmd.Stderr = &stderr
+	cmd.Stderr = stderr
 	require.NoError(t, cmd.Start())
 	t.Cleanup(func() {
 		cmd.Process.Signal(syscall.SIGTERM)
@@ -64,6 +67,15 @@ func TestScanMemoryBounded(t *testing.T) {
 			t.Logf("node stderr:\n%s", stderr.String())
 		}
 	})
+	listening := regexp.MustCompile(`msg="dhtkv node started" listen=(\S+)`)
+	var addr string
+	require.Eventually(t, func() bool {
+		m := listening.FindStringSubmatch(stderr.String())
+		if m != nil {
+			addr = m[1]
+		}
+		return m != nil
+	}, 60*time.Second, 20*time.Millisecond, "the node logs its address once it listens")
 	base := "http://" + addr
 	testcluster.WaitReady(t, base, 20*time.Second)
 	hwmStart := vmHWM(t, cmd.Process.Pid)
@@ -144,4 +156,22 @@ func procStatus(pid int, field string) (int64, error) {
 		}
 	}
 	return 0, fmt.Errorf("no %s in /proc/%d/status", field, pid)
+}
+
+// syncBuffer is a bytes.Buffer a process writes while the test reads it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
 }
