@@ -57,7 +57,14 @@ type Coordinator struct {
 	repairs    *repairQueue // background read repairs (repair.go)
 	handoff    *handoff     // hints for replicas that missed a write (handoff.go)
 	probe      *prober      // peers' reachability and clocks (probe.go)
-	log        *slog.Logger
+	rebuild    *rebuilder   // copying this node's share after an empty start (rebuild.go)
+	rebuilding atomic.Bool
+	// formed: every peer has answered once (rebuild.go); recordFormed
+	// persists it.
+	formed       atomic.Bool
+	formedMu     sync.Mutex // guards recordFormed, set after the probe started
+	recordFormed func() error
+	log          *slog.Logger
 
 	inflight sync.WaitGroup
 }
@@ -178,6 +185,7 @@ func (c *Coordinator) Timeout() time.Duration { return c.timeout }
 // request's deadline), stops the background repairs, then closes the idle
 // connections to peers.
 func (c *Coordinator) Close() {
+	c.rebuild.close()
 	c.inflight.Wait()
 	c.probe.close()
 	c.repairs.close()
@@ -336,7 +344,13 @@ func (c *Coordinator) writeRound(key []byte, rec *record.Record, reps []int, ack
 	return newer, nil
 }
 
+// errLocalRebuilding fails reads of the local replica while it rebuilds.
+var errLocalRebuilding = fmt.Errorf("%w: this node's replica is rebuilding", ErrNotEnoughReplicas)
+
 func (c *Coordinator) localGet(key []byte) answer {
+	if c.rebuilding.Load() {
+		return answer{err: errLocalRebuilding}
+	}
 	e, err := c.local.Get(key)
 	if err != nil {
 		return answer{err: err}

@@ -28,6 +28,12 @@ type coordMetrics struct {
 	// (blocking, async: the background queue) and result (ok, failed,
 	// dropped: the queue was full).
 	repairs *prometheus.CounterVec
+	// rebuilding is 1 while the local replica copies its share.
+	rebuilding prometheus.Gauge
+	// rebuildRecords counts records copied by rebuilds.
+	rebuildRecords prometheus.Counter
+	// formed is 1 once every peer has answered (rebuild.go).
+	formed prometheus.Gauge
 }
 
 func newCoordMetrics() *coordMetrics {
@@ -57,13 +63,25 @@ func newCoordMetrics() *coordMetrics {
 			Name: "dhtkv_read_repairs_total",
 			Help: "Stale replicas written to by read repair, by mode (blocking before the reply, async in the background) and result (ok, failed, dropped when the queue was full).",
 		}, []string{"mode", "result"}),
+		rebuilding: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "dhtkv_rebuilding",
+			Help: "1 while this node copies its share from its peers after starting with an empty data directory; its replica is not read meanwhile.",
+		}),
+		rebuildRecords: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "dhtkv_rebuild_records_total",
+			Help: "Records copied from peers by rebuilds.",
+		}),
+		formed: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "dhtkv_cluster_formed",
+			Help: "1 once this node has seen every other node answer: a member starting with an empty data directory from then on rebuilds before serving reads.",
+		}),
 	}
 }
 
 // register adds the instruments, and the hedge delay read at scrape time,
 // to reg.
 func (m *coordMetrics) register(reg prometheus.Registerer, hedgeDelay func() float64) {
-	reg.MustRegister(m.replicaLat, m.replicaErr, m.stragglers, m.hedgedReads, m.inFlight, m.repairs)
+	reg.MustRegister(m.replicaLat, m.replicaErr, m.stragglers, m.hedgedReads, m.inFlight, m.repairs, m.rebuilding, m.rebuildRecords, m.formed)
 	if hedgeDelay != nil {
 		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "dhtkv_coordinator_read_hedge_delay_seconds",

@@ -83,17 +83,41 @@ func (p *prober) run() {
 // round pings every peer at once and then judges this node's clock.
 func (p *prober) round() {
 	var wg sync.WaitGroup
+	var failed atomic.Int32
 	for i, peer := range p.c.peers {
 		if peer == nil {
 			continue
 		}
 		wg.Go(func() {
-			err := peer.client.Ping(time.Now().Add(p.c.timeout))
+			_, err := peer.client.Ping(time.Now().Add(p.c.timeout))
 			peer.observeReachable(p.c, i, err)
+			if err != nil || !peer.seen.Load() {
+				failed.Add(1)
+			}
 		})
 	}
 	wg.Wait()
 	p.judge(time.Now())
+	p.noteFormed(failed.Load() == 0)
+}
+
+// noteFormed records, once, that every peer has answered.
+func (p *prober) noteFormed(allSeen bool) {
+	c := p.c
+	if !allSeen || c.formed.Load() {
+		return
+	}
+	c.formedMu.Lock()
+	defer c.formedMu.Unlock()
+	if c.recordFormed == nil {
+		return // not known yet whether it was recorded before (node start)
+	}
+	if err := c.recordFormed(); err != nil {
+		c.log.Error("record that the cluster is formed", "err", err)
+		return
+	}
+	c.formed.Store(true)
+	c.m.formed.Set(1)
 }
 
 // judge sets the skew from the fresh offsets.
@@ -143,10 +167,13 @@ func (p *prober) check() error {
 // (in a cluster starting up, its peers may simply not be up yet).
 func (p *peer) observeReachable(c *Coordinator, i int, err error) {
 	down := err != nil
+	seen := p.seen.Load()
+	if !down {
+		p.seen.Store(true)
+	}
 	if p.down.Swap(down) == down {
 		return
 	}
-	seen := p.seen.Load()
 	switch {
 	case down && seen:
 		c.log.Warn("peer not answering", "peer", c.topo.Nodes[i], "err", err)
@@ -154,9 +181,6 @@ func (p *peer) observeReachable(c *Coordinator, i int, err error) {
 		c.log.Info("peer not answering yet", "peer", c.topo.Nodes[i], "err", err)
 	case seen:
 		c.log.Info("peer answering again", "peer", c.topo.Nodes[i])
-	}
-	if !down {
-		p.seen.Store(true)
 	}
 }
 
@@ -166,4 +190,18 @@ func (c *Coordinator) ClockWarning() string {
 		return err.Error()
 	}
 	return ""
+}
+
+// Warnings are what an operator must know about this node, one line each
+// (empty when all is well): a clock off from the peers', a rebuild under
+// way.
+func (c *Coordinator) Warnings() []string {
+	var ws []string
+	if w := c.ClockWarning(); w != "" {
+		ws = append(ws, w)
+	}
+	if c.Rebuilding() {
+		ws = append(ws, "rebuilding: copying this node's share from its peers; its replica is not read until done")
+	}
+	return ws
 }

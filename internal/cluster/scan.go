@@ -53,8 +53,13 @@ func (c *Coordinator) Scan(ctx context.Context, start, end []byte, ack, from int
 			errs[i] = err
 		})
 	}
-	// The local stream is read from the store directly, no HTTP.
-	srcs[c.topo.Self], errs[c.topo.Self] = c.ScanLocal(start, end)
+	// The local stream is read from the store directly, no HTTP; a
+	// rebuilding replica's is incomplete and does not count.
+	if c.rebuilding.Load() {
+		errs[c.topo.Self] = errLocalRebuilding
+	} else {
+		srcs[c.topo.Self], errs[c.topo.Self] = c.ScanLocal(start, end)
+	}
 	wg.Wait()
 
 	var open []scan.Iterator

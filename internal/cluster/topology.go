@@ -7,8 +7,11 @@ package cluster
 
 import (
 	"fmt"
+
 	"net/url"
 	"strings"
+
+	"github.com/cespare/xxhash/v2"
 
 	"github.com/dhtkv/dhtkv/internal/hlc"
 )
@@ -73,6 +76,10 @@ func normalizeURL(s string) (string, error) {
 	}
 	return "http://" + u.Host, nil
 }
+
+// ID identifies the cluster: a hash of its node list in order (the order
+// gives the nodes their ids). Every node of one cluster computes the same.
+func (t Topology) ID() uint64 { return xxhash.Sum64String(strings.Join(t.Nodes, ",")) }
 
 // Size is the number of nodes.
 func (t Topology) Size() int { return len(t.Nodes) }

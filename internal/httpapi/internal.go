@@ -38,6 +38,16 @@ func (s *Server) internalBatch(ctx *fasthttp.RequestCtx) {
 	}
 	var now [20]byte
 	ctx.Response.Header.SetBytesV(rpc.TimeHeader, s.RPC.AppendTime(now[:0]))
+	if len(ctx.PostBody()) == 0 { // a ping
+		formed, err := s.RPC.Formed()
+		if err != nil {
+			s.replicaError(ctx, err)
+			return
+		}
+		if formed {
+			ctx.Response.Header.Set(rpc.FormedHeader, "1")
+		}
+	}
 	ctx.Response.SwapBody(out)
 }
 

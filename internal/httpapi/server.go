@@ -70,7 +70,7 @@ func (s *Server) Handler(ctx *fasthttp.RequestCtx) {
 			methodNotAllowed(ctx, "GET, HEAD")
 		} else {
 			ctx.SetBodyString("OK\n")
-			if w := s.Coord.ClockWarning(); w != "" {
+			for _, w := range s.Coord.Warnings() {
 				ctx.Response.AppendBodyString("warning: " + w + "\n")
 			}
 		}

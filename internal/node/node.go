@@ -308,10 +308,15 @@ func New(cfg Config) (_ *Node, err error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := n.claimIdentity(topo); err != nil {
+		n.coord.Close()
+		return nil, err
+	}
 	n.api = &httpapi.Server{
 		Coord: n.coord,
 		RPC: &rpc.Server{
 			Replica: local, Clock: clock, Secret: cfg.ClusterSecret, Log: log,
+			Rebuilding: n.coord.Rebuilding, ClusterFormed: n.coord.Formed,
 			MaxKeyBytes: cfg.MaxKeyBytes, MaxValueBytes: cfg.MaxValueBytes,
 		},
 		Metrics:         httpapi.NewMetrics(n.registry),
@@ -339,6 +344,57 @@ func New(cfg Config) (_ *Node, err error) {
 		Logger:                       fasthttpLogger{log},
 	}
 	return n, nil
+}
+
+// claimIdentity checks that the data directory is this node's, and gives
+// an empty one its identity. A directory of another cluster, or of another
+// node of this one, is refused: serving it would mix two datasets. An
+// empty directory while a peer holds data is a wiped or replaced disk: the
+// node rebuilds its share before serving reads (cluster/rebuild.go), and
+// resumes a rebuild a stop interrupted.
+func (n *Node) claimIdentity(topo cluster.Topology) error {
+	want := store.Identity{Cluster: topo.ID(), Node: topo.Self}
+	id, ok, err := n.store.Identity()
+	if err != nil {
+		return err
+	}
+	if ok && (id.Cluster != want.Cluster || id.Node != want.Node) {
+		return fmt.Errorf("data directory %s belongs to node %d of cluster %016x; this is node %d of cluster %016x (the --cluster list changed?)",
+			n.cfg.DataDir, id.Node, id.Cluster, want.Node, want.Cluster)
+	}
+	if !ok {
+		has, err := n.store.HasData()
+		if err != nil {
+			return err
+		}
+		// A directory with data but no identity was written by an
+		// earlier release: it is adopted as it is.
+		want.Rebuilding = !has && topo.Size() > 1 && n.coord.ClusterFormed()
+		if err := n.store.SetIdentity(want); err != nil {
+			return err
+		}
+		id = want
+	}
+	// The identity is written by one goroutine at a time: the rebuild's
+	// end and the probe's first full round may meet.
+	var mu sync.Mutex
+	cur := id
+	update := func(change func(*store.Identity)) error {
+		mu.Lock()
+		defer mu.Unlock()
+		next := cur
+		change(&next)
+		if err := n.store.SetIdentity(next); err != nil {
+			return err
+		}
+		cur = next
+		return nil
+	}
+	n.coord.SetFormed(id.Formed, func() error { return update(func(i *store.Identity) { i.Formed = true }) })
+	if id.Rebuilding {
+		n.coord.StartRebuild(func() error { return update(func(i *store.Identity) { i.Rebuilding = false }) })
+	}
+	return nil
 }
 
 // Handler is the node's request handler, as its listener serves it: tests

@@ -55,10 +55,27 @@ func (p *Peer) exchange(req *fasthttp.Request, resp *fasthttp.Response, deadline
 	return nil
 }
 
+// FormedHeader is on the answer to an empty batch (a ping): "1" when the
+// answering node knows the cluster exists (it has seen every node answer,
+// or holds records). A node that starts with an empty data directory asks
+// it of its peers to tell a new cluster from one it must copy its share
+// from (cluster/rebuild.go).
+const FormedHeader = "X-Dhtkv-Formed"
+
+// Formed reports what FormedHeader says.
+func (s *Server) Formed() (bool, error) {
+	if s.ClusterFormed != nil && s.ClusterFormed() {
+		return true, nil
+	}
+	return s.Replica.Store.HasData()
+}
+
 // Ping sends an empty batch: it tells whether the peer answers and
-// measures its clock. The coordinator pings every peer periodically, so
-// both are known even while no request needs the peer.
-func (p *Peer) Ping(deadline time.Time) error {
+// measures its clock, and tells whether the peer knows the cluster
+// exists (FormedHeader). The
+// coordinator pings every peer periodically, so all are known even while
+// no request needs the peer.
+func (p *Peer) Ping(deadline time.Time) (formed bool, err error) {
 	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseRequest(req)
 	defer fasthttp.ReleaseResponse(resp)
@@ -68,10 +85,10 @@ func (p *Peer) Ping(deadline time.Time) error {
 		req.Header.Set(SecretHeader, p.secret)
 	}
 	if err := p.exchange(req, resp, deadline); err != nil {
-		return fmt.Errorf("ping %s: %w", p.url, classify(err))
+		return false, fmt.Errorf("ping %s: %w", p.url, classify(err))
 	}
 	if resp.StatusCode() != fasthttp.StatusOK {
-		return fmt.Errorf("ping %s: %w", p.url, errStatus{resp.StatusCode()})
+		return false, fmt.Errorf("ping %s: %w", p.url, errStatus{resp.StatusCode()})
 	}
-	return nil
+	return string(resp.Header.Peek(FormedHeader)) == "1", nil
 }

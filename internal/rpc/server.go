@@ -29,7 +29,14 @@ type Server struct {
 	MaxKeyBytes, MaxValueBytes int
 	// Secret, when set, must accompany every request (--cluster-secret).
 	Secret string
-	Log    *slog.Logger
+	// Rebuilding, when it returns true, makes reads fail: the replica is
+	// still copying its share and would answer "never written" for keys
+	// it has not copied yet (nil: never).
+	Rebuilding func() bool
+	// ClusterFormed reports whether this node has seen every other node
+	// answer (nil: unknown); see FormedHeader.
+	ClusterFormed func() bool
+	Log           *slog.Logger
 }
 
 // Error refuses a whole request: nothing of it was stored. Status is the
@@ -160,8 +167,14 @@ func (s *Server) ServeBatch(body, out []byte) ([]byte, error) {
 	return out, nil
 }
 
+// errRebuilding is the result of a read of a rebuilding replica.
+const errRebuilding = "rebuilding: this replica is still copying its share"
+
 // appendRead appends the result of reading key from the replica.
 func (s *Server) appendRead(out, key []byte) []byte {
+	if s.Rebuilding != nil && s.Rebuilding() {
+		return AppendResultError(out, errRebuilding)
+	}
 	e, err := s.Replica.Get(key)
 	switch {
 	case err != nil:

@@ -28,6 +28,9 @@ const StreamPath = "/v0/internal/entities"
 // query asks for. The caller streams them in scan.FormatInternal and must
 // close the iterator. A bad query is an *Error.
 func (s *Server) OpenStream(query *fasthttp.Args) (*store.Iter, error) {
+	if s.Rebuilding != nil && s.Rebuilding() {
+		return nil, refuse(http.StatusServiceUnavailable, errRebuilding)
+	}
 	start, err := s.streamKey(query, "start")
 	if err != nil {
 		return nil, err

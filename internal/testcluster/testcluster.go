@@ -139,6 +139,13 @@ func (c *Cluster) StopNode(i int) {
 	require.NoError(c.t, n.Shutdown(ctx), "stop node %d", i)
 }
 
+// WipeNode deletes stopped node i's data directory: its disk was lost.
+func (c *Cluster) WipeNode(i int) {
+	c.t.Helper()
+	require.Nil(c.t, c.Node(i), "node %d is running", i)
+	require.NoError(c.t, os.RemoveAll(c.cfgs[i].DataDir))
+}
+
 // StopAll stops every running node.
 func (c *Cluster) StopAll() {
 	for i := range c.cfgs {

@@ -1,0 +1,88 @@
+package e2e_test
+
+import (
+	"fmt"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/dhtkv/dhtkv/internal/node"
+	"github.com/dhtkv/dhtkv/internal/testcluster"
+)
+
+// TestRebuildWipedNode is the data-loss history: 300 keys
+// acknowledged with ack=2 while C was down (stored on A and B; no hints,
+// no read repair, so C stays without them), C back, then B's disk lost
+// and A stopped. B starts empty and must not answer "never written": it
+// rebuilds, and cannot finish without A, so quorum reads of those keys
+// answer 504, never 404 (a read with ack=1 may still meet C, which was
+// never told: R+W is not above N). Once A is back B finishes, and every key reads back
+// through every node, B's own replica included; B's identity says it is
+// done, so a restart does not rebuild again.
+func TestRebuildWipedNode(t *testing.T) {
+	const a, b, cNode = 0, 1, 2
+	c := testcluster.Start(t, 3, func(_ int, cfg *node.Config) {
+		cfg.HintWindow = time.Millisecond
+		cfg.ReadRepair = "off"
+	})
+	cl := newClient(t)
+	for i := range 3 { // the cluster has run long enough to know it exists
+		eventually(t, 10*time.Second, "cluster formed", func() bool { return c.Metric(t, i, "dhtkv_cluster_formed") == 1 })
+	}
+	c.StopNode(cNode)
+	const n = 300
+	for i := range n {
+		require.Equal(t, http.StatusCreated, cl.Put(t, c.URL(i%2), fmt.Sprintf("rb%d", i), []byte(fmt.Sprint(i)), 2, 3))
+	}
+	c.StartNode(cNode)
+	c.StopNode(b)
+	c.WipeNode(b)
+	c.StopNode(a)
+	c.StartNode(b)
+	require.Equal(t, 1.0, c.Metric(t, b, "dhtkv_rebuilding"), "B holds nothing, C knows the cluster exists: B rebuilds")
+	_, status := cl.Do(t, http.MethodGet, c.URL(b)+"/v0/status", nil)
+	require.Contains(t, string(status), "rebuilding")
+	for i := range n {
+		for _, via := range []int{b, cNode} {
+			code, _ := cl.Get(t, c.URL(via), fmt.Sprintf("rb%d", i), 2, 3)
+			require.NotEqual(t, http.StatusNotFound, code, "rb%d via node %d: an acknowledged write read as never written by a quorum", i, via)
+		}
+	}
+
+	c.StartNode(a)
+	eventually(t, 20*time.Second, "B's rebuild finished", func() bool {
+		return c.Metric(t, b, "dhtkv_rebuilding") == 0
+	})
+	for i := range n {
+		key := fmt.Sprintf("rb%d", i)
+		code, rec := internalGet(t, cl, c.URL(b), key, "")
+		require.Equal(t, http.StatusOK, code, "%s copied to B", key)
+		require.Equal(t, fmt.Sprint(i), string(rec.Value))
+		expectValue(t, cl, c.URL(i%3), key, 2, 3, fmt.Sprint(i))
+	}
+	c.StopNode(b)
+	c.StartNode(b)
+	require.Equal(t, 0.0, c.Metric(t, b, "dhtkv_rebuilding"), "done is recorded")
+}
+
+// TestFreshClusterDoesNotRebuild: nodes of a new cluster start empty with
+// empty peers: nothing to copy, nothing refused.
+func TestFreshClusterDoesNotRebuild(t *testing.T) {
+	c := testcluster.Start(t, 3)
+	for i := range 3 {
+		require.Equal(t, 0.0, c.Metric(t, i, "dhtkv_rebuilding"), "node %d", i)
+	}
+}
+
+// TestDataDirOfAnotherNodeIsRefused: a node started on a data directory
+// that another node of the cluster wrote refuses to start.
+func TestDataDirOfAnotherNodeIsRefused(t *testing.T) {
+	c := testcluster.Start(t, 2)
+	c.StopAll()
+	cfg := c.Config(0)
+	cfg.DataDir = c.Config(1).DataDir
+	_, err := node.Start(cfg)
+	require.ErrorContains(t, err, "belongs to node 1")
+}
