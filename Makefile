@@ -23,7 +23,7 @@ test:
 FAULT_COUNT ?= 20
 test-faults:
 	$(GO) test -race -count=$(FAULT_COUNT) -shuffle=on -timeout 60m \
-		-run 'TestFault|TestReadRepair|TestHint|TestRestartLoop|TestClockSurvivesRestart|TestProcessCluster' ./internal/e2e
+		-run 'TestFault|TestReadRepair|TestHint|TestRebuild|TestRestartLoop|TestClockSurvivesRestart|TestProcessCluster' ./internal/e2e
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
