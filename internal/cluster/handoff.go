@@ -7,7 +7,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/time/rate"
 
 	"github.com/dhtkv/dhtkv/internal/hlc"
@@ -260,35 +259,4 @@ func (h *handoff) forget(target int, hs []store.Hint, reason string) {
 func (h *handoff) close() {
 	h.cancel()
 	h.done.Wait()
-}
-
-type handoffMetrics struct {
-	stored, replayed *prometheus.CounterVec
-	dropped          *prometheus.CounterVec
-	pending          *prometheus.GaugeVec
-}
-
-func newHandoffMetrics() *handoffMetrics {
-	return &handoffMetrics{
-		stored: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "dhtkv_hints_stored_total",
-			Help: "Hints stored for a replica whose write failed or timed out, by peer.",
-		}, []string{"peer"}),
-		replayed: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "dhtkv_hints_replayed_total",
-			Help: "Hints delivered to their replica and deleted, by peer.",
-		}, []string{"peer"}),
-		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "dhtkv_hints_dropped_total",
-			Help: "Hints not kept or not delivered, by peer and reason (window: older than --hint-window; cap: over --hint-max-bytes; error: the store failed). Anti-entropy repairs what they carried.",
-		}, []string{"peer", "reason"}),
-		pending: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "dhtkv_hints_pending_bytes",
-			Help: "Bytes of hints waiting for delivery, by peer.",
-		}, []string{"peer"}),
-	}
-}
-
-func (m *handoffMetrics) register(reg prometheus.Registerer) {
-	reg.MustRegister(m.stored, m.replayed, m.dropped, m.pending)
 }

@@ -15,8 +15,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
@@ -265,21 +263,6 @@ func TestNodeShutdownClosesPeerConnections(t *testing.T) {
 		open, _ = fake.state()
 		return open == 0
 	})
-}
-
-// metricValue reads a counter or gauge.
-func metricValue(t testing.TB, m prometheus.Metric) float64 {
-	t.Helper()
-	var d dto.Metric
-	require.NoError(t, m.Write(&d))
-	switch {
-	case d.Counter != nil:
-		return d.Counter.GetValue()
-	case d.Gauge != nil:
-		return d.Gauge.GetValue()
-	}
-	t.Fatalf("not a counter or gauge: %v", m.Desc())
-	return 0
 }
 
 // TestCoordinatorReadHedging: a GET asks its first ack replicas only; when
