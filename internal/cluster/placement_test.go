@@ -11,6 +11,8 @@ import (
 
 	"github.com/cespare/xxhash/v2"
 	"github.com/stretchr/testify/require"
+
+	"github.com/dhtkv/dhtkv/internal/partition"
 )
 
 // nodeURLs returns n distinct node URLs in the form the topology keeps.
@@ -32,7 +34,8 @@ func testTopology(t testing.TB, urls []string, self int) Topology {
 // referenceOrder is the definition of rendezvous hashing written the slow,
 // obvious way: every node's score for the key, sorted descending.
 func referenceOrder(urls []string, key []byte) []int {
-	h := xxhash.Sum64(key)
+	part, _ := partition.Of(key)
+	h := partitionHash(part)
 	idx := make([]int, len(urls))
 	scores := make([]uint64, len(urls))
 	for i, u := range urls {
@@ -180,9 +183,11 @@ func balance(counts []int) (maxOverMean float64, minC, maxC int) {
 
 // TestPlacementBalance measures how evenly 1M keys spread: for 3 and 5 nodes,
 // the primary owner (from=1) and every replica for from=2 and from=3. The
-// numbers are in docs/placement.md. The bound 1.01 is several standard
-// deviations of a perfectly uniform placement (binomial noise is ~0.2% of the
-// mean at 1M keys), so it fails only for a real skew.
+// numbers are in docs/placement.md. Keys are placed by partition, so the
+// spread is that of 4096 partitions, not of 1M keys: a uniform placement of
+// 4096 partitions on 3 nodes has a standard deviation of 2.2% of the mean
+// (binomial; 3.1% on 5 nodes), and the bound 1.10 is over three of them,
+// so it fails only for a real skew.
 func TestPlacementBalance(t *testing.T) {
 	if testing.Short() {
 		t.Skip("1M keys")
@@ -214,7 +219,7 @@ func TestPlacementBalance(t *testing.T) {
 				what += " (primary)"
 			}
 			t.Logf("%-26s mean %9.0f  min %7d  max %7d  max/mean %.4f  counts %v", what, mean, lo, hi, mm, counts[f])
-			require.Less(t, mm, 1.01, what)
+			require.Less(t, mm, 1.10, what)
 		}
 	}
 }
