@@ -20,7 +20,9 @@ require (
 
 require (
 	github.com/cockroachdb/datadriven v1.0.3-0.20250407164829-2945557346d5
+	github.com/prometheus/common v0.72.0
 	golang.org/x/sys v0.48.0
+	golang.org/x/time v0.3.0
 )
 
 require (
@@ -47,13 +49,11 @@ require (
 	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
 	github.com/pkg/errors v0.9.1 // indirect
 	github.com/pmezard/go-difflib v1.0.0 // indirect
-	github.com/prometheus/common v0.72.0 // indirect
 	github.com/prometheus/procfs v0.22.0 // indirect
 	github.com/rogpeppe/go-internal v1.14.1 // indirect
 	github.com/valyala/bytebufferpool v1.0.0 // indirect
 	go.yaml.in/yaml/v3 v3.0.5 // indirect
 	golang.org/x/exp v0.0.0-20230626212559-97b1e661b5df // indirect
 	golang.org/x/text v0.42.0 // indirect
-	golang.org/x/time v0.3.0 // indirect
 	google.golang.org/protobuf v1.36.12 // indirect
 )

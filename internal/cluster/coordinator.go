@@ -56,9 +56,16 @@ type Coordinator struct {
 	repairMode RepairMode
 	repairs    *repairQueue // background read repairs (repair.go)
 	handoff    *handoff     // hints for replicas that missed a write (handoff.go)
-	probe      *prober      // peers' reachability and clocks (probe.go)
-	rebuild    *rebuilder   // copying this node's share after an empty start (rebuild.go)
-	rebuilding atomic.Bool
+	ae         *antiEntropy // comparing replicas' data (antientropy.go)
+	// replicas is the replication factor: every partition's data is kept
+	// on its first replicas nodes (placement order), the most a request's
+	// from may ask for.
+	replicas       int
+	summaryTimeout time.Duration
+	maxKeyBytes    int
+	probe          *prober    // peers' reachability and clocks (probe.go)
+	rebuild        *rebuilder // copying this node's share after an empty start (rebuild.go)
+	rebuilding     atomic.Bool
 	// formed: every peer has answered once (rebuild.go); recordFormed
 	// persists it.
 	formed       atomic.Bool
@@ -104,8 +111,14 @@ type Options struct {
 	MaxClockSkew time.Duration
 	// ProbeInterval is how often every peer is pinged (default 1 s).
 	ProbeInterval time.Duration
+	// Replicas is the replication factor: how many nodes keep each
+	// partition, the default and the largest from of a request
+	// (--replicas; default and at most the cluster size).
+	Replicas int
 	// Handoff configures hinted handoff (handoff.go).
 	Handoff HandoffOptions
+	// AntiEntropy configures the comparison of replicas (antientropy.go).
+	AntiEntropy AntiEntropyOptions
 	// Peer configures the client of every other node.
 	Peer rpc.PeerOptions
 }
@@ -129,11 +142,18 @@ func NewCoordinator(topo Topology, clock *hlc.Clock, local *replica.Replica, o O
 	if o.ProbeInterval <= 0 {
 		o.ProbeInterval = time.Second
 	}
+	if o.Replicas <= 0 || o.Replicas > topo.Size() {
+		o.Replicas = topo.Size()
+	}
+	if o.Peer.SummaryTimeout <= 0 {
+		o.Peer.SummaryTimeout = 30 * time.Second
+	}
 	o.Peer.Now = clock.Wall
 	c := &Coordinator{
 		topo: topo, place: NewPlacement(topo), clock: clock, local: local,
 		peers: make([]*peer, topo.Size()), m: newCoordMetrics(),
 		timeout: o.Timeout, hedgeDelay: o.HedgeDelay, repairMode: o.ReadRepair, log: log,
+		replicas: o.Replicas, summaryTimeout: o.Peer.SummaryTimeout, maxKeyBytes: o.MaxKeyBytes,
 		streams: rpc.NewStreamClient(rpc.StreamOptions{
 			OpenTimeout: o.Timeout,
 			IdleTimeout: o.ScanIdleTimeout,
@@ -147,6 +167,7 @@ func NewCoordinator(topo Topology, clock *hlc.Clock, local *replica.Replica, o O
 	if c.handoff, err = newHandoff(c, local.Store, o.Handoff); err != nil {
 		return nil, err
 	}
+	c.ae = newAntiEntropy(c, o.AntiEntropy) // before the handoff starts: a dropped hint schedules an exchange
 	var rm *rpc.Metrics
 	if reg != nil {
 		rm = rpc.NewMetrics(reg)
@@ -172,11 +193,15 @@ func NewCoordinator(topo Topology, clock *hlc.Clock, local *replica.Replica, o O
 	c.handoff.start()
 	c.probe = newProber(c, o.ProbeInterval, o.MaxClockSkew)
 	c.probe.start()
+	c.ae.start()
 	return c, nil
 }
 
 // Topology returns the cluster's topology.
 func (c *Coordinator) Topology() Topology { return c.topo }
+
+// Replicas is the replication factor (Options.Replicas).
+func (c *Coordinator) Replicas() int { return c.replicas }
 
 // Timeout is the per-request replica deadline.
 func (c *Coordinator) Timeout() time.Duration { return c.timeout }
@@ -186,6 +211,7 @@ func (c *Coordinator) Timeout() time.Duration { return c.timeout }
 // connections to peers.
 func (c *Coordinator) Close() {
 	c.rebuild.close()
+	c.ae.close()
 	c.inflight.Wait()
 	c.probe.close()
 	c.repairs.close()

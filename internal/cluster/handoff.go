@@ -121,6 +121,7 @@ func (h *handoff) add(target int, key, env []byte) {
 	if h.pending[target]+size > h.o.MaxBytes {
 		h.mu.Unlock()
 		h.m.dropped.WithLabelValues(peer, "cap").Inc()
+		h.c.ae.soon(target) // it repairs what the hint carried
 		return
 	}
 	h.pending[target] += size // reserved before the write, so concurrent adds respect the cap
@@ -129,6 +130,7 @@ func (h *handoff) add(target int, key, env []byte) {
 		h.addPending(target, -size)
 		h.m.dropped.WithLabelValues(peer, "error").Inc()
 		h.c.log.Error("store hint", "peer", peer, "err", err)
+		h.c.ae.soon(target)
 		return
 	}
 	h.m.stored.WithLabelValues(peer).Inc()
@@ -251,6 +253,7 @@ func (h *handoff) forget(target int, hs []store.Hint, reason string) {
 		h.m.replayed.WithLabelValues(peer).Add(float64(len(hs)))
 	} else {
 		h.m.dropped.WithLabelValues(peer, reason).Add(float64(len(hs)))
+		h.c.ae.soon(target)
 	}
 }
 

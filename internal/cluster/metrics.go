@@ -34,6 +34,17 @@ type coordMetrics struct {
 	rebuildRecords prometheus.Counter
 	// formed is 1 once every peer has answered (rebuild.go).
 	formed prometheus.Gauge
+	// Anti-entropy (antientropy.go): exchanges by result, their duration,
+	// keys repaired by direction, bytes by kind, and per peer what the last
+	// exchange found, when one last succeeded, and the running one's
+	// progress.
+	aeExchanges   *prometheus.CounterVec
+	aeDuration    prometheus.Histogram
+	aeKeys        *prometheus.CounterVec
+	aeBytes       *prometheus.CounterVec
+	aeDiffering   *prometheus.GaugeVec
+	aeLastSuccess *prometheus.GaugeVec
+	aeProgress    *prometheus.GaugeVec
 }
 
 func newCoordMetrics() *coordMetrics {
@@ -75,13 +86,61 @@ func newCoordMetrics() *coordMetrics {
 			Name: "dhtkv_cluster_formed",
 			Help: "1 once this node has seen every other node answer: a member starting with an empty data directory from then on rebuilds before serving reads.",
 		}),
+		aeExchanges: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "dhtkv_antientropy_exchanges_total",
+			Help: "Anti-entropy exchanges this node started, by result (ok: nothing left differing; failed).",
+		}, []string{"result"}),
+		aeDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "dhtkv_antientropy_exchange_duration_seconds",
+			Help:    "Duration of one anti-entropy exchange with a peer.",
+			Buckets: prometheus.ExponentialBuckets(0.01, 4, 10), // 10 ms to 45 min
+		}),
+		aeKeys: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "dhtkv_antientropy_keys_total",
+			Help: "Keys anti-entropy found differing, by direction (pulled: repaired here; pushed: repaired at the peer; failed: left differing).",
+		}, []string{"direction"}),
+		aeBytes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "dhtkv_antientropy_bytes_total",
+			Help: "Bytes anti-entropy exchanged, by kind (summary: hashes and key lists; records: keys and envelopes pulled and pushed).",
+		}, []string{"kind"}),
+		aeDiffering: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "dhtkv_antientropy_partitions_differing",
+			Help: "Partitions whose hashes differed at the start of the last exchange with a peer.",
+		}, []string{"peer"}),
+		aeLastSuccess: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "dhtkv_antientropy_last_success_timestamp_seconds",
+			Help: "When the last exchange with a peer that left nothing differing started (Unix seconds).",
+		}, []string{"peer"}),
+		aeProgress: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "dhtkv_antientropy_exchange_progress_ratio",
+			Help: "How far the running (or last) exchange with a peer got, 0 to 1.",
+		}, []string{"peer"}),
 	}
+}
+
+// observeExchange counts one finished anti-entropy exchange.
+func (m *coordMetrics) observeExchange(st ExchangeStats, err error) {
+	result := "ok"
+	if err != nil {
+		result = "failed"
+	} else {
+		m.aeLastSuccess.WithLabelValues(st.Peer).Set(float64(st.Started.UnixMilli()) / 1e3)
+	}
+	m.aeExchanges.WithLabelValues(result).Inc()
+	m.aeDuration.Observe(st.Duration.Seconds())
+	m.aeKeys.WithLabelValues("pulled").Add(float64(st.Pulled))
+	m.aeKeys.WithLabelValues("pushed").Add(float64(st.Pushed))
+	m.aeKeys.WithLabelValues("failed").Add(float64(st.Failed))
+	m.aeBytes.WithLabelValues("summary").Add(float64(st.SummaryBytes))
+	m.aeBytes.WithLabelValues("records").Add(float64(st.RecordBytes))
+	m.aeDiffering.WithLabelValues(st.Peer).Set(float64(st.PartitionsDiffering))
 }
 
 // register adds the instruments, and the hedge delay read at scrape time,
 // to reg.
 func (m *coordMetrics) register(reg prometheus.Registerer, hedgeDelay func() float64) {
-	reg.MustRegister(m.replicaLat, m.replicaErr, m.stragglers, m.hedgedReads, m.inFlight, m.repairs, m.rebuilding, m.rebuildRecords, m.formed)
+	reg.MustRegister(m.replicaLat, m.replicaErr, m.stragglers, m.hedgedReads, m.inFlight, m.repairs, m.rebuilding, m.rebuildRecords, m.formed,
+		m.aeExchanges, m.aeDuration, m.aeKeys, m.aeBytes, m.aeDiffering, m.aeLastSuccess, m.aeProgress)
 	if hedgeDelay != nil {
 		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "dhtkv_coordinator_read_hedge_delay_seconds",

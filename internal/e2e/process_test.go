@@ -5,6 +5,7 @@ package e2e_test
 // read every acknowledged write from all three replicas.
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
@@ -15,8 +16,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 	"github.com/stretchr/testify/require"
 
+	"github.com/dhtkv/dhtkv/internal/cluster"
 	"github.com/dhtkv/dhtkv/internal/testcluster"
 )
 
@@ -42,26 +46,34 @@ type procNode struct {
 }
 
 type procCluster struct {
-	t     testing.TB
-	bin   string
-	urls  []string
-	nodes []*procNode
+	t      testing.TB
+	bin    string
+	urls   []string
+	admins []string // admin host:port
+	nodes  []*procNode
 }
 
 func startProcCluster(t testing.TB, n int, extra ...string) *procCluster {
 	t.Helper()
 	pc := &procCluster{t: t, bin: testcluster.BuildBinary(t, repoRoot(t))}
-	ports := testcluster.FreePorts(t, n)
-	for _, p := range ports {
+	all := testcluster.FreePorts(t, 2*n)
+	ports := all[:n]
+	for i, p := range ports {
 		pc.urls = append(pc.urls, fmt.Sprintf("http://127.0.0.1:%d", p))
+		pc.admins = append(pc.admins, fmt.Sprintf("127.0.0.1:%d", all[n+i]))
 	}
 	dir := t.TempDir()
 	for i, p := range ports {
 		args := append([]string{
 			"--listen", fmt.Sprintf("127.0.0.1:%d", p),
+			"--admin-listen", pc.admins[i],
 			"--data-dir", filepath.Join(dir, fmt.Sprintf("node%d", i)),
 			"--cluster", strings.Join(pc.urls, ","),
 			"--log-level", "warn",
+			// Anti-entropy only when a test asks (repair): a scheduled
+			// exchange would repair what a test of another mechanism
+			// means to watch.
+			"--ae-interval", "0",
 		}, extra...)
 		pc.nodes = append(pc.nodes, &procNode{args: args})
 		pc.start(i)
@@ -78,6 +90,42 @@ func (pc *procCluster) start(i int) {
 	n.cmd.Stderr = n.stderr
 	require.NoError(pc.t, n.cmd.Start())
 	testcluster.WaitReady(pc.t, pc.urls[i], 10*time.Second)
+}
+
+// repair asks node i for an anti-entropy exchange with every peer (POST
+// /repair on its admin port) and fails the test if one did not end with
+// nothing left differing.
+func (pc *procCluster) repair(i int) []cluster.ExchangeStats {
+	pc.t.Helper()
+	resp, err := http.Post("http://"+pc.admins[i]+"/repair", "", nil)
+	require.NoError(pc.t, err)
+	defer resp.Body.Close()
+	require.Equal(pc.t, http.StatusOK, resp.StatusCode)
+	var stats []cluster.ExchangeStats
+	require.NoError(pc.t, json.NewDecoder(resp.Body).Decode(&stats))
+	for _, st := range stats {
+		require.Empty(pc.t, st.Err, "node %d's exchange with %s", i, st.Peer)
+	}
+	return stats
+}
+
+// metric returns the sum of every series of the metric name that node i
+// exports on its admin port (0 if it has none).
+func (pc *procCluster) metric(i int, name string) float64 {
+	pc.t.Helper()
+	resp, err := http.Get("http://" + pc.admins[i] + "/metrics")
+	require.NoError(pc.t, err)
+	defer resp.Body.Close()
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := p.TextToMetricFamilies(resp.Body)
+	require.NoError(pc.t, err)
+	var sum float64
+	if f := families[name]; f != nil {
+		for _, m := range f.GetMetric() {
+			sum += m.GetGauge().GetValue() + m.GetCounter().GetValue()
+		}
+	}
+	return sum
 }
 
 func (pc *procCluster) kill(i int) {

@@ -35,7 +35,7 @@ type rangeParams struct {
 // range, more likely a client bug than an intent); format and scope are
 // closed sets; ack/from follow the entity rules and only mean something
 // with scope=cluster.
-func parseRange(args *fasthttp.Args, clusterSize, maxKey int) (rangeParams, *apiError) {
+func parseRange(args *fasthttp.Args, replicas, maxKey int) (rangeParams, *apiError) {
 	var p rangeParams
 	var aerr *apiError
 	if p.start, aerr = parseKey(args, "start", maxKey); aerr != nil {
@@ -69,7 +69,7 @@ func parseRange(args *fasthttp.Args, clusterSize, maxKey int) (rangeParams, *api
 	}
 	// Same rules and defaults as /v0/entity: from = cluster size, ack =
 	// majority of from.
-	if p.ack, p.from, aerr = parseReplication(args, clusterSize); aerr != nil {
+	if p.ack, p.from, aerr = parseReplication(args, replicas); aerr != nil {
 		return p, aerr
 	}
 	return p, nil
@@ -81,7 +81,7 @@ func (s *Server) entities(ctx *fasthttp.RequestCtx) {
 		methodNotAllowed(ctx, "GET")
 		return
 	}
-	p, aerr := parseRange(ctx.QueryArgs(), s.Coord.Topology().Size(), s.Limits.MaxKeyBytes)
+	p, aerr := parseRange(ctx.QueryArgs(), s.Coord.Replicas(), s.Limits.MaxKeyBytes)
 	if aerr != nil {
 		fail(ctx, aerr)
 		return

@@ -51,6 +51,24 @@ func (s *Server) internalBatch(ctx *fasthttp.RequestCtx) {
 	ctx.Response.SwapBody(out)
 }
 
+// internalSummary serves POST rpc.SummaryPath: an anti-entropy
+// comparison step against this node's store.
+func (s *Server) internalSummary(ctx *fasthttp.RequestCtx) {
+	if !ctx.IsPost() {
+		methodNotAllowed(ctx, "POST")
+		return
+	}
+	if !s.authorized(ctx) {
+		return
+	}
+	out, err := s.RPC.ServeSummary(ctx.PostBody(), ctx.Response.SwapBody(nil)[:0])
+	if err != nil {
+		s.rpcError(ctx, err)
+		return
+	}
+	ctx.Response.SwapBody(out)
+}
+
 // internalStream serves GET rpc.StreamPath: this node's records,
 // tombstones included, for another coordinator's merge.
 func (s *Server) internalStream(ctx *fasthttp.RequestCtx) {

@@ -22,11 +22,12 @@ const (
 	OpScan
 	OpInternalBatch
 	OpInternalScan
+	OpInternalSummary
 	OpOther
 	nOps
 )
 
-var opNames = [nOps]string{"get", "put", "delete", "status", "scan", "internal_batch", "internal_scan", "other"}
+var opNames = [nOps]string{"get", "put", "delete", "status", "scan", "internal_batch", "internal_scan", "internal_summary", "other"}
 
 func (o Op) String() string { return opNames[o] }
 

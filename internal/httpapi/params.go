@@ -42,30 +42,31 @@ func parseKey(args *fasthttp.Args, name string, maxKey int) ([]byte, *apiError) 
 }
 
 // parseEntity reads id, ack and from.
-func parseEntity(args *fasthttp.Args, clusterSize, maxKey int) (entityParams, *apiError) {
+func parseEntity(args *fasthttp.Args, replicas, maxKey int) (entityParams, *apiError) {
 	key, aerr := parseKey(args, "id", maxKey)
 	if aerr != nil {
 		return entityParams{}, aerr
 	}
-	ack, from, aerr := parseReplication(args, clusterSize)
+	ack, from, aerr := parseReplication(args, replicas)
 	if aerr != nil {
 		return entityParams{}, aerr
 	}
 	return entityParams{key: key, ack: ack, from: from}, nil
 }
 
-// parseReplication reads ack and from: from defaults to the cluster size,
+// parseReplication reads ack and from: from defaults to the replication
+// factor (--replicas, the cluster size unless set),
 // ack to a majority of from (from/2+1); both must be numbers with
-// 1 <= ack <= from <= cluster size.
-func parseReplication(args *fasthttp.Args, clusterSize int) (ack, from int, _ *apiError) {
-	from = clusterSize
+// 1 <= ack <= from <= replicas.
+func parseReplication(args *fasthttp.Args, replicas int) (ack, from int, _ *apiError) {
+	from = replicas
 	if args.Has("from") {
 		n, err := parsePositive(args.Peek("from"))
 		if err != nil {
 			return 0, 0, badRequest("from: %v", err)
 		}
-		if n > clusterSize {
-			return 0, 0, badRequest("from=%d exceeds cluster size %d", n, clusterSize)
+		if n > replicas {
+			return 0, 0, badRequest("from=%d exceeds the replication factor %d (the cluster size unless --replicas is set)", n, replicas)
 		}
 		from = n
 	}

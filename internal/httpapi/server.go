@@ -83,6 +83,9 @@ func (s *Server) Handler(ctx *fasthttp.RequestCtx) {
 	case rpc.StreamPath:
 		op = OpInternalScan
 		s.internalStream(ctx)
+	case rpc.SummaryPath:
+		op = OpInternalSummary
+		s.internalSummary(ctx)
 	default:
 		op = OpOther
 		fail(ctx, badRequest("unknown path %q", ctx.Path()))
@@ -103,7 +106,7 @@ func (s *Server) entity(ctx *fasthttp.RequestCtx) Op {
 		methodNotAllowed(ctx, "GET, PUT, DELETE")
 		return OpOther
 	}
-	p, aerr := parseEntity(ctx.QueryArgs(), s.Coord.Topology().Size(), s.Limits.MaxKeyBytes)
+	p, aerr := parseEntity(ctx.QueryArgs(), s.Coord.Replicas(), s.Limits.MaxKeyBytes)
 	if aerr != nil {
 		fail(ctx, aerr)
 		return op

@@ -119,6 +119,19 @@ type Config struct {
 	// HintInterval is how often hints are offered to their replicas. The
 	// default value is 1 s; tests shorten it.
 	HintInterval time.Duration
+	// Replicas is the replication factor: how many nodes keep each
+	// partition, the default and largest from of a request (--replicas).
+	// The default value is 0: the cluster size.
+	Replicas int
+	// AEInterval is how often this node compares its data with each peer
+	// (--ae-interval; 0: only on demand). The default value is 1 h.
+	AEInterval time.Duration
+	// AERate is the most record bytes a second anti-entropy pulls and
+	// pushes (--ae-rate). The default value is 8 MiB.
+	AERate int64
+	// AEConcurrency is how many peers anti-entropy compares at once
+	// (--ae-concurrency). The default value is 1.
+	AEConcurrency int
 	// ReadHedgeDelay is the least time a GET waits for its first ack
 	// replicas before asking the others (--read-hedge-delay; 0 asks all at
 	// once). The default value is 5 ms.
@@ -163,6 +176,9 @@ func DefaultConfig() Config {
 		HintMaxBytes:          256 << 20,
 		HintReplayRate:        4 << 20,
 		HintInterval:          time.Second,
+		AEInterval:            time.Hour,
+		AERate:                8 << 20,
+		AEConcurrency:         1,
 		ReadHedgeDelay:        5 * time.Millisecond,
 		PeerConns:             1,
 	}
@@ -300,9 +316,13 @@ func New(cfg Config) (_ *Node, err error) {
 			// request body limit below.
 			MaxBatchBytes: min(256<<10, cfg.MaxValueBytes),
 		},
+		Replicas: cfg.Replicas,
 		Handoff: cluster.HandoffOptions{
 			Window: cfg.HintWindow, MaxBytes: cfg.HintMaxBytes, ReplayRate: cfg.HintReplayRate,
 			Interval: cfg.HintInterval,
+		},
+		AntiEntropy: cluster.AntiEntropyOptions{
+			Interval: aeInterval(cfg.AEInterval), Rate: cfg.AERate, Concurrency: cfg.AEConcurrency,
 		},
 	}, n.registry, log)
 	if err != nil {
@@ -426,7 +446,17 @@ func (n *Node) Serve() (err error) {
 			n.ln.Close()
 			return fmt.Errorf("admin listen %s: %w", cfg.AdminListen, err)
 		}
-		n.adminSrv = &http.Server{Handler: admin.Handler(n.registry), ReadHeaderTimeout: 10 * time.Second}
+		mux := http.NewServeMux()
+		mux.Handle("/", admin.Handler(n.registry))
+		mux.Handle("/repair", admin.RepairHandler(
+			func(ctx context.Context) any {
+				if res := n.coord.Repair(ctx); res != nil {
+					return res
+				}
+				return nil
+			},
+			func() any { return n.coord.AntiEntropy() }))
+		n.adminSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 		go func() {
 			if err := n.adminSrv.Serve(n.adminLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				n.log.Error("admin listener", "err", err)
@@ -519,4 +549,13 @@ type fasthttpLogger struct{ l *slog.Logger }
 
 func (f fasthttpLogger) Printf(format string, args ...any) {
 	f.l.Debug(fmt.Sprintf(format, args...), "component", "fasthttp")
+}
+
+// aeInterval maps --ae-interval to cluster.AntiEntropyOptions: 0 there
+// means the default, here "only on demand".
+func aeInterval(d time.Duration) time.Duration {
+	if d == 0 {
+		return -1
+	}
+	return d
 }

@@ -44,6 +44,10 @@ type PeerOptions struct {
 	// Now is this node's clock, the one its versions are made from
 	// (default time.Now): the peer's clock is measured against it.
 	Now func() time.Time
+	// SummaryTimeout bounds one anti-entropy summary exchange (SummaryPath)
+	// with the peer, which may have to read a whole index partition by
+	// partition (default 30 s).
+	SummaryTimeout time.Duration
 	// Dial connects to a peer's host:port within timeout (default: TCP).
 	// Tests route node-to-node traffic through fault injectors with it.
 	Dial func(addr string, timeout time.Duration) (net.Conn, error)
@@ -75,6 +79,7 @@ type Peer struct {
 	url      string
 	batchURL string
 	client   *fasthttp.HostClient
+	bulk     *fasthttp.HostClient // summary exchanges (summary.go), apart from the batches' deadlines
 	secret   string
 	maxBatch int
 	batchOps prometheus.Observer
@@ -170,6 +175,21 @@ func NewPeer(baseURL string, o PeerOptions, m *Metrics) *Peer {
 			NoDefaultUserAgentHeader: true,
 		},
 	}
+	if o.SummaryTimeout <= 0 {
+		o.SummaryTimeout = 30 * time.Second
+	}
+	p.bulk = &fasthttp.HostClient{
+		Addr: addr, Name: "dhtkv-summary",
+		DialTimeout: func(a string, left time.Duration) (net.Conn, error) {
+			return dial(a, min(max(left, 0), timeout))
+		},
+		MaxConns:                 2,
+		ReadTimeout:              o.SummaryTimeout,
+		WriteTimeout:             o.SummaryTimeout,
+		MaxIdleConnDuration:      30 * time.Second,
+		MaxResponseBodySize:      2 * SummaryAnswerBytes,
+		NoDefaultUserAgentHeader: true,
+	}
 	for l := range p.lanes {
 		p.lanes[l] = make(chan *call, queueLen)
 		p.senders.Add(o.Conns)
@@ -199,6 +219,7 @@ func (p *Peer) Close() {
 	p.mu.Unlock()
 	p.senders.Wait()
 	p.client.CloseIdleConnections()
+	p.bulk.CloseIdleConnections()
 }
 
 // errStatus is an unexpected status from a peer.

@@ -3,8 +3,11 @@
 // Every user key is stored under the data prefix 'd' with a record envelope
 // (package record) as its value; writes are Pebble merges resolved by
 // last-write-wins on the version (merge.go), so Put and Delete are the same
-// operation: Apply. A meta key records the on-disk layout version so that an
-// incompatible directory is refused at Open instead of misread.
+// operation: Apply. The same batch records the key's version in the
+// anti-entropy index (summary.go), from which replicas' summaries are
+// computed without reading values. A meta key records the on-disk layout
+// version so that an incompatible directory is refused at Open instead of
+// misread, and an older one is upgraded.
 package store
 
 import (
@@ -17,14 +20,19 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/bloom"
 
+	"github.com/dhtkv/dhtkv/internal/partition"
 	"github.com/dhtkv/dhtkv/internal/record"
 )
 
 const (
 	dataPrefix = 'd'
 	// layoutKey holds layoutVersion; it sorts before every data key.
-	layoutKey     = "\x00layout"
-	layoutVersion = "dhtkv-layout-1"
+	layoutKey = "\x00layout"
+	// layoutVersion is the layout this release writes: 2 added the
+	// anti-entropy index. Layout 1 directories are upgraded at Open
+	// (upgradeLayout1).
+	layoutVersion = "dhtkv-layout-2"
+	layout1       = "dhtkv-layout-1"
 	// clockKey holds the node clock's persisted upper bound (package hlc).
 	clockKey = "\x00clock"
 )
@@ -84,6 +92,8 @@ type Store struct {
 	writeOpt *pebble.WriteOptions
 	keyBufs  sync.Pool // *[]byte scratch for prefixed keys on reads
 	stalls   stallCounter
+	summary  summary
+	log      *slog.Logger
 }
 
 // Open opens (creating if needed) the store in dir.
@@ -102,7 +112,8 @@ func Open(dir string, o Options) (*Store, error) {
 		Merger:                      lwwMerger,
 		Logger:                      slogLogger{o.Logger.With("component", "pebble")},
 	}
-	s := &Store{dir: dir, writeOpt: pebble.NoSync}
+	s := &Store{dir: dir, writeOpt: pebble.NoSync, log: o.Logger}
+	s.summary.init()
 	popts.EventListener = s.eventListener(o.Logger.With("component", "pebble"))
 	for i := range popts.Levels {
 		// Point reads of absent keys are common (GET of a never-written
@@ -138,11 +149,15 @@ func (s *Store) checkLayout() error {
 	case err != nil:
 		return fmt.Errorf("open store %s: read layout: %w", s.dir, err)
 	}
-	defer closer.Close()
-	if string(v) != layoutVersion {
-		return fmt.Errorf("open store %s: layout %q, this release reads %q", s.dir, v, layoutVersion)
+	layout := string(v)
+	closer.Close()
+	switch layout {
+	case layoutVersion:
+		return nil
+	case layout1:
+		return s.upgradeLayout1()
 	}
-	return nil
+	return fmt.Errorf("open store %s: layout %q, this release reads %q and %q", s.dir, layout, layout1, layoutVersion)
 }
 
 // ClockBound returns the clock bound persisted by SetClockBound (0 if none).
@@ -240,12 +255,14 @@ func (s *Store) Version(key []byte) (v uint64, found bool, err error) {
 func (s *Store) Apply(key []byte, rec *record.Record) error {
 	b := s.db.NewBatch()
 	defer b.Close()
-	if err := addMerge(b, key, rec); err != nil {
+	part, err := addMerge(b, key, rec)
+	if err != nil {
 		return fmt.Errorf("apply %q: %w", key, err)
 	}
 	if err := s.db.Apply(b, s.writeOpt); err != nil {
 		return fmt.Errorf("apply %q: %w", key, err)
 	}
+	s.summary.touch(part) // after the commit: see summary.touch
 	return nil
 }
 
@@ -262,23 +279,35 @@ func (s *Store) ApplyBatch(ws []Write) error {
 	b := s.db.NewBatch()
 	defer b.Close()
 	for _, w := range ws {
-		if err := addMerge(b, w.Key, w.Rec); err != nil {
+		if _, err := addMerge(b, w.Key, w.Rec); err != nil {
 			return fmt.Errorf("apply batch: %w", err)
 		}
 	}
 	if err := s.db.Apply(b, s.writeOpt); err != nil {
 		return fmt.Errorf("apply batch of %d: %w", len(ws), err)
 	}
+	for _, w := range ws {
+		part, _ := partition.Of(w.Key)
+		s.summary.touch(part)
+	}
 	return nil
 }
 
-// addMerge adds rec under key's data key to b, encoding in place.
-func addMerge(b *pebble.Batch, key []byte, rec *record.Record) error {
+// addMerge adds rec under key's data key to b, encoding in place, and the
+// key's version to the anti-entropy index; it returns key's partition.
+func addMerge(b *pebble.Batch, key []byte, rec *record.Record) (partition.ID, error) {
 	op := b.MergeDeferred(1+len(key), rec.EncodedSize())
 	op.Key[0] = dataPrefix
 	copy(op.Key[1:], key)
 	rec.AppendEncode(op.Value[:0])
-	return op.Finish()
+	if err := op.Finish(); err != nil {
+		return 0, err
+	}
+	part, seg := partition.Of(key)
+	ix := b.MergeDeferred(indexKeyLen(key), 8)
+	putIndexKey(ix.Key, part, seg, key)
+	binary.BigEndian.PutUint64(ix.Value, rec.Version)
+	return part, ix.Finish()
 }
 
 type slogLogger struct{ l *slog.Logger }

@@ -13,6 +13,7 @@ package testcluster
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -31,6 +32,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/require"
 
+	"github.com/dhtkv/dhtkv/internal/cluster"
 	"github.com/dhtkv/dhtkv/internal/faultnet"
 	"github.com/dhtkv/dhtkv/internal/node"
 )
@@ -72,6 +74,11 @@ func start(t testing.TB, ports []int, opts []Option) *Cluster {
 		cfg.BlockCacheBytes = 8 << 20
 		cfg.MemTableBytes = 4 << 20
 		cfg.ReplicaTimeout = 500 * time.Millisecond
+		// Anti-entropy only when a test asks (Repair, or an Option setting
+		// AEInterval): a scheduled exchange would repair what a test of
+		// another mechanism means to watch.
+		cfg.AEInterval = 0
+		cfg.AdminListen = "127.0.0.1:0"
 		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 		if testing.Verbose() {
 			cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
@@ -321,4 +328,26 @@ func hasLabel(m *dto.Metric, name, value string) bool {
 		}
 	}
 	return false
+}
+
+// Repair asks node i for an anti-entropy exchange with every peer through
+// its admin endpoint (POST /repair) and returns what each found and did.
+func (c *Cluster) Repair(t testing.TB, i int) []cluster.ExchangeStats {
+	t.Helper()
+	n := c.Node(i)
+	require.NotNil(t, n, "node %d is stopped", i)
+	resp, err := http.Post("http://"+n.AdminAddr()+"/repair", "", nil)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	var out []cluster.ExchangeStats
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&out))
+	return out
+}
+
+// Reconfigure changes node i's configuration for its next start.
+func (c *Cluster) Reconfigure(i int, fn func(*node.Config)) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	fn(&c.cfgs[i])
 }
