@@ -14,8 +14,13 @@
 #                  ack=3 from=3, through node 1;
 #      reads-ack2  the same with ack=2 from=3: a quorum read that does not
 #                  ask node 3 cannot repair it;
+#      ae          --hint-window=1ms --read-repair=off, no client reads:
+#                  POST /repair on node 3's admin port (an anti-entropy
+#                  exchange with nodes 1 and 2), timed until it answers;
 #      none        --hint-window=1ms --read-repair=off, then the ack=3 pass
 #                  of reads: the control, nothing may repair node 3;
+#      Every mode runs with --ae-interval=0, so that no scheduled
+#      anti-entropy exchange repairs what another mechanism is measured on.
 #   4. count the keys node 3 holds: its local range scan
 #      (/v0/entities?start=k&end=l&format=binary, record count from the
 #      stream's end marker), then, after stopping nodes 1 and 2, a GET
@@ -36,7 +41,7 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 N=${N:-10000}
 VALUE_SIZE=${VALUE_SIZE:-1024}
-MODES=${MODES:-hints reads reads-ack2 none}
+MODES=${MODES:-hints reads reads-ack2 ae none}
 CONNECTIONS=${CONNECTIONS:-16} # dhtkv-load workers for the fill
 READERS=${READERS:-8}          # curl transfers in parallel for read passes and counts
 WAIT_S=${WAIT_S:-300}          # bound on every wait
@@ -136,9 +141,11 @@ run_mode() { # mode
   hints) ;;
   reads) flags=(--hint-window=1ms --read-repair=blocking) ack=3 ;;
   reads-ack2) flags=(--hint-window=1ms --read-repair=blocking) ack=2 ;;
+  ae) flags=(--hint-window=1ms --read-repair=off) ;;
   none) flags=(--hint-window=1ms --read-repair=off) ack=3 ;;
   *) echo "unknown mode $mode" >&2; exit 2 ;;
   esac
+  flags+=(--ae-interval=0)
   for i in 1 2 3; do start_node "$i" "$dir" "${flags[@]}"; done
   for i in 1 2 3; do wait_up "$i"; done
   stop_node 3
@@ -166,6 +173,12 @@ run_mode() { # mode
       sleep 0.1
     done
     [ "$(pending)" = 0 ] && converge=$(since "$t0")
+  elif [ "$mode" = ae ]; then
+    local tp
+    tp=$(now)
+    res=$(curl -s -m "$WAIT_S" -X POST "http://127.0.0.1:$(admin 3)/repair" | jq -c '[.[] | {pulled: .Pulled, pushed: .Pushed, partitions: .PartitionsDiffering, summary_bytes: .SummaryBytes, record_bytes: .RecordBytes, err: .Err}]')
+    t_pass=$(since "$tp")
+    converge=$(since "$t0")
   else
     local tp
     tp=$(now)
@@ -200,7 +213,11 @@ run_mode() { # mode
   {
     printf '# %s: hints stored for node 3 %s, pending at restart %s B; node 3 serving %s s after restart' \
       "$mode" "$stored" "$pend0" "$t_up"
-    [ -n "$t_pass" ] && printf '; read pass ack=%s from=3 via node 1: %s s, %s, %s hedged' "$ack" "$t_pass" "$res" "$hedged"
+    if [ "$mode" = ae ]; then
+      printf '; POST /repair on node 3: %s s, %s' "$t_pass" "$res"
+    elif [ -n "$t_pass" ]; then
+      printf '; read pass ack=%s from=3 via node 1: %s s, %s, %s hedged' "$ack" "$t_pass" "$res" "$hedged"
+    fi
     printf '\n#   node 3 afterwards: local scan %s records; GET ack=1 from=3 via node 3 alone: %s; read repairs failed or dropped: %s\n' \
       "$scan" "$count" "$rfailed"
   }

@@ -45,13 +45,14 @@ import (
 // the peer refuses a pushed one it holds newer.
 //
 // Schedule: each node starts an exchange with each of its peers every
-// Interval, the first at a random time within min(Interval, 5 min) of its
-// start so that a node that was down compares soon, and peers do not all
-// start together. A failed exchange is retried after a minute. Both nodes
-// of a pair start exchanges, so every pair is compared at least once an
-// Interval while either of them runs. Repair (the admin endpoint) runs an
-// exchange with every peer at once; a peer whose hints were dropped is
-// compared within a minute (soon).
+// Interval, at most Concurrency at once, the first at a random time within
+// min(Interval, 5 min) of its start so that a node that was down compares
+// soon, and peers do not all start together. A failed exchange is retried
+// after a minute. Both nodes of a pair start exchanges, so every pair is
+// compared at least once an Interval while either of them runs. Repair
+// (the admin endpoint) runs an exchange with every peer now, within the
+// same Concurrency; a peer whose hints were dropped is compared within a
+// minute (soon).
 
 // AntiEntropyOptions configures anti-entropy. Zero fields take the
 // defaults noted.
@@ -130,9 +131,10 @@ type antiEntropy struct {
 	sem   chan struct{} // Concurrency slots
 	wake  chan struct{}
 
-	mu    sync.Mutex
-	due   []time.Time // per node; zero for self
-	state []PeerSync  // per node
+	mu      sync.Mutex
+	due     []time.Time // per node; zero for self
+	state   []PeerSync  // per node
+	started time.Time
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -153,6 +155,7 @@ func newAntiEntropy(c *Coordinator, o AntiEntropyOptions) *antiEntropy {
 		state: make([]PeerSync, c.topo.Size()),
 	}
 	now := time.Now()
+	a.started = now
 	for i := range a.due {
 		a.state[i].Peer = c.topo.Nodes[i]
 		if i != c.topo.Self && o.Interval > 0 {
@@ -274,10 +277,12 @@ func (a *antiEntropy) soon(i int) {
 	}
 }
 
-// Repair runs an exchange with every peer now, all at once, and returns
-// their outcomes (an exchange already running with a peer is not started
-// twice: that peer's entry then says so). ctx bounds the wait, not the
-// exchanges, which end on their own or at Close.
+// Repair runs an exchange with every peer now and returns their outcomes
+// (an exchange already running with a peer is not started twice: that
+// peer's entry then says so). They take the Concurrency slots like
+// scheduled ones: one at a time by default, so that a record this node
+// missed is pulled from the first peer that has it, not from each. ctx
+// bounds the wait, not the exchanges, which end on their own or at Close.
 func (c *Coordinator) Repair(ctx context.Context) []ExchangeStats {
 	a := c.ae
 	out := make([]ExchangeStats, c.topo.Size())
@@ -297,6 +302,16 @@ func (c *Coordinator) Repair(ctx context.Context) []ExchangeStats {
 		go func() {
 			defer a.done.Done()
 			defer wg.Done()
+			select {
+			case a.sem <- struct{}{}:
+			case <-a.ctx.Done():
+				a.mu.Lock()
+				a.state[i].Running = false
+				a.mu.Unlock()
+				out[i] = ExchangeStats{Peer: c.topo.Nodes[i], Err: "node stopping"}
+				return
+			}
+			defer func() { <-a.sem }()
 			out[i] = a.runExchange(i)
 		}()
 	}
@@ -329,6 +344,31 @@ func (c *Coordinator) AntiEntropy() []PeerSync {
 		}
 	}
 	return out
+}
+
+// warnings names the peers with which no exchange succeeded for two
+// intervals (since this node started, or since the last success): the
+// schedule is not keeping the replicas in step.
+func (a *antiEntropy) warnings(now time.Time) []string {
+	if a.o.Interval <= 0 {
+		return nil
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var ws []string
+	for i, s := range a.state {
+		if i == a.c.topo.Self {
+			continue
+		}
+		since := a.started
+		if s.LastSuccess.After(since) {
+			since = s.LastSuccess
+		}
+		if now.Sub(since) > 2*a.o.Interval {
+			ws = append(ws, fmt.Sprintf("anti-entropy: no complete exchange with %s for %v", s.Peer, now.Sub(since).Round(time.Second)))
+		}
+	}
+	return ws
 }
 
 func (a *antiEntropy) setProgress(i int, f float64) {

@@ -203,5 +203,5 @@ func (c *Coordinator) Warnings() []string {
 	if c.Rebuilding() {
 		ws = append(ws, "rebuilding: copying this node's share from its peers; its replica is not read until done")
 	}
-	return ws
+	return append(ws, c.ae.warnings(time.Now())...)
 }
