@@ -239,8 +239,9 @@ type Result struct {
 	Found bool
 }
 
-// Live reports whether the result is a value a GET returns with 200.
-func (r Result) Live() bool { return r.Found && !r.Rec.Tombstone }
+// Live reports whether the result is a value a GET returns with 200: found,
+// not a tombstone, not expired.
+func (r Result) Live() bool { return r.Found && r.Rec.LiveAt(time.Now()) }
 
 // maxReplicas bounds the on-stack replica list; larger sets allocate.
 const maxReplicas = 8
@@ -302,7 +303,8 @@ func (c *Coordinator) Get(key []byte, ack, from int) (Result, error) {
 
 // Write stores value (or a tombstone) under key with a fresh version on
 // `from` replicas and returns once `ack` of them have it. value may be the
-// handler's buffer.
+// handler's buffer. A ttl above 0 makes the value expire that long after
+// the version's time (see expiry).
 //
 // Real-time order across coordinators: this node's clock may not have seen
 // the key's latest version (this node is not one of its replicas, or was the
@@ -318,7 +320,7 @@ func (c *Coordinator) Get(key []byte, ack, from int) (Result, error) {
 //
 // The local replica never needs this: every version it stores came from
 // this clock or was observed by it before being applied.
-func (c *Coordinator) Write(key, value []byte, tombstone bool, ack, from int) error {
+func (c *Coordinator) Write(key, value []byte, tombstone bool, ttl time.Duration, ack, from int) error {
 	if err := c.probe.check(); err != nil {
 		return fmt.Errorf("write: %w", err)
 	}
@@ -326,7 +328,7 @@ func (c *Coordinator) Write(key, value []byte, tombstone bool, ack, from int) er
 	if err != nil {
 		return fmt.Errorf("write: %w", err)
 	}
-	rec := record.Record{Version: version, Tombstone: tombstone, Value: value}
+	rec := record.Record{Version: version, Tombstone: tombstone, Value: value, ExpiresAt: expiry(version, ttl)}
 	var buf [maxReplicas]int
 	reps := c.place.Replicas(key, from, buf[:0])
 	if len(reps) == 1 && reps[0] == c.topo.Self {
@@ -340,9 +342,21 @@ func (c *Coordinator) Write(key, value []byte, tombstone bool, ack, from int) er
 		if rec.Version, err = c.clock.Next(); err != nil {
 			return fmt.Errorf("write: %w", err)
 		}
+		rec.ExpiresAt = expiry(rec.Version, ttl)
 		_, err = c.writeRound(key, &rec, reps, ack)
 	}
 	return err
+}
+
+// expiry is when a value written at version with a ttl expires: the
+// version's time plus the ttl, in Unix milliseconds (0: ttl 0, never).
+// Taking the version's time makes the expiry the coordinator's, once, and
+// part of the record every replica stores.
+func expiry(version uint64, ttl time.Duration) uint64 {
+	if ttl <= 0 {
+		return 0
+	}
+	return uint64(hlc.TimeOf(version).Add(ttl).UnixMilli())
 }
 
 // writeRound sends rec to reps and returns the newest version a replica

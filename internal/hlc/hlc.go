@@ -188,6 +188,10 @@ func (c *Clock) Wall() time.Time { return c.now() }
 // or later is at least this.
 func VersionAt(t time.Time) uint64 { return uint64(t.UnixMilli()) << (logicalBits + nodeBits) }
 
+// TimeOf is the wall-clock time a version was issued at (to the
+// millisecond): the inverse of VersionAt.
+func TimeOf(v uint64) time.Time { return time.UnixMilli(int64(v >> (logicalBits + nodeBits))) }
+
 // Parts splits a version into its fields, for logs and tests.
 func Parts(v uint64) (ms int64, logical int, node int) {
 	return int64(v >> (logicalBits + nodeBits)), int(v>>nodeBits) & logicalMax, int(v & MaxNodeID)

@@ -3,6 +3,7 @@ package httpapi
 import (
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/valyala/fasthttp"
 )
@@ -93,4 +94,36 @@ func parsePositive(b []byte) (int, error) {
 		return 0, fmt.Errorf("%q is not a number from 1 to 9999", b)
 	}
 	return n, nil
+}
+
+// MaxTTL is the longest ttl a PUT may ask for: ten years.
+const MaxTTL = 10 * 365 * 24 * time.Hour
+
+// TTLHeader carries a PUT's ttl for clients that cannot add a query
+// parameter; the same rules as ?ttl apply.
+const TTLHeader = "X-Dhtkv-TTL"
+
+// parseTTL reads the ttl of a PUT, in whole seconds from 1 to MaxTTL, from
+// the ttl parameter or TTLHeader (0: none given). Both given is refused
+// unless they agree, so that neither silently wins.
+func parseTTL(args *fasthttp.Args, header []byte) (time.Duration, *apiError) {
+	var q []byte
+	hasQuery := args.Has("ttl")
+	if hasQuery {
+		q = args.Peek("ttl")
+	}
+	if !hasQuery && header == nil {
+		return 0, nil
+	}
+	if hasQuery && header != nil && string(q) != string(header) {
+		return 0, badRequest("ttl=%q and %s: %q disagree", q, TTLHeader, header)
+	}
+	if !hasQuery {
+		q = header
+	}
+	n, err := strconv.ParseInt(string(q), 10, 64)
+	if err != nil || n < 1 || n > int64(MaxTTL/time.Second) {
+		return 0, badRequest("ttl %q is not a whole number of seconds from 1 to %d", q, int64(MaxTTL/time.Second))
+	}
+	return time.Duration(n) * time.Second, nil
 }

@@ -2,7 +2,9 @@ package httpapi
 
 import (
 	"testing"
+	"time"
 
+	"github.com/stretchr/testify/require"
 	"github.com/valyala/fasthttp"
 )
 
@@ -38,4 +40,45 @@ func FuzzParseEntity(f *testing.F) {
 			t.Fatalf("accepted ack=%d from=%d size=%d", p.ack, p.from, size)
 		}
 	})
+}
+
+// TestParseTTL: whole seconds from 1 to MaxTTL, from the parameter or the
+// header, and both only when they agree.
+func TestParseTTL(t *testing.T) {
+	for _, tc := range []struct {
+		query, header string // header "-": absent
+		want          time.Duration
+		err           string
+	}{
+		{"", "-", 0, ""},
+		{"ttl=60", "-", time.Minute, ""},
+		{"", "60", time.Minute, ""},
+		{"ttl=60", "60", time.Minute, ""},
+		{"ttl=60", "61", 0, "disagree"},
+		{"ttl=315360000", "-", MaxTTL, ""},
+		{"ttl=315360001", "-", 0, "from 1 to 315360000"},
+		{"ttl=0", "-", 0, "from 1"},
+		{"ttl=-5", "-", 0, "from 1"},
+		{"ttl=1.5", "-", 0, "whole number"},
+		{"ttl=abc", "-", 0, "whole number"},
+		{"ttl=", "-", 0, "whole number"},
+		{"", "", 0, "whole number"},
+		{"ttl=99999999999999999999999", "-", 0, "whole number"},
+	} {
+		var args fasthttp.Args
+		args.Parse(tc.query)
+		var h []byte
+		if tc.header != "-" {
+			h = []byte(tc.header)
+		}
+		got, aerr := parseTTL(&args, h)
+		if tc.err != "" {
+			require.NotNil(t, aerr, "%s / %s", tc.query, tc.header)
+			require.Equal(t, 400, aerr.code)
+			require.Contains(t, aerr.reason, tc.err)
+			continue
+		}
+		require.Nil(t, aerr, "%s / %s", tc.query, tc.header)
+		require.Equal(t, tc.want, got, "%s / %s", tc.query, tc.header)
+	}
 }

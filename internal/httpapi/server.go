@@ -111,6 +111,14 @@ func (s *Server) entity(ctx *fasthttp.RequestCtx) Op {
 		fail(ctx, aerr)
 		return op
 	}
+	ttl, aerr := parseTTL(ctx.QueryArgs(), ctx.Request.Header.Peek(TTLHeader))
+	if aerr == nil && ttl > 0 && op != OpPut {
+		aerr = badRequest("ttl applies to PUT only")
+	}
+	if aerr != nil {
+		fail(ctx, aerr)
+		return op
+	}
 	switch op {
 	case OpGet:
 		res, err := s.Coord.Get(p.key, p.ack, p.from)
@@ -128,13 +136,13 @@ func (s *Server) entity(ctx *fasthttp.RequestCtx) Op {
 			fail(ctx, &apiError{fasthttp.StatusRequestEntityTooLarge, "value too large"})
 			return op
 		}
-		if err := s.Coord.Write(p.key, body, false, p.ack, p.from); err != nil {
+		if err := s.Coord.Write(p.key, body, false, ttl, p.ack, p.from); err != nil {
 			s.replicaError(ctx, err)
 			return op
 		}
 		ctx.SetStatusCode(fasthttp.StatusCreated)
 	case OpDelete:
-		if err := s.Coord.Write(p.key, nil, true, p.ack, p.from); err != nil {
+		if err := s.Coord.Write(p.key, nil, true, 0, p.ack, p.from); err != nil {
 			s.replicaError(ctx, err)
 			return op
 		}

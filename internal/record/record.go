@@ -6,9 +6,16 @@
 // Layout (format 1), all integers big-endian:
 //
 //	offset 0  1 byte   format (currently 1)
-//	offset 1  1 byte   flags  (bit 0: tombstone; other bits must be zero)
+//	offset 1  1 byte   flags  (bit 0: tombstone; bit 1: expires; other
+//	                   bits must be zero)
 //	offset 2  8 bytes  version
-//	offset 10 ...      value (empty for a tombstone)
+//	expires only:
+//	offset 10 8 bytes  expiry, Unix milliseconds
+//	then               value (empty for a tombstone)
+//
+// The expires flag came with data directory layout 3 (docs/storage.md): a
+// release before it refuses such a record as corrupt rather than misread
+// it.
 //
 // The format byte lets a later release read old records; an unknown format or
 // flag is an error, never guessed at.
@@ -18,15 +25,23 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"time"
 )
 
 // Format is the envelope format written by this release.
 const Format = 1
 
-// HeaderSize is the number of bytes before the value.
-const HeaderSize = 10
+// HeaderSize is the number of bytes before the value of a record that does
+// not expire; MaxHeaderSize of one that does.
+const (
+	HeaderSize    = 10
+	MaxHeaderSize = HeaderSize + 8
+)
 
-const flagTombstone = 1
+const (
+	flagTombstone = 1
+	flagExpires   = 2
+)
 
 // ErrCorrupt reports an envelope that cannot be decoded.
 var ErrCorrupt = errors.New("corrupt record")
@@ -34,10 +49,33 @@ var ErrCorrupt = errors.New("corrupt record")
 // Record is one version of a key's state. A tombstone records a delete: it
 // carries a version like any write so that an older PUT arriving late at a
 // replica cannot resurrect the key.
+//
+// A value may expire: from ExpiresAt on it reads as absent everywhere, like
+// a tombstone. The expiry is part of the replicated record (set by the
+// coordinator from the version's time and the request's ttl), never a
+// node-local event, so every replica agrees on it and anti-entropy sees
+// no difference.
 type Record struct {
 	Version   uint64
 	Tombstone bool
+	// ExpiresAt is when the value expires, in Unix milliseconds (0: never).
+	// Always 0 for a tombstone.
+	ExpiresAt uint64
 	Value     []byte
+}
+
+// LiveAt reports whether r is a value that reads as present at t: not a
+// tombstone, and not expired.
+func (r *Record) LiveAt(t time.Time) bool {
+	return !r.Tombstone && (r.ExpiresAt == 0 || uint64(t.UnixMilli()) < r.ExpiresAt)
+}
+
+// headerSize is the length of r's header.
+func (r *Record) headerSize() int {
+	if r.ExpiresAt != 0 {
+		return MaxHeaderSize
+	}
+	return HeaderSize
 }
 
 // Newer reports whether r should replace other under last-write-wins. Versions
@@ -46,7 +84,7 @@ type Record struct {
 func (r *Record) Newer(other *Record) bool { return r.Version > other.Version }
 
 // EncodedSize is the length of r's envelope.
-func (r *Record) EncodedSize() int { return HeaderSize + len(r.Value) }
+func (r *Record) EncodedSize() int { return r.headerSize() + len(r.Value) }
 
 // AppendEncode appends r's envelope to dst and returns the extended slice.
 func (r *Record) AppendEncode(dst []byte) []byte {
@@ -54,8 +92,14 @@ func (r *Record) AppendEncode(dst []byte) []byte {
 	if r.Tombstone {
 		flags |= flagTombstone
 	}
+	if r.ExpiresAt != 0 {
+		flags |= flagExpires
+	}
 	dst = append(dst, Format, flags)
 	dst = binary.BigEndian.AppendUint64(dst, r.Version)
+	if r.ExpiresAt != 0 {
+		dst = binary.BigEndian.AppendUint64(dst, r.ExpiresAt)
+	}
 	return append(dst, r.Value...)
 }
 
@@ -75,13 +119,23 @@ func Decode(buf []byte) (Record, error) {
 		return Record{}, fmt.Errorf("%w: unknown format %d", ErrCorrupt, buf[0])
 	}
 	flags := buf[1]
-	if flags&^flagTombstone != 0 {
+	if flags&^(flagTombstone|flagExpires) != 0 {
 		return Record{}, fmt.Errorf("%w: unknown flags %#x", ErrCorrupt, flags)
 	}
 	r := Record{
 		Version:   binary.BigEndian.Uint64(buf[2:HeaderSize]),
 		Tombstone: flags&flagTombstone != 0,
 		Value:     buf[HeaderSize:],
+	}
+	if flags&flagExpires != 0 {
+		if len(buf) < MaxHeaderSize {
+			return Record{}, fmt.Errorf("%w: %d bytes, an expiring record's header needs %d", ErrCorrupt, len(buf), MaxHeaderSize)
+		}
+		r.ExpiresAt = binary.BigEndian.Uint64(buf[HeaderSize:MaxHeaderSize])
+		r.Value = buf[MaxHeaderSize:]
+		if r.ExpiresAt == 0 || r.Tombstone {
+			return Record{}, fmt.Errorf("%w: expiry %d on a tombstone=%v record", ErrCorrupt, r.ExpiresAt, r.Tombstone)
+		}
 	}
 	if r.Tombstone && len(r.Value) > 0 {
 		return Record{}, fmt.Errorf("%w: tombstone with %d value bytes", ErrCorrupt, len(r.Value))

@@ -2,6 +2,7 @@ package record
 
 import (
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -12,11 +13,15 @@ func TestRoundTrip(t *testing.T) {
 		{Version: 1<<63 + 5, Value: []byte{}},
 		{Version: 42, Tombstone: true},
 		{Version: 7, Value: []byte("a\nb\x00\xff")},
+		{Version: 8, ExpiresAt: 1_800_000_000_000, Value: []byte("expires")},
+		{Version: 9, ExpiresAt: 1, Value: []byte{}},
 	} {
 		got, err := Decode(r.Encode())
 		require.NoError(t, err)
+		require.Len(t, r.Encode(), r.EncodedSize())
 		require.Equal(t, r.Version, got.Version)
 		require.Equal(t, r.Tombstone, got.Tombstone)
+		require.Equal(t, r.ExpiresAt, got.ExpiresAt)
 		require.Equal(t, string(r.Value), string(got.Value))
 		v, ok := PeekVersion(r.Encode())
 		require.True(t, ok)
@@ -31,8 +36,31 @@ func TestDecodeRejects(t *testing.T) {
 		"unknown format":     append([]byte{2}, good[1:]...),
 		"unknown flags":      append([]byte{1, 0x80}, good[2:]...),
 		"tombstone w/ value": append([]byte{1, 1}, good[2:]...),
+		"expiry cut short":   append([]byte{1, 2}, good[2:]...),
+		"expiry zero":        append(append([]byte{1, 2}, good[2:HeaderSize]...), 0, 0, 0, 0, 0, 0, 0, 0),
+		"expiring tombstone": append(append([]byte{1, 3}, good[2:HeaderSize]...), 0, 0, 0, 0, 0, 0, 0, 9),
 	} {
 		_, err := Decode(b)
 		require.ErrorIs(t, err, ErrCorrupt, name)
+	}
+}
+
+// TestLiveAt: a value is live until its expiry (exclusive); a tombstone
+// never is.
+func TestLiveAt(t *testing.T) {
+	at := func(ms int64) time.Time { return time.UnixMilli(ms) }
+	for _, tc := range []struct {
+		name string
+		rec  Record
+		t    time.Time
+		want bool
+	}{
+		{"value", Record{Version: 1}, at(5), true},
+		{"tombstone", Record{Version: 1, Tombstone: true}, at(5), false},
+		{"before expiry", Record{Version: 1, ExpiresAt: 10}, at(9), true},
+		{"at expiry", Record{Version: 1, ExpiresAt: 10}, at(10), false},
+		{"after expiry", Record{Version: 1, ExpiresAt: 10}, at(11), false},
+	} {
+		require.Equal(t, tc.want, tc.rec.LiveAt(tc.t), tc.name)
 	}
 }

@@ -183,8 +183,8 @@ func (s *Server) appendRead(out, key []byte) []byte {
 	case !e.Found:
 		return append(out, ResNotFound)
 	}
-	var hdr [record.HeaderSize]byte
-	h := record.Record{Version: e.Rec.Version, Tombstone: e.Rec.Tombstone}
+	var hdr [record.MaxHeaderSize]byte
+	h := record.Record{Version: e.Rec.Version, Tombstone: e.Rec.Tombstone, ExpiresAt: e.Rec.ExpiresAt}
 	return AppendResultFound(out, h.AppendEncode(hdr[:0]), e.Rec.Value)
 }
 

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"time"
 )
 
 // Format is how a response body frames its records.
@@ -53,6 +54,10 @@ type BodyOptions struct {
 	Log     *slog.Logger
 	// Name identifies the stream in logs.
 	Name string
+	// Now is the time expiry is judged at in the public framings (records
+	// expired then are left out, like tombstones); default: when the body
+	// is made. The internal framing carries every record as stored.
+	Now time.Time
 }
 
 // Body is a response body that pulls records from an Iterator only as fast
@@ -100,6 +105,9 @@ func NewBody(it Iterator, f Format, o BodyOptions) *Body {
 	}
 	if o.Log == nil {
 		o.Log = slog.Default()
+	}
+	if o.Now.IsZero() {
+		o.Now = time.Now()
 	}
 	return &Body{it: it, format: f, o: o}
 }
@@ -201,14 +209,14 @@ func (b *Body) step() ([]byte, error) {
 		rec := b.it.Record()
 		switch b.format {
 		case FormatChunks:
-			if rec.Tombstone {
+			if !rec.LiveAt(b.o.Now) {
 				continue
 			}
 			b.n++
 			b.buf = AppendKeyNewlineValue(b.buf, b.it.Key(), rec.Value)
 			return b.buf, nil
 		case FormatBinary:
-			if rec.Tombstone {
+			if !rec.LiveAt(b.o.Now) {
 				continue
 			}
 			b.buf = AppendRecord(b.buf, b.it.Key(), rec.Value)

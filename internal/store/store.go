@@ -29,10 +29,12 @@ const (
 	// layoutKey holds layoutVersion; it sorts before every data key.
 	layoutKey = "\x00layout"
 	// layoutVersion is the layout this release writes: 2 added the
-	// anti-entropy index. Layout 1 directories are upgraded at Open
-	// (upgradeLayout1).
-	layoutVersion = "dhtkv-layout-2"
+	// anti-entropy index, 3 records that may expire (package record's
+	// expires flag). Older directories are upgraded at Open: layout 1 by
+	// building the index (upgradeLayout1), layout 2 by recording 3.
+	layoutVersion = "dhtkv-layout-3"
 	layout1       = "dhtkv-layout-1"
+	layout2       = "dhtkv-layout-2"
 	// clockKey holds the node clock's persisted upper bound (package hlc).
 	clockKey = "\x00clock"
 )
@@ -156,8 +158,13 @@ func (s *Store) checkLayout() error {
 		return nil
 	case layout1:
 		return s.upgradeLayout1()
+	case layout2:
+		if err := s.db.Set([]byte(layoutKey), []byte(layoutVersion), pebble.Sync); err != nil {
+			return fmt.Errorf("open store %s: upgrade to %s: %w", s.dir, layoutVersion, err)
+		}
+		return nil
 	}
-	return fmt.Errorf("open store %s: layout %q, this release reads %q and %q", s.dir, layout, layout1, layoutVersion)
+	return fmt.Errorf("open store %s: layout %q is not one this release reads (%s to %s): written by a newer release?", s.dir, layout, layout1, layoutVersion)
 }
 
 // ClockBound returns the clock bound persisted by SetClockBound (0 if none).

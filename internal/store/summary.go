@@ -156,11 +156,11 @@ func (s *Store) SegmentEntries(part partition.ID, seg int, fn func(seg uint8, ke
 const upgradeBatch = 4096
 
 // upgradeLayout1 builds the anti-entropy index of a layout 1 directory
-// from its data keys, then records layout 2. A crash part-way leaves
+// from its data keys, then records the current layout. A crash part-way leaves
 // layout 1 recorded, and the next Open starts again: index merges are
 // idempotent.
 func (s *Store) upgradeLayout1() error {
-	s.log.Info("upgrading the data directory to layout 2: building the anti-entropy index", "dir", s.dir)
+	s.log.Info("upgrading the data directory from layout 1: building the anti-entropy index", "dir", s.dir)
 	it, err := s.NewIter(nil, nil)
 	if err != nil {
 		return err
@@ -202,8 +202,8 @@ func (s *Store) upgradeLayout1() error {
 	}
 	b.Close()
 	if err != nil {
-		return fmt.Errorf("upgrade %s to layout 2: %w", s.dir, err)
+		return fmt.Errorf("upgrade %s to %s: %w", s.dir, layoutVersion, err)
 	}
-	s.log.Info("upgraded the data directory to layout 2", "dir", s.dir, "keys", n)
+	s.log.Info("upgraded the data directory", "dir", s.dir, "layout", layoutVersion, "keys", n)
 	return nil
 }
