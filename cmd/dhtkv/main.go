@@ -20,6 +20,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/dhtkv/dhtkv/internal/buildinfo"
 	"github.com/dhtkv/dhtkv/internal/node"
 )
 
@@ -58,6 +59,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&cfg.PeerConns, "peer-conns", cfg.PeerConns, "batches in flight to each peer at once, for reads and for writes each (one connection each)")
 	shutdown := fs.Duration("shutdown-timeout", 10*time.Second, "how long to wait for in-flight requests on SIGTERM")
 	logLevel := fs.String("log-level", "info", "`level`: debug, info, warn, error")
+	version := fs.Bool("version", false, "print the version and exit")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fs.SetOutput(stdout)
@@ -67,6 +69,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 		fmt.Fprintf(stderr, "dhtkv: %v (see dhtkv -h)\n", err)
 		return 2
+	}
+	if *version {
+		fmt.Fprintf(stdout, "dhtkv %s (%s)\n", buildinfo.Version(), buildinfo.GoVersion())
+		return 0
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "dhtkv: unexpected argument %q (see dhtkv -h)\n", fs.Arg(0))

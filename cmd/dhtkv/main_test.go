@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/dhtkv/dhtkv/internal/buildinfo"
 	"github.com/dhtkv/dhtkv/internal/testcluster"
 )
 
@@ -180,4 +181,13 @@ func TestFlags(t *testing.T) {
 	for _, f := range []string{"--listen", "-data-dir", "-admin-listen", "-cache-bytes", "-sync", "-max-key-bytes", "-max-value-bytes", "-cluster", "-self", "-replica-timeout", "-cluster-secret"} {
 		assert.Contains(t, out.String(), strings.TrimLeft(f, "-"))
 	}
+}
+
+// --version prints the build's version and Go release, starts nothing, and
+// exits 0.
+func TestVersion(t *testing.T) {
+	var out, errb bytes.Buffer
+	require.Equal(t, 0, run([]string{"--version"}, &out, &errb))
+	assert.Equal(t, fmt.Sprintf("dhtkv %s (%s)\n", buildinfo.Version(), buildinfo.GoVersion()), out.String())
+	assert.Empty(t, errb.String())
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/dhtkv/dhtkv/internal/admin"
+	"github.com/dhtkv/dhtkv/internal/buildinfo"
 	"github.com/dhtkv/dhtkv/internal/cache"
 	"github.com/dhtkv/dhtkv/internal/cluster"
 	"github.com/dhtkv/dhtkv/internal/hlc"
@@ -441,7 +442,8 @@ func (n *Node) Serve() (err error) {
 	<-ln.ready
 	topo := n.coord.Topology()
 	n.log.Info("dhtkv node started", "listen", n.ln.Addr().String(), "admin", cfg.AdminListen,
-		"data_dir", cfg.DataDir, "self", topo.Nodes[topo.Self], "cluster_size", topo.Size(), "sync", cfg.Sync)
+		"data_dir", cfg.DataDir, "self", topo.Nodes[topo.Self], "cluster_size", topo.Size(), "sync", cfg.Sync,
+		"version", buildinfo.Version())
 	return nil
 }
 
