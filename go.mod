@@ -20,6 +20,7 @@ require (
 
 require (
 	github.com/cockroachdb/datadriven v1.0.3-0.20250407164829-2945557346d5
+	github.com/peterbourgon/ff/v3 v3.4.0
 	golang.org/x/sys v0.48.0
 )
 

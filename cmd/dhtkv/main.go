@@ -3,9 +3,11 @@
 //	dhtkv --listen 127.0.0.1:8080 --data-dir ./data/node1 [--admin-listen 127.0.0.1:6060]
 //	      [--cluster http://127.0.0.1:8080,http://127.0.0.1:8081 --self http://127.0.0.1:8080]
 //
-// See README.md for every flag. SIGTERM or SIGINT stops it gracefully: stop
-// accepting, finish in-flight requests (bounded by --shutdown-timeout), close
-// Pebble, exit 0.
+// Every flag can also come from a DHTKV_* environment variable or from the
+// --config file; the command line wins over the environment, which wins
+// over the file (parseFlags). See README.md for every flag. SIGTERM or
+// SIGINT stops it gracefully: stop accepting, finish in-flight requests
+// (bounded by --shutdown-timeout), close Pebble, exit 0.
 package main
 
 import (
@@ -20,6 +22,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/peterbourgon/ff/v3"
+
 	"github.com/dhtkv/dhtkv/internal/buildinfo"
 	"github.com/dhtkv/dhtkv/internal/node"
 )
@@ -28,10 +32,36 @@ func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
-func run(args []string, stdout, stderr io.Writer) int {
-	cfg := node.DefaultConfig()
+// usage heads dhtkv -h, above the flags.
+const usage = `usage: dhtkv [flags]
+
+Every flag can also be set by an environment variable named after it
+(--cache-bytes: DHTKV_CACHE_BYTES=268435456) and by a line of the file
+that --config names ("cache-bytes 268435456"; blank lines and # comments are
+ignored). A flag on the command line wins over the environment, which wins
+over the file. An empty variable counts as unset.
+
+flags:`
+
+// settings are what one run is made of: the node's configuration and what
+// the command itself does with it.
+type settings struct {
+	cfg      node.Config
+	shutdown time.Duration
+	logLevel slog.Level
+	version  bool
+}
+
+// parseFlags reads the flags from args, then from DHTKV_* environment
+// variables, then from the --config file, each source setting only the
+// flags the ones before it left unset. -h writes the help to stdout and
+// returns flag.ErrHelp.
+func parseFlags(args []string, stdout io.Writer) (*settings, error) {
+	s := &settings{cfg: node.DefaultConfig()}
+	cfg := &s.cfg
 	fs := flag.NewFlagSet("dhtkv", flag.ContinueOnError)
-	fs.SetOutput(io.Discard) // we print one line ourselves
+	fs.SetOutput(io.Discard) // run prints one line itself
+	fs.String("config", "", "read flags from this `file`, one per line: name, a space, the value (command-line flags and DHTKV_* variables win)")
 	fs.StringVar(&cfg.Listen, "listen", cfg.Listen, "public API address `host:port`")
 	fs.StringVar(&cfg.DataDir, "data-dir", cfg.DataDir, "Pebble data `directory`")
 	fs.StringVar(&cfg.AdminListen, "admin-listen", "", "admin `host:port` for /debug/pprof/ and /metrics (off when empty)")
@@ -57,42 +87,51 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.Int64Var(&cfg.HintReplayRate, "hint-replay-rate", cfg.HintReplayRate, "most hint `bytes` per second delivered to returning replicas")
 	fs.DurationVar(&cfg.ReadHedgeDelay, "read-hedge-delay", cfg.ReadHedgeDelay, "a GET asks ack replicas first and the other from-ack on a failure or after this delay, longer while the fastest peer's 95th-percentile read latency is (0: all at once)")
 	fs.IntVar(&cfg.PeerConns, "peer-conns", cfg.PeerConns, "batches in flight to each peer at once, for reads and for writes each (one connection each)")
-	shutdown := fs.Duration("shutdown-timeout", 10*time.Second, "how long to wait for in-flight requests on SIGTERM")
+	fs.DurationVar(&s.shutdown, "shutdown-timeout", 10*time.Second, "how long to wait for in-flight requests on SIGTERM")
 	logLevel := fs.String("log-level", "info", "`level`: debug, info, warn, error")
-	version := fs.Bool("version", false, "print the version and exit")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fs.SetOutput(stdout)
-			fmt.Fprintln(stdout, "usage: dhtkv [flags]")
-			fs.PrintDefaults()
-			return 0
-		}
+	fs.BoolVar(&s.version, "version", false, "print the version and exit")
+	err := ff.Parse(fs, args,
+		ff.WithEnvVarPrefix("DHTKV"),
+		ff.WithConfigFileFlag("config"),
+		ff.WithConfigFileParser(ff.PlainParser))
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		fmt.Fprintln(stdout, usage)
+		fs.SetOutput(stdout)
+		fs.PrintDefaults()
+		return nil, err
+	case err != nil:
+		return nil, err
+	case s.version:
+		return s, nil
+	case fs.NArg() > 0:
+		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	case *memtable <= 0:
+		return nil, errors.New("--memtable-bytes must be positive")
+	case cfg.L0CompactionThreshold < 1:
+		return nil, errors.New("--l0-compaction-threshold must be at least 1")
+	}
+	cfg.MemTableBytes = uint64(*memtable)
+	if err := s.logLevel.UnmarshalText([]byte(*logLevel)); err != nil {
+		return nil, fmt.Errorf("--log-level: %w", err)
+	}
+	return s, nil
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	s, err := parseFlags(args, stdout)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		return 0
+	case err != nil:
 		fmt.Fprintf(stderr, "dhtkv: %v (see dhtkv -h)\n", err)
 		return 2
-	}
-	if *version {
+	case s.version:
 		fmt.Fprintf(stdout, "dhtkv %s (%s)\n", buildinfo.Version(), buildinfo.GoVersion())
 		return 0
 	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "dhtkv: unexpected argument %q (see dhtkv -h)\n", fs.Arg(0))
-		return 2
-	}
-	if *memtable <= 0 {
-		fmt.Fprintf(stderr, "dhtkv: --memtable-bytes must be positive\n")
-		return 2
-	}
-	cfg.MemTableBytes = uint64(*memtable)
-	if cfg.L0CompactionThreshold < 1 {
-		fmt.Fprintf(stderr, "dhtkv: --l0-compaction-threshold must be at least 1\n")
-		return 2
-	}
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
-		fmt.Fprintf(stderr, "dhtkv: --log-level: %v\n", err)
-		return 2
-	}
-	cfg.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	cfg := s.cfg
+	cfg.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: s.logLevel}))
 
 	n, err := node.Start(cfg)
 	if err != nil {
@@ -101,9 +140,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
-	s := <-sig
-	cfg.Logger.Info("shutting down", "signal", s.String())
-	ctx, cancel := context.WithTimeout(context.Background(), *shutdown)
+	got := <-sig
+	cfg.Logger.Info("shutting down", "signal", got.String())
+	ctx, cancel := context.WithTimeout(context.Background(), s.shutdown)
 	defer cancel()
 	if err := n.Shutdown(ctx); err != nil {
 		cfg.Logger.Error("shutdown", "err", err)
