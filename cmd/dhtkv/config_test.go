@@ -20,30 +20,32 @@ func TestConfigPrecedence(t *testing.T) {
 		args []string
 		env  map[string]string
 		file string // written to a temporary file named by --config when not empty
-		// want: listen, admin-listen, read-repair, sync
+		// want: listen, admin-listen, read-repair, sync, cache-bytes (0:
+		// the default)
 		listen, admin, repair string
 		sync                  bool
+		cache                 int64
 	}{
 		{name: "defaults",
 			listen: "127.0.0.1:8080", admin: "", repair: "blocking", sync: true},
 		{name: "file",
-			file:   "listen 127.0.0.1:1\nadmin-listen 127.0.0.1:2\n# a comment\n\nread-repair async\nsync false\n",
-			listen: "127.0.0.1:1", admin: "127.0.0.1:2", repair: "async", sync: false},
+			file:   "listen 127.0.0.1:1\nadmin-listen 127.0.0.1:2\n# a comment\n\nread-repair async\nsync false\ncache-bytes 1GB\n",
+			listen: "127.0.0.1:1", admin: "127.0.0.1:2", repair: "async", sync: false, cache: 1_000_000_000},
 		{name: "file, a comment after a value",
 			file:   "listen 127.0.0.1:1 # the public port\n",
 			listen: "127.0.0.1:1", repair: "blocking", sync: true},
 		{name: "environment",
-			env:    map[string]string{"DHTKV_LISTEN": "127.0.0.1:3", "DHTKV_READ_REPAIR": "off", "DHTKV_SYNC": "false"},
-			listen: "127.0.0.1:3", repair: "off", sync: false},
+			env:    map[string]string{"DHTKV_LISTEN": "127.0.0.1:3", "DHTKV_READ_REPAIR": "off", "DHTKV_SYNC": "false", "DHTKV_CACHE_BYTES": "2MiB"},
+			listen: "127.0.0.1:3", repair: "off", sync: false, cache: 2 << 20},
 		{name: "environment over file, file for the rest",
 			env:    map[string]string{"DHTKV_LISTEN": "127.0.0.1:3"},
 			file:   "listen 127.0.0.1:1\nadmin-listen 127.0.0.1:2\n",
 			listen: "127.0.0.1:3", admin: "127.0.0.1:2", repair: "blocking", sync: true},
 		{name: "flag over environment and file",
-			args:   []string{"--listen", "127.0.0.1:4", "--sync=true"},
-			env:    map[string]string{"DHTKV_LISTEN": "127.0.0.1:3", "DHTKV_SYNC": "false"},
-			file:   "listen 127.0.0.1:1\nread-repair async\nsync false\n",
-			listen: "127.0.0.1:4", repair: "async", sync: true},
+			args:   []string{"--listen", "127.0.0.1:4", "--sync=true", "--cache-bytes", "3072"},
+			env:    map[string]string{"DHTKV_LISTEN": "127.0.0.1:3", "DHTKV_SYNC": "false", "DHTKV_CACHE_BYTES": "2MiB"},
+			file:   "listen 127.0.0.1:1\nread-repair async\nsync false\ncache-bytes 1GB\n",
+			listen: "127.0.0.1:4", repair: "async", sync: true, cache: 3072},
 		{name: "an empty variable is unset",
 			env:    map[string]string{"DHTKV_LISTEN": ""},
 			file:   "listen 127.0.0.1:1\n",
@@ -73,6 +75,10 @@ func TestConfigPrecedence(t *testing.T) {
 			assert.Equal(t, tc.admin, s.cfg.AdminListen, "admin-listen")
 			assert.Equal(t, tc.repair, s.cfg.ReadRepair, "read-repair")
 			assert.Equal(t, tc.sync, s.cfg.Sync, "sync")
+			if tc.cache == 0 {
+				tc.cache = 64 << 20
+			}
+			assert.Equal(t, tc.cache, s.cfg.CacheBytes, "cache-bytes")
 		})
 	}
 }

@@ -36,8 +36,8 @@ func main() {
 const usage = `usage: dhtkv [flags]
 
 Every flag can also be set by an environment variable named after it
-(--cache-bytes: DHTKV_CACHE_BYTES=268435456) and by a line of the file
-that --config names ("cache-bytes 268435456"; blank lines and # comments are
+(--cache-bytes: DHTKV_CACHE_BYTES=64MiB) and by a line of the file that
+--config names ("cache-bytes 64MiB"; blank lines and # comments are
 ignored). A flag on the command line wins over the environment, which wins
 over the file. An empty variable counts as unset.
 
@@ -65,14 +65,14 @@ func parseFlags(args []string, stdout io.Writer) (*settings, error) {
 	fs.StringVar(&cfg.Listen, "listen", cfg.Listen, "public API address `host:port`")
 	fs.StringVar(&cfg.DataDir, "data-dir", cfg.DataDir, "Pebble data `directory`")
 	fs.StringVar(&cfg.AdminListen, "admin-listen", "", "admin `host:port` for /debug/pprof/ and /metrics (off when empty)")
-	fs.Int64Var(&cfg.CacheBytes, "cache-bytes", cfg.CacheBytes, "read cache capacity in `bytes` (0 disables the cache)")
-	fs.Int64Var(&cfg.BlockCacheBytes, "block-cache-bytes", cfg.BlockCacheBytes, "Pebble block cache in `bytes`")
-	memtable := fs.Int64("memtable-bytes", int64(cfg.MemTableBytes), "Pebble memtable size in `bytes` (up to 4 in memory)")
+	sizeVar(fs, &cfg.CacheBytes, "cache-bytes", "read cache capacity, a `size` (64MiB, 1GB, bytes; 0 disables the cache)")
+	sizeVar(fs, &cfg.BlockCacheBytes, "block-cache-bytes", "Pebble block cache, a `size`")
+	sizeVar(fs, &cfg.MemTableBytes, "memtable-bytes", "Pebble memtable, a `size` (up to 4 in memory)")
 	fs.IntVar(&cfg.L0CompactionThreshold, "l0-compaction-threshold", cfg.L0CompactionThreshold, "L0 sublevels that trigger a compaction into the level below (writes stall at 4x)")
 	fs.BoolVar(&cfg.Sync, "sync", cfg.Sync, "fsync the WAL before acknowledging each write (false: fast, can lose acknowledged writes on a crash)")
-	fs.IntVar(&cfg.MaxKeyBytes, "max-key-bytes", cfg.MaxKeyBytes, "longest key in `bytes` (400 beyond)")
-	fs.IntVar(&cfg.MaxValueBytes, "max-value-bytes", cfg.MaxValueBytes, "largest value in `bytes` (413 beyond)")
-	fs.IntVar(&cfg.MaxHeaderBytes, "max-header-bytes", cfg.MaxHeaderBytes, "largest request line + headers in `bytes`")
+	sizeVar(fs, &cfg.MaxKeyBytes, "max-key-bytes", "longest key, a `size` (400 beyond)")
+	sizeVar(fs, &cfg.MaxValueBytes, "max-value-bytes", "largest value, a `size` (413 beyond)")
+	sizeVar(fs, &cfg.MaxHeaderBytes, "max-header-bytes", "largest request line + headers, a `size`")
 	fs.DurationVar(&cfg.ReadTimeout, "read-timeout", cfg.ReadTimeout, "time to read a whole request")
 	fs.DurationVar(&cfg.WriteTimeout, "write-timeout", cfg.WriteTimeout, "time to write a whole response")
 	fs.DurationVar(&cfg.IdleTimeout, "idle-timeout", cfg.IdleTimeout, "keep-alive idle time before a connection is closed")
@@ -83,8 +83,8 @@ func parseFlags(args []string, stdout io.Writer) (*settings, error) {
 	fs.DurationVar(&cfg.MaxClockSkew, "max-clock-skew", cfg.MaxClockSkew, "how far ahead of this node's clock another node's versions may be; a node further off from its peers refuses to coordinate writes")
 	fs.StringVar(&cfg.ReadRepair, "read-repair", cfg.ReadRepair, "what a GET does with stale replicas it finds: blocking (repair them before replying), async, off")
 	fs.DurationVar(&cfg.HintWindow, "hint-window", cfg.HintWindow, "drop hints (writes kept for a replica that missed them) older than this; anti-entropy repairs what they carried")
-	fs.Int64Var(&cfg.HintMaxBytes, "hint-max-bytes", cfg.HintMaxBytes, "most `bytes` of hints kept for one replica")
-	fs.Int64Var(&cfg.HintReplayRate, "hint-replay-rate", cfg.HintReplayRate, "most hint `bytes` per second delivered to returning replicas")
+	sizeVar(fs, &cfg.HintMaxBytes, "hint-max-bytes", "most hints kept for one replica, a `size`")
+	sizeVar(fs, &cfg.HintReplayRate, "hint-replay-rate", "most hints delivered to returning replicas per second, a `size`")
 	fs.DurationVar(&cfg.ReadHedgeDelay, "read-hedge-delay", cfg.ReadHedgeDelay, "a GET asks ack replicas first and the other from-ack on a failure or after this delay, longer while the fastest peer's 95th-percentile read latency is (0: all at once)")
 	fs.IntVar(&cfg.PeerConns, "peer-conns", cfg.PeerConns, "batches in flight to each peer at once, for reads and for writes each (one connection each)")
 	fs.DurationVar(&s.shutdown, "shutdown-timeout", 10*time.Second, "how long to wait for in-flight requests on SIGTERM")
@@ -106,12 +106,11 @@ func parseFlags(args []string, stdout io.Writer) (*settings, error) {
 		return s, nil
 	case fs.NArg() > 0:
 		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
-	case *memtable <= 0:
+	case cfg.MemTableBytes == 0:
 		return nil, errors.New("--memtable-bytes must be positive")
 	case cfg.L0CompactionThreshold < 1:
 		return nil, errors.New("--l0-compaction-threshold must be at least 1")
 	}
-	cfg.MemTableBytes = uint64(*memtable)
 	if err := s.logLevel.UnmarshalText([]byte(*logLevel)); err != nil {
 		return nil, fmt.Errorf("--log-level: %w", err)
 	}
