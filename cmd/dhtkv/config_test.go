@@ -1,10 +1,13 @@
 package main
 
 import (
+	"bytes"
+	"encoding/json"
 	"flag"
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -111,6 +114,39 @@ func TestConfigErrors(t *testing.T) {
 			require.Error(t, err)
 			assert.NotErrorIs(t, err, flag.ErrHelp)
 			assert.ErrorContains(t, err, tc.msg)
+		})
+	}
+}
+
+// --log-format: text is slog's key=value, json one object per line; both
+// drop records below the level.
+func TestLogFormat(t *testing.T) {
+	for _, tc := range []struct {
+		format string
+		check  func(t *testing.T, line string)
+	}{
+		{"text", func(t *testing.T, line string) {
+			assert.Contains(t, line, `level=WARN msg="peer not answering" peer=http://127.0.0.1:1`)
+		}},
+		{"json", func(t *testing.T, line string) {
+			var rec map[string]any
+			require.NoError(t, json.Unmarshal([]byte(line), &rec), line)
+			assert.Equal(t, "WARN", rec["level"])
+			assert.Equal(t, "peer not answering", rec["msg"])
+			assert.Equal(t, "http://127.0.0.1:1", rec["peer"])
+		}},
+	} {
+		t.Run(tc.format, func(t *testing.T) {
+			s, err := parseFlags([]string{"--log-format", tc.format, "--log-level", "warn"}, io.Discard)
+			require.NoError(t, err)
+			var buf bytes.Buffer
+			log, err := newLogger(&buf, s.logFormat, s.logLevel)
+			require.NoError(t, err)
+			log.Info("dropped below the level")
+			log.Warn("peer not answering", "peer", "http://127.0.0.1:1")
+			lines := strings.Split(strings.TrimSuffix(buf.String(), "\n"), "\n")
+			require.Len(t, lines, 1, buf.String())
+			tc.check(t, lines[0])
 		})
 	}
 }

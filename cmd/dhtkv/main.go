@@ -46,10 +46,11 @@ flags:`
 // settings are what one run is made of: the node's configuration and what
 // the command itself does with it.
 type settings struct {
-	cfg      node.Config
-	shutdown time.Duration
-	logLevel slog.Level
-	version  bool
+	cfg       node.Config
+	shutdown  time.Duration
+	logLevel  slog.Level
+	logFormat string
+	version   bool
 }
 
 // parseFlags reads the flags from args, then from DHTKV_* environment
@@ -89,6 +90,7 @@ func parseFlags(args []string, stdout io.Writer) (*settings, error) {
 	fs.IntVar(&cfg.PeerConns, "peer-conns", cfg.PeerConns, "batches in flight to each peer at once, for reads and for writes each (one connection each)")
 	fs.DurationVar(&s.shutdown, "shutdown-timeout", 10*time.Second, "how long to wait for in-flight requests on SIGTERM")
 	logLevel := fs.String("log-level", "info", "`level`: debug, info, warn, error")
+	fs.StringVar(&s.logFormat, "log-format", "text", "`format` of the log lines on stderr: text (key=value) or json (one object per line)")
 	fs.BoolVar(&s.version, "version", false, "print the version and exit")
 	err := ff.Parse(fs, args,
 		ff.WithEnvVarPrefix("DHTKV"),
@@ -114,7 +116,23 @@ func parseFlags(args []string, stdout io.Writer) (*settings, error) {
 	if err := s.logLevel.UnmarshalText([]byte(*logLevel)); err != nil {
 		return nil, fmt.Errorf("--log-level: %w", err)
 	}
+	if _, err := newLogger(io.Discard, s.logFormat, s.logLevel); err != nil {
+		return nil, err
+	}
 	return s, nil
+}
+
+// newLogger returns the logger writing to w in format (text or json) at
+// level and above.
+func newLogger(w io.Writer, format string, level slog.Level) (*slog.Logger, error) {
+	opts := &slog.HandlerOptions{Level: level}
+	switch format {
+	case "text":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	}
+	return nil, fmt.Errorf("--log-format %q: want text or json", format)
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
@@ -130,7 +148,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 0
 	}
 	cfg := s.cfg
-	cfg.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: s.logLevel}))
+	cfg.Logger, _ = newLogger(stderr, s.logFormat, s.logLevel) // checked by parseFlags
 
 	n, err := node.Start(cfg)
 	if err != nil {

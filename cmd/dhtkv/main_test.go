@@ -161,6 +161,7 @@ func TestFlags(t *testing.T) {
 		{[]string{"--sync=maybe"}, 2, "invalid boolean"},
 		{[]string{"extra-arg"}, 2, "unexpected argument"},
 		{[]string{"--log-level", "loud"}, 2, "log-level"},
+		{[]string{"--log-format", "xml"}, 2, "log-format"},
 		{[]string{"--memtable-bytes", "0"}, 2, "memtable"},
 		{[]string{"--l0-compaction-threshold", "0"}, 2, "l0-compaction-threshold"},
 		{[]string{"--listen", "127.0.0.1:0", "--cluster", "http://127.0.0.1:1,http://127.0.0.1:2", "--self", "http://127.0.0.1:3"}, 1, "is not in --cluster"},
