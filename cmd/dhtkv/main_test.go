@@ -192,3 +192,17 @@ func TestVersion(t *testing.T) {
 	assert.Equal(t, fmt.Sprintf("dhtkv %s (%s)\n", buildinfo.Version(), buildinfo.GoVersion()), out.String())
 	assert.Empty(t, errb.String())
 }
+
+// A second node on a data directory another dhtkv process serves says so,
+// in one line, and exits 1; the first node goes on serving.
+func TestDataDirInUse(t *testing.T) {
+	bin := testcluster.BuildBinary(t, repoRoot(t))
+	dir := t.TempDir()
+	p := startProc(t, bin, dir, testcluster.FreePorts(t, 1)[0])
+
+	var out, errb bytes.Buffer
+	code := run([]string{"--listen", "127.0.0.1:0", "--data-dir", dir}, &out, &errb)
+	assert.Equal(t, 1, code)
+	assert.Equal(t, fmt.Sprintf("dhtkv: data directory %s is in use by another dhtkv process\n", dir), errb.String())
+	testcluster.WaitReady(t, p.base, time.Second)
+}

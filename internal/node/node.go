@@ -8,10 +8,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"net"
 	"net/http"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -252,7 +254,7 @@ func New(cfg Config) (_ *Node, err error) {
 		Sync: cfg.Sync, L0CompactionThreshold: cfg.L0CompactionThreshold, BlockCacheBytes: cfg.BlockCacheBytes, MemTableBytes: cfg.MemTableBytes, Logger: log,
 	})
 	if err != nil {
-		return nil, err
+		return nil, lockError(cfg.DataDir, err)
 	}
 	// Versions issued after a restart must be newer than every stored one.
 	bound, err := n.store.ClockBound()
@@ -396,6 +398,24 @@ func (n *Node) claimIdentity(topo cluster.Topology) error {
 		n.coord.StartRebuild(func() error { return update(func(i *store.Identity) { i.Rebuilding = false }) })
 	}
 	return nil
+}
+
+// ErrDataDirInUse is returned by New when another process holds the data
+// directory's lock: two nodes must never share a directory.
+var ErrDataDirInUse = errors.New("in use by another dhtkv process")
+
+// lockError names the reason when opening the store failed because
+// another process holds the directory's lock. Pebble takes it with
+// fcntl(F_SETLK) on <dir>/LOCK and returns the bare errno (EAGAIN, or
+// EACCES on some systems) when another process holds it, which reads as
+// "resource temporarily unavailable". A *fs.PathError with the same errno
+// is something else: the LOCK file could not be created.
+func lockError(dir string, err error) error {
+	var pathErr *fs.PathError
+	if (errors.Is(err, syscall.EAGAIN) || errors.Is(err, syscall.EACCES)) && !errors.As(err, &pathErr) {
+		return fmt.Errorf("data directory %s is %w", dir, ErrDataDirInUse)
+	}
+	return err
 }
 
 // Handler is the node's request handler, as its listener serves it: tests
