@@ -325,6 +325,7 @@ func New(cfg Config) (_ *Node, err error) {
 		Metrics:         httpapi.NewMetrics(n.registry),
 		Log:             log,
 		Limits:          httpapi.Limits{MaxKeyBytes: cfg.MaxKeyBytes, MaxValueBytes: cfg.MaxValueBytes},
+		Started:         time.Now(),
 		ScanIdleTimeout: cfg.WriteTimeout,
 	}
 	n.srv = &fasthttp.Server{
