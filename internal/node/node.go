@@ -13,6 +13,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -211,6 +212,9 @@ type Node struct {
 	adminSrv *http.Server
 	adminLn  net.Listener
 	served   chan error
+	// stopping is set once Shutdown or Close begins: the node is no
+	// longer ready.
+	stopping atomic.Bool
 }
 
 // New builds a node: it opens the store, restores the clock, and wires the
@@ -448,7 +452,7 @@ func (n *Node) Serve() (err error) {
 			n.ln.Close()
 			return fmt.Errorf("admin listen %s: %w", cfg.AdminListen, err)
 		}
-		n.adminSrv = &http.Server{Handler: admin.Handler(n.registry), ReadHeaderTimeout: 10 * time.Second}
+		n.adminSrv = &http.Server{Handler: admin.Handler(n.registry, n.Ready), ReadHeaderTimeout: 10 * time.Second}
 		go func() {
 			if err := n.adminSrv.Serve(n.adminLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				n.log.Error("admin listener", "err", err)
@@ -468,9 +472,32 @@ func (n *Node) Serve() (err error) {
 	return nil
 }
 
+// ErrRebuilding and ErrStopping are why a node is not ready (Ready).
+var (
+	ErrRebuilding = errors.New("rebuilding: copying this node's share from its peers; its replica is not read until done")
+	ErrStopping   = errors.New("shutting down")
+)
+
+// Ready reports whether the node should be sent client traffic (the admin
+// port's /readyz): nil while its store is open and its replica serves
+// reads. Otherwise the reason: ErrRebuilding while it copies its share
+// after starting with an empty data directory (cluster/rebuild.go), or
+// ErrStopping once Shutdown or Close began (the store is about to close).
+// A node's store is open from New until Shutdown or Close.
+func (n *Node) Ready() error {
+	switch {
+	case n.stopping.Load():
+		return ErrStopping
+	case n.coord.Rebuilding():
+		return ErrRebuilding
+	}
+	return nil
+}
+
 // Close releases a node that was never served: its coordinator, cache and
 // store.
 func (n *Node) Close() error {
+	n.stopping.Store(true)
 	n.coord.Close()
 	return n.closeStorage()
 }
@@ -493,13 +520,14 @@ func (n *Node) Registry() *prometheus.Registry { return n.registry }
 // in-flight requests and background replica calls, then closes the store
 // cleanly. It is safe to call once.
 func (n *Node) Shutdown(ctx context.Context) error {
-	if n.adminSrv != nil {
-		n.adminSrv.Close()
-	}
+	// /readyz answers 503 from now on; the admin listener stays open
+	// while the requests in flight finish.
+	n.stopping.Store(true)
 	// Range streams may run for any time: abort them (their clients see a
 	// truncated body) rather than let them hold the shutdown.
 	n.api.Close()
 	if err := n.srv.ShutdownWithContext(ctx); err != nil {
+		n.shutdownAdmin(ctx)
 		// Handlers are still running and may use the store: closing it
 		// under them would crash them. Leave it to process exit; every
 		// acknowledged write is already in the WAL (fsynced with --sync).
@@ -508,6 +536,8 @@ func (n *Node) Shutdown(ctx context.Context) error {
 	if err := <-n.served; err != nil {
 		n.log.Warn("serve", "err", err)
 	}
+	// Before the store closes: /metrics reads it.
+	n.shutdownAdmin(ctx)
 	// Stragglers are bounded by the replica timeout.
 	n.coord.Close()
 	if err := n.closeStorage(); err != nil {
@@ -515,6 +545,18 @@ func (n *Node) Shutdown(ctx context.Context) error {
 	}
 	n.log.Info("dhtkv node stopped", "listen", n.cfg.Listen)
 	return nil
+}
+
+// shutdownAdmin stops the admin listener and waits, until ctx ends, for
+// its requests in flight (a /metrics scrape reads the store); past that
+// it closes their connections.
+func (n *Node) shutdownAdmin(ctx context.Context) {
+	if n.adminSrv == nil {
+		return
+	}
+	if err := n.adminSrv.Shutdown(ctx); err != nil {
+		n.adminSrv.Close()
+	}
 }
 
 func (n *Node) closeStorage() error {
