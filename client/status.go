@@ -1,6 +1,13 @@
 package client
 
-import "time"
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"time"
+)
 
 // Status is a node's account of itself and of the cluster as it sees it:
 // the JSON that GET /v0/status?verbose answers. The node encodes this very
@@ -43,4 +50,26 @@ type Member struct {
 	// (nil) when that node cannot tell. A node always reaches itself;
 	// what it knows of its peers' reachability is not reported yet.
 	Reachable *bool `json:"reachable,omitempty"`
+}
+
+// Status asks the node at endpoint for its account of itself (GET
+// /v0/status?verbose). endpoint need not be one of the client's; there is
+// no failover: it is that node's status that is asked.
+func (c *Client) Status(ctx context.Context, endpoint string) (*Status, error) {
+	ep, err := normalize(endpoint)
+	if err != nil {
+		return nil, err
+	}
+	a, err := c.try(ctx, ep, http.MethodGet, "/v0/status", url.Values{"verbose": {""}}, nil, false)
+	if err != nil {
+		return nil, fmt.Errorf("dhtkv: status of %s: %w", ep, err)
+	}
+	if a.code != http.StatusOK {
+		return nil, fmt.Errorf("dhtkv: status of %s: %d %s", ep, a.code, reason(a.body))
+	}
+	var st Status
+	if err := json.Unmarshal(a.body, &st); err != nil {
+		return nil, fmt.Errorf("dhtkv: status of %s: %w", ep, err)
+	}
+	return &st, nil
 }
