@@ -2,8 +2,6 @@ package node_test
 
 import (
 	"context"
-	"encoding/json"
-	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -114,7 +112,8 @@ func TestNotReadyWhileRebuilding(t *testing.T) {
 	assert.False(t, status(t, c.URL(b)).Rebuilding)
 }
 
-func status(t *testing.T, base string) client.Status {
+// status reads base's /v0/status?verbose through the client.
+func status(t *testing.T, base string) *client.Status {
 	t.Helper()
 	st, err := fetchStatus(base)
 	require.NoError(t, err)
@@ -126,15 +125,13 @@ func formed(base string) bool {
 	return err == nil && st.ClusterFormed
 }
 
-func fetchStatus(base string) (client.Status, error) {
-	var st client.Status
-	resp, err := http.Get(base + "/v0/status?verbose")
+func fetchStatus(base string) (*client.Status, error) {
+	c, err := client.New(client.Config{Endpoints: []string{base}})
 	if err != nil {
-		return st, err
+		return nil, err
 	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return st, fmt.Errorf("%s", resp.Status)
-	}
-	return st, json.NewDecoder(resp.Body).Decode(&st)
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	return c.Status(ctx, base)
 }
