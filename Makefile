@@ -15,6 +15,7 @@ LDFLAGS := $(if $(VERSION),-X github.com/dhtkv/dhtkv/internal/buildinfo.version=
 
 build:
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/dhtkv ./cmd/dhtkv
+	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/dhtkvctl ./cmd/dhtkvctl
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/dhtkv-load ./cmd/dhtkv-load
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/dhtkv-baseline ./cmd/dhtkv-baseline
 
