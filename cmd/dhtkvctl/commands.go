@@ -29,35 +29,52 @@ func (e *env) withClient(do func(ctx context.Context, c *client.Client) error) e
 	return do(ctx, c)
 }
 
-// keyArg is the one KEY argument of get and del.
-func keyArg(cmd string, args []string) (string, error) {
-	if len(args) != 1 {
-		return "", usagef("%s takes one KEY, not %d arguments", cmd, len(args))
-	}
-	return args[0], nil
+// call runs one request on key with a client of the endpoints and writes
+// what it returns to stdout.
+func (e *env) call(name, key string, do func(ctx context.Context, c *client.Client) ([]byte, error)) error {
+	return e.withClient(func(ctx context.Context, c *client.Client) error {
+		out, err := do(ctx, c)
+		if err != nil {
+			return fmt.Errorf("%s %q: %w", name, key, err)
+		}
+		_, err = e.stdout.Write(out)
+		return err
+	})
 }
 
-func getCmd(e *env, fs *flag.FlagSet) *ffcli.Command {
+// ok is what put and del print when done, as etcdctl and redis-cli do.
+const ok = "OK\n"
+
+// keyCmd is a command on one KEY: do is its request.
+func keyCmd(e *env, fs *flag.FlagSet, name, help string, do func(ctx context.Context, c *client.Client, key string) ([]byte, error)) *ffcli.Command {
 	return &ffcli.Command{
-		Name:       "get",
-		ShortUsage: "dhtkvctl get KEY",
-		ShortHelp:  "write KEY's value to stdout, exactly its bytes (exit 3 if absent)",
+		Name:       name,
+		ShortUsage: "dhtkvctl " + name + " KEY",
+		ShortHelp:  help,
 		FlagSet:    fs,
 		Exec: func(_ context.Context, args []string) error {
-			key, err := keyArg("get", args)
-			if err != nil {
-				return err
+			if len(args) != 1 {
+				return usagef("%s takes one KEY, not %d arguments", name, len(args))
 			}
-			return e.withClient(func(ctx context.Context, c *client.Client) error {
-				v, err := c.Get(ctx, key, e.options()...)
-				if err != nil {
-					return fmt.Errorf("get %q: %w", key, err)
-				}
-				_, err = e.stdout.Write(v)
-				return err
+			return e.call(name, args[0], func(ctx context.Context, c *client.Client) ([]byte, error) {
+				return do(ctx, c, args[0])
 			})
 		},
 	}
+}
+
+func getCmd(e *env, fs *flag.FlagSet) *ffcli.Command {
+	return keyCmd(e, fs, "get", "write KEY's value to stdout, exactly its bytes (exit 3 if absent)",
+		func(ctx context.Context, c *client.Client, key string) ([]byte, error) {
+			return c.Get(ctx, key, e.options()...)
+		})
+}
+
+func delCmd(e *env, fs *flag.FlagSet) *ffcli.Command {
+	return keyCmd(e, fs, "del", "delete KEY (deleting an absent key succeeds)",
+		func(ctx context.Context, c *client.Client, key string) ([]byte, error) {
+			return []byte(ok), c.Delete(ctx, key, e.options()...)
+		})
 }
 
 func putCmd(e *env, fs *flag.FlagSet) *ffcli.Command {
@@ -86,35 +103,8 @@ func putCmd(e *env, fs *flag.FlagSet) *ffcli.Command {
 					return fmt.Errorf("put: reading stdin: %w", err)
 				}
 			}
-			key := args[0]
-			return e.withClient(func(ctx context.Context, c *client.Client) error {
-				if err := c.Put(ctx, key, value, e.options()...); err != nil {
-					return fmt.Errorf("put %q: %w", key, err)
-				}
-				_, err := fmt.Fprintln(e.stdout, "OK")
-				return err
-			})
-		},
-	}
-}
-
-func delCmd(e *env, fs *flag.FlagSet) *ffcli.Command {
-	return &ffcli.Command{
-		Name:       "del",
-		ShortUsage: "dhtkvctl del KEY",
-		ShortHelp:  "delete KEY (deleting an absent key succeeds)",
-		FlagSet:    fs,
-		Exec: func(_ context.Context, args []string) error {
-			key, err := keyArg("del", args)
-			if err != nil {
-				return err
-			}
-			return e.withClient(func(ctx context.Context, c *client.Client) error {
-				if err := c.Delete(ctx, key, e.options()...); err != nil {
-					return fmt.Errorf("del %q: %w", key, err)
-				}
-				_, err := fmt.Fprintln(e.stdout, "OK")
-				return err
+			return e.call("put", args[0], func(ctx context.Context, c *client.Client) ([]byte, error) {
+				return []byte(ok), c.Put(ctx, args[0], value, e.options()...)
 			})
 		},
 	}
