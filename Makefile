@@ -7,10 +7,17 @@ BIN   := bin
 
 all: build
 
+# The version make build links into the binaries (dhtkv --version, the
+# dhtkv_build_info metric, /v0/status?verbose); without it (go build, go
+# run), they report the version the go command stamped from the VCS.
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null)
+LDFLAGS := $(if $(VERSION),-X github.com/dhtkv/dhtkv/internal/buildinfo.version=$(VERSION))
+
 build:
-	$(GO) build -o $(BIN)/dhtkv ./cmd/dhtkv
-	$(GO) build -o $(BIN)/dhtkv-load ./cmd/dhtkv-load
-	$(GO) build -o $(BIN)/dhtkv-baseline ./cmd/dhtkv-baseline
+	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/dhtkv ./cmd/dhtkv
+	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/dhtkvctl ./cmd/dhtkvctl
+	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/dhtkv-load ./cmd/dhtkv-load
+	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/dhtkv-baseline ./cmd/dhtkv-baseline
 
 # The whole suite, with the race detector, as CI runs it.
 test:

@@ -20,6 +20,8 @@ require (
 
 require (
 	github.com/cockroachdb/datadriven v1.0.3-0.20250407164829-2945557346d5
+	github.com/dustin/go-humanize v1.0.1
+	github.com/peterbourgon/ff/v3 v3.4.0
 	github.com/prometheus/common v0.72.0
 	golang.org/x/sys v0.48.0
 	golang.org/x/time v0.3.0
@@ -36,7 +38,6 @@ require (
 	github.com/cockroachdb/redact v1.1.5 // indirect
 	github.com/cockroachdb/swiss v0.0.0-20260820225851-333444432258 // indirect
 	github.com/cockroachdb/tokenbucket v0.0.0-20230807174530-cc333fc44b06 // indirect
-	github.com/dustin/go-humanize v1.0.1 // indirect
 	github.com/getsentry/sentry-go v0.27.0 // indirect
 	github.com/gogo/protobuf v1.3.2 // indirect
 	github.com/golang/snappy v0.0.5-0.20231225225746-43d5d4cd4e0e // indirect

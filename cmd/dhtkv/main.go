@@ -3,9 +3,11 @@
 //	dhtkv --listen 127.0.0.1:8080 --data-dir ./data/node1 [--admin-listen 127.0.0.1:6060]
 //	      [--cluster http://127.0.0.1:8080,http://127.0.0.1:8081 --self http://127.0.0.1:8080]
 //
-// See README.md for every flag. SIGTERM or SIGINT stops it gracefully: stop
-// accepting, finish in-flight requests (bounded by --shutdown-timeout), close
-// Pebble, exit 0.
+// Every flag can also come from a DHTKV_* environment variable or from the
+// --config file; the command line wins over the environment, which wins
+// over the file (parseFlags). See README.md for every flag. SIGTERM or
+// SIGINT stops it gracefully: stop accepting, finish in-flight requests
+// (bounded by --shutdown-timeout), close Pebble, exit 0.
 package main
 
 import (
@@ -20,6 +22,9 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/peterbourgon/ff/v3"
+
+	"github.com/dhtkv/dhtkv/internal/buildinfo"
 	"github.com/dhtkv/dhtkv/internal/node"
 )
 
@@ -27,21 +32,48 @@ func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
-func run(args []string, stdout, stderr io.Writer) int {
-	cfg := node.DefaultConfig()
+// usage heads dhtkv -h, above the flags.
+const usage = `usage: dhtkv [flags]
+
+Every flag can also be set by an environment variable named after it
+(--cache-bytes: DHTKV_CACHE_BYTES=64MiB) and by a line of the file that
+--config names ("cache-bytes 64MiB"; blank lines and # comments are
+ignored). A flag on the command line wins over the environment, which wins
+over the file. An empty variable counts as unset.
+
+flags:`
+
+// settings are what one run is made of: the node's configuration and what
+// the command itself does with it.
+type settings struct {
+	cfg       node.Config
+	shutdown  time.Duration
+	logLevel  slog.Level
+	logFormat string
+	version   bool
+}
+
+// parseFlags reads the flags from args, then from DHTKV_* environment
+// variables, then from the --config file, each source setting only the
+// flags the ones before it left unset. -h writes the help to stdout and
+// returns flag.ErrHelp.
+func parseFlags(args []string, stdout io.Writer) (*settings, error) {
+	s := &settings{cfg: node.DefaultConfig()}
+	cfg := &s.cfg
 	fs := flag.NewFlagSet("dhtkv", flag.ContinueOnError)
-	fs.SetOutput(io.Discard) // we print one line ourselves
+	fs.SetOutput(io.Discard) // run prints one line itself
+	fs.String("config", "", "read flags from this `file`, one per line: name, a space, the value (command-line flags and DHTKV_* variables win)")
 	fs.StringVar(&cfg.Listen, "listen", cfg.Listen, "public API address `host:port`")
 	fs.StringVar(&cfg.DataDir, "data-dir", cfg.DataDir, "Pebble data `directory`")
-	fs.StringVar(&cfg.AdminListen, "admin-listen", "", "admin `host:port` for /debug/pprof/ and /metrics (off when empty)")
-	fs.Int64Var(&cfg.CacheBytes, "cache-bytes", cfg.CacheBytes, "read cache capacity in `bytes` (0 disables the cache)")
-	fs.Int64Var(&cfg.BlockCacheBytes, "block-cache-bytes", cfg.BlockCacheBytes, "Pebble block cache in `bytes`")
-	memtable := fs.Int64("memtable-bytes", int64(cfg.MemTableBytes), "Pebble memtable size in `bytes` (up to 4 in memory)")
+	fs.StringVar(&cfg.AdminListen, "admin-listen", "", "admin `host:port` for /debug/pprof/, /metrics, /livez and /readyz (off when empty)")
+	sizeVar(fs, &cfg.CacheBytes, "cache-bytes", "read cache capacity, a `size` (64MiB, 1GB, bytes; 0 disables the cache)")
+	sizeVar(fs, &cfg.BlockCacheBytes, "block-cache-bytes", "Pebble block cache, a `size`")
+	sizeVar(fs, &cfg.MemTableBytes, "memtable-bytes", "Pebble memtable, a `size` (up to 4 in memory)")
 	fs.IntVar(&cfg.L0CompactionThreshold, "l0-compaction-threshold", cfg.L0CompactionThreshold, "L0 sublevels that trigger a compaction into the level below (writes stall at 4x)")
 	fs.BoolVar(&cfg.Sync, "sync", cfg.Sync, "fsync the WAL before acknowledging each write (false: fast, can lose acknowledged writes on a crash)")
-	fs.IntVar(&cfg.MaxKeyBytes, "max-key-bytes", cfg.MaxKeyBytes, "longest key in `bytes` (400 beyond)")
-	fs.IntVar(&cfg.MaxValueBytes, "max-value-bytes", cfg.MaxValueBytes, "largest value in `bytes` (413 beyond)")
-	fs.IntVar(&cfg.MaxHeaderBytes, "max-header-bytes", cfg.MaxHeaderBytes, "largest request line + headers in `bytes`")
+	sizeVar(fs, &cfg.MaxKeyBytes, "max-key-bytes", "longest key, a `size` (400 beyond)")
+	sizeVar(fs, &cfg.MaxValueBytes, "max-value-bytes", "largest value, a `size` (413 beyond)")
+	sizeVar(fs, &cfg.MaxHeaderBytes, "max-header-bytes", "largest request line + headers, a `size`")
 	fs.DurationVar(&cfg.ReadTimeout, "read-timeout", cfg.ReadTimeout, "time to read a whole request")
 	fs.DurationVar(&cfg.WriteTimeout, "write-timeout", cfg.WriteTimeout, "time to write a whole response")
 	fs.DurationVar(&cfg.IdleTimeout, "idle-timeout", cfg.IdleTimeout, "keep-alive idle time before a connection is closed")
@@ -52,45 +84,75 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&cfg.MaxClockSkew, "max-clock-skew", cfg.MaxClockSkew, "how far ahead of this node's clock another node's versions may be; a node further off from its peers refuses to coordinate writes")
 	fs.StringVar(&cfg.ReadRepair, "read-repair", cfg.ReadRepair, "what a GET does with stale replicas it finds: blocking (repair them before replying), async, off")
 	fs.DurationVar(&cfg.HintWindow, "hint-window", cfg.HintWindow, "drop hints (writes kept for a replica that missed them) older than this; anti-entropy repairs what they carried")
-	fs.Int64Var(&cfg.HintMaxBytes, "hint-max-bytes", cfg.HintMaxBytes, "most `bytes` of hints kept for one replica")
-	fs.Int64Var(&cfg.HintReplayRate, "hint-replay-rate", cfg.HintReplayRate, "most hint `bytes` per second delivered to returning replicas")
+	sizeVar(fs, &cfg.HintMaxBytes, "hint-max-bytes", "most hints kept for one replica, a `size`")
+	sizeVar(fs, &cfg.HintReplayRate, "hint-replay-rate", "most hints delivered to returning replicas per second, a `size`")
 	fs.IntVar(&cfg.Replicas, "replicas", cfg.Replicas, "replication factor: nodes that keep each partition, the default and largest from (0: the cluster size)")
 	fs.DurationVar(&cfg.AEInterval, "ae-interval", cfg.AEInterval, "how often anti-entropy compares this node's data with each peer (0: only on demand, POST /repair on the admin port)")
-	fs.Int64Var(&cfg.AERate, "ae-rate", cfg.AERate, "most record `bytes` per second anti-entropy pulls and pushes")
+	sizeVar(fs, &cfg.AERate, "ae-rate", "most records anti-entropy pulls and pushes per second, a `size`")
 	fs.IntVar(&cfg.AEConcurrency, "ae-concurrency", cfg.AEConcurrency, "peers anti-entropy compares at once")
 	fs.DurationVar(&cfg.ReadHedgeDelay, "read-hedge-delay", cfg.ReadHedgeDelay, "a GET asks ack replicas first and the other from-ack on a failure or after this delay, longer while the fastest peer's 95th-percentile read latency is (0: all at once)")
 	fs.IntVar(&cfg.PeerConns, "peer-conns", cfg.PeerConns, "batches in flight to each peer at once, for reads and for writes each (one connection each)")
-	shutdown := fs.Duration("shutdown-timeout", 10*time.Second, "how long to wait for in-flight requests on SIGTERM")
+	fs.DurationVar(&s.shutdown, "shutdown-timeout", 10*time.Second, "how long to wait for in-flight requests on SIGTERM")
 	logLevel := fs.String("log-level", "info", "`level`: debug, info, warn, error")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fs.SetOutput(stdout)
-			fmt.Fprintln(stdout, "usage: dhtkv [flags]")
-			fs.PrintDefaults()
-			return 0
-		}
+	fs.StringVar(&s.logFormat, "log-format", "text", "`format` of the log lines on stderr: text (key=value) or json (one object per line)")
+	fs.BoolVar(&s.version, "version", false, "print the version and exit")
+	err := ff.Parse(fs, args,
+		ff.WithEnvVarPrefix("DHTKV"),
+		ff.WithConfigFileFlag("config"),
+		ff.WithConfigFileParser(ff.PlainParser))
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		fmt.Fprintln(stdout, usage)
+		fs.SetOutput(stdout)
+		fs.PrintDefaults()
+		return nil, err
+	case err != nil:
+		return nil, err
+	case s.version:
+		return s, nil
+	case fs.NArg() > 0:
+		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	case cfg.MemTableBytes == 0:
+		return nil, errors.New("--memtable-bytes must be positive")
+	case cfg.L0CompactionThreshold < 1:
+		return nil, errors.New("--l0-compaction-threshold must be at least 1")
+	}
+	if err := s.logLevel.UnmarshalText([]byte(*logLevel)); err != nil {
+		return nil, fmt.Errorf("--log-level: %w", err)
+	}
+	if _, err := newLogger(io.Discard, s.logFormat, s.logLevel); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// newLogger returns the logger writing to w in format (text or json) at
+// level and above.
+func newLogger(w io.Writer, format string, level slog.Level) (*slog.Logger, error) {
+	opts := &slog.HandlerOptions{Level: level}
+	switch format {
+	case "text":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	}
+	return nil, fmt.Errorf("--log-format %q: want text or json", format)
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	s, err := parseFlags(args, stdout)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		return 0
+	case err != nil:
 		fmt.Fprintf(stderr, "dhtkv: %v (see dhtkv -h)\n", err)
 		return 2
+	case s.version:
+		fmt.Fprintf(stdout, "dhtkv %s (%s)\n", buildinfo.Version(), buildinfo.GoVersion())
+		return 0
 	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "dhtkv: unexpected argument %q (see dhtkv -h)\n", fs.Arg(0))
-		return 2
-	}
-	if *memtable <= 0 {
-		fmt.Fprintf(stderr, "dhtkv: --memtable-bytes must be positive\n")
-		return 2
-	}
-	cfg.MemTableBytes = uint64(*memtable)
-	if cfg.L0CompactionThreshold < 1 {
-		fmt.Fprintf(stderr, "dhtkv: --l0-compaction-threshold must be at least 1\n")
-		return 2
-	}
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
-		fmt.Fprintf(stderr, "dhtkv: --log-level: %v\n", err)
-		return 2
-	}
-	cfg.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	cfg := s.cfg
+	cfg.Logger, _ = newLogger(stderr, s.logFormat, s.logLevel) // checked by parseFlags
 
 	n, err := node.Start(cfg)
 	if err != nil {
@@ -99,9 +161,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
-	s := <-sig
-	cfg.Logger.Info("shutting down", "signal", s.String())
-	ctx, cancel := context.WithTimeout(context.Background(), *shutdown)
+	got := <-sig
+	cfg.Logger.Info("shutting down", "signal", got.String())
+	ctx, cancel := context.WithTimeout(context.Background(), s.shutdown)
 	defer cancel()
 	if err := n.Shutdown(ctx); err != nil {
 		cfg.Logger.Error("shutdown", "err", err)

@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/dhtkv/dhtkv/internal/buildinfo"
 	"github.com/dhtkv/dhtkv/internal/testcluster"
 )
 
@@ -160,6 +161,7 @@ func TestFlags(t *testing.T) {
 		{[]string{"--sync=maybe"}, 2, "invalid boolean"},
 		{[]string{"extra-arg"}, 2, "unexpected argument"},
 		{[]string{"--log-level", "loud"}, 2, "log-level"},
+		{[]string{"--log-format", "xml"}, 2, "log-format"},
 		{[]string{"--memtable-bytes", "0"}, 2, "memtable"},
 		{[]string{"--l0-compaction-threshold", "0"}, 2, "l0-compaction-threshold"},
 		{[]string{"--listen", "127.0.0.1:0", "--cluster", "http://127.0.0.1:1,http://127.0.0.1:2", "--self", "http://127.0.0.1:3"}, 1, "is not in --cluster"},
@@ -180,4 +182,27 @@ func TestFlags(t *testing.T) {
 	for _, f := range []string{"--listen", "-data-dir", "-admin-listen", "-cache-bytes", "-sync", "-max-key-bytes", "-max-value-bytes", "-cluster", "-self", "-replica-timeout", "-cluster-secret"} {
 		assert.Contains(t, out.String(), strings.TrimLeft(f, "-"))
 	}
+}
+
+// --version prints the build's version and Go release, starts nothing, and
+// exits 0.
+func TestVersion(t *testing.T) {
+	var out, errb bytes.Buffer
+	require.Equal(t, 0, run([]string{"--version"}, &out, &errb))
+	assert.Equal(t, fmt.Sprintf("dhtkv %s (%s)\n", buildinfo.Version(), buildinfo.GoVersion()), out.String())
+	assert.Empty(t, errb.String())
+}
+
+// A second node on a data directory another dhtkv process serves says so,
+// in one line, and exits 1; the first node goes on serving.
+func TestDataDirInUse(t *testing.T) {
+	bin := testcluster.BuildBinary(t, repoRoot(t))
+	dir := t.TempDir()
+	p := startProc(t, bin, dir, testcluster.FreePorts(t, 1)[0])
+
+	var out, errb bytes.Buffer
+	code := run([]string{"--listen", "127.0.0.1:0", "--data-dir", dir}, &out, &errb)
+	assert.Equal(t, 1, code)
+	assert.Equal(t, fmt.Sprintf("dhtkv: data directory %s is in use by another dhtkv process\n", dir), errb.String())
+	testcluster.WaitReady(t, p.base, time.Second)
 }

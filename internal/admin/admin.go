@@ -1,6 +1,7 @@
 // Package admin serves the operator's endpoints on their own listener, never
-// on the public port: net/http/pprof under /debug/pprof/ and Prometheus
-// metrics at /metrics.
+// on the public port: net/http/pprof under /debug/pprof/, Prometheus
+// metrics at /metrics, and the liveness and readiness probes /livez and
+// /readyz.
 package admin
 
 import (
@@ -14,7 +15,15 @@ import (
 // Handler returns the admin mux. It registers pprof's handlers explicitly on
 // a private mux instead of importing net/http/pprof for its side effect on
 // http.DefaultServeMux (global state another listener could expose).
-func Handler(reg *prometheus.Registry) http.Handler {
+//
+// The probes, GET or HEAD:
+//
+//   - /livez answers 200 "ok" whenever it answers at all: the process is
+//     serving. Restart a node whose /livez does not answer.
+//   - /readyz answers 200 "ok" when ready() returns nil, else 503 and
+//     ready's error as a one-line reason. Send client traffic only to a
+//     node whose /readyz answers 200.
+func Handler(reg *prometheus.Registry, ready func() error) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/debug/pprof/", pprof.Index) // heap, allocs, goroutine, mutex, block, ...
 	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
@@ -22,5 +31,22 @@ func Handler(reg *prometheus.Registry) http.Handler {
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	mux.HandleFunc("GET /livez", func(w http.ResponseWriter, _ *http.Request) {
+		plain(w, http.StatusOK, "ok")
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if err := ready(); err != nil {
+			plain(w, http.StatusServiceUnavailable, err.Error())
+			return
+		}
+		plain(w, http.StatusOK, "ok")
+	})
 	return mux
+}
+
+func plain(w http.ResponseWriter, code int, line string) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(code)
+	_, _ = w.Write([]byte(line + "\n")) // the client may have gone; nothing to do about it
 }

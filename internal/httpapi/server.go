@@ -42,6 +42,9 @@ type Server struct {
 	Limits  Limits
 	Metrics *Metrics
 	Log     *slog.Logger
+	// Started is when the node started, for the uptime that
+	// /v0/status?verbose reports.
+	Started time.Time
 	// ScanIdleTimeout bounds how long a range stream may make no progress
 	// (client not reading, another node not sending) before it is aborted
 	// (default DefaultScanIdleTimeout). It replaces fasthttp's whole-
@@ -66,14 +69,7 @@ func (s *Server) Handler(ctx *fasthttp.RequestCtx) {
 		op = s.entity(ctx)
 	case pathStatus:
 		op = OpStatus
-		if !ctx.IsGet() && !ctx.IsHead() {
-			methodNotAllowed(ctx, "GET, HEAD")
-		} else {
-			ctx.SetBodyString("OK\n")
-			for _, w := range s.Coord.Warnings() {
-				ctx.Response.AppendBodyString("warning: " + w + "\n")
-			}
-		}
+		s.status(ctx)
 	case pathEntities:
 		op = OpScan
 		s.entities(ctx)

@@ -10,14 +10,29 @@ package metrics
 import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/dhtkv/dhtkv/internal/buildinfo"
 )
 
 // NewRegistry returns a registry holding the Go runtime and process
-// collectors.
+// collectors and dhtkv_build_info.
 func NewRegistry() *prometheus.Registry {
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildInfo())
 	return reg
+}
+
+// buildInfo is the gauge dhtkv_build_info{version,goversion}, always 1: the
+// usual way to put a build's version in a dashboard or an alert (join on
+// it, or count the versions running).
+func buildInfo() prometheus.Gauge {
+	g := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name:        "dhtkv_build_info",
+		Help:        "Always 1; its labels are the running build's version (buildinfo.Version) and Go release.",
+		ConstLabels: prometheus.Labels{"version": buildinfo.Version(), "goversion": buildinfo.GoVersion()},
+	})
+	g.Set(1)
+	return g
 }
 
 // LatencyBuckets are the upper bounds, in seconds, of every request and

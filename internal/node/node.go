@@ -8,16 +8,20 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/valyala/fasthttp"
 
 	"github.com/dhtkv/dhtkv/internal/admin"
+	"github.com/dhtkv/dhtkv/internal/buildinfo"
 	"github.com/dhtkv/dhtkv/internal/cache"
 	"github.com/dhtkv/dhtkv/internal/cluster"
 	"github.com/dhtkv/dhtkv/internal/hlc"
@@ -224,6 +228,9 @@ type Node struct {
 	adminSrv *http.Server
 	adminLn  net.Listener
 	served   chan error
+	// stopping is set once Shutdown or Close begins: the node is no
+	// longer ready.
+	stopping atomic.Bool
 }
 
 // New builds a node: it opens the store, restores the clock, and wires the
@@ -267,7 +274,7 @@ func New(cfg Config) (_ *Node, err error) {
 		Sync: cfg.Sync, L0CompactionThreshold: cfg.L0CompactionThreshold, BlockCacheBytes: cfg.BlockCacheBytes, MemTableBytes: cfg.MemTableBytes, Logger: log,
 	})
 	if err != nil {
-		return nil, err
+		return nil, lockError(cfg.DataDir, err)
 	}
 	// Versions issued after a restart must be newer than every stored one.
 	bound, err := n.store.ClockBound()
@@ -342,6 +349,7 @@ func New(cfg Config) (_ *Node, err error) {
 		Metrics:         httpapi.NewMetrics(n.registry),
 		Log:             log,
 		Limits:          httpapi.Limits{MaxKeyBytes: cfg.MaxKeyBytes, MaxValueBytes: cfg.MaxValueBytes},
+		Started:         time.Now(),
 		ScanIdleTimeout: cfg.WriteTimeout,
 	}
 	n.srv = &fasthttp.Server{
@@ -417,6 +425,24 @@ func (n *Node) claimIdentity(topo cluster.Topology) error {
 	return nil
 }
 
+// ErrDataDirInUse is returned by New when another process holds the data
+// directory's lock: two nodes must never share a directory.
+var ErrDataDirInUse = errors.New("in use by another dhtkv process")
+
+// lockError names the reason when opening the store failed because
+// another process holds the directory's lock. Pebble takes it with
+// fcntl(F_SETLK) on <dir>/LOCK and returns the bare errno (EAGAIN, or
+// EACCES on some systems) when another process holds it, which reads as
+// "resource temporarily unavailable". A *fs.PathError with the same errno
+// is something else: the LOCK file could not be created.
+func lockError(dir string, err error) error {
+	var pathErr *fs.PathError
+	if (errors.Is(err, syscall.EAGAIN) || errors.Is(err, syscall.EACCES)) && !errors.As(err, &pathErr) {
+		return fmt.Errorf("data directory %s is %w", dir, ErrDataDirInUse)
+	}
+	return err
+}
+
 // Handler is the node's request handler, as its listener serves it: tests
 // and benchmarks drive it without a socket.
 func (n *Node) Handler() fasthttp.RequestHandler { return n.api.Handler }
@@ -447,7 +473,7 @@ func (n *Node) Serve() (err error) {
 			return fmt.Errorf("admin listen %s: %w", cfg.AdminListen, err)
 		}
 		mux := http.NewServeMux()
-		mux.Handle("/", admin.Handler(n.registry))
+		mux.Handle("/", admin.Handler(n.registry, n.Ready))
 		mux.Handle("/repair", admin.RepairHandler(
 			func(ctx context.Context) any {
 				if res := n.coord.Repair(ctx); res != nil {
@@ -471,13 +497,37 @@ func (n *Node) Serve() (err error) {
 	<-ln.ready
 	topo := n.coord.Topology()
 	n.log.Info("dhtkv node started", "listen", n.ln.Addr().String(), "admin", cfg.AdminListen,
-		"data_dir", cfg.DataDir, "self", topo.Nodes[topo.Self], "cluster_size", topo.Size(), "sync", cfg.Sync)
+		"data_dir", cfg.DataDir, "self", topo.Nodes[topo.Self], "cluster_size", topo.Size(), "sync", cfg.Sync,
+		"version", buildinfo.Version())
+	return nil
+}
+
+// ErrRebuilding and ErrStopping are why a node is not ready (Ready).
+var (
+	ErrRebuilding = errors.New("rebuilding: copying this node's share from its peers; its replica is not read until done")
+	ErrStopping   = errors.New("shutting down")
+)
+
+// Ready reports whether the node should be sent client traffic (the admin
+// port's /readyz): nil while its store is open and its replica serves
+// reads. Otherwise the reason: ErrRebuilding while it copies its share
+// after starting with an empty data directory (cluster/rebuild.go), or
+// ErrStopping once Shutdown or Close began (the store is about to close).
+// A node's store is open from New until Shutdown or Close.
+func (n *Node) Ready() error {
+	switch {
+	case n.stopping.Load():
+		return ErrStopping
+	case n.coord.Rebuilding():
+		return ErrRebuilding
+	}
 	return nil
 }
 
 // Close releases a node that was never served: its coordinator, cache and
 // store.
 func (n *Node) Close() error {
+	n.stopping.Store(true)
 	n.coord.Close()
 	return n.closeStorage()
 }
@@ -500,13 +550,14 @@ func (n *Node) Registry() *prometheus.Registry { return n.registry }
 // in-flight requests and background replica calls, then closes the store
 // cleanly. It is safe to call once.
 func (n *Node) Shutdown(ctx context.Context) error {
-	if n.adminSrv != nil {
-		n.adminSrv.Close()
-	}
+	// /readyz answers 503 from now on; the admin listener stays open
+	// while the requests in flight finish.
+	n.stopping.Store(true)
 	// Range streams may run for any time: abort them (their clients see a
 	// truncated body) rather than let them hold the shutdown.
 	n.api.Close()
 	if err := n.srv.ShutdownWithContext(ctx); err != nil {
+		n.shutdownAdmin(ctx)
 		// Handlers are still running and may use the store: closing it
 		// under them would crash them. Leave it to process exit; every
 		// acknowledged write is already in the WAL (fsynced with --sync).
@@ -515,6 +566,8 @@ func (n *Node) Shutdown(ctx context.Context) error {
 	if err := <-n.served; err != nil {
 		n.log.Warn("serve", "err", err)
 	}
+	// Before the store closes: /metrics reads it.
+	n.shutdownAdmin(ctx)
 	// Stragglers are bounded by the replica timeout.
 	n.coord.Close()
 	if err := n.closeStorage(); err != nil {
@@ -522,6 +575,18 @@ func (n *Node) Shutdown(ctx context.Context) error {
 	}
 	n.log.Info("dhtkv node stopped", "listen", n.cfg.Listen)
 	return nil
+}
+
+// shutdownAdmin stops the admin listener and waits, until ctx ends, for
+// its requests in flight (a /metrics scrape reads the store); past that
+// it closes their connections.
+func (n *Node) shutdownAdmin(ctx context.Context) {
+	if n.adminSrv == nil {
+		return
+	}
+	if err := n.adminSrv.Shutdown(ctx); err != nil {
+		n.adminSrv.Close()
+	}
 }
 
 func (n *Node) closeStorage() error {

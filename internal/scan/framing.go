@@ -9,36 +9,33 @@
 package scan
 
 import (
-	"bufio"
-	"encoding/binary"
-	"errors"
-	"fmt"
 	"io"
+
+	"github.com/dhtkv/dhtkv/internal/scan/framing"
 )
 
-// Binary framing (format=binary on the public endpoint, always on the
-// internal one). It does not depend on HTTP chunk boundaries, so a proxy may
-// re-chunk it and values may contain any byte:
-//
-//	record: uvarint(len key) key uvarint(len value) value   (len key >= 1)
-//	end:    0x00 uvarint(number of records)
-//
-// Keys are never empty (the API rejects empty ids), so a zero key length is
-// free to mark the end. A stream without the end marker, or whose count does
-// not match, is truncated: that is how a reader tells a complete result from
-// a failed one even if the HTTP layer hid the failure.
+// The binary framing (format=binary, and every internal stream) is package
+// framing's; these names keep it where the rest of this package and its
+// users expect it.
 
-// AppendRecord appends one record frame to dst.
-func AppendRecord(dst, key, value []byte) []byte {
-	dst = binary.AppendUvarint(dst, uint64(len(key)))
-	dst = append(dst, key...)
-	dst = binary.AppendUvarint(dst, uint64(len(value)))
-	return append(dst, value...)
-}
+// AppendRecord appends one record frame to dst (framing.AppendRecord).
+func AppendRecord(dst, key, value []byte) []byte { return framing.AppendRecord(dst, key, value) }
 
-// AppendEnd appends the end marker for a stream of n records.
-func AppendEnd(dst []byte, n uint64) []byte {
-	return binary.AppendUvarint(append(dst, 0), n)
+// AppendEnd appends the end marker for a stream of n records
+// (framing.AppendEnd).
+func AppendEnd(dst []byte, n uint64) []byte { return framing.AppendEnd(dst, n) }
+
+// ErrTruncated reports a binary stream that ended without its end marker or
+// with a wrong record count (framing.ErrTruncated).
+var ErrTruncated = framing.ErrTruncated
+
+// Decoder reads a binary-framed stream (framing.Decoder).
+type Decoder = framing.Decoder
+
+// NewDecoder reads frames from r, refusing keys longer than maxKey and
+// values longer than maxValue bytes (framing.NewDecoder).
+func NewDecoder(r io.Reader, maxKey, maxValue int) *Decoder {
+	return framing.NewDecoder(r, maxKey, maxValue)
 }
 
 // AppendKeyNewlineValue appends one record of FormatChunks: key '\n' value.
@@ -49,126 +46,3 @@ func AppendKeyNewlineValue(dst, key, value []byte) []byte {
 	dst = append(dst, '\n')
 	return append(dst, value...)
 }
-
-// ErrTruncated reports a binary stream that ended without its end marker or
-// with a wrong record count: the sender failed mid-stream.
-var ErrTruncated = errors.New("scan stream truncated")
-
-// Decoder reads a binary-framed stream. Key and Value of the current record
-// alias the decoder's buffers and are valid until the next call to Next.
-type Decoder struct {
-	r        *bufio.Reader
-	maxKey   int
-	maxValue int
-	key, val []byte
-	n        uint64
-	err      error
-	done     bool
-}
-
-// NewDecoder reads frames from r, refusing keys longer than maxKey and
-// values longer than maxValue bytes (a corrupt length must not make the
-// reader allocate gigabytes).
-func NewDecoder(r io.Reader, maxKey, maxValue int) *Decoder {
-	br, ok := r.(*bufio.Reader)
-	if !ok {
-		br = bufio.NewReaderSize(r, 64<<10)
-	}
-	return &Decoder{r: br, maxKey: maxKey, maxValue: maxValue}
-}
-
-// Next reads the next record. It returns false at the end marker (Err is
-// nil) or on an error (Err says which; ErrTruncated, possibly wrapped, if
-// the stream ended early).
-func (d *Decoder) Next() bool {
-	if d.done || d.err != nil {
-		return false
-	}
-	klen, err := d.readLen("key", d.maxKey)
-	if err != nil {
-		d.err = err
-		return false
-	}
-	if klen == 0 {
-		d.err = d.readEnd()
-		d.done = true
-		return false
-	}
-	if d.key, err = d.readN(d.key, klen); err != nil {
-		d.err = fmt.Errorf("record %d key: %w", d.n, err)
-		return false
-	}
-	vlen, err := d.readLen("value", d.maxValue)
-	if err != nil {
-		d.err = err
-		return false
-	}
-	if d.val, err = d.readN(d.val, vlen); err != nil {
-		d.err = fmt.Errorf("record %d value: %w", d.n, err)
-		return false
-	}
-	d.n++
-	return true
-}
-
-func (d *Decoder) readLen(what string, limit int) (int, error) {
-	x, err := binary.ReadUvarint(d.r)
-	if err != nil {
-		return 0, fmt.Errorf("record %d %s length: %w", d.n, what, eofIsTruncation(err))
-	}
-	if x > uint64(limit) {
-		return 0, fmt.Errorf("record %d: %s length %d exceeds limit %d", d.n, what, x, limit)
-	}
-	return int(x), nil
-}
-
-func (d *Decoder) readN(buf []byte, n int) ([]byte, error) {
-	if cap(buf) < n {
-		buf = make([]byte, n)
-	}
-	buf = buf[:n]
-	if _, err := io.ReadFull(d.r, buf); err != nil {
-		return buf, eofIsTruncation(err)
-	}
-	return buf, nil
-}
-
-// readEnd checks the record count and that nothing follows the marker.
-func (d *Decoder) readEnd() error {
-	want, err := binary.ReadUvarint(d.r)
-	if err != nil {
-		return fmt.Errorf("end marker: %w", eofIsTruncation(err))
-	}
-	if want != d.n {
-		return fmt.Errorf("%w: end marker counts %d records, received %d", ErrTruncated, want, d.n)
-	}
-	if _, err := d.r.ReadByte(); err != io.EOF {
-		if err == nil {
-			return fmt.Errorf("scan stream: data after the end marker")
-		}
-		return fmt.Errorf("after end marker: %w", err)
-	}
-	return nil
-}
-
-// eofIsTruncation turns a clean EOF inside the stream into ErrTruncated and
-// keeps other errors (io.ErrUnexpectedEOF from a broken chunked body, a
-// timeout) visible next to it.
-func eofIsTruncation(err error) error {
-	if err == io.EOF {
-		return ErrTruncated
-	}
-	return fmt.Errorf("%w: %w", ErrTruncated, err)
-}
-
-// Key is the current record's key.
-func (d *Decoder) Key() []byte { return d.key }
-
-// Value is the current record's value.
-func (d *Decoder) Value() []byte { return d.val }
-
-// Count is the number of records read so far.
-func (d *Decoder) Count() uint64 { return d.n }
-
-// Err is the error that stopped Next, nil after a complete stream.
-func (d *Decoder) Err() error { return d.err }

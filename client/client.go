@@ -1,0 +1,289 @@
+package client
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+)
+
+// Config configures a Client. Zero fields take the defaults stated.
+type Config struct {
+	// Endpoints are the nodes' URLs, http://host:port (host:port alone
+	// means http). At least one is required; any node of a cluster serves
+	// any request, so list several to survive the loss of one.
+	Endpoints []string
+	// DialTimeout bounds connecting to one endpoint before the next one
+	// is tried. The default value is 2 s. It is not used with Transport.
+	DialTimeout time.Duration
+	// MaxRecordBytes is the longest key and the largest value a Scan
+	// accepts from a node: a guard against a corrupt length, which would
+	// otherwise make the client allocate it. The default value is 64 MiB,
+	// four times a node's default --max-value-bytes.
+	MaxRecordBytes int
+	// Transport, when set, carries the requests instead of the client's
+	// own http.Transport (for TLS, a proxy, or instrumentation). The
+	// default is a transport that uses no proxy and keeps up to 64 idle
+	// connections per endpoint.
+	Transport http.RoundTripper
+}
+
+// Client talks to a dhtkv cluster through its endpoints. It is safe for
+// concurrent use; Close releases its idle connections.
+type Client struct {
+	endpoints []string // normalized: scheme://host:port, no slash
+	http      *http.Client
+	transport *http.Transport // ours, nil with Config.Transport
+	maxRecord int
+	// preferred is the index of the endpoint tried first: the one that
+	// served the last call.
+	preferred atomic.Int32
+}
+
+// New returns a client of the nodes cfg lists. It contacts none of them.
+func New(cfg Config) (*Client, error) {
+	if len(cfg.Endpoints) == 0 {
+		return nil, errors.New("dhtkv client: no endpoints")
+	}
+	c := &Client{maxRecord: cfg.MaxRecordBytes}
+	if c.maxRecord <= 0 {
+		c.maxRecord = 64 << 20
+	}
+	for _, e := range cfg.Endpoints {
+		u, err := normalize(e)
+		if err != nil {
+			return nil, err
+		}
+		c.endpoints = append(c.endpoints, u)
+	}
+	rt := cfg.Transport
+	if rt == nil {
+		dial := cfg.DialTimeout
+		if dial <= 0 {
+			dial = 2 * time.Second
+		}
+		c.transport = &http.Transport{
+			DialContext:         (&net.Dialer{Timeout: dial, KeepAlive: 30 * time.Second}).DialContext,
+			MaxIdleConnsPerHost: 64,
+			IdleConnTimeout:     90 * time.Second,
+		}
+		rt = c.transport
+	}
+	c.http = &http.Client{
+		Transport: rt,
+		// The API never redirects; a redirect would come from something
+		// else listening on the endpoint.
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}
+	return c, nil
+}
+
+// normalize turns an endpoint into scheme://host:port.
+func normalize(e string) (string, error) {
+	s := strings.TrimSpace(e)
+	if !strings.Contains(s, "://") {
+		s = "http://" + s
+	}
+	u, err := url.Parse(s)
+	if err != nil {
+		return "", fmt.Errorf("dhtkv client: endpoint %q: %w", e, err)
+	}
+	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || (u.Path != "" && u.Path != "/") || u.RawQuery != "" {
+		return "", fmt.Errorf("dhtkv client: endpoint %q: want http://host:port", e)
+	}
+	return u.Scheme + "://" + u.Host, nil
+}
+
+// Endpoints returns the client's endpoints, normalized, in their order.
+func (c *Client) Endpoints() []string { return append([]string(nil), c.endpoints...) }
+
+// Close closes the client's idle connections. Calls in flight finish; the
+// client may still be used afterwards (it connects again).
+func (c *Client) Close() {
+	c.http.CloseIdleConnections()
+}
+
+// Option adjusts one call.
+type Option func(*callOptions)
+
+type callOptions struct {
+	ack, from int
+	limit     int
+	local     bool
+}
+
+// WithAck sets how many replicas must answer (the API's ack; 1 <= ack <=
+// from). The default is the node's: a majority of from.
+func WithAck(n int) Option { return func(o *callOptions) { o.ack = n } }
+
+// WithFrom sets how many replicas the key has for this call (the API's
+// from; at most the cluster size). The default is the node's: the
+// cluster size.
+func WithFrom(n int) Option { return func(o *callOptions) { o.from = n } }
+
+func (o *callOptions) query(q url.Values) {
+	if o.ack > 0 {
+		q.Set("ack", strconv.Itoa(o.ack))
+	}
+	if o.from > 0 {
+		q.Set("from", strconv.Itoa(o.from))
+	}
+}
+
+func callOpts(opts []Option) callOptions {
+	var o callOptions
+	for _, f := range opts {
+		f(&o)
+	}
+	return o
+}
+
+// Get returns key's value, ErrNotFound when the key is absent or deleted.
+func (c *Client) Get(ctx context.Context, key string, opts ...Option) ([]byte, error) {
+	o := callOpts(opts)
+	q := url.Values{"id": {key}}
+	o.query(q)
+	a, err := c.roundTrip(ctx, http.MethodGet, "/v0/entity", q, nil, false)
+	if err != nil {
+		return nil, err
+	}
+	switch a.code {
+	case http.StatusOK:
+		return a.body, nil
+	case http.StatusNotFound:
+		return nil, ErrNotFound
+	}
+	return nil, a.err(http.MethodGet)
+}
+
+// Put stores value under key once ack replicas have stored it.
+func (c *Client) Put(ctx context.Context, key string, value []byte, opts ...Option) error {
+	return c.write(ctx, http.MethodPut, key, value, http.StatusCreated, opts)
+}
+
+// Delete deletes key once ack replicas have stored the deletion; deleting
+// an absent key succeeds.
+func (c *Client) Delete(ctx context.Context, key string, opts ...Option) error {
+	return c.write(ctx, http.MethodDelete, key, nil, http.StatusAccepted, opts)
+}
+
+func (c *Client) write(ctx context.Context, method, key string, value []byte, want int, opts []Option) error {
+	o := callOpts(opts)
+	q := url.Values{"id": {key}}
+	o.query(q)
+	a, err := c.roundTrip(ctx, method, "/v0/entity", q, value, false)
+	if err != nil {
+		return err
+	}
+	if a.code == want {
+		return nil
+	}
+	return a.err(method)
+}
+
+// answer is what an endpoint answered.
+type answer struct {
+	endpoint string
+	code     int
+	body     []byte         // the whole body (not streamed)
+	resp     *http.Response // streamed: the open response, the caller closes its body
+}
+
+// err turns an answer that is not the call's success into its error.
+func (a answer) err(method string) error {
+	switch {
+	case a.code == http.StatusGatewayTimeout:
+		return ErrNotEnoughReplicas
+	case a.code >= 400 && a.code < 500:
+		return &BadRequestError{StatusCode: a.code, Reason: reason(a.body)}
+	}
+	return fmt.Errorf("dhtkv: %s via %s: unexpected answer %d %s", method, a.endpoint, a.code, reason(a.body))
+}
+
+// reason is the first line of a node's error body.
+func reason(body []byte) string {
+	line, _, _ := bytes.Cut(body, []byte("\n"))
+	return string(bytes.TrimSpace(line))
+}
+
+// failsOver says whether a status is the endpoint's failure, which
+// another endpoint may not have (see the package's Failover).
+func failsOver(code int) bool {
+	return code == http.StatusInternalServerError || code == http.StatusBadGateway || code == http.StatusServiceUnavailable
+}
+
+// roundTrip sends the request to the preferred endpoint, and to the next
+// ones while they fail (failsOver, or no answer). A streamed answer keeps
+// its body open for the caller; otherwise the body is read whole, and a
+// body cut short counts as no answer.
+func (c *Client) roundTrip(ctx context.Context, method, path string, q url.Values, body []byte, stream bool) (answer, error) {
+	n := len(c.endpoints)
+	first := int(c.preferred.Load())
+	failures := make([]string, 0, n)
+	for i := range n {
+		idx := (first + i) % n
+		a, err := c.try(ctx, c.endpoints[idx], method, path, q, body, stream)
+		if err == nil && !failsOver(a.code) {
+			if idx != first {
+				c.preferred.Store(int32(idx))
+			}
+			return a, nil
+		}
+		if ctx.Err() != nil {
+			return answer{}, fmt.Errorf("dhtkv: %s %s: %w", method, path, ctx.Err())
+		}
+		if err == nil {
+			err = fmt.Errorf("%d %s", a.code, reason(a.body))
+		}
+		failures = append(failures, c.endpoints[idx]+": "+err.Error())
+	}
+	return answer{}, fmt.Errorf("%w: %s %s: %s", ErrUnavailable, method, path, strings.Join(failures, "; "))
+}
+
+// try sends the request to one endpoint. An answer that fails over has
+// its body read and closed even when streamed.
+func (c *Client) try(ctx context.Context, endpoint, method, path string, q url.Values, body []byte, stream bool) (answer, error) {
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, endpoint+path+"?"+q.Encode(), rd)
+	if err != nil {
+		return answer{}, err
+	}
+	if method == http.MethodPut {
+		req.ContentLength = int64(len(body)) // an empty value is a 0-byte body, not none
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return answer{}, unwrapURLError(err)
+	}
+	a := answer{endpoint: endpoint, code: resp.StatusCode}
+	if stream && resp.StatusCode == http.StatusOK {
+		a.resp = resp
+		return a, nil
+	}
+	defer resp.Body.Close()
+	if a.body, err = io.ReadAll(resp.Body); err != nil {
+		return answer{}, fmt.Errorf("reading the answer: %w", err)
+	}
+	return a, nil
+}
+
+// unwrapURLError drops net/http's *url.Error wrapper, whose message
+// repeats the method and the whole URL, key included.
+func unwrapURLError(err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return ue.Err
+	}
+	return err
+}

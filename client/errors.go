@@ -1,0 +1,33 @@
+package client
+
+import (
+	"errors"
+	"fmt"
+)
+
+var (
+	// ErrNotFound is Get's answer for a key that is absent or deleted
+	// (404).
+	ErrNotFound = errors.New("dhtkv: not found")
+	// ErrNotEnoughReplicas is returned when fewer than ack of the key's
+	// replicas answered in time (504); for a Scan, when too many nodes did
+	// not answer for the range to be complete. It does not fail over (see
+	// the package's Failover).
+	ErrNotEnoughReplicas = errors.New("dhtkv: not enough replicas")
+	// ErrUnavailable is returned, wrapped with every endpoint's failure,
+	// when no endpoint served a call.
+	ErrUnavailable = errors.New("dhtkv: no endpoint served the request")
+)
+
+// BadRequestError is a node's refusal of the request itself: a 4xx other
+// than Get's 404 (400 bad key, ack or from; 413 value too large).
+type BadRequestError struct {
+	// StatusCode is the HTTP status, 400 to 499.
+	StatusCode int
+	// Reason is the node's one-line explanation.
+	Reason string
+}
+
+func (e *BadRequestError) Error() string {
+	return fmt.Sprintf("dhtkv: bad request (%d): %s", e.StatusCode, e.Reason)
+}

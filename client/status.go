@@ -1,0 +1,75 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"time"
+)
+
+// Status is a node's account of itself and of the cluster as it sees it:
+// the JSON that GET /v0/status?verbose answers. The node encodes this very
+// type (internal/httpapi), so the server and this package cannot disagree
+// about it.
+type Status struct {
+	// Node is the node's URL as --cluster lists it (its --self).
+	Node string `json:"node"`
+	// Version is the node's build, as dhtkv --version prints it.
+	Version string `json:"version"`
+	// GoVersion is the Go release the node was built with.
+	GoVersion string `json:"go_version"`
+	// Started is when the node started.
+	Started time.Time `json:"started"`
+	// UptimeSeconds is how long the node had been running when it
+	// answered, in seconds.
+	UptimeSeconds float64 `json:"uptime_seconds"`
+	// Rebuilding is true while the node copies its share of the data from
+	// its peers, after it started with an empty data directory in a
+	// cluster that had data; its own replica is not read meanwhile.
+	Rebuilding bool `json:"rebuilding"`
+	// ClusterFormed is true once the node has seen every member answer
+	// (it is remembered across restarts).
+	ClusterFormed bool `json:"cluster_formed"`
+	// Warnings are what an operator must know about the node, one line
+	// each: the lines plain /v0/status prints after OK. Never null.
+	Warnings []string `json:"warnings"`
+	// Members are every node of the cluster, in --cluster order, this one
+	// included.
+	Members []Member `json:"members"`
+}
+
+// Member is one node of the cluster as the answering node sees it.
+type Member struct {
+	// URL is the member's URL as --cluster lists it.
+	URL string `json:"url"`
+	// Self marks the answering node.
+	Self bool `json:"self"`
+	// Reachable is whether the member answers the answering node; absent
+	// (nil) when that node cannot tell. A node always reaches itself;
+	// what it knows of its peers' reachability is not reported yet.
+	Reachable *bool `json:"reachable,omitempty"`
+}
+
+// Status asks the node at endpoint for its account of itself (GET
+// /v0/status?verbose). endpoint need not be one of the client's; there is
+// no failover: it is that node's status that is asked.
+func (c *Client) Status(ctx context.Context, endpoint string) (*Status, error) {
+	ep, err := normalize(endpoint)
+	if err != nil {
+		return nil, err
+	}
+	a, err := c.try(ctx, ep, http.MethodGet, "/v0/status", url.Values{"verbose": {""}}, nil, false)
+	if err != nil {
+		return nil, fmt.Errorf("dhtkv: status of %s: %w", ep, err)
+	}
+	if a.code != http.StatusOK {
+		return nil, fmt.Errorf("dhtkv: status of %s: %d %s", ep, a.code, reason(a.body))
+	}
+	var st Status
+	if err := json.Unmarshal(a.body, &st); err != nil {
+		return nil, fmt.Errorf("dhtkv: status of %s: %w", ep, err)
+	}
+	return &st, nil
+}

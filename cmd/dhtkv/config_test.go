@@ -1,0 +1,152 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"flag"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// Each flag comes from the first of: the command line, its DHTKV_*
+// environment variable, the --config file. A source sets only what the
+// ones before it left unset, so the others still apply flag by flag.
+func TestConfigPrecedence(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		args []string
+		env  map[string]string
+		file string // written to a temporary file named by --config when not empty
+		// want: listen, admin-listen, read-repair, sync, cache-bytes (0:
+		// the default)
+		listen, admin, repair string
+		sync                  bool
+		cache                 int64
+	}{
+		{name: "defaults",
+			listen: "127.0.0.1:8080", admin: "", repair: "blocking", sync: true},
+		{name: "file",
+			file:   "listen 127.0.0.1:1\nadmin-listen 127.0.0.1:2\n# a comment\n\nread-repair async\nsync false\ncache-bytes 1GB\n",
+			listen: "127.0.0.1:1", admin: "127.0.0.1:2", repair: "async", sync: false, cache: 1_000_000_000},
+		{name: "file, a comment after a value",
+			file:   "listen 127.0.0.1:1 # the public port\n",
+			listen: "127.0.0.1:1", repair: "blocking", sync: true},
+		{name: "environment",
+			env:    map[string]string{"DHTKV_LISTEN": "127.0.0.1:3", "DHTKV_READ_REPAIR": "off", "DHTKV_SYNC": "false", "DHTKV_CACHE_BYTES": "2MiB"},
+			listen: "127.0.0.1:3", repair: "off", sync: false, cache: 2 << 20},
+		{name: "environment over file, file for the rest",
+			env:    map[string]string{"DHTKV_LISTEN": "127.0.0.1:3"},
+			file:   "listen 127.0.0.1:1\nadmin-listen 127.0.0.1:2\n",
+			listen: "127.0.0.1:3", admin: "127.0.0.1:2", repair: "blocking", sync: true},
+		{name: "flag over environment and file",
+			args:   []string{"--listen", "127.0.0.1:4", "--sync=true", "--cache-bytes", "3072"},
+			env:    map[string]string{"DHTKV_LISTEN": "127.0.0.1:3", "DHTKV_SYNC": "false", "DHTKV_CACHE_BYTES": "2MiB"},
+			file:   "listen 127.0.0.1:1\nread-repair async\nsync false\ncache-bytes 1GB\n",
+			listen: "127.0.0.1:4", repair: "async", sync: true, cache: 3072},
+		{name: "an empty variable is unset",
+			env:    map[string]string{"DHTKV_LISTEN": ""},
+			file:   "listen 127.0.0.1:1\n",
+			listen: "127.0.0.1:1", repair: "blocking", sync: true},
+		{name: "DHTKV_CONFIG names the file",
+			env:    map[string]string{"DHTKV_CONFIG": "FILE"},
+			file:   "listen 127.0.0.1:5\n",
+			listen: "127.0.0.1:5", repair: "blocking", sync: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			args := tc.args
+			if tc.file != "" {
+				path := filepath.Join(t.TempDir(), "dhtkv.conf")
+				require.NoError(t, os.WriteFile(path, []byte(tc.file), 0o600))
+				if tc.env["DHTKV_CONFIG"] == "FILE" {
+					tc.env["DHTKV_CONFIG"] = path
+				} else {
+					args = append([]string{"--config", path}, args...)
+				}
+			}
+			for k, v := range tc.env {
+				t.Setenv(k, v)
+			}
+			s, err := parseFlags(args, io.Discard)
+			require.NoError(t, err)
+			assert.Equal(t, tc.listen, s.cfg.Listen, "listen")
+			assert.Equal(t, tc.admin, s.cfg.AdminListen, "admin-listen")
+			assert.Equal(t, tc.repair, s.cfg.ReadRepair, "read-repair")
+			assert.Equal(t, tc.sync, s.cfg.Sync, "sync")
+			if tc.cache == 0 {
+				tc.cache = 64 << 20
+			}
+			assert.Equal(t, tc.cache, s.cfg.CacheBytes, "cache-bytes")
+		})
+	}
+}
+
+// A value no flag would take is refused wherever it comes from, and the
+// message names where it came from.
+func TestConfigErrors(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, text string) string {
+		path := filepath.Join(dir, name)
+		require.NoError(t, os.WriteFile(path, []byte(text), 0o600))
+		return path
+	}
+	for _, tc := range []struct {
+		name string
+		args []string
+		env  map[string]string
+		msg  string
+	}{
+		{"bad value in the environment", nil, map[string]string{"DHTKV_PEER_CONNS": "many"}, `environment variable "DHTKV_PEER_CONNS"`},
+		{"bad value in the file", []string{"--config", write("bad.conf", "peer-conns many\n")}, nil, `flag "peer-conns" from config file`},
+		{"unknown name in the file", []string{"--config", write("unknown.conf", "cache-size 1\n")}, nil, `"cache-size" not defined`},
+		{"missing file", []string{"--config", filepath.Join(dir, "absent.conf")}, nil, "no such file"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for k, v := range tc.env {
+				t.Setenv(k, v)
+			}
+			_, err := parseFlags(tc.args, io.Discard)
+			require.Error(t, err)
+			assert.NotErrorIs(t, err, flag.ErrHelp)
+			assert.ErrorContains(t, err, tc.msg)
+		})
+	}
+}
+
+// --log-format: text is slog's key=value, json one object per line; both
+// drop records below the level.
+func TestLogFormat(t *testing.T) {
+	for _, tc := range []struct {
+		format string
+		check  func(t *testing.T, line string)
+	}{
+		{"text", func(t *testing.T, line string) {
+			assert.Contains(t, line, `level=WARN msg="peer not answering" peer=http://127.0.0.1:1`)
+		}},
+		{"json", func(t *testing.T, line string) {
+			var rec map[string]any
+			require.NoError(t, json.Unmarshal([]byte(line), &rec), line)
+			assert.Equal(t, "WARN", rec["level"])
+			assert.Equal(t, "peer not answering", rec["msg"])
+			assert.Equal(t, "http://127.0.0.1:1", rec["peer"])
+		}},
+	} {
+		t.Run(tc.format, func(t *testing.T) {
+			s, err := parseFlags([]string{"--log-format", tc.format, "--log-level", "warn"}, io.Discard)
+			require.NoError(t, err)
+			var buf bytes.Buffer
+			log, err := newLogger(&buf, s.logFormat, s.logLevel)
+			require.NoError(t, err)
+			log.Info("dropped below the level")
+			log.Warn("peer not answering", "peer", "http://127.0.0.1:1")
+			lines := strings.Split(strings.TrimSuffix(buf.String(), "\n"), "\n")
+			require.Len(t, lines, 1, buf.String())
+			tc.check(t, lines[0])
+		})
+	}
+}

@@ -1,0 +1,68 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"strconv"
+
+	"github.com/dustin/go-humanize"
+)
+
+// byteSize is a flag.Value for a size in bytes, stored in *p. It accepts
+// what go-humanize's ParseBytes does: a number of bytes ("1048576"), or a
+// number and a unit, case-insensitive, optionally separated by a space:
+// binary KiB, MiB, GiB, TiB (powers of 1024; Ki, Mi... alone too) or
+// decimal kB, MB, GB, TB (powers of 1000; k, M, G, T alone too).
+// Fractions are allowed ("1.5GiB"; a fraction of a byte is dropped);
+// negative sizes and sizes beyond T's range are refused. It prints a size
+// in the largest binary unit that divides it ("64MiB"), else in bytes, so
+// that what -h prints as a default parses back to the same size.
+type byteSize[T int | int64 | uint64] struct{ p *T }
+
+// sizeVar defines the size flag name, stored in *p, whose default is *p's
+// value.
+func sizeVar[T int | int64 | uint64](fs *flag.FlagSet, p *T, name, usage string) {
+	fs.Var(byteSize[T]{p}, name, usage)
+}
+
+func (b byteSize[T]) Set(s string) error {
+	n, err := parseSize[T](s)
+	if err != nil {
+		return err
+	}
+	*b.p = n
+	return nil
+}
+
+func (b byteSize[T]) String() string {
+	if b.p == nil { // the zero Value flag.PrintDefaults makes
+		return "0"
+	}
+	return formatSize(uint64(*b.p))
+}
+
+// parseSize reads s as a size in bytes (see byteSize).
+func parseSize[T int | int64 | uint64](s string) (T, error) {
+	n, err := humanize.ParseBytes(s)
+	if err != nil {
+		return 0, fmt.Errorf("%q is not a size (bytes, or a number and a unit such as 64MiB or 1GB): %w", s, err)
+	}
+	if t := T(n); t < 0 || uint64(t) != n {
+		return 0, fmt.Errorf("%q is too large", s)
+	}
+	return T(n), nil
+}
+
+// formatSize writes n in the largest binary unit that divides it, else in
+// bytes.
+func formatSize(n uint64) string {
+	for _, u := range []struct {
+		size uint64
+		name string
+	}{{humanize.TiByte, "TiB"}, {humanize.GiByte, "GiB"}, {humanize.MiByte, "MiB"}, {humanize.KiByte, "KiB"}} {
+		if n >= u.size && n%u.size == 0 {
+			return strconv.FormatUint(n/u.size, 10) + u.name
+		}
+	}
+	return strconv.FormatUint(n, 10)
+}

@@ -1,0 +1,274 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+	"unicode/utf8"
+
+	"github.com/peterbourgon/ff/v3/ffcli"
+
+	"github.com/dhtkv/dhtkv/client"
+)
+
+// withClient runs do with a client of the endpoints and the command's
+// context.
+func (e *env) withClient(do func(ctx context.Context, c *client.Client) error) error {
+	c, ctx, cancel, err := e.client()
+	if err != nil {
+		return err
+	}
+	defer cancel()
+	defer c.Close()
+	return do(ctx, c)
+}
+
+// call runs one request on key with a client of the endpoints and writes
+// what it returns to stdout.
+func (e *env) call(name, key string, do func(ctx context.Context, c *client.Client) ([]byte, error)) error {
+	return e.withClient(func(ctx context.Context, c *client.Client) error {
+		out, err := do(ctx, c)
+		if err != nil {
+			return fmt.Errorf("%s %q: %w", name, key, err)
+		}
+		_, err = e.stdout.Write(out)
+		return err
+	})
+}
+
+// ok is what put and del print when done, as etcdctl and redis-cli do.
+const ok = "OK\n"
+
+// keyCmd is a command on one KEY: do is its request.
+func keyCmd(e *env, fs *flag.FlagSet, name, help string, do func(ctx context.Context, c *client.Client, key string) ([]byte, error)) *ffcli.Command {
+	return &ffcli.Command{
+		Name:       name,
+		ShortUsage: "dhtkvctl " + name + " KEY",
+		ShortHelp:  help,
+		FlagSet:    fs,
+		Exec: func(_ context.Context, args []string) error {
+			if len(args) != 1 {
+				return usagef("%s takes one KEY, not %d arguments", name, len(args))
+			}
+			return e.call(name, args[0], func(ctx context.Context, c *client.Client) ([]byte, error) {
+				return do(ctx, c, args[0])
+			})
+		},
+	}
+}
+
+func getCmd(e *env, fs *flag.FlagSet) *ffcli.Command {
+	return keyCmd(e, fs, "get", "write KEY's value to stdout, exactly its bytes (exit 3 if absent)",
+		func(ctx context.Context, c *client.Client, key string) ([]byte, error) {
+			return c.Get(ctx, key, e.options()...)
+		})
+}
+
+func delCmd(e *env, fs *flag.FlagSet) *ffcli.Command {
+	return keyCmd(e, fs, "del", "delete KEY (deleting an absent key succeeds)",
+		func(ctx context.Context, c *client.Client, key string) ([]byte, error) {
+			return []byte(ok), c.Delete(ctx, key, e.options()...)
+		})
+}
+
+func putCmd(e *env, fs *flag.FlagSet) *ffcli.Command {
+	file := fs.String("file", "", "read the value from this `path`")
+	return &ffcli.Command{
+		Name:       "put",
+		ShortUsage: "dhtkvctl put [--file PATH] KEY [VALUE]",
+		ShortHelp:  "store a value: VALUE, the file's bytes, or stdin when neither is given",
+		FlagSet:    fs,
+		Exec: func(_ context.Context, args []string) error {
+			var value []byte
+			var err error
+			switch {
+			case len(args) == 0 || len(args) > 2:
+				return usagef("put takes KEY [VALUE], not %d arguments", len(args))
+			case len(args) == 2 && *file != "":
+				return usagef("put: give the value as an argument or with --file, not both")
+			case len(args) == 2:
+				value = []byte(args[1])
+			case *file != "":
+				if value, err = os.ReadFile(*file); err != nil {
+					return fmt.Errorf("put: %w", err)
+				}
+			default:
+				if value, err = io.ReadAll(e.stdin); err != nil {
+					return fmt.Errorf("put: reading stdin: %w", err)
+				}
+			}
+			return e.call("put", args[0], func(ctx context.Context, c *client.Client) ([]byte, error) {
+				return []byte(ok), c.Put(ctx, args[0], value, e.options()...)
+			})
+		},
+	}
+}
+
+const scanHelp = `Without --json, each record is two lines: the key, then the value (a
+value or key holding a newline makes that ambiguous: use --json). With
+--json, each record is one JSON object on its own line: "key" and "value"
+as strings when they are valid UTF-8, else "key_base64" or "value_base64"
+instead. The records are the whole cluster's, merged, newest version of
+each key (--local: one node's own). --limit is applied by dhtkvctl: it
+stops reading after that many records and closes the stream (the API has
+no limit parameter yet). A scan that fails midway exits 1 after the
+records it received.`
+
+func scanCmd(e *env, fs *flag.FlagSet) *ffcli.Command {
+	start := fs.String("start", "", "first `key` (default: the first key)")
+	end := fs.String("end", "", "`key` to stop before (default: past the last key)")
+	limit := fs.Int("limit", 0, "at most this many records (0: all)")
+	keysOnly := fs.Bool("keys-only", false, "print the keys only")
+	asJSON := fs.Bool("json", false, "one JSON object per record")
+	local := fs.Bool("local", false, "one node's own records (the first endpoint that answers), not the cluster's")
+	return &ffcli.Command{
+		Name:       "scan",
+		ShortUsage: "dhtkvctl scan [--start KEY] [--end KEY] [--limit N] [--keys-only] [--json] [--local]",
+		ShortHelp:  "list the records with start <= key < end, in key order",
+		LongHelp:   scanHelp,
+		FlagSet:    fs,
+		Exec: func(_ context.Context, args []string) error {
+			if len(args) > 0 {
+				return usagef("scan takes no arguments (flags come before arguments)")
+			}
+			if *limit < 0 {
+				return usagef("--limit must not be negative")
+			}
+			opts := e.options()
+			if *limit > 0 {
+				opts = append(opts, client.WithLimit(*limit))
+			}
+			if *local {
+				opts = append(opts, client.WithLocal())
+			}
+			return e.withClient(func(ctx context.Context, c *client.Client) error {
+				enc := json.NewEncoder(e.stdout)
+				for rec, err := range c.Scan(ctx, *start, *end, opts...) {
+					if err != nil {
+						return fmt.Errorf("scan: %w", err)
+					}
+					var werr error
+					switch {
+					case *asJSON:
+						werr = enc.Encode(newJSONRecord(rec, !*keysOnly))
+					case *keysOnly:
+						_, werr = fmt.Fprintf(e.stdout, "%s\n", rec.Key)
+					default:
+						_, werr = fmt.Fprintf(e.stdout, "%s\n%s\n", rec.Key, rec.Value)
+					}
+					if werr != nil {
+						return werr // stdout closed (a pipe into head): stop
+					}
+				}
+				return nil
+			})
+		},
+	}
+}
+
+// jsonRecord is a record of scan --json: each of key and value as a
+// string when it is valid UTF-8, else base64 under its _base64 name.
+type jsonRecord struct {
+	Key         string  `json:"key,omitempty"` // keys are never empty
+	KeyBase64   []byte  `json:"key_base64,omitempty"`
+	Value       *string `json:"value,omitempty"` // nil: not printed (keys only) or in base64
+	ValueBase64 []byte  `json:"value_base64,omitempty"`
+}
+
+func newJSONRecord(rec client.Record, withValue bool) jsonRecord {
+	var j jsonRecord
+	if utf8.Valid(rec.Key) {
+		j.Key = string(rec.Key)
+	} else {
+		j.KeyBase64 = rec.Key
+	}
+	switch {
+	case !withValue:
+	case utf8.Valid(rec.Value):
+		v := string(rec.Value)
+		j.Value = &v
+	default:
+		j.ValueBase64 = rec.Value
+	}
+	return j
+}
+
+// endpointStatus is one line of status: an endpoint and what it answered.
+type endpointStatus struct {
+	Endpoint  string         `json:"endpoint"`
+	Reachable bool           `json:"reachable"`
+	Error     string         `json:"error,omitempty"`
+	Status    *client.Status `json:"status,omitempty"`
+}
+
+func statusCmd(e *env, fs *flag.FlagSet) *ffcli.Command {
+	asJSON := fs.Bool("json", false, "one JSON object per endpoint: endpoint, reachable, error, and its /v0/status?verbose answer")
+	return &ffcli.Command{
+		Name:       "status",
+		ShortUsage: "dhtkvctl status [--json]",
+		ShortHelp:  "ask every endpoint for its status (exit 1 if one does not answer)",
+		LongHelp: `Each endpoint is asked for /v0/status?verbose: whether it answers, its
+version, uptime, whether it is rebuilding, how many members its cluster
+has, and its warnings (a clock off from its peers', a rebuild).`,
+		FlagSet: fs,
+		Exec: func(_ context.Context, args []string) error {
+			if len(args) > 0 {
+				return usagef("status takes no arguments")
+			}
+			return e.withClient(func(ctx context.Context, c *client.Client) error {
+				var all []endpointStatus
+				down := 0
+				for _, ep := range c.Endpoints() {
+					st, err := c.Status(ctx, ep)
+					es := endpointStatus{Endpoint: ep, Reachable: err == nil, Status: st}
+					if err != nil {
+						es.Error = err.Error()
+						down++
+					}
+					all = append(all, es)
+				}
+				if err := printStatus(e.stdout, all, *asJSON); err != nil {
+					return err
+				}
+				if down > 0 {
+					return fmt.Errorf("status: %d of %d endpoints did not answer", down, len(all))
+				}
+				return nil
+			})
+		},
+	}
+}
+
+func printStatus(w io.Writer, all []endpointStatus, asJSON bool) error {
+	if asJSON {
+		enc := json.NewEncoder(w)
+		for _, es := range all {
+			if err := enc.Encode(es); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ENDPOINT\tREACHABLE\tVERSION\tUPTIME\tREBUILDING\tMEMBERS\tWARNINGS")
+	for _, es := range all {
+		if es.Status == nil {
+			fmt.Fprintf(tw, "%s\tno\t-\t-\t-\t-\t%s\n", es.Endpoint, es.Error)
+			continue
+		}
+		st := es.Status
+		warnings := "-"
+		if len(st.Warnings) > 0 {
+			warnings = strings.Join(st.Warnings, "; ")
+		}
+		uptime := (time.Duration(st.UptimeSeconds) * time.Second).String()
+		fmt.Fprintf(tw, "%s\tyes\t%s\t%s\t%t\t%d\t%s\n", es.Endpoint, st.Version, uptime, st.Rebuilding, len(st.Members), warnings)
+	}
+	return tw.Flush()
+}

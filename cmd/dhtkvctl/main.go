@@ -1,0 +1,202 @@
+// Command dhtkvctl is the command-line client of dhtkv, in the style of
+// etcdctl and redis-cli, built on package client:
+//
+//	dhtkvctl [global flags] get KEY
+//	dhtkvctl [global flags] put [--file PATH] KEY [VALUE]
+//	dhtkvctl [global flags] del KEY
+//	dhtkvctl [global flags] scan [--start KEY] [--end KEY] [--limit N] [--keys-only] [--json] [--local]
+//	dhtkvctl [global flags] status [--json]
+//
+// Its exit codes are a contract for scripts (see usage below and
+// README.md).
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/peterbourgon/ff/v3"
+	"github.com/peterbourgon/ff/v3/ffcli"
+
+	"github.com/dhtkv/dhtkv/client"
+	"github.com/dhtkv/dhtkv/internal/buildinfo"
+)
+
+// Exit codes.
+const (
+	exitOK                = 0 // done; for get, the key was found
+	exitError             = 1 // anything else: no endpoint answered, a 5xx, a broken stream, an unreachable endpoint in status
+	exitUsage             = 2 // bad flags, arguments or command
+	exitNotFound          = 3 // get: the key is absent or deleted (404)
+	exitNotEnoughReplicas = 4 // fewer than ack replicas answered (504)
+	exitBadRequest        = 5 // the node refused the request (4xx), e.g. bad ack/from, key or value too large
+)
+
+const rootHelp = `Global flags may also be set by environment variables: DHTKV_ENDPOINTS,
+DHTKV_ACK, DHTKV_FROM, DHTKV_TIMEOUT (a flag on the command line wins).
+Every command also takes the global flags after its name. Flags come
+before arguments.
+
+EXIT CODES
+  0  ok; for get, the key was found
+  1  other error (no endpoint answered, a 5xx, a broken scan stream,
+     an endpoint status could not reach)
+  2  usage error
+  3  not found (get)
+  4  not enough replicas answered (504)
+  5  bad request (other 4xx: bad ack/from, key or value too large)`
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+}
+
+// globals are the flags every command takes.
+type globals struct {
+	endpoints string
+	ack, from int
+	timeout   time.Duration
+}
+
+// register defines the global flags on fs, all bound to g: the root's
+// flags, parsed first (command line, then environment), and each
+// command's, which override them when given after the command's name.
+func (g *globals) register(fs *flag.FlagSet) {
+	fs.StringVar(&g.endpoints, "endpoints", g.endpoints, "comma-separated node `URLs` (host:port means http); a call moves on to the next when one is down")
+	fs.IntVar(&g.ack, "ack", g.ack, "replicas that must answer (0: the node's default, a majority of from)")
+	fs.IntVar(&g.from, "from", g.from, "replicas of the key (0: the node's default, the cluster size)")
+	fs.DurationVar(&g.timeout, "timeout", g.timeout, "deadline of the whole command, scans included (0: none)")
+}
+
+// usageError is a mistake in the command line (exit 2).
+type usageError struct{ msg string }
+
+func (e usageError) Error() string { return e.msg }
+
+func usagef(format string, args ...any) error { return usageError{fmt.Sprintf(format, args...)} }
+
+// env is what a command runs with.
+type env struct {
+	g      *globals
+	stdin  io.Reader
+	stdout io.Writer
+}
+
+// client returns a client of the endpoints and the command's context.
+func (e *env) client() (*client.Client, context.Context, context.CancelFunc, error) {
+	var eps []string
+	for _, s := range strings.Split(e.g.endpoints, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			eps = append(eps, s)
+		}
+	}
+	if len(eps) == 0 {
+		return nil, nil, nil, usagef("--endpoints is empty")
+	}
+	c, err := client.New(client.Config{Endpoints: eps})
+	if err != nil {
+		return nil, nil, nil, usageError{err.Error()}
+	}
+	ctx, cancel := context.Background(), context.CancelFunc(func() {})
+	if e.g.timeout > 0 {
+		ctx, cancel = context.WithTimeout(ctx, e.g.timeout)
+	}
+	return c, ctx, cancel, nil
+}
+
+// options are the replication options of a call.
+func (e *env) options() []client.Option {
+	var o []client.Option
+	if e.g.ack > 0 {
+		o = append(o, client.WithAck(e.g.ack))
+	}
+	if e.g.from > 0 {
+		o = append(o, client.WithFrom(e.g.from))
+	}
+	return o
+}
+
+// run is the whole command: it parses args, runs the command and returns
+// the exit code. Results go to stdout; errors, one line, to stderr; -h
+// writes the help to stdout.
+func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	g := &globals{endpoints: "http://127.0.0.1:8080", timeout: 5 * time.Second}
+	e := &env{g: g, stdin: stdin, stdout: stdout}
+	var help bytes.Buffer // the flag package's output: -h's help, or noise after a parse error
+	root := newRoot(e, &help)
+	err := root.Parse(args)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		_, _ = io.Copy(stdout, &help)
+		return exitOK
+	case err != nil: // a flag the command does not know, or a bad value
+		err = usageError{err.Error()}
+	default:
+		err = root.Run(context.Background())
+	}
+	code := exitCode(err)
+	if code != exitOK {
+		msg := err.Error()
+		if code == exitUsage {
+			msg += " (see dhtkvctl -h)"
+		}
+		fmt.Fprintf(stderr, "dhtkvctl: %s\n", msg)
+	}
+	return code
+}
+
+// exitCode maps a command's error to the exit code scripts rely on.
+func exitCode(err error) int {
+	var usage usageError
+	var bad *client.BadRequestError
+	switch {
+	case err == nil:
+		return exitOK
+	case errors.As(err, &usage):
+		return exitUsage
+	case errors.Is(err, client.ErrNotFound):
+		return exitNotFound
+	case errors.Is(err, client.ErrNotEnoughReplicas):
+		return exitNotEnoughReplicas
+	case errors.As(err, &bad):
+		return exitBadRequest
+	}
+	return exitError
+}
+
+// newRoot builds the command tree; every flag set writes to out.
+func newRoot(e *env, out io.Writer) *ffcli.Command {
+	fs := func(name string) *flag.FlagSet {
+		f := flag.NewFlagSet(name, flag.ContinueOnError)
+		f.SetOutput(out)
+		e.g.register(f)
+		return f
+	}
+	cmds := []*ffcli.Command{getCmd(e, fs("get")), putCmd(e, fs("put")), delCmd(e, fs("del")), scanCmd(e, fs("scan")), statusCmd(e, fs("status"))}
+	rootFS := fs("dhtkvctl")
+	version := rootFS.Bool("version", false, "print the version and exit")
+	return &ffcli.Command{
+		Name:        "dhtkvctl",
+		ShortUsage:  "dhtkvctl [global flags] <command> [flags] [args]",
+		LongHelp:    rootHelp,
+		FlagSet:     rootFS,
+		Options:     []ff.Option{ff.WithEnvVarPrefix("DHTKV")},
+		Subcommands: cmds,
+		Exec: func(_ context.Context, args []string) error {
+			switch {
+			case *version:
+				fmt.Fprintf(e.stdout, "dhtkvctl %s (%s)\n", buildinfo.Version(), buildinfo.GoVersion())
+				return nil
+			case len(args) == 0:
+				return usagef("no command")
+			}
+			return usagef("unknown command %q", args[0])
+		},
+	}
+}

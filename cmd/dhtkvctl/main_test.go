@@ -1,0 +1,211 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/dhtkv/dhtkv/internal/buildinfo"
+	"github.com/dhtkv/dhtkv/internal/testcluster"
+)
+
+// step is one dhtkvctl run and what it must do.
+type step struct {
+	name  string
+	args  []string
+	stdin string
+	code  int
+	out   string // exact stdout, unless outHas is set
+	// outHas: substrings stdout must contain (then out is not checked)
+	outHas []string
+	// check, when set, is called with stdout (then out is not checked)
+	check  func(t *testing.T, stdout string)
+	errHas string // substring of stderr ("" : stderr must be empty)
+}
+
+func (s step) run(t *testing.T) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code := run(s.args, strings.NewReader(s.stdin), &out, &errb)
+	assert.Equal(t, s.code, code, "%s: exit code; stderr %q", s.name, errb.String())
+	switch {
+	case s.check != nil:
+		s.check(t, out.String())
+	case s.outHas != nil:
+		for _, h := range s.outHas {
+			assert.Contains(t, out.String(), h, s.name)
+		}
+	default:
+		assert.Equal(t, s.out, out.String(), s.name)
+	}
+	if s.errHas == "" {
+		assert.Empty(t, errb.String(), s.name)
+	} else {
+		assert.Contains(t, errb.String(), s.errHas, s.name)
+		assert.Equal(t, 1, strings.Count(errb.String(), "\n"), "%s: one line on stderr: %q", s.name, errb.String())
+	}
+}
+
+// The commands and their exit codes against a real 3-node cluster, in
+// order (the steps share the data): what scripts rely on.
+func TestCommands(t *testing.T) {
+	c := testcluster.Start(t, 3)
+	eps := "--endpoints=" + strings.Join([]string{c.URL(0), c.URL(1), c.URL(2)}, ",")
+	dir := t.TempDir()
+	file := filepath.Join(dir, "value")
+	require.NoError(t, os.WriteFile(file, []byte("from a file\x00\xff"), 0o600))
+	binKey := "bin\xff\x00key"
+	scanJSON := jsonLines(t,
+		jsonRecord{KeyBase64: []byte(binKey), ValueBase64: []byte("from a file\x00\xff")},
+		jsonRecord{Key: "k1", Value: ptr("v1")},
+		jsonRecord{Key: "k2", Value: ptr("line 1\nline 2\n")})
+
+	for _, s := range []step{
+		{name: "put argument", args: []string{eps, "put", "k1", "v1"}, out: "OK\n"},
+		{name: "get", args: []string{eps, "get", "k1"}, out: "v1"},
+		{name: "put stdin", args: []string{eps, "put", "k2"}, stdin: "line 1\nline 2\n", out: "OK\n"},
+		{name: "get stdin's value", args: []string{eps, "get", "k2"}, out: "line 1\nline 2\n"},
+		{name: "put file", args: []string{eps, "put", "--file", file, binKey}, out: "OK\n"},
+		{name: "get file's bytes", args: []string{eps, "get", binKey}, out: "from a file\x00\xff"},
+		{name: "put empty value", args: []string{eps, "put", "k3", ""}, out: "OK\n"},
+		{name: "get empty value", args: []string{eps, "get", "k3"}, out: ""},
+		{name: "global flags after the command", args: []string{"get", eps, "--ack", "3", "k1"}, out: "v1"},
+		{name: "get absent", args: []string{eps, "get", "absent"}, code: exitNotFound, errHas: "not found"},
+		{name: "del", args: []string{eps, "del", "k3"}, out: "OK\n"},
+		{name: "get deleted", args: []string{eps, "get", "k3"}, code: exitNotFound, errHas: "not found"},
+		{name: "del absent", args: []string{eps, "del", "absent"}, out: "OK\n"},
+		{name: "ack above from", args: []string{eps, "--ack", "3", "--from", "2", "get", "k1"}, code: exitBadRequest, errHas: "ack=3 exceeds from=2"},
+		{name: "from above the cluster", args: []string{eps, "--from", "4", "put", "k1", "v"}, code: exitBadRequest, errHas: "from=4 exceeds the replication factor 3"},
+		{name: "key too long", args: []string{eps, "get", strings.Repeat("k", 1025)}, code: exitBadRequest, errHas: "limit is 1024"},
+
+		{name: "scan", args: []string{eps, "scan"}, out: "bin\xff\x00key\nfrom a file\x00\xff\nk1\nv1\nk2\nline 1\nline 2\n\n"},
+		{name: "scan keys", args: []string{eps, "scan", "--keys-only"}, out: "bin\xff\x00key\nk1\nk2\n"},
+		{name: "scan range", args: []string{eps, "scan", "--start", "k", "--end", "k2", "--keys-only"}, out: "k1\n"},
+		{name: "scan limit", args: []string{eps, "scan", "--start", "k", "--limit", "1", "--keys-only"}, out: "k1\n"},
+		{name: "scan local", args: []string{eps, "scan", "--local", "--start", "k", "--keys-only"}, out: "k1\nk2\n"},
+		{name: "scan json", args: []string{eps, "scan", "--json"}, out: scanJSON},
+		{name: "scan json keys", args: []string{eps, "scan", "--json", "--keys-only", "--start", "k"}, out: "{\"key\":\"k1\"}\n{\"key\":\"k2\"}\n"},
+	} {
+		s.run(t)
+	}
+
+	c.StopNode(2)
+	for _, s := range []step{
+		{name: "one node down: failover", args: []string{"--endpoints", c.URL(2) + "," + c.URL(0), "get", "k1"}, out: "v1"},
+		{name: "3 of 3 with a node down", args: []string{eps, "--ack", "3", "get", "k1"}, code: exitNotEnoughReplicas, errHas: "not enough replicas"},
+		{name: "scan 3 of 3 with a node down", args: []string{eps, "--ack", "3", "scan"}, code: exitNotEnoughReplicas, errHas: "not enough replicas"},
+		{name: "no endpoint answers", args: []string{"--endpoints", c.URL(2), "get", "k1"}, code: exitError, errHas: "connection refused"},
+		{name: "status with a node down", args: []string{eps, "status"}, code: exitError, errHas: "1 of 3 endpoints did not answer",
+			check: func(t *testing.T, out string) {
+				rows := table(out)
+				require.Len(t, rows, 4, out)
+				assert.Equal(t, []string{"ENDPOINT", "REACHABLE", "VERSION", "UPTIME", "REBUILDING", "MEMBERS", "WARNINGS"}, rows[0])
+				for i, want := range []string{"yes", "yes", "no"} {
+					assert.Equal(t, c.URL(i), rows[i+1][0], out)
+					assert.Equal(t, want, rows[i+1][1], out)
+				}
+				assert.Equal(t, []string{buildinfo.Version(), "false", "3", "-"}, []string{rows[1][2], rows[1][4], rows[1][5], rows[1][6]})
+				assert.Contains(t, out, "connection refused")
+			}},
+	} {
+		s.run(t)
+	}
+	c.StartNode(2)
+	step{name: "status", args: []string{eps, "status"}, outHas: []string{c.URL(0), c.URL(1), c.URL(2)}}.run(t)
+
+	var out bytes.Buffer
+	require.Equal(t, exitOK, run([]string{eps, "status", "--json"}, nil, &out, &out))
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	require.Len(t, lines, 3)
+	for i, l := range lines {
+		var es endpointStatus
+		require.NoError(t, json.Unmarshal([]byte(l), &es), l)
+		assert.Equal(t, c.URL(i), es.Endpoint)
+		assert.True(t, es.Reachable)
+		require.NotNil(t, es.Status)
+		assert.Equal(t, c.URL(i), es.Status.Node)
+		assert.Len(t, es.Status.Members, 3)
+	}
+}
+
+// DHTKV_ENDPOINTS (and the other DHTKV_ variables) stand in for the global
+// flags; a flag on the command line wins.
+func TestEndpointsFromEnvironment(t *testing.T) {
+	c := testcluster.Start(t, 1)
+	t.Setenv("DHTKV_ENDPOINTS", c.URL(0))
+	step{name: "put", args: []string{"put", "k", "v"}, out: "OK\n"}.run(t)
+	step{name: "get", args: []string{"get", "k"}, out: "v"}.run(t)
+	t.Setenv("DHTKV_ACK", "2")
+	step{name: "env ack", args: []string{"get", "k"}, code: exitBadRequest, errHas: "ack=2 exceeds from=1"}.run(t)
+	step{name: "flag wins", args: []string{"--ack", "1", "get", "k"}, out: "v"}.run(t)
+	t.Setenv("DHTKV_ENDPOINTS", deadEndpoint(t))
+	step{name: "flag wins over the environment", args: []string{"--endpoints", c.URL(0), "--ack", "1", "get", "k"}, out: "v"}.run(t)
+}
+
+// Usage errors exit 2 before contacting anything; -h exits 0 with the
+// exit codes in the help.
+func TestUsage(t *testing.T) {
+	eps := "--endpoints=" + deadEndpoint(t)
+	for _, s := range []step{
+		{name: "no command", args: []string{eps}, code: exitUsage, errHas: "no command"},
+		{name: "unknown command", args: []string{eps, "frobnicate"}, code: exitUsage, errHas: `unknown command "frobnicate"`},
+		{name: "unknown flag", args: []string{"--bogus", "get", "k"}, code: exitUsage, errHas: "flag provided but not defined"},
+		{name: "bad flag value", args: []string{"--ack", "two", "get", "k"}, code: exitUsage, errHas: "invalid value"},
+		{name: "get without key", args: []string{eps, "get"}, code: exitUsage, errHas: "get takes one KEY"},
+		{name: "get two keys", args: []string{eps, "get", "a", "b"}, code: exitUsage, errHas: "get takes one KEY"},
+		{name: "del without key", args: []string{eps, "del"}, code: exitUsage, errHas: "del takes one KEY"},
+		{name: "put without key", args: []string{eps, "put"}, code: exitUsage, errHas: "put takes KEY [VALUE]"},
+		{name: "put value and file", args: []string{eps, "put", "--file", "f", "k", "v"}, code: exitUsage, errHas: "not both"},
+		{name: "flag after arguments", args: []string{eps, "put", "k", "v", "--file", "f"}, code: exitUsage, errHas: "put takes KEY [VALUE], not 4"},
+		{name: "scan argument", args: []string{eps, "scan", "k"}, code: exitUsage, errHas: "scan takes no arguments"},
+		{name: "negative limit", args: []string{eps, "scan", "--limit", "-1"}, code: exitUsage, errHas: "--limit"},
+		{name: "empty endpoints", args: []string{"--endpoints", " , ", "get", "k"}, code: exitUsage, errHas: "--endpoints is empty"},
+		{name: "bad endpoint", args: []string{"--endpoints", "ftp://x:1", "get", "k"}, code: exitUsage, errHas: "want http://host:port"},
+		{name: "missing file", args: []string{eps, "put", "--file", filepath.Join(t.TempDir(), "absent"), "k"}, code: exitError, errHas: "no such file"},
+		{name: "help", args: []string{"-h"}, outHas: []string{"EXIT CODES", "3  not found", "4  not enough replicas", "5  bad request", "DHTKV_ENDPOINTS", "scan", "status"}},
+		{name: "command help", args: []string{"scan", "-h"}, outHas: []string{"--limit is applied by dhtkvctl", "-keys-only"}},
+		{name: "version", args: []string{"--version"}, out: fmt.Sprintf("dhtkvctl %s (%s)\n", buildinfo.Version(), buildinfo.GoVersion())},
+	} {
+		s.run(t)
+	}
+}
+
+// A node that accepts and never answers: --timeout ends the command.
+func TestTimeout(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer l.Close()
+	step{name: "timeout", args: []string{"--endpoints", l.Addr().String(), "--timeout", "100ms", "get", "k"},
+		code: exitError, errHas: "deadline exceeded"}.run(t)
+}
+
+// table splits a status table into its rows' fields.
+func table(out string) [][]string {
+	var rows [][]string
+	for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
+		rows = append(rows, strings.Fields(l))
+	}
+	return rows
+}
+
+func jsonLines(t *testing.T, recs ...jsonRecord) string {
+	var b bytes.Buffer
+	for _, r := range recs {
+		require.NoError(t, json.NewEncoder(&b).Encode(r))
+	}
+	return b.String()
+}
+
+func ptr(s string) *string { return &s }
+
+func deadEndpoint(t *testing.T) string {
+	return fmt.Sprintf("127.0.0.1:%d", testcluster.FreePorts(t, 1)[0])
+}

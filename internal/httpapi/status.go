@@ -1,0 +1,63 @@
+package httpapi
+
+import (
+	"encoding/json"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/dhtkv/dhtkv/client"
+	"github.com/dhtkv/dhtkv/internal/buildinfo"
+)
+
+// status serves GET /v0/status. Plain, it is the course's contract: 200
+// and "OK", then one "warning: ..." line per thing an operator must know
+// (the coordinator's Warnings). With the verbose parameter (any value, or
+// none) it is 200 and the node's client.Status as JSON. Either way it
+// answers 200 while the node serves: readiness is the admin port's
+// /readyz.
+func (s *Server) status(ctx *fasthttp.RequestCtx) {
+	if !ctx.IsGet() && !ctx.IsHead() {
+		methodNotAllowed(ctx, "GET, HEAD")
+		return
+	}
+	warnings := s.Coord.Warnings()
+	if !ctx.QueryArgs().Has("verbose") {
+		ctx.SetBodyString("OK\n")
+		for _, w := range warnings {
+			ctx.Response.AppendBodyString("warning: " + w + "\n")
+		}
+		return
+	}
+	now := time.Now()
+	topo := s.Coord.Topology()
+	st := client.Status{
+		Node:          topo.Nodes[topo.Self],
+		Version:       buildinfo.Version(),
+		GoVersion:     buildinfo.GoVersion(),
+		Started:       s.Started,
+		UptimeSeconds: now.Sub(s.Started).Seconds(),
+		Rebuilding:    s.Coord.Rebuilding(),
+		ClusterFormed: s.Coord.Formed(),
+		Warnings:      append([]string{}, warnings...),
+		Members:       make([]client.Member, len(topo.Nodes)),
+	}
+	reachable := true
+	for i, u := range topo.Nodes {
+		st.Members[i] = client.Member{URL: u, Self: i == topo.Self}
+		// Peers' reachability is the coordinator's probe's
+		// (cluster/probe.go), which does not expose it yet: Reachable
+		// stays unknown for them.
+		if i == topo.Self {
+			st.Members[i].Reachable = &reachable
+		}
+	}
+	body, err := json.Marshal(st)
+	if err != nil { // a Status always encodes
+		s.Log.Error("encode status", "err", err)
+		ctx.Error("internal error\n", fasthttp.StatusInternalServerError)
+		return
+	}
+	ctx.SetContentType("application/json")
+	ctx.SetBody(append(body, '\n'))
+}

@@ -1,0 +1,137 @@
+package node_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/dhtkv/dhtkv/client"
+	"github.com/dhtkv/dhtkv/internal/node"
+	"github.com/dhtkv/dhtkv/internal/testcluster"
+)
+
+// probe GETs an admin path and returns the status and body ("" and 0 when
+// the listener does not answer).
+func probe(adminAddr, path string) (int, string) {
+	resp, err := http.Get("http://" + adminAddr + path)
+	if err != nil {
+		return 0, ""
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body)
+}
+
+func withAdmin(_ int, c *node.Config) { c.AdminListen = "127.0.0.1:0" }
+
+// A serving node is alive and ready; only GET and HEAD are answered; once
+// shut down it is neither.
+func TestLiveAndReady(t *testing.T) {
+	n := startNode(t, func(c *node.Config) { withAdmin(0, c) })
+	admin := n.AdminAddr()
+	for _, path := range []string{"/livez", "/readyz"} {
+		code, body := probe(admin, path)
+		assert.Equal(t, http.StatusOK, code, path)
+		assert.Equal(t, "ok\n", body, path)
+		resp, err := http.Head("http://" + admin + path)
+		require.NoError(t, err)
+		resp.Body.Close()
+		assert.Equal(t, http.StatusOK, resp.StatusCode, "HEAD %s", path)
+		resp, err = http.Post("http://"+admin+path, "text/plain", nil)
+		require.NoError(t, err)
+		resp.Body.Close()
+		assert.Equal(t, http.StatusMethodNotAllowed, resp.StatusCode, "POST %s", path)
+	}
+	require.NoError(t, n.Ready())
+}
+
+// Ready says so once shutdown began, and the admin listener is gone once
+// it ended, its goroutines with it.
+func TestNotReadyOnceStopped(t *testing.T) {
+	ignore := goleak.IgnoreCurrent()
+	cfg := node.DefaultConfig()
+	cfg.Listen, cfg.AdminListen = "127.0.0.1:0", "127.0.0.1:0"
+	cfg.DataDir = t.TempDir()
+	cfg.Logger = slog.New(slog.DiscardHandler)
+	n, err := node.Start(cfg)
+	require.NoError(t, err)
+	admin := n.AdminAddr()
+	code, _ := probe(admin, "/readyz")
+	require.Equal(t, http.StatusOK, code)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	require.NoError(t, n.Shutdown(ctx))
+	require.ErrorIs(t, n.Ready(), node.ErrStopping)
+	code, _ = probe(admin, "/readyz")
+	require.Zero(t, code, "the admin listener closed")
+	http.DefaultTransport.(*http.Transport).CloseIdleConnections()
+	// fasthttp's worker pool cleaner sleeps out its idle period (10 s)
+	// after the server stopped before it exits; it cannot be woken.
+	goleak.VerifyNone(t, ignore, goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*workerPool).Start.func2"))
+}
+
+// A node that lost its disk rebuilds before serving reads, and cannot
+// finish while a peer is down: it is alive but not ready (503, the reason
+// in the body), /v0/status?verbose says rebuilding, and once the peer is
+// back and the rebuild done it is ready.
+func TestNotReadyWhileRebuilding(t *testing.T) {
+	const a, b, down = 0, 1, 2
+	c := testcluster.Start(t, 3, withAdmin)
+	cl := testcluster.NewClient()
+	require.Equal(t, http.StatusCreated, cl.Put(t, c.URL(a), "k", []byte("v"), 3, 3))
+	for i := range 3 { // the cluster has run long enough to know it exists
+		require.Eventually(t, func() bool { return formed(c.URL(i)) }, 10*time.Second, 20*time.Millisecond, "node %d formed", i)
+	}
+	c.StopNode(b)
+	c.WipeNode(b)
+	c.StopNode(down)
+	c.StartNode(b)
+
+	admin := c.Node(b).AdminAddr()
+	code, body := probe(admin, "/readyz")
+	assert.Equal(t, http.StatusServiceUnavailable, code)
+	assert.Equal(t, node.ErrRebuilding.Error()+"\n", body)
+	code, _ = probe(admin, "/livez")
+	assert.Equal(t, http.StatusOK, code, "alive while rebuilding")
+	st := status(t, c.URL(b))
+	assert.True(t, st.Rebuilding)
+	assert.Contains(t, st.Warnings, node.ErrRebuilding.Error())
+
+	c.StartNode(down)
+	require.Eventually(t, func() bool {
+		code, _ := probe(admin, "/readyz")
+		return code == http.StatusOK
+	}, 20*time.Second, 20*time.Millisecond, "ready once the rebuild is done")
+	assert.False(t, status(t, c.URL(b)).Rebuilding)
+}
+
+// status reads base's /v0/status?verbose through the client.
+func status(t *testing.T, base string) *client.Status {
+	t.Helper()
+	st, err := fetchStatus(base)
+	require.NoError(t, err)
+	return st
+}
+
+func formed(base string) bool {
+	st, err := fetchStatus(base)
+	return err == nil && st.ClusterFormed
+}
+
+func fetchStatus(base string) (*client.Status, error) {
+	c, err := client.New(client.Config{Endpoints: []string{base}})
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	return c.Status(ctx, base)
+}

@@ -1,0 +1,79 @@
+package framing
+
+import (
+	"bytes"
+	"io"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestBinaryFramingRoundTrip(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	type kv struct{ k, v []byte }
+	var recs []kv
+	for i := range 500 {
+		k := make([]byte, 1+rng.IntN(40))
+		for j := range k {
+			k[j] = byte(rng.UintN(256)) // every byte value, '\n' and 0 included
+		}
+		v := make([]byte, rng.IntN(300)*(i%3))
+		for j := range v {
+			v[j] = byte(rng.UintN(256))
+		}
+		recs = append(recs, kv{k, v})
+	}
+	recs = append(recs, kv{[]byte("line\nkey"), []byte("a\nb\r\n\n\x00")})
+	var buf []byte
+	for _, r := range recs {
+		buf = AppendRecord(buf, r.k, r.v)
+	}
+	buf = AppendEnd(buf, uint64(len(recs)))
+
+	d := NewDecoder(bytes.NewReader(buf), 1024, 1<<20)
+	for i := 0; d.Next(); i++ {
+		require.True(t, bytes.Equal(recs[i].k, d.Key()), "record %d key", i)
+		require.True(t, bytes.Equal(recs[i].v, d.Value()), "record %d value", i)
+	}
+	require.NoError(t, d.Err())
+	require.Equal(t, uint64(len(recs)), d.Count())
+
+	// Every proper prefix is a truncated stream, never a complete one.
+	for cut := 0; cut < len(buf); cut += 1 + cut/50 {
+		d := NewDecoder(bytes.NewReader(buf[:cut]), 1024, 1<<20)
+		for d.Next() {
+		}
+		require.ErrorIs(t, d.Err(), ErrTruncated, "cut at %d of %d", cut, len(buf))
+	}
+}
+
+func TestDecoderRejects(t *testing.T) {
+	rec := AppendRecord(nil, []byte("k"), []byte("value"))
+	cases := map[string]struct {
+		stream []byte
+		want   string
+	}{
+		"count mismatch":  {AppendEnd(append([]byte{}, rec...), 2), "counts 2 records, received 1"},
+		"trailing data":   {append(AppendEnd(append([]byte{}, rec...), 1), 'x'), "after the end marker"},
+		"value too large": {AppendRecord(nil, []byte("k"), make([]byte, 65)), "value length 65 exceeds limit 64"},
+		"key too large":   {AppendRecord(nil, make([]byte, 17), nil), "key length 17 exceeds limit 16"},
+		"broken body":     {nil, "unexpected EOF"},
+	}
+	for name, c := range cases {
+		t.Run(name, func(t *testing.T) {
+			var r io.Reader = bytes.NewReader(c.stream)
+			if c.stream == nil {
+				r = io.MultiReader(bytes.NewReader(rec), errReader{io.ErrUnexpectedEOF})
+			}
+			d := NewDecoder(r, 16, 64)
+			for d.Next() {
+			}
+			require.ErrorContains(t, d.Err(), c.want)
+		})
+	}
+}
+
+type errReader struct{ err error }
+
+func (e errReader) Read([]byte) (int, error) { return 0, e.err }
