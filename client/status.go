@@ -46,10 +46,32 @@ type Member struct {
 	URL string `json:"url"`
 	// Self marks the answering node.
 	Self bool `json:"self"`
-	// Reachable is whether the member answers the answering node; absent
-	// (nil) when that node cannot tell. A node always reaches itself;
-	// what it knows of its peers' reachability is not reported yet.
+	// Reachable is whether the member answered the answering node's last
+	// probe (it probes every peer every second); absent (nil) when that
+	// node cannot tell. A node always reaches itself.
 	Reachable *bool `json:"reachable,omitempty"`
+	// LastSuccess is when the member last answered a probe; LastError and
+	// LastErrorAt the last probe that failed. Absent for the node itself
+	// and for what has not happened since it started.
+	LastSuccess *time.Time `json:"last_success,omitempty"`
+	LastError   string     `json:"last_error,omitempty"`
+	LastErrorAt *time.Time `json:"last_error_at,omitempty"`
+	// AntiEntropy is the answering node's anti-entropy with the member
+	// (absent for the node itself).
+	AntiEntropy *AntiEntropy `json:"anti_entropy,omitempty"`
+}
+
+// AntiEntropy is one node's comparison of its data with a peer's.
+type AntiEntropy struct {
+	// LastComplete is when the last exchange that left nothing differing
+	// started; absent if none since the node started.
+	LastComplete *time.Time `json:"last_complete,omitempty"`
+	// Running is true while an exchange runs; Progress is how far the
+	// running (or last) one got, 0 to 1.
+	Running  bool    `json:"running"`
+	Progress float64 `json:"progress"`
+	// LastError is why the last exchange did not complete ("" if it did).
+	LastError string `json:"last_error,omitempty"`
 }
 
 // Status asks the node at endpoint for its account of itself (GET

@@ -214,8 +214,11 @@ func statusCmd(e *env, fs *flag.FlagSet) *ffcli.Command {
 		ShortUsage: "dhtkvctl status [--json]",
 		ShortHelp:  "ask every endpoint for its status (exit 1 if one does not answer)",
 		LongHelp: `Each endpoint is asked for /v0/status?verbose: whether it answers, its
-version, uptime, whether it is rebuilding, how many members its cluster
-has, and its warnings (a clock off from its peers', a rebuild).`,
+version, uptime, whether it is rebuilding, how many members of its cluster
+it reaches (UP, itself included, of all), when its anti-entropy last
+completed an exchange with every peer (SYNCED: the oldest of its peers'
+last complete exchanges; "never" if one has none yet), and its warnings (a clock off
+from its peers', a rebuild, a peer not compared for two intervals).`,
 		FlagSet: fs,
 		Exec: func(_ context.Context, args []string) error {
 			if len(args) > 0 {
@@ -256,10 +259,10 @@ func printStatus(w io.Writer, all []endpointStatus, asJSON bool) error {
 		return nil
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ENDPOINT\tREACHABLE\tVERSION\tUPTIME\tREBUILDING\tMEMBERS\tWARNINGS")
+	fmt.Fprintln(tw, "ENDPOINT\tREACHABLE\tVERSION\tUPTIME\tREBUILDING\tUP\tSYNCED\tWARNINGS")
 	for _, es := range all {
 		if es.Status == nil {
-			fmt.Fprintf(tw, "%s\tno\t-\t-\t-\t-\t%s\n", es.Endpoint, es.Error)
+			fmt.Fprintf(tw, "%s\tno\t-\t-\t-\t-\t-\t%s\n", es.Endpoint, es.Error)
 			continue
 		}
 		st := es.Status
@@ -268,7 +271,23 @@ func printStatus(w io.Writer, all []endpointStatus, asJSON bool) error {
 			warnings = strings.Join(st.Warnings, "; ")
 		}
 		uptime := (time.Duration(st.UptimeSeconds) * time.Second).String()
-		fmt.Fprintf(tw, "%s\tyes\t%s\t%s\t%t\t%d\t%s\n", es.Endpoint, st.Version, uptime, st.Rebuilding, len(st.Members), warnings)
+		up, synced := 0, ""
+		for _, m := range st.Members {
+			if m.Reachable != nil && *m.Reachable {
+				up++
+			}
+			switch ae := m.AntiEntropy; {
+			case ae == nil || synced == "never":
+			case ae.LastComplete == nil:
+				synced = "never"
+			case synced == "" || ae.LastComplete.UTC().Format(time.RFC3339) < synced:
+				synced = ae.LastComplete.UTC().Format(time.RFC3339)
+			}
+		}
+		if synced == "" {
+			synced = "-" // a cluster of one
+		}
+		fmt.Fprintf(tw, "%s\tyes\t%s\t%s\t%t\t%d/%d\t%s\t%s\n", es.Endpoint, st.Version, uptime, st.Rebuilding, up, len(st.Members), synced, warnings)
 	}
 	return tw.Flush()
 }

@@ -84,6 +84,10 @@ type peer struct {
 	readLat       *latencyWindow
 	down          atomic.Bool // the last probe failed
 	seen          atomic.Bool // a probe succeeded once
+	// The probes' last outcomes, for status (PeerStates).
+	stateMu           sync.Mutex
+	lastOK, lastErrAt time.Time
+	lastErr           string
 }
 
 // Options configures a coordinator. Zero fields take the defaults noted.

@@ -171,6 +171,13 @@ func (p *peer) observeReachable(c *Coordinator, i int, err error) {
 	if !down {
 		p.seen.Store(true)
 	}
+	p.stateMu.Lock()
+	if down {
+		p.lastErr, p.lastErrAt = err.Error(), time.Now()
+	} else {
+		p.lastOK = time.Now()
+	}
+	p.stateMu.Unlock()
 	if p.down.Swap(down) == down {
 		return
 	}
@@ -204,4 +211,34 @@ func (c *Coordinator) Warnings() []string {
 		ws = append(ws, "rebuilding: copying this node's share from its peers; its replica is not read until done")
 	}
 	return append(ws, c.ae.warnings(time.Now())...)
+}
+
+// PeerState is what this node knows of another's reachability, from its
+// probes.
+type PeerState struct {
+	URL       string
+	Probed    bool      // a probe has ended since this node started
+	Reachable bool      // the last probe succeeded
+	LastOK    time.Time // the last probe that succeeded (zero: none since start)
+	LastError string    // the last probe that failed ("" : none since start)
+	LastErrAt time.Time
+}
+
+// PeerStates returns every peer's state, in topology order (this node is
+// left out).
+func (c *Coordinator) PeerStates() []PeerState {
+	var out []PeerState
+	for i, p := range c.peers {
+		if p == nil {
+			continue
+		}
+		p.stateMu.Lock()
+		out = append(out, PeerState{
+			URL: c.topo.Nodes[i], Probed: !p.lastOK.IsZero() || !p.lastErrAt.IsZero(),
+			Reachable: p.seen.Load() && !p.down.Load(),
+			LastOK:    p.lastOK, LastError: p.lastErr, LastErrAt: p.lastErrAt,
+		})
+		p.stateMu.Unlock()
+	}
+	return out
 }

@@ -45,11 +45,26 @@ func (s *Server) status(ctx *fasthttp.RequestCtx) {
 	reachable := true
 	for i, u := range topo.Nodes {
 		st.Members[i] = client.Member{URL: u, Self: i == topo.Self}
-		// Peers' reachability is the coordinator's probe's
-		// (cluster/probe.go), which does not expose it yet: Reachable
-		// stays unknown for them.
 		if i == topo.Self {
 			st.Members[i].Reachable = &reachable
+		}
+	}
+	index := map[string]int{}
+	for i, u := range topo.Nodes {
+		index[u] = i
+	}
+	for _, ps := range s.Coord.PeerStates() {
+		m := &st.Members[index[ps.URL]]
+		if ps.Probed {
+			m.Reachable = &ps.Reachable
+		}
+		m.LastSuccess, m.LastError, m.LastErrorAt = timeOrNil(ps.LastOK), ps.LastError, timeOrNil(ps.LastErrAt)
+	}
+	for _, ae := range s.Coord.AntiEntropy() {
+		m := &st.Members[index[ae.Peer]]
+		m.AntiEntropy = &client.AntiEntropy{LastComplete: timeOrNil(ae.LastSuccess), Running: ae.Running, Progress: ae.Progress}
+		if ae.Last != nil {
+			m.AntiEntropy.LastError = ae.Last.Err
 		}
 	}
 	body, err := json.Marshal(st)
@@ -60,4 +75,12 @@ func (s *Server) status(ctx *fasthttp.RequestCtx) {
 	}
 	ctx.SetContentType("application/json")
 	ctx.SetBody(append(body, '\n'))
+}
+
+// timeOrNil is t, or nil for the zero time (omitted from the JSON).
+func timeOrNil(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	return &t
 }

@@ -84,9 +84,27 @@ func TestStatusVerboseCluster(t *testing.T) {
 	for i, m := range st.Members {
 		assert.Equal(t, c.URL(i), m.URL)
 		assert.Equal(t, i == 1, m.Self)
-		if i == 1 {
-			require.NotNil(t, m.Reachable)
-			assert.True(t, *m.Reachable)
+		require.NotNil(t, m.Reachable)
+		assert.True(t, *m.Reachable)
+		if i != 1 {
+			assert.NotNil(t, m.LastSuccess, "a peer that answered")
+			require.NotNil(t, m.AntiEntropy, "anti-entropy's state with a peer")
+			assert.Nil(t, m.AntiEntropy.LastComplete, "no exchange yet")
 		}
 	}
+
+	// A peer stopped: node 1 says so, with the probe's error, and an
+	// exchange with it fails and says why.
+	c.StopNode(2)
+	require.Eventually(t, func() bool {
+		st, _, err := fetchStatus(c.URL(1))
+		return err == nil && st.Members[2].Reachable != nil && !*st.Members[2].Reachable
+	}, 10*time.Second, 50*time.Millisecond, "node 1 never saw node 2 go")
+	c.Repair(t, 1)
+	st, _ = verboseStatus(t, c.URL(1))
+	assert.NotEmpty(t, st.Members[2].LastError)
+	assert.NotNil(t, st.Members[2].LastErrorAt)
+	assert.NotEmpty(t, st.Members[2].AntiEntropy.LastError)
+	require.NotNil(t, st.Members[0].AntiEntropy.LastComplete, "the exchange with node 0 completed")
+	assert.Equal(t, 1.0, st.Members[0].AntiEntropy.Progress)
 }
