@@ -346,6 +346,19 @@ func (c *Coordinator) AntiEntropy() []PeerSync {
 	return out
 }
 
+// syncedSince returns, per node, when the last exchange with it that left
+// nothing differing started (zero: none since this node started; zero for
+// this node too).
+func (a *antiEntropy) syncedSince() []time.Time {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	out := make([]time.Time, len(a.state))
+	for i, s := range a.state {
+		out[i] = s.LastSuccess
+	}
+	return out
+}
+
 // warnings names the peers with which no exchange succeeded for two
 // intervals (since this node started, or since the last success): the
 // schedule is not keeping the replicas in step.
@@ -547,7 +560,8 @@ func (x *transfer) reconcile(l rpc.SegmentList) error {
 			return x.ctx.Err()
 		}
 	}
-	err := x.a.c.local.Store.SegmentEntries(l.Part, int(l.Seg), func(_ uint8, key []byte, v uint64) error {
+	err := x.a.c.local.Store.SegmentEntries(l.Part, int(l.Seg), func(_ uint8, key []byte, e store.IndexEntry) error {
+		v := e.Version
 		for len(theirs) > 0 && bytes.Compare(theirs[0].Key, key) < 0 {
 			if err := queue(theirs[0].Key, true); err != nil { // only theirs
 				return err
@@ -621,6 +635,9 @@ func (x *transfer) pull(key []byte) (int, error) {
 		return 0, fmt.Errorf("pull %q: gone from the peer", key)
 	}
 	n := len(key) + rec.EncodedSize()
+	if rec.Version < c.local.Store.Horizon() {
+		return n, nil // collected here already (gc.go): the store would drop it
+	}
 	if err := x.throttle(n); err != nil {
 		return 0, err
 	}

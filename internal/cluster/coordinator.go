@@ -57,6 +57,7 @@ type Coordinator struct {
 	repairs    *repairQueue // background read repairs (repair.go)
 	handoff    *handoff     // hints for replicas that missed a write (handoff.go)
 	ae         *antiEntropy // comparing replicas' data (antientropy.go)
+	gc         *collector   // removing tombstones every replica has (gc.go)
 	// replicas is the replication factor: every partition's data is kept
 	// on its first replicas nodes (placement order), the most a request's
 	// from may ask for.
@@ -123,6 +124,8 @@ type Options struct {
 	Handoff HandoffOptions
 	// AntiEntropy configures the comparison of replicas (antientropy.go).
 	AntiEntropy AntiEntropyOptions
+	// GC configures the removal of tombstones and expired values (gc.go).
+	GC GCOptions
 	// Peer configures the client of every other node.
 	Peer rpc.PeerOptions
 }
@@ -172,6 +175,7 @@ func NewCoordinator(topo Topology, clock *hlc.Clock, local *replica.Replica, o O
 		return nil, err
 	}
 	c.ae = newAntiEntropy(c, o.AntiEntropy) // before the handoff starts: a dropped hint schedules an exchange
+	c.gc = newCollector(c, o.GC)
 	var rm *rpc.Metrics
 	if reg != nil {
 		rm = rpc.NewMetrics(reg)
@@ -198,6 +202,7 @@ func NewCoordinator(topo Topology, clock *hlc.Clock, local *replica.Replica, o O
 	c.probe = newProber(c, o.ProbeInterval, o.MaxClockSkew)
 	c.probe.start()
 	c.ae.start()
+	c.gc.start()
 	return c, nil
 }
 
@@ -215,6 +220,7 @@ func (c *Coordinator) Timeout() time.Duration { return c.timeout }
 // connections to peers.
 func (c *Coordinator) Close() {
 	c.rebuild.close()
+	c.gc.close()
 	c.ae.close()
 	c.inflight.Wait()
 	c.probe.close()

@@ -45,6 +45,10 @@ type coordMetrics struct {
 	aeDiffering   *prometheus.GaugeVec
 	aeLastSuccess *prometheus.GaugeVec
 	aeProgress    *prometheus.GaugeVec
+	// Garbage collection (gc.go): records removed, and the horizon below
+	// which writes are dropped.
+	gcRemoved prometheus.Counter
+	gcHorizon prometheus.Gauge
 }
 
 func newCoordMetrics() *coordMetrics {
@@ -111,6 +115,14 @@ func newCoordMetrics() *coordMetrics {
 			Name: "dhtkv_antientropy_last_success_timestamp_seconds",
 			Help: "When the last exchange with a peer that left nothing differing started (Unix seconds).",
 		}, []string{"peer"}),
+		gcRemoved: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "dhtkv_gc_removed_total",
+			Help: "Tombstones and expired values removed by garbage collection once every replica had them.",
+		}),
+		gcHorizon: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "dhtkv_gc_horizon_timestamp_seconds",
+			Help: "The garbage-collection horizon (Unix seconds): writes with older versions are dropped. 0 until something was removed.",
+		}),
 		aeProgress: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "dhtkv_antientropy_exchange_progress_ratio",
 			Help: "How far the running (or last) exchange with a peer got, 0 to 1.",
@@ -140,7 +152,7 @@ func (m *coordMetrics) observeExchange(st ExchangeStats, err error) {
 // to reg.
 func (m *coordMetrics) register(reg prometheus.Registerer, hedgeDelay func() float64) {
 	reg.MustRegister(m.replicaLat, m.replicaErr, m.stragglers, m.hedgedReads, m.inFlight, m.repairs, m.rebuilding, m.rebuildRecords, m.formed,
-		m.aeExchanges, m.aeDuration, m.aeKeys, m.aeBytes, m.aeDiffering, m.aeLastSuccess, m.aeProgress)
+		m.aeExchanges, m.aeDuration, m.aeKeys, m.aeBytes, m.aeDiffering, m.aeLastSuccess, m.aeProgress, m.gcRemoved, m.gcHorizon)
 	if hedgeDelay != nil {
 		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "dhtkv_coordinator_read_hedge_delay_seconds",

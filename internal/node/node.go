@@ -136,6 +136,15 @@ type Config struct {
 	// AEConcurrency is how many peers anti-entropy compares at once
 	// (--ae-concurrency). The default value is 1.
 	AEConcurrency int
+	// GCGrace is how long a tombstone or an expired value is kept at
+	// least, from its delete or expiry, before garbage collection may
+	// remove it (--gc-grace); it must exceed HintWindow plus MaxClockSkew.
+	// The default value is 0: HintWindow + MaxClockSkew + 1 h (4 h 5 s
+	// with their defaults).
+	GCGrace time.Duration
+	// GCInterval is how often garbage collection looks for what it may
+	// remove. The default value is 1 min; tests shorten it.
+	GCInterval time.Duration
 	// ReadHedgeDelay is the least time a GET waits for its first ack
 	// replicas before asking the others (--read-hedge-delay; 0 asks all at
 	// once). The default value is 5 ms.
@@ -183,6 +192,7 @@ func DefaultConfig() Config {
 		AEInterval:            time.Hour,
 		AERate:                8 << 20,
 		AEConcurrency:         1,
+		GCInterval:            time.Minute,
 		ReadHedgeDelay:        5 * time.Millisecond,
 		PeerConns:             1,
 	}
@@ -250,6 +260,12 @@ func New(cfg Config) (_ *Node, err error) {
 	}
 	if err := cfg.validate(); err != nil {
 		return nil, err
+	}
+	if cfg.GCGrace == 0 {
+		cfg.GCGrace = cfg.HintWindow + cfg.MaxClockSkew + time.Hour
+	}
+	if cfg.GCGrace <= cfg.HintWindow+cfg.MaxClockSkew {
+		return nil, fmt.Errorf("--gc-grace %v must exceed --hint-window %v plus --max-clock-skew %v: a hint still held could otherwise bring back a collected delete", cfg.GCGrace, cfg.HintWindow, cfg.MaxClockSkew)
 	}
 	repair, err := cluster.ParseRepairMode(cfg.ReadRepair)
 	if err != nil {
@@ -331,6 +347,7 @@ func New(cfg Config) (_ *Node, err error) {
 		AntiEntropy: cluster.AntiEntropyOptions{
 			Interval: aeInterval(cfg.AEInterval), Rate: cfg.AERate, Concurrency: cfg.AEConcurrency,
 		},
+		GC: cluster.GCOptions{Grace: cfg.GCGrace, Interval: cfg.GCInterval},
 	}, n.registry, log)
 	if err != nil {
 		return nil, err
@@ -534,6 +551,10 @@ func (n *Node) Close() error {
 
 // Addr is the public listener's address (useful with port 0).
 func (n *Node) Addr() string { return n.ln.Addr().String() }
+
+// Coordinator is the node's cluster coordinator (tests drive anti-entropy
+// and garbage collection through it).
+func (n *Node) Coordinator() *cluster.Coordinator { return n.coord }
 
 // AdminAddr is the admin listener's address, or "" without one.
 func (n *Node) AdminAddr() string {

@@ -57,8 +57,13 @@ func (r *Replica) ApplyBatch(ws []store.Write) error {
 }
 
 // NewerVersion returns the version key holds if it is newer than v, and 0
-// if it holds v, an older version or nothing.
+// if it holds v, an older version or nothing. A version below the store's
+// garbage-collection horizon gets the horizon: it would be dropped, as if
+// the key held something newer (it may have, before a collection).
 func (r *Replica) NewerVersion(key []byte, v uint64) (uint64, error) {
+	if h := r.Store.Horizon(); v < h {
+		return h, nil
+	}
 	if r.Versions.Below(key, v) {
 		return 0, nil
 	}
@@ -70,4 +75,17 @@ func (r *Replica) NewerVersion(key []byte, v uint64) (uint64, error) {
 		return 0, nil
 	}
 	return cur, nil
+}
+
+// Collect removes the candidates' records (store.Collect) and drops them
+// from the cache; it returns how many it removed.
+func (r *Replica) Collect(cands []store.Candidate, horizon uint64) (int, error) {
+	removed, err := r.Store.Collect(cands, horizon)
+	if err != nil {
+		return 0, fmt.Errorf("replica collect: %w", err)
+	}
+	for _, k := range removed {
+		r.Cache.Invalidate(k)
+	}
+	return len(removed), nil
 }

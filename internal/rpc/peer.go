@@ -68,7 +68,9 @@ const queueLen = 4096
 // while queued fail without being sent; a queue is first in, first out,
 // so a call waits at most for batches whose deadlines come before its
 // own. Every call therefore ends by its deadline, and the coordinator's
-// goroutines never wait longer than they would on a direct request.
+// goroutines never wait longer than they would on a direct request; nor
+// does a call fail before its deadline because a batch-mate's came first:
+// when the batch times out, the calls with time left are sent again.
 //
 // Reads and writes queue in separate lanes with their own senders: a
 // write batch waits for the peer's fsync (about a millisecond here), and
@@ -424,6 +426,17 @@ func failQueued(queue chan *call) {
 // send sends one batch and finishes every call in it. It returns body, the
 // request buffer, for reuse.
 func (p *Peer) send(batch []*call, req *fasthttp.Request, resp *fasthttp.Response, body []byte) []byte {
+	for len(batch) > 0 {
+		body, batch = p.sendOnce(batch, req, resp, body)
+	}
+	return body
+}
+
+// sendOnce sends the calls of batch whose deadline has not passed, with the
+// earliest of their deadlines, and finishes them. If that deadline passes
+// first, the calls with a later deadline are not failed for a batch-mate's
+// (a hint queued long before, say): they are returned, to be sent again.
+func (p *Peer) sendOnce(batch []*call, req *fasthttp.Request, resp *fasthttp.Response, body []byte) ([]byte, []*call) {
 	now := time.Now()
 	live := batch[:0]
 	var deadline time.Time
@@ -438,7 +451,7 @@ func (p *Peer) send(batch []*call, req *fasthttp.Request, resp *fasthttp.Respons
 		live = append(live, c)
 	}
 	if len(live) == 0 {
-		return body
+		return body, nil
 	}
 	p.batchOps.Observe(float64(len(live)))
 	body = body[:0]
@@ -456,6 +469,17 @@ func (p *Peer) send(batch []*call, req *fasthttp.Request, resp *fasthttp.Respons
 	err := p.exchange(req, resp, deadline)
 	if err == nil && resp.StatusCode() != fasthttp.StatusOK {
 		err = errStatus{resp.StatusCode()}
+	}
+	if err != nil && errors.Is(classify(err), ErrTimeout) {
+		again := live[:0]
+		for _, c := range live {
+			if c.deadline.After(deadline) {
+				again = append(again, c)
+			} else {
+				c.finish(classify(err))
+			}
+		}
+		return body, again
 	}
 	rest := resp.Body()
 	for _, c := range live {
@@ -485,5 +509,5 @@ func (p *Peer) send(batch []*call, req *fasthttp.Request, resp *fasthttp.Respons
 		c.res = r
 		c.finish(nil)
 	}
-	return body
+	return body, nil
 }

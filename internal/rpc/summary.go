@@ -11,6 +11,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/dhtkv/dhtkv/internal/partition"
+	"github.com/dhtkv/dhtkv/internal/store"
 )
 
 // SummaryPath is where a node asks a replica peer to compare summaries of
@@ -129,7 +130,7 @@ func (s *Server) ServeSummary(body, out []byte) ([]byte, error) {
 				return out, refuse(http.StatusBadRequest, "%v: segment %d/%d", errSummaryMalformed, part, seg)
 			}
 			var err error
-			if out, err = appendSegmentList(out, st.SegmentEntries, part, seg); err != nil {
+			if out, err = appendSegmentList(out, st, part, seg); err != nil {
 				return out, fmt.Errorf("serve summary: %w", err)
 			}
 		}
@@ -140,13 +141,13 @@ func (s *Server) ServeSummary(body, out []byte) ([]byte, error) {
 
 // appendSegmentList appends one segment's listing. The count comes first,
 // so the entries are gathered before they are appended.
-func appendSegmentList(out []byte, entries func(partition.ID, int, func(uint8, []byte, uint64) error) error, part partition.ID, seg uint8) ([]byte, error) {
+func appendSegmentList(out []byte, st *store.Store, part partition.ID, seg uint8) ([]byte, error) {
 	var body []byte
 	n := 0
-	err := entries(part, int(seg), func(_ uint8, key []byte, v uint64) error {
+	err := st.SegmentEntries(part, int(seg), func(_ uint8, key []byte, e store.IndexEntry) error {
 		body = binary.AppendUvarint(body, uint64(len(key)))
 		body = append(body, key...)
-		body = binary.BigEndian.AppendUint64(body, v)
+		body = binary.BigEndian.AppendUint64(body, e.Version)
 		n++
 		return nil
 	})

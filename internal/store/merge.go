@@ -1,7 +1,6 @@
 package store
 
 import (
-	"encoding/binary"
 	"fmt"
 	"io"
 	"sync"
@@ -30,15 +29,15 @@ const mergerName = "dhtkv.lww.v1"
 // (Allocating them was most of the bytes allocated under PUT load.)
 //
 // The anti-entropy index (summary.go) is merged too, by the larger
-// version: its keys start with indexPrefix and its values are 8-byte
-// versions, so it always holds the version that last-write-wins kept in
-// the data key, whatever order the writes came in.
+// version: its keys start with indexPrefix and its values are index
+// entries, so it always holds the version that last-write-wins kept in the
+// data key, whatever order the writes came in.
 var lwwMerger = &pebble.Merger{
 	Name: mergerName,
 	Merge: func(key, value []byte) (pebble.ValueMerger, error) {
 		if len(key) > 0 && key[0] == indexPrefix {
-			m := maxMergerPool.Get().(*maxVersionMerger)
-			m.version = 0
+			m := maxMergerPool.Get().(*indexMerger)
+			m.best = IndexEntry{}
 			if err := m.add(value); err != nil {
 				maxMergerPool.Put(m)
 				return nil, err
@@ -94,34 +93,39 @@ func (m *lwwValueMerger) Close() error {
 	return nil
 }
 
-var maxMergerPool = sync.Pool{New: func() any { return new(maxVersionMerger) }}
+var maxMergerPool = sync.Pool{New: func() any { return new(indexMerger) }}
 
-// maxVersionMerger keeps the largest of 8-byte big-endian versions.
-type maxVersionMerger struct {
-	version uint64
-	buf     [8]byte
+// indexMerger keeps the index entry (summary.go) of the largest version;
+// of two entries of one version (the same write stored twice), the earlier
+// arrival.
+type indexMerger struct {
+	best IndexEntry
+	buf  [indexValueLen]byte
 }
 
-func (m *maxVersionMerger) add(value []byte) error {
-	if len(value) != 8 {
+func (m *indexMerger) add(value []byte) error {
+	e, ok := decodeIndexValue(value)
+	if !ok {
 		return fmt.Errorf("index merge operand of %d bytes: %w", len(value), record.ErrCorrupt)
 	}
-	m.version = max(m.version, binary.BigEndian.Uint64(value))
+	if e.Version > m.best.Version || e.Version == m.best.Version && e.Arrived < m.best.Arrived {
+		m.best = e
+	}
 	return nil
 }
 
-func (m *maxVersionMerger) MergeNewer(value []byte) error { return m.add(value) }
-func (m *maxVersionMerger) MergeOlder(value []byte) error { return m.add(value) }
+func (m *indexMerger) MergeNewer(value []byte) error { return m.add(value) }
+func (m *indexMerger) MergeOlder(value []byte) error { return m.add(value) }
 
-// Finish returns the largest version; it stays valid until Pebble calls
+// Finish returns the winning entry; it stays valid until Pebble calls
 // Close.
-func (m *maxVersionMerger) Finish(includesBase bool) ([]byte, io.Closer, error) {
-	binary.BigEndian.PutUint64(m.buf[:], m.version)
+func (m *indexMerger) Finish(includesBase bool) ([]byte, io.Closer, error) {
+	m.best.put(m.buf[:])
 	return m.buf[:], m, nil
 }
 
 // Close recycles the merger once Pebble no longer needs Finish's result.
-func (m *maxVersionMerger) Close() error {
+func (m *indexMerger) Close() error {
 	maxMergerPool.Put(m)
 	return nil
 }

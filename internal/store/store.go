@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/bloom"
@@ -30,8 +31,9 @@ const (
 	layoutKey = "\x00layout"
 	// layoutVersion is the layout this release writes: 2 added the
 	// anti-entropy index, 3 records that may expire (package record's
-	// expires flag). Older directories are upgraded at Open: layout 1 by
-	// building the index (upgradeLayout1), layout 2 by recording 3.
+	// expires flag) and index entries that tell garbage collection what
+	// it may remove. Older directories are upgraded at Open by building
+	// the index anew (buildIndex).
 	layoutVersion = "dhtkv-layout-3"
 	layout1       = "dhtkv-layout-1"
 	layout2       = "dhtkv-layout-2"
@@ -95,6 +97,7 @@ type Store struct {
 	keyBufs  sync.Pool // *[]byte scratch for prefixed keys on reads
 	stalls   stallCounter
 	summary  summary
+	gc       gcState
 	log      *slog.Logger
 }
 
@@ -137,6 +140,10 @@ func Open(dir string, o Options) (*Store, error) {
 		db.Close()
 		return nil, err
 	}
+	if err := s.loadHorizon(); err != nil {
+		db.Close()
+		return nil, err
+	}
 	return s, nil
 }
 
@@ -156,13 +163,8 @@ func (s *Store) checkLayout() error {
 	switch layout {
 	case layoutVersion:
 		return nil
-	case layout1:
-		return s.upgradeLayout1()
-	case layout2:
-		if err := s.db.Set([]byte(layoutKey), []byte(layoutVersion), pebble.Sync); err != nil {
-			return fmt.Errorf("open store %s: upgrade to %s: %w", s.dir, layoutVersion, err)
-		}
-		return nil
+	case layout1, layout2:
+		return s.buildIndex(layout)
 	}
 	return fmt.Errorf("open store %s: layout %q is not one this release reads (%s to %s): written by a newer release?", s.dir, layout, layout1, layoutVersion)
 }
@@ -257,20 +259,12 @@ func (s *Store) Version(key []byte) (v uint64, found bool, err error) {
 }
 
 // Apply stores rec under key unless the key already holds a newer version
-// (last-write-wins, resolved by the merge operator). It returns once the
-// write is durable (Sync) or in the memtable (no Sync).
+// (last-write-wins, resolved by the merge operator) or rec's version is
+// below the garbage-collection horizon (gc.go: such a write could bring
+// back what a collected tombstone deleted, and is dropped). It returns
+// once the write is durable (Sync) or in the memtable (no Sync).
 func (s *Store) Apply(key []byte, rec *record.Record) error {
-	b := s.db.NewBatch()
-	defer b.Close()
-	part, err := addMerge(b, key, rec)
-	if err != nil {
-		return fmt.Errorf("apply %q: %w", key, err)
-	}
-	if err := s.db.Apply(b, s.writeOpt); err != nil {
-		return fmt.Errorf("apply %q: %w", key, err)
-	}
-	s.summary.touch(part) // after the commit: see summary.touch
-	return nil
+	return s.ApplyBatch([]Write{{Key: key, Rec: rec}})
 }
 
 // Write is one record to store under a key.
@@ -283,17 +277,31 @@ type Write struct {
 // commit, and with Sync one shared fsync. The batch is atomic; two writes
 // of one key resolve by version like any others.
 func (s *Store) ApplyBatch(ws []Write) error {
+	// Shared with other writers, exclusive with a collection, which
+	// reads a record and deletes it only if it is still what it read.
+	s.gc.mu.RLock()
+	defer s.gc.mu.RUnlock()
+	horizon := s.gc.horizon.Load()
+	arrived := uint64(time.Now().UnixMilli())
 	b := s.db.NewBatch()
 	defer b.Close()
+	n := 0
 	for _, w := range ws {
-		if _, err := addMerge(b, w.Key, w.Rec); err != nil {
+		if w.Rec.Version < horizon {
+			continue
+		}
+		if _, err := addMerge(b, w.Key, w.Rec, arrived); err != nil {
 			return fmt.Errorf("apply batch: %w", err)
 		}
+		n++
+	}
+	if n == 0 {
+		return nil
 	}
 	if err := s.db.Apply(b, s.writeOpt); err != nil {
 		return fmt.Errorf("apply batch of %d: %w", len(ws), err)
 	}
-	for _, w := range ws {
+	for _, w := range ws { // after the commit: see summary.touch
 		part, _ := partition.Of(w.Key)
 		s.summary.touch(part)
 	}
@@ -301,8 +309,9 @@ func (s *Store) ApplyBatch(ws []Write) error {
 }
 
 // addMerge adds rec under key's data key to b, encoding in place, and the
-// key's version to the anti-entropy index; it returns key's partition.
-func addMerge(b *pebble.Batch, key []byte, rec *record.Record) (partition.ID, error) {
+// key's entry to the anti-entropy index, arrived at arrived (Unix ms); it
+// returns key's partition.
+func addMerge(b *pebble.Batch, key []byte, rec *record.Record, arrived uint64) (partition.ID, error) {
 	op := b.MergeDeferred(1+len(key), rec.EncodedSize())
 	op.Key[0] = dataPrefix
 	copy(op.Key[1:], key)
@@ -310,11 +319,7 @@ func addMerge(b *pebble.Batch, key []byte, rec *record.Record) (partition.ID, er
 	if err := op.Finish(); err != nil {
 		return 0, err
 	}
-	part, seg := partition.Of(key)
-	ix := b.MergeDeferred(indexKeyLen(key), 8)
-	putIndexKey(ix.Key, part, seg, key)
-	binary.BigEndian.PutUint64(ix.Value, rec.Version)
-	return part, ix.Finish()
+	return addIndex(b, key, indexEntryOf(rec, arrived))
 }
 
 type slogLogger struct{ l *slog.Logger }

@@ -5,22 +5,26 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 
+	"github.com/dhtkv/dhtkv/internal/hlc"
 	"github.com/dhtkv/dhtkv/internal/partition"
 	"github.com/dhtkv/dhtkv/internal/record"
 )
 
 // The anti-entropy index and summaries
 //
-// Every write also merges its version into an index key
+// Every write also merges an index entry for its key
 //
-//	'i' | partition (2 bytes, big-endian) | segment (1 byte) | user key  →  version (8 bytes)
+//	'i' | partition (2 bytes, big-endian) | segment (1 byte) | user key
+//	  →  version (8 bytes) | arrived (8) | collect (8)      (IndexEntry)
 //
 // in the same batch, resolved by the larger version (merge.go), so the
 // index holds exactly the version the data key holds: no read before the
-// write, and no value read to summarize. Keys sort by partition and then
+// write, and no value read to summarize or to find what garbage
+// collection may remove (gc.go). Keys sort by partition and then
 // segment, so one segment's (key, version) list is one contiguous range.
 //
 // A segment's hash is the XOR of partition.EntryHash over its entries; a
@@ -39,6 +43,56 @@ import (
 // for, and the next summary includes it.
 
 const indexPrefix = 'i'
+
+// IndexEntry is a key's entry in the index.
+type IndexEntry struct {
+	Version uint64
+	// Arrived is when this node first stored this version, Unix
+	// milliseconds: garbage collection removes a record only once this
+	// node has since compared it with every other replica.
+	Arrived uint64
+	// Collect is when the record may be collected, Unix milliseconds: a
+	// tombstone's version time, an expiring value's expiry; 0 for a value
+	// that never expires.
+	Collect uint64
+}
+
+const indexValueLen = 24
+
+func (e IndexEntry) put(dst []byte) {
+	binary.BigEndian.PutUint64(dst, e.Version)
+	binary.BigEndian.PutUint64(dst[8:], e.Arrived)
+	binary.BigEndian.PutUint64(dst[16:], e.Collect)
+}
+
+func decodeIndexValue(v []byte) (IndexEntry, bool) {
+	if len(v) != indexValueLen {
+		return IndexEntry{}, false
+	}
+	return IndexEntry{
+		Version: binary.BigEndian.Uint64(v),
+		Arrived: binary.BigEndian.Uint64(v[8:]),
+		Collect: binary.BigEndian.Uint64(v[16:]),
+	}, true
+}
+
+// indexEntryOf is the entry of rec stored at arrived (Unix ms).
+func indexEntryOf(rec *record.Record, arrived uint64) IndexEntry {
+	e := IndexEntry{Version: rec.Version, Arrived: arrived, Collect: rec.ExpiresAt}
+	if rec.Tombstone {
+		e.Collect = uint64(hlc.TimeOf(rec.Version).UnixMilli())
+	}
+	return e
+}
+
+// addIndex adds key's index entry e to b.
+func addIndex(b *pebble.Batch, key []byte, e IndexEntry) (partition.ID, error) {
+	part, seg := partition.Of(key)
+	ix := b.MergeDeferred(indexKeyLen(key), indexValueLen)
+	putIndexKey(ix.Key, part, seg, key)
+	e.put(ix.Value)
+	return part, ix.Finish()
+}
 
 // indexKeyLen is the length of key's index key.
 func indexKeyLen(key []byte) int { return 4 + len(key) }
@@ -76,8 +130,8 @@ func (s *Store) SegmentHashes(part partition.ID, dst *[partition.Segments]uint64
 	defer m.mu.Unlock()
 	if m.stale[part].Swap(false) {
 		var fresh [partition.Segments]uint64
-		err := s.SegmentEntries(part, -1, func(seg uint8, key []byte, version uint64) error {
-			fresh[seg] ^= partition.EntryHash(key, version)
+		err := s.SegmentEntries(part, -1, func(seg uint8, key []byte, e IndexEntry) error {
+			fresh[seg] ^= partition.EntryHash(key, e.Version)
 			return nil
 		})
 		if err != nil {
@@ -103,11 +157,11 @@ func (s *Store) PartitionHash(part partition.ID) (uint64, error) {
 	return h, nil
 }
 
-// SegmentEntries calls fn with every (key, version) in segment seg of
+// SegmentEntries calls fn with every key's index entry in segment seg of
 // partition part, in key order; seg -1 means every segment of the
 // partition, in segment order. key is valid only during the call. An error
 // from fn stops the walk and is returned.
-func (s *Store) SegmentEntries(part partition.ID, seg int, fn func(seg uint8, key []byte, version uint64) error) error {
+func (s *Store) SegmentEntries(part partition.ID, seg int, fn func(seg uint8, key []byte, e IndexEntry) error) error {
 	var lower, upper [4]byte
 	lower[0] = indexPrefix
 	binary.BigEndian.PutUint16(lower[1:], uint16(part))
@@ -136,11 +190,12 @@ func (s *Store) SegmentEntries(part partition.ID, seg int, fn func(seg uint8, ke
 			it.Close()
 			return fmt.Errorf("index of partition %d in %s: %w", part, s.dir, err)
 		}
-		if len(k) < 4 || len(v) != 8 {
+		e, ok := decodeIndexValue(v)
+		if len(k) < 4 || !ok {
 			it.Close()
 			return fmt.Errorf("index of partition %d in %s: entry %q: %w", part, s.dir, k, record.ErrCorrupt)
 		}
-		if err := fn(k[3], k[4:], binary.BigEndian.Uint64(v)); err != nil {
+		if err := fn(k[3], k[4:], e); err != nil {
 			it.Close()
 			return err
 		}
@@ -155,16 +210,20 @@ func (s *Store) SegmentEntries(part partition.ID, seg int, fn func(seg uint8, ke
 // layout 1 directory is upgraded.
 const upgradeBatch = 4096
 
-// upgradeLayout1 builds the anti-entropy index of a layout 1 directory
-// from its data keys, then records the current layout. A crash part-way leaves
-// layout 1 recorded, and the next Open starts again: index merges are
-// idempotent.
-func (s *Store) upgradeLayout1() error {
-	s.log.Info("upgrading the data directory from layout 1: building the anti-entropy index", "dir", s.dir)
+// buildIndex (re)builds the anti-entropy index of a directory of an older
+// layout from its data keys, each arrived now, then records the current
+// layout. A crash part-way leaves the old layout recorded, and the next
+// Open starts again from scratch.
+func (s *Store) buildIndex(from string) error {
+	s.log.Info("upgrading the data directory: building the anti-entropy index", "dir", s.dir, "layout", from)
+	if err := s.db.DeleteRange([]byte{indexPrefix}, []byte{indexPrefix + 1}, pebble.Sync); err != nil {
+		return fmt.Errorf("upgrade %s: %w", s.dir, err)
+	}
 	it, err := s.NewIter(nil, nil)
 	if err != nil {
 		return err
 	}
+	arrived := uint64(time.Now().UnixMilli())
 	b := s.db.NewBatch()
 	n := 0
 	commit := func() error {
@@ -174,12 +233,8 @@ func (s *Store) upgradeLayout1() error {
 		return err
 	}
 	for it.Next() {
-		key := it.Key()
-		part, seg := partition.Of(key)
-		ix := b.MergeDeferred(indexKeyLen(key), 8)
-		putIndexKey(ix.Key, part, seg, key)
-		binary.BigEndian.PutUint64(ix.Value, it.Record().Version)
-		if err = ix.Finish(); err != nil {
+		rec := it.Record()
+		if _, err = addIndex(b, it.Key(), indexEntryOf(&rec, arrived)); err != nil {
 			break
 		}
 		if n++; n%upgradeBatch == 0 {

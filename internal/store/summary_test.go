@@ -42,7 +42,8 @@ func indexOf(t *testing.T, s *Store) map[string]uint64 {
 	t.Helper()
 	out := map[string]uint64{}
 	for p := range partition.Count {
-		require.NoError(t, s.SegmentEntries(partition.ID(p), -1, func(seg uint8, key []byte, v uint64) error {
+		require.NoError(t, s.SegmentEntries(partition.ID(p), -1, func(seg uint8, key []byte, e IndexEntry) error {
+			v := e.Version
 			wp, ws := partition.Of(key)
 			require.Equal(t, partition.ID(p), wp, "key %q", key)
 			require.Equal(t, ws, seg, "key %q", key)

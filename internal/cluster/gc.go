@@ -1,0 +1,161 @@
+package cluster
+
+import (
+	"bytes"
+	"context"
+	"sync"
+	"time"
+
+	"github.com/dhtkv/dhtkv/internal/hlc"
+	"github.com/dhtkv/dhtkv/internal/partition"
+	"github.com/dhtkv/dhtkv/internal/store"
+)
+
+// Tombstone garbage collection
+//
+// A tombstone (or a value past its expiry) may be removed from this node
+// once two things hold:
+//
+//  1. every other replica of its partition has it: since it arrived here,
+//     this node started an anti-entropy exchange with each of them that
+//     left nothing differing. Such an exchange pushed it, or found the
+//     peer holding it or something newer. Arrival is in the record's index
+//     entry; exchanges' start times are in memory only, so after a restart
+//     nothing is removed before a new exchange with every peer. A replica
+//     that is down or cut off therefore stops collection of every
+//     partition it shares, for as long as it is away: it can never come
+//     back to find a delete forgotten.
+//  2. its delete (the tombstone's version time, or the expiry) is older
+//     than Grace. Removing raises the store's horizon to that cut-off, and
+//     from then on the replica drops every write older than it (answering
+//     as if it held something newer): a write older than a removed delete,
+//     delivered late, cannot resurrect the key. Grace exceeds the hint
+//     window and the clock skew bound, so no hint the cluster still holds
+//     is ever refused.
+//
+// Another replica still holding a tombstone this node removed offers it in
+// the next exchange; this node drops it (below its horizon) and counts it
+// as done, and that replica removes its own copy once its own rule holds.
+
+// GCOptions configures garbage collection. Zero fields take the defaults
+// noted.
+type GCOptions struct {
+	// Grace is how long a tombstone or an expired value is kept at least,
+	// from its delete or expiry (--gc-grace; default 4 h; the node passes
+	// the hint window plus the clock skew bound plus an hour, and checks
+	// that a value it is given exceeds the first two).
+	Grace time.Duration
+	// Interval is how often the collector looks for what it may remove
+	// (default 1 min).
+	Interval time.Duration
+}
+
+func (o *GCOptions) defaults() {
+	if o.Grace <= 0 {
+		o.Grace = 4 * time.Hour
+	}
+	if o.Interval <= 0 {
+		o.Interval = time.Minute
+	}
+}
+
+// gcBatch bounds the records removed in one store commit.
+const gcBatch = 1024
+
+type collector struct {
+	c      *Coordinator
+	o      GCOptions
+	ctx    context.Context
+	cancel context.CancelFunc
+	done   sync.WaitGroup
+	now    func() time.Time
+}
+
+func newCollector(c *Coordinator, o GCOptions) *collector {
+	o.defaults()
+	ctx, cancel := context.WithCancel(context.Background())
+	return &collector{c: c, o: o, ctx: ctx, cancel: cancel, now: time.Now}
+}
+
+func (g *collector) start() {
+	g.done.Add(1)
+	go func() {
+		defer g.done.Done()
+		t := time.NewTicker(g.o.Interval)
+		defer t.Stop()
+		for {
+			select {
+			case <-g.ctx.Done():
+				return
+			case <-t.C:
+				g.pass()
+			}
+		}
+	}()
+}
+
+func (g *collector) close() {
+	g.cancel()
+	g.done.Wait()
+}
+
+// CollectGarbage runs one collection pass now and returns how many
+// records it removed.
+func (c *Coordinator) CollectGarbage() int { return c.gc.pass() }
+
+// pass removes what the rule above allows, partition by partition.
+func (g *collector) pass() int {
+	c := g.c
+	if c.Rebuilding() {
+		return 0
+	}
+	now := g.now()
+	cutoff := now.Add(-g.o.Grace)
+	horizon := hlc.VersionAt(cutoff)
+	synced := c.ae.syncedSince()
+	removed := 0
+	var buf [maxReplicas]int
+	var cands []store.Candidate
+	for p := range partition.Count {
+		part := partition.ID(p)
+		reps := c.place.PartitionReplicas(part, c.replicas, buf[:0])
+		arrivedBefore, mine := now, false
+		for _, r := range reps {
+			if r == c.topo.Self {
+				mine = true
+				continue
+			}
+			if synced[r].Before(arrivedBefore) {
+				arrivedBefore = synced[r] // zero (never) stops the partition
+			}
+		}
+		if !mine || arrivedBefore.IsZero() {
+			continue
+		}
+		cands = cands[:0]
+		err := c.local.Store.Candidates(part, uint64(cutoff.UnixMilli()), uint64(arrivedBefore.UnixMilli()), func(key []byte, e store.IndexEntry) error {
+			cands = append(cands, store.Candidate{Key: bytes.Clone(key), Version: e.Version})
+			return nil
+		})
+		if err != nil {
+			c.log.Error("garbage collection", "partition", p, "err", err)
+			continue
+		}
+		for len(cands) > 0 && g.ctx.Err() == nil {
+			chunk := cands[:min(len(cands), gcBatch)]
+			cands = cands[len(chunk):]
+			n, err := c.local.Collect(chunk, horizon)
+			if err != nil {
+				c.log.Error("garbage collection", "partition", p, "err", err)
+				break
+			}
+			removed += n
+			c.m.gcHorizon.Set(float64(hlc.TimeOf(c.local.Store.Horizon()).UnixMilli()) / 1e3)
+			c.m.gcRemoved.Add(float64(n))
+		}
+	}
+	if removed > 0 {
+		c.log.Info("garbage collection", "removed", removed, "horizon", cutoff.UTC().Format(time.RFC3339))
+	}
+	return removed
+}

@@ -1,0 +1,124 @@
+package e2e_test
+
+import (
+	"fmt"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/dhtkv/dhtkv/internal/node"
+	"github.com/dhtkv/dhtkv/internal/rpc"
+	"github.com/dhtkv/dhtkv/internal/testcluster"
+)
+
+// withGC makes garbage collection quick to watch: a grace of one second
+// (so the hint window and the skew bound shrink below it), a pass every
+// 50 ms, no hints (only anti-entropy may carry the delete), exchanges only
+// on demand.
+func withGC() testcluster.Option {
+	return func(_ int, cfg *node.Config) {
+		cfg.GCGrace = time.Second
+		cfg.GCInterval = 50 * time.Millisecond
+		cfg.HintWindow = 100 * time.Millisecond
+		cfg.HintMaxBytes = 1
+		cfg.MaxClockSkew = 500 * time.Millisecond
+	}
+}
+
+// TestGCNoZombie is the failure Cassandra users hit when repair misses
+// gc_grace: a value deleted while one replica was down must not come back
+// after the others forgot the delete. Here:
+//
+//   - the delete reaches two replicas; the third is down and keeps the
+//     value;
+//   - past the grace, the two cannot collect the tombstone: their
+//     exchanges with the missing replica fail;
+//   - the replica returns; after exchanges with every peer, every node
+//     collects the tombstone;
+//   - the value is gone everywhere and stays gone: reads through every
+//     node, a repair round, and a late write of the old value (a hint
+//     replayed after the collection) do not bring it back.
+func TestGCNoZombie(t *testing.T) {
+	c := testcluster.Start(t, 3, withGC())
+	cl := newClient(t)
+	require.Equal(t, http.StatusCreated, cl.Put(t, c.URL(0), "z", []byte("old"), 3, 3))
+	require.Equal(t, http.StatusCreated, cl.Put(t, c.URL(0), "keep", []byte("kept"), 3, 3))
+	_, old := internalGet(t, cl, c.URL(2), "z", "")
+	c.StopNode(2)
+	require.Equal(t, http.StatusAccepted, cl.Delete(t, c.URL(0), "z", 2, 3))
+	_, tomb := internalGet(t, cl, c.URL(0), "z", "")
+	require.True(t, tomb.Tombstone)
+
+	time.Sleep(1500 * time.Millisecond) // the behaviour under test: past the grace
+	for i := range 2 {
+		for _, st := range c.Repair(t, i) {
+			if st.Peer == c.URL(2) {
+				require.NotEmpty(t, st.Err, "node 2 is down")
+			}
+		}
+		require.Zero(t, c.Node(i).Coordinator().CollectGarbage(), "node %d: a replica has not confirmed the delete", i)
+		code, rec := internalGet(t, cl, c.URL(i), "z", "")
+		require.Equal(t, http.StatusOK, code)
+		require.True(t, rec.Tombstone, "node %d keeps the tombstone", i)
+	}
+
+	c.StartNode(2)
+	for i := range 3 {
+		for _, st := range c.Repair(t, i) {
+			require.Empty(t, st.Err)
+		}
+	}
+	for i := range 3 {
+		eventually(t, 10*time.Second, fmt.Sprintf("node %d collected the tombstone", i), func() bool {
+			return c.Metric(t, i, "dhtkv_gc_removed_total") == 1
+		})
+		require.Positive(t, c.Metric(t, i, "dhtkv_gc_horizon_timestamp_seconds"))
+	}
+
+	// The old value, delivered late (as a hinted write would be), is
+	// refused: the replica answers as if it held something newer.
+	code, ans := internalBatch(t, cl, c.URL(1), rpc.AppendBatchOp(nil, rpc.OpWrite, []byte("z"), old.Encode()), "")
+	require.Equal(t, http.StatusOK, code)
+	require.Equal(t, byte(rpc.ResNewer), ans[0], "a write older than the horizon is refused")
+	for i := range 3 {
+		for _, st := range c.Repair(t, i) {
+			require.Empty(t, st.Err)
+			require.Zero(t, st.Pulled+st.Pushed, "nothing left to exchange")
+		}
+	}
+	for i := range 3 {
+		for _, ack := range []int{1, 2, 3} {
+			code, _ := cl.Get(t, c.URL(i), "z", ack, 3)
+			require.Equal(t, http.StatusNotFound, code, "z through node %d with ack=%d", i, ack)
+		}
+		code, _ := internalGet(t, cl, c.URL(i), "z", "")
+		require.Equal(t, http.StatusNotFound, code, "z on node %d", i)
+		code, body := cl.Get(t, c.URL(i), "keep", 2, 3)
+		require.Equal(t, http.StatusOK, code)
+		require.Equal(t, "kept", string(body), "live values are never collected")
+	}
+	// A new write is stored as usual.
+	require.Equal(t, http.StatusCreated, cl.Put(t, c.URL(2), "z", []byte("new"), 3, 3))
+	code, body := cl.Get(t, c.URL(0), "z", 3, 3)
+	require.Equal(t, http.StatusOK, code)
+	require.Equal(t, "new", string(body))
+}
+
+// TestGCExpired: an expired value is collected like a tombstone, from its
+// expiry plus the grace, on a single node (no other replica to confirm).
+func TestGCExpired(t *testing.T) {
+	c := testcluster.Start(t, 1, withGC())
+	cl := newClient(t)
+	code, _ := cl.Do(t, http.MethodPut, testcluster.EntityURL(c.URL(0), "e", 0, 0)+"&ttl=1", []byte("v"))
+	require.Equal(t, http.StatusCreated, code)
+	require.Equal(t, http.StatusCreated, cl.Put(t, c.URL(0), "l", []byte("v"), 0, 0))
+	eventually(t, 10*time.Second, "the expired value collected", func() bool {
+		return c.Metric(t, 0, "dhtkv_gc_removed_total") == 1
+	})
+	code, _ = cl.Get(t, c.URL(0), "e", 0, 0)
+	require.Equal(t, http.StatusNotFound, code)
+	code, _ = cl.Get(t, c.URL(0), "l", 0, 0)
+	require.Equal(t, http.StatusOK, code)
+}

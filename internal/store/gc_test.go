@@ -1,0 +1,139 @@
+package store
+
+import (
+	"fmt"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/dhtkv/dhtkv/internal/hlc"
+	"github.com/dhtkv/dhtkv/internal/partition"
+	"github.com/dhtkv/dhtkv/internal/record"
+)
+
+// msVersion is a version issued at Unix millisecond ms.
+func msVersion(ms int64) uint64 { return hlc.VersionAt(time.UnixMilli(ms)) + 1 }
+
+// candidatesOf lists every candidate of the store.
+func candidatesOf(t *testing.T, s *Store, collectBefore, arrivedBefore uint64) []Candidate {
+	t.Helper()
+	var out []Candidate
+	for p := range partition.Count {
+		require.NoError(t, s.Candidates(partition.ID(p), collectBefore, arrivedBefore, func(key []byte, e IndexEntry) error {
+			out = append(out, Candidate{Key: append([]byte(nil), key...), Version: e.Version})
+			return nil
+		}))
+	}
+	return out
+}
+
+// TestCandidates: tombstones (by version time) and expiring values (by
+// expiry) are candidates once collectable before the cut-off and arrived
+// before the given time; live values never are.
+func TestCandidates(t *testing.T) {
+	s := openTemp(t)
+	apply := func(key string, rec record.Record) { require.NoError(t, s.Apply([]byte(key), &rec)) }
+	apply("live", record.Record{Version: msVersion(1000), Value: []byte("v")})
+	apply("tomb-old", record.Record{Version: msVersion(1000), Tombstone: true})
+	apply("tomb-new", record.Record{Version: msVersion(5000), Tombstone: true})
+	apply("exp-old", record.Record{Version: msVersion(500), ExpiresAt: 2000, Value: []byte("v")})
+	apply("exp-new", record.Record{Version: msVersion(500), ExpiresAt: 9000, Value: []byte("v")})
+	arrived := uint64(time.Now().UnixMilli())
+	keys := func(cs []Candidate) (out []string) {
+		for _, c := range cs {
+			out = append(out, string(c.Key))
+		}
+		return out
+	}
+	require.ElementsMatch(t, []string{"tomb-old", "exp-old"}, keys(candidatesOf(t, s, 3000, arrived+1000)))
+	require.ElementsMatch(t, []string{"tomb-old", "exp-old", "tomb-new", "exp-new"}, keys(candidatesOf(t, s, 10000, arrived+1000)))
+	require.Empty(t, candidatesOf(t, s, 10000, arrived-1000), "arrived after the last exchange")
+}
+
+// TestCollect: a candidate is removed only if its key still holds the
+// version found; the horizon rises, persists, and from then on writes
+// below it are dropped, while newer ones are stored.
+func TestCollect(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "db")
+	s, err := Open(dir, Options{})
+	require.NoError(t, err)
+	apply := func(key string, rec record.Record) { require.NoError(t, s.Apply([]byte(key), &rec)) }
+	apply("a", record.Record{Version: msVersion(1000), Tombstone: true})
+	apply("b", record.Record{Version: msVersion(1000), Tombstone: true})
+	apply("b", record.Record{Version: msVersion(1500), Value: []byte("rewritten")}) // since found
+	horizon := msVersion(2000)
+	removed, err := s.Collect([]Candidate{{[]byte("a"), msVersion(1000)}, {[]byte("b"), msVersion(1000)}}, horizon)
+	require.NoError(t, err)
+	require.Equal(t, [][]byte{[]byte("a")}, removed)
+	_, found, err := s.Version([]byte("a"))
+	require.NoError(t, err)
+	require.False(t, found)
+	require.Empty(t, candidatesOf(t, s, 1<<62, 1<<62), "index entry gone too")
+	require.Equal(t, horizon, s.Horizon())
+
+	apply("a", record.Record{Version: msVersion(900), Value: []byte("zombie")}) // below: dropped
+	_, found, err = s.Version([]byte("a"))
+	require.NoError(t, err)
+	require.False(t, found, "a write below the horizon is dropped")
+	apply("c", record.Record{Version: msVersion(3000), Value: []byte("new")})
+	v, found, err := s.Version([]byte("c"))
+	require.NoError(t, err)
+	require.True(t, found)
+	require.Equal(t, msVersion(3000), v)
+
+	_, err = s.Collect([]Candidate{{[]byte("c"), msVersion(3000)}}, horizon)
+	require.ErrorContains(t, err, "not below the horizon")
+
+	require.NoError(t, s.Close())
+	s, err = Open(dir, Options{})
+	require.NoError(t, err)
+	defer s.Close()
+	require.Equal(t, horizon, s.Horizon(), "persisted")
+}
+
+// TestCollectRacesWrites: writers rewrite keys while they are collected;
+// every write at or above the horizon that returned is still there
+// afterwards (a Pebble Delete between a re-read and a write would remove
+// it), and keys no one rewrote are gone.
+func TestCollectRacesWrites(t *testing.T) {
+	s := openTemp(t)
+	const n = 2000
+	for i := range n {
+		rec := record.Record{Version: msVersion(1000), Tombstone: true}
+		require.NoError(t, s.Apply([]byte(fmt.Sprintf("k%d", i)), &rec))
+	}
+	horizon := msVersion(2000)
+	var wg sync.WaitGroup
+	rewritten := make([]bool, n)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for i := 0; i < n; i += 3 {
+			rec := record.Record{Version: msVersion(5000), Value: []byte("live")}
+			if s.Apply([]byte(fmt.Sprintf("k%d", i)), &rec) == nil {
+				rewritten[i] = true
+			}
+		}
+	}()
+	cands := candidatesOf(t, s, 1<<62, 1<<62)
+	for len(cands) > 0 {
+		chunk := cands[:min(len(cands), 100)]
+		cands = cands[len(chunk):]
+		_, err := s.Collect(chunk, horizon)
+		require.NoError(t, err)
+	}
+	wg.Wait()
+	for i := range n {
+		v, found, err := s.Version([]byte(fmt.Sprintf("k%d", i)))
+		require.NoError(t, err)
+		if rewritten[i] {
+			require.True(t, found, "k%d was rewritten", i)
+			require.Equal(t, msVersion(5000), v)
+		} else {
+			require.False(t, found, "k%d", i)
+		}
+	}
+}
