@@ -176,7 +176,7 @@ run_mode() { # mode
   elif [ "$mode" = ae ]; then
     local tp
     tp=$(now)
-    res=$(curl -s -m "$WAIT_S" -X POST "http://127.0.0.1:$(admin 3)/repair" | jq -c '[.[] | {pulled: .Pulled, pushed: .Pushed, partitions: .PartitionsDiffering, summary_bytes: .SummaryBytes, record_bytes: .RecordBytes, err: .Err}]')
+    res=$(curl -s -m "$WAIT_S" -X POST "http://127.0.0.1:$(admin 3)/repair" | jq -c '[.[] | {pulled, pushed, partitions_differing, summary_bytes, record_bytes, error}]')
     t_pass=$(since "$tp")
     converge=$(since "$t0")
   else

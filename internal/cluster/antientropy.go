@@ -100,28 +100,29 @@ const (
 
 // ExchangeStats is what one exchange found and did.
 type ExchangeStats struct {
-	Peer                string
-	Started             time.Time
-	Duration            time.Duration
-	Partitions          int // compared
-	PartitionsDiffering int
-	SegmentsDiffering   int
-	Pulled, Pushed      int // keys repaired here, and at the peer
-	Failed              int // keys left differing (a failed call, a version refused)
-	SummaryBytes        int // summary requests and answers
-	RecordBytes         int // keys and envelopes pulled and pushed
-	Err                 string
+	Peer                string        `json:"peer"`
+	Started             time.Time     `json:"started"`
+	Duration            time.Duration `json:"duration_ns"`
+	Partitions          int           `json:"partitions"` // compared
+	PartitionsDiffering int           `json:"partitions_differing"`
+	SegmentsDiffering   int           `json:"segments_differing"`
+	Pulled              int           `json:"pulled"`        // keys repaired here
+	Pushed              int           `json:"pushed"`        // keys repaired at the peer
+	Failed              int           `json:"failed"`        // keys left differing (a failed call, a version refused)
+	SummaryBytes        int           `json:"summary_bytes"` // summary requests and answers
+	RecordBytes         int           `json:"record_bytes"`  // keys and envelopes pulled and pushed
+	Err                 string        `json:"error,omitempty"`
 }
 
 // PeerSync is anti-entropy's state with one peer, for status.
 type PeerSync struct {
-	Peer string
+	Peer string `json:"peer"`
 	// LastSuccess is when the last exchange that left nothing differing
 	// started (zero: none since this node started).
-	LastSuccess time.Time
-	Running     bool
-	Progress    float64 // of the running exchange, 0 to 1
-	Last        *ExchangeStats
+	LastSuccess time.Time      `json:"last_success"`
+	Running     bool           `json:"running"`
+	Progress    float64        `json:"progress"` // of the running exchange, 0 to 1
+	Last        *ExchangeStats `json:"last,omitempty"`
 }
 
 type antiEntropy struct {
