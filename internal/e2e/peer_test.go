@@ -5,8 +5,10 @@ package e2e_test
 // fails what is still queued instead of sending it.
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"net/http"
 	"sync"
 	"testing"
 	"time"
@@ -14,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
+	"github.com/dhtkv/dhtkv/internal/node"
 	"github.com/dhtkv/dhtkv/internal/record"
 	"github.com/dhtkv/dhtkv/internal/rpc"
 	"github.com/dhtkv/dhtkv/internal/testcluster"
@@ -186,4 +189,59 @@ func TestPeerReadsDoNotWaitForWrites(t *testing.T) {
 	}
 	unblock()
 	require.NoError(t, <-written)
+}
+
+// TestBatchAnswerBounded: a small batch of many reads of a large value
+// does not make the replica build an answer of their sum: past
+// rpc.DefaultMaxAnswerBytes the reads are answered "ask again" (the first
+// is always answered). Through the peer client, concurrent reads of large
+// values all succeed: the client sends those again in the next batch.
+func TestBatchAnswerBounded(t *testing.T) {
+	c := testcluster.Start(t, 1, func(_ int, cfg *node.Config) { cfg.MaxValueBytes = 2 << 20 })
+	cl := newClient(t)
+	big := make([]byte, 1<<20)
+	require.Equal(t, http.StatusCreated, cl.Put(t, c.URL(0), "big", big, 0, 0))
+
+	var body []byte
+	for range 64 {
+		body = rpc.AppendBatchOp(body, rpc.OpRead, []byte("big"), nil)
+	}
+	code, ans := internalBatch(t, cl, c.URL(0), body, "")
+	require.Equal(t, http.StatusOK, code)
+	require.Less(t, len(ans), rpc.DefaultMaxAnswerBytes+len(big)+1024, "the answer stops near its limit")
+	found, over := 0, 0
+	for len(ans) > 0 {
+		switch ans[0] {
+		case rpc.ResFound:
+			n, w := binary.Uvarint(ans[1:])
+			ans = ans[1+w+int(n):]
+			found++
+		case rpc.ResOverLimit:
+			ans = ans[1:]
+			over++
+		default:
+			t.Fatalf("result %q", ans[0])
+		}
+	}
+	require.Equal(t, 64, found+over)
+	require.Equal(t, rpc.DefaultMaxAnswerBytes/len(big), found, "reads until the answer reached its limit")
+
+	p := rpc.NewPeer(c.URL(0), rpc.PeerOptions{Timeout: 10 * time.Second, Conns: 1}, nil)
+	defer p.Close()
+	var wg sync.WaitGroup
+	errs := make(chan error, 32)
+	for range 32 {
+		wg.Go(func() {
+			rec, ok, err := p.Get([]byte("big"), time.Now().Add(10*time.Second))
+			if err == nil && (!ok || len(rec.Value) != len(big)) {
+				err = fmt.Errorf("found %v, %d bytes", ok, len(rec.Value))
+			}
+			errs <- err
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
 }

@@ -482,6 +482,7 @@ func (p *Peer) sendOnce(batch []*call, req *fasthttp.Request, resp *fasthttp.Res
 		return body, again
 	}
 	rest := resp.Body()
+	var again []*call
 	for _, c := range live {
 		if err != nil {
 			c.finish(classify(err))
@@ -500,6 +501,10 @@ func (p *Peer) sendOnce(batch []*call, req *fasthttp.Request, resp *fasthttp.Res
 			c.finish(fmt.Errorf("%w: %s", ErrRefused, r.msg))
 			continue
 		}
+		if r.code == ResOverLimit && c.kind == OpRead {
+			again = append(again, c) // the answer was full: in the next batch
+			continue
+		}
 		if ok := (c.kind == OpRead) == (r.code == ResFound || r.code == ResNotFound); !ok {
 			err = fmt.Errorf("%w: result %q for operation %q", errMalformed, r.code, c.kind)
 			c.finish(err)
@@ -509,5 +514,5 @@ func (p *Peer) sendOnce(batch []*call, req *fasthttp.Request, resp *fasthttp.Res
 		c.res = r
 		c.finish(nil)
 	}
-	return body, nil
+	return body, again
 }

@@ -36,8 +36,17 @@ type Server struct {
 	// ClusterFormed reports whether this node has seen every other node
 	// answer (nil: unknown); see FormedHeader.
 	ClusterFormed func() bool
-	Log           *slog.Logger
+	// MaxAnswerBytes bounds a batch's answer (default DefaultMaxAnswerBytes):
+	// reads beyond it are answered ResOverLimit, to be asked again, so a
+	// small request of many reads of large values cannot make the node
+	// build an answer of their sum. The first read is always answered,
+	// whatever its size (up to --max-value-bytes).
+	MaxAnswerBytes int
+	Log            *slog.Logger
 }
+
+// DefaultMaxAnswerBytes is Server.MaxAnswerBytes's default: 4 MiB.
+const DefaultMaxAnswerBytes = 4 << 20
 
 // Error refuses a whole request: nothing of it was stored. Status is the
 // HTTP status the transport answers with, Msg a one-line reason.
@@ -150,6 +159,11 @@ func (s *Server) ServeBatch(body, out []byte) ([]byte, error) {
 			s.Log.Error("internal batch", "writes", len(sc.writes), "err", applyErr)
 		}
 	}
+	start, readOne := len(out), false
+	maxAnswer := s.MaxAnswerBytes
+	if maxAnswer <= 0 {
+		maxAnswer = DefaultMaxAnswerBytes
+	}
 	for i, op := range sc.ops {
 		switch {
 		case op.Kind == OpWrite && sc.skewed[i]:
@@ -160,8 +174,11 @@ func (s *Server) ServeBatch(body, out []byte) ([]byte, error) {
 			out = AppendResultError(out, "store write failed")
 		case op.Kind == OpWrite:
 			out = append(out, ResApplied)
+		case readOne && len(out)-start >= maxAnswer:
+			out = append(out, ResOverLimit)
 		default:
 			out = s.appendRead(out, op.Key)
+			readOne = true
 		}
 	}
 	return out, nil

@@ -37,6 +37,10 @@ import (
 //	                               sent (its version is more than
 //	                               --max-clock-skew ahead of the
 //	                               replica's clock): not worth a retry
+//	'l'                            read: not done, the answer reached
+//	                               its byte limit (Server.MaxAnswerBytes;
+//	                               the first read is always done): ask
+//	                               again in another batch
 //
 // A malformed batch (bad framing, a key out of limits, a bad envelope, a
 // version 0) is refused as a whole with 400
@@ -49,12 +53,13 @@ const (
 	OpRead  = 'g'
 	OpWrite = 'w'
 
-	ResFound    = 'f'
-	ResNotFound = 'n'
-	ResApplied  = 'a'
-	ResNewer    = 'v'
-	ResError    = 'e'
-	ResRefused  = 'r'
+	ResFound     = 'f'
+	ResNotFound  = 'n'
+	ResApplied   = 'a'
+	ResNewer     = 'v'
+	ResError     = 'e'
+	ResRefused   = 'r'
+	ResOverLimit = 'l'
 )
 
 // MaxBatchOps bounds the operations in one batch; a replica refuses more.
@@ -165,7 +170,7 @@ func nextResult(buf []byte) (r batchResult, rest []byte, err error) {
 	r.code, rest = buf[0], buf[1:]
 	var ok bool
 	switch r.code {
-	case ResNotFound, ResApplied:
+	case ResNotFound, ResApplied, ResOverLimit:
 		return r, rest, nil
 	case ResNewer:
 		if len(rest) < 8 {

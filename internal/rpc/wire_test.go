@@ -109,6 +109,8 @@ func printAnswer(buf []byte) string {
 			fmt.Fprintf(&b, "error result: %s\n", r.msg)
 		case ResRefused:
 			fmt.Fprintf(&b, "refused result: %s\n", r.msg)
+		case ResOverLimit:
+			b.WriteString("over the answer's limit: ask again\n")
 		}
 		buf = rest
 	}
