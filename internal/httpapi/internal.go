@@ -11,8 +11,15 @@ import (
 // method, secret, and the transport of what rpc.Server returns.
 
 // authorized answers 403 and returns false when the request does not carry
-// the cluster secret the node requires.
+// the cluster secret the node requires, or, without one, does not come
+// from a loopback address.
 func (s *Server) authorized(ctx *fasthttp.RequestCtx) bool {
+	if s.RPC.Secret == "" && !ctx.RemoteIP().IsLoopback() {
+		// Without a secret nothing authenticates a peer: only this
+		// machine's may call (node/security.go).
+		ctx.Error("forbidden: without --cluster-secret-file the internal endpoints answer only loopback peers\n", fasthttp.StatusForbidden)
+		return false
+	}
 	if s.RPC.Authorized(ctx.Request.Header.Peek(rpc.SecretHeader)) {
 		return true
 	}

@@ -94,9 +94,14 @@ type Config struct {
 	// empty, meaning http://<Listen>.
 	Self string
 	// ClusterSecret is the shared secret node-to-node requests must carry
-	// (--cluster-secret; 403 without it). The default value is empty: none
-	// required.
+	// (--cluster-secret, visible to other local users in ps; 403 without
+	// it). The default value is empty: none required, and then the node
+	// serves only loopback addresses (security.go).
 	ClusterSecret string
+	// ClusterSecretFile names a file holding ClusterSecret, one line
+	// (--cluster-secret-file; keep it mode 600). The default value is
+	// empty: none.
+	ClusterSecretFile string
 	// ReplicaTimeout is one request's deadline for its replica calls
 	// (--replica-timeout; 504 beyond). The default value is 300 ms.
 	ReplicaTimeout time.Duration
@@ -259,6 +264,16 @@ func New(cfg Config) (_ *Node, err error) {
 		return nil, err
 	}
 	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	secretWarning, err := loadSecret(&cfg)
+	if err != nil {
+		return nil, err
+	}
+	if secretWarning != "" {
+		log.Warn(secretWarning)
+	}
+	if err := checkExposure(cfg, topo); err != nil {
 		return nil, err
 	}
 	if cfg.GCGrace == 0 {

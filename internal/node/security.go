@@ -1,0 +1,82 @@
+package node
+
+import (
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"strings"
+
+	"github.com/dhtkv/dhtkv/internal/cluster"
+)
+
+// Secure by default (docs/security.md): node-to-node requests can carry
+// any version, so whoever reaches the internal endpoints can overwrite any
+// key. Without authentication (a cluster secret) a node therefore serves
+// only loopback: it refuses to start when its listener or any member of
+// its cluster is not a loopback address, and its internal endpoints
+// answer only loopback peers (httpapi). A local cluster, as make
+// run-cluster and the tests start, needs no setup.
+
+// loadSecret sets cfg.ClusterSecret from ClusterSecretFile, if given. The
+// file holds the secret, one line; a trailing newline is dropped. A file
+// others may read is accepted, with a warning in the returned string.
+func loadSecret(cfg *Config) (warning string, err error) {
+	if cfg.ClusterSecretFile == "" {
+		return "", nil
+	}
+	if cfg.ClusterSecret != "" {
+		return "", fmt.Errorf("--cluster-secret and --cluster-secret-file: give one")
+	}
+	info, err := os.Stat(cfg.ClusterSecretFile)
+	if err != nil {
+		return "", fmt.Errorf("--cluster-secret-file: %w", err)
+	}
+	b, err := os.ReadFile(cfg.ClusterSecretFile)
+	if err != nil {
+		return "", fmt.Errorf("--cluster-secret-file: %w", err)
+	}
+	secret := strings.TrimRight(string(b), "\r\n")
+	if secret == "" || strings.ContainsAny(secret, "\r\n") {
+		return "", fmt.Errorf("--cluster-secret-file %s: want one non-empty line", cfg.ClusterSecretFile)
+	}
+	cfg.ClusterSecret = secret
+	if info.Mode().Perm()&0o077 != 0 {
+		warning = fmt.Sprintf("--cluster-secret-file %s is readable by other users (mode %v): chmod 600 it", cfg.ClusterSecretFile, info.Mode().Perm())
+	}
+	return warning, nil
+}
+
+// checkExposure refuses, without a cluster secret, a listener or a member
+// that is not a loopback address.
+func checkExposure(cfg Config, topo cluster.Topology) error {
+	if cfg.ClusterSecret != "" {
+		return nil
+	}
+	const why = "without --cluster-secret-file, nodes accept writes of any version from whoever reaches them, so every address must be loopback (docs/security.md)"
+	if !loopbackHostPort(cfg.Listen) {
+		return fmt.Errorf("refusing to listen on %s: %s", cfg.Listen, why)
+	}
+	for _, m := range topo.Nodes {
+		u, err := url.Parse(m)
+		if err != nil || !loopbackHostPort(u.Host) {
+			return fmt.Errorf("refusing cluster member %s: %s", m, why)
+		}
+	}
+	return nil
+}
+
+// loopbackHostPort reports whether host:port names a loopback address:
+// localhost, or an IP in 127.0.0.0/8 or ::1. An empty host (all
+// interfaces) is not.
+func loopbackHostPort(hostport string) bool {
+	host, _, err := net.SplitHostPort(hostport)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}

@@ -1,0 +1,124 @@
+package node
+
+import (
+	"net"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"github.com/valyala/fasthttp"
+
+	"github.com/dhtkv/dhtkv/internal/cluster"
+	"github.com/dhtkv/dhtkv/internal/rpc"
+)
+
+func TestLoopbackHostPort(t *testing.T) {
+	for hp, want := range map[string]bool{
+		"127.0.0.1:8080": true, "127.3.4.5:1": true, "[::1]:8080": true, "localhost:8080": true,
+		"0.0.0.0:8080": false, ":8080": false, "10.0.0.1:8080": false, "[::]:8080": false,
+		"example.com:80": false, "127.0.0.1": false, "": false,
+	} {
+		require.Equal(t, want, loopbackHostPort(hp), hp)
+	}
+}
+
+// TestCheckExposure: without a secret, a listener or a member off loopback
+// is refused; with one, any address is served.
+func TestCheckExposure(t *testing.T) {
+	topo := func(nodes ...string) cluster.Topology { return cluster.Topology{Nodes: nodes} }
+	for _, tc := range []struct {
+		name, listen, secret string
+		members              []string
+		err                  string
+	}{
+		{"local", "127.0.0.1:8080", "", []string{"http://127.0.0.1:8080", "http://127.0.0.1:8081"}, ""},
+		{"all interfaces", ":8080", "", []string{"http://127.0.0.1:8080"}, "refusing to listen on :8080"},
+		{"remote member", "127.0.0.1:8080", "", []string{"http://127.0.0.1:8080", "http://10.1.2.3:8080"}, "refusing cluster member http://10.1.2.3:8080"},
+		{"remote with a secret", "0.0.0.0:8080", "s3cret", []string{"http://10.1.2.3:8080"}, ""},
+	} {
+		err := checkExposure(Config{Listen: tc.listen, ClusterSecret: tc.secret}, topo(tc.members...))
+		if tc.err == "" {
+			require.NoError(t, err, tc.name)
+		} else {
+			require.ErrorContains(t, err, tc.err, tc.name)
+			require.ErrorContains(t, err, "--cluster-secret-file", tc.name)
+		}
+	}
+}
+
+func TestLoadSecret(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, content string, mode os.FileMode) string {
+		p := filepath.Join(dir, name)
+		require.NoError(t, os.WriteFile(p, []byte(content), mode))
+		require.NoError(t, os.Chmod(p, mode))
+		return p
+	}
+	cfg := Config{ClusterSecretFile: write("ok", "s3cret\n", 0o600)}
+	w, err := loadSecret(&cfg)
+	require.NoError(t, err)
+	require.Empty(t, w)
+	require.Equal(t, "s3cret", cfg.ClusterSecret)
+
+	cfg = Config{ClusterSecretFile: write("open", "s3cret", 0o644)}
+	w, err = loadSecret(&cfg)
+	require.NoError(t, err)
+	require.Contains(t, w, "readable by other users")
+
+	for name, c := range map[string]Config{
+		"empty":      {ClusterSecretFile: write("empty", "\n", 0o600)},
+		"two lines":  {ClusterSecretFile: write("two", "a\nb\n", 0o600)},
+		"both given": {ClusterSecretFile: write("both", "a", 0o600), ClusterSecret: "b"},
+		"missing":    {ClusterSecretFile: filepath.Join(dir, "nope")},
+	} {
+		_, err := loadSecret(&c)
+		require.Error(t, err, name)
+	}
+}
+
+// TestNewRefusesExposedNodeWithoutSecret: node.New itself applies the
+// rule, and a secret file lifts it.
+func TestNewRefusesExposedNodeWithoutSecret(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.DataDir = filepath.Join(t.TempDir(), "d")
+	cfg.Listen = "0.0.0.0:0"
+	_, err := New(cfg)
+	require.ErrorContains(t, err, "refusing to listen on 0.0.0.0:0")
+
+	secret := filepath.Join(t.TempDir(), "secret")
+	require.NoError(t, os.WriteFile(secret, []byte("s3cret\n"), 0o600))
+	cfg.ClusterSecretFile = secret
+	n, err := New(cfg)
+	require.NoError(t, err)
+	require.NoError(t, n.Close())
+}
+
+// TestInternalEndpointsLoopbackOnly: without a secret the internal
+// endpoints answer 403 to a peer that is not on loopback, whatever it
+// sends; from loopback they serve.
+func TestInternalEndpointsLoopbackOnly(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.DataDir = filepath.Join(t.TempDir(), "d")
+	cfg.Listen = "127.0.0.1:0"
+	n, err := New(cfg)
+	require.NoError(t, err)
+	defer n.Close()
+	for _, tc := range []struct {
+		ip   string
+		want int
+	}{{"10.0.0.9", 403}, {"192.168.1.1", 403}, {"127.0.0.1", 200}, {"::1", 200}} {
+		for _, path := range []string{rpc.BatchPath, rpc.SummaryPath} {
+			var req fasthttp.Request
+			req.SetRequestURI(path)
+			req.Header.SetMethod(fasthttp.MethodPost)
+			if path == rpc.SummaryPath {
+				req.SetBodyString("p")
+			}
+			var ctx fasthttp.RequestCtx
+			ctx.Init(&req, &net.TCPAddr{IP: net.ParseIP(tc.ip), Port: 5000}, nil)
+			n.Handler()(&ctx)
+			require.Equal(t, tc.want, ctx.Response.StatusCode(), "%s from %s: %s", path, tc.ip, ctx.Response.Body())
+		}
+	}
+}
