@@ -12,6 +12,8 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -81,6 +83,16 @@ type Config struct {
 	// IdleTimeout is how long an idle keep-alive connection stays open
 	// (--idle-timeout). The default value is 2 min.
 	IdleTimeout time.Duration
+	// MaxConnections caps the client connections open at once on the
+	// public listener, peers' included (--max-connections); a connection
+	// beyond it gets 503 and is closed at once. The default value is 0:
+	// derived from the descriptor limit by DefaultMaxConnections.
+	MaxConnections int
+	// MaxConnectionsPerIP caps the connections open at once from one
+	// address (--max-connections-per-ip; 429 and closed beyond it; 0: no
+	// cap). Behind a proxy every client has the proxy's address: set 0
+	// there. The default value is 1024.
+	MaxConnectionsPerIP int
 
 	// Cluster is the comma-separated list of every node's URL, the same
 	// list in the same order on every node (--cluster). The default value
@@ -156,6 +168,7 @@ func DefaultConfig() Config {
 		ReadTimeout:           30 * time.Second,
 		WriteTimeout:          30 * time.Second,
 		IdleTimeout:           2 * time.Minute,
+		MaxConnectionsPerIP:   1024,
 		ReplicaTimeout:        300 * time.Millisecond,
 		MaxClockSkew:          hlc.DefaultMaxAhead,
 		ReadRepair:            "blocking",
@@ -185,6 +198,8 @@ func (cfg *Config) validate() error {
 		return fmt.Errorf("--memtable-bytes must be positive")
 	case cfg.L0CompactionThreshold < 1:
 		return fmt.Errorf("--l0-compaction-threshold must be at least 1")
+	case cfg.MaxConnections < 0 || cfg.MaxConnectionsPerIP < 0:
+		return fmt.Errorf("--max-connections and --max-connections-per-ip must not be negative")
 	}
 	return nil
 }
@@ -204,10 +219,12 @@ type Node struct {
 	api      *httpapi.Server
 
 	srv      *fasthttp.Server
-	ln       net.Listener
+	ln       *limitListener
 	adminSrv *http.Server
 	adminLn  net.Listener
-	served   chan error
+	served   chan error // Serve's return, read by Shutdown
+	failed   chan error // Serve's return when no Shutdown asked for it
+	stopping atomic.Bool
 }
 
 // New builds a node: it opens the store, restores the clock, and wires the
@@ -228,6 +245,13 @@ func New(cfg Config) (_ *Node, err error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
+	if cfg.MaxConnections == 0 {
+		var lim syscall.Rlimit
+		if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+			return nil, fmt.Errorf("descriptor limit, to derive --max-connections: %w", err)
+		}
+		cfg.MaxConnections = DefaultMaxConnections(lim.Cur, topo.Size(), cfg.PeerConns)
+	}
 	repair, err := cluster.ParseRepairMode(cfg.ReadRepair)
 	if err != nil {
 		return nil, fmt.Errorf("--read-repair: %w", err)
@@ -241,7 +265,7 @@ func New(cfg Config) (_ *Node, err error) {
 		return nil, err
 	}
 	clock.SetMaxAhead(cfg.MaxClockSkew)
-	n := &Node{cfg: cfg, log: log, registry: metrics.NewRegistry(), served: make(chan error, 1)}
+	n := &Node{cfg: cfg, log: log, registry: metrics.NewRegistry(), served: make(chan error, 1), failed: make(chan error, 1)}
 	defer func() {
 		if err != nil {
 			n.closeStorage()
@@ -416,11 +440,13 @@ func Start(cfg Config) (*Node, error) {
 
 // Serve opens the public and admin listeners and starts serving; it
 // returns once the public listener accepts connections.
-func (n *Node) Serve() (err error) {
+func (n *Node) Serve() error {
 	cfg := n.cfg
-	if n.ln, err = net.Listen("tcp", cfg.Listen); err != nil {
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
 		return fmt.Errorf("listen %s: %w", cfg.Listen, err)
 	}
+	n.ln = newLimitListener(ln, cfg.MaxConnections, cfg.MaxConnectionsPerIP, n.registry, n.log)
 	if cfg.AdminListen != "" {
 		if n.adminLn, err = net.Listen("tcp", cfg.AdminListen); err != nil {
 			n.ln.Close()
@@ -436,14 +462,35 @@ func (n *Node) Serve() (err error) {
 	// fasthttp's Shutdown returns at once if Serve has not registered the
 	// listener yet, and a Serve that starts later would then run handlers
 	// against a closed store. Return only once Serve is accepting.
-	ln := &readyListener{Listener: n.ln, ready: make(chan struct{})}
-	go func() { n.served <- n.srv.Serve(ln) }()
-	<-ln.ready
+	ready := &readyListener{Listener: n.ln, ready: make(chan struct{})}
+	go func() {
+		err := n.srv.Serve(ready)
+		if !n.stopping.Load() {
+			// fasthttp's Serve returns only when its listener fails (the
+			// limit listener already waits out descriptor exhaustion) or
+			// is closed; either way nothing is served any more.
+			if err == nil {
+				err = errors.New("listener closed")
+			}
+			err = fmt.Errorf("public listener %s stopped accepting connections: %w", n.ln.Addr(), err)
+			n.log.Error("the node no longer serves", "err", err)
+			n.failed <- err
+		}
+		n.served <- err
+	}()
+	<-ready.ready
 	topo := n.coord.Topology()
 	n.log.Info("dhtkv node started", "listen", n.ln.Addr().String(), "admin", cfg.AdminListen,
-		"data_dir", cfg.DataDir, "self", topo.Nodes[topo.Self], "cluster_size", topo.Size(), "sync", cfg.Sync)
+		"data_dir", cfg.DataDir, "self", topo.Nodes[topo.Self], "cluster_size", topo.Size(), "sync", cfg.Sync,
+		"max_connections", cfg.MaxConnections, "max_connections_per_ip", cfg.MaxConnectionsPerIP)
 	return nil
 }
+
+// Failed receives an error if the public listener stops accepting
+// connections for any reason but Shutdown: the node then serves nothing
+// and its owner should stop it (cmd/dhtkv exits non-zero). It is logged
+// at error level already.
+func (n *Node) Failed() <-chan error { return n.failed }
 
 // Close releases a node that was never served: its coordinator, cache and
 // store.
@@ -470,6 +517,7 @@ func (n *Node) Registry() *prometheus.Registry { return n.registry }
 // in-flight requests and background replica calls, then closes the store
 // cleanly. It is safe to call once.
 func (n *Node) Shutdown(ctx context.Context) error {
+	n.stopping.Store(true)
 	if n.adminSrv != nil {
 		n.adminSrv.Close()
 	}

@@ -255,6 +255,19 @@ var (
 	buildErr  error
 )
 
+// Status is GET /v0/status on a fresh connection: its status code, or 0 if
+// there was no answer (refused, reset, timed out).
+func Status(base string) int {
+	cl := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	resp, err := cl.Get(base + "/v0/status")
+	if err != nil {
+		return 0
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, resp.Body)
+	return resp.StatusCode
+}
+
 // WaitReady polls /v0/status until it answers 200 or the timeout passes.
 func WaitReady(t testing.TB, base string, timeout time.Duration) {
 	t.Helper()
