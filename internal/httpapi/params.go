@@ -19,6 +19,10 @@ func badRequest(format string, args ...any) *apiError {
 	return &apiError{fasthttp.StatusBadRequest, fmt.Sprintf(format, args...)}
 }
 
+func tooLarge(limit int) *apiError {
+	return &apiError{fasthttp.StatusRequestEntityTooLarge, fmt.Sprintf("value too large: limit is %d bytes", limit)}
+}
+
 // entityParams are the parsed query of /v0/entity.
 type entityParams struct {
 	key       []byte // aliases the request's buffer

@@ -30,8 +30,14 @@ import (
 
 // Limits bounds what a request may carry.
 type Limits struct {
-	MaxKeyBytes   int
+	// MaxKeyBytes is the longest key (400 beyond).
+	MaxKeyBytes int
+	// MaxValueBytes is the largest value, and the largest body of any
+	// request but an internal batch (413 beyond).
 	MaxValueBytes int
+	// MaxBatchBytes is the largest body of an internal batch (rpc.BatchPath;
+	// 413 beyond). 0 means MaxValueBytes.
+	MaxBatchBytes int
 }
 
 // Server holds what the handlers need.
@@ -60,6 +66,15 @@ const (
 // Handler is the fasthttp request handler.
 func (s *Server) Handler(ctx *fasthttp.RequestCtx) {
 	start := ctx.Time() // fasthttp's time.Now() of this request, taken just before the handler
+	op := s.route(ctx)
+	s.Metrics.Request(op, ctx.Response.StatusCode(), time.Since(start))
+}
+
+// route serves the request by its path and returns its kind.
+func (s *Server) route(ctx *fasthttp.RequestCtx) Op {
+	if s.refused(ctx) {
+		return OpOther
+	}
 	var op Op
 	switch string(ctx.Path()) {
 	case pathEntity:
@@ -87,7 +102,7 @@ func (s *Server) Handler(ctx *fasthttp.RequestCtx) {
 		op = OpOther
 		fail(ctx, badRequest("unknown path %q", ctx.Path()))
 	}
-	s.Metrics.Request(op, ctx.Response.StatusCode(), time.Since(start))
+	return op
 }
 
 func (s *Server) entity(ctx *fasthttp.RequestCtx) Op {

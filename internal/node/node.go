@@ -181,6 +181,11 @@ func DefaultConfig() Config {
 	}
 }
 
+// maxBatchBytes is the largest body of an internal batch: one largest
+// write carries its key, the envelope header and framing on top of the
+// value.
+func (cfg *Config) maxBatchBytes() int { return cfg.MaxValueBytes + cfg.MaxKeyBytes + 64 }
+
 // validate checks the settings that the parts would otherwise misuse.
 func (cfg *Config) validate() error {
 	switch {
@@ -343,19 +348,22 @@ func New(cfg Config) (_ *Node, err error) {
 			Rebuilding: n.coord.Rebuilding, ClusterFormed: n.coord.Formed,
 			MaxKeyBytes: cfg.MaxKeyBytes, MaxValueBytes: cfg.MaxValueBytes,
 		},
-		Metrics:         httpapi.NewMetrics(n.registry),
-		Log:             log,
-		Limits:          httpapi.Limits{MaxKeyBytes: cfg.MaxKeyBytes, MaxValueBytes: cfg.MaxValueBytes},
+		Metrics: httpapi.NewMetrics(n.registry),
+		Log:     log,
+		Limits: httpapi.Limits{
+			MaxKeyBytes: cfg.MaxKeyBytes, MaxValueBytes: cfg.MaxValueBytes, MaxBatchBytes: cfg.maxBatchBytes(),
+		},
 		ScanIdleTimeout: cfg.WriteTimeout,
 	}
 	n.srv = &fasthttp.Server{
 		Handler:      n.api.Handler,
 		ErrorHandler: n.api.ErrorHandler,
 		Name:         "dhtkv",
-		// The body limit is enforced by fasthttp before the handler runs
-		// (413). An internal batch holding one largest write carries its
-		// key, the envelope header and framing on top of the value.
-		MaxRequestBodySize: cfg.MaxValueBytes + cfg.MaxKeyBytes + 64,
+		// HeaderReceived refuses, before a byte of the body is read, a
+		// length over the limit and ambiguous framing
+		// (httpapi/framing.go).
+		HeaderReceived:     n.api.HeaderReceived,
+		MaxRequestBodySize: cfg.maxBatchBytes(),
 		// Request line and headers must fit in the read buffer: this is
 		// the header size limit.
 		ReadBufferSize:               cfg.MaxHeaderBytes,
