@@ -20,6 +20,8 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -38,6 +40,10 @@ type Limits struct {
 	// MaxBatchBytes is the largest body of an internal batch (rpc.BatchPath;
 	// 413 beyond). 0 means MaxValueBytes.
 	MaxBatchBytes int
+	// MaxInflightBodyBytes is the budget, in bytes, of the buffers that
+	// hold the bodies of the requests in flight (body.go); a body that
+	// would take them past it is refused with 503. 0: no budget.
+	MaxInflightBodyBytes int64
 }
 
 // Server holds what the handlers need.
@@ -54,7 +60,9 @@ type Server struct {
 	// response write deadline for streams, which may run for any time.
 	ScanIdleTimeout time.Duration
 
-	scans scanRegistry // range streams in flight (entities.go)
+	scans     scanRegistry // range streams in flight (entities.go)
+	bodyBytes atomic.Int64 // request body buffers held, in bytes (body.go)
+	bodyPool  sync.Pool    // of *bodyBuf (body.go)
 }
 
 const (
@@ -67,6 +75,12 @@ const (
 func (s *Server) Handler(ctx *fasthttp.RequestCtx) {
 	start := ctx.Time() // fasthttp's time.Now() of this request, taken just before the handler
 	op := s.route(ctx)
+	if ctx.RequestBodyStream() != nil && ctx.Request.Header.ContentLength() != 0 {
+		// The body was not read to its end (readBody releases the stream
+		// once it was): the rest of it must never be parsed as the next
+		// request on this connection.
+		ctx.SetConnectionClose()
+	}
 	s.Metrics.Request(op, ctx.Response.StatusCode(), time.Since(start))
 }
 
@@ -135,12 +149,14 @@ func (s *Server) entity(ctx *fasthttp.RequestCtx) Op {
 			ctx.Error("not found\n", fasthttp.StatusNotFound)
 		}
 	case OpPut:
-		body := ctx.PostBody()
-		if len(body) > s.Limits.MaxValueBytes {
-			fail(ctx, &apiError{fasthttp.StatusRequestEntityTooLarge, "value too large"})
+		body, aerr := s.readBody(ctx, s.Limits.MaxValueBytes)
+		if aerr != nil {
+			fail(ctx, aerr)
 			return op
 		}
-		if err := s.Coord.Write(p.key, body, false, p.ack, p.from); err != nil {
+		defer body.release()
+		// Write copies what it keeps: the body's buffer is reused.
+		if err := s.Coord.Write(p.key, body.bytes(), false, p.ack, p.from); err != nil {
 			s.replicaError(ctx, err)
 			return op
 		}

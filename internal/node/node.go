@@ -72,6 +72,12 @@ type Config struct {
 	// MaxHeaderBytes bounds the request line plus headers in bytes
 	// (--max-header-bytes; 431 beyond). The default value is 8 KiB.
 	MaxHeaderBytes int
+	// MaxInflightBodyBytes is the budget, in bytes, of the buffers holding
+	// the bodies of the requests in flight (--max-inflight-body-bytes): a
+	// body that would take them past it is refused with 503. It must hold
+	// the largest body (an internal batch: MaxValueBytes + MaxKeyBytes +
+	// 64); 0: no budget. The default value is 256 MiB.
+	MaxInflightBodyBytes int64
 
 	// ReadTimeout is the time to read a whole request, body included
 	// (--read-timeout). The default value is 30 s.
@@ -165,6 +171,7 @@ func DefaultConfig() Config {
 		MaxKeyBytes:           1024,
 		MaxValueBytes:         16 << 20,
 		MaxHeaderBytes:        8 << 10,
+		MaxInflightBodyBytes:  256 << 20,
 		ReadTimeout:           30 * time.Second,
 		WriteTimeout:          30 * time.Second,
 		IdleTimeout:           2 * time.Minute,
@@ -205,6 +212,9 @@ func (cfg *Config) validate() error {
 		return fmt.Errorf("--l0-compaction-threshold must be at least 1")
 	case cfg.MaxConnections < 0 || cfg.MaxConnectionsPerIP < 0:
 		return fmt.Errorf("--max-connections and --max-connections-per-ip must not be negative")
+	case cfg.MaxInflightBodyBytes < 0 || cfg.MaxInflightBodyBytes > 0 && cfg.MaxInflightBodyBytes < int64(cfg.maxBatchBytes()):
+		return fmt.Errorf("--max-inflight-body-bytes %d must be 0 or hold the largest request body, %d bytes (--max-value-bytes + --max-key-bytes + 64)",
+			cfg.MaxInflightBodyBytes, cfg.maxBatchBytes())
 	}
 	return nil
 }
@@ -352,6 +362,7 @@ func New(cfg Config) (_ *Node, err error) {
 		Log:     log,
 		Limits: httpapi.Limits{
 			MaxKeyBytes: cfg.MaxKeyBytes, MaxValueBytes: cfg.MaxValueBytes, MaxBatchBytes: cfg.maxBatchBytes(),
+			MaxInflightBodyBytes: cfg.MaxInflightBodyBytes,
 		},
 		ScanIdleTimeout: cfg.WriteTimeout,
 	}
@@ -359,9 +370,12 @@ func New(cfg Config) (_ *Node, err error) {
 		Handler:      n.api.Handler,
 		ErrorHandler: n.api.ErrorHandler,
 		Name:         "dhtkv",
-		// HeaderReceived refuses, before a byte of the body is read, a
-		// length over the limit and ambiguous framing
+		// Bodies are read by the handlers as they arrive, into buffers
+		// that grow with them (httpapi/body.go); fasthttp reads at most
+		// 8 KiB ahead. HeaderReceived refuses, before a byte of the body
+		// is read, a length over the limit and ambiguous framing
 		// (httpapi/framing.go).
+		StreamRequestBody:  true,
 		HeaderReceived:     n.api.HeaderReceived,
 		MaxRequestBodySize: cfg.maxBatchBytes(),
 		// Request line and headers must fit in the read buffer: this is
