@@ -34,11 +34,14 @@ type rangeParams struct {
 // when present, must be non-empty too (an empty end would be an empty
 // range, more likely a client bug than an intent); format and scope are
 // closed sets; ack/from follow the entity rules and only mean something
-// with scope=cluster.
-func parseRange(args *fasthttp.Args, clusterSize, maxKey int) (rangeParams, *apiError) {
+// with scope=cluster; no other parameter (checkQuery).
+func parseRange(raw []byte, args *fasthttp.Args, clusterSize, maxKey int) (rangeParams, *apiError) {
 	var p rangeParams
 	var aerr *apiError
 	if p.start, aerr = parseKey(args, "start", maxKey); aerr != nil {
+		return p, aerr
+	}
+	if aerr = checkQuery(raw, args, "start", "end", "format", "scope", "ack", "from"); aerr != nil {
 		return p, aerr
 	}
 	if args.Has("end") {
@@ -81,7 +84,7 @@ func (s *Server) entities(ctx *fasthttp.RequestCtx) {
 		methodNotAllowed(ctx, "GET")
 		return
 	}
-	p, aerr := parseRange(ctx.QueryArgs(), s.Coord.Topology().Size(), s.Limits.MaxKeyBytes)
+	p, aerr := parseRange(ctx.URI().QueryString(), ctx.QueryArgs(), s.Coord.Topology().Size(), s.Limits.MaxKeyBytes)
 	if aerr != nil {
 		fail(ctx, aerr)
 		return

@@ -132,7 +132,7 @@ func (s *Server) entity(ctx *fasthttp.RequestCtx) Op {
 		methodNotAllowed(ctx, "GET, PUT, DELETE")
 		return OpOther
 	}
-	p, aerr := parseEntity(ctx.QueryArgs(), s.Coord.Topology().Size(), s.Limits.MaxKeyBytes)
+	p, aerr := parseEntity(ctx.URI().QueryString(), ctx.QueryArgs(), s.Coord.Topology().Size(), s.Limits.MaxKeyBytes)
 	if aerr != nil {
 		fail(ctx, aerr)
 		return op
