@@ -67,7 +67,7 @@ func (s *Server) internalStream(ctx *fasthttp.RequestCtx) {
 	if !s.authorized(ctx) {
 		return
 	}
-	st, ok := s.scans.register(ctx.Conn())
+	st, ok := s.scans.register(ctx.Conn(), false)
 	if !ok {
 		ctx.Error("node shutting down\n", fasthttp.StatusServiceUnavailable)
 		return

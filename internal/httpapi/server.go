@@ -171,19 +171,24 @@ func (s *Server) entity(ctx *fasthttp.RequestCtx) Op {
 	return op
 }
 
-// replicaError maps a coordinator failure to its status: too few replicas
-// answered is the contract's 504; anything else is the server's fault.
+// replicaError answers a coordinator failure (replicaStatus).
 func (s *Server) replicaError(ctx *fasthttp.RequestCtx, err error) {
-	if errors.Is(err, cluster.ErrNotEnoughReplicas) {
-		ctx.Error("not enough replicas\n", fasthttp.StatusGatewayTimeout)
-		return
+	code, reason := s.replicaStatus(ctx.Path(), err)
+	ctx.Error(reason+"\n", code)
+}
+
+// replicaStatus maps a coordinator failure to its status and reason: too
+// few replicas answered is the contract's 504; anything else is the
+// server's fault, logged.
+func (s *Server) replicaStatus(path []byte, err error) (int, string) {
+	switch {
+	case errors.Is(err, cluster.ErrNotEnoughReplicas):
+		return fasthttp.StatusGatewayTimeout, "not enough replicas"
+	case errors.Is(err, cluster.ErrClockSkew):
+		return fasthttp.StatusServiceUnavailable, s.Coord.ClockWarning()
 	}
-	if errors.Is(err, cluster.ErrClockSkew) {
-		ctx.Error(s.Coord.ClockWarning()+"\n", fasthttp.StatusServiceUnavailable)
-		return
-	}
-	s.Log.Error("request failed", "path", string(ctx.Path()), "err", err)
-	ctx.Error("internal error\n", fasthttp.StatusInternalServerError)
+	s.Log.Error("request failed", "path", string(path), "err", err)
+	return fasthttp.StatusInternalServerError, "internal error"
 }
 
 func fail(ctx *fasthttp.RequestCtx, e *apiError) {
