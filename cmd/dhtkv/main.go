@@ -74,9 +74,12 @@ func parseFlags(args []string, stdout io.Writer) (*settings, error) {
 	sizeVar(fs, &cfg.MaxKeyBytes, "max-key-bytes", "longest key, a `size` (400 beyond)")
 	sizeVar(fs, &cfg.MaxValueBytes, "max-value-bytes", "largest value, a `size` (413 beyond)")
 	sizeVar(fs, &cfg.MaxHeaderBytes, "max-header-bytes", "largest request line + headers, a `size`")
+	sizeVar(fs, &cfg.MaxInflightBodyBytes, "max-inflight-body-bytes", "budget of the buffers holding the bodies of requests in flight, a `size`; a body beyond gets 503 (0: no budget)")
 	fs.DurationVar(&cfg.ReadTimeout, "read-timeout", cfg.ReadTimeout, "time to read a whole request")
 	fs.DurationVar(&cfg.WriteTimeout, "write-timeout", cfg.WriteTimeout, "time to write a whole response")
 	fs.DurationVar(&cfg.IdleTimeout, "idle-timeout", cfg.IdleTimeout, "keep-alive idle time before a connection is closed")
+	fs.IntVar(&cfg.MaxConnections, "max-connections", cfg.MaxConnections, "most client `connections` open at once, peers' included; beyond, 503 and closed (0: the descriptor limit less a reserve for Pebble and peers, see README)")
+	fs.IntVar(&cfg.MaxConnectionsPerIP, "max-connections-per-ip", cfg.MaxConnectionsPerIP, "most `connections` open at once from one address; beyond, 429 and closed (0: no cap; behind a proxy every client has its address)")
 	fs.StringVar(&cfg.Cluster, "cluster", "", "comma-separated `URLs` of all nodes, the same list on every node (empty: a cluster of one)")
 	fs.StringVar(&cfg.Self, "self", "", "this node's `URL` in --cluster (default http://<listen>)")
 	fs.StringVar(&cfg.ClusterSecret, "cluster-secret", "", "shared `secret` required on node-to-node requests (403 without it); visible to other local users in ps: prefer --cluster-secret-file")
@@ -155,21 +158,62 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	cfg := s.cfg
 	cfg.Logger, _ = newLogger(stderr, s.logFormat, s.logLevel) // checked by parseFlags
+	// Before the node derives its connection cap from the limit; logged
+	// once it started, so that a refused configuration stays one line.
+	nofile, nofileErr := raiseNoFile()
 
 	n, err := node.Start(cfg)
 	if err != nil {
 		fmt.Fprintf(stderr, "dhtkv: %v\n", err)
 		return 1
 	}
+	if nofileErr != nil {
+		// Not fatal: the cap is derived from whatever limit there is.
+		cfg.Logger.Warn("could not raise the descriptor limit", "err", nofileErr)
+	} else {
+		cfg.Logger.Info("descriptor limit (soft raised to hard)", "soft_before", nofile.before, "soft", nofile.soft, "hard", nofile.hard)
+	}
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
-	got := <-sig
-	cfg.Logger.Info("shutting down", "signal", got.String())
+	code := 0
+	select {
+	case got := <-sig:
+		cfg.Logger.Info("shutting down", "signal", got.String())
+	case err := <-n.Failed():
+		// A node that accepts no connections must not look alive to a
+		// supervisor: stop cleanly, then exit non-zero.
+		cfg.Logger.Error("shutting down: the node stopped serving", "err", err)
+		code = 1
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), s.shutdown)
 	defer cancel()
 	if err := n.Shutdown(ctx); err != nil {
 		cfg.Logger.Error("shutdown", "err", err)
 		return 1
 	}
-	return 0
+	return code
+}
+
+// noFile is RLIMIT_NOFILE before and after raiseNoFile.
+type noFile struct{ before, soft, hard uint64 }
+
+// raiseNoFile raises the soft RLIMIT_NOFILE to the hard limit, so that the
+// connection cap derived from it (node.DefaultMaxConnections) is as high
+// as the system allows. Go's runtime already raises the soft limit to one
+// below the hard one at start-up (syscall's init, since Go 1.19); this
+// takes the last descriptor and makes both limits visible in the log.
+func raiseNoFile() (noFile, error) {
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		return noFile{}, fmt.Errorf("getrlimit RLIMIT_NOFILE: %w", err)
+	}
+	l := noFile{before: lim.Cur, soft: lim.Cur, hard: lim.Max}
+	if lim.Cur < lim.Max {
+		lim.Cur = lim.Max
+		if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+			return l, fmt.Errorf("setrlimit RLIMIT_NOFILE to %d: %w", lim.Max, err)
+		}
+		l.soft = lim.Max
+	}
+	return l, nil
 }

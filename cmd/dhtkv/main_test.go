@@ -169,6 +169,9 @@ func TestFlags(t *testing.T) {
 		{[]string{"--listen", "127.0.0.1:0", "--replica-timeout", "0s"}, 1, "replica-timeout"},
 		{[]string{"--listen", "127.0.0.1:0", "--peer-conns", "0"}, 1, "peer-conns"},
 		{[]string{"--listen", "127.0.0.1:0", "--max-key-bytes", "0"}, 1, "limits"},
+		{[]string{"--listen", "127.0.0.1:0", "--max-connections", "-1"}, 1, "max-connections"},
+		{[]string{"--listen", "127.0.0.1:0", "--max-connections-per-ip", "-1"}, 1, "max-connections-per-ip"},
+		{[]string{"--listen", "127.0.0.1:0", "--max-value-bytes", "300000000"}, 1, "--max-inflight-body-bytes 268435456 must be 0 or hold the largest request body"},
 	} {
 		var out, errb bytes.Buffer
 		args := append([]string{"--data-dir", t.TempDir()}, tc.args...)

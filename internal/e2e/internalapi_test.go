@@ -173,7 +173,8 @@ func TestInternalBatch(t *testing.T) {
 
 // TestPublicPutCannotForgeVersion: whatever a client sends to /v0/entity,
 // the write gets a fresh version from the coordinator's clock (its node id,
-// the current millisecond) and the body is stored verbatim as the value.
+// the current millisecond) and the body is stored verbatim as the value. A
+// version in the query is an unknown parameter: refused.
 func TestPublicPutCannotForgeVersion(t *testing.T) {
 	c := testcluster.Start(t, 2)
 	cl := newClient(t)
@@ -181,7 +182,10 @@ func TestPublicPutCannotForgeVersion(t *testing.T) {
 	body := forged.Encode() // a body that is itself a valid envelope
 	for via := range 2 {
 		key := "forge-" + strconv.Itoa(via)
-		u := testcluster.EntityURL(c.URL(via), key, 2, 2) + "&version=" + strconv.FormatUint(forged.Version, 10)
+		u := testcluster.EntityURL(c.URL(via), key, 2, 2)
+		code, reason := cl.Do(t, http.MethodPut, u+"&version="+strconv.FormatUint(forged.Version, 10), body)
+		require.Equal(t, http.StatusBadRequest, code)
+		require.Contains(t, string(reason), `unknown parameter "version"`)
 		req, err := http.NewRequest(http.MethodPut, u, strings.NewReader(string(body)))
 		require.NoError(t, err)
 		req.Header.Set("X-Dhtkv-Version", strconv.FormatUint(forged.Version, 10))

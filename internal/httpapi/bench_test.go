@@ -1,15 +1,18 @@
 package httpapi_test
 
 import (
+	"bufio"
 	"fmt"
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/dhtkv/dhtkv/internal/httpapi"
 	"github.com/dhtkv/dhtkv/internal/node"
 	"github.com/stretchr/testify/require"
 	"github.com/valyala/fasthttp"
@@ -213,6 +216,22 @@ func BenchmarkDelete(b *testing.B) {
 	for i := 0; b.Loop(); i++ {
 		if do(s, ctx, "DELETE", u[i%nKeys], nil) != 202 {
 			b.Fatal("not 202")
+		}
+	}
+}
+
+// BenchmarkHeaderReceived is the check every request's headers get before
+// its body is read (framing.go): one pass over the raw header block.
+func BenchmarkHeaderReceived(b *testing.B) {
+	s := &httpapi.Server{Limits: httpapi.Limits{MaxKeyBytes: 1024, MaxValueBytes: 1 << 20}}
+	const req = "PUT /v0/entity?id=k1&ack=2&from=3 HTTP/1.1\r\nHost: 127.0.0.1:8080\r\nUser-Agent: dhtkv-load\r\n" +
+		"Content-Type: application/octet-stream\r\nContent-Length: 1024\r\n\r\n"
+	var h fasthttp.RequestHeader
+	require.NoError(b, h.Read(bufio.NewReader(strings.NewReader(req))))
+	b.ReportAllocs()
+	for b.Loop() {
+		if cfg := s.HeaderReceived(&h); cfg.MaxRequestBodySize != 0 {
+			b.Fatal("changed a limit")
 		}
 	}
 }

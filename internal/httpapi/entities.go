@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"net"
@@ -34,11 +35,14 @@ type rangeParams struct {
 // when present, must be non-empty too (an empty end would be an empty
 // range, more likely a client bug than an intent); format and scope are
 // closed sets; ack/from follow the entity rules and only mean something
-// with scope=cluster.
-func parseRange(args *fasthttp.Args, replicas, maxKey int) (rangeParams, *apiError) {
+// with scope=cluster; no other parameter (checkQuery).
+func parseRange(raw []byte, args *fasthttp.Args, replicas, maxKey int) (rangeParams, *apiError) {
 	var p rangeParams
 	var aerr *apiError
 	if p.start, aerr = parseKey(args, "start", maxKey); aerr != nil {
+		return p, aerr
+	}
+	if aerr = checkQuery(raw, args, "start", "end", "format", "scope", "ack", "from"); aerr != nil {
 		return p, aerr
 	}
 	if args.Has("end") {
@@ -81,46 +85,66 @@ func (s *Server) entities(ctx *fasthttp.RequestCtx) {
 		methodNotAllowed(ctx, "GET")
 		return
 	}
-	p, aerr := parseRange(ctx.QueryArgs(), s.Coord.Replicas(), s.Limits.MaxKeyBytes)
+	p, aerr := parseRange(ctx.URI().QueryString(), ctx.QueryArgs(), s.Coord.Replicas(), s.Limits.MaxKeyBytes)
 	if aerr != nil {
 		fail(ctx, aerr)
 		return
 	}
-	st, ok := s.scans.register(ctx.Conn())
+	if !ctx.Request.Header.IsHTTP11() {
+		s.entitiesHTTP10(ctx, p)
+		return
+	}
+	st, ok := s.scans.register(ctx.Conn(), false)
 	if !ok {
 		ctx.Error("node shutting down\n", fasthttp.StatusServiceUnavailable)
 		return
 	}
-	var it scan.Iterator
-	var err error
-	name := "local"
-	if p.cluster {
-		name = "cluster"
-		it, err = s.Coord.Scan(st.ctx, p.start, p.end, p.ack, p.from)
-	} else {
-		it, err = s.Coord.ScanLocal(p.start, p.end)
-	}
+	it, name, err := s.openRange(st, p)
 	if err != nil {
 		s.scans.unregister(st)
-		if errors.Is(err, cluster.ErrNotEnoughReplicas) {
-			ctx.Error(err.Error()+"\n", fasthttp.StatusGatewayTimeout)
-			return
-		}
-		s.replicaError(ctx, err)
+		code, reason := s.rangeErrorStatus(ctx.Path(), err)
+		ctx.Error(reason+"\n", code)
 		return
 	}
 	s.stream(ctx, st, it, p.format, name)
 }
 
+// openRange opens the records p asks for: this node's, or every node's
+// merged.
+func (s *Server) openRange(st *scanStream, p rangeParams) (it scan.Iterator, name string, err error) {
+	if p.cluster {
+		it, err = s.Coord.Scan(st.ctx, p.start, p.end, p.ack, p.from)
+		return it, "cluster", err
+	}
+	it, err = s.Coord.ScanLocal(p.start, p.end)
+	return it, "local", err
+}
+
+// rangeErrorStatus is the answer to a range that could not be opened.
+func (s *Server) rangeErrorStatus(path []byte, err error) (int, string) {
+	if errors.Is(err, cluster.ErrNotEnoughReplicas) {
+		return fasthttp.StatusGatewayTimeout, err.Error()
+	}
+	return s.replicaStatus(path, err)
+}
+
 // stream hands it to fasthttp as a chunked body written after the handler
 // returns.
 func (s *Server) stream(ctx *fasthttp.RequestCtx, st *scanStream, it scan.Iterator, f scan.Format, name string) {
-	idle := s.ScanIdleTimeout
-	if idle <= 0 {
-		idle = DefaultScanIdleTimeout
-	}
+	body := s.newBody(st, it, f, name)
+	ctx.SetContentType("application/octet-stream")
+	// Headers go out at once, before the first record: a coordinator
+	// knows the stream is open even if the range starts with a long run of
+	// skipped tombstones.
+	ctx.Response.ImmediateHeaderFlush = true
+	ctx.Response.SetBodyStream(body, -1)
+}
+
+// newBody is the response body streaming it on st's connection.
+func (s *Server) newBody(st *scanStream, it scan.Iterator, f scan.Format, name string) *scan.Body {
+	idle := s.scanIdleTimeout()
 	conn := st.conn
-	body := scan.NewBody(it, f, scan.BodyOptions{
+	return scan.NewBody(it, f, scan.BodyOptions{
 		Ctx: st.ctx,
 		// fasthttp sets the write deadline once per response; a scan
 		// may take longer than that, so every write pushes it forward:
@@ -131,38 +155,107 @@ func (s *Server) stream(ctx *fasthttp.RequestCtx, st *scanStream, it scan.Iterat
 		Log:         s.Log,
 		Name:        name + " " + conn.RemoteAddr().String(),
 	})
-	ctx.SetContentType("application/octet-stream")
-	// Headers go out at once, before the first record: a coordinator
-	// knows the stream is open even if the range starts with a long run of
-	// skipped tombstones.
-	ctx.Response.ImmediateHeaderFlush = true
-	ctx.Response.SetBodyStream(body, -1)
+}
+
+func (s *Server) scanIdleTimeout() time.Duration {
+	if s.ScanIdleTimeout <= 0 {
+		return DefaultScanIdleTimeout
+	}
+	return s.ScanIdleTimeout
+}
+
+// entitiesHTTP10 serves a range to an HTTP/1.0 client, which knows no
+// chunked coding (RFC 9112 §7.1): the body ends when the connection
+// closes (§6.3). fasthttp v1.74.0 chunks every body stream of unknown
+// length, so the handler hijacks the connection instead. With
+// HijackSetNoResponse fasthttp writes no response, flushes what it
+// buffered for earlier requests, stops reading requests, calls the hijack
+// handler on a goroutine of its own and closes the connection when it
+// returns. The range is opened in the hijack handler, not here,
+// so that nothing is left open should fasthttp not call it (a failed
+// flush). The handler keeps no buffer of ctx's: the keys are copied.
+func (s *Server) entitiesHTTP10(ctx *fasthttp.RequestCtx, p rangeParams) {
+	p.start, p.end = bytes.Clone(p.start), bytes.Clone(p.end)
+	// The connection itself: the one fasthttp hands to the hijack handler
+	// ignores Close, which Server.Close needs to abort the stream.
+	conn := ctx.Conn()
+	ctx.HijackSetNoResponse(true)
+	ctx.Hijack(func(net.Conn) { s.serveRangeHTTP10(conn, p) })
+}
+
+// serveRangeHTTP10 writes the whole answer to a hijacked HTTP/1.0
+// connection: status line and headers, then the records until the end.
+func (s *Server) serveRangeHTTP10(conn net.Conn, p rangeParams) {
+	var h fasthttp.ResponseHeader
+	h.SetServer("dhtkv")
+	h.SetConnectionClose()
+	_ = conn.SetWriteDeadline(time.Now().Add(s.scanIdleTimeout()))
+	st, ok := s.scans.register(conn, true)
+	if !ok {
+		writeResponse(conn, &h, fasthttp.StatusServiceUnavailable, "node shutting down")
+		return
+	}
+	it, name, err := s.openRange(st, p)
+	if err != nil {
+		s.scans.unregister(st)
+		code, reason := s.rangeErrorStatus([]byte(pathEntities), err)
+		writeResponse(conn, &h, code, reason)
+		return
+	}
+	body := s.newBody(st, it, p.format, name)
+	defer body.Close() // unregisters st
+	h.SetContentType("application/octet-stream")
+	h.SetContentLength(-2) // neither length nor chunks: the body ends with the connection
+	if _, err := conn.Write(h.Header()); err != nil {
+		return // the body, closed unread, records the client gone
+	}
+	_, _ = body.WriteTo(conn) // a failure is the body's to record and log
+}
+
+// writeResponse writes a whole short answer on a hijacked connection.
+func writeResponse(conn net.Conn, h *fasthttp.ResponseHeader, code int, reason string) {
+	var resp fasthttp.Response
+	h.CopyTo(&resp.Header)
+	resp.SetStatusCode(code)
+	resp.Header.SetContentType("text/plain; charset=utf-8")
+	resp.SetBodyString(reason + "\n")
+	_, _ = resp.WriteTo(conn)
 }
 
 // scanRegistry tracks the streams in flight so that a stopping node can
 // end them: a range may take any time, and graceful shutdown must not wait
 // for it (nor close the store under its iterator).
 type scanRegistry struct {
-	mu      sync.Mutex
-	closing bool
-	streams map[*scanStream]struct{}
+	mu       sync.Mutex
+	closing  bool
+	streams  map[*scanStream]struct{}
+	detached sync.WaitGroup // streams on hijacked connections
 }
 
 // scanStream is one range request being served.
 type scanStream struct {
-	conn   net.Conn
-	ctx    context.Context
-	cancel context.CancelFunc
+	conn     net.Conn
+	ctx      context.Context
+	cancel   context.CancelFunc
+	hijacked bool // served on a hijacked connection, outside fasthttp
 }
 
-func (r *scanRegistry) register(conn net.Conn) (*scanStream, bool) {
+// register adds a stream on conn, unless the node is closing. A stream on
+// a hijacked connection is counted in detached until it unregisters:
+// fasthttp's shutdown does not wait for it, so Close does.
+func (r *scanRegistry) register(conn net.Conn, hijacked bool) (*scanStream, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.closing {
 		return nil, false
 	}
+	if hijacked {
+		// Under mu with closing false: this Add happens before Close's
+		// Wait.
+		r.detached.Add(1)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
-	st := &scanStream{conn: conn, ctx: ctx, cancel: cancel}
+	st := &scanStream{conn: conn, ctx: ctx, cancel: cancel, hijacked: hijacked}
 	if r.streams == nil {
 		r.streams = map[*scanStream]struct{}{}
 	}
@@ -170,11 +263,15 @@ func (r *scanRegistry) register(conn net.Conn) (*scanStream, bool) {
 	return st, true
 }
 
+// unregister removes a stream; it is called once per registered stream.
 func (r *scanRegistry) unregister(st *scanStream) {
 	st.cancel()
 	r.mu.Lock()
 	delete(r.streams, st)
 	r.mu.Unlock()
+	if st.hijacked {
+		r.detached.Done()
+	}
 }
 
 // Close aborts every range stream in flight and refuses new ones (503).
@@ -182,7 +279,8 @@ func (r *scanRegistry) unregister(st *scanStream) {
 // its connection closed (its writes fail), so the streams end at once with
 // a truncated body, never a complete-looking one. The node calls it before
 // shutting the HTTP server down, whose shutdown then waits for the aborted
-// streams to close their iterators.
+// streams to close their iterators; Close itself waits for the streams on
+// hijacked connections (HTTP/1.0), which fasthttp does not count.
 func (s *Server) Close() {
 	r := &s.scans
 	r.mu.Lock()
@@ -196,4 +294,5 @@ func (s *Server) Close() {
 		st.cancel()
 		st.conn.Close()
 	}
+	r.detached.Wait()
 }

@@ -6,10 +6,12 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/dhtkv/dhtkv/internal/node"
 	"github.com/dhtkv/dhtkv/internal/rpc"
+	"github.com/dhtkv/dhtkv/internal/scan"
 	"github.com/dhtkv/dhtkv/internal/testcluster"
 )
 
@@ -150,4 +152,46 @@ func TestInternalEntitiesSecret(t *testing.T) {
 	require.NoError(t, err)
 	resp2.Body.Close()
 	require.Equal(t, http.StatusMethodNotAllowed, resp2.StatusCode)
+}
+
+// HTTP/1.0 has no chunked coding: a range answer to an HTTP/1.0 client
+// has neither Transfer-Encoding nor Content-Length, and ends when the
+// node closes the connection.
+func TestEntitiesHTTP10EndsByClose(t *testing.T) {
+	c, base := startNode(t)
+	cl := testcluster.NewClient()
+	for _, k := range []string{"a", "b", "c"} {
+		require.Equal(t, 201, cl.Put(t, base, k, []byte("value of "+k), 0, 0))
+	}
+	for _, req := range []string{
+		"GET /v0/entities?start=a&format=binary HTTP/1.0\r\n\r\n",
+		"GET /v0/entities?start=a&format=binary HTTP/1.0\r\nConnection: keep-alive\r\n\r\n",
+	} {
+		resp := exchange(t, base, req)
+		head, body, ok := strings.Cut(resp, "\r\n\r\n")
+		require.True(t, ok, "%q", resp)
+		require.Regexp(t, `^HTTP/1.1 200 OK\r\n`, head)
+		assert.NotContains(t, strings.ToLower(head), "transfer-encoding")
+		assert.NotContains(t, strings.ToLower(head), "content-length")
+		assert.Contains(t, head, "\r\nConnection: close")
+		d := scan.NewDecoder(strings.NewReader(body), 1024, 1<<20)
+		var keys []string
+		for d.Next() {
+			keys = append(keys, string(d.Key()))
+		}
+		require.NoError(t, d.Err(), "a complete binary stream: %q", body)
+		require.Equal(t, []string{"a", "b", "c"}, keys)
+	}
+	// The chunks framing has nothing to frame it with: the records come
+	// as they are, as through any client that removes the chunking.
+	resp := exchange(t, base, "GET /v0/entities?start=a&end=c HTTP/1.0\r\n\r\n")
+	_, body, _ := strings.Cut(resp, "\r\n\r\n")
+	require.Equal(t, "a\nvalue of ab\nvalue of b", body)
+	// Errors are ordinary answers.
+	resp = exchange(t, base, "GET /v0/entities?end=c HTTP/1.0\r\n\r\n")
+	require.Regexp(t, `^HTTP/1.1 400 `, resp)
+	// HTTP/1.1 stays chunked.
+	rc := testcluster.RawGet(t, c.Config(0).Listen, "/v0/entities?start=a", 0)
+	require.Equal(t, 200, rc.Status)
+	require.Equal(t, "chunked", rc.Header.Get("Transfer-Encoding"))
 }

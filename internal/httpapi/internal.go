@@ -38,14 +38,20 @@ func (s *Server) internalBatch(ctx *fasthttp.RequestCtx) {
 	if !s.authorized(ctx) {
 		return
 	}
-	out, err := s.RPC.ServeBatch(ctx.PostBody(), ctx.Response.SwapBody(nil)[:0])
+	body, aerr := s.readBody(ctx, s.bodyLimit(batchPath))
+	if aerr != nil {
+		fail(ctx, aerr)
+		return
+	}
+	defer body.release()
+	out, err := s.RPC.ServeBatch(body.bytes(), ctx.Response.SwapBody(nil)[:0])
 	if err != nil {
 		s.rpcError(ctx, err)
 		return
 	}
 	var now [20]byte
 	ctx.Response.Header.SetBytesV(rpc.TimeHeader, s.RPC.AppendTime(now[:0]))
-	if len(ctx.PostBody()) == 0 { // a ping
+	if len(body.bytes()) == 0 { // a ping
 		formed, err := s.RPC.Formed()
 		if err != nil {
 			s.replicaError(ctx, err)
@@ -86,7 +92,7 @@ func (s *Server) internalStream(ctx *fasthttp.RequestCtx) {
 	if !s.authorized(ctx) {
 		return
 	}
-	st, ok := s.scans.register(ctx.Conn())
+	st, ok := s.scans.register(ctx.Conn(), false)
 	if !ok {
 		ctx.Error("node shutting down\n", fasthttp.StatusServiceUnavailable)
 		return

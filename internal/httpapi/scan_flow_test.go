@@ -1,9 +1,14 @@
 package httpapi_test
 
 import (
+	"bufio"
 	"bytes"
+	"errors"
 	"io"
+	"net"
+	"net/http"
 	"path/filepath"
+	"syscall"
 	"testing"
 	"time"
 
@@ -186,5 +191,36 @@ func TestScanShutdownAbortsStreams(t *testing.T) {
 		_, err = rc.Chunk()
 	}
 	require.ErrorIs(t, err, io.ErrUnexpectedEOF)
+	require.Equal(t, float64(1), testcluster.Metric(t, reg, "dhtkv_scan_aborts_total", "reason", scan.AbortShutdown))
+}
+
+// TestScanShutdownAbortsHTTP10Stream: the same for a stream to an HTTP/1.0
+// client, served on a hijacked connection that fasthttp's shutdown does
+// not wait for: the node's Close does, and the store still closes
+// cleanly after the stream's iterator.
+func TestScanShutdownAbortsHTTP10Stream(t *testing.T) {
+	c := startFilled(t, 0)
+	d := net.Dialer{Control: func(_, _ string, rc syscall.RawConn) error {
+		var serr error
+		err := rc.Control(func(fd uintptr) { serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 4096) })
+		return errors.Join(err, serr)
+	}}
+	conn, err := d.Dial("tcp", c.Config(0).Listen)
+	require.NoError(t, err)
+	defer conn.Close()
+	_, err = io.WriteString(conn, "GET /v0/entities?start=key&format=binary HTTP/1.0\r\n\r\n")
+	require.NoError(t, err)
+	require.NoError(t, conn.SetReadDeadline(time.Now().Add(10*time.Second)))
+	br := bufio.NewReader(conn)
+	resp, err := http.ReadResponse(br, nil)
+	require.NoError(t, err)
+	require.Equal(t, 200, resp.StatusCode)
+	producedSettles(t, c) // the stream is now blocked on the stalled client
+	reg := c.Node(0).Registry()
+	c.StopNode(0) // fails if the stream's iterator was still open
+	dec := scan.NewDecoder(resp.Body, 1024, 1<<20)
+	for dec.Next() {
+	}
+	require.ErrorIs(t, dec.Err(), scan.ErrTruncated, "the client sees a truncated stream, never a complete one")
 	require.Equal(t, float64(1), testcluster.Metric(t, reg, "dhtkv_scan_aborts_total", "reason", scan.AbortShutdown))
 }

@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -67,17 +66,7 @@ func TestScanMemoryBounded(t *testing.T) {
 			t.Logf("node stderr:\n%s", stderr.String())
 		}
 	})
-	listening := regexp.MustCompile(`msg="dhtkv node started" listen=(\S+)`)
-	var addr string
-	require.Eventually(t, func() bool {
-		m := listening.FindStringSubmatch(stderr.String())
-		if m != nil {
-			addr = m[1]
-		}
-		return m != nil
-	}, 60*time.Second, 20*time.Millisecond, "the node logs its address once it listens")
-	base := "http://" + addr
-	testcluster.WaitReady(t, base, 20*time.Second)
+	base := "http://" + testcluster.LoggedAddr(t, stderr.String, 60*time.Second)
 	hwmStart := vmHWM(t, cmd.Process.Pid)
 
 	// Sample the resident set during the scan too: VmHWM also covers

@@ -20,6 +20,8 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -30,8 +32,18 @@ import (
 
 // Limits bounds what a request may carry.
 type Limits struct {
-	MaxKeyBytes   int
+	// MaxKeyBytes is the longest key (400 beyond).
+	MaxKeyBytes int
+	// MaxValueBytes is the largest value, and the largest body of any
+	// request but an internal batch (413 beyond).
 	MaxValueBytes int
+	// MaxBatchBytes is the largest body of an internal batch (rpc.BatchPath;
+	// 413 beyond). 0 means MaxValueBytes.
+	MaxBatchBytes int
+	// MaxInflightBodyBytes is the budget, in bytes, of the buffers that
+	// hold the bodies of the requests in flight (body.go); a body that
+	// would take them past it is refused with 503. 0: no budget.
+	MaxInflightBodyBytes int64
 }
 
 // Server holds what the handlers need.
@@ -51,7 +63,9 @@ type Server struct {
 	// response write deadline for streams, which may run for any time.
 	ScanIdleTimeout time.Duration
 
-	scans scanRegistry // range streams in flight (entities.go)
+	scans     scanRegistry // range streams in flight (entities.go)
+	bodyBytes atomic.Int64 // request body buffers held, in bytes (body.go)
+	bodyPool  sync.Pool    // of *bodyBuf (body.go)
 }
 
 const (
@@ -63,6 +77,21 @@ const (
 // Handler is the fasthttp request handler.
 func (s *Server) Handler(ctx *fasthttp.RequestCtx) {
 	start := ctx.Time() // fasthttp's time.Now() of this request, taken just before the handler
+	op := s.route(ctx)
+	if ctx.RequestBodyStream() != nil && ctx.Request.Header.ContentLength() != 0 {
+		// The body was not read to its end (readBody releases the stream
+		// once it was): the rest of it must never be parsed as the next
+		// request on this connection.
+		ctx.SetConnectionClose()
+	}
+	s.Metrics.Request(op, ctx.Response.StatusCode(), time.Since(start))
+}
+
+// route serves the request by its path and returns its kind.
+func (s *Server) route(ctx *fasthttp.RequestCtx) Op {
+	if s.refused(ctx) {
+		return OpOther
+	}
 	var op Op
 	switch string(ctx.Path()) {
 	case pathEntity:
@@ -86,7 +115,7 @@ func (s *Server) Handler(ctx *fasthttp.RequestCtx) {
 		op = OpOther
 		fail(ctx, badRequest("unknown path %q", ctx.Path()))
 	}
-	s.Metrics.Request(op, ctx.Response.StatusCode(), time.Since(start))
+	return op
 }
 
 func (s *Server) entity(ctx *fasthttp.RequestCtx) Op {
@@ -102,7 +131,7 @@ func (s *Server) entity(ctx *fasthttp.RequestCtx) Op {
 		methodNotAllowed(ctx, "GET, PUT, DELETE")
 		return OpOther
 	}
-	p, aerr := parseEntity(ctx.QueryArgs(), s.Coord.Replicas(), s.Limits.MaxKeyBytes)
+	p, aerr := parseEntity(ctx.URI().QueryString(), ctx.QueryArgs(), s.Coord.Replicas(), s.Limits.MaxKeyBytes)
 	if aerr != nil {
 		fail(ctx, aerr)
 		return op
@@ -127,12 +156,14 @@ func (s *Server) entity(ctx *fasthttp.RequestCtx) Op {
 			ctx.Error("not found\n", fasthttp.StatusNotFound)
 		}
 	case OpPut:
-		body := ctx.PostBody()
-		if len(body) > s.Limits.MaxValueBytes {
-			fail(ctx, &apiError{fasthttp.StatusRequestEntityTooLarge, "value too large"})
+		body, aerr := s.readBody(ctx, s.Limits.MaxValueBytes)
+		if aerr != nil {
+			fail(ctx, aerr)
 			return op
 		}
-		if err := s.Coord.Write(p.key, body, false, ttl, p.ack, p.from); err != nil {
+		defer body.release()
+		// Write copies what it keeps: the body's buffer is reused.
+		if err := s.Coord.Write(p.key, body.bytes(), false, ttl, p.ack, p.from); err != nil {
 			s.replicaError(ctx, err)
 			return op
 		}
@@ -147,19 +178,24 @@ func (s *Server) entity(ctx *fasthttp.RequestCtx) Op {
 	return op
 }
 
-// replicaError maps a coordinator failure to its status: too few replicas
-// answered is the contract's 504; anything else is the server's fault.
+// replicaError answers a coordinator failure (replicaStatus).
 func (s *Server) replicaError(ctx *fasthttp.RequestCtx, err error) {
-	if errors.Is(err, cluster.ErrNotEnoughReplicas) {
-		ctx.Error("not enough replicas\n", fasthttp.StatusGatewayTimeout)
-		return
+	code, reason := s.replicaStatus(ctx.Path(), err)
+	ctx.Error(reason+"\n", code)
+}
+
+// replicaStatus maps a coordinator failure to its status and reason: too
+// few replicas answered is the contract's 504; anything else is the
+// server's fault, logged.
+func (s *Server) replicaStatus(path []byte, err error) (int, string) {
+	switch {
+	case errors.Is(err, cluster.ErrNotEnoughReplicas):
+		return fasthttp.StatusGatewayTimeout, "not enough replicas"
+	case errors.Is(err, cluster.ErrClockSkew):
+		return fasthttp.StatusServiceUnavailable, s.Coord.ClockWarning()
 	}
-	if errors.Is(err, cluster.ErrClockSkew) {
-		ctx.Error(s.Coord.ClockWarning()+"\n", fasthttp.StatusServiceUnavailable)
-		return
-	}
-	s.Log.Error("request failed", "path", string(ctx.Path()), "err", err)
-	ctx.Error("internal error\n", fasthttp.StatusInternalServerError)
+	s.Log.Error("request failed", "path", string(path), "err", err)
+	return fasthttp.StatusInternalServerError, "internal error"
 }
 
 func fail(ctx *fasthttp.RequestCtx, e *apiError) {

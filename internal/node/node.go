@@ -74,6 +74,12 @@ type Config struct {
 	// MaxHeaderBytes bounds the request line plus headers in bytes
 	// (--max-header-bytes; 431 beyond). The default value is 8 KiB.
 	MaxHeaderBytes int
+	// MaxInflightBodyBytes is the budget, in bytes, of the buffers holding
+	// the bodies of the requests in flight (--max-inflight-body-bytes): a
+	// body that would take them past it is refused with 503. It must hold
+	// the largest body (an internal batch: MaxValueBytes + MaxKeyBytes +
+	// 64); 0: no budget. The default value is 256 MiB.
+	MaxInflightBodyBytes int64
 
 	// ReadTimeout is the time to read a whole request, body included
 	// (--read-timeout). The default value is 30 s.
@@ -85,6 +91,16 @@ type Config struct {
 	// IdleTimeout is how long an idle keep-alive connection stays open
 	// (--idle-timeout). The default value is 2 min.
 	IdleTimeout time.Duration
+	// MaxConnections caps the client connections open at once on the
+	// public listener, peers' included (--max-connections); a connection
+	// beyond it gets 503 and is closed at once. The default value is 0:
+	// derived from the descriptor limit by DefaultMaxConnections.
+	MaxConnections int
+	// MaxConnectionsPerIP caps the connections open at once from one
+	// address (--max-connections-per-ip; 429 and closed beyond it; 0: no
+	// cap). Behind a proxy every client has the proxy's address: set 0
+	// there. The default value is 1024.
+	MaxConnectionsPerIP int
 
 	// Cluster is the comma-separated list of every node's URL, the same
 	// list in the same order on every node (--cluster). The default value
@@ -184,9 +200,11 @@ func DefaultConfig() Config {
 		MaxKeyBytes:           1024,
 		MaxValueBytes:         16 << 20,
 		MaxHeaderBytes:        8 << 10,
+		MaxInflightBodyBytes:  256 << 20,
 		ReadTimeout:           30 * time.Second,
 		WriteTimeout:          30 * time.Second,
 		IdleTimeout:           2 * time.Minute,
+		MaxConnectionsPerIP:   1024,
 		ReplicaTimeout:        300 * time.Millisecond,
 		MaxClockSkew:          hlc.DefaultMaxAhead,
 		ReadRepair:            "blocking",
@@ -202,6 +220,11 @@ func DefaultConfig() Config {
 		PeerConns:             1,
 	}
 }
+
+// maxBatchBytes is the largest body of an internal batch: one largest
+// write carries its key, the envelope header and framing on top of the
+// value.
+func (cfg *Config) maxBatchBytes() int { return cfg.MaxValueBytes + cfg.MaxKeyBytes + 64 }
 
 // validate checks the settings that the parts would otherwise misuse.
 func (cfg *Config) validate() error {
@@ -220,6 +243,11 @@ func (cfg *Config) validate() error {
 		return fmt.Errorf("--memtable-bytes must be positive")
 	case cfg.L0CompactionThreshold < 1:
 		return fmt.Errorf("--l0-compaction-threshold must be at least 1")
+	case cfg.MaxConnections < 0 || cfg.MaxConnectionsPerIP < 0:
+		return fmt.Errorf("--max-connections and --max-connections-per-ip must not be negative")
+	case cfg.MaxInflightBodyBytes < 0 || cfg.MaxInflightBodyBytes > 0 && cfg.MaxInflightBodyBytes < int64(cfg.maxBatchBytes()):
+		return fmt.Errorf("--max-inflight-body-bytes %d must be 0 or hold the largest request body, %d bytes (--max-value-bytes + --max-key-bytes + 64)",
+			cfg.MaxInflightBodyBytes, cfg.maxBatchBytes())
 	}
 	return nil
 }
@@ -239,12 +267,13 @@ type Node struct {
 	api      *httpapi.Server
 
 	srv      *fasthttp.Server
-	ln       net.Listener
+	ln       *limitListener
 	adminSrv *http.Server
 	adminLn  net.Listener
-	served   chan error
+	served   chan error // Serve's return, read by Shutdown
+	failed   chan error // Serve's return when no Shutdown asked for it
 	// stopping is set once Shutdown or Close begins: the node is no
-	// longer ready.
+	// longer ready, and a Serve that returns is not a failure.
 	stopping atomic.Bool
 }
 
@@ -282,6 +311,13 @@ func New(cfg Config) (_ *Node, err error) {
 	if cfg.GCGrace <= cfg.HintWindow+cfg.MaxClockSkew {
 		return nil, fmt.Errorf("--gc-grace %v must exceed --hint-window %v plus --max-clock-skew %v: a hint still held could otherwise bring back a collected delete", cfg.GCGrace, cfg.HintWindow, cfg.MaxClockSkew)
 	}
+	if cfg.MaxConnections == 0 {
+		var lim syscall.Rlimit
+		if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+			return nil, fmt.Errorf("descriptor limit, to derive --max-connections: %w", err)
+		}
+		cfg.MaxConnections = DefaultMaxConnections(lim.Cur, topo.Size(), cfg.PeerConns)
+	}
 	repair, err := cluster.ParseRepairMode(cfg.ReadRepair)
 	if err != nil {
 		return nil, fmt.Errorf("--read-repair: %w", err)
@@ -295,7 +331,7 @@ func New(cfg Config) (_ *Node, err error) {
 		return nil, err
 	}
 	clock.SetMaxAhead(cfg.MaxClockSkew)
-	n := &Node{cfg: cfg, log: log, registry: metrics.NewRegistry(), served: make(chan error, 1)}
+	n := &Node{cfg: cfg, log: log, registry: metrics.NewRegistry(), served: make(chan error, 1), failed: make(chan error, 1)}
 	defer func() {
 		if err != nil {
 			n.closeStorage()
@@ -378,9 +414,12 @@ func New(cfg Config) (_ *Node, err error) {
 			Rebuilding: n.coord.Rebuilding, ClusterFormed: n.coord.Formed,
 			MaxKeyBytes: cfg.MaxKeyBytes, MaxValueBytes: cfg.MaxValueBytes,
 		},
-		Metrics:         httpapi.NewMetrics(n.registry),
-		Log:             log,
-		Limits:          httpapi.Limits{MaxKeyBytes: cfg.MaxKeyBytes, MaxValueBytes: cfg.MaxValueBytes},
+		Metrics: httpapi.NewMetrics(n.registry),
+		Log:     log,
+		Limits: httpapi.Limits{
+			MaxKeyBytes: cfg.MaxKeyBytes, MaxValueBytes: cfg.MaxValueBytes, MaxBatchBytes: cfg.maxBatchBytes(),
+			MaxInflightBodyBytes: cfg.MaxInflightBodyBytes,
+		},
 		Started:         time.Now(),
 		ScanIdleTimeout: cfg.WriteTimeout,
 	}
@@ -388,10 +427,14 @@ func New(cfg Config) (_ *Node, err error) {
 		Handler:      n.api.Handler,
 		ErrorHandler: n.api.ErrorHandler,
 		Name:         "dhtkv",
-		// The body limit is enforced by fasthttp before the handler runs
-		// (413). An internal batch holding one largest write carries its
-		// key, the envelope header and framing on top of the value.
-		MaxRequestBodySize: cfg.MaxValueBytes + cfg.MaxKeyBytes + 64,
+		// Bodies are read by the handlers as they arrive, into buffers
+		// that grow with them (httpapi/body.go); fasthttp reads at most
+		// 8 KiB ahead. HeaderReceived refuses, before a byte of the body
+		// is read, a length over the limit and ambiguous framing
+		// (httpapi/framing.go).
+		StreamRequestBody:  true,
+		HeaderReceived:     n.api.HeaderReceived,
+		MaxRequestBodySize: cfg.maxBatchBytes(),
 		// Request line and headers must fit in the read buffer: this is
 		// the header size limit.
 		ReadBufferSize:               cfg.MaxHeaderBytes,
@@ -494,11 +537,13 @@ func Start(cfg Config) (*Node, error) {
 
 // Serve opens the public and admin listeners and starts serving; it
 // returns once the public listener accepts connections.
-func (n *Node) Serve() (err error) {
+func (n *Node) Serve() error {
 	cfg := n.cfg
-	if n.ln, err = net.Listen("tcp", cfg.Listen); err != nil {
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
 		return fmt.Errorf("listen %s: %w", cfg.Listen, err)
 	}
+	n.ln = newLimitListener(ln, cfg.MaxConnections, cfg.MaxConnectionsPerIP, n.registry, n.log)
 	if cfg.AdminListen != "" {
 		if n.adminLn, err = net.Listen("tcp", cfg.AdminListen); err != nil {
 			n.ln.Close()
@@ -524,13 +569,27 @@ func (n *Node) Serve() (err error) {
 	// fasthttp's Shutdown returns at once if Serve has not registered the
 	// listener yet, and a Serve that starts later would then run handlers
 	// against a closed store. Return only once Serve is accepting.
-	ln := &readyListener{Listener: n.ln, ready: make(chan struct{})}
-	go func() { n.served <- n.srv.Serve(ln) }()
-	<-ln.ready
+	ready := &readyListener{Listener: n.ln, ready: make(chan struct{})}
+	go func() {
+		err := n.srv.Serve(ready)
+		if !n.stopping.Load() {
+			// fasthttp's Serve returns only when its listener fails (the
+			// limit listener already waits out descriptor exhaustion) or
+			// is closed; either way nothing is served any more.
+			if err == nil {
+				err = errors.New("listener closed")
+			}
+			err = fmt.Errorf("public listener %s stopped accepting connections: %w", n.ln.Addr(), err)
+			n.log.Error("the node no longer serves", "err", err)
+			n.failed <- err
+		}
+		n.served <- err
+	}()
+	<-ready.ready
 	topo := n.coord.Topology()
 	n.log.Info("dhtkv node started", "listen", n.ln.Addr().String(), "admin", cfg.AdminListen,
 		"data_dir", cfg.DataDir, "self", topo.Nodes[topo.Self], "cluster_size", topo.Size(), "sync", cfg.Sync,
-		"version", buildinfo.Version())
+		"version", buildinfo.Version(), "max_connections", cfg.MaxConnections, "max_connections_per_ip", cfg.MaxConnectionsPerIP)
 	return nil
 }
 
@@ -555,6 +614,12 @@ func (n *Node) Ready() error {
 	}
 	return nil
 }
+
+// Failed receives an error if the public listener stops accepting
+// connections for any reason but Shutdown: the node then serves nothing
+// and its owner should stop it (cmd/dhtkv exits non-zero). It is logged
+// at error level already.
+func (n *Node) Failed() <-chan error { return n.failed }
 
 // Close releases a node that was never served: its coordinator, cache and
 // store.

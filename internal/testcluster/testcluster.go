@@ -23,6 +23,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -261,6 +262,40 @@ var (
 	builtPath string
 	buildErr  error
 )
+
+// LoggedAddr waits for a dhtkv process started with --listen host:0 to log
+// the address it picked (log returns the process's output so far), then
+// for it to answer there, and returns the address. Letting the node pick
+// its port means no other test's node can take it between a look-up and
+// the bind (the suite runs packages in parallel).
+func LoggedAddr(t testing.TB, log func() string, timeout time.Duration) string {
+	t.Helper()
+	var addr string
+	require.Eventually(t, func() bool {
+		m := startedRE.FindStringSubmatch(log())
+		if m != nil {
+			addr = m[1]
+		}
+		return m != nil
+	}, timeout, 10*time.Millisecond, "the node logs its address once it listens")
+	WaitReady(t, "http://"+addr, timeout)
+	return addr
+}
+
+var startedRE = regexp.MustCompile(`msg="dhtkv node started" listen=(\S+)`)
+
+// Status is GET /v0/status on a fresh connection: its status code, or 0 if
+// there was no answer (refused, reset, timed out).
+func Status(base string) int {
+	cl := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	resp, err := cl.Get(base + "/v0/status")
+	if err != nil {
+		return 0
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, resp.Body)
+	return resp.StatusCode
+}
 
 // WaitReady polls /v0/status until it answers 200 or the timeout passes.
 func WaitReady(t testing.TB, base string, timeout time.Duration) {

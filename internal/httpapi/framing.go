@@ -1,0 +1,125 @@
+package httpapi
+
+import (
+	"bytes"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/dhtkv/dhtkv/internal/rpc"
+)
+
+// Checks on a request's headers, before any byte of its body is read.
+//
+// fasthttp v1.74.0 takes a request with both Transfer-Encoding: chunked and
+// Content-Length (chunked wins) and one with Transfer-Encoding: identity
+// (dropped; without Content-Length the body is then read as the next
+// request): both are ambiguous framing that a proxy in front may resolve
+// the other way (request smuggling, RFC 9112 §6.1, §6.3). And it reads a
+// body before the handler runs (all of it, or with StreamRequestBody up to
+// 8 KiB), waiting for it, even when the announced length is over the
+// handler's limit, after sending 100 Continue to a client that asked for
+// it. Its Server.HeaderReceived hook runs after the
+// headers are parsed and before the body is touched; it cannot refuse a
+// request, but it may change the header. HeaderReceived uses that: for a
+// request to refuse it sets the length to 0 (fasthttp reads nothing of
+// the body), removes Expect (no 100 Continue), asks for the connection to
+// be closed (what was sent as a body is never read as a request), and
+// marks the request; Handler answers a marked request with the refusal
+// and nothing else. docs/http.md lists each case.
+
+// refusalKey is the header that marks a refused request. A key read from
+// the wire never contains ':' (the first one ends the key), so a client
+// cannot send it.
+const refusalKey = "Dhtkv:Refusal"
+
+// refusals, indexed by the marker's byte.
+var refusals = [...]struct {
+	code   int
+	reason string // "" for the body limit: worked out by refuse
+}{
+	'L': {fasthttp.StatusRequestEntityTooLarge, ""},
+	'B': {fasthttp.StatusBadRequest, "both Transfer-Encoding and Content-Length: ambiguous message framing (RFC 9112 §6.1)"},
+	'T': {fasthttp.StatusBadRequest, "Transfer-Encoding other than chunked (RFC 9112 §6.1)"},
+}
+
+// HeaderReceived is the node's fasthttp Server.HeaderReceived: it marks
+// the requests to refuse from their headers alone (see above). It never
+// changes fasthttp's limits.
+func (s *Server) HeaderReceived(h *fasthttp.RequestHeader) fasthttp.RequestConfig {
+	var mark byte
+	te, cl := framingHeaders(h.RawHeaders())
+	switch {
+	case te && cl:
+		mark = 'B'
+	case te && h.ContentLength() != -1: // identity: fasthttp dropped it
+		mark = 'T'
+	case h.ContentLength() > s.bodyLimit(h.RequestURI()):
+		mark = 'L'
+	default:
+		return fasthttp.RequestConfig{}
+	}
+	h.SetContentLength(0)
+	h.Del(fasthttp.HeaderExpect)
+	h.SetConnectionClose()
+	h.SetBytesV(refusalKey, []byte{mark})
+	return fasthttp.RequestConfig{}
+}
+
+// refused answers a request HeaderReceived marked, and reports whether it
+// was one. A marked request has a zero length and asks to close; others
+// are rarely both, so most requests cost two field reads here.
+func (s *Server) refused(ctx *fasthttp.RequestCtx) bool {
+	h := &ctx.Request.Header
+	if h.ContentLength() != 0 || !h.ConnectionClose() {
+		return false
+	}
+	m := h.Peek(refusalKey)
+	if len(m) != 1 || int(m[0]) >= len(refusals) || refusals[m[0]].code == 0 {
+		return false
+	}
+	r := refusals[m[0]]
+	reason := r.reason
+	if reason == "" {
+		reason = tooLarge(s.bodyLimit(h.RequestURI())).reason
+	}
+	ctx.Error(reason+"\n", r.code)
+	ctx.SetConnectionClose()
+	return true
+}
+
+// bodyLimit is the largest body a request to uri may carry: an internal
+// batch's, or a value's for everything else.
+func (s *Server) bodyLimit(uri []byte) int {
+	if s.Limits.MaxBatchBytes > 0 && bytes.HasPrefix(uri, batchPath) &&
+		(len(uri) == len(batchPath) || uri[len(batchPath)] == '?') {
+		return s.Limits.MaxBatchBytes
+	}
+	return s.Limits.MaxValueBytes
+}
+
+var batchPath = []byte(rpc.BatchPath)
+
+// framingHeaders reports whether the raw header block holds a
+// Transfer-Encoding and a Content-Length field. fasthttp has parsed the
+// block already, so every line is "name:value" with a valid name.
+func framingHeaders(raw []byte) (te, cl bool) {
+	const (
+		teName = "transfer-encoding"
+		clName = "content-length"
+	)
+	for len(raw) > 0 {
+		line := raw
+		if i := bytes.IndexByte(raw, '\n'); i >= 0 {
+			line, raw = raw[:i], raw[i+1:]
+		} else {
+			raw = nil
+		}
+		switch {
+		case len(line) > len(teName) && line[len(teName)] == ':' && line[0]|0x20 == 't':
+			te = te || bytes.EqualFold(line[:len(teName)], []byte(teName))
+		case len(line) > len(clName) && line[len(clName)] == ':' && line[0]|0x20 == 'c':
+			cl = cl || bytes.EqualFold(line[:len(clName)], []byte(clName))
+		}
+	}
+	return te, cl
+}

@@ -1,0 +1,116 @@
+package httpapi_test
+
+import (
+	"bufio"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/dhtkv/dhtkv/internal/node"
+	"github.com/dhtkv/dhtkv/internal/testcluster"
+)
+
+// exchange writes req on a fresh connection and returns everything the
+// node sends until it closes the connection. A node that keeps the
+// connection open fails the test when the read deadline passes.
+func exchange(t *testing.T, base, req string) string {
+	t.Helper()
+	conn, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
+	require.NoError(t, err)
+	defer conn.Close()
+	require.NoError(t, conn.SetDeadline(time.Now().Add(5*time.Second)))
+	_, err = io.WriteString(conn, req)
+	require.NoError(t, err)
+	resp, err := io.ReadAll(conn)
+	require.NoError(t, err, "the node closes the connection after its answer; got %q", resp)
+	return string(resp)
+}
+
+// Message framing the node cannot trust is refused with 400, and the
+// connection is closed: whatever follows the headers is never read as
+// another request (request smuggling behind a proxy that frames the
+// message the other way). Every case carries a second request after what
+// this node would take as the body; it must not be served.
+func TestAmbiguousFramingRefused(t *testing.T) {
+	_, base := startNode(t)
+	const next = "PUT /v0/entity?id=smuggled2 HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\n\r\nx"
+	for _, c := range []struct {
+		name, head, body, reason string
+	}{
+		{"chunked and Content-Length", "Transfer-Encoding: chunked\r\nContent-Length: 5\r\n", "0\r\n\r\n", "both Transfer-Encoding and Content-Length"},
+		{"Content-Length and chunked", "Content-Length: 5\r\nTransfer-Encoding: chunked\r\n", "0\r\n\r\n", "both Transfer-Encoding and Content-Length"},
+		{"chunked in capitals and Content-Length", "Content-Length: 5\r\ntransfer-encoding: CHUNKED\r\n", "0\r\n\r\n", "both Transfer-Encoding and Content-Length"},
+		{"identity", "Transfer-Encoding: identity\r\n", "", "Transfer-Encoding other than chunked"},
+		{"identity and Content-Length", "Transfer-Encoding: identity\r\nContent-Length: 5\r\n", "hello", "Transfer-Encoding"},
+		{"gzip", "Transfer-Encoding: gzip\r\n", "", "malformed request"},
+		{"gzip, chunked", "Transfer-Encoding: gzip, chunked\r\n", "0\r\n\r\n", "malformed request"},
+		{"two Transfer-Encodings", "Transfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n", "0\r\n\r\n", "malformed request"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			resp := exchange(t, base, "PUT /v0/entity?id=smuggled HTTP/1.1\r\nHost: x\r\n"+c.head+"\r\n"+c.body+next)
+			require.Regexp(t, `^HTTP/1.1 400 `, resp)
+			assert.Equal(t, 1, strings.Count(resp, "HTTP/1.1 "), "one answer only: %q", resp)
+			assert.Contains(t, resp, "\r\nConnection: close\r\n")
+			assert.Contains(t, resp, c.reason)
+		})
+	}
+	cl := testcluster.NewClient()
+	for _, k := range []string{"smuggled", "smuggled2"} {
+		code, _ := cl.Get(t, base, k, 0, 0)
+		assert.Equal(t, 404, code, "%s was never written", k)
+	}
+	// Plain chunked bodies are fine.
+	resp := exchange(t, base, "PUT /v0/entity?id=chunked HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n")
+	require.Regexp(t, `^HTTP/1.1 201 `, resp)
+	code, body := cl.Get(t, base, "chunked", 0, 0)
+	require.Equal(t, 200, code)
+	require.Equal(t, "abcde", string(body))
+}
+
+// A PUT whose Content-Length is over the limit is refused at once, from
+// the headers alone: 413 with the reason, the connection closed, nothing
+// read or awaited of the body, and with Expect: 100-continue no 100
+// Continue first. (The client here sends no body at all: a node that
+// waited for it would keep the connection open until the test gives up.)
+func TestOversizedContentLengthRefusedFromHeaders(t *testing.T) {
+	_, base := startNode(t, func(_ int, c *node.Config) { c.MaxValueBytes = 100 })
+	for _, c := range []struct{ name, head string }{
+		{"just over", "Content-Length: 101\r\n"},
+		{"within fasthttp's old limit (value+key+64)", "Content-Length: 1000\r\n"},
+		{"far over", "Content-Length: 16778304\r\n"},
+		{"just over, 100-continue", "Content-Length: 101\r\nExpect: 100-continue\r\n"},
+		{"far over, 100-continue", "Content-Length: 16778304\r\nExpect: 100-continue\r\n"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			resp := exchange(t, base, "PUT /v0/entity?id=big HTTP/1.1\r\nHost: x\r\n"+c.head+"\r\n")
+			require.Regexp(t, `^HTTP/1.1 413 `, resp, "no 100 Continue before, no waiting for the body")
+			assert.Contains(t, resp, "\r\nConnection: close\r\n")
+			assert.True(t, strings.HasSuffix(resp, "\r\n\r\nvalue too large: limit is 100 bytes\n"), "%q", resp)
+		})
+	}
+	// At the limit, 100-continue works as before.
+	conn, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
+	require.NoError(t, err)
+	defer conn.Close()
+	require.NoError(t, conn.SetDeadline(time.Now().Add(5*time.Second)))
+	_, err = io.WriteString(conn, "PUT /v0/entity?id=big HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\nExpect: 100-continue\r\n\r\n")
+	require.NoError(t, err)
+	br := bufio.NewReader(conn)
+	line, err := br.ReadString('\n')
+	require.NoError(t, err)
+	require.Equal(t, "HTTP/1.1 100 Continue\r\n", line)
+	_, err = br.ReadString('\n')
+	require.NoError(t, err)
+	_, err = io.WriteString(conn, strings.Repeat("v", 100))
+	require.NoError(t, err)
+	resp, err := http.ReadResponse(br, nil)
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, 201, resp.StatusCode)
+}

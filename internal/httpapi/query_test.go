@@ -1,0 +1,54 @@
+package httpapi_test
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/dhtkv/dhtkv/internal/testcluster"
+)
+
+// The query of /v0/entity is checked strictly: a percent sign must start
+// a valid escape, and a parameter the API does not know is an error, not
+// ignored (a typo such as acks=3 would silently get the default quorum).
+func TestEntityQueryStrict(t *testing.T) {
+	_, base := startNode(t)
+	cl := testcluster.NewClient()
+	e := func(q string) string { return base + "/v0/entity?" + q }
+	for _, c := range []struct {
+		name, method, query string
+		code                int
+		reason              string
+	}{
+		{"all three", "PUT", "id=a&ack=1&from=1", 201, ""},
+		{"escaped name", "GET", "id=a&%61ck=1", 200, ""}, // %61ck is ack
+		{"valid escapes", "PUT", "id=%25%41%e2%82%AC", 201, ""},
+		{"plus is a space", "PUT", "id=a+b", 201, ""},
+		{"empty pair", "PUT", "id=c&&ack=1", 201, ""},
+		{"bad escape", "PUT", "id=%G1", 400, `bad percent-encoding in "id": "%G1"`},
+		{"trailing percent", "PUT", "id=abc%", 400, `bad percent-encoding in "id": "%"`},
+		{"percent and one digit", "GET", "id=ab%4", 400, `bad percent-encoding in "id": "%4"`},
+		{"bad escape in ack", "GET", "id=a&ack=%zz", 400, `bad percent-encoding in "ack": "%zz"`},
+		{"bad escape in a name", "GET", "id=a&a%g=1", 400, `bad percent-encoding in "a%g": "%g"`},
+		{"typo", "GET", "id=a&acks=3", 400, `unknown parameter "acks"`},
+		{"unknown on put", "PUT", "id=a&replicas=2", 400, `unknown parameter "replicas"`},
+		{"unknown on delete", "DELETE", "id=a&ack=1&From=1", 400, `unknown parameter "From"`},
+		{"bare word", "GET", "id=a&x", 400, `unknown parameter "x"`},
+	} {
+		var v []byte
+		if c.method == "PUT" {
+			v = []byte("v")
+		}
+		code, body := cl.Do(t, c.method, e(c.query), v)
+		assert.Equal(t, c.code, code, "%s: %q", c.name, body)
+		assert.Contains(t, string(body), c.reason, c.name)
+	}
+	for _, k := range []string{"%G1", "abc%", "G1", "abc"} {
+		code, _ := cl.Get(t, base, k, 0, 0)
+		assert.Equal(t, 404, code, "nothing stored under %q", k)
+	}
+	code, body := cl.Get(t, base, "%A€", 0, 0)
+	require.Equal(t, 200, code, "%%25%%41%%e2%%82%%AC decodes to %%A€")
+	require.Equal(t, "v", string(body))
+}
