@@ -6,11 +6,13 @@ package e2e_test
 import (
 	"fmt"
 	"net/http"
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/dhtkv/dhtkv/internal/hlc"
+	"github.com/dhtkv/dhtkv/internal/node"
 	"github.com/dhtkv/dhtkv/internal/testcluster"
 )
 
@@ -262,4 +264,36 @@ func TestTwoNodesDistribute(t *testing.T) {
 	}
 	require.Positive(t, owned[0])
 	require.Positive(t, owned[1])
+}
+
+// TestTinyLimitsStillReplicate: with the smallest value and key limits a
+// node accepts, replicated writes still go through: the peers' batches are
+// bounded by the same setting the receiving side's body limit derives
+// from (they used to be 256 KiB against a 1,088-byte limit, and most
+// empty PUTs answered 504).
+func TestTinyLimitsStillReplicate(t *testing.T) {
+	for _, lim := range []struct{ key, value int }{{1024, 0}, {1, 0}, {1, 1}} {
+		t.Run(fmt.Sprintf("key=%d,value=%d", lim.key, lim.value), func(t *testing.T) {
+			c := testcluster.Start(t, 3, func(_ int, cfg *node.Config) {
+				cfg.MaxKeyBytes, cfg.MaxValueBytes = lim.key, lim.value
+			})
+			cl := newClient(t)
+			var wg sync.WaitGroup
+			codes := make(chan int, 200)
+			for i := range 200 {
+				wg.Go(func() {
+					key := string(rune('a' + i%26))
+					if lim.key > 1 {
+						key = fmt.Sprintf("k%d", i)
+					}
+					codes <- cl.Put(t, c.URL(i%3), key, make([]byte, lim.value), 3, 3)
+				})
+			}
+			wg.Wait()
+			close(codes)
+			for code := range codes {
+				require.Equal(t, http.StatusCreated, code)
+			}
+		})
+	}
 }

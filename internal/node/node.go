@@ -388,7 +388,7 @@ func New(cfg Config) (_ *Node, err error) {
 			Timeout: cfg.ReplicaTimeout, Conns: cfg.PeerConns, Secret: cfg.ClusterSecret, Dial: cfg.PeerDial,
 			// Peers run with the same limits: a batch stays within their
 			// request body limit below.
-			MaxBatchBytes: min(256<<10, cfg.MaxValueBytes),
+			MaxBatchBytes: min(256<<10, cfg.maxBatchBytes()),
 		},
 		Replicas: cfg.Replicas,
 		Handoff: cluster.HandoffOptions{
