@@ -58,13 +58,7 @@ load "$before" put "$KEYSPACE" >/dev/null
 load "$after" put "$KEYSPACE" >/dev/null
 settle $ports
 
-declare -A rps p50 p99
-record() { # name json
-  echo "$1 $2"
-  rps[$1]+="$(jq -r .throughput_rps <<<"$2") "
-  p50[$1]+="$(jq -r '.latency_us["50"]' <<<"$2") "
-  p99[$1]+="$(jq -r '.latency_us["99"]' <<<"$2") "
-}
+source "$ROOT/loadtest/runs.sh"
 echo "# before $(git -C "$ROOT" rev-parse --short "$REV"), after $(git -C "$ROOT" describe --always --dirty); $(nproc) cores, $(go version | cut -d' ' -f3), $(date -u +%FT%TZ), $CONNECTIONS connections, $DURATION per run, $ROUNDS rounds, keyspace $KEYSPACE, values $VALUE_SIZE B"
 for r in $(seq "$ROUNDS"); do
   # Alternate which goes first, so neither always runs on a warmer machine.
@@ -77,11 +71,4 @@ for r in $(seq "$ROUNDS"); do
     record "$sys-get" "$(load "${!sys}" get)"
   done
 done
-median() { tr ' ' '\n' <<<"$1" | grep . | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
-echo
-printf "%-12s %10s %10s %10s %8s\n" run "rps" "p50 µs" "p99 µs" "ratio"
-for k in before-put after-put before-get after-get; do
-  base=$(median "${rps[before-${k#*-}]}")
-  m=$(median "${rps[$k]}")
-  printf "%-12s %10.0f %10s %10s %7.0f%%\n" "$k" "$m" "$(median "${p50[$k]}")" "$(median "${p99[$k]}")" "$(awk -v a="$m" -v b="$base" 'BEGIN{print 100*a/b}')"
-done
+table before before-put after-put before-get after-get

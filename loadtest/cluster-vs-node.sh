@@ -71,13 +71,7 @@ cachestat() { # port... -> "hits misses" summed
 }
 node_cache0=$(cachestat 18280) cluster_cache0=$(cachestat 18281 18282 18283)
 
-declare -A rps p50 p99
-record() { # name json
-  echo "$1 $2"
-  rps[$1]+="$(jq -r .throughput_rps <<<"$2") "
-  p50[$1]+="$(jq -r '.latency_us["50"]' <<<"$2") "
-  p99[$1]+="$(jq -r '.latency_us["99"]' <<<"$2") "
-}
+source "$ROOT/loadtest/runs.sh"
 echo "# $(nproc) cores, $(go version | cut -d' ' -f3), $(date -u +%FT%TZ), --sync=$SYNC, $CONNECTIONS connections, $DURATION per run, $ROUNDS rounds, keyspace $KEYSPACE, values $VALUE_SIZE B"
 for r in $(seq "$ROUNDS"); do
   record node-put "$(load "$node_put" put)"
@@ -92,11 +86,4 @@ hitratio() { # before after -> percent of lookups that hit (a miss is counted tw
 }
 echo
 echo "read cache hits during the measured GET runs: node $(hitratio "$node_cache0" "$(cachestat 18280)") lookups, cluster $(hitratio "$cluster_cache0" "$(cachestat 18281 18282 18283)") lookups"
-median() { tr ' ' '\n' <<<"$1" | grep . | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
-echo
-printf "%-12s %10s %10s %10s %8s\n" run "rps" "p50 µs" "p99 µs" "ratio"
-for k in node-put cluster-put node-get cluster-get; do
-  base=$(median "${rps[node-${k#*-}]}")
-  m=$(median "${rps[$k]}")
-  printf "%-12s %10.0f %10s %10s %7.0f%%\n" "$k" "$m" "$(median "${p50[$k]}")" "$(median "${p99[$k]}")" "$(awk -v a="$m" -v b="$base" 'BEGIN{print 100*a/b}')"
-done
+table node node-put cluster-put node-get cluster-get

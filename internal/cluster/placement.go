@@ -35,18 +35,6 @@ func NewPlacement(t Topology) *Placement {
 	return p
 }
 
-// mix is splitmix64's finalizer: it turns (partition hash ^ node seed) into
-// a well-distributed score, so two nodes' scores for one partition are
-// independent.
-func mix(x uint64) uint64 {
-	x ^= x >> 30
-	x *= 0xbf58476d1ce4e5b9
-	x ^= x >> 27
-	x *= 0x94d049bb133111eb
-	x ^= x >> 31
-	return x
-}
-
 // Replicas appends the first n node indices for key, in preference order,
 // to dst and returns it. It does not allocate when dst has capacity.
 func (p *Placement) Replicas(key []byte, n int, dst []int) []int {
@@ -58,7 +46,7 @@ func (p *Placement) Replicas(key []byte, n int, dst []int) []int {
 }
 
 // partitionHash spreads partition numbers over 64 bits before scoring.
-func partitionHash(part partition.ID) uint64 { return mix(uint64(part) + 0x9e3779b97f4a7c15) }
+func partitionHash(part partition.ID) uint64 { return partition.Mix(uint64(part) + 0x9e3779b97f4a7c15) }
 
 // PartitionReplicas appends the first n node indices for partition part,
 // in preference order, to dst and returns it.
@@ -70,7 +58,7 @@ func (p *Placement) PartitionReplicas(part partition.ID, n int, dst []int) []int
 	var scores [256]uint64 // topology size is bounded by hlc.MaxNodeID+1
 	base := len(dst)
 	for i, seed := range p.nodeSeeds {
-		s := mix(h ^ seed)
+		s := partition.Mix(h ^ seed)
 		scores[i] = s
 		// Insertion into the sorted prefix, keeping only n: cheap for the
 		// small clusters this serves.

@@ -40,7 +40,7 @@ func referenceOrder(urls []string, key []byte) []int {
 	scores := make([]uint64, len(urls))
 	for i, u := range urls {
 		idx[i] = i
-		scores[i] = mix(h ^ xxhash.Sum64String(u))
+		scores[i] = partition.Mix(h ^ xxhash.Sum64String(u))
 	}
 	sort.SliceStable(idx, func(a, b int) bool { return scores[idx[a]] > scores[idx[b]] })
 	return idx

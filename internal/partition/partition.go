@@ -48,11 +48,13 @@ func Of(key []byte) (ID, uint8) {
 // able to choose colliding keys can at worst hide its own keys'
 // differences from one exchange.
 func EntryHash(key []byte, version uint64) uint64 {
-	return mix(xxhash.Sum64(key) ^ mix(version))
+	return Mix(xxhash.Sum64(key) ^ Mix(version))
 }
 
-// mix is splitmix64's finalizer.
-func mix(x uint64) uint64 {
+// Mix is splitmix64's finalizer: it spreads x's bits over all 64, so that
+// hashes combined from related inputs (a key hash and a version, a
+// partition and a node seed) are independent.
+func Mix(x uint64) uint64 {
 	x ^= x >> 30
 	x *= 0xbf58476d1ce4e5b9
 	x ^= x >> 27
