@@ -1,6 +1,8 @@
 package httpapi
 
 import (
+	"bytes"
+
 	"github.com/valyala/fasthttp"
 
 	"github.com/dhtkv/dhtkv/internal/rpc"
@@ -44,8 +46,10 @@ func (s *Server) internalBatch(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	defer body.release()
-	out, err := s.RPC.ServeBatch(body.bytes(), ctx.Response.SwapBody(nil)[:0])
+	buf := ctx.Response.SwapBody(nil)[:0]
+	out, err := s.RPC.ServeBatch(body.bytes(), buf)
 	if err != nil {
+		ctx.Response.SwapBody(buf)
 		s.rpcError(ctx, err)
 		return
 	}
@@ -61,8 +65,20 @@ func (s *Server) internalBatch(ctx *fasthttp.RequestCtx) {
 			ctx.Response.Header.Set(rpc.FormedHeader, "1")
 		}
 	}
+	if cap(out) > retainAnswerBytes {
+		// Handed to fasthttp as the body, a large answer would stay with
+		// the pooled response long after it was sent (one per pooled
+		// request context); as a stream it is garbage once written.
+		ctx.Response.SwapBody(buf[:0])
+		ctx.Response.SetBodyStream(bytes.NewReader(out), len(out))
+		return
+	}
 	ctx.Response.SwapBody(out)
 }
+
+// retainAnswerBytes is the largest batch answer whose buffer fasthttp may
+// keep with its pooled response for the next request.
+const retainAnswerBytes = 256 << 10
 
 // internalSummary serves POST rpc.SummaryPath: an anti-entropy
 // comparison step against this node's store.

@@ -45,8 +45,8 @@ type Server struct {
 	Log            *slog.Logger
 }
 
-// DefaultMaxAnswerBytes is Server.MaxAnswerBytes's default: 4 MiB.
-const DefaultMaxAnswerBytes = 4 << 20
+// DefaultMaxAnswerBytes is Server.MaxAnswerBytes's default: 1 MiB.
+const DefaultMaxAnswerBytes = 1 << 20
 
 // Error refuses a whole request: nothing of it was stored. Status is the
 // HTTP status the transport answers with, Msg a one-line reason.
