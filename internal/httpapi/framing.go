@@ -90,14 +90,24 @@ func (s *Server) refused(ctx *fasthttp.RequestCtx) bool {
 // bodyLimit is the largest body a request to uri may carry: an internal
 // batch's, or a value's for everything else.
 func (s *Server) bodyLimit(uri []byte) int {
-	if s.Limits.MaxBatchBytes > 0 && bytes.HasPrefix(uri, batchPath) &&
-		(len(uri) == len(batchPath) || uri[len(batchPath)] == '?') {
+	if s.Limits.MaxBatchBytes > 0 && isPath(uri, batchPath) {
 		return s.Limits.MaxBatchBytes
+	}
+	if isPath(uri, summaryPath) {
+		return rpc.MaxSummaryRequestBytes // whatever --max-value-bytes is
 	}
 	return s.Limits.MaxValueBytes
 }
 
-var batchPath = []byte(rpc.BatchPath)
+// isPath reports whether uri is path, with or without a query.
+func isPath(uri, path []byte) bool {
+	return bytes.HasPrefix(uri, path) && (len(uri) == len(path) || uri[len(path)] == '?')
+}
+
+var (
+	batchPath   = []byte(rpc.BatchPath)
+	summaryPath = []byte(rpc.SummaryPath)
+)
 
 // framingHeaders reports whether the raw header block holds a
 // Transfer-Encoding and a Content-Length field. fasthttp has parsed the

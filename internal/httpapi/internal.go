@@ -65,10 +65,16 @@ func (s *Server) internalBatch(ctx *fasthttp.RequestCtx) {
 			ctx.Response.Header.Set(rpc.FormedHeader, "1")
 		}
 	}
+	setAnswer(ctx, buf, out)
+}
+
+// setAnswer makes out, appended to buf (the response's own buffer, taken
+// with SwapBody), the response body. Handed to fasthttp as the body, a
+// large answer would stay with the pooled response long after it was sent
+// (one per pooled request context); it goes as a stream instead, and is
+// garbage once written, and the response keeps its small buffer.
+func setAnswer(ctx *fasthttp.RequestCtx, buf, out []byte) {
 	if cap(out) > retainAnswerBytes {
-		// Handed to fasthttp as the body, a large answer would stay with
-		// the pooled response long after it was sent (one per pooled
-		// request context); as a stream it is garbage once written.
 		ctx.Response.SwapBody(buf[:0])
 		ctx.Response.SetBodyStream(bytes.NewReader(out), len(out))
 		return
@@ -90,12 +96,20 @@ func (s *Server) internalSummary(ctx *fasthttp.RequestCtx) {
 	if !s.authorized(ctx) {
 		return
 	}
-	out, err := s.RPC.ServeSummary(ctx.PostBody(), ctx.Response.SwapBody(nil)[:0])
+	body, aerr := s.readBody(ctx, s.bodyLimit(summaryPath))
+	if aerr != nil {
+		fail(ctx, aerr)
+		return
+	}
+	defer body.release()
+	buf := ctx.Response.SwapBody(nil)[:0]
+	out, err := s.RPC.ServeSummary(body.bytes(), buf)
 	if err != nil {
+		ctx.Response.SwapBody(buf)
 		s.rpcError(ctx, err)
 		return
 	}
-	ctx.Response.SwapBody(out)
+	setAnswer(ctx, buf, out)
 }
 
 // internalStream serves GET rpc.StreamPath: this node's records,

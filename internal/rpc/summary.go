@@ -56,6 +56,10 @@ const (
 // asker asks again for the rest.
 const SummaryAnswerBytes = 4 << 20
 
+// MaxSummaryRequestBytes is the largest summary request: every partition's
+// hash in one step 'p' request (askers send at most 1024 a request).
+const MaxSummaryRequestBytes = 1 + 10*partition.Count
+
 // Segment names one segment of one partition.
 type Segment struct {
 	Part partition.ID
