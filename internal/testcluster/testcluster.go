@@ -299,6 +299,15 @@ var (
 // the bind (the suite runs packages in parallel).
 func LoggedAddr(t testing.TB, log func() string, timeout time.Duration) string {
 	t.Helper()
+	addr := LoggedListen(t, log, timeout)
+	WaitReady(t, "http://"+addr, timeout)
+	return addr
+}
+
+// LoggedListen is LoggedAddr without the wait for an answer: for a node
+// that does not answer plain HTTP (TLS), whose test waits its own way.
+func LoggedListen(t testing.TB, log func() string, timeout time.Duration) string {
+	t.Helper()
 	var addr string
 	require.Eventually(t, func() bool {
 		m := startedRE.FindStringSubmatch(log())
@@ -307,7 +316,6 @@ func LoggedAddr(t testing.TB, log func() string, timeout time.Duration) string {
 		}
 		return m != nil
 	}, timeout, 10*time.Millisecond, "the node logs its address once it listens")
-	WaitReady(t, "http://"+addr, timeout)
 	return addr
 }
 
