@@ -41,7 +41,8 @@ func parseFlags(args []string, stderr io.Writer) (loadgen.Config, options, error
 	fs := flag.NewFlagSet("dhtkv-load", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 
-	targets := fs.String("targets", strings.Join(cfg.Targets, ","), "comma-separated base URLs (loopback only); workers are spread round-robin over them")
+	targets := fs.String("targets", strings.Join(cfg.Targets, ","), "comma-separated base URLs, http:// or https:// (loopback only); workers are spread round-robin over them")
+	fs.StringVar(&cfg.TLSCA, "tls-ca", "", "PEM `file` of the CA certificates https:// targets' certificates must chain to (default: the system's roots)")
 	workload := fs.String("workload", string(cfg.Workload), "put, get, mixed or delete")
 	dist := fs.String("dist", string(cfg.Dist), "key distribution: uniform or zipf")
 	fs.Float64Var(&cfg.ReadRatio, "read-ratio", cfg.ReadRatio, "mixed workload: fraction of GETs (the rest are PUTs)")

@@ -37,6 +37,14 @@ func startLimited(t *testing.T, soft, hard string, extra ...string) (*exec.Cmd, 
 	args := append([]string{"-c", `ulimit -S -n ` + soft + ` && ulimit -H -n ` + hard + ` && exec "$0" "$@"`,
 		bin, "--listen", "127.0.0.1:0", "--data-dir", t.TempDir(), "--sync=false"}, extra...)
 	cmd := exec.Command("/bin/sh", args...)
+	log := startLogged(t, cmd)
+	return cmd, testcluster.LoggedAddr(t, log.String, 30*time.Second), log
+}
+
+// startLogged starts cmd with its output in a log file, and kills it at
+// the end of the test if it still runs; a failed test shows the log.
+func startLogged(t *testing.T, cmd *exec.Cmd) nodeLog {
+	t.Helper()
 	log := nodeLog(filepath.Join(t.TempDir(), "node.log"))
 	out, err := os.Create(string(log))
 	require.NoError(t, err)
@@ -52,7 +60,7 @@ func startLimited(t *testing.T, soft, hard string, extra ...string) (*exec.Cmd, 
 			t.Logf("node log:\n%s", log)
 		}
 	})
-	return cmd, testcluster.LoggedAddr(t, log.String, 30*time.Second), log
+	return log
 }
 
 // openConns dials n connections that send nothing and stay open until the

@@ -7,7 +7,9 @@
 // --config file; the command line wins over the environment, which wins
 // over the file (parseFlags). See README.md for every flag. SIGTERM or
 // SIGINT stops it gracefully: stop accepting, finish in-flight requests
-// (bounded by --shutdown-timeout), close Pebble, exit 0.
+// (bounded by --shutdown-timeout), close Pebble, exit 0. SIGHUP rereads
+// the TLS files (--tls-cert, --tls-key, --peer-tls-ca) without a restart;
+// if they do not load, the ones in use stay and the error is logged.
 package main
 
 import (
@@ -83,7 +85,10 @@ func parseFlags(args []string, stdout io.Writer) (*settings, error) {
 	fs.StringVar(&cfg.Cluster, "cluster", "", "comma-separated `URLs` of all nodes, the same list on every node (empty: a cluster of one)")
 	fs.StringVar(&cfg.Self, "self", "", "this node's `URL` in --cluster (default http://<listen>)")
 	fs.StringVar(&cfg.ClusterSecret, "cluster-secret", "", "shared `secret` required on node-to-node requests (403 without it); visible to other local users in ps: prefer --cluster-secret-file")
-	fs.StringVar(&cfg.ClusterSecretFile, "cluster-secret-file", "", "`file` holding the shared secret, one line (mode 600); without a secret every address must be loopback")
+	fs.StringVar(&cfg.ClusterSecretFile, "cluster-secret-file", "", "`file` holding the shared secret, one line (mode 600); without a secret or --peer-tls-ca every address must be loopback")
+	fs.StringVar(&cfg.TLSCert, "tls-cert", "", "PEM `file` of this node's certificate chain, leaf first: the public listener then speaks only TLS, to clients and nodes, and this node calls the others over TLS (all nodes or none; reread on SIGHUP)")
+	fs.StringVar(&cfg.TLSKey, "tls-key", "", "PEM `file` of --tls-cert's private key (mode 600; reread on SIGHUP)")
+	fs.StringVar(&cfg.PeerTLSCA, "peer-tls-ca", "", "PEM `file` of the CA certificates node certificates chain to: mutual TLS between nodes, internal endpoints 403 without a client certificate from it; --tls-cert must then allow serverAuth and clientAuth (reread on SIGHUP)")
 	fs.DurationVar(&cfg.ReplicaTimeout, "replica-timeout", cfg.ReplicaTimeout, "deadline of one request's replica calls (dial, write, read)")
 	fs.DurationVar(&cfg.MaxClockSkew, "max-clock-skew", cfg.MaxClockSkew, "how far ahead of this node's clock another node's versions may be; a node further off from its peers refuses to coordinate writes")
 	fs.StringVar(&cfg.ReadRepair, "read-repair", cfg.ReadRepair, "what a GET does with stale replicas it finds: blocking (repair them before replying), async, off")
@@ -161,6 +166,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 	// Before the node derives its connection cap from the limit; logged
 	// once it started, so that a refused configuration stays one line.
 	nofile, nofileErr := raiseNoFile()
+	// Before the node starts: SIGHUP's default action ends the process,
+	// and a certificate renewal may signal a node that is still starting.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
 
 	n, err := node.Start(cfg)
 	if err != nil {
@@ -176,14 +186,20 @@ func run(args []string, stdout, stderr io.Writer) int {
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
 	code := 0
-	select {
-	case got := <-sig:
-		cfg.Logger.Info("shutting down", "signal", got.String())
-	case err := <-n.Failed():
-		// A node that accepts no connections must not look alive to a
-		// supervisor: stop cleanly, then exit non-zero.
-		cfg.Logger.Error("shutting down: the node stopped serving", "err", err)
-		code = 1
+	for stop := false; !stop; {
+		select {
+		case <-hup:
+			// Logged either way; a failed reload keeps the files in use.
+			_ = n.Reload()
+		case got := <-sig:
+			cfg.Logger.Info("shutting down", "signal", got.String())
+			stop = true
+		case err := <-n.Failed():
+			// A node that accepts no connections must not look alive to a
+			// supervisor: stop cleanly, then exit non-zero.
+			cfg.Logger.Error("shutting down: the node stopped serving", "err", err)
+			code, stop = 1, true
+		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), s.shutdown)
 	defer cancel()

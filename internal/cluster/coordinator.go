@@ -166,6 +166,7 @@ func NewCoordinator(topo Topology, clock *hlc.Clock, local *replica.Replica, o O
 			IdleTimeout: o.ScanIdleTimeout,
 			Secret:      o.Peer.Secret,
 			Dial:        o.Peer.Dial,
+			TLS:         o.Peer.TLS,
 			MaxKey:      o.MaxKeyBytes,
 			MaxEnvelope: o.MaxValueBytes + record.HeaderSize,
 		}),

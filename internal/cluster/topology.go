@@ -65,11 +65,18 @@ func ParseTopology(list, self string) (Topology, error) {
 }
 
 // normalizeURL accepts http://host:port (a trailing slash is dropped) and
-// nothing else: the list is compared textually across nodes.
+// nothing else: the list is compared textually across nodes, and ID
+// hashes it. The scheme is part of a node's name, not its transport:
+// under TLS (--tls-cert) the list stays http:// and package rpc sends to
+// the https:// form, so that turning TLS on or off keeps every data
+// directory's cluster identity (docs/security.md).
 func normalizeURL(s string) (string, error) {
 	u, err := url.Parse(strings.TrimSpace(s))
 	if err != nil {
 		return "", fmt.Errorf("bad node URL %q: %w", s, err)
+	}
+	if u.Scheme == "https" {
+		return "", fmt.Errorf("bad node URL %q: want http://host:port, also under TLS: the URL names the node, --tls-cert makes the nodes talk TLS (docs/security.md)", s)
 	}
 	if u.Scheme != "http" || u.Host == "" || u.Port() == "" || (u.Path != "" && u.Path != "/") || u.RawQuery != "" {
 		return "", fmt.Errorf("bad node URL %q: want http://host:port", s)

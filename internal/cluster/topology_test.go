@@ -37,7 +37,8 @@ func TestParseTopologyErrors(t *testing.T) {
 	tests := []struct{ name, list, self, errPart string }{
 		{"self not in list", "http://127.0.0.1:8080,http://127.0.0.1:8081", "http://127.0.0.1:9999", "not in --cluster"},
 		{"duplicate", "http://127.0.0.1:8080,http://127.0.0.1:8080/", "http://127.0.0.1:8080", "listed twice"},
-		{"https", "https://127.0.0.1:8080", "https://127.0.0.1:8080", "--self"},
+		{"https", "https://127.0.0.1:8080", "https://127.0.0.1:8080", "also under TLS"},
+		{"https member", "http://127.0.0.1:8080,https://127.0.0.1:8081", "http://127.0.0.1:8080", "--cluster: bad node URL \"https://127.0.0.1:8081\": want http://host:port, also under TLS"},
 		{"no port", "http://127.0.0.1", "http://127.0.0.1:8080", "--cluster"},
 		{"path", "http://127.0.0.1:8080/v0", "http://127.0.0.1:8080", "--cluster"},
 		{"query", "http://127.0.0.1:8080?x=1", "http://127.0.0.1:8080", "--cluster"},

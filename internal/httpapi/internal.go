@@ -7,19 +7,28 @@ import (
 
 	"github.com/dhtkv/dhtkv/internal/rpc"
 	"github.com/dhtkv/dhtkv/internal/scan"
+	"github.com/dhtkv/dhtkv/internal/tlsconf"
 )
 
 // The internal endpoints are package rpc's; this file only mounts them:
-// method, secret, and the transport of what rpc.Server returns.
+// method, authentication, and the transport of what rpc.Server returns.
 
-// authorized answers 403 and returns false when the request does not carry
-// the cluster secret the node requires, or, without one, does not come
-// from a loopback address.
+// authorized answers 403 and returns false unless the request comes from
+// another node: under mutual TLS, on a connection with a verified client
+// certificate; otherwise with the cluster secret the node requires, or,
+// without one, from a loopback address. Under mutual TLS a secret, if
+// set, is required too.
 func (s *Server) authorized(ctx *fasthttp.RequestCtx) bool {
-	if s.RPC.Secret == "" && !ctx.RemoteIP().IsLoopback() {
-		// Without a secret nothing authenticates a peer: only this
-		// machine's may call (node/security.go).
-		ctx.Error("forbidden: without --cluster-secret-file the internal endpoints answer only loopback peers\n", fasthttp.StatusForbidden)
+	switch {
+	case s.RequirePeerCert:
+		if !tlsconf.PeerVerified(ctx.TLSConnectionState()) {
+			ctx.Error("forbidden: the internal endpoints require a client certificate from --peer-tls-ca\n", fasthttp.StatusForbidden)
+			return false
+		}
+	case s.RPC.Secret == "" && !ctx.RemoteIP().IsLoopback():
+		// Without a secret or mutual TLS nothing authenticates a peer:
+		// only this machine's may call (node/security.go).
+		ctx.Error("forbidden: without --cluster-secret-file or --peer-tls-ca the internal endpoints answer only loopback peers\n", fasthttp.StatusForbidden)
 		return false
 	}
 	if s.RPC.Authorized(ctx.Request.Header.Peek(rpc.SecretHeader)) {

@@ -62,6 +62,13 @@ type Server struct {
 	// (default DefaultScanIdleTimeout). It replaces fasthttp's whole-
 	// response write deadline for streams, which may run for any time.
 	ScanIdleTimeout time.Duration
+	// RequirePeerCert makes the internal endpoints answer only requests
+	// on a TLS connection whose client certificate the handshake verified
+	// against --peer-tls-ca (mutual TLS: tlsconf.PeerVerified), in place
+	// of the loopback-only rule; the cluster secret, if set, is required
+	// as well. Public endpoints need no certificate. The default value is
+	// false.
+	RequirePeerCert bool
 
 	scans     scanRegistry // range streams in flight (entities.go)
 	bodyBytes atomic.Int64 // request body buffers held, in bytes (body.go)

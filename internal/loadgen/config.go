@@ -8,6 +8,7 @@
 package loadgen
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -15,6 +16,8 @@ import (
 	"net/url"
 	"strings"
 	"time"
+
+	"github.com/dhtkv/dhtkv/internal/tlsconf"
 )
 
 // Workload names which requests a run sends.
@@ -49,7 +52,7 @@ const (
 // Config describes one run. Zero values are not defaults: start from
 // DefaultConfig so that omitted settings match the command's flags.
 type Config struct {
-	Targets     []string // base URLs, e.g. http://127.0.0.1:8080; loopback only
+	Targets     []string // base URLs, e.g. http://127.0.0.1:8080 or https://; loopback only
 	Workload    Workload
 	ReadRatio   float64 // fraction of GETs in the mixed workload
 	Dist        Dist
@@ -71,6 +74,10 @@ type Config struct {
 	MaxRequests int64         // hard bound on requests sent by Run (0 = none)
 	Timeout     time.Duration // per request, from the moment it is sent
 	Seed        uint64        // 0 picks a time-based seed
+	// TLSCA names a PEM file of the CA certificates https:// targets'
+	// certificates must chain to (--tls-ca). Each connection handshakes
+	// once, when it is first used. Empty: the system's roots.
+	TLSCA string
 }
 
 // DefaultConfig returns the settings the command uses when no flag is given.
@@ -174,28 +181,51 @@ func (c *Config) Validate() error {
 }
 
 // TargetAddr validates a target base URL and returns its host:port. Only
-// plain http to a loopback host is accepted: this generator must never be
-// pointed at another machine.
+// http or https to a loopback host is accepted: this generator must never
+// be pointed at another machine.
 func TargetAddr(target string) (string, error) {
+	addr, _, err := parseTarget(target)
+	return addr, err
+}
+
+// parseTarget is TargetAddr, and whether the target is https.
+func parseTarget(target string) (addr string, https bool, err error) {
 	u, err := url.Parse(target)
 	if err != nil {
-		return "", fmt.Errorf("target %q: %w", target, err)
+		return "", false, fmt.Errorf("target %q: %w", target, err)
 	}
-	if u.Scheme != "http" {
-		return "", fmt.Errorf("target %q: scheme must be http", target)
+	port := "80"
+	switch u.Scheme {
+	case "http":
+	case "https":
+		https, port = true, "443"
+	default:
+		return "", false, fmt.Errorf("target %q: scheme must be http or https", target)
 	}
 	if (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.User != nil {
-		return "", fmt.Errorf("target %q: must be a base URL like http://127.0.0.1:8080", target)
+		return "", false, fmt.Errorf("target %q: must be a base URL like http://127.0.0.1:8080", target)
 	}
 	host := u.Hostname()
 	if !isLoopbackHost(host) {
-		return "", fmt.Errorf("target %q: host %q is not a loopback address (127.0.0.0/8, localhost, ::1); load may only be sent to this machine", target, host)
+		return "", false, fmt.Errorf("target %q: host %q is not a loopback address (127.0.0.0/8, localhost, ::1); load may only be sent to this machine", target, host)
 	}
-	port := u.Port()
-	if port == "" {
-		port = "80"
+	if u.Port() != "" {
+		port = u.Port()
 	}
-	return net.JoinHostPort(host, port), nil
+	return net.JoinHostPort(host, port), https, nil
+}
+
+// tlsConfig is the configuration of connections to https targets.
+func (c *Config) tlsConfig() (*tls.Config, error) {
+	conf := &tls.Config{MinVersion: tls.VersionTLS12}
+	if c.TLSCA == "" {
+		return conf, nil
+	}
+	var err error
+	if conf.RootCAs, err = tlsconf.LoadPool(c.TLSCA); err != nil {
+		return nil, fmt.Errorf("tls ca: %w", err)
+	}
+	return conf, nil
 }
 
 func isLoopbackHost(host string) bool {

@@ -55,7 +55,7 @@ type requestGen struct {
 	keys      keyGen
 	workload  Workload
 	readRatio float64
-	prefix    []byte // http://host:port/v0/entity?id=k
+	prefix    []byte // http[s]://host:port/v0/entity?id=k
 	suffix    []byte // &ack=A&from=F, or empty
 	uri       []byte
 }
@@ -63,9 +63,13 @@ type requestGen struct {
 // newRequestGen builds the generator of one worker. seq distinguishes the
 // random streams of workers that share a seed.
 func newRequestGen(c *Config, target string, seed, seq uint64) (*requestGen, error) {
-	addr, err := TargetAddr(target)
+	addr, https, err := parseTarget(target)
 	if err != nil {
 		return nil, err
+	}
+	scheme := "http://"
+	if https {
+		scheme = "https://"
 	}
 	r := rand.New(rand.NewPCG(seed, seq))
 	keys, err := newKeyGen(c, r)
@@ -77,7 +81,7 @@ func newRequestGen(c *Config, target string, seed, seq uint64) (*requestGen, err
 		keys:      keys,
 		workload:  c.Workload,
 		readRatio: c.ReadRatio,
-		prefix:    []byte("http://" + addr + "/v0/entity?id=k"),
+		prefix:    []byte(scheme + addr + "/v0/entity?id=k"),
 		suffix:    ackFromSuffix(c.Ack, c.From),
 	}
 	g.uri = make([]byte, 0, len(g.prefix)+20+len(g.suffix))

@@ -32,14 +32,20 @@ func newWorkers(cfg *Config, seed uint64) ([]*worker, error) {
 	for i := range cfg.Connections {
 		perTarget[i%len(cfg.Targets)]++
 	}
+	tlsConf, err := cfg.tlsConfig()
+	if err != nil {
+		return nil, err
+	}
 	clients := make([]*fasthttp.HostClient, len(cfg.Targets))
 	for i, t := range cfg.Targets {
-		addr, err := TargetAddr(t)
+		addr, https, err := parseTarget(t)
 		if err != nil {
 			return nil, err
 		}
 		clients[i] = &fasthttp.HostClient{
 			Addr:         addr,
+			IsTLS:        https,
+			TLSConfig:    tlsConf,
 			Name:         "dhtkv-load",
 			MaxConns:     perTarget[i],
 			ReadTimeout:  cfg.Timeout,

@@ -143,12 +143,12 @@ func TestAckFromOnTheWire(t *testing.T) {
 
 func TestLoopbackOnly(t *testing.T) {
 	for _, good := range []string{"http://127.0.0.1:8080", "http://127.1.2.3:80", "http://localhost:8080",
-		"http://[::1]:8080", "http://127.0.0.1", "http://127.0.0.1:8080/"} {
+		"http://[::1]:8080", "http://127.0.0.1", "http://127.0.0.1:8080/", "https://127.0.0.1:8443", "https://localhost"} {
 		_, err := TargetAddr(good)
 		ok(t, err == nil, "%s refused: %v", good, err)
 	}
 	for _, bad := range []string{"http://10.0.0.1:80", "http://192.168.1.1:8080", "http://example.com:80",
-		"http://0.0.0.0:8080", "http://[::]:8080", "https://127.0.0.1:8080", "127.0.0.1:8080",
+		"http://0.0.0.0:8080", "http://[::]:8080", "https://10.0.0.1:8443", "ftp://127.0.0.1:21", "127.0.0.1:8080",
 		"http://127.0.0.1:8080/v0/entity"} {
 		_, err := TargetAddr(bad)
 		ok(t, err != nil, "%s accepted", bad)

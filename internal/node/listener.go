@@ -92,7 +92,9 @@ func DefaultMaxConnections(nofile uint64, clusterSize, peerConns int) int {
 
 // limitListener caps the connections accepted from its inner listener:
 // at most maxConns at once (0: no cap) and at most perIP from one address (0:
-// no cap). A connection counts from Accept until its first Close.
+// no cap). A connection counts from Accept until its first Close. Under
+// TLS it sits below the TLS listener: a tls.Conn's Close closes the
+// limitConn it wraps, so the count is the same.
 //
 // Invariant: open equals the number of accepted connections not yet
 // closed, and byIP[a] the number of those from address a (an address
@@ -101,6 +103,7 @@ type limitListener struct {
 	net.Listener
 	maxConns  int
 	perIP     int
+	silent    bool // close refused connections without an answer (TLS)
 	log       *slog.Logger
 	instr     listenerMetrics
 	done      chan struct{} // closed by Close: ends an accept retry wait
@@ -118,9 +121,12 @@ type listenerMetrics struct {
 	retries prometheus.Counter
 }
 
-func newLimitListener(inner net.Listener, maxConns, perIP int, reg prometheus.Registerer, log *slog.Logger) *limitListener {
+// newLimitListener wraps inner. Under TLS (tlsAbove) a refused connection
+// is closed without the plain-text answer, which a TLS client would only
+// see as a malformed record; it then fails its handshake on the close.
+func newLimitListener(inner net.Listener, maxConns, perIP int, tlsAbove bool, reg prometheus.Registerer, log *slog.Logger) *limitListener {
 	l := &limitListener{
-		Listener: inner, maxConns: maxConns, perIP: perIP, log: log,
+		Listener: inner, maxConns: maxConns, perIP: perIP, silent: tlsAbove, log: log,
 		done: make(chan struct{}), byIP: map[netip.Addr]int{},
 		instr: listenerMetrics{
 			refused: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -143,7 +149,7 @@ func newLimitListener(inner net.Listener, maxConns, perIP int, reg prometheus.Re
 }
 
 // Accept returns the next connection within the caps. Connections beyond
-// a cap get a one-line 503 or 429 and are closed here; fasthttp never
+// a cap get a one-line 503 or 429 (none under TLS) and are closed here; fasthttp never
 // sees them. Accept errors that mean "out of descriptors or memory for
 // now" are waited out, so the loop keeps going once connections close;
 // any other error is returned (fasthttp's Serve then returns it).
@@ -173,8 +179,10 @@ func (l *limitListener) Accept() (net.Conn, error) {
 		addr := remoteAddr(c)
 		if reason := l.admit(addr); reason != "" {
 			l.instr.refused.WithLabelValues(reason).Inc()
-			_ = c.SetWriteDeadline(time.Now().Add(refuseWriteTimeout))
-			_, _ = c.Write(refusals[reason])
+			if !l.silent {
+				_ = c.SetWriteDeadline(time.Now().Add(refuseWriteTimeout))
+				_, _ = c.Write(refusals[reason])
+			}
 			_ = c.Close()
 			continue
 		}

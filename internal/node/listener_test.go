@@ -92,7 +92,7 @@ func TestLimitListenerRetriesExhaustion(t *testing.T) {
 		acceptResult{err: emfile()},
 		acceptResult{conn: server},
 		acceptResult{err: other},
-	), 0, 0, nil, log)
+	), 0, 0, false, nil, log)
 	c, err := l.Accept()
 	require.NoError(t, err)
 	require.NoError(t, c.Close())
@@ -109,7 +109,7 @@ func TestLimitListenerCloseEndsRetryWait(t *testing.T) {
 	for i := range rs {
 		rs[i].err = emfile()
 	}
-	l := newLimitListener(newFakeListener(rs...), 0, 0, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	l := newLimitListener(newFakeListener(rs...), 0, 0, false, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	done := make(chan error, 1)
 	go func() {
 		_, err := l.Accept()

@@ -6,6 +6,7 @@ package node
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -30,6 +31,7 @@ import (
 	"github.com/dhtkv/dhtkv/internal/replica"
 	"github.com/dhtkv/dhtkv/internal/rpc"
 	"github.com/dhtkv/dhtkv/internal/store"
+	"github.com/dhtkv/dhtkv/internal/tlsconf"
 )
 
 // Config is everything a node is built from; cmd/dhtkv fills it from its
@@ -118,6 +120,28 @@ type Config struct {
 	// (--cluster-secret-file; keep it mode 600). The default value is
 	// empty: none.
 	ClusterSecretFile string
+	// TLSCert names a PEM file of this node's certificate chain, leaf
+	// first (--tls-cert). With it the public listener speaks only TLS,
+	// to clients and other nodes alike, and this node calls the other
+	// nodes over TLS: every node of a cluster has TLS or none has. The
+	// --cluster URLs stay http://host:port, the nodes' names
+	// (docs/security.md). Reload reads it again. The default value is
+	// empty: plain HTTP.
+	TLSCert string
+	// TLSKey names the PEM file of TLSCert's private key (--tls-key; keep
+	// it mode 600). Given with TLSCert or not at all. The default value
+	// is empty.
+	TLSKey string
+	// PeerTLSCA names a PEM bundle of the CAs node certificates chain to
+	// (--peer-tls-ca): mutual TLS between nodes. This node then presents
+	// TLSCert when it calls another node, which must therefore allow
+	// both the serverAuth and clientAuth extended key usages, accepts a
+	// server certificate chaining to the bundle, and its internal
+	// endpoints answer only connections with a client certificate that
+	// chains to it (403 otherwise). It authenticates nodes as the
+	// cluster secret does (security.go). It needs TLSCert; Reload reads
+	// it again. The default value is empty: no mutual TLS.
+	PeerTLSCA string
 	// ReplicaTimeout is one request's deadline for its replica calls
 	// (--replica-timeout; 504 beyond). The default value is 300 ms.
 	ReplicaTimeout time.Duration
@@ -265,6 +289,7 @@ type Node struct {
 	coord    *cluster.Coordinator
 	registry *prometheus.Registry
 	api      *httpapi.Server
+	certs    *tlsconf.Certs // nil without TLS
 
 	srv      *fasthttp.Server
 	ln       *limitListener
@@ -302,6 +327,13 @@ func New(cfg Config) (_ *Node, err error) {
 	if secretWarning != "" {
 		log.Warn(secretWarning)
 	}
+	certs, tlsWarning, err := loadTLS(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if tlsWarning != "" {
+		log.Warn(tlsWarning)
+	}
 	if err := checkExposure(cfg, topo); err != nil {
 		return nil, err
 	}
@@ -331,7 +363,11 @@ func New(cfg Config) (_ *Node, err error) {
 		return nil, err
 	}
 	clock.SetMaxAhead(cfg.MaxClockSkew)
-	n := &Node{cfg: cfg, log: log, registry: metrics.NewRegistry(), served: make(chan error, 1), failed: make(chan error, 1)}
+	n := &Node{cfg: cfg, log: log, certs: certs, registry: metrics.NewRegistry(), served: make(chan error, 1), failed: make(chan error, 1)}
+	var peerTLS *tls.Config
+	if certs != nil {
+		peerTLS = certs.ClientConfig()
+	}
 	defer func() {
 		if err != nil {
 			n.closeStorage()
@@ -385,7 +421,7 @@ func New(cfg Config) (_ *Node, err error) {
 		MaxKeyBytes:     cfg.MaxKeyBytes,
 		MaxValueBytes:   cfg.MaxValueBytes,
 		Peer: rpc.PeerOptions{
-			Timeout: cfg.ReplicaTimeout, Conns: cfg.PeerConns, Secret: cfg.ClusterSecret, Dial: cfg.PeerDial,
+			Timeout: cfg.ReplicaTimeout, Conns: cfg.PeerConns, Secret: cfg.ClusterSecret, Dial: cfg.PeerDial, TLS: peerTLS,
 			// Peers run with the same limits: a batch stays within their
 			// request body limit below.
 			MaxBatchBytes: min(256<<10, cfg.maxBatchBytes()),
@@ -422,6 +458,7 @@ func New(cfg Config) (_ *Node, err error) {
 		},
 		Started:         time.Now(),
 		ScanIdleTimeout: cfg.WriteTimeout,
+		RequirePeerCert: certs != nil && certs.Mutual(),
 	}
 	n.srv = &fasthttp.Server{
 		Handler:      n.api.Handler,
@@ -543,7 +580,7 @@ func (n *Node) Serve() error {
 	if err != nil {
 		return fmt.Errorf("listen %s: %w", cfg.Listen, err)
 	}
-	n.ln = newLimitListener(ln, cfg.MaxConnections, cfg.MaxConnectionsPerIP, n.registry, n.log)
+	n.ln = newLimitListener(ln, cfg.MaxConnections, cfg.MaxConnectionsPerIP, n.certs != nil, n.registry, n.log)
 	if cfg.AdminListen != "" {
 		if n.adminLn, err = net.Listen("tcp", cfg.AdminListen); err != nil {
 			n.ln.Close()
@@ -570,8 +607,19 @@ func (n *Node) Serve() error {
 	// listener yet, and a Serve that starts later would then run handlers
 	// against a closed store. Return only once Serve is accepting.
 	ready := &readyListener{Listener: n.ln, ready: make(chan struct{})}
+	var served net.Listener = ready
+	if n.certs != nil {
+		// What fasthttp's ServeTLS does, without the clone of
+		// Server.TLSConfig: the listener wraps each connection in a
+		// tls.Conn, whose handshake fasthttp runs in the connection's
+		// worker within ReadTimeout and WriteTimeout (getNextProto), and
+		// RequestCtx.TLSConnectionState finds it. The limit listener
+		// underneath still counts every connection until tls.Conn's
+		// Close closes it.
+		served = tls.NewListener(ready, n.certs.ServerConfig())
+	}
 	go func() {
-		err := n.srv.Serve(ready)
+		err := n.srv.Serve(served)
 		if !n.stopping.Load() {
 			// fasthttp's Serve returns only when its listener fails (the
 			// limit listener already waits out descriptor exhaustion) or
@@ -589,7 +637,8 @@ func (n *Node) Serve() error {
 	topo := n.coord.Topology()
 	n.log.Info("dhtkv node started", "listen", n.ln.Addr().String(), "admin", cfg.AdminListen,
 		"data_dir", cfg.DataDir, "self", topo.Nodes[topo.Self], "cluster_size", topo.Size(), "sync", cfg.Sync,
-		"version", buildinfo.Version(), "max_connections", cfg.MaxConnections, "max_connections_per_ip", cfg.MaxConnectionsPerIP)
+		"version", buildinfo.Version(), "max_connections", cfg.MaxConnections, "max_connections_per_ip", cfg.MaxConnectionsPerIP,
+		"tls", tlsMode(n.certs))
 	return nil
 }
 

@@ -12,11 +12,12 @@ import (
 
 // Secure by default (docs/security.md): node-to-node requests can carry
 // any version, so whoever reaches the internal endpoints can overwrite any
-// key. Without authentication (a cluster secret) a node therefore serves
-// only loopback: it refuses to start when its listener or any member of
-// its cluster is not a loopback address, and its internal endpoints
-// answer only loopback peers (httpapi). A local cluster, as make
-// run-cluster and the tests start, needs no setup.
+// key. Without authentication (a cluster secret, or mutual TLS:
+// --peer-tls-ca) a node therefore serves only loopback: it refuses to
+// start when its listener or any member of its cluster is not a loopback
+// address, and its internal endpoints answer only loopback peers
+// (httpapi). A local cluster, as make run-cluster and the tests start,
+// needs no setup.
 
 // loadSecret sets cfg.ClusterSecret from ClusterSecretFile, if given. The
 // file holds the secret, one line; a trailing newline is dropped. A file
@@ -28,10 +29,6 @@ func loadSecret(cfg *Config) (warning string, err error) {
 	if cfg.ClusterSecret != "" {
 		return "", fmt.Errorf("--cluster-secret and --cluster-secret-file: give one")
 	}
-	info, err := os.Stat(cfg.ClusterSecretFile)
-	if err != nil {
-		return "", fmt.Errorf("--cluster-secret-file: %w", err)
-	}
 	b, err := os.ReadFile(cfg.ClusterSecretFile)
 	if err != nil {
 		return "", fmt.Errorf("--cluster-secret-file: %w", err)
@@ -41,19 +38,31 @@ func loadSecret(cfg *Config) (warning string, err error) {
 		return "", fmt.Errorf("--cluster-secret-file %s: want one non-empty line", cfg.ClusterSecretFile)
 	}
 	cfg.ClusterSecret = secret
-	if info.Mode().Perm()&0o077 != 0 {
-		warning = fmt.Sprintf("--cluster-secret-file %s is readable by other users (mode %v): chmod 600 it", cfg.ClusterSecretFile, info.Mode().Perm())
+	if mode, open := readableByOthers(cfg.ClusterSecretFile); open {
+		warning = fmt.Sprintf("--cluster-secret-file %s is readable by other users (mode %v): chmod 600 it", cfg.ClusterSecretFile, mode)
 	}
 	return warning, nil
 }
 
-// checkExposure refuses, without a cluster secret, a listener or a member
-// that is not a loopback address.
+// readableByOthers reports whether a file's mode lets users other than
+// its owner read it (group or others bits), and the mode. A file that
+// cannot be stated is not reported: reading it fails with the reason.
+func readableByOthers(path string) (os.FileMode, bool) {
+	info, err := os.Stat(path)
+	if err != nil {
+		return 0, false
+	}
+	return info.Mode().Perm(), info.Mode().Perm()&0o077 != 0
+}
+
+// checkExposure refuses, without node-to-node authentication (a cluster
+// secret or mutual TLS), a listener or a member that is not a loopback
+// address.
 func checkExposure(cfg Config, topo cluster.Topology) error {
-	if cfg.ClusterSecret != "" {
+	if cfg.ClusterSecret != "" || cfg.PeerTLSCA != "" {
 		return nil
 	}
-	const why = "without --cluster-secret-file, nodes accept writes of any version from whoever reaches them, so every address must be loopback (docs/security.md)"
+	const why = "without --cluster-secret-file or --peer-tls-ca, nodes accept writes of any version from whoever reaches them, so every address must be loopback (docs/security.md)"
 	if !loopbackHostPort(cfg.Listen) {
 		return fmt.Errorf("refusing to listen on %s: %s", cfg.Listen, why)
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/dhtkv/dhtkv/internal/cluster"
 	"github.com/dhtkv/dhtkv/internal/rpc"
+	"github.com/dhtkv/dhtkv/internal/testpki"
 )
 
 func TestLoopbackHostPort(t *testing.T) {
@@ -28,21 +29,22 @@ func TestLoopbackHostPort(t *testing.T) {
 func TestCheckExposure(t *testing.T) {
 	topo := func(nodes ...string) cluster.Topology { return cluster.Topology{Nodes: nodes} }
 	for _, tc := range []struct {
-		name, listen, secret string
-		members              []string
-		err                  string
+		name, listen, secret, peerCA string
+		members                      []string
+		err                          string
 	}{
-		{"local", "127.0.0.1:8080", "", []string{"http://127.0.0.1:8080", "http://127.0.0.1:8081"}, ""},
-		{"all interfaces", ":8080", "", []string{"http://127.0.0.1:8080"}, "refusing to listen on :8080"},
-		{"remote member", "127.0.0.1:8080", "", []string{"http://127.0.0.1:8080", "http://10.1.2.3:8080"}, "refusing cluster member http://10.1.2.3:8080"},
-		{"remote with a secret", "0.0.0.0:8080", "s3cret", []string{"http://10.1.2.3:8080"}, ""},
+		{"local", "127.0.0.1:8080", "", "", []string{"http://127.0.0.1:8080", "http://127.0.0.1:8081"}, ""},
+		{"all interfaces", ":8080", "", "", []string{"http://127.0.0.1:8080"}, "refusing to listen on :8080"},
+		{"remote member", "127.0.0.1:8080", "", "", []string{"http://127.0.0.1:8080", "http://10.1.2.3:8080"}, "refusing cluster member http://10.1.2.3:8080"},
+		{"remote with a secret", "0.0.0.0:8080", "s3cret", "", []string{"http://10.1.2.3:8080"}, ""},
+		{"remote with mutual TLS", "0.0.0.0:8080", "", "ca.pem", []string{"http://10.1.2.3:8080"}, ""},
 	} {
-		err := checkExposure(Config{Listen: tc.listen, ClusterSecret: tc.secret}, topo(tc.members...))
+		err := checkExposure(Config{Listen: tc.listen, ClusterSecret: tc.secret, PeerTLSCA: tc.peerCA}, topo(tc.members...))
 		if tc.err == "" {
 			require.NoError(t, err, tc.name)
 		} else {
 			require.ErrorContains(t, err, tc.err, tc.name)
-			require.ErrorContains(t, err, "--cluster-secret-file", tc.name)
+			require.ErrorContains(t, err, "--cluster-secret-file or --peer-tls-ca", tc.name)
 		}
 	}
 }
@@ -94,9 +96,54 @@ func TestNewRefusesExposedNodeWithoutSecret(t *testing.T) {
 	require.NoError(t, n.Close())
 }
 
+// TestNewServesExposedNodeWithMutualTLS: mutual TLS lifts the
+// loopback-only rule as a secret does; TLS without --peer-tls-ca does not.
+func TestNewServesExposedNodeWithMutualTLS(t *testing.T) {
+	ca := testpki.NewCA(t, "cluster")
+	cfg := DefaultConfig()
+	cfg.DataDir = filepath.Join(t.TempDir(), "d")
+	cfg.Listen = "0.0.0.0:0"
+	cfg.TLSCert, cfg.TLSKey, _ = ca.Issue("node")
+	_, err := New(cfg)
+	require.ErrorContains(t, err, "refusing to listen on 0.0.0.0:0", "TLS without --peer-tls-ca authenticates no node")
+	cfg.PeerTLSCA = ca.File
+	n, err := New(cfg)
+	require.NoError(t, err)
+	require.NoError(t, n.Close())
+}
+
+// TestLoadTLSFlags: the TLS flags' combinations a node refuses to start
+// with, each with the reason.
+func TestLoadTLSFlags(t *testing.T) {
+	ca := testpki.NewCA(t, "cluster")
+	cert, key, _ := ca.Issue("node")
+	require.NoError(t, os.Chmod(key, 0o640))
+	for _, tc := range []struct {
+		name, cert, key, ca, err string
+	}{
+		{"no key", cert, "", "", "--tls-cert and --tls-key: give both"},
+		{"no certificate", "", key, "", "--tls-cert and --tls-key: give both"},
+		{"CA alone", "", "", ca.File, "--peer-tls-ca needs --tls-cert and --tls-key"},
+		{"CA and key", "", key, ca.File, "--peer-tls-ca needs --tls-cert and --tls-key"},
+		{"swapped", key, cert, "", "--tls-cert"},
+	} {
+		_, _, err := loadTLS(Config{TLSCert: tc.cert, TLSKey: tc.key, PeerTLSCA: tc.ca})
+		require.ErrorContains(t, err, tc.err, tc.name)
+	}
+	certs, warning, err := loadTLS(Config{})
+	require.NoError(t, err)
+	require.Nil(t, certs, "no TLS")
+	require.Empty(t, warning)
+	certs, warning, err = loadTLS(Config{TLSCert: cert, TLSKey: key, PeerTLSCA: ca.File})
+	require.NoError(t, err)
+	require.True(t, certs.Mutual())
+	require.Contains(t, warning, "--tls-key "+key+" is readable by other users (mode -rw-r-----)")
+}
+
 // TestInternalEndpointsLoopbackOnly: without a secret the internal
 // endpoints answer 403 to a peer that is not on loopback, whatever it
-// sends; from loopback they serve.
+// sends; from loopback they serve. Under mutual TLS a request without a
+// verified client certificate gets 403 from loopback too.
 func TestInternalEndpointsLoopbackOnly(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.DataDir = filepath.Join(t.TempDir(), "d")
@@ -104,6 +151,13 @@ func TestInternalEndpointsLoopbackOnly(t *testing.T) {
 	n, err := New(cfg)
 	require.NoError(t, err)
 	defer n.Close()
+	ca := testpki.NewCA(t, "cluster")
+	cfg.DataDir = filepath.Join(t.TempDir(), "m")
+	cfg.TLSCert, cfg.TLSKey, _ = ca.Issue("node")
+	cfg.PeerTLSCA = ca.File
+	mutual, err := New(cfg)
+	require.NoError(t, err)
+	defer mutual.Close()
 	for _, tc := range []struct {
 		ip   string
 		want int
@@ -119,6 +173,12 @@ func TestInternalEndpointsLoopbackOnly(t *testing.T) {
 			ctx.Init(&req, &net.TCPAddr{IP: net.ParseIP(tc.ip), Port: 5000}, nil)
 			n.Handler()(&ctx)
 			require.Equal(t, tc.want, ctx.Response.StatusCode(), "%s from %s: %s", path, tc.ip, ctx.Response.Body())
+
+			var mctx fasthttp.RequestCtx
+			mctx.Init(&req, &net.TCPAddr{IP: net.ParseIP(tc.ip), Port: 5000}, nil)
+			mutual.Handler()(&mctx)
+			require.Equal(t, 403, mctx.Response.StatusCode(), "mutual TLS: %s from %s", path, tc.ip)
+			require.Equal(t, "forbidden: the internal endpoints require a client certificate from --peer-tls-ca\n", string(mctx.Response.Body()))
 		}
 	}
 }

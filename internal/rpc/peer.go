@@ -2,6 +2,7 @@ package rpc
 
 import (
 	"bytes"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -51,6 +52,23 @@ type PeerOptions struct {
 	// Dial connects to a peer's host:port within timeout (default: TCP).
 	// Tests route node-to-node traffic through fault injectors with it.
 	Dial func(addr string, timeout time.Duration) (net.Conn, error)
+	// TLS, when set, makes every connection to the peer TLS with this
+	// configuration, set up over what Dial returns (the node passes its
+	// client configuration under --tls-cert: the peer's listener then
+	// speaks only TLS). The peer keeps its http:// URL as its name in
+	// errors and metrics; only the transport changes (see transportURL).
+	// The default value is nil: plain HTTP.
+	TLS *tls.Config
+}
+
+// transportURL is the URL requests to the node named baseURL
+// (http://host:port, its identity in the cluster list) are sent to:
+// https://host:port when TLS is on.
+func transportURL(baseURL string, tlsConf *tls.Config) string {
+	if tlsConf == nil {
+		return baseURL
+	}
+	return "https://" + strings.TrimPrefix(baseURL, "http://")
 }
 
 // queueLen bounds the calls waiting for a sender. A full queue fails a call
@@ -78,7 +96,8 @@ const queueLen = 4096
 // lane's batch is in flight its next calls gather in the queue, so the
 // batch grows with the load by itself, without any timer.
 type Peer struct {
-	url      string
+	url      string // the peer's name: its http:// URL in the cluster list
+	base     string // where requests go: url, or its https:// form (transportURL)
 	batchURL string
 	client   *fasthttp.HostClient
 	bulk     *fasthttp.HostClient // summary exchanges (summary.go), apart from the batches' deadlines
@@ -109,8 +128,9 @@ func laneOf(kind byte) int {
 	return laneRead
 }
 
-// NewPeer prepares the client for baseURL (http://host:port) and starts its
-// senders; Close stops them. m may be nil (nothing is counted).
+// NewPeer prepares the client for baseURL (http://host:port, whether or not
+// o.TLS is set) and starts its senders; Close stops them. m may be nil
+// (nothing is counted).
 func NewPeer(baseURL string, o PeerOptions, m *Metrics) *Peer {
 	addr := strings.TrimPrefix(baseURL, "http://")
 	if o.Timeout <= 0 {
@@ -130,9 +150,11 @@ func NewPeer(baseURL string, o PeerOptions, m *Metrics) *Peer {
 	if o.MaxBatchBytes <= 0 {
 		o.MaxBatchBytes = 256 << 10
 	}
+	base := transportURL(baseURL, o.TLS)
 	p := &Peer{
 		url:      baseURL,
-		batchURL: baseURL + BatchPath,
+		base:     base,
+		batchURL: base + BatchPath,
 		secret:   o.Secret,
 		maxBatch: o.MaxBatchBytes,
 		batchOps: m.batchOpsFor(baseURL),
@@ -175,6 +197,10 @@ func NewPeer(baseURL string, o PeerOptions, m *Metrics) *Peer {
 			WriteTimeout:             timeout,
 			MaxIdleConnDuration:      30 * time.Second,
 			NoDefaultUserAgentHeader: true,
+			// fasthttp handshakes within WriteTimeout after the dial,
+			// and refuses a request whose scheme disagrees with IsTLS.
+			IsTLS:     o.TLS != nil,
+			TLSConfig: o.TLS,
 		},
 	}
 	if o.SummaryTimeout <= 0 {
@@ -191,6 +217,8 @@ func NewPeer(baseURL string, o PeerOptions, m *Metrics) *Peer {
 		MaxIdleConnDuration:      30 * time.Second,
 		MaxResponseBodySize:      2 * SummaryAnswerBytes,
 		NoDefaultUserAgentHeader: true,
+		IsTLS:                    o.TLS != nil,
+		TLSConfig:                o.TLS,
 	}
 	for l := range p.lanes {
 		p.lanes[l] = make(chan *call, queueLen)

@@ -250,7 +250,7 @@ func (p *Peer) Summary(body []byte, deadline time.Time) ([]byte, error) {
 	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseRequest(req)
 	defer fasthttp.ReleaseResponse(resp)
-	req.SetRequestURI(p.url + SummaryPath)
+	req.SetRequestURI(p.base + SummaryPath)
 	req.Header.SetMethod(fasthttp.MethodPost)
 	if p.secret != "" {
 		req.Header.Set(SecretHeader, p.secret)

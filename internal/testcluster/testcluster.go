@@ -13,6 +13,7 @@ package testcluster
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -36,6 +37,7 @@ import (
 	"github.com/dhtkv/dhtkv/internal/cluster"
 	"github.com/dhtkv/dhtkv/internal/faultnet"
 	"github.com/dhtkv/dhtkv/internal/node"
+	"github.com/dhtkv/dhtkv/internal/testpki"
 )
 
 // Cluster is a set of nodes that know each other.
@@ -96,11 +98,32 @@ func start(t testing.TB, ports []int, opts []Option) *Cluster {
 	return c
 }
 
+// MutualTLS gives every node a certificate of its own from ca (both
+// extended key usages) and --peer-tls-ca ca: TLS on every listener and
+// mutual TLS between the nodes. Send requests to Endpoint(i), with a
+// client from NewTLSClient.
+func MutualTLS(ca *testpki.CA) Option {
+	return func(i int, c *node.Config) {
+		c.TLSCert, c.TLSKey, _ = ca.Issue(fmt.Sprintf("node%d-%s", i+1, strings.ReplaceAll(c.Listen, ":", "-")))
+		c.PeerTLSCA = ca.File
+	}
+}
+
 // Size is the number of nodes.
 func (c *Cluster) Size() int { return len(c.cfgs) }
 
-// URL is node i's base URL.
+// URL is node i's base URL: its name in the cluster list, always
+// http://.
 func (c *Cluster) URL(i int) string { return "http://" + c.cfgs[i].Listen }
+
+// Endpoint is where requests to node i go: URL(i), or its https:// form
+// when the node serves TLS.
+func (c *Cluster) Endpoint(i int) string {
+	if c.cfgs[i].TLSCert != "" {
+		return "https://" + c.cfgs[i].Listen
+	}
+	return c.URL(i)
+}
 
 // Config returns node i's configuration.
 func (c *Cluster) Config(i int) node.Config { return c.cfgs[i] }
@@ -187,6 +210,12 @@ func NewClient() *Client {
 	return &Client{HTTP: &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}}
 }
 
+// NewTLSClient is NewClient over TLS with cfg (testpki.CA.ClientConfig
+// makes one).
+func NewTLSClient(cfg *tls.Config) *Client {
+	return &Client{HTTP: &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64, TLSClientConfig: cfg}}}
+}
+
 // EntityURL builds /v0/entity?id=key[&ack=a&from=f] (ack/from 0: omitted).
 func EntityURL(base, key string, ack, from int) string {
 	u := base + "/v0/entity?id=" + url.QueryEscape(key)
@@ -270,6 +299,15 @@ var (
 // the bind (the suite runs packages in parallel).
 func LoggedAddr(t testing.TB, log func() string, timeout time.Duration) string {
 	t.Helper()
+	addr := LoggedListen(t, log, timeout)
+	WaitReady(t, "http://"+addr, timeout)
+	return addr
+}
+
+// LoggedListen is LoggedAddr without the wait for an answer: for a node
+// that does not answer plain HTTP (TLS), whose test waits its own way.
+func LoggedListen(t testing.TB, log func() string, timeout time.Duration) string {
+	t.Helper()
 	var addr string
 	require.Eventually(t, func() bool {
 		m := startedRE.FindStringSubmatch(log())
@@ -278,7 +316,6 @@ func LoggedAddr(t testing.TB, log func() string, timeout time.Duration) string {
 		}
 		return m != nil
 	}, timeout, 10*time.Millisecond, "the node logs its address once it listens")
-	WaitReady(t, "http://"+addr, timeout)
 	return addr
 }
 
