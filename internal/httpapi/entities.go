@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"strconv"
 	"sync"
 	"time"
 
@@ -22,37 +23,64 @@ import (
 // DefaultScanIdleTimeout is used when Server.ScanIdleTimeout is zero.
 const DefaultScanIdleTimeout = 30 * time.Second
 
+// MaxScanLimit is the largest limit a range scan accepts. A scan streams,
+// so its memory does not depend on the limit; the bound keeps the
+// parameter a number every client's integers hold (it fits in 32 bits).
+const MaxScanLimit = 1_000_000_000
+
+// firstKey is the start of a range whose start is omitted: the smallest
+// key there can be, since keys are never empty. It is sent on to the other
+// nodes of a cluster scan as an explicit start, which their internal
+// stream endpoint requires.
+const firstKey = "\x00"
+
 // rangeParams is the parsed query of /v0/entities.
 type rangeParams struct {
-	start, end []byte // end nil: to the last key; both alias the request
+	start, end []byte // start never empty (firstKey if omitted); end nil: to the last key; both alias the request
 	format     scan.Format
+	limit      uint64 // at most this many live records; 0: no limit
 	cluster    bool
 	ack, from  int
 }
 
-// parseRange applies the contract: start is required and non-empty; end,
-// when present, must be non-empty too (an empty end would be an empty
-// range, more likely a client bug than an intent); format and scope are
-// closed sets; ack/from follow the entity rules and only mean something
-// with scope=cluster.
+// parseRange applies the contract (docs/range-scans.md): start, when
+// present, must be non-empty, and when omitted the range starts at the
+// first key; end, when present, must be non-empty too (an empty bound is
+// more likely a client bug than an intent); limit, when present, is a
+// whole number from 1 to MaxScanLimit; format and scope are closed sets;
+// ack/from follow the entity rules and only mean something with
+// scope=cluster.
 func parseRange(args *fasthttp.Args, replicas, maxKey int) (rangeParams, *apiError) {
 	var p rangeParams
 	var aerr *apiError
-	if p.start, aerr = parseKey(args, "start", maxKey); aerr != nil {
-		return p, aerr
+	p.start = []byte(firstKey)
+	if args.Has("start") {
+		if p.start, aerr = parseKey(args, "start", maxKey); aerr != nil {
+			return p, aerr
+		}
 	}
 	if args.Has("end") {
 		if p.end, aerr = parseKey(args, "end", maxKey); aerr != nil {
 			return p, aerr
 		}
 	}
+	if args.Has("limit") {
+		l := args.Peek("limit")
+		n, err := strconv.ParseUint(string(l), 10, 64)
+		if err != nil || n < 1 || n > MaxScanLimit {
+			return p, badRequest("limit=%q: want a whole number from 1 to %d", l, MaxScanLimit)
+		}
+		p.limit = n
+	}
 	switch f := string(args.Peek("format")); f {
 	case "", "chunks":
 		p.format = scan.FormatChunks
 	case "binary":
 		p.format = scan.FormatBinary
+	case "json":
+		p.format = scan.FormatJSON
 	default:
-		return p, badRequest("format=%q: want chunks or binary", f)
+		return p, badRequest("format=%q: want chunks, binary or json", f)
 	}
 	switch sc := string(args.Peek("scope")); sc {
 	case "", "local":
@@ -109,12 +137,18 @@ func (s *Server) entities(ctx *fasthttp.RequestCtx) {
 		s.replicaError(ctx, err)
 		return
 	}
-	s.stream(ctx, st, it, p.format, name)
+	s.streamLimited(ctx, st, it, p.format, p.limit, name)
 }
 
 // stream hands it to fasthttp as a chunked body written after the handler
 // returns.
 func (s *Server) stream(ctx *fasthttp.RequestCtx, st *scanStream, it scan.Iterator, f scan.Format, name string) {
+	s.streamLimited(ctx, st, it, f, 0, name)
+}
+
+// streamLimited is stream ending after limit records (0: none; see
+// scan.BodyOptions.Limit).
+func (s *Server) streamLimited(ctx *fasthttp.RequestCtx, st *scanStream, it scan.Iterator, f scan.Format, limit uint64, name string) {
 	idle := s.ScanIdleTimeout
 	if idle <= 0 {
 		idle = DefaultScanIdleTimeout
@@ -127,11 +161,16 @@ func (s *Server) stream(ctx *fasthttp.RequestCtx, st *scanStream, it scan.Iterat
 		// it then bounds how long a client may stall.
 		BeforeWrite: func() error { return conn.SetWriteDeadline(time.Now().Add(idle)) },
 		OnClose:     func() { s.scans.unregister(st) },
+		Limit:       limit,
 		Metrics:     s.Metrics.Scan,
 		Log:         s.Log,
 		Name:        name + " " + conn.RemoteAddr().String(),
 	})
-	ctx.SetContentType("application/octet-stream")
+	if f == scan.FormatJSON {
+		ctx.SetContentType("application/x-ndjson")
+	} else {
+		ctx.SetContentType("application/octet-stream")
+	}
 	// Headers go out at once, before the first record: a coordinator
 	// knows the stream is open even if the range starts with a long run of
 	// skipped tombstones.
