@@ -10,11 +10,11 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
-	"unicode/utf8"
 
 	"github.com/peterbourgon/ff/v3/ffcli"
 
 	"github.com/dhtkv/dhtkv/client"
+	"github.com/dhtkv/dhtkv/internal/scan/framing"
 )
 
 // withClient runs do with a client of the endpoints and the command's
@@ -112,13 +112,13 @@ func putCmd(e *env, fs *flag.FlagSet) *ffcli.Command {
 
 const scanHelp = `Without --json, each record is two lines: the key, then the value (a
 value or key holding a newline makes that ambiguous: use --json). With
---json, each record is one JSON object on its own line: "key" and "value"
-as strings when they are valid UTF-8, else "key_base64" or "value_base64"
-instead. The records are the whole cluster's, merged, newest version of
-each key (--local: one node's own). --limit is applied by dhtkvctl: it
-stops reading after that many records and closes the stream (the API has
-no limit parameter yet). A scan that fails midway exits 1 after the
-records it received.`
+--json, each record is one JSON object on its own line, as the API's
+format=json writes it: "key" and "value" as strings when they are valid
+UTF-8, else "key_base64" or "value_base64" (standard base64) instead.
+The records are the whole cluster's, merged, newest version of each key
+(--local: one node's own). --limit is applied by the node, which ends the
+stream after that many records (at most 1000000000). A scan that fails
+midway exits 1 after the records it received.`
 
 func scanCmd(e *env, fs *flag.FlagSet) *ffcli.Command {
 	start := fs.String("start", "", "first `key` (default: the first key)")
@@ -148,55 +148,29 @@ func scanCmd(e *env, fs *flag.FlagSet) *ffcli.Command {
 				opts = append(opts, client.WithLocal())
 			}
 			return e.withClient(func(ctx context.Context, c *client.Client) error {
-				enc := json.NewEncoder(e.stdout)
+				var line []byte
 				for rec, err := range c.Scan(ctx, *start, *end, opts...) {
 					if err != nil {
 						return fmt.Errorf("scan: %w", err)
 					}
-					var werr error
 					switch {
+					case *asJSON && *keysOnly:
+						line = framing.AppendJSONKey(line[:0], rec.Key)
 					case *asJSON:
-						werr = enc.Encode(newJSONRecord(rec, !*keysOnly))
+						line = framing.AppendJSON(line[:0], rec.Key, rec.Value)
 					case *keysOnly:
-						_, werr = fmt.Fprintf(e.stdout, "%s\n", rec.Key)
+						line = fmt.Appendf(line[:0], "%s\n", rec.Key)
 					default:
-						_, werr = fmt.Fprintf(e.stdout, "%s\n%s\n", rec.Key, rec.Value)
+						line = fmt.Appendf(line[:0], "%s\n%s\n", rec.Key, rec.Value)
 					}
-					if werr != nil {
-						return werr // stdout closed (a pipe into head): stop
+					if _, err := e.stdout.Write(line); err != nil {
+						return err // stdout closed (a pipe into head): stop
 					}
 				}
 				return nil
 			})
 		},
 	}
-}
-
-// jsonRecord is a record of scan --json: each of key and value as a
-// string when it is valid UTF-8, else base64 under its _base64 name.
-type jsonRecord struct {
-	Key         string  `json:"key,omitempty"` // keys are never empty
-	KeyBase64   []byte  `json:"key_base64,omitempty"`
-	Value       *string `json:"value,omitempty"` // nil: not printed (keys only) or in base64
-	ValueBase64 []byte  `json:"value_base64,omitempty"`
-}
-
-func newJSONRecord(rec client.Record, withValue bool) jsonRecord {
-	var j jsonRecord
-	if utf8.Valid(rec.Key) {
-		j.Key = string(rec.Key)
-	} else {
-		j.KeyBase64 = rec.Key
-	}
-	switch {
-	case !withValue:
-	case utf8.Valid(rec.Value):
-		v := string(rec.Value)
-		j.Value = &v
-	default:
-		j.ValueBase64 = rec.Value
-	}
-	return j
 }
 
 // endpointStatus is one line of status: an endpoint and what it answered.
