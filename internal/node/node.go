@@ -233,6 +233,9 @@ type Node struct {
 	registry *prometheus.Registry
 	api      *httpapi.Server
 
+	// checkpoints is nil when the store cannot checkpoint (snapshot.go).
+	checkpoints *checkpoints
+
 	srv      *fasthttp.Server
 	ln       net.Listener
 	adminSrv *http.Server
@@ -292,6 +295,7 @@ func New(cfg Config) (_ *Node, err error) {
 	if err != nil {
 		return nil, lockError(cfg.DataDir, err)
 	}
+	n.checkpoints = newCheckpoints(n.store)
 	// Versions issued after a restart must be newer than every stored one.
 	bound, err := n.store.ClockBound()
 	if err != nil {
@@ -499,6 +503,7 @@ func (n *Node) Serve() (err error) {
 				return nil
 			},
 			func() any { return n.coord.AntiEntropy() }))
+		mux.Handle("/snapshot", admin.SnapshotHandler(n.checkpointer(), n.log))
 		n.adminSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 		go func() {
 			if err := n.adminSrv.Serve(n.adminLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -611,6 +616,7 @@ func (n *Node) shutdownAdmin(ctx context.Context) {
 }
 
 func (n *Node) closeStorage() error {
+	n.checkpoints.close()
 	n.cache.Close()
 	if n.store != nil {
 		return n.store.Close()
