@@ -340,7 +340,7 @@ func confValue(t *testing.T, path, name string) string {
 
 // TestSystemdUnit checks packaging/dhtkv.service and dhtkv.conf: the
 // hardening options, one per row; write access to exactly the data
-// directory the configuration names; a stop timeout beyond the node's
+// directory the configuration names and the snapshots'; a stop timeout beyond the node's
 // shutdown; a configuration a node starts with.
 // Where systemd-analyze is installed, the unit must verify without a
 // warning and its exposure rating stay at or below 2.0 ("OK").
@@ -373,9 +373,12 @@ func TestSystemdUnit(t *testing.T) {
 	}
 	assert.Equal(t, []string{"/usr/local/bin/dhtkv --config /etc/dhtkv/dhtkv.conf"}, svc["ExecStart"])
 	assert.Equal(t, []string{"dhtkv"}, svc["ConfigurationDirectory"], "/etc/dhtkv")
+	// The node writes its data directory and its snapshots' and nothing
+	// else; systemd creates both for the user.
 	dataDir := confValue(t, "dhtkv.conf", "data-dir")
-	assert.Equal(t, []string{dataDir}, svc["ReadWritePaths"], "the node writes its data directory and nothing else")
-	assert.Equal(t, []string{strings.TrimPrefix(dataDir, "/var/lib/")}, svc["StateDirectory"], "systemd creates the data directory for the user")
+	assert.Equal(t, []string{dataDir + " /var/lib/dhtkv-snapshots"}, svc["ReadWritePaths"])
+	assert.Equal(t, []string{"dhtkv dhtkv-snapshots"}, svc["StateDirectory"])
+	assert.Equal(t, "/var/lib/dhtkv", dataDir)
 	stop, err := time.ParseDuration(svc["TimeoutStopSec"][0])
 	require.NoError(t, err)
 	assert.Greater(t, stop, 10*time.Second, "more than --shutdown-timeout")
