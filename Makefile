@@ -52,33 +52,18 @@ run: build
 	@mkdir -p data
 	exec $(BIN)/dhtkv --listen 127.0.0.1:8080 --admin-listen 127.0.0.1:6060 --data-dir ./data/node1
 
-# Three nodes on 127.0.0.1:8080-8082 (admin 6060-6062), data in ./data/node{1,2,3},
-# logs in ./data/node{1,2,3}.log. Ctrl-C stops all three; so does `make stop-cluster`.
-CLUSTER := http://127.0.0.1:8080,http://127.0.0.1:8081,http://127.0.0.1:8082
+# Three nodes on 127.0.0.1:PORT..PORT+2 (default 8080-8082), admin ports
+# ADMIN_PORT..ADMIN_PORT+2 (default PORT-2020: 6060-6062), data, logs and
+# pid files in DATA (default ./data, or ./data/PORT for another PORT).
+# Ctrl-C stops all three; so does `make stop-cluster` with the same PORT
+# (or DATA). scripts/cluster.sh is the recipe.
+PORT ?= 8080
+CLUSTER_ENV = PORT=$(PORT) BIN=$(BIN) $(if $(ADMIN_PORT),ADMIN_PORT=$(ADMIN_PORT)) $(if $(DATA),DATA=$(DATA))
 run-cluster: build
-	@mkdir -p data
-	@pids=(); \
-	stop() { trap - INT TERM EXIT; echo; echo "stopping cluster"; kill -TERM "$${pids[@]}" 2>/dev/null; wait; rm -f data/node*.pid; }; \
-	trap stop INT TERM EXIT; \
-	for i in 1 2 3; do \
-		port=$$((8079 + i)); admin=$$((6059 + i)); \
-		$(BIN)/dhtkv --listen 127.0.0.1:$$port --admin-listen 127.0.0.1:$$admin \
-			--data-dir ./data/node$$i --cluster $(CLUSTER) >> data/node$$i.log 2>&1 & \
-		pids+=($$!); echo $$! > data/node$$i.pid; \
-	done; \
-	for port in 8080 8081 8082; do \
-		for t in $$(seq 50); do curl -sf -o /dev/null http://127.0.0.1:$$port/v0/status && break; sleep 0.1; done; \
-	done; \
-	echo "dhtkv cluster running:"; \
-	for i in 1 2 3; do echo "  node$$i  http://127.0.0.1:$$((8079 + i))  admin http://127.0.0.1:$$((6059 + i))/metrics  log data/node$$i.log"; done; \
-	echo; \
-	echo "try:  curl -X PUT --data-binary hello 'http://127.0.0.1:8080/v0/entity?id=greeting'"; \
-	echo "      curl 'http://127.0.0.1:8081/v0/entity?id=greeting&ack=2&from=3'"; \
-	echo "Ctrl-C (or make stop-cluster) stops all three."; \
-	wait -n "$${pids[@]}"; echo "a node exited (make stop-cluster, or see data/node*.log)"
+	@$(CLUSTER_ENV) scripts/cluster.sh run
 
 stop-cluster:
-	@for f in data/node*.pid; do [ -f "$$f" ] && kill -TERM $$(cat $$f) 2>/dev/null; rm -f "$$f"; done; echo "stopped"
+	@$(CLUSTER_ENV) scripts/cluster.sh stop
 
 clean:
 	rm -rf $(BIN)

@@ -252,6 +252,17 @@ func TestClientScan(t *testing.T) {
 		}
 		return keys, nil
 	}
+
+	// The node applies WithLimit: it streams that many records and ends
+	// the stream complete, rather than the client closing it early (the
+	// node would then have counted a whole batch, all 199 records, and an
+	// aborted stream).
+	got, err := scan(newClient(t, c.URL(1)), "", "", client.WithLocal(), client.WithLimit(3))
+	require.NoError(t, err)
+	require.Equal(t, sorted[:3], got)
+	records := func() float64 { return testcluster.Metric(t, c.Node(1).Registry(), "dhtkv_scan_records_total") }
+	require.Eventually(t, func() bool { return records() == 3 }, 5*time.Second, 10*time.Millisecond, "records streamed: %v", records())
+	assert.Zero(t, testcluster.Metric(t, c.Node(1).Registry(), "dhtkv_scan_aborts_total"))
 	between := func(start, end string) []string {
 		var ks []string
 		for _, k := range sorted {
@@ -288,13 +299,16 @@ func TestClientScan(t *testing.T) {
 		}
 	}
 
-	_, err := scan(cl, "", "", client.WithLocal(), client.WithAck(1))
+	_, err = scan(cl, "", "", client.WithLocal(), client.WithAck(1))
 	var bad *client.BadRequestError
 	require.ErrorAs(t, err, &bad)
 	assert.Contains(t, bad.Reason, "scope=cluster")
+	_, err = scan(cl, "", "", client.WithLimit(1_000_000_001))
+	require.ErrorAs(t, err, &bad)
+	assert.Contains(t, bad.Reason, "limit")
 
 	c.StopNode(2)
-	got, err := scan(cl, "", "")
+	got, err = scan(cl, "", "")
 	require.NoError(t, err, "the default ack (2 of 3) holds with one node down")
 	assert.Equal(t, sorted, got)
 	got, err = scan(cl, "", "", client.WithAck(3))

@@ -6,6 +6,7 @@ import (
 	"iter"
 	"net/http"
 	"net/url"
+	"strconv"
 
 	"github.com/dhtkv/dhtkv/internal/scan/framing"
 )
@@ -21,9 +22,13 @@ type Record struct {
 // yielded before are correct, but others are missing.
 var ErrTruncated = framing.ErrTruncated
 
-// WithLimit stops a Scan after n records (n > 0). The node has no limit
-// parameter yet: the client stops reading after n records and closes the
-// stream, and the node stops when it notices.
+// WithLimit makes a Scan yield at most n records (n > 0; a node refuses
+// more than 1000000000 with a *BadRequestError). The node applies it (the
+// API's limit) and ends the stream after n records, as a complete one;
+// the client also stops after n, should a node ignore the parameter.
+//
+// To page through a range, scan again from the last key yielded with a
+// zero byte appended: the smallest key after it.
 func WithLimit(n int) Option { return func(o *callOptions) { o.limit = n } }
 
 // WithLocal makes a Scan read one node's own replica (the API's
@@ -39,7 +44,7 @@ func WithLocal() Option { return func(o *callOptions) { o.local = true } }
 // newest version winning (the API's scope=cluster): complete when at most
 // from-ack nodes fail to answer, else it yields ErrNotEnoughReplicas
 // before any record. WithAck and WithFrom set those; WithLocal reads one
-// node; WithLimit stops early.
+// node; WithLimit stops after so many records.
 //
 // The scan runs when the iterator is ranged over, once per range loop.
 // It yields each record with a nil error, and at most one error, last:
@@ -53,12 +58,15 @@ func WithLocal() Option { return func(o *callOptions) { o.local = true } }
 // tells a complete stream from a truncated one.
 func (c *Client) Scan(ctx context.Context, start, end string, opts ...Option) iter.Seq2[Record, error] {
 	o := callOpts(opts)
-	if start == "" {
-		start = "\x00" // the API needs a start; keys are never empty, so this is the first
+	q := url.Values{"format": {"binary"}}
+	if start != "" { // omitted: from the first key
+		q.Set("start", start)
 	}
-	q := url.Values{"start": {start}, "format": {"binary"}}
 	if end != "" {
 		q.Set("end", end)
+	}
+	if o.limit > 0 {
+		q.Set("limit", strconv.Itoa(o.limit))
 	}
 	if !o.local {
 		q.Set("scope", "cluster")
@@ -76,12 +84,17 @@ func (c *Client) Scan(ctx context.Context, start, end string, opts ...Option) it
 		}
 		defer a.resp.Body.Close()
 		d := framing.NewDecoder(a.resp.Body, c.maxRecord, c.maxRecord)
-		for n := 0; o.limit <= 0 || n < o.limit; n++ {
+		// The loop reads past the limit-th record to the end marker, so
+		// that a limited stream is checked complete like any other.
+		for n := 0; ; n++ {
 			if !d.Next() {
 				if err := d.Err(); err != nil {
 					yield(Record{}, fmt.Errorf("dhtkv: scan via %s: %w", a.endpoint, err))
 				}
 				return
+			}
+			if o.limit > 0 && n >= o.limit {
+				return // a node that does not know limit
 			}
 			k, v := d.Key(), d.Value()
 			buf := make([]byte, len(k)+len(v)) // one allocation per record

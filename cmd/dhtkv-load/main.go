@@ -5,8 +5,11 @@
 //	dhtkv-load --targets http://127.0.0.1:8080 --workload get --rate 20000 \
 //	    --connections 64 --duration 30s --fill 100000 --keyspace 100000
 //
-// The report goes to stdout (wrk2's layout, or one JSON object with --json);
-// logs go to stderr.
+// --targets takes base URLs or host:port. The report goes to stdout (wrk2's
+// layout, or one JSON object with --json); logs go to stderr. The exit
+// code is 0 when some request succeeded (a 2xx, or a 404 for a GET), 1
+// when none did (no answer, 5xx, other 4xx) or the run failed, 2 for bad
+// arguments.
 package main
 
 import (
@@ -41,7 +44,7 @@ func parseFlags(args []string, stderr io.Writer) (loadgen.Config, options, error
 	fs := flag.NewFlagSet("dhtkv-load", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 
-	targets := fs.String("targets", strings.Join(cfg.Targets, ","), "comma-separated base URLs, http:// or https:// (loopback only); workers are spread round-robin over them")
+	targets := fs.String("targets", strings.Join(cfg.Targets, ","), "comma-separated base URLs (http:// or https://) or host:port (loopback only); workers are spread round-robin over them")
 	fs.StringVar(&cfg.TLSCA, "tls-ca", "", "PEM `file` of the CA certificates https:// targets' certificates must chain to (default: the system's roots)")
 	workload := fs.String("workload", string(cfg.Workload), "put, get, mixed or delete")
 	dist := fs.String("dist", string(cfg.Dist), "key distribution: uniform or zipf")
@@ -73,7 +76,7 @@ func parseFlags(args []string, stderr io.Writer) (loadgen.Config, options, error
 	cfg.Targets = nil
 	for _, t := range strings.Split(*targets, ",") {
 		if t = strings.TrimSpace(t); t != "" {
-			cfg.Targets = append(cfg.Targets, strings.TrimSuffix(t, "/"))
+			cfg.Targets = append(cfg.Targets, targetURL(t))
 		}
 	}
 	cfg.Workload = loadgen.Workload(*workload)
@@ -85,6 +88,17 @@ func parseFlags(args []string, stderr io.Writer) (loadgen.Config, options, error
 		return cfg, opt, errors.New("--fill-only needs --fill N")
 	}
 	return cfg, opt, cfg.Validate()
+}
+
+// targetURL makes a --targets entry a base URL: host:port (as dhtkvctl
+// and the nodes' --listen take it) means http://host:port. url.Parse
+// cannot take host:port itself: it reads "localhost:8080" as a scheme
+// and an opaque part, and refuses "127.0.0.1:8080".
+func targetURL(t string) string {
+	if !strings.Contains(t, "://") {
+		t = "http://" + t
+	}
+	return strings.TrimSuffix(t, "/")
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
@@ -134,6 +148,13 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	if err != nil {
 		log.Error("write result", "err", err)
+		return 1
+	}
+	if res.Succeeded() == 0 {
+		// The report is written first: it says how they failed.
+		log.Error("every request failed: no 2xx or 404 answer", "requests", res.Requests,
+			"connect_errors", res.Errors.Connect, "timeouts", res.Errors.Timeout, "other_errors", res.Errors.Other,
+			"non_2xx", res.Non2xx)
 		return 1
 	}
 	return 0

@@ -2,6 +2,8 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -11,6 +13,9 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/dhtkv/dhtkv/internal/loadgen"
+	"github.com/dhtkv/dhtkv/internal/testcluster"
 )
 
 // TestFillOnly checks that --fill N --fill-only writes exactly the keys
@@ -52,4 +57,62 @@ func TestFillOnlyNeedsFill(t *testing.T) {
 	var stderr bytes.Buffer
 	assert.Equal(t, 2, run([]string{"--fill-only"}, io.Discard, &stderr))
 	assert.Contains(t, stderr.String(), "--fill-only needs --fill")
+}
+
+// TestTargets: --targets takes base URLs and host:port, and still only
+// loopback addresses.
+func TestTargets(t *testing.T) {
+	for _, tc := range []struct {
+		targets string
+		want    []string
+		err     string
+	}{
+		{"127.0.0.1:8080", []string{"http://127.0.0.1:8080"}, ""},
+		{"localhost:9000", []string{"http://localhost:9000"}, ""},
+		{"[::1]:8080", []string{"http://[::1]:8080"}, ""},
+		{"http://127.0.0.1:8080/", []string{"http://127.0.0.1:8080"}, ""},
+		{" 127.0.0.1:8080, http://127.0.0.1:8081 ,127.0.0.2:8082", []string{"http://127.0.0.1:8080", "http://127.0.0.1:8081", "http://127.0.0.2:8082"}, ""},
+		{"10.0.0.1:8080", nil, "not a loopback address"},
+		{"example.com:80", nil, "not a loopback address"},
+		{"https://127.0.0.1:8443", []string{"https://127.0.0.1:8443"}, ""},
+		{"ftp://127.0.0.1:21", nil, "scheme must be http"},
+		{"127.0.0.1:8080/v0", nil, "must be a base URL"},
+		{",", nil, "no targets given"},
+	} {
+		cfg, _, err := parseFlags([]string{"--targets", tc.targets, "--connections", "3"}, io.Discard)
+		if tc.err != "" {
+			assert.ErrorContains(t, err, tc.err, tc.targets)
+			continue
+		}
+		require.NoError(t, err, tc.targets)
+		assert.Equal(t, tc.want, cfg.Targets, tc.targets)
+	}
+}
+
+// TestExitCode: a run against a real node through a host:port target
+// exits 0; one in which every request failed exits 1 after printing its
+// report: every connection refused, or every request refused (400).
+func TestExitCode(t *testing.T) {
+	c := testcluster.Start(t, 1)
+	addr := c.Config(0).Listen
+	dead := fmt.Sprintf("127.0.0.1:%d", testcluster.FreePorts(t, 1)[0])
+	for _, tc := range []struct {
+		name   string
+		args   []string
+		code   int
+		stderr string
+	}{
+		{"served", []string{"--targets", addr}, 0, ""},
+		{"connection refused", []string{"--targets", dead}, 1, "every request failed"},
+		{"every request refused", []string{"--targets", addr, "--ack", "2"}, 1, "every request failed"},
+	} {
+		var stdout, stderr bytes.Buffer
+		args := append([]string{"--workload", "put", "--connections", "2", "--duration", "200ms", "--json"}, tc.args...)
+		code := run(args, &stdout, &stderr)
+		assert.Equal(t, tc.code, code, "%s: %s", tc.name, stderr.String())
+		assert.Contains(t, stderr.String(), tc.stderr, tc.name)
+		var res loadgen.Result
+		require.NoError(t, json.Unmarshal(stdout.Bytes(), &res), "%s: the report is printed: %s", tc.name, stdout.String())
+		assert.Positive(t, res.Requests, tc.name)
+	}
 }

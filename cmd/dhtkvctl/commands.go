@@ -10,11 +10,11 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
-	"unicode/utf8"
 
 	"github.com/peterbourgon/ff/v3/ffcli"
 
 	"github.com/dhtkv/dhtkv/client"
+	"github.com/dhtkv/dhtkv/internal/scan/framing"
 )
 
 // withClient runs do with a client of the endpoints and the command's
@@ -112,13 +112,13 @@ func putCmd(e *env, fs *flag.FlagSet) *ffcli.Command {
 
 const scanHelp = `Without --json, each record is two lines: the key, then the value (a
 value or key holding a newline makes that ambiguous: use --json). With
---json, each record is one JSON object on its own line: "key" and "value"
-as strings when they are valid UTF-8, else "key_base64" or "value_base64"
-instead. The records are the whole cluster's, merged, newest version of
-each key (--local: one node's own). --limit is applied by dhtkvctl: it
-stops reading after that many records and closes the stream (the API has
-no limit parameter yet). A scan that fails midway exits 1 after the
-records it received.`
+--json, each record is one JSON object on its own line, as the API's
+format=json writes it: "key" and "value" as strings when they are valid
+UTF-8, else "key_base64" or "value_base64" (standard base64) instead.
+The records are the whole cluster's, merged, newest version of each key
+(--local: one node's own). --limit is applied by the node, which ends the
+stream after that many records (at most 1000000000). A scan that fails
+midway exits 1 after the records it received.`
 
 func scanCmd(e *env, fs *flag.FlagSet) *ffcli.Command {
 	start := fs.String("start", "", "first `key` (default: the first key)")
@@ -148,55 +148,29 @@ func scanCmd(e *env, fs *flag.FlagSet) *ffcli.Command {
 				opts = append(opts, client.WithLocal())
 			}
 			return e.withClient(func(ctx context.Context, c *client.Client) error {
-				enc := json.NewEncoder(e.stdout)
+				var line []byte
 				for rec, err := range c.Scan(ctx, *start, *end, opts...) {
 					if err != nil {
 						return fmt.Errorf("scan: %w", err)
 					}
-					var werr error
 					switch {
+					case *asJSON && *keysOnly:
+						line = framing.AppendJSONKey(line[:0], rec.Key)
 					case *asJSON:
-						werr = enc.Encode(newJSONRecord(rec, !*keysOnly))
+						line = framing.AppendJSON(line[:0], rec.Key, rec.Value)
 					case *keysOnly:
-						_, werr = fmt.Fprintf(e.stdout, "%s\n", rec.Key)
+						line = fmt.Appendf(line[:0], "%s\n", rec.Key)
 					default:
-						_, werr = fmt.Fprintf(e.stdout, "%s\n%s\n", rec.Key, rec.Value)
+						line = fmt.Appendf(line[:0], "%s\n%s\n", rec.Key, rec.Value)
 					}
-					if werr != nil {
-						return werr // stdout closed (a pipe into head): stop
+					if _, err := e.stdout.Write(line); err != nil {
+						return err // stdout closed (a pipe into head): stop
 					}
 				}
 				return nil
 			})
 		},
 	}
-}
-
-// jsonRecord is a record of scan --json: each of key and value as a
-// string when it is valid UTF-8, else base64 under its _base64 name.
-type jsonRecord struct {
-	Key         string  `json:"key,omitempty"` // keys are never empty
-	KeyBase64   []byte  `json:"key_base64,omitempty"`
-	Value       *string `json:"value,omitempty"` // nil: not printed (keys only) or in base64
-	ValueBase64 []byte  `json:"value_base64,omitempty"`
-}
-
-func newJSONRecord(rec client.Record, withValue bool) jsonRecord {
-	var j jsonRecord
-	if utf8.Valid(rec.Key) {
-		j.Key = string(rec.Key)
-	} else {
-		j.KeyBase64 = rec.Key
-	}
-	switch {
-	case !withValue:
-	case utf8.Valid(rec.Value):
-		v := string(rec.Value)
-		j.Value = &v
-	default:
-		j.ValueBase64 = rec.Value
-	}
-	return j
 }
 
 // endpointStatus is one line of status: an endpoint and what it answered.
@@ -290,4 +264,48 @@ func printStatus(w io.Writer, all []endpointStatus, asJSON bool) error {
 		fmt.Fprintf(tw, "%s\tyes\t%s\t%s\t%t\t%d/%d\t%s\t%s\n", es.Endpoint, st.Version, uptime, st.Rebuilding, up, len(st.Members), synced, warnings)
 	}
 	return tw.Flush()
+}
+
+const snapshotHelp = `Asks the node whose admin listener is at --admin (its --admin-listen,
+not its public address) for a consistent checkpoint of its store in
+--dir, a path on the node's machine that must not exist yet. On the same
+filesystem as the node's data directory the checkpoint hard-links the
+data files and takes well under a second; elsewhere it copies them: raise
+--timeout (the node finishes the checkpoint even if dhtkvctl gave up
+waiting). README.md, Backup and restore, says how to restore one and
+which checkpoints must not be restored. Exit 5 when the node refuses the
+request (dir relative or existing, a snapshot already running).`
+
+func snapshotCmd(e *env, fs *flag.FlagSet) *ffcli.Command {
+	admin := fs.String("admin", "", "the node's admin listener, `host:port`")
+	dir := fs.String("dir", "", "absolute `path`, on the node's machine, of the new directory")
+	asJSON := fs.Bool("json", false, "print the node's answer as JSON: dir, files, bytes, duration_seconds")
+	return &ffcli.Command{
+		Name:       "snapshot",
+		ShortUsage: "dhtkvctl snapshot --admin HOST:PORT --dir PATH [--json]",
+		ShortHelp:  "checkpoint one node's store into a new directory on its machine (a backup)",
+		LongHelp:   snapshotHelp,
+		FlagSet:    fs,
+		Exec: func(_ context.Context, args []string) error {
+			switch {
+			case len(args) > 0:
+				return usagef("snapshot takes no arguments")
+			case *admin == "":
+				return usagef("snapshot needs --admin, the node's admin listener")
+			case *dir == "":
+				return usagef("snapshot needs --dir")
+			}
+			return e.withClient(func(ctx context.Context, c *client.Client) error {
+				s, err := c.Snapshot(ctx, *admin, *dir)
+				if err != nil {
+					return fmt.Errorf("snapshot: %w", err)
+				}
+				if *asJSON {
+					return json.NewEncoder(e.stdout).Encode(s)
+				}
+				_, err = fmt.Fprintf(e.stdout, "snapshot in %s: %d files, %d bytes, %.3f s\n", s.Dir, s.Files, s.Bytes, s.DurationSeconds)
+				return err
+			})
+		},
+	}
 }

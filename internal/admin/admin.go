@@ -1,7 +1,8 @@
 // Package admin serves the operator's endpoints on their own listener, never
 // on the public port: net/http/pprof under /debug/pprof/, Prometheus
-// metrics at /metrics, and the liveness and readiness probes /livez and
-// /readyz.
+// metrics at /metrics, the liveness and readiness probes /livez and
+// /readyz, the anti-entropy trigger /repair (repair.go) and the backup
+// trigger /snapshot (snapshot.go).
 package admin
 
 import (

@@ -19,7 +19,7 @@ import (
 	"github.com/dhtkv/dhtkv/internal/testcluster"
 )
 
-// clusterScan reads scope=cluster through node i in both framings and
+// clusterScan reads scope=cluster through node i in the three framings and
 // checks that they agree; it returns the records, or the status if not 200.
 func clusterScan(t *testing.T, c *testcluster.Cluster, i int, query string) (int, [][2]string) {
 	t.Helper()
@@ -32,6 +32,9 @@ func clusterScan(t *testing.T, c *testcluster.Cluster, i int, query string) (int
 	require.Equal(t, 200, rc.Status)
 	chunks := testcluster.ReadChunks(t, rc.ChunkedReader)
 	require.Equal(t, bin, chunks, "binary and chunks framings disagree")
+	resp = testcluster.HTTPGet(t, c.URL(i)+"/v0/entities?scope=cluster&format=json&"+query)
+	require.Equal(t, 200, resp.StatusCode)
+	require.Equal(t, bin, testcluster.ReadJSON(t, resp.Body), "binary and json framings disagree")
 	return 200, bin
 }
 
@@ -100,6 +103,31 @@ func TestScanClusterMerge(t *testing.T) {
 	code, got = clusterScan(t, c, 1, "start=zzz")
 	require.Equal(t, 200, code)
 	require.Empty(t, got)
+
+	// An open start, and limits, which count the merged live records: the
+	// keys deleted on some nodes only, or overwritten on node 0 and 1 while
+	// node 2 was down, are merged before they are counted.
+	all := testcluster.ScanOf(want, "", "")
+	code, got = clusterScan(t, c, 2, "")
+	require.Equal(t, 200, code)
+	require.Equal(t, all, got, "no start: from the first key")
+	for _, tc := range []struct {
+		query string
+		want  [][2]string
+	}{
+		{"limit=1", all[:1]},
+		{"limit=40", all[:40]},
+		{"start=" + url.QueryEscape(start) + "&limit=25", testcluster.ScanOf(want, start, "")[:25]},
+		{"end=" + url.QueryEscape(key(30)) + "&limit=1000", testcluster.ScanOf(want, "", key(30))},
+		{"start=" + url.QueryEscape(key(1)) + "&end=" + url.QueryEscape(key(5)) + "&limit=1", testcluster.ScanOf(want, key(3), key(4))}, // key(1) and key(2) are deleted
+		{"limit=2&from=2&ack=2", all[:2]},
+	} {
+		for i := range 3 {
+			code, got := clusterScan(t, c, i, tc.query)
+			require.Equal(t, 200, code, tc.query)
+			require.Equal(t, tc.want, got, "%s via node %d", tc.query, i)
+		}
+	}
 
 	t.Run("node stopped before the call", func(t *testing.T) {
 		c.StopNode(1)

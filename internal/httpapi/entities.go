@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"strconv"
 	"sync"
 	"time"
 
@@ -23,26 +24,43 @@ import (
 // DefaultScanIdleTimeout is used when Server.ScanIdleTimeout is zero.
 const DefaultScanIdleTimeout = 30 * time.Second
 
+// MaxScanLimit is the largest limit a range scan accepts. A scan streams,
+// so its memory does not depend on the limit; the bound keeps the
+// parameter a number every client's integers hold (it fits in 32 bits).
+const MaxScanLimit = 1_000_000_000
+
+// firstKey is the start of a range whose start is omitted: the smallest
+// key there can be, since keys are never empty. It is sent on to the other
+// nodes of a cluster scan as an explicit start, which their internal
+// stream endpoint requires.
+const firstKey = "\x00"
+
 // rangeParams is the parsed query of /v0/entities.
 type rangeParams struct {
-	start, end []byte // end nil: to the last key; both alias the request
+	start, end []byte // start never empty (firstKey if omitted); end nil: to the last key; both alias the request
 	format     scan.Format
+	limit      uint64 // at most this many live records; 0: no limit
 	cluster    bool
 	ack, from  int
 }
 
-// parseRange applies the contract: start is required and non-empty; end,
-// when present, must be non-empty too (an empty end would be an empty
-// range, more likely a client bug than an intent); format and scope are
-// closed sets; ack/from follow the entity rules and only mean something
-// with scope=cluster; no other parameter (checkQuery).
+// parseRange applies the contract (docs/range-scans.md): start, when
+// present, must be non-empty, and when omitted the range starts at the
+// first key; end, when present, must be non-empty too (an empty bound is
+// more likely a client bug than an intent); limit, when present, is a
+// whole number from 1 to MaxScanLimit; format and scope are closed sets;
+// ack/from follow the entity rules and only mean something with
+// scope=cluster; no other parameter (checkQuery).
 func parseRange(raw []byte, args *fasthttp.Args, replicas, maxKey int) (rangeParams, *apiError) {
 	var p rangeParams
 	var aerr *apiError
-	if p.start, aerr = parseKey(args, "start", maxKey); aerr != nil {
-		return p, aerr
+	p.start = []byte(firstKey)
+	if args.Has("start") {
+		if p.start, aerr = parseKey(args, "start", maxKey); aerr != nil {
+			return p, aerr
+		}
 	}
-	if aerr = checkQuery(raw, args, "start", "end", "format", "scope", "ack", "from"); aerr != nil {
+	if aerr = checkQuery(raw, args, "start", "end", "limit", "format", "scope", "ack", "from"); aerr != nil {
 		return p, aerr
 	}
 	if args.Has("end") {
@@ -50,13 +68,23 @@ func parseRange(raw []byte, args *fasthttp.Args, replicas, maxKey int) (rangePar
 			return p, aerr
 		}
 	}
+	if args.Has("limit") {
+		l := args.Peek("limit")
+		n, err := strconv.ParseUint(string(l), 10, 64)
+		if err != nil || n < 1 || n > MaxScanLimit {
+			return p, badRequest("limit=%q: want a whole number from 1 to %d", l, MaxScanLimit)
+		}
+		p.limit = n
+	}
 	switch f := string(args.Peek("format")); f {
 	case "", "chunks":
 		p.format = scan.FormatChunks
 	case "binary":
 		p.format = scan.FormatBinary
+	case "json":
+		p.format = scan.FormatJSON
 	default:
-		return p, badRequest("format=%q: want chunks or binary", f)
+		return p, badRequest("format=%q: want chunks, binary or json", f)
 	}
 	switch sc := string(args.Peek("scope")); sc {
 	case "", "local":
@@ -106,7 +134,7 @@ func (s *Server) entities(ctx *fasthttp.RequestCtx) {
 		ctx.Error(reason+"\n", code)
 		return
 	}
-	s.stream(ctx, st, it, p.format, name)
+	s.stream(ctx, st, it, p.format, p.limit, name)
 }
 
 // openRange opens the records p asks for: this node's, or every node's
@@ -129,10 +157,10 @@ func (s *Server) rangeErrorStatus(path []byte, err error) (int, string) {
 }
 
 // stream hands it to fasthttp as a chunked body written after the handler
-// returns.
-func (s *Server) stream(ctx *fasthttp.RequestCtx, st *scanStream, it scan.Iterator, f scan.Format, name string) {
-	body := s.newBody(st, it, f, name)
-	ctx.SetContentType("application/octet-stream")
+// returns, ending after limit records (0: none).
+func (s *Server) stream(ctx *fasthttp.RequestCtx, st *scanStream, it scan.Iterator, f scan.Format, limit uint64, name string) {
+	body := s.newBody(st, it, f, limit, name)
+	ctx.SetContentType(contentType(f))
 	// Headers go out at once, before the first record: a coordinator
 	// knows the stream is open even if the range starts with a long run of
 	// skipped tombstones.
@@ -140,8 +168,17 @@ func (s *Server) stream(ctx *fasthttp.RequestCtx, st *scanStream, it scan.Iterat
 	ctx.Response.SetBodyStream(body, -1)
 }
 
-// newBody is the response body streaming it on st's connection.
-func (s *Server) newBody(st *scanStream, it scan.Iterator, f scan.Format, name string) *scan.Body {
+// contentType is the Content-Type of a range answer in format f.
+func contentType(f scan.Format) string {
+	if f == scan.FormatJSON {
+		return "application/x-ndjson"
+	}
+	return "application/octet-stream"
+}
+
+// newBody is the response body streaming it on st's connection, ending
+// after limit records (0: none; see scan.BodyOptions.Limit).
+func (s *Server) newBody(st *scanStream, it scan.Iterator, f scan.Format, limit uint64, name string) *scan.Body {
 	idle := s.scanIdleTimeout()
 	conn := st.conn
 	return scan.NewBody(it, f, scan.BodyOptions{
@@ -151,6 +188,7 @@ func (s *Server) newBody(st *scanStream, it scan.Iterator, f scan.Format, name s
 		// it then bounds how long a client may stall.
 		BeforeWrite: func() error { return conn.SetWriteDeadline(time.Now().Add(idle)) },
 		OnClose:     func() { s.scans.unregister(st) },
+		Limit:       limit,
 		Metrics:     s.Metrics.Scan,
 		Log:         s.Log,
 		Name:        name + " " + conn.RemoteAddr().String(),
@@ -202,9 +240,9 @@ func (s *Server) serveRangeHTTP10(conn net.Conn, p rangeParams) {
 		writeResponse(conn, &h, code, reason)
 		return
 	}
-	body := s.newBody(st, it, p.format, name)
+	body := s.newBody(st, it, p.format, p.limit, name)
 	defer body.Close() // unregisters st
-	h.SetContentType("application/octet-stream")
+	h.SetContentType(contentType(p.format))
 	h.SetContentLength(-2) // neither length nor chunks: the body ends with the connection
 	if _, err := conn.Write(h.Header()); err != nil {
 		return // the body, closed unread, records the client gone

@@ -1,6 +1,7 @@
 package httpapi_test
 
 import (
+	"io"
 	"net/http"
 	"net/url"
 	"strings"
@@ -37,12 +38,15 @@ func TestEntitiesLocalContract(t *testing.T) {
 		status              int
 		allow               string
 		start, end          string // expected range for 200
+		limit               int    // expected limit for 200; 0: none
 	}{
-		{name: "no start", query: "", status: 400},
 		{name: "empty start", query: "start=", status: 400},
 		{name: "empty end", query: "start=a&end=", status: 400},
-		{name: "bad format", query: "start=a&format=json", status: 400},
+		{name: "bad format", query: "start=a&format=xml", status: 400},
 		{name: "bad scope", query: "start=a&scope=world", status: 400},
+		{name: "empty limit", query: "limit=", status: 400},
+		{name: "zero limit", query: "limit=0", status: 400},
+		{name: "limit above the maximum", query: "limit=1000000001", status: 400},
 		{name: "ack without cluster scope", query: "start=a&ack=1", status: 400},
 		{name: "ack above from", query: "start=a&scope=cluster&from=1&ack=2", status: 400},
 		{name: "from above cluster size", query: "start=a&scope=cluster&from=2", status: 400},
@@ -50,7 +54,9 @@ func TestEntitiesLocalContract(t *testing.T) {
 		{name: "PUT", method: http.MethodPut, query: "start=a", status: 405, allow: "GET"},
 		{name: "DELETE", method: http.MethodDelete, query: "start=a", status: 405, allow: "GET"},
 		{name: "HEAD", method: http.MethodHead, query: "start=a", status: 405, allow: "GET"},
-		{name: "everything", query: "start=" + q("\x00"), status: 200, start: "\x00"},
+		{name: "no start: from the first key", query: "", status: 200},
+		{name: "first key as start", query: "start=" + q("\x00"), status: 200, start: "\x00"},
+		{name: "no start, an end", query: "end=b", status: 200, end: "b"},
 		{name: "no end: to the last key", query: "start=b", status: 200, start: "b"},
 		{name: "end is exclusive", query: "start=a1&end=b2", status: 200, start: "a1", end: "b2"},
 		{name: "deleted key absent", query: "start=a3&end=a4", status: 200, start: "a3", end: "a4"},
@@ -58,7 +64,13 @@ func TestEntitiesLocalContract(t *testing.T) {
 		{name: "start after end", query: "start=b&end=a", status: 200, start: "b", end: "a"},
 		{name: "start equals end", query: "start=a1&end=a1", status: 200, start: "a1", end: "a1"},
 		{name: "binary keys", query: "start=" + q("c\x00") + "&end=" + q("c\xff\xff"), status: 200, start: "c\x00", end: "c\xff\xff"},
+		{name: "limit", query: "limit=3", status: 200, limit: 3},
+		{name: "limit counts live records", query: "start=a2&limit=2", status: 200, start: "a2", limit: 2},
+		{name: "limit on binary keys", query: "start=c&limit=2", status: 200, start: "c", limit: 2},
+		{name: "limit beyond the range", query: "start=b&end=c&limit=1000000000", status: 200, start: "b", end: "c"},
+		{name: "limit equal to the range", query: "start=b&end=c&limit=2", status: 200, start: "b", end: "c"},
 		{name: "cluster scope of one", query: "start=a&scope=cluster", status: 200, start: "a"},
+		{name: "cluster scope of one, open start, limit", query: "scope=cluster&limit=4", status: 200, limit: 4},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -79,32 +91,35 @@ func TestEntitiesLocalContract(t *testing.T) {
 				return
 			}
 			exp := testcluster.ScanOf(data, tc.start, tc.end)
+			if tc.limit > 0 {
+				require.Greater(t, len(exp), tc.limit, "the case must have more records than its limit")
+				exp = exp[:tc.limit]
+			}
+			if len(exp) == 0 {
+				exp = nil
+			}
 			// Course framing, checked chunk by chunk on the wire.
 			rc := testcluster.RawGet(t, c.Config(0).Listen, "/v0/entities?"+tc.query, 0)
 			require.Equal(t, 200, rc.Status)
 			require.Equal(t, "chunked", rc.Header.Get("Transfer-Encoding"))
-			got := testcluster.ReadChunks(t, rc.ChunkedReader)
-			if len(exp) == 0 {
-				require.Empty(t, got)
-			} else {
-				require.Equal(t, exp, got)
-			}
+			require.Equal(t, exp, testcluster.ReadChunks(t, rc.ChunkedReader))
 			// Binary framing, through net/http.
 			resp := testcluster.HTTPGet(t, base+"/v0/entities?"+tc.query+"&format=binary")
 			require.Equal(t, 200, resp.StatusCode)
-			gotBin := testcluster.ReadBinary(t, resp.Body)
-			if len(exp) == 0 {
-				require.Empty(t, gotBin)
-			} else {
-				require.Equal(t, exp, gotBin)
-			}
+			require.Equal(t, exp, testcluster.ReadBinary(t, resp.Body))
+			// JSON lines.
+			resp = testcluster.HTTPGet(t, base+"/v0/entities?"+tc.query+"&format=json")
+			require.Equal(t, 200, resp.StatusCode)
+			require.Equal(t, "application/x-ndjson", resp.Header.Get("Content-Type"))
+			require.Equal(t, exp, testcluster.ReadJSON(t, resp.Body))
 		})
 	}
 }
 
 // TestEntitiesBinaryFramingIsUnambiguous stores keys and values that the
 // chunks framing cannot carry through a re-chunking proxy (newlines in
-// keys and values, every byte value) and reads them back exactly.
+// keys and values, every byte value) and reads them back exactly, in the
+// binary framing and in JSON lines.
 func TestEntitiesBinaryFramingIsUnambiguous(t *testing.T) {
 	c := testcluster.Start(t, 1)
 	cl := testcluster.NewClient()
@@ -122,13 +137,18 @@ func TestEntitiesBinaryFramingIsUnambiguous(t *testing.T) {
 	for k, v := range data {
 		require.Equal(t, http.StatusCreated, cl.Put(t, c.URL(0), k, []byte(v), 0, 0))
 	}
-	resp := testcluster.HTTPGet(t, c.URL(0)+"/v0/entities?start=k&format=binary")
-	require.Equal(t, 200, resp.StatusCode)
-	got := map[string]string{}
-	for _, kv := range testcluster.ReadBinary(t, resp.Body) {
-		got[kv[0]] = kv[1]
+	for _, f := range []struct {
+		format string
+		read   func(testing.TB, io.Reader) [][2]string
+	}{{"binary", testcluster.ReadBinary}, {"json", testcluster.ReadJSON}} {
+		resp := testcluster.HTTPGet(t, c.URL(0)+"/v0/entities?start=k&format="+f.format)
+		require.Equal(t, 200, resp.StatusCode)
+		got := map[string]string{}
+		for _, kv := range f.read(t, resp.Body) {
+			got[kv[0]] = kv[1]
+		}
+		require.Equal(t, data, got, f.format)
 	}
-	require.Equal(t, data, got)
 }
 
 func TestInternalEntitiesSecret(t *testing.T) {
@@ -188,7 +208,7 @@ func TestEntitiesHTTP10EndsByClose(t *testing.T) {
 	_, body, _ := strings.Cut(resp, "\r\n\r\n")
 	require.Equal(t, "a\nvalue of ab\nvalue of b", body)
 	// Errors are ordinary answers.
-	resp = exchange(t, base, "GET /v0/entities?end=c HTTP/1.0\r\n\r\n")
+	resp = exchange(t, base, "GET /v0/entities?format=xml HTTP/1.0\r\n\r\n")
 	require.Regexp(t, `^HTTP/1.1 400 `, resp)
 	// HTTP/1.1 stays chunked.
 	rc := testcluster.RawGet(t, c.Config(0).Listen, "/v0/entities?start=a", 0)

@@ -142,7 +142,7 @@ func (s *Server) internalStream(ctx *fasthttp.RequestCtx) {
 		s.rpcError(ctx, err)
 		return
 	}
-	s.stream(ctx, st, it, scan.FormatInternal, "internal")
+	s.stream(ctx, st, it, scan.FormatInternal, 0, "internal")
 }
 
 // rpcError answers a refusal with its status and reason, anything else

@@ -6,6 +6,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"github.com/valyala/fasthttp"
+
+	"github.com/dhtkv/dhtkv/internal/scan"
 )
 
 // FuzzParseEntity feeds arbitrary query strings to the /v0/entity parser:
@@ -90,5 +92,70 @@ func TestParseTTL(t *testing.T) {
 		}
 		require.Nil(t, aerr, "%s / %s", tc.query, tc.header)
 		require.Equal(t, tc.want, got, "%s / %s", tc.query, tc.header)
+	}
+}
+
+// TestParseRange: the rules of /v0/entities' query (docs/range-scans.md),
+// one case each, with a cluster of 3 and keys of at most 8 bytes.
+func TestParseRange(t *testing.T) {
+	type want struct {
+		start, end string // end "-": none
+		format     scan.Format
+		limit      uint64
+		cluster    bool
+		ack, from  int
+	}
+	open := want{start: "\x00", end: "-"}
+	with := func(f func(*want)) want { w := open; f(&w); return w }
+	for _, tc := range []struct {
+		query string
+		want  want
+		err   string
+	}{
+		{query: "", want: open},
+		{query: "start=a", want: with(func(w *want) { w.start = "a" })},
+		{query: "start=%00%ff&end=b%0A", want: with(func(w *want) { w.start, w.end = "\x00\xff", "b\n" })},
+		{query: "end=m", want: with(func(w *want) { w.end = "m" })},
+		{query: "start=", err: "empty start"},
+		{query: "end=", err: "empty end"},
+		{query: "start=123456789", err: "start is 9 bytes, limit is 8"},
+		{query: "end=123456789", err: "end is 9 bytes, limit is 8"},
+		{query: "limit=1", want: with(func(w *want) { w.limit = 1 })},
+		{query: "limit=1000000000", want: with(func(w *want) { w.limit = MaxScanLimit })},
+		{query: "limit=1000000001", err: "from 1 to 1000000000"},
+		{query: "limit=0", err: "from 1 to"},
+		{query: "limit=-1", err: "whole number"},
+		{query: "limit=", err: "whole number"},
+		{query: "limit=1e3", err: "whole number"},
+		{query: "limit=99999999999999999999999", err: "whole number"},
+		{query: "format=chunks", want: open},
+		{query: "format=binary", want: with(func(w *want) { w.format = scan.FormatBinary })},
+		{query: "format=json&limit=5", want: with(func(w *want) { w.format, w.limit = scan.FormatJSON, 5 })},
+		{query: "format=JSON", err: "want chunks, binary or json"},
+		{query: "format=internal", err: "want chunks, binary or json"},
+		{query: "scope=local", want: open},
+		{query: "scope=cluster", want: with(func(w *want) { w.cluster, w.ack, w.from = true, 2, 3 })},
+		{query: "scope=cluster&limit=7&ack=1&from=2", want: with(func(w *want) { w.cluster, w.limit, w.ack, w.from = true, 7, 1, 2 })},
+		{query: "scope=world", err: "want local or cluster"},
+		{query: "ack=1", err: "scope=cluster only"},
+		{query: "scope=local&from=1", err: "scope=cluster only"},
+		{query: "scope=cluster&ack=3&from=2", err: "ack=3 exceeds from=2"},
+		{query: "scope=cluster&from=4", err: "from=4 exceeds"},
+	} {
+		var args fasthttp.Args
+		args.Parse(tc.query)
+		p, aerr := parseRange([]byte(tc.query), &args, 3, 8)
+		if tc.err != "" {
+			require.NotNil(t, aerr, tc.query)
+			require.Equal(t, 400, aerr.code, tc.query)
+			require.Contains(t, aerr.reason, tc.err, tc.query)
+			continue
+		}
+		require.Nil(t, aerr, "%s: %v", tc.query, aerr)
+		got := want{start: string(p.start), end: "-", format: p.format, limit: p.limit, cluster: p.cluster, ack: p.ack, from: p.from}
+		if p.end != nil {
+			got.end = string(p.end)
+		}
+		require.Equal(t, tc.want, got, tc.query)
 	}
 }

@@ -84,6 +84,20 @@ func (r *Result) ServerErrors() int64 {
 	return n
 }
 
+// Succeeded counts the requests the system served: 2xx answers, and 404,
+// which is a valid answer to a GET of an absent key. Anything else (no
+// answer, 5xx, another 4xx such as a bad ack or an oversized value) is a
+// failure.
+func (r *Result) Succeeded() int64 {
+	var n int64
+	for code, c := range r.Status {
+		if v, err := strconv.Atoi(code); err == nil && (v/100 == 2 || v == 404) {
+			n += c
+		}
+	}
+	return n
+}
+
 // newResult builds the report of a run from its merged recorder.
 func newResult(cfg Config, rec *recorder, elapsed time.Duration, unsent int64) *Result {
 	r := &Result{

@@ -138,3 +138,22 @@ func TestRecorderClampsAndClassifies(t *testing.T) {
 	eq(t, int64(1), rec.errs[errTimeout], "timeouts")
 	eq(t, int64(1), rec.failures(), "failures")
 }
+
+// TestSucceeded: what counts as a request the system served.
+func TestSucceeded(t *testing.T) {
+	for _, tc := range []struct {
+		status map[string]int64
+		want   int64
+	}{
+		{nil, 0},
+		{map[string]int64{"200": 3, "201": 4, "202": 5}, 12},
+		{map[string]int64{"404": 2, "500": 1, "503": 1}, 2},
+		{map[string]int64{"400": 5, "413": 1, "504": 2}, 0},
+		{map[string]int64{"201": 1, "504": 9}, 1},
+	} {
+		r := &Result{Status: tc.status}
+		if got := r.Succeeded(); got != tc.want {
+			t.Errorf("%v: Succeeded() = %d, want %d", tc.status, got, tc.want)
+		}
+	}
+}

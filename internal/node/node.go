@@ -291,6 +291,9 @@ type Node struct {
 	api      *httpapi.Server
 	certs    *tlsconf.Certs // nil without TLS
 
+	// checkpoints is nil when the store cannot checkpoint (snapshot.go).
+	checkpoints *checkpoints
+
 	srv      *fasthttp.Server
 	ln       *limitListener
 	adminSrv *http.Server
@@ -379,6 +382,7 @@ func New(cfg Config) (_ *Node, err error) {
 	if err != nil {
 		return nil, lockError(cfg.DataDir, err)
 	}
+	n.checkpoints = newCheckpoints(n.store)
 	// Versions issued after a restart must be newer than every stored one.
 	bound, err := n.store.ClockBound()
 	if err != nil {
@@ -596,6 +600,7 @@ func (n *Node) Serve() error {
 				return nil
 			},
 			func() any { return n.coord.AntiEntropy() }))
+		mux.Handle("/snapshot", admin.SnapshotHandler(n.checkpointer(), n.log))
 		n.adminSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 		go func() {
 			if err := n.adminSrv.Serve(n.adminLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -740,6 +745,7 @@ func (n *Node) shutdownAdmin(ctx context.Context) {
 }
 
 func (n *Node) closeStorage() error {
+	n.checkpoints.close()
 	n.cache.Close()
 	if n.store != nil {
 		return n.store.Close()

@@ -8,6 +8,8 @@ import (
 	"log/slog"
 	"os"
 	"time"
+
+	"github.com/dhtkv/dhtkv/internal/scan/framing"
 )
 
 // Format is how a response body frames its records.
@@ -19,6 +21,9 @@ const (
 	FormatChunks Format = iota
 	// FormatBinary is the binary framing (framing.go) of the live records.
 	FormatBinary
+	// FormatJSON is JSON lines (framing.AppendJSON) of the live records:
+	// one object per record and line, no end marker.
+	FormatJSON
 	// FormatInternal is the binary framing of every record, tombstones
 	// included, with record envelopes as values: the internal endpoint.
 	FormatInternal
@@ -54,6 +59,12 @@ type BodyOptions struct {
 	Log     *slog.Logger
 	// Name identifies the stream in logs.
 	Name string
+	// Limit, when positive, ends the stream after this many records, as if
+	// the range ended there: the binary framing's end marker counts them,
+	// and the iterator is not advanced past the last one. The public
+	// framings count live records only, the internal one every record.
+	// 0: no limit.
+	Limit uint64
 	// Now is the time expiry is judged at in the public framings (records
 	// expired then are left out, like tombstones); default: when the body
 	// is made. The internal framing carries every record as stored.
@@ -176,8 +187,8 @@ func (b *Body) Read(p []byte) (int, error) {
 }
 
 // step produces the next piece: one record for FormatChunks, a batch of up
-// to FlushBytes for the binary framings. It returns io.EOF with the last
-// piece.
+// to FlushBytes for the others. It returns io.EOF with the last piece,
+// once the iterator is exhausted or Limit records were produced.
 func (b *Body) step() ([]byte, error) {
 	if b.done {
 		return nil, io.EOF
@@ -193,6 +204,9 @@ func (b *Body) step() ([]byte, error) {
 			return nil, b.abort(AbortShutdown, ErrShutdown)
 		default:
 		}
+		if b.o.Limit > 0 && b.n >= b.o.Limit {
+			return b.end()
+		}
 		if !b.it.Next() {
 			if err := b.it.Err(); err != nil {
 				if b.o.Ctx.Err() != nil {
@@ -200,11 +214,7 @@ func (b *Body) step() ([]byte, error) {
 				}
 				return nil, b.abort(AbortSourceError, err)
 			}
-			b.done = true
-			if b.format != FormatChunks {
-				b.buf = AppendEnd(b.buf, b.n)
-			}
-			return b.buf, io.EOF
+			return b.end()
 		}
 		rec := b.it.Record()
 		switch b.format {
@@ -220,6 +230,11 @@ func (b *Body) step() ([]byte, error) {
 				continue
 			}
 			b.buf = AppendRecord(b.buf, b.it.Key(), rec.Value)
+		case FormatJSON:
+			if !rec.LiveAt(b.o.Now) {
+				continue
+			}
+			b.buf = framing.AppendJSON(b.buf, b.it.Key(), rec.Value)
 		default:
 			b.buf = AppendRecord(b.buf, b.it.Key(), b.it.Envelope())
 		}
@@ -228,6 +243,16 @@ func (b *Body) step() ([]byte, error) {
 			return b.buf, nil
 		}
 	}
+}
+
+// end completes the stream: the last piece, with the binary framings' end
+// marker, and io.EOF.
+func (b *Body) end() ([]byte, error) {
+	b.done = true
+	if b.format == FormatBinary || b.format == FormatInternal {
+		b.buf = AppendEnd(b.buf, b.n)
+	}
+	return b.buf, io.EOF
 }
 
 func (b *Body) count() {

@@ -205,6 +205,15 @@ func TestBodyFormats(t *testing.T) {
 		require.NoError(t, it.Err())
 		require.Equal(t, []string{"a/1/false", "b/2/true", "c/3/false", "d/4/false"}, got)
 	})
+	t.Run("json: batched, live only, one object per line", func(t *testing.T) {
+		var w chunkWriter
+		bin := map[string]record.Record{"a": live("x\ny", 1), "b": dead(2), "c\xff": live("\x00", 3)}
+		b := NewBody(newSliceIter(bin), FormatJSON, BodyOptions{FlushBytes: 8})
+		_, err := b.WriteTo(&w)
+		require.NoError(t, err)
+		require.Len(t, w.chunks, 2, "a batch per FlushBytes, no end marker")
+		require.Equal(t, `{"key":"a","value":"x\ny"}`+"\n"+`{"key_base64":"Y/8=","value":"\u0000"}`+"\n", string(bytes.Join(w.chunks, nil)))
+	})
 	t.Run("read fallback", func(t *testing.T) {
 		b := NewBody(newSliceIter(data), FormatBinary, BodyOptions{FlushBytes: 4})
 		all, err := io.ReadAll(b)
@@ -215,6 +224,66 @@ func TestBodyFormats(t *testing.T) {
 		require.NoError(t, d.Err())
 		require.Equal(t, uint64(3), d.Count())
 	})
+}
+
+// TestBodyLimit: a limit counts the records a framing shows (live ones in
+// the public framings, every one in the internal), ends the stream as
+// complete (the end marker counts the records sent), and does not advance
+// the iterator past the last record sent.
+func TestBodyLimit(t *testing.T) {
+	data := map[string]record.Record{"a": dead(1), "b": live("b", 2), "c": dead(3), "d": live("d", 4), "e": live("e", 5), "f": dead(6)}
+	keys := func(f Format, chunks [][]byte) []string {
+		all := bytes.Join(chunks, nil)
+		var ks []string
+		switch f {
+		case FormatChunks:
+			for _, c := range chunks {
+				k, _, _ := bytes.Cut(c, []byte("\n"))
+				ks = append(ks, string(k))
+			}
+		case FormatJSON:
+			for _, l := range bytes.SplitAfter(all, []byte("\n")) {
+				if k, ok := bytes.CutPrefix(l, []byte(`{"key":"`)); ok {
+					ks = append(ks, string(k[:1]))
+				}
+			}
+		default:
+			d := NewDecoder(bytes.NewReader(all), 16, 64)
+			for d.Next() {
+				ks = append(ks, string(d.Key()))
+			}
+			require.NoError(t, d.Err(), "a limited stream is complete")
+		}
+		return ks
+	}
+	for _, tc := range []struct {
+		name  string
+		f     Format
+		limit uint64
+		want  []string
+		read  int // records the iterator was advanced to
+	}{
+		{"chunks, no limit", FormatChunks, 0, []string{"b", "d", "e"}, 6},
+		{"chunks, 1 live", FormatChunks, 1, []string{"b"}, 2},
+		{"chunks, 2 live", FormatChunks, 2, []string{"b", "d"}, 4},
+		{"binary, 2 live", FormatBinary, 2, []string{"b", "d"}, 4},
+		{"binary, limit above the range", FormatBinary, 10, []string{"b", "d", "e"}, 6},
+		{"binary, limit equal to the range", FormatBinary, 3, []string{"b", "d", "e"}, 5},
+		{"json, 2 live", FormatJSON, 2, []string{"b", "d"}, 4},
+		{"internal counts tombstones", FormatInternal, 2, []string{"a", "b"}, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			src := newSliceIter(data)
+			var w chunkWriter
+			b := NewBody(src, tc.f, BodyOptions{Limit: tc.limit, FlushBytes: 1})
+			_, err := b.WriteTo(&w)
+			require.NoError(t, err)
+			require.NoError(t, b.Close())
+			require.True(t, src.closed)
+			require.Equal(t, tc.want, keys(tc.f, w.chunks))
+			require.Equal(t, tc.read, min(src.i+1, len(src.keys)), "records the iterator read")
+		})
+	}
 }
 
 func TestBodyErrors(t *testing.T) {

@@ -333,3 +333,15 @@ func (l slogLogger) Fatalf(format string, args ...any) {
 	l.l.Error(fmt.Sprintf(format, args...))
 	panic(fmt.Sprintf(format, args...))
 }
+
+// Checkpoint writes a consistent copy of the store (records, hints, the
+// anti-entropy index, the identity, the clock bound and the GC horizon) as
+// of one instant into dir, which must not exist (its parents are
+// created). The copy hard-links the sstables where the file system allows,
+// so it costs little space until the store compacts them away.
+func (s *Store) Checkpoint(dir string) error {
+	if err := s.db.Checkpoint(dir, pebble.WithFlushedWAL()); err != nil {
+		return fmt.Errorf("checkpoint of %s in %s: %w", s.dir, dir, err)
+	}
+	return nil
+}

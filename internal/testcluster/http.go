@@ -3,6 +3,7 @@ package testcluster
 import (
 	"bufio"
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -15,6 +16,7 @@ import (
 	"syscall"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/stretchr/testify/require"
 
@@ -194,6 +196,40 @@ func ReadBinary(t testing.TB, body io.Reader) [][2]string {
 		out = append(out, [2]string{string(d.Key()), string(d.Value())})
 	}
 	require.NoError(t, d.Err())
+	return out
+}
+
+// ReadJSON reads a whole format=json /v0/entities body and checks every
+// line: one object, exactly one of key and key_base64 and one of value and
+// value_base64, the plain field only for valid UTF-8 and the base64 one
+// only for bytes that are not. It returns the records as key/value pairs.
+func ReadJSON(t testing.TB, body io.Reader) [][2]string {
+	t.Helper()
+	type line struct {
+		Key         *string `json:"key"`
+		KeyBase64   []byte  `json:"key_base64"`
+		Value       *string `json:"value"`
+		ValueBase64 []byte  `json:"value_base64"`
+	}
+	field := func(plain *string, b64 []byte, name, l string) string {
+		require.True(t, (plain == nil) != (b64 == nil), "exactly one of %s and %s_base64: %s", name, name, l)
+		if plain != nil {
+			return *plain
+		}
+		require.False(t, utf8.Valid(b64), "%s_base64 holds valid UTF-8: %s", name, l)
+		return string(b64)
+	}
+	var out [][2]string
+	sc := bufio.NewScanner(body)
+	sc.Buffer(nil, 4<<20)
+	for sc.Scan() {
+		var rec line
+		dec := json.NewDecoder(bytes.NewReader(sc.Bytes()))
+		dec.DisallowUnknownFields()
+		require.NoError(t, dec.Decode(&rec), "line %q", sc.Text())
+		out = append(out, [2]string{field(rec.Key, rec.KeyBase64, "key", sc.Text()), field(rec.Value, rec.ValueBase64, "value", sc.Text())})
+	}
+	require.NoError(t, sc.Err())
 	return out
 }
 

@@ -1,8 +1,9 @@
-// Package framing is the binary framing of dhtkv's record streams: the
-// writer's Append functions and the reader, Decoder. It depends on nothing
-// but the standard library, so that the public client (package client)
-// reads streams without importing what a node needs; package scan, which
-// serves and merges streams, uses it through its own names.
+// Package framing is the binary framing of dhtkv's record streams (the
+// writer's Append functions and the reader, Decoder) and the JSON lines
+// framing (json.go). It depends on nothing but the standard library, so
+// that the public client (package client) reads streams, and dhtkvctl
+// prints them, without importing what a node needs; package scan, which
+// serves and merges streams, uses it.
 //
 // See docs/range-scans.md for the contract.
 package framing
