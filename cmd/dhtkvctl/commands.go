@@ -309,3 +309,74 @@ func snapshotCmd(e *env, fs *flag.FlagSet) *ffcli.Command {
 		},
 	}
 }
+
+const repairHelp = `Asks the node whose admin listener is at --admin (its --admin-listen,
+not its public address) to run an anti-entropy exchange with every peer
+now, one after another (--ae-concurrency on the node), and waits for them:
+each compares the two nodes' data partition by partition and moves only
+the records that differ, newest version winning (docs/replication.md).
+Prints one line per peer; exits 1 if an exchange did not complete (a peer
+down, say), with the reason in the ERROR column. A large difference may
+take longer than --timeout: the node finishes the exchanges anyway.`
+
+func repairCmd(e *env, fs *flag.FlagSet) *ffcli.Command {
+	admin := fs.String("admin", "", "the node's admin listener, `host:port`")
+	asJSON := fs.Bool("json", false, "print the node's answer as JSON, one object per peer")
+	return &ffcli.Command{
+		Name:       "repair",
+		ShortUsage: "dhtkvctl repair --admin HOST:PORT [--json]",
+		ShortHelp:  "compare one node's data with every peer's now and exchange what differs",
+		LongHelp:   repairHelp,
+		FlagSet:    fs,
+		Exec: func(_ context.Context, args []string) error {
+			switch {
+			case len(args) > 0:
+				return usagef("repair takes no arguments")
+			case *admin == "":
+				return usagef("repair needs --admin, the node's admin listener")
+			}
+			return e.withClient(func(ctx context.Context, c *client.Client) error {
+				xs, err := c.Repair(ctx, *admin)
+				if err != nil {
+					return fmt.Errorf("repair: %w", err)
+				}
+				if err := printRepair(e.stdout, xs, *asJSON); err != nil {
+					return err
+				}
+				failed := 0
+				for _, x := range xs {
+					if x.Error != "" {
+						failed++
+					}
+				}
+				if failed > 0 {
+					return fmt.Errorf("repair: %d of %d exchanges did not complete", failed, len(xs))
+				}
+				return nil
+			})
+		},
+	}
+}
+
+func printRepair(w io.Writer, xs []client.Exchange, asJSON bool) error {
+	if asJSON {
+		enc := json.NewEncoder(w)
+		for _, x := range xs {
+			if err := enc.Encode(x); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "PEER\tDIFFERING\tPULLED\tPUSHED\tFAILED\tBYTES\tSECONDS\tERROR")
+	for _, x := range xs {
+		errText := "-"
+		if x.Error != "" {
+			errText = x.Error
+		}
+		fmt.Fprintf(tw, "%s\t%d/%d\t%d\t%d\t%d\t%d\t%.3f\t%s\n", x.Peer, x.PartitionsDiffering, x.Partitions,
+			x.Pulled, x.Pushed, x.Failed, x.SummaryBytes+x.RecordBytes, x.DurationSeconds, errText)
+	}
+	return tw.Flush()
+}

@@ -7,6 +7,7 @@
 //	dhtkvctl [global flags] scan [--start KEY] [--end KEY] [--limit N] [--keys-only] [--json] [--local]
 //	dhtkvctl [global flags] status [--json]
 //	dhtkvctl [global flags] snapshot --admin HOST:PORT --dir PATH [--json]
+//	dhtkvctl [global flags] repair --admin HOST:PORT [--json]
 //
 // Its exit codes are a contract for scripts (see usage below and
 // README.md).
@@ -179,7 +180,7 @@ func newRoot(e *env, out io.Writer) *ffcli.Command {
 		e.g.register(f)
 		return f
 	}
-	cmds := []*ffcli.Command{getCmd(e, fs("get")), putCmd(e, fs("put")), delCmd(e, fs("del")), scanCmd(e, fs("scan")), statusCmd(e, fs("status")), snapshotCmd(e, fs("snapshot"))}
+	cmds := []*ffcli.Command{getCmd(e, fs("get")), putCmd(e, fs("put")), delCmd(e, fs("del")), scanCmd(e, fs("scan")), statusCmd(e, fs("status")), snapshotCmd(e, fs("snapshot")), repairCmd(e, fs("repair"))}
 	rootFS := fs("dhtkvctl")
 	version := rootFS.Bool("version", false, "print the version and exit")
 	return &ffcli.Command{

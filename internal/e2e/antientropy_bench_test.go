@@ -51,9 +51,9 @@ func BenchmarkAntiEntropyDifference(b *testing.B) {
 				b.StartTimer()
 				st := c.Repair(b, 0)[0]
 				b.StopTimer()
-				require.Empty(b, st.Err)
+				require.Empty(b, st.Error)
 				require.Equal(b, diff, st.Pulled+st.Pushed)
-				summary, records, secs = st.SummaryBytes, st.RecordBytes, st.Duration.Seconds()
+				summary, records, secs = st.SummaryBytes, st.RecordBytes, st.DurationSeconds
 				again := c.Repair(b, 0)[0]
 				require.Zero(b, again.PartitionsDiffering)
 				insync = again.SummaryBytes

@@ -58,7 +58,7 @@ func TestAntiEntropyRepairsBothWays(t *testing.T) {
 	require.Len(t, stats, 2)
 	var pulled, pushed int
 	for _, st := range stats {
-		require.Empty(t, st.Err, "exchange with %s", st.Peer)
+		require.Empty(t, st.Error, "exchange with %s", st.Peer)
 		require.Zero(t, st.Failed)
 		pulled += st.Pulled
 		pushed += st.Pushed

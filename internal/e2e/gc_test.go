@@ -55,7 +55,7 @@ func TestGCNoZombie(t *testing.T) {
 	for i := range 2 {
 		for _, st := range c.Repair(t, i) {
 			if st.Peer == c.URL(2) {
-				require.NotEmpty(t, st.Err, "node 2 is down")
+				require.NotEmpty(t, st.Error, "node 2 is down")
 			}
 		}
 		require.Zero(t, c.Node(i).Coordinator().CollectGarbage(), "node %d: a replica has not confirmed the delete", i)
@@ -67,7 +67,7 @@ func TestGCNoZombie(t *testing.T) {
 	c.StartNode(2)
 	for i := range 3 {
 		for _, st := range c.Repair(t, i) {
-			require.Empty(t, st.Err)
+			require.Empty(t, st.Error)
 		}
 	}
 	for i := range 3 {
@@ -84,7 +84,7 @@ func TestGCNoZombie(t *testing.T) {
 	require.Equal(t, byte(rpc.ResNewer), ans[0], "a write older than the horizon is refused")
 	for i := range 3 {
 		for _, st := range c.Repair(t, i) {
-			require.Empty(t, st.Err)
+			require.Empty(t, st.Error)
 			require.Zero(t, st.Pulled+st.Pushed, "nothing left to exchange")
 		}
 	}

@@ -20,7 +20,7 @@ import (
 	"github.com/prometheus/common/model"
 	"github.com/stretchr/testify/require"
 
-	"github.com/dhtkv/dhtkv/internal/cluster"
+	"github.com/dhtkv/dhtkv/client"
 	"github.com/dhtkv/dhtkv/internal/testcluster"
 )
 
@@ -95,16 +95,16 @@ func (pc *procCluster) start(i int) {
 // repair asks node i for an anti-entropy exchange with every peer (POST
 // /repair on its admin port) and fails the test if one did not end with
 // nothing left differing.
-func (pc *procCluster) repair(i int) []cluster.ExchangeStats {
+func (pc *procCluster) repair(i int) []client.Exchange {
 	pc.t.Helper()
 	resp, err := http.Post("http://"+pc.admins[i]+"/repair", "", nil)
 	require.NoError(pc.t, err)
 	defer resp.Body.Close()
 	require.Equal(pc.t, http.StatusOK, resp.StatusCode)
-	var stats []cluster.ExchangeStats
+	var stats []client.Exchange
 	require.NoError(pc.t, json.NewDecoder(resp.Body).Decode(&stats))
 	for _, st := range stats {
-		require.Empty(pc.t, st.Err, "node %d's exchange with %s", i, st.Peer)
+		require.Empty(pc.t, st.Error, "node %d's exchange with %s", i, st.Peer)
 	}
 	return stats
 }

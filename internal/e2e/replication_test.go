@@ -299,7 +299,7 @@ func TestTinyLimitsStillReplicate(t *testing.T) {
 				require.Equal(t, http.StatusCreated, code)
 			}
 			for _, st := range c.Repair(t, 0) { // summaries are not bound by the value limit
-				require.Empty(t, st.Err)
+				require.Empty(t, st.Error)
 			}
 		})
 	}

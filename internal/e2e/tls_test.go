@@ -90,7 +90,7 @@ func TestMutualTLSCluster(t *testing.T) {
 	lone := record.Record{Version: versionAt(time.Now(), 0, 0), Value: []byte("lone")}
 	require.Equal(t, http.StatusCreated, internalPut(t, asNode, c.Endpoint(0), "tls-lone", lone, ""))
 	for _, ex := range c.Repair(t, 0) {
-		require.Empty(t, ex.Err, "exchange with %s", ex.Peer)
+		require.Empty(t, ex.Error, "exchange with %s", ex.Peer)
 		require.Equal(t, 1, ex.Pushed, "exchange with %s", ex.Peer)
 	}
 	for i := range 3 {

@@ -21,6 +21,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/valyala/fasthttp"
 
+	"github.com/dhtkv/dhtkv/client"
 	"github.com/dhtkv/dhtkv/internal/admin"
 	"github.com/dhtkv/dhtkv/internal/buildinfo"
 	"github.com/dhtkv/dhtkv/internal/cache"
@@ -594,10 +595,20 @@ func (n *Node) Serve() error {
 		mux.Handle("/", admin.Handler(n.registry, n.Ready))
 		mux.Handle("/repair", admin.RepairHandler(
 			func(ctx context.Context) any {
-				if res := n.coord.Repair(ctx); res != nil {
-					return res
+				res := n.coord.Repair(ctx)
+				if res == nil {
+					return nil // the client went away
 				}
-				return nil
+				out := make([]client.Exchange, len(res))
+				for i, x := range res {
+					out[i] = client.Exchange{
+						Peer: x.Peer, Started: x.Started, DurationSeconds: x.Duration.Seconds(),
+						Partitions: x.Partitions, PartitionsDiffering: x.PartitionsDiffering, SegmentsDiffering: x.SegmentsDiffering,
+						Pulled: x.Pulled, Pushed: x.Pushed, Failed: x.Failed,
+						SummaryBytes: x.SummaryBytes, RecordBytes: x.RecordBytes, Error: x.Err,
+					}
+				}
+				return out
 			},
 			func() any { return n.coord.AntiEntropy() }))
 		mux.Handle("/snapshot", admin.SnapshotHandler(n.checkpointer(), n.log))

@@ -34,7 +34,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/require"
 
-	"github.com/dhtkv/dhtkv/internal/cluster"
+	"github.com/dhtkv/dhtkv/client"
 	"github.com/dhtkv/dhtkv/internal/faultnet"
 	"github.com/dhtkv/dhtkv/internal/node"
 	"github.com/dhtkv/dhtkv/internal/testpki"
@@ -404,7 +404,7 @@ func hasLabel(m *dto.Metric, name, value string) bool {
 
 // Repair asks node i for an anti-entropy exchange with every peer through
 // its admin endpoint (POST /repair) and returns what each found and did.
-func (c *Cluster) Repair(t testing.TB, i int) []cluster.ExchangeStats {
+func (c *Cluster) Repair(t testing.TB, i int) []client.Exchange {
 	t.Helper()
 	n := c.Node(i)
 	require.NotNil(t, n, "node %d is stopped", i)
@@ -412,7 +412,7 @@ func (c *Cluster) Repair(t testing.TB, i int) []cluster.ExchangeStats {
 	require.NoError(t, err)
 	defer resp.Body.Close()
 	require.Equal(t, http.StatusOK, resp.StatusCode)
-	var out []cluster.ExchangeStats
+	var out []client.Exchange
 	require.NoError(t, json.NewDecoder(resp.Body).Decode(&out))
 	return out
 }
