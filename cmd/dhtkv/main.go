@@ -99,6 +99,8 @@ func parseFlags(args []string, stdout io.Writer) (*settings, error) {
 	fs.DurationVar(&cfg.AEInterval, "ae-interval", cfg.AEInterval, "how often anti-entropy compares this node's data with each peer (0: only on demand, POST /repair on the admin port)")
 	sizeVar(fs, &cfg.AERate, "ae-rate", "most records anti-entropy pulls and pushes per second, a `size`")
 	fs.IntVar(&cfg.AEConcurrency, "ae-concurrency", cfg.AEConcurrency, "peers anti-entropy compares at once")
+	fs.IntVar(&cfg.MaxScans, "max-scans", cfg.MaxScans, "range `streams` in flight, public and internal together; beyond, 429")
+	sizeVar(fs, &cfg.ScanMinRate, "scan-min-rate", "slowest a range stream's client may read, a `size` per second: a piece of n bytes must be taken within 5s + n/rate, else the stream is aborted (0: no minimum)")
 	fs.DurationVar(&cfg.GCGrace, "gc-grace", cfg.GCGrace, "keep tombstones and expired values at least this long after the delete or expiry; then remove them once every replica has them (must exceed --hint-window + --max-clock-skew; 0: their sum + 1h)")
 	fs.DurationVar(&cfg.ReadHedgeDelay, "read-hedge-delay", cfg.ReadHedgeDelay, "a GET asks ack replicas first and the other from-ack on a failure or after this delay, longer while the fastest peer's 95th-percentile read latency is (0: all at once)")
 	fs.IntVar(&cfg.PeerConns, "peer-conns", cfg.PeerConns, "batches in flight to each peer at once, for reads and for writes each (one connection each)")

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"strconv"
 	"sync"
@@ -122,9 +123,9 @@ func (s *Server) entities(ctx *fasthttp.RequestCtx) {
 		s.entitiesHTTP10(ctx, p)
 		return
 	}
-	st, ok := s.scans.register(ctx.Conn(), false)
-	if !ok {
-		ctx.Error("node shutting down\n", fasthttp.StatusServiceUnavailable)
+	st, aerr := s.scans.register(ctx.Conn(), false, s.maxScans())
+	if aerr != nil {
+		fail(ctx, aerr)
 		return
 	}
 	it, name, err := s.openRange(st, p)
@@ -186,7 +187,7 @@ func (s *Server) newBody(st *scanStream, it scan.Iterator, f scan.Format, limit 
 		// fasthttp sets the write deadline once per response; a scan
 		// may take longer than that, so every write pushes it forward:
 		// it then bounds how long a client may stall.
-		BeforeWrite: func() error { return conn.SetWriteDeadline(time.Now().Add(idle)) },
+		BeforeWrite: func(n int) error { return conn.SetWriteDeadline(time.Now().Add(s.writeAllowance(n, idle))) },
 		OnClose:     func() { s.scans.unregister(st) },
 		Limit:       limit,
 		Metrics:     s.Metrics.Scan,
@@ -194,6 +195,34 @@ func (s *Server) newBody(st *scanStream, it scan.Iterator, f scan.Format, limit 
 		Name:        name + " " + conn.RemoteAddr().String(),
 	})
 }
+
+// maxScans is MaxScans or its default.
+func (s *Server) maxScans() int {
+	if s.MaxScans <= 0 {
+		return DefaultMaxScans
+	}
+	return s.MaxScans
+}
+
+// writeAllowance is how long a stream's client may take to accept a piece
+// of n bytes: scanRateGrace plus n at ScanMinRate, and never more than
+// idle. A client that trickles (reads a little now and then, below the
+// rate) is cut off instead of pinning the stream's iterator for as long
+// as it likes.
+func (s *Server) writeAllowance(n int, idle time.Duration) time.Duration {
+	rate := s.ScanMinRate
+	if rate == 0 {
+		rate = DefaultScanMinRate
+	}
+	if rate < 0 {
+		return idle
+	}
+	return min(idle, scanRateGrace+time.Duration(float64(n)/float64(rate)*float64(time.Second)))
+}
+
+// scanRateGrace is the time a stream's client has for any piece, on top
+// of what its size takes at ScanMinRate.
+const scanRateGrace = 5 * time.Second
 
 func (s *Server) scanIdleTimeout() time.Duration {
 	if s.ScanIdleTimeout <= 0 {
@@ -228,9 +257,9 @@ func (s *Server) serveRangeHTTP10(conn net.Conn, p rangeParams) {
 	h.SetServer("dhtkv")
 	h.SetConnectionClose()
 	_ = conn.SetWriteDeadline(time.Now().Add(s.scanIdleTimeout()))
-	st, ok := s.scans.register(conn, true)
-	if !ok {
-		writeResponse(conn, &h, fasthttp.StatusServiceUnavailable, "node shutting down")
+	st, aerr := s.scans.register(conn, true, s.maxScans())
+	if aerr != nil {
+		writeResponse(conn, &h, aerr.code, aerr.reason)
 		return
 	}
 	it, name, err := s.openRange(st, p)
@@ -281,11 +310,14 @@ type scanStream struct {
 // register adds a stream on conn, unless the node is closing. A stream on
 // a hijacked connection is counted in detached until it unregisters:
 // fasthttp's shutdown does not wait for it, so Close does.
-func (r *scanRegistry) register(conn net.Conn, hijacked bool) (*scanStream, bool) {
+func (r *scanRegistry) register(conn net.Conn, hijacked bool, max int) (*scanStream, *apiError) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.closing {
-		return nil, false
+		return nil, &apiError{fasthttp.StatusServiceUnavailable, "node shutting down"}
+	}
+	if len(r.streams) >= max {
+		return nil, &apiError{fasthttp.StatusTooManyRequests, fmt.Sprintf("too many range scans in flight (--max-scans %d): try again later", max)}
 	}
 	if hijacked {
 		// Under mu with closing false: this Add happens before Close's
@@ -298,7 +330,7 @@ func (r *scanRegistry) register(conn net.Conn, hijacked bool) (*scanStream, bool
 		r.streams = map[*scanStream]struct{}{}
 	}
 	r.streams[st] = struct{}{}
-	return st, true
+	return st, nil
 }
 
 // unregister removes a stream; it is called once per registered stream.

@@ -131,9 +131,9 @@ func (s *Server) internalStream(ctx *fasthttp.RequestCtx) {
 	if !s.authorized(ctx) {
 		return
 	}
-	st, ok := s.scans.register(ctx.Conn(), false)
-	if !ok {
-		ctx.Error("node shutting down\n", fasthttp.StatusServiceUnavailable)
+	st, aerr := s.scans.register(ctx.Conn(), false, s.maxScans())
+	if aerr != nil {
+		fail(ctx, aerr)
 		return
 	}
 	it, err := s.RPC.OpenStream(ctx.QueryArgs())

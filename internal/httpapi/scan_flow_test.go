@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
 	"syscall"
 	"testing"
@@ -223,4 +224,56 @@ func TestScanShutdownAbortsHTTP10Stream(t *testing.T) {
 	}
 	require.ErrorIs(t, dec.Err(), scan.ErrTruncated, "the client sees a truncated stream, never a complete one")
 	require.Equal(t, float64(1), testcluster.Metric(t, reg, "dhtkv_scan_aborts_total", "reason", scan.AbortShutdown))
+}
+
+// TestScanMinRate: a client that keeps reading, but trickles below
+// --scan-min-rate, is cut off within the allowance (5 s plus a piece at
+// the rate), long before the write timeout would.
+func TestScanMinRate(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "filled")
+	testcluster.FillStore(t, dir, flowRecords, flowValueSize)
+	c := testcluster.Start(t, 1, func(_ int, cfg *node.Config) {
+		cfg.DataDir = dir
+		cfg.ScanMinRate = 1 << 30 // a piece's allowance: 5 s and a few µs
+	})
+	timeouts := func() float64 { return c.Metric(t, 0, "dhtkv_scan_aborts_total", "reason", scan.AbortClientTimeout) }
+	rc := testcluster.RawGet(t, c.Config(0).Listen, "/v0/entities?start=key&format=binary", 4096)
+	require.Equal(t, 200, rc.Status)
+	start := time.Now()
+	buf := make([]byte, 512)
+	for timeouts() == 0 {
+		require.Less(t, time.Since(start), 20*time.Second, "a trickling client was not cut off")
+		_ = rc.Conn.SetReadDeadline(time.Now().Add(time.Second))
+		if _, err := rc.Wire.Read(buf); err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
+			break // cut off: the connection closed
+		}
+		time.Sleep(200 * time.Millisecond) // the trickle: 2.5 KiB/s is the behaviour under test
+	}
+	require.Eventually(t, func() bool { return timeouts() == 1 }, 10*time.Second, 20*time.Millisecond)
+	require.Less(t, time.Since(start), 20*time.Second, "cut off by the rate, not the 30 s write timeout")
+}
+
+// TestMaxScans: past --max-scans streams in flight a range request gets
+// 429 with the reason; once one ends, a new one is served.
+func TestMaxScans(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "filled")
+	testcluster.FillStore(t, dir, flowRecords, flowValueSize)
+	c := testcluster.Start(t, 1, func(_ int, cfg *node.Config) {
+		cfg.DataDir = dir
+		cfg.MaxScans = 2
+	})
+	addr := c.Config(0).Listen
+	first := testcluster.RawGet(t, addr, "/v0/entities?start=key&format=binary", 4096)
+	second := testcluster.RawGet(t, addr, "/v0/entities?start=key&format=binary", 4096)
+	require.Equal(t, 200, first.Status)
+	require.Equal(t, 200, second.Status)
+	cl := testcluster.NewClient()
+	code, body := cl.Do(t, http.MethodGet, "http://"+addr+"/v0/entities?start=key&limit=1", nil)
+	require.Equal(t, http.StatusTooManyRequests, code)
+	require.Contains(t, string(body), "too many range scans in flight (--max-scans 2)")
+	first.Conn.Close()
+	require.Eventually(t, func() bool {
+		code, _ := cl.Do(t, http.MethodGet, "http://"+addr+"/v0/entities?start=key&limit=1", nil)
+		return code == http.StatusOK
+	}, 10*time.Second, 20*time.Millisecond, "a slot freed by the first stream's end")
 }

@@ -62,6 +62,16 @@ type Server struct {
 	// (default DefaultScanIdleTimeout). It replaces fasthttp's whole-
 	// response write deadline for streams, which may run for any time.
 	ScanIdleTimeout time.Duration
+	// MaxScans bounds the range streams in flight, public and internal
+	// together (--max-scans; default DefaultMaxScans): each holds an
+	// iterator, and with it the store's memory as of its start. Beyond,
+	// 429 with the reason.
+	MaxScans int
+	// ScanMinRate is the slowest a stream's client may read, in bytes per
+	// second (--scan-min-rate; default DefaultScanMinRate; negative: no
+	// minimum, only ScanIdleTimeout): a piece of n bytes must be taken
+	// within 5 s + n/ScanMinRate, else the stream is aborted.
+	ScanMinRate int64
 	// RequirePeerCert makes the internal endpoints answer only requests
 	// on a TLS connection whose client certificate the handshake verified
 	// against --peer-tls-ca (mutual TLS: tlsconf.PeerVerified), in place
@@ -74,6 +84,13 @@ type Server struct {
 	bodyBytes atomic.Int64 // request body buffers held, in bytes (body.go)
 	bodyPool  sync.Pool    // of *bodyBuf (body.go)
 }
+
+// DefaultMaxScans and DefaultScanMinRate are Server.MaxScans's and
+// Server.ScanMinRate's defaults.
+const (
+	DefaultMaxScans    = 64
+	DefaultScanMinRate = 16 << 10
+)
 
 const (
 	pathEntity   = "/v0/entity"

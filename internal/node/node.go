@@ -182,6 +182,14 @@ type Config struct {
 	// AEConcurrency is how many peers anti-entropy compares at once
 	// (--ae-concurrency). The default value is 1.
 	AEConcurrency int
+	// MaxScans bounds the range streams in flight, public and internal
+	// (--max-scans; 429 beyond). The default value is 64.
+	MaxScans int
+	// ScanMinRate is the slowest a range stream's client may read, in
+	// bytes per second (--scan-min-rate; a piece of n bytes must be taken
+	// within 5 s + n/rate; 0: no minimum, only WriteTimeout between
+	// pieces). The default value is 16 KiB.
+	ScanMinRate int64
 	// GCGrace is how long a tombstone or an expired value is kept at
 	// least, from its delete or expiry, before garbage collection may
 	// remove it (--gc-grace); it must exceed HintWindow plus MaxClockSkew.
@@ -240,6 +248,8 @@ func DefaultConfig() Config {
 		AEInterval:            time.Hour,
 		AERate:                8 << 20,
 		AEConcurrency:         1,
+		MaxScans:              httpapi.DefaultMaxScans,
+		ScanMinRate:           httpapi.DefaultScanMinRate,
 		GCInterval:            time.Minute,
 		ReadHedgeDelay:        5 * time.Millisecond,
 		PeerConns:             1,
@@ -463,6 +473,8 @@ func New(cfg Config) (_ *Node, err error) {
 		},
 		Started:         time.Now(),
 		ScanIdleTimeout: cfg.WriteTimeout,
+		MaxScans:        cfg.MaxScans,
+		ScanMinRate:     scanMinRate(cfg.ScanMinRate),
 		RequirePeerCert: certs != nil && certs.Mutual(),
 	}
 	n.srv = &fasthttp.Server{
@@ -790,4 +802,13 @@ func aeInterval(d time.Duration) time.Duration {
 		return -1
 	}
 	return d
+}
+
+// scanMinRate maps --scan-min-rate to httpapi.Server.ScanMinRate: 0 there
+// means the default, here no minimum.
+func scanMinRate(r int64) int64 {
+	if r == 0 {
+		return -1
+	}
+	return r
 }

@@ -48,10 +48,11 @@ type BodyOptions struct {
 	FlushBytes int
 	// Ctx, when done, aborts the stream (node shutdown).
 	Ctx context.Context
-	// BeforeWrite runs before every write to the connection; the handler
-	// uses it to push the connection's write deadline forward, so the
-	// deadline bounds how long the client may stall, not the whole scan.
-	BeforeWrite func() error
+	// BeforeWrite runs before every write of n bytes to the connection;
+	// the handler uses it to push the connection's write deadline
+	// forward, so the deadline bounds how long the client may take over
+	// this piece, not the whole scan.
+	BeforeWrite func(n int) error
 	// OnClose runs once when the body is closed (the handler unregisters
 	// the stream).
 	OnClose func()
@@ -133,7 +134,7 @@ func (b *Body) WriteTo(w io.Writer) (int64, error) {
 		piece, err := b.step()
 		if len(piece) > 0 {
 			if b.o.BeforeWrite != nil {
-				if derr := b.o.BeforeWrite(); derr != nil {
+				if derr := b.o.BeforeWrite(len(piece)); derr != nil {
 					return total, b.writeFailed(derr)
 				}
 			}
