@@ -228,11 +228,20 @@ func RenderScenario(s *ScenarioResult) string {
 		if len(p.Notes) > 0 {
 			w("\n")
 		}
+		raw := func(name, what string) {
+			if name != "" {
+				w("Raw profile: [%s](%s) (%s); open it with `go tool pprof -http=: %s`.\n\n", name, name, what, name)
+			}
+		}
 		if p.CPUSVG != "" {
-			w("### CPU\n\n[![CPU flame graph](%s)](%s)\n\nTop 20 by flat time:\n\n```text\n%s```\n\nTop 20 by cumulative time:\n\n```text\n%s```\n\n", p.CPUSVG, p.CPUSVG, p.CPUTopFlat, p.CPUTopCum)
+			w("### CPU\n\n[![CPU flame graph](%s)](%s)\n\n", p.CPUSVG, p.CPUSVG)
+			raw(p.CPURaw, "the CPU profile of the window")
+			w("Top 20 by flat time:\n\n```text\n%s```\n\nTop 20 by cumulative time:\n\n```text\n%s```\n\n", p.CPUTopFlat, p.CPUTopCum)
 		}
 		if p.AllocSVG != "" {
-			w("### Allocations (alloc_space)\n\n[![allocation flame graph](%s)](%s)\n\nTop 20 by bytes allocated (flat):\n\n```text\n%s```\n\n", p.AllocSVG, p.AllocSVG, p.AllocTop)
+			w("### Allocations (alloc_space)\n\n[![allocation flame graph](%s)](%s)\n\n", p.AllocSVG, p.AllocSVG)
+			raw(p.AllocRaw, "allocations during the window only; `-sample_index=alloc_space` for bytes")
+			w("Top 20 by bytes allocated (flat):\n\n```text\n%s```\n\n", p.AllocTop)
 		}
 	}
 
