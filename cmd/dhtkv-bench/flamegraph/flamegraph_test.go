@@ -228,6 +228,14 @@ func TestSVGSynthetic(t *testing.T) {
 	if len(doc.Groups) != 6 {
 		t.Errorf("%d frames drawn, want 6 (all, main, handle, parse, mallocgc, serve)", len(doc.Groups))
 	}
+	// Labels are short names; tooltips keep the import path.
+	labels := map[string]string{}
+	for _, g := range doc.Groups {
+		labels[g.Text] = g.Title
+	}
+	if title := labels["app.handle"]; title != "example.com/app.handle (80ms, 80.00%)" {
+		t.Errorf("label app.handle belongs to %q; labels %v", title, labels)
+	}
 }
 
 func TestSVGDropsNarrowFrames(t *testing.T) {

@@ -162,7 +162,7 @@ func (r *renderer) draw(n *node, level int, x float64) {
 	tip := fmt.Sprintf("%s (%s, %s)", n.name, FormatValue(n.value, r.unit), pct(n.value, r.total))
 	fmt.Fprintf(r.w, `<g class="f"><title>%s</title><rect x="%.2f" y="%.0f" width="%.2f" height="%d" fill="%s" rx="2"/>`,
 		esc(tip), x, y, width, frameHeight-1, colour(n.name))
-	if label := fit(n.name, width); label != "" {
+	if label := fit(ShortName(n.name), width); label != "" {
 		fmt.Fprintf(r.w, `<text x="%.2f" y="%.0f">%s</text>`, x+3, y+frameHeight-4, esc(label))
 	}
 	fmt.Fprintf(r.w, "</g>\n")
@@ -177,8 +177,9 @@ func (r *renderer) draw(n *node, level int, x float64) {
 	}
 }
 
-// fit truncates a label to the frame width; frames too narrow for three
-// characters get no label (the tooltip still names them).
+// fit truncates a label (a ShortName; the tooltip has the full name) to the
+// frame width; frames too narrow for three characters get no label (the
+// tooltip still names them).
 func fit(name string, width float64) string {
 	n := int((width - 6) / charWidth)
 	if n < 3 {
