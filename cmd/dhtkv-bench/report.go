@@ -221,7 +221,7 @@ func RenderScenario(s *ScenarioResult) string {
 		if p.AllocMethod != "" {
 			w(" Allocations: %s.", p.AllocMethod)
 		}
-		w(" Frames narrower than 0.1%% are omitted; hover a frame for its value.\n\n")
+		w(" Frames narrower than 0.1%% are omitted. Hover a frame for its full name and value; opened on its own in a browser (click the picture), a flame graph zooms into the frame you click and searches frame names (the Search control or Ctrl-F).\n\n")
 		for _, n := range p.Notes {
 			w("- %s\n", oneLine(n))
 		}
