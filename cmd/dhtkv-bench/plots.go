@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"image/color"
+	"io"
 	"math"
 	"os"
 	"path/filepath"
@@ -15,6 +16,8 @@ import (
 	"gonum.org/v1/plot/plotutil"
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
+	"gonum.org/v1/plot/vg/vgimg"
+	"gonum.org/v1/plot/vg/vgsvg"
 )
 
 // The plots a report embeds are drawn with gonum.org/v1/plot and saved in
@@ -85,7 +88,7 @@ func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond)
 // picture.
 func PercentilePlot(path, title string, curves []LatencyCurve) error {
 	p := plot.New()
-	p.Title.Text = title
+	p.Title.Text, p.Title.Padding = title, vg.Points(8)
 	p.X.Label.Text = "percentile"
 	p.Y.Label.Text = "latency (ms)"
 	p.X.Scale = plot.LogScale{}
@@ -158,7 +161,7 @@ func ThroughputPlot(path, title string, s *Search, threshold time.Duration) erro
 	}
 
 	p := plot.New()
-	p.Title.Text = title
+	p.Title.Text, p.Title.Padding = title, vg.Points(8)
 	p.X.Label.Text = "throughput achieved (requests/s)"
 	p.Y.Label.Text = "p99 latency (ms)"
 	p.Y.Scale = plot.LogScale{}
@@ -216,6 +219,7 @@ func ThroughputPlot(path, title string, s *Search, threshold time.Duration) erro
 	p.Y.Min, p.Y.Max = lo/1.5, hi*1.5
 	p.Y.Tick.Marker = logTicks{}
 	p.X.Max = maxX * 1.08
+	p.X.Tick.Marker = inside{plot.DefaultTicks{}}
 	if threshold > 0 {
 		l, err := plotter.NewLine(plotter.XYs{{X: 0, Y: ms(threshold)}, {X: p.X.Max, Y: ms(threshold)}})
 		if err != nil {
@@ -272,6 +276,21 @@ func (logTicks) Ticks(min, max float64) []plot.Tick {
 	return ticks
 }
 
+// inside drops the label of a tick so close to the axis's maximum that
+// the label, centred on it, would be cut at the picture's right edge.
+type inside struct{ plot.Ticker }
+
+// Ticks implements plot.Ticker.
+func (t inside) Ticks(min, max float64) []plot.Tick {
+	ticks := t.Ticker.Ticks(min, max)
+	for i := range ticks {
+		if ticks[i].Value > max-0.04*(max-min) {
+			ticks[i].Label = ""
+		}
+	}
+	return ticks
+}
+
 // save writes p to path through a temporary file, so a failed render never
 // leaves a truncated picture that a report would link.
 func save(p *plot.Plot, path string) error {
@@ -279,10 +298,22 @@ func save(p *plot.Plot, path string) error {
 	if ext == "" {
 		return fmt.Errorf("save plot %s: no extension to choose a format", path)
 	}
-	wt, err := p.WriterTo(plotWidth, plotHeight, ext[1:])
-	if err != nil {
-		return fmt.Errorf("save plot %s: %w", path, err)
+	var wt io.WriterTo
+	var c vg.CanvasSizer
+	switch ext {
+	case ".svg":
+		sc := vgsvg.New(plotWidth, plotHeight)
+		c, wt = sc, sc
+	case ".png":
+		ic := vgimg.PngCanvas{Canvas: vgimg.New(plotWidth, plotHeight)}
+		c, wt = ic, ic
+	default:
+		return fmt.Errorf("save plot %s: unsupported format %s (svg or png)", path, ext)
 	}
+	// A margin, so that text measured with gonum's fonts and drawn by a
+	// viewer with others is not cut at the picture's edge.
+	m := vg.Points(6)
+	p.Draw(draw.Crop(draw.New(c), m, -m, m, -m))
 	tmp := path + ".tmp"
 	f, err := os.Create(tmp)
 	if err != nil {

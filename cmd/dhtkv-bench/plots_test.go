@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"gonum.org/v1/plot"
 )
 
 // syntheticSearch is a saturation search with every kind of step the plot
@@ -148,5 +150,17 @@ func TestRenderPlotsForReport(t *testing.T) {
 	}
 	if ents, _ := os.ReadDir(dir); len(ents) != 0 {
 		t.Errorf("stale plots kept: %v", ents)
+	}
+}
+
+func TestInsideTicks(t *testing.T) {
+	var labels []string
+	for _, tk := range (inside{plot.DefaultTicks{}}).Ticks(0, 30200) {
+		if tk.Label != "" {
+			labels = append(labels, tk.Label)
+		}
+	}
+	if got := strings.Join(labels, " "); got != "0 10000 20000" {
+		t.Errorf("labels %s", got)
 	}
 }
