@@ -251,17 +251,18 @@ func cmpFloat(a, b float64) int {
 	return 0
 }
 
-// logTicks labels a log axis at 1, 2 and 5 times each power of ten, which
-// leaves labels on a range narrower than a decade (plot.LogTicks labels
-// powers of ten only).
+// logTicks labels a log axis at 1, 2 and 5 times each power of ten, or at
+// every multiple when that leaves fewer than three labels (a range
+// narrower than a decade); plot.LogTicks labels powers of ten only.
 type logTicks struct{}
 
 // Ticks implements plot.Ticker; min and max must be positive.
 func (logTicks) Ticks(min, max float64) []plot.Tick {
 	var ticks []plot.Tick
+	labelled := 0
 	for e := math.Floor(math.Log10(min)); math.Pow10(int(e)) <= max; e++ {
 		base := math.Pow10(int(e))
-		for _, m := range []float64{1, 2, 3, 4, 5, 6, 7, 8, 9} {
+		for m := 1.0; m <= 9; m++ {
 			v := m * base
 			if v < min || v > max {
 				continue
@@ -269,8 +270,14 @@ func (logTicks) Ticks(min, max float64) []plot.Tick {
 			t := plot.Tick{Value: v}
 			if m == 1 || m == 2 || m == 5 {
 				t.Label = strconv.FormatFloat(v, 'g', -1, 64)
+				labelled++
 			}
 			ticks = append(ticks, t)
+		}
+	}
+	if labelled < 3 {
+		for i := range ticks {
+			ticks[i].Label = strconv.FormatFloat(ticks[i].Value, 'g', -1, 64)
 		}
 	}
 	return ticks

@@ -164,3 +164,25 @@ func TestInsideTicks(t *testing.T) {
 		t.Errorf("labels %s", got)
 	}
 }
+
+func TestLogTicks(t *testing.T) {
+	for _, tc := range []struct {
+		min, max float64
+		want     string
+	}{
+		{1.5, 150, "2 5 10 20 50 100"},
+		{0.8, 12, "1 2 5 10"},
+		{6.3, 19.5, "7 8 9 10"}, // under a decade: every tick labelled
+		{0.02, 0.09, "0.02 0.03 0.04 0.05 0.06 0.07 0.08 0.09"},
+	} {
+		var labels []string
+		for _, tk := range (logTicks{}).Ticks(tc.min, tc.max) {
+			if tk.Label != "" {
+				labels = append(labels, tk.Label)
+			}
+		}
+		if got := strings.Join(labels, " "); got != tc.want {
+			t.Errorf("[%g, %g]: labels %s, want %s", tc.min, tc.max, got, tc.want)
+		}
+	}
+}
