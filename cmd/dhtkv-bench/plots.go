@@ -81,20 +81,26 @@ func percentileTicks(maxX float64) plot.ConstantTicks {
 // ms converts a duration to the plots' latency unit.
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
+// newPlot is a plot with the reports' common layout: a title with room
+// under it, axis labels, a grid and the legend at the top left.
+func newPlot(title, xLabel, yLabel string) *plot.Plot {
+	p := plot.New()
+	p.Title.Text, p.Title.Padding = title, vg.Points(8)
+	p.X.Label.Text, p.Y.Label.Text = xLabel, yLabel
+	p.Legend.Top, p.Legend.Left = true, true
+	p.Add(plotter.NewGrid())
+	return p
+}
+
 // PercentilePlot writes an HdrHistogram-style latency-percentile plot of
 // curves to path: x is the percentile on a log-scaled 1/(1-p) axis, y the
 // latency in milliseconds from 0. Points with a percentile outside (0, 100)
 // are skipped; a plot without any point is an error rather than an empty
 // picture.
 func PercentilePlot(path, title string, curves []LatencyCurve) error {
-	p := plot.New()
-	p.Title.Text, p.Title.Padding = title, vg.Points(8)
-	p.X.Label.Text = "percentile"
-	p.Y.Label.Text = "latency (ms)"
+	p := newPlot(title, "percentile", "latency (ms)")
 	p.X.Scale = plot.LogScale{}
 	p.Y.Min = 0
-	p.Legend.Top, p.Legend.Left = true, true
-	p.Add(plotter.NewGrid())
 	maxX, n := 0.0, 0
 	for i, c := range curves {
 		var xys plotter.XYs
@@ -160,14 +166,9 @@ func ThroughputPlot(path, title string, s *Search, threshold time.Duration) erro
 		return fmt.Errorf("throughput plot %s: no step with a result", path)
 	}
 
-	p := plot.New()
-	p.Title.Text, p.Title.Padding = title, vg.Points(8)
-	p.X.Label.Text = "throughput achieved (requests/s)"
-	p.Y.Label.Text = "p99 latency (ms)"
+	p := newPlot(title, "throughput achieved (requests/s)", "p99 latency (ms)")
 	p.Y.Scale = plot.LogScale{}
 	p.X.Min = 0
-	p.Legend.Top, p.Legend.Left = true, true
-	p.Add(plotter.NewGrid())
 
 	// The curve joins the constant-rate steps in target-rate order; retries
 	// at one rate appear as separate points on it.
