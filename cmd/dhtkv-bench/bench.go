@@ -129,6 +129,11 @@ func (b *Bench) runSystem(ctx context.Context, sys System) []*ScenarioResult {
 	finish := func(r *ScenarioResult) {
 		b.results = append(b.results, r)
 		out = append(out, r)
+		plots, err := renderPlots(b.cfg.Out, r)
+		if err != nil && r.Err == nil {
+			r.Err = err
+		}
+		r.Plots = plots
 		path := filepath.Join(b.cfg.Out, r.Name+".md")
 		if err := os.WriteFile(path, []byte(RenderScenario(r)), 0o644); err != nil {
 			slog.Error("write report", "path", path, "err", err)

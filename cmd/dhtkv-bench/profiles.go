@@ -118,6 +118,8 @@ type ProfileArtifacts struct {
 	Node        string
 	CPUSVG      string // file name relative to the report directory; "" if none
 	AllocSVG    string
+	CPURaw      string // the profile the CPU flame graph was drawn from (.pb.gz); "" if none
+	AllocRaw    string // the allocation profile (the delta over the window) as .pb.gz
 	CPUTopFlat  string
 	CPUTopCum   string
 	AllocTop    string
@@ -125,44 +127,57 @@ type ProfileArtifacts struct {
 	Notes       []string // what could not be captured, and why
 }
 
-// renderProfiles writes the flame graphs of a scenario into outDir and
-// computes its top tables. Stale SVGs from an earlier run are removed when a
-// profile is missing, so a report never links a picture of another run.
+// renderProfiles writes the flame graphs of a scenario into outDir, each
+// beside the profile it was drawn from (<scenario>-<kind>.pb.gz, gzipped
+// protobuf that `go tool pprof` opens), and computes its top tables. Stale
+// files from an earlier run are removed when a profile is missing, so a
+// report never links a picture or profile of another run.
 func renderProfiles(outDir, scenario, subtitle string, p *Profiles) (*ProfileArtifacts, error) {
 	a := &ProfileArtifacts{Node: p.Node, AllocMethod: p.AllocMethod}
-	render := func(prof *profile.Profile, capErr error, typ, kind, title string) (string, int, error) {
-		name := fmt.Sprintf("%s-%s.svg", scenario, kind)
-		path := filepath.Join(outDir, name)
+	render := func(prof *profile.Profile, capErr error, typ, kind, title string) (svg, raw string, idx int, err error) {
+		svg, raw = fmt.Sprintf("%s-%s.svg", scenario, kind), fmt.Sprintf("%s-%s.pb.gz", scenario, kind)
+		svgPath, rawPath := filepath.Join(outDir, svg), filepath.Join(outDir, raw)
+		drop := func() {
+			_ = os.Remove(svgPath)
+			_ = os.Remove(rawPath)
+		}
 		if capErr != nil {
 			a.Notes = append(a.Notes, fmt.Sprintf("%s profile not captured: %v", kind, capErr))
-			_ = os.Remove(path)
-			return "", 0, nil
+			drop()
+			return "", "", 0, nil
 		}
-		idx, err := flamegraph.SampleIndex(prof, typ)
+		idx, err = flamegraph.SampleIndex(prof, typ)
 		if err != nil {
 			a.Notes = append(a.Notes, fmt.Sprintf("%s profile unusable: %v", kind, err))
-			_ = os.Remove(path)
-			return "", 0, nil
+			drop()
+			return "", "", 0, nil
 		}
 		var buf bytes.Buffer
 		if err := flamegraph.RenderProfile(&buf, prof, idx, flamegraph.Options{Title: title, Subtitle: subtitle}); err != nil {
-			return "", 0, err
+			return "", "", 0, err
 		}
-		if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
-			return "", 0, fmt.Errorf("write %s: %w", path, err)
+		if err := os.WriteFile(svgPath, buf.Bytes(), 0o644); err != nil {
+			return "", "", 0, fmt.Errorf("write %s: %w", svgPath, err)
 		}
-		return name, idx, nil
+		buf.Reset()
+		if err := prof.Write(&buf); err != nil {
+			return "", "", 0, fmt.Errorf("encode %s profile: %w", kind, err)
+		}
+		if err := os.WriteFile(rawPath, buf.Bytes(), 0o644); err != nil {
+			return "", "", 0, fmt.Errorf("write %s: %w", rawPath, err)
+		}
+		return svg, raw, idx, nil
 	}
 	var err error
 	var idx int
-	if a.CPUSVG, idx, err = render(p.CPU, p.CPUErr, "cpu", "cpu", scenario+": CPU time"); err != nil {
+	if a.CPUSVG, a.CPURaw, idx, err = render(p.CPU, p.CPUErr, "cpu", "cpu", scenario+": CPU time"); err != nil {
 		return nil, err
 	}
 	if a.CPUSVG != "" {
 		a.CPUTopFlat = flamegraph.Top(p.CPU, idx, 20)
 		a.CPUTopCum = flamegraph.TopCum(p.CPU, idx, 20)
 	}
-	if a.AllocSVG, idx, err = render(p.Alloc, p.AllocErr, "alloc_space", "alloc", scenario+": bytes allocated"); err != nil {
+	if a.AllocSVG, a.AllocRaw, idx, err = render(p.Alloc, p.AllocErr, "alloc_space", "alloc", scenario+": bytes allocated"); err != nil {
 		return nil, err
 	}
 	if a.AllocSVG != "" {

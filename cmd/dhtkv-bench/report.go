@@ -27,7 +27,8 @@ type ScenarioResult struct {
 	Ceiling     *CeilingFigure // nil when no ceiling figure exists
 	CeilingNote string         // why Ceiling is nil, or a caveat
 	Profiles    *ProfileArtifacts
-	LoadStart   string // load average when the scenario started and ended
+	Plots       *PlotArtifacts // nil until renderPlots ran
+	LoadStart   string         // load average when the scenario started and ended
 	LoadEnd     string
 	Err         error // the scenario failed part-way; whatever is set is still reported
 }
@@ -153,6 +154,9 @@ func RenderScenario(s *ScenarioResult) string {
 			w("| %d | %s | %s | %s | %s | %s | %s | %d | %s: %s |\n", i, mode, target, rps(r.ThroughputRPS),
 				us(r.Latency.P50), us(r.Latency.P99), us(r.Latency.P999), r.ErrorCount()+r.ServerErrors(), verdict, mdEscape(st.Reason))
 		}
+		if s.Plots != nil && s.Plots.Throughput != "" {
+			w("\n[![p99 against throughput of every step](%s)](%s)\n", s.Plots.Throughput, s.Plots.Throughput)
+		}
 		if s.Fixed == nil {
 			w("\nThe search did not complete, so there is no saturation point and no fixed-rate run.\n\n")
 		} else if s.Search.Saturation > 0 {
@@ -173,6 +177,14 @@ func RenderScenario(s *ScenarioResult) string {
 		w("| p50 | p75 | p90 | p99 | p99.9 | p99.99 | p99.999 | max | mean | stddev |\n|---|---|---|---|---|---|---|---|---|---|\n")
 		l := r.Latency
 		w("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n\n", us(l.P50), us(l.P75), us(l.P90), us(l.P99), us(l.P999), us(l.P9999), us(l.P99999), us(l.P100), us(int64(l.Mean)), us(int64(l.StdDev)))
+		if s.Plots != nil && s.Plots.Latency != "" {
+			w("[![latency by percentile](%s)](%s)\n\n", s.Plots.Latency, s.Plots.Latency)
+			w("Percentiles on a log scale of 1/(1-p), HdrHistogram's layout: each further nine takes the same width.")
+			if s.Ceiling != nil && s.Ceiling.Fixed != nil {
+				w(" The ceiling's fixed-rate run for the same workload is drawn beside it.")
+			}
+			w("\n\n")
+		}
 		w("Status codes: %s; connection errors %d, timeouts %d, other errors %d.\n\n", statusLine(r.Status), r.Errors.Connect, r.Errors.Timeout, r.Errors.Other)
 		w("Command:\n\n```sh\n%s\n```\n\nOutput:\n\n```json\n%s\n```\n", s.Fixed.Command, strings.TrimSpace(s.Fixed.Stdout))
 		if e := strings.TrimSpace(s.Fixed.Stderr); e != "" {
@@ -209,18 +221,27 @@ func RenderScenario(s *ScenarioResult) string {
 		if p.AllocMethod != "" {
 			w(" Allocations: %s.", p.AllocMethod)
 		}
-		w(" Frames narrower than 0.1%% are omitted; hover a frame for its value.\n\n")
+		w(" Frames narrower than 0.1%% are omitted. Hover a frame for its full name and value; opened on its own in a browser (click the picture), a flame graph zooms into the frame you click and searches frame names (the Search control or Ctrl-F).\n\n")
 		for _, n := range p.Notes {
 			w("- %s\n", oneLine(n))
 		}
 		if len(p.Notes) > 0 {
 			w("\n")
 		}
+		raw := func(name, what string) {
+			if name != "" {
+				w("Raw profile: [%s](%s) (%s); open it with `go tool pprof -http=: %s`.\n\n", name, name, what, name)
+			}
+		}
 		if p.CPUSVG != "" {
-			w("### CPU\n\n[![CPU flame graph](%s)](%s)\n\nTop 20 by flat time:\n\n```text\n%s```\n\nTop 20 by cumulative time:\n\n```text\n%s```\n\n", p.CPUSVG, p.CPUSVG, p.CPUTopFlat, p.CPUTopCum)
+			w("### CPU\n\n[![CPU flame graph](%s)](%s)\n\n", p.CPUSVG, p.CPUSVG)
+			raw(p.CPURaw, "the CPU profile of the window")
+			w("Top 20 by flat time:\n\n```text\n%s```\n\nTop 20 by cumulative time:\n\n```text\n%s```\n\n", p.CPUTopFlat, p.CPUTopCum)
 		}
 		if p.AllocSVG != "" {
-			w("### Allocations (alloc_space)\n\n[![allocation flame graph](%s)](%s)\n\nTop 20 by bytes allocated (flat):\n\n```text\n%s```\n\n", p.AllocSVG, p.AllocSVG, p.AllocTop)
+			w("### Allocations (alloc_space)\n\n[![allocation flame graph](%s)](%s)\n\n", p.AllocSVG, p.AllocSVG)
+			raw(p.AllocRaw, "allocations during the window only; `-sample_index=alloc_space` for bytes")
+			w("Top 20 by bytes allocated (flat):\n\n```text\n%s```\n\n", p.AllocTop)
 		}
 	}
 

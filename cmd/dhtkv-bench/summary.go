@@ -56,11 +56,8 @@ func RenderSummary(results []*ScenarioResult, m Machine, quick bool, threshold t
 			ratio += " (failed)"
 		}
 		cpu, alloc := "—", "—"
-		if s.Profiles != nil && s.Profiles.CPUSVG != "" {
-			cpu = fmt.Sprintf("[svg](%s)", s.Profiles.CPUSVG)
-		}
-		if s.Profiles != nil && s.Profiles.AllocSVG != "" {
-			alloc = fmt.Sprintf("[svg](%s)", s.Profiles.AllocSVG)
+		if p := s.Profiles; p != nil {
+			cpu, alloc = profileLinks(p.CPUSVG, p.CPURaw), profileLinks(p.AllocSVG, p.AllocRaw)
 		}
 		w("| %s | %s | %s | %s | %s | %s | %s | [%s.md](%s.md) | %s | %s |\n",
 			s.Name, sat, fixed, p50, p99, p999, ratio, s.Name, s.Name, cpu, alloc)
@@ -109,4 +106,19 @@ func UpdateReadme(path, block string) error {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
 	return nil
+}
+
+// profileLinks is a summary cell linking a flame graph and its raw profile.
+func profileLinks(svg, raw string) string {
+	var links []string
+	if svg != "" {
+		links = append(links, fmt.Sprintf("[svg](%s)", svg))
+	}
+	if raw != "" {
+		links = append(links, fmt.Sprintf("[pb.gz](%s)", raw))
+	}
+	if len(links) == 0 {
+		return "—"
+	}
+	return strings.Join(links, " ")
 }

@@ -2,9 +2,13 @@ package flamegraph
 
 import (
 	"bytes"
+	"encoding/json"
 	"encoding/xml"
 	"errors"
 	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"regexp"
 	"runtime"
 	"runtime/pprof"
@@ -228,6 +232,14 @@ func TestSVGSynthetic(t *testing.T) {
 	if len(doc.Groups) != 6 {
 		t.Errorf("%d frames drawn, want 6 (all, main, handle, parse, mallocgc, serve)", len(doc.Groups))
 	}
+	// Labels are short names; tooltips keep the import path.
+	labels := map[string]string{}
+	for _, g := range doc.Groups {
+		labels[g.Text] = g.Title
+	}
+	if title := labels["app.handle"]; title != "example.com/app.handle (80ms, 80.00%)" {
+		t.Errorf("label app.handle belongs to %q; labels %v", title, labels)
+	}
 }
 
 func TestSVGDropsNarrowFrames(t *testing.T) {
@@ -433,4 +445,99 @@ func TestRealCPUProfile(t *testing.T) {
 		t.Fatal(err)
 	}
 	decodeSVG(t, svg.Bytes())
+}
+
+// TestSVGScript runs the flame graph's zoom and search script under node,
+// against a stand-in for the browser's DOM (testdata/script_check.js), on
+// the synthetic profile: zoom into app.handle (80% of the total), search
+// for mallocgc, clear the search, reset the zoom. Skipped without node.
+func TestSVGScript(t *testing.T) {
+	node, err := exec.LookPath("node")
+	if err != nil {
+		t.Skip("node not installed")
+	}
+	var buf bytes.Buffer
+	if err := RenderProfile(&buf, synthetic(), 1, Options{Title: "zoom"}); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "g.svg")
+	if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(node, "testdata/script_check.js", path, "malloc", "example.com/app.handle").CombinedOutput()
+	if err != nil {
+		t.Fatalf("node: %v\n%s", err, out)
+	}
+	type frame struct {
+		Name         string
+		Shown, Faded bool
+		X, Width     float64
+		Fill, Label  string
+	}
+	type state struct {
+		Frames          []frame
+		Reset           bool
+		Search, Matched string
+	}
+	var got struct{ Initial, Zoomed, Searched, Cleared, Reset state }
+	if err := json.Unmarshal(out, &got); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	byName := func(s state) map[string]frame {
+		m := map[string]frame{}
+		for _, f := range s.Frames {
+			m[f.Name[:strings.LastIndex(f.Name, " (")]] = f
+		}
+		return m
+	}
+	const left, plotW = 10.0, 1180.0
+	near := func(a, b float64) bool { return a > b-0.01 && a < b+0.01 }
+	z := byName(got.Zoomed)
+	for name, want := range map[string]struct {
+		shown, faded bool
+		x, width     float64
+	}{
+		"all":                          {true, true, left, plotW},                          // ancestor: full width, faded
+		"main.main":                    {true, true, left, plotW},                          // ancestor
+		"example.com/app.handle":       {true, false, left, plotW},                         // the zoomed frame
+		"example.com/app.parse":        {true, false, left, plotW * 30 / 80},               // child: 30 of 80
+		"runtime.mallocgc":             {true, false, left + plotW*30/80, plotW * 50 / 80}, // child: 50 of 80
+		"example.com/app.(*srv).serve": {shown: false},                                     // sibling: hidden
+	} {
+		f := z[name]
+		if f.Shown != want.shown || (want.shown && (f.Faded != want.faded || !near(f.X, want.x) || !near(f.Width, want.width))) {
+			t.Errorf("zoomed: %s = %+v, want %+v", name, f, want)
+		}
+	}
+	if !got.Zoomed.Reset || got.Initial.Reset {
+		t.Errorf("reset control shown: before zoom %v, after %v", got.Initial.Reset, got.Zoomed.Reset)
+	}
+	if z["example.com/app.(*srv).serve"].Label != "app.(*srv).serve" {
+		t.Errorf("labels: %+v", z)
+	}
+
+	s := byName(got.Searched)
+	if s["runtime.mallocgc"].Fill != "rgb(230,0,230)" || s["example.com/app.parse"].Fill == "rgb(230,0,230)" {
+		t.Errorf("search fills: %+v", s)
+	}
+	if got.Searched.Matched != "Matched: 50.0%" || got.Searched.Search != "Clear search" {
+		t.Errorf("search: %q %q", got.Searched.Matched, got.Searched.Search)
+	}
+	init := byName(got.Initial)
+	for name, f := range byName(got.Cleared) {
+		if f.Fill != init[name].Fill {
+			t.Errorf("cleared: %s fill %s, was %s", name, f.Fill, init[name].Fill)
+		}
+	}
+	if got.Cleared.Matched != "" || got.Cleared.Search != "Search" {
+		t.Errorf("cleared: %q %q", got.Cleared.Matched, got.Cleared.Search)
+	}
+	for i, f := range got.Reset.Frames {
+		if f != got.Initial.Frames[i] {
+			t.Errorf("after reset %+v, initially %+v", f, got.Initial.Frames[i])
+		}
+	}
+	if got.Reset.Reset {
+		t.Error("reset control still shown after reset")
+	}
 }

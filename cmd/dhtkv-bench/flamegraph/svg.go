@@ -96,9 +96,12 @@ func RenderProfile(w io.Writer, p *profile.Profile, idx int, opt Options) error 
 }
 
 // SVG writes a self-contained flame graph (root at the bottom, width
-// proportional to value) as an SVG document: no scripts or external
-// resources, so it renders the same in a browser, an <img> tag or a Markdown
-// viewer. Hovering a frame shows its <title>: name, value and percent.
+// proportional to value) as an SVG document with no external resources.
+// Frames are labelled with their ShortName; hovering one shows its <title>:
+// full name, value and percent. Opened on its own in a browser, a small
+// embedded script (see script) adds click-to-zoom and a search that
+// highlights matching frames; where scripts do not run (an <img> tag, a
+// Markdown viewer) the picture is the same, static.
 func SVG(w io.Writer, stacks []Stack, opt Options) error {
 	if opt.Width <= 0 {
 		opt.Width = 1200
@@ -121,18 +124,20 @@ func SVG(w io.Writer, stacks []Stack, opt Options) error {
 	fmt.Fprintf(bw, `<svg xmlns="http://www.w3.org/2000/svg" version="1.1" width="%d" height="%d" viewBox="0 0 %d %d">`+"\n",
 		opt.Width, height, opt.Width, height)
 	fmt.Fprintf(bw, "<style>text{font-family:Verdana,'DejaVu Sans',sans-serif;font-size:%dpx;fill:#000}"+
-		"g.f:hover rect{stroke:#000;stroke-width:0.5}.h{font-size:17px}.s{font-size:12px;fill:#444}</style>\n", fontSize)
+		"g.f:hover rect{stroke:#000;stroke-width:0.5}.h{font-size:17px}.s{font-size:12px;fill:#444}"+
+		".c{font-size:12px;fill:#1f4e9e;cursor:pointer}</style>\n", fontSize)
 	fmt.Fprintf(bw, `<rect x="0" y="0" width="%d" height="%d" fill="#f8f8f8"/>`+"\n", opt.Width, height)
 	title := opt.Title
 	if title == "" {
 		title = "Flame graph"
 	}
 	fmt.Fprintf(bw, `<text class="h" x="%d" y="24" text-anchor="middle">%s</text>`+"\n", opt.Width/2, esc(title))
-	sub := fmt.Sprintf("total %s; frames under %.1f%% omitted; hover a frame for details", FormatValue(total, opt.Unit), 100*opt.MinFrac)
+	sub := fmt.Sprintf("total %s; frames under %.1f%% omitted; hover a frame for details, click to zoom", FormatValue(total, opt.Unit), 100*opt.MinFrac)
 	if opt.Subtitle != "" {
 		sub = opt.Subtitle + " — " + sub
 	}
 	fmt.Fprintf(bw, `<text class="s" x="%d" y="44" text-anchor="middle">%s</text>`+"\n", opt.Width/2, esc(sub))
+	writeControls(bw, opt.Width, height, plotW)
 
 	if total == 0 {
 		fmt.Fprintf(bw, `<text x="%d" y="%d" text-anchor="middle">no samples</text>`+"\n", opt.Width/2, headHeight+frameHeight)
@@ -160,9 +165,14 @@ func (r *renderer) draw(n *node, level int, x float64) {
 	width := float64(n.value) * r.scale
 	y := r.baseY - float64(level+1)*frameHeight
 	tip := fmt.Sprintf("%s (%s, %s)", n.name, FormatValue(n.value, r.unit), pct(n.value, r.total))
-	fmt.Fprintf(r.w, `<g class="f"><title>%s</title><rect x="%.2f" y="%.0f" width="%.2f" height="%d" fill="%s" rx="2"/>`,
-		esc(tip), x, y, width, frameHeight-1, colour(n.name))
-	if label := fit(n.name, width); label != "" {
+	// data-s carries the label for the zoom script when it is not the name.
+	sn, short := ShortName(n.name), ""
+	if sn != n.name {
+		short = fmt.Sprintf(` data-s="%s"`, esc(sn))
+	}
+	fmt.Fprintf(r.w, `<g class="f"%s><title>%s</title><rect x="%.2f" y="%.0f" width="%.2f" height="%d" fill="%s" rx="2"/>`,
+		short, esc(tip), x, y, width, frameHeight-1, colour(n.name))
+	if label := fit(sn, width); label != "" {
 		fmt.Fprintf(r.w, `<text x="%.2f" y="%.0f">%s</text>`, x+3, y+frameHeight-4, esc(label))
 	}
 	fmt.Fprintf(r.w, "</g>\n")
@@ -177,8 +187,9 @@ func (r *renderer) draw(n *node, level int, x float64) {
 	}
 }
 
-// fit truncates a label to the frame width; frames too narrow for three
-// characters get no label (the tooltip still names them).
+// fit truncates a label (a ShortName; the tooltip has the full name) to the
+// frame width; frames too narrow for three characters get no label (the
+// tooltip still names them).
 func fit(name string, width float64) string {
 	n := int((width - 6) / charWidth)
 	if n < 3 {
