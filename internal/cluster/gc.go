@@ -3,6 +3,7 @@ package cluster
 import (
 	"bytes"
 	"context"
+	"slices"
 	"sync"
 	"time"
 
@@ -45,8 +46,8 @@ type GCOptions struct {
 	// the hint window plus the clock skew bound plus an hour, and checks
 	// that a value it is given exceeds the first two).
 	Grace time.Duration
-	// Interval is how often the collector looks for what it may remove
-	// (default 1 min).
+	// Interval is how often the collector checks whether a pass is due
+	// (default 1 min; see collector.due).
 	Interval time.Duration
 }
 
@@ -69,6 +70,25 @@ type collector struct {
 	cancel context.CancelFunc
 	done   sync.WaitGroup
 	now    func() time.Time
+
+	// The last pass (the loop's goroutine only): when, and what the
+	// exchanges' start times were then.
+	lastPass   time.Time
+	lastSynced []time.Time
+}
+
+// due reports whether a pass may find something the last did not: an
+// exchange completed since (rule 1 may newly hold), or Grace passed (rule
+// 2 may newly hold for records that were too young). A pass reads the
+// whole index, so between exchanges it runs at most once a Grace; a
+// record whose grace ends between exchanges waits for the next exchange
+// or that long.
+func (g *collector) due(now time.Time, synced []time.Time) bool {
+	if now.Sub(g.lastPass) >= g.o.Grace || !slices.EqualFunc(synced, g.lastSynced, time.Time.Equal) {
+		g.lastPass, g.lastSynced = now, synced
+		return true
+	}
+	return false
 }
 
 func newCollector(c *Coordinator, o GCOptions) *collector {
@@ -88,7 +108,9 @@ func (g *collector) start() {
 			case <-g.ctx.Done():
 				return
 			case <-t.C:
-				g.pass()
+				if g.due(g.now(), g.c.ae.syncedSince()) {
+					g.pass()
+				}
 			}
 		}
 	}()
