@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -18,8 +19,50 @@ import (
 )
 
 // ErrNotEnoughReplicas is returned when fewer than ack replicas answered
-// before the deadline (or success became impossible).
+// before the deadline (or success became impossible); the error is a
+// *ReplicasError that says which.
 var ErrNotEnoughReplicas = errors.New("not enough replicas")
+
+// ReplicasError is ErrNotEnoughReplicas with its account: how many
+// replicas were asked and answered, how many were needed, and each one
+// that failed, with why.
+type ReplicasError struct {
+	Answered, Need, Asked int
+	Failed                []ReplicaFailure
+}
+
+// ReplicaFailure is one replica's failure in a request.
+type ReplicaFailure struct {
+	Node   string
+	Reason string // "timeout", "refused", or the error
+}
+
+func (e *ReplicasError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "not enough replicas: %d of %d answered, %d needed", e.Answered, e.Asked, e.Need)
+	for i, f := range e.Failed {
+		if i == 0 {
+			b.WriteString("; failed: ")
+		} else {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "%s (%s)", f.Node, f.Reason)
+	}
+	return b.String()
+}
+
+func (e *ReplicasError) Is(target error) bool { return target == ErrNotEnoughReplicas }
+
+// failureReason is a replica call's error in a word or a line.
+func failureReason(err error) string {
+	switch {
+	case errors.Is(err, rpc.ErrTimeout):
+		return "timeout"
+	case rpc.IsRefused(err):
+		return "refused: " + err.Error()
+	}
+	return err.Error()
+}
 
 // Coordinator runs client requests against a key's replicas. The node that
 // receives a request coordinates it.
@@ -463,13 +506,25 @@ func (c *Coordinator) fanOut(
 
 	ok, failed, answered := 0, 0, 0
 	var firstErr error
+	var failures []ReplicaFailure // only built when a call fails
+	timedOut := false
+	heard := make([]bool, 0, 8)   // by position in reps, of the calls answered
 	take := func(a answer) {
 		answered++
+		for i, n := range reps {
+			if n == a.node {
+				for len(heard) <= i {
+					heard = append(heard, false)
+				}
+				heard[i] = true
+			}
+		}
 		if a.err != nil {
 			failed++
 			if firstErr == nil {
 				firstErr = a.err
 			}
+			failures = append(failures, ReplicaFailure{Node: c.topo.Nodes[a.node], Reason: failureReason(a.err)})
 			launch(1) // replace it with a spare, if any is left
 			return
 		}
@@ -506,6 +561,7 @@ func (c *Coordinator) fanOut(
 					if firstErr == nil {
 						firstErr = fmt.Errorf("%w: no answer by the deadline", rpc.ErrTimeout)
 					}
+					timedOut = true
 					break wait
 				}
 				hedging = false
@@ -521,8 +577,17 @@ func (c *Coordinator) fanOut(
 		c.m.stragglers.Add(float64(next - answered))
 	}
 	if ok < ack {
+		pending := "no answer yet when ack was out of reach"
+		if timedOut {
+			pending = "no answer by the deadline"
+		}
+		for i, n := range reps[:next] { // asked, not heard from
+			if i >= len(heard) || !heard[i] {
+				failures = append(failures, ReplicaFailure{Node: c.topo.Nodes[n], Reason: pending})
+			}
+		}
 		c.log.Debug("replicas failed", "ok", ok, "need", ack, "err", firstErr)
-		return ok, fmt.Errorf("%w (first failure: %v)", ErrNotEnoughReplicas, firstErr)
+		return ok, &ReplicasError{Answered: ok, Need: ack, Asked: next, Failed: failures}
 	}
 	return ok, nil
 }

@@ -9,6 +9,7 @@ import (
 	"math"
 	"net"
 	"net/http"
+	"regexp"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -135,7 +136,7 @@ func TestCoordinatorSilentPeer(t *testing.T) {
 		d = timed(func() { code, body = cl.Get(t, c.URL(0), key, 2, 2) })
 		requireTimedOut(t, d, name+": GET ack=2 from=2")
 		require.Equal(t, http.StatusGatewayTimeout, code)
-		require.Equal(t, "not enough replicas\n", string(body))
+		require.Regexp(t, `^not enough replicas: 1 of 2 answered, 2 needed; failed: `+regexp.QuoteMeta(hole.URL())+` \((timeout|no answer by the deadline)\)\n$`, string(body))
 		d = timed(func() { code = cl.Delete(t, c.URL(0), key, 2, 2) })
 		requireTimedOut(t, d, name+": DELETE ack=2 from=2")
 		require.Equal(t, http.StatusGatewayTimeout, code)
@@ -393,4 +394,24 @@ func TestCoordinatorHedgeDelayFollowsLatency(t *testing.T) {
 	require.Greater(t, first, float64(n)/2, "at 5 ms, reads of 25 ms peers hedge")
 	require.Less(t, later, float64(n)/2,
 		"once measured, the delay follows the peers' latency: a fixed 5 ms delay hedges all %d reads, the 95th percentile about one in twenty", n)
+}
+
+// TestNotEnoughReplicasNamesThem: a 504 says how many replicas answered,
+// how many were needed, and which failed and why.
+func TestNotEnoughReplicasNamesThem(t *testing.T) {
+	c := testcluster.Start(t, 3)
+	cl := newClient(t)
+	require.Equal(t, http.StatusCreated, cl.Put(t, c.URL(0), "k", []byte("v"), 3, 3))
+	c.StopNode(2)
+	code, body := cl.Get(t, c.URL(0), "k", 3, 3)
+	require.Equal(t, http.StatusGatewayTimeout, code)
+	// The request gives up as soon as ack is out of reach: a replica
+	// still working on it is named as such.
+	require.Regexp(t, `^not enough replicas: [12] of 3 answered, 3 needed; failed: `, string(body))
+	require.Contains(t, string(body), c.URL(2)+" (")
+	require.Contains(t, string(body), "connection refused")
+	code, body = cl.Do(t, http.MethodPut, testcluster.EntityURL(c.URL(1), "k", 3, 3), []byte("w"))
+	require.Equal(t, http.StatusGatewayTimeout, code)
+	require.Regexp(t, `^not enough replicas: [12] of 3 answered, 3 needed; failed: `, string(body))
+	require.Contains(t, string(body), c.URL(2)+" (")
 }

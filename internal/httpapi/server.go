@@ -214,6 +214,10 @@ func (s *Server) replicaError(ctx *fasthttp.RequestCtx, err error) {
 func (s *Server) replicaStatus(path []byte, err error) (int, string) {
 	switch {
 	case errors.Is(err, cluster.ErrNotEnoughReplicas):
+		var re *cluster.ReplicasError
+		if errors.As(err, &re) {
+			return fasthttp.StatusGatewayTimeout, re.Error()
+		}
 		return fasthttp.StatusGatewayTimeout, "not enough replicas"
 	case errors.Is(err, cluster.ErrClockSkew):
 		return fasthttp.StatusServiceUnavailable, s.Coord.ClockWarning()
