@@ -508,7 +508,7 @@ func (c *Coordinator) fanOut(
 	var firstErr error
 	var failures []ReplicaFailure // only built when a call fails
 	timedOut := false
-	heard := make([]bool, 0, 8)   // by position in reps, of the calls answered
+	heard := make([]bool, 0, 8) // by position in reps, of the calls answered
 	take := func(a answer) {
 		answered++
 		for i, n := range reps {
