@@ -32,10 +32,16 @@ type Status struct {
 	// ClusterFormed is true once the node has seen every member answer
 	// (it is remembered across restarts).
 	ClusterFormed bool `json:"cluster_formed"`
+	// Epoch is the epoch of the cluster map the node has installed; every
+	// member reaches the same once a change has propagated.
+	Epoch uint64 `json:"epoch"`
+	// Change is the membership change under way as the node's map has
+	// it ("join of http://... at stage stream"), "" when none is.
+	Change string `json:"change,omitempty"`
 	// Warnings are what an operator must know about the node, one line
 	// each: the lines plain /v0/status prints after OK. Never null.
 	Warnings []string `json:"warnings"`
-	// Members are every node of the cluster, in --cluster order, this one
+	// Members are every node of the cluster map, by node id, this one
 	// included.
 	Members []Member `json:"members"`
 }

@@ -82,7 +82,8 @@ func parseFlags(args []string, stdout io.Writer) (*settings, error) {
 	fs.DurationVar(&cfg.IdleTimeout, "idle-timeout", cfg.IdleTimeout, "keep-alive idle time before a connection is closed")
 	fs.IntVar(&cfg.MaxConnections, "max-connections", cfg.MaxConnections, "most client `connections` open at once, peers' included; beyond, 503 and closed (0: the descriptor limit less a reserve for Pebble and peers, see README)")
 	fs.IntVar(&cfg.MaxConnectionsPerIP, "max-connections-per-ip", cfg.MaxConnectionsPerIP, "most `connections` open at once from one address; beyond, 429 and closed (0: no cap; behind a proxy every client has its address)")
-	fs.StringVar(&cfg.Cluster, "cluster", "", "comma-separated `URLs` of all nodes, the same list on every node (empty: a cluster of one)")
+	fs.StringVar(&cfg.Cluster, "cluster", "", "comma-separated `URLs` of all nodes, the same list on every node; seeds the cluster map at the first start only (empty: a cluster of one)")
+	fs.StringVar(&cfg.Join, "join", "", "a member's `URL`: take the cluster map from it at the first start (after dhtkvctl join or replace added this node)")
 	fs.StringVar(&cfg.Self, "self", "", "this node's `URL` in --cluster (default http://<listen>)")
 	fs.StringVar(&cfg.ClusterSecret, "cluster-secret", "", "shared `secret` required on node-to-node requests (403 without it); visible to other local users in ps: prefer --cluster-secret-file")
 	fs.StringVar(&cfg.ClusterSecretFile, "cluster-secret-file", "", "`file` holding the shared secret, one line (mode 600); without a secret or --peer-tls-ca every address must be loopback")
@@ -95,7 +96,7 @@ func parseFlags(args []string, stdout io.Writer) (*settings, error) {
 	fs.DurationVar(&cfg.HintWindow, "hint-window", cfg.HintWindow, "drop hints (writes kept for a replica that missed them) older than this; anti-entropy repairs what they carried")
 	sizeVar(fs, &cfg.HintMaxBytes, "hint-max-bytes", "most hints kept for one replica, a `size`")
 	sizeVar(fs, &cfg.HintReplayRate, "hint-replay-rate", "most hints delivered to returning replicas per second, a `size`")
-	fs.IntVar(&cfg.Replicas, "replicas", cfg.Replicas, "replication factor: nodes that keep each partition, the default and largest from (0: the cluster size)")
+	fs.IntVar(&cfg.Replicas, "replicas", cfg.Replicas, "replication factor: nodes that keep each partition, the default and largest from; seeds the cluster map (0: the --cluster size)")
 	fs.DurationVar(&cfg.AEInterval, "ae-interval", cfg.AEInterval, "how often anti-entropy compares this node's data with each peer (0: only on demand, POST /repair on the admin port)")
 	sizeVar(fs, &cfg.AERate, "ae-rate", "most records anti-entropy pulls and pushes per second, a `size`")
 	fs.IntVar(&cfg.AEConcurrency, "ae-concurrency", cfg.AEConcurrency, "peers anti-entropy compares at once")
@@ -195,6 +196,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 			_ = n.Reload()
 		case got := <-sig:
 			cfg.Logger.Info("shutting down", "signal", got.String())
+			stop = true
+		case <-n.Left():
+			cfg.Logger.Info("shutting down: this node was decommissioned; its data directory is no longer used")
 			stop = true
 		case err := <-n.Failed():
 			// A node that accepts no connections must not look alive to a

@@ -6,11 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"time"
 
 	"golang.org/x/time/rate"
 
+	"github.com/dhtkv/dhtkv/internal/membership"
 	"github.com/dhtkv/dhtkv/internal/partition"
 	"github.com/dhtkv/dhtkv/internal/record"
 	"github.com/dhtkv/dhtkv/internal/rpc"
@@ -152,18 +154,29 @@ func newAntiEntropy(c *Coordinator, o AntiEntropyOptions) *antiEntropy {
 		limit: rate.NewLimiter(rate.Limit(o.Rate), int(o.Rate)),
 		sem:   make(chan struct{}, o.Concurrency),
 		wake:  make(chan struct{}, 1),
-		due:   make([]time.Time, c.topo.Size()),
-		state: make([]PeerSync, c.topo.Size()),
+		due:   make([]time.Time, membership.MaxNodeID+1),
+		state: make([]PeerSync, membership.MaxNodeID+1),
 	}
+	a.started = time.Now()
+	return a
+}
+
+// members schedules the first exchange with every peer of v not yet
+// scheduled: at start, and when a node joins.
+func (a *antiEntropy) members(v *view) {
+	a.mu.Lock()
 	now := time.Now()
-	a.started = now
-	for i := range a.due {
-		a.state[i].Peer = c.topo.Nodes[i]
-		if i != c.topo.Self && o.Interval > 0 {
-			a.due[i] = now.Add(rand.N(min(o.Interval, aeFirstWithin)))
+	for _, i := range v.others() {
+		a.state[i].Peer = v.url(i)
+		if a.due[i].IsZero() && !a.state[i].Running && a.o.Interval > 0 {
+			a.due[i] = now.Add(rand.N(min(a.o.Interval, aeFirstWithin)))
 		}
 	}
-	return a
+	a.mu.Unlock()
+	select {
+	case a.wake <- struct{}{}:
+	default:
+	}
 }
 
 func (a *antiEntropy) start() {
@@ -204,9 +217,10 @@ func (a *antiEntropy) startDue() time.Time {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	now := time.Now()
+	v := a.c.v()
 	var next time.Time
 	for i, d := range a.due {
-		if d.IsZero() || a.state[i].Running {
+		if d.IsZero() || a.state[i].Running || v.peers[i] == nil {
 			continue
 		}
 		if d.After(now) {
@@ -233,7 +247,8 @@ func (a *antiEntropy) startDue() time.Time {
 
 // runExchange runs one exchange with peer i and schedules the next.
 func (a *antiEntropy) runExchange(i int) ExchangeStats {
-	st, err := a.exchange(a.ctx, i)
+	v := a.c.v()
+	st, err := a.exchange(a.ctx, v, i, a.c.sharedPartitions(v, i), false)
 	a.mu.Lock()
 	s := &a.state[i]
 	s.Running, s.Last = false, &st
@@ -286,15 +301,16 @@ func (a *antiEntropy) soon(i int) {
 // bounds the wait, not the exchanges, which end on their own or at Close.
 func (c *Coordinator) Repair(ctx context.Context) []ExchangeStats {
 	a := c.ae
-	out := make([]ExchangeStats, c.topo.Size())
+	v := c.v()
+	out := make([]ExchangeStats, len(v.peers))
 	var wg sync.WaitGroup
 	a.mu.Lock()
-	for i := range c.peers {
-		if c.peers[i] == nil {
+	for i := range v.peers {
+		if v.peers[i] == nil {
 			continue
 		}
 		if a.state[i].Running {
-			out[i] = ExchangeStats{Peer: c.topo.Nodes[i], Err: "an exchange with this peer is already running"}
+			out[i] = ExchangeStats{Peer: v.url(i), Err: "an exchange with this peer is already running"}
 			continue
 		}
 		a.state[i].Running, a.state[i].Progress = true, 0
@@ -309,7 +325,7 @@ func (c *Coordinator) Repair(ctx context.Context) []ExchangeStats {
 				a.mu.Lock()
 				a.state[i].Running = false
 				a.mu.Unlock()
-				out[i] = ExchangeStats{Peer: c.topo.Nodes[i], Err: "node stopping"}
+				out[i] = ExchangeStats{Peer: v.url(i), Err: "node stopping"}
 				return
 			}
 			defer func() { <-a.sem }()
@@ -326,7 +342,7 @@ func (c *Coordinator) Repair(ctx context.Context) []ExchangeStats {
 	}
 	res := out[:0]
 	for i, st := range out {
-		if i != c.topo.Self {
+		if v.peers[i] != nil {
 			res = append(res, st)
 		}
 	}
@@ -336,13 +352,12 @@ func (c *Coordinator) Repair(ctx context.Context) []ExchangeStats {
 // AntiEntropy returns anti-entropy's state with every peer.
 func (c *Coordinator) AntiEntropy() []PeerSync {
 	a := c.ae
+	v := c.v()
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	var out []PeerSync
-	for i, s := range a.state {
-		if i != c.topo.Self {
-			out = append(out, s)
-		}
+	for _, i := range v.others() {
+		out = append(out, a.state[i])
 	}
 	return out
 }
@@ -367,14 +382,16 @@ func (a *antiEntropy) warnings(now time.Time) []string {
 	if a.o.Interval <= 0 {
 		return nil
 	}
+	v := a.c.v()
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	var ws []string
-	for i, s := range a.state {
-		if i == a.c.topo.Self {
-			continue
-		}
+	for _, i := range v.others() {
+		s := a.state[i]
 		since := a.started
+		if v.since.After(since) {
+			since = v.since
+		}
 		if s.LastSuccess.After(since) {
 			since = s.LastSuccess
 		}
@@ -389,22 +406,19 @@ func (a *antiEntropy) setProgress(i int, f float64) {
 	a.mu.Lock()
 	a.state[i].Progress = f
 	a.mu.Unlock()
-	a.c.m.aeProgress.WithLabelValues(a.c.topo.Nodes[i]).Set(f)
+	a.c.m.aeProgress.WithLabelValues(a.state[i].Peer).Set(f)
 }
 
 // sharedPartitions returns the partitions of which both this node and
-// node i are replicas.
-func (c *Coordinator) sharedPartitions(i int) []partition.ID {
+// node i are replicas, in the old or the new set of a change under way.
+func (c *Coordinator) sharedPartitions(v *view, i int) []partition.ID {
 	var out []partition.ID
-	var buf [maxReplicas]int
+	var oldBuf, newBuf [maxReplicas]int
 	for p := range partition.Count {
-		reps := c.place.PartitionReplicas(partition.ID(p), c.replicas, buf[:0])
-		self, peer := false, false
-		for _, r := range reps {
-			self = self || r == c.topo.Self
-			peer = peer || r == i
-		}
-		if self && peer {
+		old := v.old.PartitionReplicas(partition.ID(p), v.replicas, oldBuf[:0])
+		new := v.new.PartitionReplicas(partition.ID(p), v.replicas, newBuf[:0])
+		has := func(n int) bool { return slices.Contains(old, n) || slices.Contains(new, n) }
+		if has(v.self) && has(i) {
 			out = append(out, partition.ID(p))
 		}
 	}
@@ -413,12 +427,13 @@ func (c *Coordinator) sharedPartitions(i int) []partition.ID {
 
 var errDiffersStill = errors.New("keys left differing")
 
-// exchange compares this node's data with peer i's and repairs both sides
-// (see the comment at the top of the file).
-func (a *antiEntropy) exchange(ctx context.Context, i int) (st ExchangeStats, err error) {
+// exchange compares this node's data of partitions shared with peer i's
+// and repairs both sides (see the comment at the top of the file); with
+// pullOnly, only this side (a partition moving here, move.go).
+func (a *antiEntropy) exchange(ctx context.Context, v *view, i int, shared []partition.ID, pullOnly bool) (st ExchangeStats, err error) {
 	c := a.c
-	p := c.peers[i].client
-	st = ExchangeStats{Peer: c.topo.Nodes[i], Started: time.Now()}
+	p := v.peers[i].client
+	st = ExchangeStats{Peer: v.url(i), Started: time.Now()}
 	defer func() {
 		st.Duration = time.Since(st.Started)
 		if err != nil {
@@ -429,7 +444,6 @@ func (a *antiEntropy) exchange(ctx context.Context, i int) (st ExchangeStats, er
 		return st, errors.New("this node is rebuilding: its data is not its share yet")
 	}
 	local := c.local.Store
-	shared := c.sharedPartitions(i)
 	st.Partitions = len(shared)
 	summary := func(body []byte) ([]byte, error) {
 		if err := ctx.Err(); err != nil {
@@ -483,7 +497,7 @@ func (a *antiEntropy) exchange(ctx context.Context, i int) (st ExchangeStats, er
 	a.setProgress(i, 0.1)
 
 	// 3. Keys, segment by segment as the lists come.
-	x := a.newTransfer(ctx, i, &st)
+	x := a.newTransfer(ctx, v, i, &st, pullOnly)
 	total := len(segs)
 	for len(segs) > 0 {
 		chunk := segs[:min(len(segs), aeSegmentsPerRequest)]
@@ -519,9 +533,11 @@ func (a *antiEntropy) exchange(ctx context.Context, i int) (st ExchangeStats, er
 // transfer moves the records of one exchange: aeWorkers goroutines take
 // keys to pull or push and make the replica calls.
 type transfer struct {
-	a    *antiEntropy
-	ctx  context.Context
-	peer int
+	a        *antiEntropy
+	ctx      context.Context
+	v        *view
+	peer     int
+	pullOnly bool
 	jobs chan transferJob
 	wg   sync.WaitGroup
 
@@ -534,8 +550,8 @@ type transferJob struct {
 	pull bool
 }
 
-func (a *antiEntropy) newTransfer(ctx context.Context, peer int, st *ExchangeStats) *transfer {
-	x := &transfer{a: a, ctx: ctx, peer: peer, jobs: make(chan transferJob, aeWorkers), st: st}
+func (a *antiEntropy) newTransfer(ctx context.Context, v *view, peer int, st *ExchangeStats, pullOnly bool) *transfer {
+	x := &transfer{a: a, ctx: ctx, v: v, peer: peer, pullOnly: pullOnly, jobs: make(chan transferJob, aeWorkers), st: st}
 	x.wg.Add(aeWorkers)
 	for range aeWorkers {
 		go x.work()
@@ -554,6 +570,9 @@ func (x *transfer) finish() {
 func (x *transfer) reconcile(l rpc.SegmentList) error {
 	theirs := l.Entries
 	queue := func(key []byte, pull bool) error {
+		if !pull && x.pullOnly {
+			return nil
+		}
 		select {
 		case x.jobs <- transferJob{key: bytes.Clone(key), pull: pull}:
 			return nil
@@ -615,7 +634,7 @@ func (x *transfer) work() {
 		}
 		x.mu.Unlock()
 		if err != nil && x.ctx.Err() == nil {
-			x.a.c.log.Debug("anti-entropy transfer", "peer", x.a.c.topo.Nodes[x.peer], "key", j.key, "pull", j.pull, "err", err)
+			x.a.c.log.Debug("anti-entropy transfer", "peer", x.v.url(x.peer), "key", j.key, "pull", j.pull, "err", err)
 		}
 	}
 }
@@ -628,7 +647,7 @@ func (x *transfer) throttle(n int) error {
 // pull reads key from the peer and applies it here.
 func (x *transfer) pull(key []byte) (int, error) {
 	c := x.a.c
-	rec, found, err := c.peers[x.peer].client.Get(key, time.Now().Add(c.timeout))
+	rec, found, err := x.v.peers[x.peer].client.Get(key, x.v.m.Epoch, time.Now().Add(c.timeout))
 	if err != nil {
 		return 0, err
 	}
@@ -658,12 +677,12 @@ func (x *transfer) push(key []byte) (int, error) {
 	if !e.Found {
 		return 0, fmt.Errorf("push %q: gone from this node", key)
 	}
-	rec := record.Record{Version: e.Rec.Version, Tombstone: e.Rec.Tombstone, Value: e.Rec.Value}
+	rec := record.Record{Version: e.Rec.Version, Tombstone: e.Rec.Tombstone, ExpiresAt: e.Rec.ExpiresAt, Value: e.Rec.Value}
 	env := rec.Encode()
 	if err := x.throttle(len(key) + len(env)); err != nil {
 		return 0, err
 	}
-	if _, err := c.peers[x.peer].client.Apply(key, env, time.Now().Add(c.timeout)); err != nil {
+	if _, err := x.v.peers[x.peer].client.Apply(key, env, x.v.m.Epoch, time.Now().Add(c.timeout)); err != nil {
 		return 0, err
 	}
 	return len(key) + len(env), nil

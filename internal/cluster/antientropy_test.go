@@ -12,7 +12,7 @@ import (
 // last success; never with the schedule off.
 func TestAntiEntropyWarnings(t *testing.T) {
 	t0 := time.Date(2026, 11, 23, 0, 0, 0, 0, time.UTC)
-	topo := Topology{Nodes: []string{"http://a:1", "http://b:1", "http://c:1"}, Self: 0}
+	urls := []string{"http://a:1", "http://b:1", "http://c:1"}
 	for _, tc := range []struct {
 		name     string
 		interval time.Duration
@@ -29,8 +29,11 @@ func TestAntiEntropyWarnings(t *testing.T) {
 		{"schedule off", -1, time.Time{}, t0.Add(100 * time.Hour), nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			a := &antiEntropy{c: &Coordinator{topo: topo}, o: AntiEntropyOptions{Interval: tc.interval}, started: t0,
-				state: []PeerSync{{Peer: topo.Nodes[0]}, {Peer: topo.Nodes[1], LastSuccess: tc.lastB}, {Peer: topo.Nodes[2]}}}
+			c := testCoordinator(t, urls, 0)
+			c.v().since = t0
+			a := &antiEntropy{c: c, o: AntiEntropyOptions{Interval: tc.interval}, started: t0,
+				state: make([]PeerSync, len(urls))}
+			a.state[0], a.state[1], a.state[2] = PeerSync{Peer: urls[0]}, PeerSync{Peer: urls[1], LastSuccess: tc.lastB}, PeerSync{Peer: urls[2]}
 			require.Equal(t, tc.want, a.warnings(tc.now))
 		})
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -13,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/dhtkv/dhtkv/internal/hlc"
+	"github.com/dhtkv/dhtkv/internal/membership"
 	"github.com/dhtkv/dhtkv/internal/record"
 	"github.com/dhtkv/dhtkv/internal/replica"
 	"github.com/dhtkv/dhtkv/internal/rpc"
@@ -28,7 +30,10 @@ var ErrNotEnoughReplicas = errors.New("not enough replicas")
 // that failed, with why.
 type ReplicasError struct {
 	Answered, Need, Asked int
-	Failed                []ReplicaFailure
+	// BothSets: a membership change was under way, and Need was needed
+	// of the old and of the new replica set each.
+	BothSets bool
+	Failed   []ReplicaFailure
 }
 
 // ReplicaFailure is one replica's failure in a request.
@@ -40,6 +45,9 @@ type ReplicaFailure struct {
 func (e *ReplicasError) Error() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "not enough replicas: %d of %d answered, %d needed", e.Answered, e.Asked, e.Need)
+	if e.BothSets {
+		b.WriteString(" of the old and of the new replica set each (a membership change is under way)")
+	}
 	for i, f := range e.Failed {
 		if i == 0 {
 			b.WriteString("; failed: ")
@@ -85,26 +93,27 @@ func failureReason(err error) string {
 // Remote goroutines never see the handler's RequestCtx or its buffers: they
 // get a copy of the key and of the encoded record, read-only.
 type Coordinator struct {
-	topo    Topology
-	place   *Placement
-	clock   *hlc.Clock
-	local   *replica.Replica
-	peers   []*peer // indexed like topo.Nodes; nil at topo.Self
-	m       *coordMetrics
-	timeout time.Duration
+	installState // the cluster map's view and its gate (view.go)
+	clock        *hlc.Clock
+	local        *replica.Replica
+	m            *coordMetrics
+	rpcMetrics   *rpc.Metrics
+	peerOpts     rpc.PeerOptions
+	timeout      time.Duration
 	// hedgeDelay is the least time a read waits for its first replicas
 	// (see readHedgeDelay); 0 sends reads to all `from` replicas at once.
-	hedgeDelay time.Duration
-	streams    *rpc.StreamClient // other nodes' range streams (scan.go)
-	repairMode RepairMode
-	repairs    *repairQueue // background read repairs (repair.go)
-	handoff    *handoff     // hints for replicas that missed a write (handoff.go)
-	ae         *antiEntropy // comparing replicas' data (antientropy.go)
-	gc         *collector   // removing tombstones every replica has (gc.go)
-	// replicas is the replication factor: every partition's data is kept
-	// on its first replicas nodes (placement order), the most a request's
-	// from may ask for.
-	replicas       int
+	hedgeDelay     time.Duration
+	streams        *rpc.StreamClient // other nodes' range streams (scan.go)
+	repairMode     RepairMode
+	repairs        *repairQueue // background read repairs (repair.go)
+	handoff        *handoff     // hints for replicas that missed a write (handoff.go)
+	ae             *antiEntropy // comparing replicas' data (antientropy.go)
+	gc             *collector   // removing tombstones every replica has (gc.go)
+	moves          *mover       // copying partitions gained, dropping those lost (move.go)
+	driver         *driver      // running the membership changes this node began (change.go)
+	moved          atomic.Uint64
+	onLeft         func()
+	leftOnce       sync.Once
 	summaryTimeout time.Duration
 	maxKeyBytes    int
 	probe          *prober    // peers' reachability and clocks (probe.go)
@@ -159,10 +168,9 @@ type Options struct {
 	MaxClockSkew time.Duration
 	// ProbeInterval is how often every peer is pinged (default 1 s).
 	ProbeInterval time.Duration
-	// Replicas is the replication factor: how many nodes keep each
-	// partition, the default and the largest from of a request
-	// (--replicas; default and at most the cluster size).
-	Replicas int
+	// OnLeft is called once when an installed map no longer has this
+	// node: it was decommissioned (default: nothing).
+	OnLeft func()
 	// Handoff configures hinted handoff (handoff.go).
 	Handoff HandoffOptions
 	// AntiEntropy configures the comparison of replicas (antientropy.go).
@@ -173,10 +181,12 @@ type Options struct {
 	Peer rpc.PeerOptions
 }
 
-// NewCoordinator wires the coordinator, starts its background work
-// (repairs, hint delivery) and registers its instruments with reg (nil:
-// not registered). Close stops it.
-func NewCoordinator(topo Topology, clock *hlc.Clock, local *replica.Replica, o Options, reg prometheus.Registerer, log *slog.Logger) (*Coordinator, error) {
+// NewCoordinator wires the coordinator for node self of cluster map m
+// (persisted by the caller), starts its background work (repairs, hint
+// delivery, probes, anti-entropy, collection, and a change the map has
+// under way) and registers its instruments with reg (nil: not
+// registered). Close stops it.
+func NewCoordinator(m *membership.Map, self int, clock *hlc.Clock, local *replica.Replica, o Options, reg prometheus.Registerer, log *slog.Logger) (*Coordinator, error) {
 	if o.Timeout <= 0 {
 		o.Timeout = 300 * time.Millisecond
 	}
@@ -192,18 +202,17 @@ func NewCoordinator(topo Topology, clock *hlc.Clock, local *replica.Replica, o O
 	if o.ProbeInterval <= 0 {
 		o.ProbeInterval = time.Second
 	}
-	if o.Replicas <= 0 || o.Replicas > topo.Size() {
-		o.Replicas = topo.Size()
-	}
 	if o.Peer.SummaryTimeout <= 0 {
 		o.Peer.SummaryTimeout = 30 * time.Second
 	}
+	if o.OnLeft == nil {
+		o.OnLeft = func() {}
+	}
 	o.Peer.Now = clock.Wall
 	c := &Coordinator{
-		topo: topo, place: NewPlacement(topo), clock: clock, local: local,
-		peers: make([]*peer, topo.Size()), m: newCoordMetrics(),
+		clock: clock, local: local, m: newCoordMetrics(), peerOpts: o.Peer,
 		timeout: o.Timeout, hedgeDelay: o.HedgeDelay, repairMode: o.ReadRepair, log: log,
-		replicas: o.Replicas, summaryTimeout: o.Peer.SummaryTimeout, maxKeyBytes: o.MaxKeyBytes,
+		summaryTimeout: o.Peer.SummaryTimeout, maxKeyBytes: o.MaxKeyBytes, onLeft: o.OnLeft,
 		streams: rpc.NewStreamClient(rpc.StreamOptions{
 			OpenTimeout: o.Timeout,
 			IdleTimeout: o.ScanIdleTimeout,
@@ -214,31 +223,31 @@ func NewCoordinator(topo Topology, clock *hlc.Clock, local *replica.Replica, o O
 			MaxEnvelope: o.MaxValueBytes + record.HeaderSize,
 		}),
 	}
+	c.clients, c.pushed = map[string]*peer{}, map[string]uint64{}
+	if reg != nil {
+		c.rpcMetrics = rpc.NewMetrics(reg)
+	}
+	v := c.newView(m, self)
+	if v.self < 0 {
+		return nil, fmt.Errorf("node %d is not in the cluster map (%s)", self, m)
+	}
+	c.view.Store(v)
+	c.m.epoch.Set(float64(m.Epoch))
 	var err error
 	if c.handoff, err = newHandoff(c, local.Store, o.Handoff); err != nil {
 		return nil, err
 	}
 	c.ae = newAntiEntropy(c, o.AntiEntropy) // before the handoff starts: a dropped hint schedules an exchange
 	c.gc = newCollector(c, o.GC)
-	var rm *rpc.Metrics
+	c.moves = newMover(c)
+	c.driver = newDriver(c)
 	if reg != nil {
-		rm = rpc.NewMetrics(reg)
 		var delay func() float64
 		if c.hedgeDelay > 0 {
 			delay = func() float64 { return c.readHedgeDelay(time.Now()).Seconds() }
 		}
 		c.m.register(reg, delay)
 		c.handoff.m.register(reg)
-	}
-	for i, u := range topo.Nodes {
-		if i != topo.Self {
-			c.peers[i] = &peer{
-				client:  rpc.NewPeer(u, o.Peer, rm),
-				reads:   c.m.calls(u, "get"),
-				writes:  c.m.calls(u, "put"),
-				readLat: new(latencyWindow),
-			}
-		}
 	}
 	// The background work starts last: it uses the peers.
 	c.repairs = newRepairQueue(c)
@@ -247,14 +256,13 @@ func NewCoordinator(topo Topology, clock *hlc.Clock, local *replica.Replica, o O
 	c.probe.start()
 	c.ae.start()
 	c.gc.start()
+	c.afterInstall(v)
 	return c, nil
 }
 
-// Topology returns the cluster's topology.
-func (c *Coordinator) Topology() Topology { return c.topo }
-
-// Replicas is the replication factor (Options.Replicas).
-func (c *Coordinator) Replicas() int { return c.replicas }
+// Replicas is the replication factor: how many nodes keep each
+// partition, the largest from a request may ask.
+func (c *Coordinator) Replicas() int { return c.v().replicas }
 
 // Timeout is the per-request replica deadline.
 func (c *Coordinator) Timeout() time.Duration { return c.timeout }
@@ -263,6 +271,8 @@ func (c *Coordinator) Timeout() time.Duration { return c.timeout }
 // request's deadline), stops the background repairs, then closes the idle
 // connections to peers.
 func (c *Coordinator) Close() {
+	c.driver.close()
+	c.moves.close()
 	c.rebuild.close()
 	c.gc.close()
 	c.ae.close()
@@ -270,11 +280,11 @@ func (c *Coordinator) Close() {
 	c.probe.close()
 	c.repairs.close()
 	c.handoff.close()
-	for _, p := range c.peers {
-		if p != nil {
-			p.client.Close()
-		}
+	c.clientsMu.Lock()
+	for _, p := range c.clients {
+		p.client.Close()
 	}
+	c.clientsMu.Unlock()
 	c.streams.Close()
 }
 
@@ -304,12 +314,26 @@ const maxReplicas = 8
 // the first `ack` answers. key may be the handler's buffer: it is copied
 // before any goroutine sees it. The returned record's value must not be
 // modified (it may be the cache's).
+//
+// A replica with a newer cluster map refuses the read (and hands its map
+// over, which this node installs): the read is then routed again by the
+// new map, at most twice.
 func (c *Coordinator) Get(key []byte, ack, from int) (Result, error) {
+	for try := 0; ; try++ {
+		v := c.v()
+		res, err := c.get(v, key, ack, from)
+		if err == nil || try == 2 || c.v() == v {
+			return res, err
+		}
+	}
+}
+
+func (c *Coordinator) get(v *view, key []byte, ack, from int) (Result, error) {
 	var buf [maxReplicas]int
-	reps := c.place.Replicas(key, from, buf[:0])
-	if len(reps) == 1 && reps[0] == c.topo.Self {
+	reps := v.readReplicas(key, from, buf[:0])
+	if len(reps) == 1 && reps[0] == v.self && !v.moving {
 		// Single local replica: no copy, no goroutine, no channel.
-		a := c.localGet(key)
+		a := c.localGet(v, key)
 		if a.err != nil {
 			return Result{}, a.err
 		}
@@ -319,11 +343,12 @@ func (c *Coordinator) Get(key []byte, ack, from int) (Result, error) {
 	var best Result
 	var answered [maxReplicas]replicaState
 	na := 0
-	n, err := c.fanOut(deadline, key, reps, ack, ack, c.localGet,
+	n, err := c.fanOut(v, deadline, key, reps, nil, ack, ack,
+		func(k []byte) answer { return c.localGet(v, k) },
 		func(i int, k []byte, deadline time.Time) answer {
-			p := c.peers[i]
+			p := v.peers[i]
 			start := time.Now()
-			rec, found, err := p.client.Get(k, deadline)
+			rec, found, err := p.client.Get(k, v.m.Epoch, deadline)
 			end := p.reads.observe(start, err)
 			if err == nil {
 				p.readLat.record(end.Sub(start), end)
@@ -348,7 +373,7 @@ func (c *Coordinator) Get(key []byte, ack, from int) (Result, error) {
 		return Result{}, fmt.Errorf("get: %d of %d replicas answered, need %d: %w", n, len(reps), ack, err)
 	}
 	if best.Found && c.repairMode != RepairOff {
-		if err := c.readRepair(key, &best.Rec, answered[:na], reps, ack, deadline); err != nil {
+		if err := c.readRepair(v, key, &best.Rec, answered[:na], reps, ack, deadline); err != nil {
 			return Result{}, fmt.Errorf("get: %w", err)
 		}
 	}
@@ -358,7 +383,9 @@ func (c *Coordinator) Get(key []byte, ack, from int) (Result, error) {
 // Write stores value (or a tombstone) under key with a fresh version on
 // `from` replicas and returns once `ack` of them have it. value may be the
 // handler's buffer. A ttl above 0 makes the value expire that long after
-// the version's time (see expiry).
+// the version's time (see expiry). While a membership change is under
+// way, the write goes to the first `from` replicas of both the old and
+// the new set, and needs `ack` of each (membership.Stage).
 //
 // Real-time order across coordinators: this node's clock may not have seen
 // the key's latest version (this node is not one of its replicas, or was the
@@ -374,6 +401,9 @@ func (c *Coordinator) Get(key []byte, ack, from int) (Result, error) {
 //
 // The local replica never needs this: every version it stores came from
 // this clock or was observed by it before being applied.
+//
+// A replica with a newer cluster map refuses the write, as for Get: it is
+// then routed again by the new map (with the same version).
 func (c *Coordinator) Write(key, value []byte, tombstone bool, ttl time.Duration, ack, from int) error {
 	if err := c.probe.check(); err != nil {
 		return fmt.Errorf("write: %w", err)
@@ -383,12 +413,22 @@ func (c *Coordinator) Write(key, value []byte, tombstone bool, ttl time.Duration
 		return fmt.Errorf("write: %w", err)
 	}
 	rec := record.Record{Version: version, Tombstone: tombstone, Value: value, ExpiresAt: expiry(version, ttl)}
-	var buf [maxReplicas]int
-	reps := c.place.Replicas(key, from, buf[:0])
-	if len(reps) == 1 && reps[0] == c.topo.Self {
-		return c.local.Apply(key, &rec) // the store copies key and value into its batch
+	for try := 0; ; try++ {
+		v := c.v()
+		err := c.write(v, key, &rec, ttl, ack, from)
+		if err == nil || try == 2 || c.v() == v {
+			return err
+		}
 	}
-	newer, err := c.writeRound(key, &rec, reps, ack)
+}
+
+func (c *Coordinator) write(v *view, key []byte, rec *record.Record, ttl time.Duration, ack, from int) error {
+	var oldBuf, newBuf [maxReplicas]int
+	old, new := v.writeSets(key, from, oldBuf[:0], newBuf[:0])
+	if len(old) == 1 && old[0] == v.self && new == nil {
+		return c.localApply(v, key, rec) // the store copies key and value into its batch
+	}
+	newer, err := c.writeRound(v, key, rec, old, new, ack)
 	if err == nil && newer > rec.Version {
 		if err = c.clock.Observe(newer); err != nil {
 			return fmt.Errorf("write: %w", err)
@@ -397,7 +437,7 @@ func (c *Coordinator) Write(key, value []byte, tombstone bool, ttl time.Duration
 			return fmt.Errorf("write: %w", err)
 		}
 		rec.ExpiresAt = expiry(rec.Version, ttl)
-		_, err = c.writeRound(key, &rec, reps, ack)
+		_, err = c.writeRound(v, key, rec, old, new, ack)
 	}
 	return err
 }
@@ -413,27 +453,28 @@ func expiry(version uint64, ttl time.Duration) uint64 {
 	return uint64(hlc.TimeOf(version).Add(ttl).UnixMilli())
 }
 
-// writeRound sends rec to reps and returns the newest version a replica
-// refused it with (0 if none did). A refusal counts as an answer.
-func (c *Coordinator) writeRound(key []byte, rec *record.Record, reps []int, ack int) (newer uint64, err error) {
+// writeRound sends rec to the replicas of old and new (nil: no change
+// under way) and returns the newest version a replica refused it with (0
+// if none did). A refusal for a newer version counts as an answer.
+func (c *Coordinator) writeRound(v *view, key []byte, rec *record.Record, old, new []int, ack int) (newer uint64, err error) {
 	// One immutable envelope for all remote replicas; it copies the value
 	// out of the handler's buffer.
 	env := rec.Encode()
-	n, err := c.fanOut(time.Now().Add(c.timeout), key, reps, ack, len(reps),
-		func(k []byte) answer { return answer{err: c.local.Apply(k, rec)} },
+	n, err := c.fanOut(v, time.Now().Add(c.timeout), key, old, new, ack, len(old)+len(new),
+		func(k []byte) answer { return answer{err: c.localApply(v, k, rec)} },
 		func(i int, k []byte, deadline time.Time) answer {
-			p := c.peers[i]
+			p := v.peers[i]
 			start := time.Now()
-			v, err := p.client.Apply(k, env, deadline)
+			ver, err := p.client.Apply(k, env, v.m.Epoch, deadline)
 			p.writes.observe(start, err)
-			if err != nil && !rpc.IsRefused(err) {
+			if err != nil && !rpc.IsRefused(err) && !errors.Is(err, rpc.ErrStaleEpoch) {
 				c.handoff.add(i, k, env) // k and env are this request's own copies
 			}
-			return answer{rec: record.Record{Version: v}, err: err}
+			return answer{rec: record.Record{Version: ver}, err: err}
 		},
 		func(a answer) { newer = max(newer, a.rec.Version) })
 	if err != nil {
-		return 0, fmt.Errorf("write: %d of %d replicas acknowledged, need %d: %w", n, len(reps), ack, err)
+		return 0, fmt.Errorf("write: %d replicas acknowledged, need %d: %w", n, ack, err)
 	}
 	return newer, nil
 }
@@ -441,22 +482,43 @@ func (c *Coordinator) writeRound(key []byte, rec *record.Record, reps []int, ack
 // errLocalRebuilding fails reads of the local replica while it rebuilds.
 var errLocalRebuilding = fmt.Errorf("%w: this node's replica is rebuilding", ErrNotEnoughReplicas)
 
-func (c *Coordinator) localGet(key []byte) answer {
+// errLocalStale fails a local replica call routed by a map older than the
+// one installed since: the request is routed again.
+var errLocalStale = fmt.Errorf("local replica: %w", rpc.ErrStaleEpoch)
+
+func (c *Coordinator) localGet(v *view, key []byte) answer {
 	if c.rebuilding.Load() {
 		return answer{err: errLocalRebuilding}
 	}
+	if !c.admit(v.m.Epoch) {
+		return answer{err: errLocalStale}
+	}
 	e, err := c.local.Get(key)
+	c.gate.RUnlock()
 	if err != nil {
 		return answer{err: err}
 	}
 	return answer{rec: e.Rec, found: e.Found}
 }
 
-// fanOut calls the replicas in reps and feeds successful answers to merge
-// (on the calling goroutine, so merge needs no lock) until ack succeeded or
-// ack became impossible. It returns the number of successes.
+// localApply stores rec here, under the gate as a remote replica would
+// (see admit).
+func (c *Coordinator) localApply(v *view, key []byte, rec *record.Record) error {
+	if !c.admit(v.m.Epoch) {
+		return errLocalStale
+	}
+	defer c.gate.RUnlock()
+	return c.local.Apply(key, rec)
+}
+
+// fanOut calls the replicas of old and new (the second set only while a
+// membership change is under way; nil otherwise) and feeds successful
+// answers to merge (on the calling goroutine, so merge needs no lock)
+// until ack answered in each set, or that became impossible. A replica in
+// both sets is called once and counts in both. It returns the number of
+// successes.
 //
-// Writes start every replica at once (initial = len(reps)). Reads start only
+// Writes start every replica at once (initial = all). Reads start only
 // `initial` = ack of them, the local replica first (it costs no network),
 // and start a spare as soon as one fails, and all the spares once
 // hedgeDelay has passed without ack answers. Every remote call costs a
@@ -464,20 +526,42 @@ func (c *Coordinator) localGet(key []byte) answer {
 // ack=2/from=3 without changing its answers or its failure semantics: a dead replica still fails over at once, a slow one after
 // hedgeDelay. hedgeDelay 0 starts everything at once, like a write.
 func (c *Coordinator) fanOut(
-	deadline time.Time, key []byte, reps []int, ack, initial int,
+	v *view, deadline time.Time, key []byte, old, new []int, ack, initial int,
 	local func(key []byte) answer,
 	remote func(node int, key []byte, deadline time.Time) answer,
 	merge func(answer),
 ) (int, error) {
+	var repBuf [2 * maxReplicas]int
+	reps := append(repBuf[:0], old...)
+	for _, n := range new {
+		if !slices.Contains(old, n) {
+			reps = append(reps, n)
+		}
+	}
 	if c.hedgeDelay == 0 {
 		initial = len(reps)
 	}
 	for i, n := range reps { // the local replica first
-		if n == c.topo.Self {
+		if n == v.self {
 			copy(reps[1:i+1], reps[:i])
 			reps[0] = n
 			break
 		}
+	}
+	// The sets' counts: a success or failure of node n counts in each set
+	// that has it.
+	var ok, failed [2]int
+	sets := [2][]int{old, new}
+	count := func(n int, into *[2]int) {
+		for s, set := range sets {
+			if slices.Contains(set, n) {
+				into[s]++
+			}
+		}
+	}
+	done := func() bool { return ok[0] >= ack && (new == nil || ok[1] >= ack) }
+	hopeless := func() bool {
+		return failed[0] > len(old)-ack || (new != nil && failed[1] > len(new)-ack)
 	}
 	now := time.Now()
 	k := bytes.Clone(key) // the goroutines outlive the handler's buffer
@@ -487,7 +571,7 @@ func (c *Coordinator) fanOut(
 		for ; count > 0 && next < len(reps); count-- {
 			n := reps[next]
 			next++
-			if n == c.topo.Self {
+			if n == v.self {
 				runLocal = true
 				continue
 			}
@@ -504,7 +588,7 @@ func (c *Coordinator) fanOut(
 	}
 	launch(initial)
 
-	ok, failed, answered := 0, 0, 0
+	succeeded, answered := 0, 0
 	var firstErr error
 	var failures []ReplicaFailure // only built when a call fails
 	timedOut := false
@@ -520,29 +604,30 @@ func (c *Coordinator) fanOut(
 			}
 		}
 		if a.err != nil {
-			failed++
+			count(a.node, &failed)
 			if firstErr == nil {
 				firstErr = a.err
 			}
-			failures = append(failures, ReplicaFailure{Node: c.topo.Nodes[a.node], Reason: failureReason(a.err)})
+			failures = append(failures, ReplicaFailure{Node: v.url(a.node), Reason: failureReason(a.err)})
 			launch(1) // replace it with a spare, if any is left
 			return
 		}
-		ok++
+		succeeded++
+		count(a.node, &ok)
 		if merge != nil {
 			merge(a)
 		}
 	}
 	if runLocal {
 		a := local(k)
-		a.node = c.topo.Self
+		a.node = v.self
 		take(a)
 	}
 	// One timer: first the hedge delay (reads with spares left), then just
 	// after the request's deadline. Every call ends by the deadline on its
 	// own (and is then counted as an answer, not a straggler); the wait has
 	// a bound of its own too, so no call can hold the answer much past it.
-	if ok < ack && failed <= len(reps)-ack {
+	if !done() && !hopeless() {
 		hedging := next < len(reps)
 		grace := min(c.timeout/10, 50*time.Millisecond)
 		wait := deadline.Sub(now) + grace
@@ -552,7 +637,7 @@ func (c *Coordinator) fanOut(
 		timer := time.NewTimer(wait)
 		defer timer.Stop()
 	wait:
-		for ok < ack && failed <= len(reps)-ack {
+		for !done() && !hopeless() {
 			select {
 			case a := <-results:
 				take(a)
@@ -576,18 +661,18 @@ func (c *Coordinator) fanOut(
 	if next > answered {
 		c.m.stragglers.Add(float64(next - answered))
 	}
-	if ok < ack {
+	if !done() {
 		pending := "no answer yet when ack was out of reach"
 		if timedOut {
 			pending = "no answer by the deadline"
 		}
 		for i, n := range reps[:next] { // asked, not heard from
 			if i >= len(heard) || !heard[i] {
-				failures = append(failures, ReplicaFailure{Node: c.topo.Nodes[n], Reason: pending})
+				failures = append(failures, ReplicaFailure{Node: v.url(n), Reason: pending})
 			}
 		}
-		c.log.Debug("replicas failed", "ok", ok, "need", ack, "err", firstErr)
-		return ok, &ReplicasError{Answered: ok, Need: ack, Asked: next, Failed: failures}
+		c.log.Debug("replicas failed", "ok", succeeded, "need", ack, "err", firstErr)
+		return succeeded, &ReplicasError{Answered: succeeded, Need: ack, Asked: next, BothSets: new != nil, Failed: failures}
 	}
-	return ok, nil
+	return succeeded, nil
 }

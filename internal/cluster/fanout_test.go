@@ -2,8 +2,6 @@ package cluster
 
 import (
 	"errors"
-	"io"
-	"log/slog"
 	"sync"
 	"testing"
 	"time"
@@ -58,12 +56,8 @@ func TestFanOut(t *testing.T) {
 			behave: map[int]behaviour{0: fail, 2: fail, 1: hang}, wantOK: 0, wantErr: true, wantAsked: []int{0, 1, 2}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c := &Coordinator{
-				topo: Topology{Nodes: []string{"n0", "n1", "n2"}, Self: self},
-				m:    newCoordMetrics(), timeout: time.Minute, hedgeDelay: tc.hedge,
-				peers: []*peer{nil, {readLat: new(latencyWindow)}, {readLat: new(latencyWindow)}},
-				log:   slog.New(slog.NewTextHandler(io.Discard, nil)),
-			}
+			c := testCoordinator(t, []string{"http://n0:1", "http://n1:1", "http://n2:1"}, self)
+			c.hedgeDelay = tc.hedge
 			var mu sync.Mutex
 			asked := map[int]bool{}
 			release := make(chan struct{}) // ends the hanging calls
@@ -81,7 +75,7 @@ func TestFanOut(t *testing.T) {
 				return answer{found: true}
 			}
 			merged := 0
-			n, err := c.fanOut(time.Now().Add(time.Minute), []byte("k"), tc.reps, tc.ack, tc.initial,
+			n, err := c.fanOut(c.v(), time.Now().Add(time.Minute), []byte("k"), tc.reps, nil, tc.ack, tc.initial,
 				func([]byte) answer { return reply(self) },
 				func(node int, _ []byte, _ time.Time) answer { return reply(node) },
 				func(answer) { merged++ })

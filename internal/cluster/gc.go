@@ -136,18 +136,24 @@ func (g *collector) pass() int {
 	horizon := hlc.VersionAt(cutoff)
 	synced := c.ae.syncedSince()
 	removed := 0
+	v := c.v()
+	if v.moving {
+		return 0 // see the rule above: not while partitions move
+	}
 	var buf [maxReplicas]int
 	var cands []store.Candidate
 	for p := range partition.Count {
 		part := partition.ID(p)
-		reps := c.place.PartitionReplicas(part, c.replicas, buf[:0])
+		reps := v.old.PartitionReplicas(part, v.replicas, buf[:0])
 		arrivedBefore, mine := now, false
 		for _, r := range reps {
-			if r == c.topo.Self {
+			if r == v.self {
 				mine = true
 				continue
 			}
-			if synced[r].Before(arrivedBefore) {
+			if synced[r].Before(v.since) {
+				arrivedBefore = time.Time{} // not since this map: stops the partition
+			} else if synced[r].Before(arrivedBefore) {
 				arrivedBefore = synced[r] // zero (never) stops the partition
 			}
 		}

@@ -10,6 +10,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/dhtkv/dhtkv/internal/hlc"
+	"github.com/dhtkv/dhtkv/internal/membership"
 	"github.com/dhtkv/dhtkv/internal/store"
 )
 
@@ -96,11 +97,13 @@ func newHandoff(c *Coordinator, st *store.Store, o HandoffOptions) (*handoff, er
 		// for a full bucket (see send).
 		limit: rate.NewLimiter(rate.Limit(o.ReplayRate), int(o.ReplayRate)),
 	}
+	v := c.v()
 	for target, n := range pending {
-		if target >= len(c.topo.Nodes) || target == c.topo.Self {
-			return nil, fmt.Errorf("hints stored for node %d, not a peer in a cluster of %d", target, len(c.topo.Nodes))
+		if target > membership.MaxNodeID {
+			return nil, fmt.Errorf("hints stored for node %d, beyond the largest node id %d", target, membership.MaxNodeID)
 		}
-		h.m.pending.WithLabelValues(c.topo.Nodes[target]).Set(float64(n))
+		// Hints for a node that left are dropped at the first delivery.
+		h.m.pending.WithLabelValues(v.url(target)).Set(float64(n))
 	}
 	return h, nil
 }
@@ -115,7 +118,7 @@ func (h *handoff) start() {
 // call failed with err. It runs on the replica call's goroutine.
 func (h *handoff) add(target int, key, env []byte) {
 	hint := store.Hint{Target: target, Key: key, Envelope: env}
-	peer := h.c.topo.Nodes[target]
+	peer := h.c.v().url(target)
 	size := int64(hint.Size())
 	h.mu.Lock()
 	if h.pending[target]+size > h.o.MaxBytes {
@@ -173,10 +176,16 @@ func (h *handoff) run() {
 // deliver sends target's hints, oldest first, until none is left or one
 // fails. Each pass reads a bounded slice of hints, so memory stays bounded
 // whatever the backlog.
+//
+// A node that left the cluster gets none: its hints are dropped (it holds
+// no partition any more, and the records reached the new replicas by the
+// move). The hints are read by the view current at each slice.
 func (h *handoff) deliver(target int) {
-	peer := h.c.topo.Nodes[target]
+	peer := h.c.v().url(target)
 	var cursor *store.Hint // the last hint handled: the next slice starts past it
 	for h.ctx.Err() == nil {
+		v := h.c.v()
+		gone := v.peers[target] == nil
 		var batch []store.Hint
 		var expired []store.Hint
 		oldest := hlc.VersionAt(time.Now().Add(-h.o.Window))
@@ -194,13 +203,17 @@ func (h *handoff) deliver(target int) {
 			return
 		}
 		h.forget(target, expired, "window")
+		if gone {
+			h.forget(target, batch, "left")
+			batch = nil
+		}
 		if len(batch) == 0 {
 			if len(expired) == 0 {
 				return
 			}
 			continue
 		}
-		delivered, failed := h.send(target, batch)
+		delivered, failed := h.send(v, target, batch)
 		h.forget(target, delivered, "")
 		if failed != nil {
 			h.c.log.Debug("hint delivery failed; next interval", "peer", peer, "err", failed)
@@ -211,8 +224,8 @@ func (h *handoff) deliver(target int) {
 
 // send delivers batch concurrently and returns the hints acknowledged and
 // the first failure.
-func (h *handoff) send(target int, batch []store.Hint) (delivered []store.Hint, failed error) {
-	p := h.c.peers[target]
+func (h *handoff) send(v *view, target int, batch []store.Hint) (delivered []store.Hint, failed error) {
+	p := v.peers[target]
 	ok := make([]bool, len(batch))
 	errs := make([]error, len(batch))
 	var wg sync.WaitGroup
@@ -221,7 +234,7 @@ func (h *handoff) send(target int, batch []store.Hint) (delivered []store.Hint, 
 			break // stopping
 		}
 		wg.Go(func() {
-			_, err := p.client.Apply(hint.Key, hint.Envelope, time.Now().Add(h.c.timeout))
+			_, err := p.client.Apply(hint.Key, hint.Envelope, v.m.Epoch, time.Now().Add(h.c.timeout))
 			ok[i], errs[i] = err == nil, err
 		})
 	}
@@ -239,7 +252,7 @@ func (h *handoff) forget(target int, hs []store.Hint, reason string) {
 	if len(hs) == 0 {
 		return
 	}
-	peer := h.c.topo.Nodes[target]
+	peer := h.c.v().url(target)
 	if err := h.store.DeleteHints(hs); err != nil {
 		h.c.log.Error("delete hints", "peer", peer, "err", err)
 		return

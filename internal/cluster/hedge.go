@@ -89,7 +89,7 @@ func (w *latencyWindow) quantile(now time.Time) (time.Duration, bool) {
 func (c *Coordinator) readHedgeDelay(now time.Time) time.Duration {
 	d := c.hedgeDelay
 	fastest := time.Duration(-1)
-	for _, p := range c.peers {
+	for _, p := range c.v().peers {
 		if p == nil {
 			continue
 		}

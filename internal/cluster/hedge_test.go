@@ -61,7 +61,8 @@ func TestReadHedgeDelay(t *testing.T) {
 					peers[i] = &peer{readLat: w}
 				}
 			}
-			c := &Coordinator{hedgeDelay: 5 * time.Millisecond, timeout: 400 * time.Millisecond, peers: peers}
+			c := &Coordinator{hedgeDelay: 5 * time.Millisecond, timeout: 400 * time.Millisecond}
+			c.view.Store(&view{peers: peers})
 			require.Equal(t, tc.want, c.readHedgeDelay(now))
 		})
 	}

@@ -49,6 +49,13 @@ type coordMetrics struct {
 	// which writes are dropped.
 	gcRemoved prometheus.Counter
 	gcHorizon prometheus.Gauge
+	// Membership (view.go, move.go): the installed map's epoch; records
+	// and bytes copied in for partitions gained; records dropped with
+	// partitions no longer held.
+	epoch       prometheus.Gauge
+	moveRecords prometheus.Counter
+	moveBytes   prometheus.Counter
+	moveDropped prometheus.Counter
 }
 
 func newCoordMetrics() *coordMetrics {
@@ -127,6 +134,22 @@ func newCoordMetrics() *coordMetrics {
 			Name: "dhtkv_antientropy_exchange_progress_ratio",
 			Help: "How far the running (or last) exchange with a peer got, 0 to 1.",
 		}, []string{"peer"}),
+		epoch: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "dhtkv_cluster_map_epoch",
+			Help: "The epoch of the cluster map this node has installed.",
+		}),
+		moveRecords: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "dhtkv_membership_moved_records_total",
+			Help: "Records copied to this node for partitions it gained in membership changes.",
+		}),
+		moveBytes: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "dhtkv_membership_moved_bytes_total",
+			Help: "Bytes (records and summaries) exchanged to copy partitions this node gained in membership changes.",
+		}),
+		moveDropped: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "dhtkv_membership_dropped_records_total",
+			Help: "Records deleted with partitions this node no longer holds after membership changes.",
+		}),
 	}
 }
 
@@ -152,7 +175,8 @@ func (m *coordMetrics) observeExchange(st ExchangeStats, err error) {
 // to reg.
 func (m *coordMetrics) register(reg prometheus.Registerer, hedgeDelay func() float64) {
 	reg.MustRegister(m.replicaLat, m.replicaErr, m.stragglers, m.hedgedReads, m.inFlight, m.repairs, m.rebuilding, m.rebuildRecords, m.formed,
-		m.aeExchanges, m.aeDuration, m.aeKeys, m.aeBytes, m.aeDiffering, m.aeLastSuccess, m.aeProgress, m.gcRemoved, m.gcHorizon)
+		m.aeExchanges, m.aeDuration, m.aeKeys, m.aeBytes, m.aeDiffering, m.aeLastSuccess, m.aeProgress, m.gcRemoved, m.gcHorizon,
+		m.epoch, m.moveRecords, m.moveBytes, m.moveDropped)
 	if hedgeDelay != nil {
 		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "dhtkv_coordinator_read_hedge_delay_seconds",

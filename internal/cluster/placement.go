@@ -1,8 +1,7 @@
 package cluster
 
 import (
-	"github.com/cespare/xxhash/v2"
-
+	"github.com/dhtkv/dhtkv/internal/membership"
 	"github.com/dhtkv/dhtkv/internal/partition"
 )
 
@@ -19,27 +18,33 @@ import (
 // nanoseconds each. The balance over 1M keys is measured in
 // placement_test.go and reported in docs/placement.md.
 //
-// Scores depend only on the partition and the node's URL, so every node
-// computes the same order, and adding a node moves only the partitions that
-// now score highest on it.
+// Scores depend only on the partition and the node's seed (the hash of
+// the URL it joined with, membership.Node.Seed), so every node computes
+// the same order, and adding a node moves only the partitions that now
+// score highest on it; removing one moves only the partitions it held.
 type Placement struct {
+	ids       []int // node ids, by position
 	nodeSeeds []uint64
 }
 
-// NewPlacement hashes the node URLs once.
-func NewPlacement(t Topology) *Placement {
-	p := &Placement{nodeSeeds: make([]uint64, len(t.Nodes))}
-	for i, n := range t.Nodes {
-		p.nodeSeeds[i] = xxhash.Sum64String(n)
+// NewPlacement places over nodes.
+func NewPlacement(nodes []membership.Node) *Placement {
+	p := &Placement{ids: make([]int, len(nodes)), nodeSeeds: make([]uint64, len(nodes))}
+	for i, n := range nodes {
+		p.ids[i], p.nodeSeeds[i] = n.ID, n.Seed
 	}
 	return p
 }
 
-// Replicas appends the first n node indices for key, in preference order,
-// to dst and returns it. It does not allocate when dst has capacity.
+// Size is the number of nodes placed over.
+func (p *Placement) Size() int { return len(p.ids) }
+
+// Replicas appends the ids of the first n nodes for key, in preference
+// order, to dst and returns it. It does not allocate when dst has
+// capacity.
 func (p *Placement) Replicas(key []byte, n int, dst []int) []int {
 	if len(p.nodeSeeds) == 1 && n >= 1 { // a single node: nothing to hash
-		return append(dst, 0)
+		return append(dst, p.ids[0])
 	}
 	part, _ := partition.Of(key)
 	return p.PartitionReplicas(part, n, dst)
@@ -48,20 +53,21 @@ func (p *Placement) Replicas(key []byte, n int, dst []int) []int {
 // partitionHash spreads partition numbers over 64 bits before scoring.
 func partitionHash(part partition.ID) uint64 { return partition.Mix(uint64(part) + 0x9e3779b97f4a7c15) }
 
-// PartitionReplicas appends the first n node indices for partition part,
-// in preference order, to dst and returns it.
+// PartitionReplicas appends the ids of the first n nodes for partition
+// part, in preference order, to dst and returns it.
 func (p *Placement) PartitionReplicas(part partition.ID, n int, dst []int) []int {
 	if n > len(p.nodeSeeds) {
 		n = len(p.nodeSeeds)
 	}
 	h := partitionHash(part)
-	var scores [256]uint64 // topology size is bounded by hlc.MaxNodeID+1
+	var scores [membership.MaxNodeID + 1]uint64
 	base := len(dst)
 	for i, seed := range p.nodeSeeds {
 		s := partition.Mix(h ^ seed)
 		scores[i] = s
-		// Insertion into the sorted prefix, keeping only n: cheap for the
-		// small clusters this serves.
+		// Insertion into the sorted prefix (of positions, made ids
+		// below), keeping only n: cheap for the small clusters this
+		// serves.
 		pos := len(dst)
 		for pos > base && scores[dst[pos-1]] < s {
 			pos--
@@ -74,6 +80,9 @@ func (p *Placement) PartitionReplicas(part partition.ID, n int, dst []int) []int
 		}
 		copy(dst[pos+1:], dst[pos:len(dst)-1])
 		dst[pos] = i
+	}
+	for j := base; j < len(dst); j++ {
+		dst[j] = p.ids[dst[j]]
 	}
 	return dst
 }

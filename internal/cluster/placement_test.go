@@ -12,6 +12,7 @@ import (
 	"github.com/cespare/xxhash/v2"
 	"github.com/stretchr/testify/require"
 
+	"github.com/dhtkv/dhtkv/internal/membership"
 	"github.com/dhtkv/dhtkv/internal/partition"
 )
 
@@ -24,11 +25,13 @@ func nodeURLs(base, n int) []string {
 	return urls
 }
 
-func testTopology(t testing.TB, urls []string, self int) Topology {
+func testTopology(t testing.TB, urls []string, self int) []membership.Node {
 	t.Helper()
 	topo, err := ParseTopology(strings.Join(urls, ","), urls[self])
 	require.NoError(t, err)
-	return topo
+	m, err := membership.Seed(topo.Nodes, 0)
+	require.NoError(t, err)
+	return m.Nodes
 }
 
 // referenceOrder is the definition of rendezvous hashing written the slow,

@@ -84,13 +84,14 @@ func (p *prober) run() {
 func (p *prober) round() {
 	var wg sync.WaitGroup
 	var failed atomic.Int32
-	for i, peer := range p.c.peers {
+	v := p.c.v()
+	for i, peer := range v.peers {
 		if peer == nil {
 			continue
 		}
 		wg.Go(func() {
-			_, err := peer.client.Ping(time.Now().Add(p.c.timeout))
-			peer.observeReachable(p.c, i, err)
+			_, err := peer.client.Ping(v.m.Epoch, time.Now().Add(p.c.timeout))
+			peer.observeReachable(p.c, v.url(i), err)
 			if err != nil || !peer.seen.Load() {
 				failed.Add(1)
 			}
@@ -123,7 +124,7 @@ func (p *prober) noteFormed(allSeen bool) {
 // judge sets the skew from the fresh offsets.
 func (p *prober) judge(now time.Time) {
 	offsets := []time.Duration{0}
-	for _, peer := range p.c.peers {
+	for _, peer := range p.c.v().peers {
 		if peer == nil {
 			continue
 		}
@@ -165,7 +166,7 @@ func (p *prober) check() error {
 // that stops answering (a warning), one that answers again, and, at
 // information level, one that has not answered since this node started
 // (in a cluster starting up, its peers may simply not be up yet).
-func (p *peer) observeReachable(c *Coordinator, i int, err error) {
+func (p *peer) observeReachable(c *Coordinator, url string, err error) {
 	down := err != nil
 	seen := p.seen.Load()
 	if !down {
@@ -183,11 +184,11 @@ func (p *peer) observeReachable(c *Coordinator, i int, err error) {
 	}
 	switch {
 	case down && seen:
-		c.log.Warn("peer not answering", "peer", c.topo.Nodes[i], "err", err)
+		c.log.Warn("peer not answering", "peer", url, "err", err)
 	case down:
-		c.log.Info("peer not answering yet", "peer", c.topo.Nodes[i], "err", err)
+		c.log.Info("peer not answering yet", "peer", url, "err", err)
 	case seen:
-		c.log.Info("peer answering again", "peer", c.topo.Nodes[i])
+		c.log.Info("peer answering again", "peer", url)
 	}
 }
 
@@ -228,13 +229,14 @@ type PeerState struct {
 // left out).
 func (c *Coordinator) PeerStates() []PeerState {
 	var out []PeerState
-	for i, p := range c.peers {
+	v := c.v()
+	for i, p := range v.peers {
 		if p == nil {
 			continue
 		}
 		p.stateMu.Lock()
 		out = append(out, PeerState{
-			URL: c.topo.Nodes[i], Probed: !p.lastOK.IsZero() || !p.lastErrAt.IsZero(),
+			URL: v.url(i), Probed: !p.lastOK.IsZero() || !p.lastErrAt.IsZero(),
 			Reachable: p.seen.Load() && !p.down.Load(),
 			LastOK:    p.lastOK, LastError: p.lastErr, LastErrAt: p.lastErrAt,
 		})

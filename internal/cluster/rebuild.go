@@ -64,11 +64,12 @@ func (c *Coordinator) ClusterFormed() bool {
 	if c.formed.Load() {
 		return true
 	}
-	for _, p := range c.peers {
+	v := c.v()
+	for _, p := range v.peers {
 		if p == nil {
 			continue
 		}
-		if formed, err := p.client.Ping(time.Now().Add(c.timeout)); err == nil && formed {
+		if formed, err := p.client.Ping(v.m.Epoch, time.Now().Add(c.timeout)); err == nil && formed {
 			return true
 		}
 	}
@@ -117,21 +118,24 @@ func (c *Coordinator) StartRebuild(done func() error) {
 // were copied (true) or ctx ends (false).
 func (c *Coordinator) copyPeers(ctx context.Context) bool {
 	pending := map[int]bool{}
-	for i, p := range c.peers {
-		if p != nil {
-			pending[i] = true
-		}
+	for _, i := range c.v().others() {
+		pending[i] = true
 	}
 	c.log.Info("rebuilding: copying this node's share from its peers before serving reads", "peers", len(pending))
 	for {
+		v := c.v()
 		for i := range pending {
-			n, err := c.copyFrom(ctx, i)
-			c.m.rebuildRecords.Add(float64(n))
-			if err != nil {
-				c.log.Warn("rebuild: copy from a peer failed; trying again", "peer", c.topo.Nodes[i], "copied", n, "err", err)
+			if v.peers[i] == nil { // it left the cluster meanwhile
+				delete(pending, i)
 				continue
 			}
-			c.log.Info("rebuild: copied a peer's records", "peer", c.topo.Nodes[i], "records", n)
+			n, err := c.copyFrom(ctx, v.url(i))
+			c.m.rebuildRecords.Add(float64(n))
+			if err != nil {
+				c.log.Warn("rebuild: copy from a peer failed; trying again", "peer", v.url(i), "copied", n, "err", err)
+				continue
+			}
+			c.log.Info("rebuild: copied a peer's records", "peer", v.url(i), "records", n)
 			delete(pending, i)
 		}
 		if len(pending) == 0 {
@@ -147,8 +151,8 @@ func (c *Coordinator) copyPeers(ctx context.Context) bool {
 
 // copyFrom applies peer i's whole stream to the local replica and returns
 // how many records it applied.
-func (c *Coordinator) copyFrom(ctx context.Context, i int) (int, error) {
-	it, err := c.streams.Open(ctx, c.topo.Nodes[i], []byte{0}, nil) // "\x00": every non-empty key
+func (c *Coordinator) copyFrom(ctx context.Context, url string) (int, error) {
+	it, err := c.streams.Open(ctx, url, []byte{0}, nil) // "\x00": every non-empty key
 	if err != nil {
 		return 0, err
 	}
@@ -179,7 +183,7 @@ func (c *Coordinator) copyFrom(ctx context.Context, i int) (int, error) {
 		// As for any replicated write: observed before stored. A version
 		// too far ahead of this clock is left out, as a replica refuses it.
 		if err := c.clock.Observe(rec.Version); err != nil {
-			c.log.Warn("rebuild: record left out", "peer", c.topo.Nodes[i], "err", err)
+			c.log.Warn("rebuild: record left out", "peer", url, "err", err)
 			continue
 		}
 		writes = append(writes, store.Write{Key: bytes.Clone(it.Key())})
@@ -191,7 +195,7 @@ func (c *Coordinator) copyFrom(ctx context.Context, i int) (int, error) {
 		}
 	}
 	if err := it.Err(); err != nil {
-		return applied, fmt.Errorf("stream from %s: %w", c.topo.Nodes[i], err)
+		return applied, fmt.Errorf("stream from %s: %w", url, err)
 	}
 	return applied, flush()
 }

@@ -70,7 +70,7 @@ type replicaState struct {
 // readRepair brings the replicas of key up to best (see above). answered
 // are the replicas that answered the read, reps all the key's replicas,
 // ack how many must hold best before the read may answer.
-func (c *Coordinator) readRepair(key []byte, best *record.Record, answered []replicaState, reps []int, ack int, deadline time.Time) error {
+func (c *Coordinator) readRepair(v *view, key []byte, best *record.Record, answered []replicaState, reps []int, ack int, deadline time.Time) error {
 	var targetBuf [maxReplicas]int
 	targets := targetBuf[:0]
 	holders := 0
@@ -101,10 +101,10 @@ func (c *Coordinator) readRepair(key []byte, best *record.Record, answered []rep
 	// that cannot take best (down, or its clock too far behind) is so
 	// replaced by one that can.
 	need := ack - holders
-	n, err := c.fanOut(deadline, key, targets, need, len(targets),
-		func(k []byte) answer { return answer{err: c.applyRepair(k, env)} },
+	n, err := c.fanOut(v, deadline, key, targets, nil, need, len(targets),
+		func(k []byte) answer { return answer{err: c.applyRepair(v, k, env)} },
 		func(i int, k []byte, deadline time.Time) answer {
-			_, err := c.peers[i].client.Apply(k, env, deadline)
+			_, err := v.peers[i].client.Apply(k, env, v.m.Epoch, deadline)
 			return answer{err: err}
 		}, nil)
 	c.m.repairs.WithLabelValues("blocking", "ok").Add(float64(n))
@@ -117,7 +117,7 @@ func (c *Coordinator) readRepair(key []byte, best *record.Record, answered []rep
 
 // applyRepair stores env on the local replica. The version came from
 // another node: the clock observes it first, as for any replicated write.
-func (c *Coordinator) applyRepair(key, env []byte) error {
+func (c *Coordinator) applyRepair(v *view, key, env []byte) error {
 	rec, err := record.Decode(env)
 	if err != nil {
 		return err
@@ -125,7 +125,7 @@ func (c *Coordinator) applyRepair(key, env []byte) error {
 	if err := c.clock.Observe(rec.Version); err != nil {
 		return err
 	}
-	return c.local.Apply(key, &rec)
+	return c.localApply(v, key, &rec)
 }
 
 // repairQueue runs background repairs: one worker, a bounded queue.
@@ -182,18 +182,22 @@ func (q *repairQueue) run() {
 
 func (q *repairQueue) repair(job repairJob) {
 	c := q.c
+	v := c.v()
 	deadline := time.Now().Add(c.timeout)
 	for _, n := range job.targets {
 		var err error
-		if n == c.topo.Self {
-			err = c.applyRepair(job.key, job.env)
-		} else {
-			_, err = c.peers[n].client.Apply(job.key, job.env, deadline)
+		switch {
+		case n == v.self:
+			err = c.applyRepair(v, job.key, job.env)
+		case v.peers[n] == nil:
+			err = fmt.Errorf("node %d left the cluster", n)
+		default:
+			_, err = v.peers[n].client.Apply(job.key, job.env, v.m.Epoch, deadline)
 		}
 		result := "ok"
 		if err != nil {
 			result = "failed"
-			c.log.Debug("background read repair failed", "node", c.topo.Nodes[n], "err", err)
+			c.log.Debug("background read repair failed", "node", v.url(n), "err", err)
 		}
 		c.m.repairs.WithLabelValues("async", result).Inc()
 	}

@@ -38,15 +38,19 @@ func (c *Coordinator) Scan(ctx context.Context, start, end []byte, ack, from int
 	if end != nil {
 		end = bytes.Clone(end)
 	}
-	srcs := make([]scan.Iterator, c.topo.Size())
-	errs := make([]error, c.topo.Size())
+	v := c.v()
+	nodes := v.m.Nodes
+	srcs := make([]scan.Iterator, len(nodes))
+	errs := make([]error, len(nodes))
+	self := 0
 	var wg sync.WaitGroup
-	for i, u := range c.topo.Nodes {
-		if i == c.topo.Self {
+	for i, n := range nodes {
+		if n.ID == v.self {
+			self = i
 			continue
 		}
 		wg.Go(func() {
-			it, err := c.streams.Open(ctx, u, start, end)
+			it, err := c.streams.Open(ctx, n.URL, start, end)
 			if err == nil {
 				srcs[i] = it
 			}
@@ -56,9 +60,9 @@ func (c *Coordinator) Scan(ctx context.Context, start, end []byte, ack, from int
 	// The local stream is read from the store directly, no HTTP; a
 	// rebuilding replica's is incomplete and does not count.
 	if c.rebuilding.Load() {
-		errs[c.topo.Self] = errLocalRebuilding
+		errs[self] = errLocalRebuilding
 	} else {
-		srcs[c.topo.Self], errs[c.topo.Self] = c.ScanLocal(start, end)
+		srcs[self], errs[self] = c.ScanLocal(start, end)
 	}
 	wg.Wait()
 
@@ -77,7 +81,7 @@ func (c *Coordinator) Scan(ctx context.Context, start, end []byte, ack, from int
 		}
 		c.log.Info("cluster scan refused", "failed", strings.Join(failed, "; "), "ack", ack, "from", from)
 		return nil, fmt.Errorf("%w: %d of %d nodes did not open their stream (%s)",
-			err, len(failed), c.topo.Size(), strings.Join(failed, "; "))
+			err, len(failed), len(nodes), strings.Join(failed, "; "))
 	}
 	if len(failed) > 0 {
 		c.log.Debug("cluster scan without some nodes", "failed", strings.Join(failed, "; "))

@@ -19,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/dhtkv/dhtkv/internal/cluster"
+	"github.com/dhtkv/dhtkv/internal/membership"
 	"github.com/dhtkv/dhtkv/internal/node"
 	"github.com/dhtkv/dhtkv/internal/record"
 	"github.com/dhtkv/dhtkv/internal/rpc"
@@ -51,7 +52,9 @@ func placementOf(t testing.TB, c *testcluster.Cluster) *cluster.Placement {
 	for i := range c.Size() {
 		require.Equal(t, c.URL(i), topo.Nodes[i], "testcluster URL order is the --cluster order")
 	}
-	return cluster.NewPlacement(topo)
+	m, err := membership.Seed(topo.Nodes, 0)
+	require.NoError(t, err)
+	return cluster.NewPlacement(m.Nodes)
 }
 
 // replicasOf returns key's first `from` replicas.

@@ -42,7 +42,7 @@ func TestPeerBatchesConcurrentCalls(t *testing.T) {
 			for i := range each {
 				key := fmt.Appendf(nil, "w%d-%d", w, i)
 				env := (&record.Record{Version: version, Value: key}).Encode()
-				newer, err := p.Apply(key, env, time.Now().Add(5*time.Second))
+				newer, err := p.Apply(key, env, 0, time.Now().Add(5*time.Second))
 				if err == nil && newer != 0 {
 					err = fmt.Errorf("%s refused with %d", key, newer)
 				}
@@ -55,7 +55,7 @@ func TestPeerBatchesConcurrentCalls(t *testing.T) {
 	for err := range errs {
 		require.NoError(t, err)
 	}
-	rec, found, err := p.Get([]byte("w63-19"), time.Now().Add(5*time.Second))
+	rec, found, err := p.Get([]byte("w63-19"), 0, time.Now().Add(5*time.Second))
 	require.NoError(t, err)
 	require.True(t, found)
 	require.Equal(t, "w63-19", string(rec.Value))
@@ -86,7 +86,7 @@ func TestPeerQueuedCallEndsByItsDeadline(t *testing.T) {
 	stuck := time.Now().Add(time.Second)
 	first := make(chan error, 1)
 	go func() {
-		_, err := p.Apply([]byte("stuck"), env, stuck)
+		_, err := p.Apply([]byte("stuck"), env, 0, stuck)
 		first <- err
 	}()
 	eventually(t, waitFor, "the stuck batch to reach the silent peer", func() bool { return hole.accepted() == 1 })
@@ -98,7 +98,7 @@ func TestPeerQueuedCallEndsByItsDeadline(t *testing.T) {
 	results := make(chan result, 8)
 	for i := range 8 {
 		go func() {
-			_, err := p.Apply(fmt.Appendf(nil, "queued-%d", i), env, deadline)
+			_, err := p.Apply(fmt.Appendf(nil, "queued-%d", i), env, 0, deadline)
 			results <- result{err, time.Now()}
 		}()
 	}
@@ -125,10 +125,10 @@ func TestPeerCloseFailsQueuedCalls(t *testing.T) {
 	// queued calls are still queued when Close comes.
 	deadline := time.Now().Add(time.Second)
 	results := make(chan error, 5)
-	go func() { _, err := p.Apply([]byte("stuck"), env, deadline); results <- err }()
+	go func() { _, err := p.Apply([]byte("stuck"), env, 0, deadline); results <- err }()
 	eventually(t, waitFor, "the stuck batch to reach the silent peer", func() bool { return hole.accepted() == 1 })
 	for range 4 {
-		go func() { _, err := p.Apply([]byte("queued"), env, time.Now().Add(time.Minute)); results <- err }()
+		go func() { _, err := p.Apply([]byte("queued"), env, 0, time.Now().Add(time.Minute)); results <- err }()
 	}
 	waitBlocked(t, 5, "github.com/dhtkv/dhtkv/internal/rpc.(*Peer).do") // the stuck call and the 4 queued
 	closed := timed(p.Close)
@@ -149,7 +149,7 @@ func TestPeerCloseFailsQueuedCalls(t *testing.T) {
 	}
 	require.Equal(t, 1, timeouts, "the stuck batch ends at its deadline")
 	require.Equal(t, 4, closedErrs, "the queued calls were not sent")
-	_, err := p.Apply([]byte("late"), env, time.Now().Add(time.Second))
+	_, err := p.Apply([]byte("late"), env, 0, time.Now().Add(time.Second))
 	require.ErrorIs(t, err, rpc.ErrPeerClosed, "a closed peer sends nothing")
 }
 
@@ -173,13 +173,13 @@ func TestPeerReadsDoNotWaitForWrites(t *testing.T) {
 
 	written := make(chan error, 1)
 	go func() {
-		_, err := p.Apply([]byte("slow"), (&record.Record{Version: 1}).Encode(), time.Now().Add(5*time.Second))
+		_, err := p.Apply([]byte("slow"), (&record.Record{Version: 1}).Encode(), 0, time.Now().Add(5*time.Second))
 		written <- err
 	}()
 	<-received // the write batch is in flight, held by the peer
 	// The peer holds the write until the read has returned, so a read
 	// that waited for it would end at its deadline with an error.
-	_, found, err := p.Get([]byte("fast"), time.Now().Add(5*time.Second))
+	_, found, err := p.Get([]byte("fast"), 0, time.Now().Add(5*time.Second))
 	require.NoError(t, err, "the read waited for the held write")
 	require.False(t, found)
 	select {
@@ -232,7 +232,7 @@ func TestBatchAnswerBounded(t *testing.T) {
 	errs := make(chan error, 32)
 	for range 32 {
 		wg.Go(func() {
-			rec, ok, err := p.Get([]byte("big"), time.Now().Add(10*time.Second))
+			rec, ok, err := p.Get([]byte("big"), 0, time.Now().Add(10*time.Second))
 			if err == nil && (!ok || len(rec.Value) != len(big)) {
 				err = fmt.Errorf("found %v, %d bytes", ok, len(rec.Value))
 			}

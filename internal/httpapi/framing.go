@@ -96,6 +96,9 @@ func (s *Server) bodyLimit(uri []byte) int {
 	if isPath(uri, summaryPath) {
 		return rpc.MaxSummaryRequestBytes // whatever --max-value-bytes is
 	}
+	if isPath(uri, mapPath) {
+		return rpc.MaxMapBytes
+	}
 	return s.Limits.MaxValueBytes
 }
 
@@ -107,6 +110,7 @@ func isPath(uri, path []byte) bool {
 var (
 	batchPath   = []byte(rpc.BatchPath)
 	summaryPath = []byte(rpc.SummaryPath)
+	mapPath     = []byte(rpc.MapPath)
 )
 
 // framingHeaders reports whether the raw header block holds a

@@ -55,15 +55,26 @@ func (s *Server) internalBatch(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	defer body.release()
+	var num [20]byte
+	epoch := ctx.Request.Header.Peek(rpc.EpochHeader)
+	if !s.RPC.Admit(epoch) {
+		// Routed by an older map than this node's: refused with the map
+		// (rpc/epoch.go).
+		ctx.Response.Header.SetBytesV(rpc.EpochHeader, s.RPC.AppendEpoch(num[:0]))
+		ctx.SetStatusCode(fasthttp.StatusConflict)
+		ctx.SetBody(s.RPC.Map.State())
+		return
+	}
 	buf := ctx.Response.SwapBody(nil)[:0]
 	out, err := s.RPC.ServeBatch(body.bytes(), buf)
+	s.RPC.Release(epoch)
 	if err != nil {
 		ctx.Response.SwapBody(buf)
 		s.rpcError(ctx, err)
 		return
 	}
-	var now [20]byte
-	ctx.Response.Header.SetBytesV(rpc.TimeHeader, s.RPC.AppendTime(now[:0]))
+	ctx.Response.Header.SetBytesV(rpc.EpochHeader, s.RPC.AppendEpoch(num[:0]))
+	ctx.Response.Header.SetBytesV(rpc.TimeHeader, s.RPC.AppendTime(num[:0]))
 	if len(body.bytes()) == 0 { // a ping
 		formed, err := s.RPC.Formed()
 		if err != nil {
@@ -143,6 +154,38 @@ func (s *Server) internalStream(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	s.stream(ctx, st, it, scan.FormatInternal, 0, "internal")
+}
+
+// internalMap serves rpc.MapPath: GET answers this node's cluster map
+// state, POST offers a map.
+func (s *Server) internalMap(ctx *fasthttp.RequestCtx) {
+	if !ctx.IsGet() && !ctx.IsPost() {
+		methodNotAllowed(ctx, "GET, POST")
+		return
+	}
+	if !s.authorized(ctx) {
+		return
+	}
+	if s.RPC.Map.State == nil {
+		fail(ctx, badRequest("this node serves no cluster map"))
+		return
+	}
+	if ctx.IsGet() {
+		ctx.SetBody(s.RPC.Map.State())
+		return
+	}
+	body, aerr := s.readBody(ctx, s.bodyLimit(mapPath))
+	if aerr != nil {
+		fail(ctx, aerr)
+		return
+	}
+	defer body.release()
+	out, err := s.RPC.Map.Offer(body.bytes())
+	if err != nil {
+		s.rpcError(ctx, err)
+		return
+	}
+	ctx.SetBody(out)
 }
 
 // rpcError answers a refusal with its status and reason, anything else

@@ -135,6 +135,9 @@ func (s *Server) route(ctx *fasthttp.RequestCtx) Op {
 	case rpc.SummaryPath:
 		op = OpInternalSummary
 		s.internalSummary(ctx)
+	case rpc.MapPath:
+		op = OpInternalMap
+		s.internalMap(ctx)
 	default:
 		op = OpOther
 		fail(ctx, badRequest("unknown path %q", ctx.Path()))

@@ -2,12 +2,14 @@ package httpapi
 
 import (
 	"encoding/json"
+	"fmt"
 	"time"
 
 	"github.com/valyala/fasthttp"
 
 	"github.com/dhtkv/dhtkv/client"
 	"github.com/dhtkv/dhtkv/internal/buildinfo"
+	"github.com/dhtkv/dhtkv/internal/membership"
 )
 
 // status serves GET /v0/status. Plain, it is the course's contract: 200
@@ -30,9 +32,9 @@ func (s *Server) status(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	now := time.Now()
-	topo := s.Coord.Topology()
+	m, self := s.Coord.Map()
 	st := client.Status{
-		Node:          topo.Nodes[topo.Self],
+		Node:          selfURL(m, self),
 		Version:       buildinfo.Version(),
 		GoVersion:     buildinfo.GoVersion(),
 		Started:       s.Started,
@@ -40,28 +42,38 @@ func (s *Server) status(ctx *fasthttp.RequestCtx) {
 		Rebuilding:    s.Coord.Rebuilding(),
 		ClusterFormed: s.Coord.Formed(),
 		Warnings:      append([]string{}, warnings...),
-		Members:       make([]client.Member, len(topo.Nodes)),
+		Members:       make([]client.Member, len(m.Nodes)),
+		Epoch:         m.Epoch,
+	}
+	if ch := m.Change; ch != nil {
+		st.Change = fmt.Sprintf("%s of %s at stage %s", ch.Kind, selfURL(m, ch.Node), ch.Stage)
 	}
 	reachable := true
-	for i, u := range topo.Nodes {
-		st.Members[i] = client.Member{URL: u, Self: i == topo.Self}
-		if i == topo.Self {
+	index := map[string]int{}
+	for i, n := range m.Nodes {
+		st.Members[i] = client.Member{URL: n.URL, Self: n.ID == self}
+		if n.ID == self {
 			st.Members[i].Reachable = &reachable
 		}
-	}
-	index := map[string]int{}
-	for i, u := range topo.Nodes {
-		index[u] = i
+		index[n.URL] = i
 	}
 	for _, ps := range s.Coord.PeerStates() {
-		m := &st.Members[index[ps.URL]]
+		i, ok := index[ps.URL]
+		if !ok {
+			continue
+		}
+		m := &st.Members[i]
 		if ps.Probed {
 			m.Reachable = &ps.Reachable
 		}
 		m.LastSuccess, m.LastError, m.LastErrorAt = timeOrNil(ps.LastOK), ps.LastError, timeOrNil(ps.LastErrAt)
 	}
 	for _, ae := range s.Coord.AntiEntropy() {
-		m := &st.Members[index[ae.Peer]]
+		i, ok := index[ae.Peer]
+		if !ok {
+			continue
+		}
+		m := &st.Members[i]
 		m.AntiEntropy = &client.AntiEntropy{LastComplete: timeOrNil(ae.LastSuccess), Running: ae.Running, Progress: ae.Progress}
 		if ae.Last != nil {
 			m.AntiEntropy.LastError = ae.Last.Err
@@ -75,6 +87,15 @@ func (s *Server) status(ctx *fasthttp.RequestCtx) {
 	}
 	ctx.SetContentType("application/json")
 	ctx.SetBody(append(body, '\n'))
+}
+
+// selfURL is node id's URL in m, or a description if m has no such node
+// (this node, decommissioned).
+func selfURL(m *membership.Map, id int) string {
+	if n := m.Node(id); n != nil {
+		return n.URL
+	}
+	return fmt.Sprintf("node %d (not in the cluster map of epoch %d)", id, m.Epoch)
 }
 
 // timeOrNil is t, or nil for the zero time (omitted from the JSON).

@@ -28,6 +28,7 @@ import (
 	"github.com/dhtkv/dhtkv/internal/cluster"
 	"github.com/dhtkv/dhtkv/internal/hlc"
 	"github.com/dhtkv/dhtkv/internal/httpapi"
+	"github.com/dhtkv/dhtkv/internal/membership"
 	"github.com/dhtkv/dhtkv/internal/metrics"
 	"github.com/dhtkv/dhtkv/internal/replica"
 	"github.com/dhtkv/dhtkv/internal/rpc"
@@ -106,9 +107,16 @@ type Config struct {
 	MaxConnectionsPerIP int
 
 	// Cluster is the comma-separated list of every node's URL, the same
-	// list in the same order on every node (--cluster). The default value
-	// is empty: a cluster of one.
+	// list in the same order on every node (--cluster). It seeds the
+	// cluster map on the node's first start; from then on the map in the
+	// data directory is the source of truth and Cluster is not read. The
+	// default value is empty: a cluster of one.
 	Cluster string
+	// Join is a member's URL (--join): a node started with it and an
+	// empty data directory takes the cluster map from that member instead
+	// of seeding one from Cluster, and must be in it (dhtkvctl join, or
+	// replace, adds it). The default value is empty.
+	Join string
 	// Self is this node's URL in Cluster (--self). The default value is
 	// empty, meaning http://<Listen>.
 	Self string
@@ -171,7 +179,8 @@ type Config struct {
 	HintInterval time.Duration
 	// Replicas is the replication factor: how many nodes keep each
 	// partition, the default and largest from of a request (--replicas).
-	// The default value is 0: the cluster size.
+	// It seeds the cluster map, which keeps it from then on. The default
+	// value is 0: the size of the --cluster list.
 	Replicas int
 	// AEInterval is how often this node compares its data with each peer
 	// (--ae-interval; 0: only on demand). The default value is 1 h.
@@ -309,8 +318,9 @@ type Node struct {
 	ln       *limitListener
 	adminSrv *http.Server
 	adminLn  net.Listener
-	served   chan error // Serve's return, read by Shutdown
-	failed   chan error // Serve's return when no Shutdown asked for it
+	served   chan error    // Serve's return, read by Shutdown
+	failed   chan error    // Serve's return when no Shutdown asked for it
+	leftCh   chan struct{} // fires once the node was decommissioned
 	// stopping is set once Shutdown or Close begins: the node is no
 	// longer ready, and a Serve that returns is not a failure.
 	stopping atomic.Bool
@@ -331,6 +341,12 @@ func New(cfg Config) (_ *Node, err error) {
 	if err != nil {
 		return nil, err
 	}
+	if cfg.Join != "" {
+		if cfg.Join, err = membership.NormalizeURL(cfg.Join); err != nil {
+			return nil, fmt.Errorf("--join: %w", err)
+		}
+		topo = cluster.Topology{Nodes: []string{cfg.Join}, Self: -1}
+	}
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
@@ -348,7 +364,7 @@ func New(cfg Config) (_ *Node, err error) {
 	if tlsWarning != "" {
 		log.Warn(tlsWarning)
 	}
-	if err := checkExposure(cfg, topo); err != nil {
+	if err := checkExposure(cfg, topo.Nodes); err != nil {
 		return nil, err
 	}
 	if cfg.GCGrace == 0 {
@@ -356,13 +372,6 @@ func New(cfg Config) (_ *Node, err error) {
 	}
 	if cfg.GCGrace <= cfg.HintWindow+cfg.MaxClockSkew {
 		return nil, fmt.Errorf("--gc-grace %v must exceed --hint-window %v plus --max-clock-skew %v: a hint still held could otherwise bring back a collected delete", cfg.GCGrace, cfg.HintWindow, cfg.MaxClockSkew)
-	}
-	if cfg.MaxConnections == 0 {
-		var lim syscall.Rlimit
-		if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
-			return nil, fmt.Errorf("descriptor limit, to derive --max-connections: %w", err)
-		}
-		cfg.MaxConnections = DefaultMaxConnections(lim.Cur, topo.Size(), cfg.PeerConns)
 	}
 	repair, err := cluster.ParseRepairMode(cfg.ReadRepair)
 	if err != nil {
@@ -372,12 +381,7 @@ func New(cfg Config) (_ *Node, err error) {
 	if cfg.ClockOffset != 0 {
 		now = func() time.Time { return time.Now().Add(cfg.ClockOffset) }
 	}
-	clock, err := hlc.New(topo.Self, now)
-	if err != nil {
-		return nil, err
-	}
-	clock.SetMaxAhead(cfg.MaxClockSkew)
-	n := &Node{cfg: cfg, log: log, certs: certs, registry: metrics.NewRegistry(), served: make(chan error, 1), failed: make(chan error, 1)}
+	n := &Node{cfg: cfg, log: log, certs: certs, registry: metrics.NewRegistry(), served: make(chan error, 1), failed: make(chan error, 1), leftCh: make(chan struct{}, 1)}
 	var peerTLS *tls.Config
 	if certs != nil {
 		peerTLS = certs.ClientConfig()
@@ -393,6 +397,30 @@ func New(cfg Config) (_ *Node, err error) {
 	if err != nil {
 		return nil, lockError(cfg.DataDir, err)
 	}
+	cmap, self, joined, err := n.clusterMap(topo, peerTLS)
+	if err != nil {
+		return nil, err
+	}
+	urls := make([]string, len(cmap.Nodes))
+	for i, m := range cmap.Nodes {
+		urls[i] = m.URL
+	}
+	if err := checkExposure(cfg, urls); err != nil {
+		return nil, err
+	}
+	if cfg.MaxConnections == 0 {
+		var lim syscall.Rlimit
+		if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+			return nil, fmt.Errorf("descriptor limit, to derive --max-connections: %w", err)
+		}
+		cfg.MaxConnections = DefaultMaxConnections(lim.Cur, len(cmap.Nodes), cfg.PeerConns)
+		n.cfg.MaxConnections = cfg.MaxConnections
+	}
+	clock, err := hlc.New(self, now)
+	if err != nil {
+		return nil, err
+	}
+	clock.SetMaxAhead(cfg.MaxClockSkew)
 	n.checkpoints = newCheckpoints(n.store)
 	// Versions issued after a restart must be newer than every stored one.
 	bound, err := n.store.ClockBound()
@@ -425,7 +453,7 @@ func New(cfg Config) (_ *Node, err error) {
 		}
 	}
 	local := &replica.Replica{Store: n.store, Cache: n.cache, Versions: replica.NewVersionFilter(replica.DefaultVersionSlots, floor)}
-	n.coord, err = cluster.NewCoordinator(topo, clock, local, cluster.Options{
+	n.coord, err = cluster.NewCoordinator(cmap, self, clock, local, cluster.Options{
 		Timeout:      cfg.ReplicaTimeout,
 		HedgeDelay:   cfg.ReadHedgeDelay,
 		ReadRepair:   repair,
@@ -441,7 +469,7 @@ func New(cfg Config) (_ *Node, err error) {
 			// request body limit below.
 			MaxBatchBytes: min(256<<10, cfg.maxBatchBytes()),
 		},
-		Replicas: cfg.Replicas,
+		OnLeft: n.left,
 		Handoff: cluster.HandoffOptions{
 			Window: cfg.HintWindow, MaxBytes: cfg.HintMaxBytes, ReplayRate: cfg.HintReplayRate,
 			Interval: cfg.HintInterval,
@@ -454,7 +482,7 @@ func New(cfg Config) (_ *Node, err error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := n.claimIdentity(topo); err != nil {
+	if err := n.claimIdentity(cmap, self, joined); err != nil {
 		n.coord.Close()
 		return nil, err
 	}
@@ -462,7 +490,7 @@ func New(cfg Config) (_ *Node, err error) {
 		Coord: n.coord,
 		RPC: &rpc.Server{
 			Replica: local, Clock: clock, Secret: cfg.ClusterSecret, Log: log,
-			Rebuilding: n.coord.Rebuilding, ClusterFormed: n.coord.Formed,
+			Rebuilding: n.coord.Rebuilding, ClusterFormed: n.coord.Formed, Map: n.coord.MapHooks(),
 			MaxKeyBytes: cfg.MaxKeyBytes, MaxValueBytes: cfg.MaxValueBytes,
 		},
 		Metrics: httpapi.NewMetrics(n.registry),
@@ -509,8 +537,12 @@ func New(cfg Config) (_ *Node, err error) {
 // empty directory while a peer holds data is a wiped or replaced disk: the
 // node rebuilds its share before serving reads (cluster/rebuild.go), and
 // resumes a rebuild a stop interrupted.
-func (n *Node) claimIdentity(topo cluster.Topology) error {
-	want := store.Identity{Cluster: topo.ID(), Node: topo.Self}
+//
+// A node that joined (--join) is given its identity whole: formed, and
+// rebuilding unless it is the node a join change adds (which gets its
+// partitions by the change's stream stage): a replacement.
+func (n *Node) claimIdentity(m *membership.Map, self int, joined bool) error {
+	want := store.Identity{Cluster: m.Cluster, Node: self}
 	id, ok, err := n.store.Identity()
 	if err != nil {
 		return err
@@ -526,7 +558,14 @@ func (n *Node) claimIdentity(topo cluster.Topology) error {
 		}
 		// A directory with data but no identity was written by an
 		// earlier release: it is adopted as it is.
-		want.Rebuilding = !has && topo.Size() > 1 && n.coord.ClusterFormed()
+		switch {
+		case joined:
+			want.Formed = true
+			ch := m.Change
+			want.Rebuilding = !has && (ch == nil || ch.Kind != membership.Join || ch.Node != self)
+		default:
+			want.Rebuilding = !has && len(m.Nodes) > 1 && n.coord.ClusterFormed()
+		}
 		if err := n.store.SetIdentity(want); err != nil {
 			return err
 		}
@@ -624,6 +663,8 @@ func (n *Node) Serve() error {
 			},
 			func() any { return n.coord.AntiEntropy() }))
 		mux.Handle("/snapshot", admin.SnapshotHandler(n.checkpointer(), n.log))
+		mux.Handle("/cluster", n.clusterHandler())
+		mux.Handle("/cluster/", n.clusterHandler())
 		n.adminSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 		go func() {
 			if err := n.adminSrv.Serve(n.adminLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -662,9 +703,9 @@ func (n *Node) Serve() error {
 		n.served <- err
 	}()
 	<-ready.ready
-	topo := n.coord.Topology()
+	m, self := n.coord.Map()
 	n.log.Info("dhtkv node started", "listen", n.ln.Addr().String(), "admin", cfg.AdminListen,
-		"data_dir", cfg.DataDir, "self", topo.Nodes[topo.Self], "cluster_size", topo.Size(), "sync", cfg.Sync,
+		"data_dir", cfg.DataDir, "self", m.Node(self).URL, "node_id", self, "cluster_map", m.String(), "sync", cfg.Sync,
 		"version", buildinfo.Version(), "max_connections", cfg.MaxConnections, "max_connections_per_ip", cfg.MaxConnectionsPerIP,
 		"tls", tlsMode(n.certs))
 	return nil

@@ -6,8 +6,6 @@ import (
 	"net/url"
 	"os"
 	"strings"
-
-	"github.com/dhtkv/dhtkv/internal/cluster"
 )
 
 // Secure by default (docs/security.md): node-to-node requests can carry
@@ -58,7 +56,7 @@ func readableByOthers(path string) (os.FileMode, bool) {
 // checkExposure refuses, without node-to-node authentication (a cluster
 // secret or mutual TLS), a listener or a member that is not a loopback
 // address.
-func checkExposure(cfg Config, topo cluster.Topology) error {
+func checkExposure(cfg Config, members []string) error {
 	if cfg.ClusterSecret != "" || cfg.PeerTLSCA != "" {
 		return nil
 	}
@@ -66,7 +64,7 @@ func checkExposure(cfg Config, topo cluster.Topology) error {
 	if !loopbackHostPort(cfg.Listen) {
 		return fmt.Errorf("refusing to listen on %s: %s", cfg.Listen, why)
 	}
-	for _, m := range topo.Nodes {
+	for _, m := range members {
 		u, err := url.Parse(m)
 		if err != nil || !loopbackHostPort(u.Host) {
 			return fmt.Errorf("refusing cluster member %s: %s", m, why)

@@ -9,7 +9,6 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/valyala/fasthttp"
 
-	"github.com/dhtkv/dhtkv/internal/cluster"
 	"github.com/dhtkv/dhtkv/internal/rpc"
 	"github.com/dhtkv/dhtkv/internal/testpki"
 )
@@ -27,7 +26,6 @@ func TestLoopbackHostPort(t *testing.T) {
 // TestCheckExposure: without a secret, a listener or a member off loopback
 // is refused; with one, any address is served.
 func TestCheckExposure(t *testing.T) {
-	topo := func(nodes ...string) cluster.Topology { return cluster.Topology{Nodes: nodes} }
 	for _, tc := range []struct {
 		name, listen, secret, peerCA string
 		members                      []string
@@ -39,7 +37,7 @@ func TestCheckExposure(t *testing.T) {
 		{"remote with a secret", "0.0.0.0:8080", "s3cret", "", []string{"http://10.1.2.3:8080"}, ""},
 		{"remote with mutual TLS", "0.0.0.0:8080", "", "ca.pem", []string{"http://10.1.2.3:8080"}, ""},
 	} {
-		err := checkExposure(Config{Listen: tc.listen, ClusterSecret: tc.secret, PeerTLSCA: tc.peerCA}, topo(tc.members...))
+		err := checkExposure(Config{Listen: tc.listen, ClusterSecret: tc.secret, PeerTLSCA: tc.peerCA}, tc.members)
 		if tc.err == "" {
 			require.NoError(t, err, tc.name)
 		} else {

@@ -8,6 +8,7 @@ import (
 	"fmt"
 
 	"github.com/dhtkv/dhtkv/internal/cache"
+	"github.com/dhtkv/dhtkv/internal/partition"
 	"github.com/dhtkv/dhtkv/internal/record"
 	"github.com/dhtkv/dhtkv/internal/store"
 )
@@ -86,6 +87,19 @@ func (r *Replica) Collect(cands []store.Candidate, horizon uint64) (int, error) 
 	}
 	for _, k := range removed {
 		r.Cache.Invalidate(k)
+	}
+	return len(removed), nil
+}
+
+// DropPartition deletes partition part's records here and from the cache
+// (see store.Store.DropPartition) and returns how many.
+func (r *Replica) DropPartition(part partition.ID) (int, error) {
+	removed, err := r.Store.DropPartition(part)
+	for _, k := range removed {
+		r.Cache.Invalidate(k)
+	}
+	if err != nil {
+		return len(removed), fmt.Errorf("replica drop partition: %w", err)
 	}
 	return len(removed), nil
 }

@@ -75,7 +75,7 @@ func (s *Server) Formed() (bool, error) {
 // exists (FormedHeader). The
 // coordinator pings every peer periodically, so all are known even while
 // no request needs the peer.
-func (p *Peer) Ping(deadline time.Time) (formed bool, err error) {
+func (p *Peer) Ping(epoch uint64, deadline time.Time) (formed bool, err error) {
 	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseRequest(req)
 	defer fasthttp.ReleaseResponse(resp)
@@ -84,8 +84,18 @@ func (p *Peer) Ping(deadline time.Time) (formed bool, err error) {
 	if p.secret != "" {
 		req.Header.Set(SecretHeader, p.secret)
 	}
+	setEpoch(&req.Header, epoch)
 	if err := p.exchange(req, resp, deadline); err != nil {
 		return false, fmt.Errorf("ping %s: %w", p.url, classify(err))
+	}
+	if resp.StatusCode() == fasthttp.StatusConflict {
+		if p.onStale != nil {
+			p.onStale(resp.Body())
+		}
+		return false, fmt.Errorf("ping %s: %w", p.url, ErrStaleEpoch)
+	}
+	if resp.StatusCode() == fasthttp.StatusOK {
+		p.checkBehind(resp, epoch)
 	}
 	if resp.StatusCode() != fasthttp.StatusOK {
 		return false, fmt.Errorf("ping %s: %w", p.url, errStatus{resp.StatusCode()})

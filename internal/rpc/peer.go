@@ -52,6 +52,15 @@ type PeerOptions struct {
 	// Dial connects to a peer's host:port within timeout (default: TCP).
 	// Tests route node-to-node traffic through fault injectors with it.
 	Dial func(addr string, timeout time.Duration) (net.Conn, error)
+	// OnStale is called with the peer's cluster map when the peer refused a
+	// batch for carrying an older epoch than its own (see EpochHeader),
+	// before the calls made at that epoch fail with ErrStaleEpoch; the
+	// coordinator installs the map. OnBehind is called (on the sender's
+	// goroutine: it must not block) when the peer answered with an epoch
+	// older than the batch's: the coordinator hands it the newer map.
+	// Default: nil, nothing is called.
+	OnStale  func(peerMap []byte)
+	OnBehind func(peer string, epoch uint64)
 	// TLS, when set, makes every connection to the peer TLS with this
 	// configuration, set up over what Dial returns (the node passes its
 	// client configuration under --tls-cert: the peer's listener then
@@ -105,6 +114,8 @@ type Peer struct {
 	maxBatch int
 	batchOps prometheus.Observer
 	now      func() time.Time
+	onStale  func([]byte)
+	onBehind func(string, uint64)
 	offset   clockOffset
 
 	mu      sync.RWMutex // guards closed against enqueues racing Close
@@ -159,6 +170,8 @@ func NewPeer(baseURL string, o PeerOptions, m *Metrics) *Peer {
 		maxBatch: o.MaxBatchBytes,
 		batchOps: m.batchOpsFor(baseURL),
 		now:      o.Now,
+		onStale:  o.OnStale,
+		onBehind: o.OnBehind,
 		stop:     make(chan struct{}),
 		client: &fasthttp.HostClient{
 			Addr: addr,
@@ -290,6 +303,7 @@ type call struct {
 	kind     byte
 	key      []byte
 	envelope []byte // writes
+	epoch    uint64 // the cluster map's the call was routed by
 	deadline time.Time
 
 	// Set by the sender before it signals done.
@@ -303,9 +317,9 @@ var calls = sync.Pool{New: func() any { return &call{done: make(chan struct{}, 1
 
 // newCall takes a call from the pool; putCall returns it without keeping
 // references to the request's memory.
-func newCall(kind byte, key, envelope []byte, deadline time.Time) *call {
+func newCall(kind byte, key, envelope []byte, epoch uint64, deadline time.Time) *call {
 	c := calls.Get().(*call)
-	*c = call{kind: kind, key: key, envelope: envelope, deadline: deadline, done: c.done}
+	*c = call{kind: kind, key: key, envelope: envelope, epoch: epoch, deadline: deadline, done: c.done}
 	return c
 }
 
@@ -341,9 +355,11 @@ func (c *call) finish(err error) {
 }
 
 // Get fetches key's record from the peer. found is false when the peer has
-// never seen the key. The record owns its memory.
-func (p *Peer) Get(key []byte, deadline time.Time) (rec record.Record, found bool, err error) {
-	c := newCall(OpRead, key, nil, deadline)
+// never seen the key. The record owns its memory. epoch is the cluster
+// map's by which the read was routed: a peer with a newer map refuses it
+// (ErrStaleEpoch).
+func (p *Peer) Get(key []byte, epoch uint64, deadline time.Time) (rec record.Record, found bool, err error) {
+	c := newCall(OpRead, key, nil, epoch, deadline)
 	defer putCall(c)
 	p.do(c)
 	switch {
@@ -361,8 +377,9 @@ func (p *Peer) Get(key []byte, deadline time.Time) (rec record.Record, found boo
 
 // Apply sends an encoded envelope for key to the peer. newer is non-zero
 // when the peer already holds a newer version of key and wrote nothing.
-func (p *Peer) Apply(key, envelope []byte, deadline time.Time) (newer uint64, err error) {
-	c := newCall(OpWrite, key, envelope, deadline)
+// epoch is as for Get.
+func (p *Peer) Apply(key, envelope []byte, epoch uint64, deadline time.Time) (newer uint64, err error) {
+	c := newCall(OpWrite, key, envelope, epoch, deadline)
 	defer putCall(c)
 	p.do(c)
 	switch {
@@ -468,6 +485,7 @@ func (p *Peer) sendOnce(batch []*call, req *fasthttp.Request, resp *fasthttp.Res
 	now := time.Now()
 	live := batch[:0]
 	var deadline time.Time
+	var epoch uint64
 	for _, c := range batch {
 		if !now.Before(c.deadline) {
 			c.finish(fmt.Errorf("%w: deadline passed while queued", ErrTimeout))
@@ -475,6 +493,9 @@ func (p *Peer) sendOnce(batch []*call, req *fasthttp.Request, resp *fasthttp.Res
 		}
 		if len(live) == 0 || c.deadline.Before(deadline) {
 			deadline = c.deadline
+		}
+		if len(live) == 0 || c.epoch < epoch {
+			epoch = c.epoch // the batch is as stale as its stalest call
 		}
 		live = append(live, c)
 	}
@@ -492,11 +513,18 @@ func (p *Peer) sendOnce(batch []*call, req *fasthttp.Request, resp *fasthttp.Res
 	if p.secret != "" {
 		req.Header.Set(SecretHeader, p.secret)
 	}
+	setEpoch(&req.Header, epoch)
 	req.SetBodyRaw(body)
 	resp.Reset()
 	err := p.exchange(req, resp, deadline)
+	if err == nil && resp.StatusCode() == fasthttp.StatusConflict {
+		return body, p.refusedStale(live, resp)
+	}
 	if err == nil && resp.StatusCode() != fasthttp.StatusOK {
 		err = errStatus{resp.StatusCode()}
+	}
+	if err == nil {
+		p.checkBehind(resp, epoch)
 	}
 	if err != nil && errors.Is(classify(err), ErrTimeout) {
 		again := live[:0]

@@ -42,7 +42,10 @@ type Server struct {
 	// build an answer of their sum. The first read is always answered,
 	// whatever its size (up to --max-value-bytes).
 	MaxAnswerBytes int
-	Log            *slog.Logger
+	// Map gates batches by cluster-map epoch and serves MapPath (see
+	// epoch.go); zero: no gate, no map.
+	Map MapHooks
+	Log *slog.Logger
 }
 
 // DefaultMaxAnswerBytes is Server.MaxAnswerBytes's default: 1 MiB.

@@ -1,0 +1,365 @@
+// Package membership holds the cluster map: which nodes form the cluster,
+// under which identities, and which membership change is under way and at
+// what stage. The map is the source of truth for placement (package
+// cluster places partitions over its nodes); every node persists it, and
+// every node-to-node request carries its epoch (docs/membership.md).
+//
+// A Map is a value: it is never modified once built. Changes make a new
+// map with a higher epoch (Begin, Advance, Replace), and a node installs
+// a received map only if its epoch is higher than the one it has.
+package membership
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/url"
+	"slices"
+	"strings"
+
+	"github.com/cespare/xxhash/v2"
+)
+
+// MaxNodeID is the largest node id: ids are the HLC's node bits
+// (hlc.MaxNodeID), so that two nodes never issue the same version.
+const MaxNodeID = 255
+
+// Node is one member.
+type Node struct {
+	// ID is the node's identity for its lifetime in the cluster: the
+	// tie-break of its versions, the index of its hints and data
+	// directory identity. Never reused within a cluster.
+	ID int `json:"id"`
+	// URL is where the node is reached: http://host:port (under TLS
+	// too, see docs/security.md). A replace changes it.
+	URL string `json:"url"`
+	// Seed is the node's rendezvous seed: the hash of the URL it joined
+	// with. A replacement keeps it, so that it takes exactly the
+	// partitions of the node it replaces.
+	Seed uint64 `json:"seed"`
+}
+
+// Kind is a membership change's kind.
+type Kind string
+
+const (
+	Join         Kind = "join"         // Node takes its share of partitions
+	Decommission Kind = "decommission" // Node hands its partitions to the others, then leaves
+)
+
+// Stage is how far a change has gone. Each stage is one epoch; a stage is
+// entered only once every node has installed the previous one (the
+// change's driver waits for that), so that at any moment the nodes are at
+// most one stage apart:
+//
+//	write-both  writes go to ack replicas of the old and of the new set;
+//	            reads use the old set
+//	stream      as write-both; the nodes gaining a partition copy it from
+//	            every replica of the old set (every write since
+//	            write-both reaches the new set by itself)
+//	read-new    writes still go to both sets; reads use the new set
+//	(done)      the change is over: the map's nodes are the new set, and
+//	            nodes delete the partitions they no longer hold
+//
+// Neighbouring stages are compatible: a node in write-both and one in
+// stream write alike; a node in stream reads the old set, complete since
+// every write reaches it; a node in read-new reads the new set, complete
+// once streaming ended; a done node writes only the new set, which every
+// read-new node reads.
+type Stage string
+
+const (
+	WriteBoth Stage = "write-both"
+	Stream    Stage = "stream"
+	ReadNew   Stage = "read-new"
+)
+
+// Change is a membership change under way.
+type Change struct {
+	Kind  Kind  `json:"kind"`
+	Node  int   `json:"node"` // the node joining or leaving
+	Stage Stage `json:"stage"`
+	// Driver is the node that runs the change (the one the operator asked);
+	// it resumes the change after a restart.
+	Driver int `json:"driver"`
+}
+
+// Map is the cluster map.
+type Map struct {
+	// Cluster identifies the cluster; it is fixed when the map is seeded
+	// and checked against every data directory's identity.
+	Cluster uint64 `json:"cluster"`
+	// Epoch increases with every change of the map.
+	Epoch uint64 `json:"epoch"`
+	// Replicas is the replication factor, fixed when the map is seeded
+	// (--replicas). While the cluster has fewer nodes, every node holds
+	// every partition.
+	Replicas int `json:"replicas"`
+	// Nodes are the members, ordered by ID, including a node joining or
+	// leaving.
+	Nodes []Node `json:"nodes"`
+	// NextID is the id the next joining node gets.
+	NextID int `json:"next_id"`
+	// Change is the change under way, nil when none is.
+	Change *Change `json:"change,omitempty"`
+}
+
+// Seed makes the first map of a cluster from the --cluster list (node
+// URLs, in the order every node was given). A node's id is its position,
+// and the cluster's identity the hash of the list, as before maps
+// existed: a directory written by an earlier release keeps its identity
+// and its placement.
+func Seed(urls []string, replicas int) (*Map, error) {
+	if len(urls) == 0 {
+		return nil, errors.New("no nodes")
+	}
+	if len(urls) > MaxNodeID+1 {
+		return nil, fmt.Errorf("%d nodes, at most %d supported", len(urls), MaxNodeID+1)
+	}
+	if replicas <= 0 || replicas > len(urls) {
+		replicas = len(urls)
+	}
+	m := &Map{Cluster: xxhash.Sum64String(strings.Join(urls, ",")), Epoch: 1, Replicas: replicas, NextID: len(urls)}
+	for i, u := range urls {
+		m.Nodes = append(m.Nodes, Node{ID: i, URL: u, Seed: xxhash.Sum64String(u)})
+	}
+	return m, m.Validate()
+}
+
+// NormalizeURL accepts http://host:port (a trailing slash is dropped) and
+// nothing else: node URLs are compared textually across nodes. The scheme
+// is part of a node's name, not its transport: under TLS (--tls-cert) it
+// stays http:// and package rpc sends to the https:// form, so that
+// turning TLS on or off keeps every data directory's identity
+// (docs/security.md).
+func NormalizeURL(s string) (string, error) {
+	u, err := url.Parse(strings.TrimSpace(s))
+	if err != nil {
+		return "", fmt.Errorf("bad node URL %q: %w", s, err)
+	}
+	if u.Scheme == "https" {
+		return "", fmt.Errorf("bad node URL %q: want http://host:port, also under TLS: the URL names the node, --tls-cert makes the nodes talk TLS (docs/security.md)", s)
+	}
+	if u.Scheme != "http" || u.Host == "" || u.Port() == "" || (u.Path != "" && u.Path != "/") || u.RawQuery != "" {
+		return "", fmt.Errorf("bad node URL %q: want http://host:port", s)
+	}
+	return "http://" + u.Host, nil
+}
+
+// Validate checks the map's invariants.
+func (m *Map) Validate() error {
+	if m.Epoch == 0 {
+		return errors.New("cluster map: epoch 0")
+	}
+	if len(m.Nodes) == 0 {
+		return errors.New("cluster map: no nodes")
+	}
+	if m.Replicas <= 0 {
+		return fmt.Errorf("cluster map: replication factor %d", m.Replicas)
+	}
+	urls := map[string]bool{}
+	for i, n := range m.Nodes {
+		if n.ID < 0 || n.ID > MaxNodeID || n.ID >= m.NextID {
+			return fmt.Errorf("cluster map: node id %d out of range (next id %d)", n.ID, m.NextID)
+		}
+		if i > 0 && n.ID <= m.Nodes[i-1].ID {
+			return errors.New("cluster map: nodes not ordered by id")
+		}
+		if u, err := NormalizeURL(n.URL); err != nil || u != n.URL {
+			return fmt.Errorf("cluster map: node %d: bad URL %q", n.ID, n.URL)
+		}
+		if urls[n.URL] {
+			return fmt.Errorf("cluster map: %s listed twice", n.URL)
+		}
+		urls[n.URL] = true
+	}
+	if c := m.Change; c != nil {
+		if c.Kind != Join && c.Kind != Decommission {
+			return fmt.Errorf("cluster map: unknown change %q", c.Kind)
+		}
+		if c.Stage != WriteBoth && c.Stage != Stream && c.Stage != ReadNew {
+			return fmt.Errorf("cluster map: unknown stage %q", c.Stage)
+		}
+		if m.Node(c.Node) == nil || m.Node(c.Driver) == nil {
+			return fmt.Errorf("cluster map: change names node %d or driver %d, not members", c.Node, c.Driver)
+		}
+		if c.Kind == Decommission && len(m.Nodes) == 1 {
+			return errors.New("cluster map: decommissioning the last node")
+		}
+	}
+	return nil
+}
+
+// Node returns the member with id, or nil.
+func (m *Map) Node(id int) *Node {
+	i, ok := slices.BinarySearchFunc(m.Nodes, id, func(n Node, id int) int { return n.ID - id })
+	if !ok {
+		return nil
+	}
+	return &m.Nodes[i]
+}
+
+// ByURL returns the member reached at url (normalized), or nil.
+func (m *Map) ByURL(url string) *Node {
+	for i := range m.Nodes {
+		if m.Nodes[i].URL == url {
+			return &m.Nodes[i]
+		}
+	}
+	return nil
+}
+
+// Old returns the nodes of the placement before the change under way (all
+// nodes when none is): without a joining node.
+func (m *Map) Old() []Node {
+	if m.Change == nil || m.Change.Kind != Join {
+		return m.Nodes
+	}
+	return without(m.Nodes, m.Change.Node)
+}
+
+// New returns the nodes of the placement after the change under way (all
+// nodes when none is): without a leaving node.
+func (m *Map) New() []Node {
+	if m.Change == nil || m.Change.Kind != Decommission {
+		return m.Nodes
+	}
+	return without(m.Nodes, m.Change.Node)
+}
+
+func without(nodes []Node, id int) []Node {
+	out := make([]Node, 0, len(nodes))
+	for _, n := range nodes {
+		if n.ID != id {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// clone returns a deep copy with the next epoch.
+func (m *Map) next() *Map {
+	n := *m
+	n.Epoch++
+	n.Nodes = slices.Clone(m.Nodes)
+	if m.Change != nil {
+		c := *m.Change
+		n.Change = &c
+	}
+	return &n
+}
+
+// ErrBusy refuses a change while another is under way.
+var ErrBusy = errors.New("another membership change is under way")
+
+// BeginJoin returns the map in which the node at url starts joining,
+// driven by node driver.
+func (m *Map) BeginJoin(url string, driver int) (*Map, error) {
+	if m.Change != nil {
+		return nil, fmt.Errorf("%w: %s of node %d, stage %s", ErrBusy, m.Change.Kind, m.Change.Node, m.Change.Stage)
+	}
+	u, err := NormalizeURL(url)
+	if err != nil {
+		return nil, err
+	}
+	if m.ByURL(u) != nil {
+		return nil, fmt.Errorf("%s is already a member", u)
+	}
+	if m.NextID > MaxNodeID {
+		return nil, fmt.Errorf("no node id left: %d nodes have joined this cluster, at most %d can", m.NextID, MaxNodeID+1)
+	}
+	n := m.next()
+	n.Nodes = append(n.Nodes, Node{ID: m.NextID, URL: u, Seed: xxhash.Sum64String(u)})
+	n.NextID++
+	n.Change = &Change{Kind: Join, Node: m.NextID, Stage: WriteBoth, Driver: driver}
+	return n, n.Validate()
+}
+
+// BeginDecommission returns the map in which node id starts leaving,
+// driven by node driver.
+func (m *Map) BeginDecommission(id, driver int) (*Map, error) {
+	if m.Change != nil {
+		return nil, fmt.Errorf("%w: %s of node %d, stage %s", ErrBusy, m.Change.Kind, m.Change.Node, m.Change.Stage)
+	}
+	if m.Node(id) == nil {
+		return nil, fmt.Errorf("node %d is not a member", id)
+	}
+	if len(m.Nodes) == 1 {
+		return nil, errors.New("the last node cannot be decommissioned")
+	}
+	n := m.next()
+	n.Change = &Change{Kind: Decommission, Node: id, Stage: WriteBoth, Driver: driver}
+	return n, n.Validate()
+}
+
+// Advance returns the map of the change's next stage: the last stage
+// advances to a map without a change, whose nodes are the new set.
+func (m *Map) Advance() (*Map, error) {
+	if m.Change == nil {
+		return nil, errors.New("no change under way")
+	}
+	n := m.next()
+	switch m.Change.Stage {
+	case WriteBoth:
+		n.Change.Stage = Stream
+	case Stream:
+		n.Change.Stage = ReadNew
+	case ReadNew:
+		n.Nodes = slices.Clone(m.New())
+		n.Change = nil
+	}
+	return n, n.Validate()
+}
+
+// Replace returns the map in which node id is reached at url instead: a
+// new, empty machine takes the identity of a dead one and rebuilds its
+// data from the other replicas (placement does not change).
+func (m *Map) Replace(id int, url string) (*Map, error) {
+	if m.Change != nil {
+		return nil, fmt.Errorf("%w: %s of node %d, stage %s", ErrBusy, m.Change.Kind, m.Change.Node, m.Change.Stage)
+	}
+	u, err := NormalizeURL(url)
+	if err != nil {
+		return nil, err
+	}
+	if m.Node(id) == nil {
+		return nil, fmt.Errorf("node %d is not a member", id)
+	}
+	if m.ByURL(u) != nil {
+		return nil, fmt.Errorf("%s is already a member", u)
+	}
+	n := m.next()
+	n.Node(id).URL = u
+	return n, n.Validate()
+}
+
+// Encode returns the map as JSON.
+func (m *Map) Encode() []byte {
+	b, err := json.Marshal(m)
+	if err != nil {
+		panic(fmt.Sprintf("membership: encode map: %v", err)) // plain data: cannot fail
+	}
+	return b
+}
+
+// Decode parses and validates a map.
+func Decode(b []byte) (*Map, error) {
+	var m Map
+	if err := json.Unmarshal(b, &m); err != nil {
+		return nil, fmt.Errorf("cluster map: %w", err)
+	}
+	if err := m.Validate(); err != nil {
+		return nil, err
+	}
+	return &m, nil
+}
+
+// String is a one-line summary for logs.
+func (m *Map) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "epoch %d, %d nodes", m.Epoch, len(m.Nodes))
+	if c := m.Change; c != nil {
+		fmt.Fprintf(&b, ", %s of node %d at stage %s", c.Kind, c.Node, c.Stage)
+	}
+	return b.String()
+}

@@ -1,0 +1,181 @@
+package rpc
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/valyala/fasthttp"
+)
+
+// The cluster map's epoch travels with node-to-node traffic
+// (docs/membership.md):
+//
+//   - every batch and ping carries EpochHeader, the epoch of the map by
+//     which its calls were routed (a batch of calls routed at several
+//     epochs carries the oldest);
+//   - a node whose map is newer refuses such a batch with 409 Conflict
+//     and its map as the body; the sender installs it (OnStale) and the
+//     calls fail with ErrStaleEpoch, for their coordinators to route
+//     them again by the newer map;
+//   - every batch answer carries the answering node's epoch; a sender
+//     that finds it older hands the peer its map (OnBehind, MapPath).
+//
+// Refusing a request from an older epoch is what lets a membership
+// change move through its stages safely: once a node has installed a
+// stage, no call routed by an earlier one is served by it (the check and
+// the install exclude each other, see Server.Admit).
+//
+// A batch without EpochHeader (a tool's, a test's) is not checked.
+
+// EpochHeader carries a cluster map's epoch in decimal.
+const EpochHeader = "X-Dhtkv-Epoch"
+
+// MapPath serves the cluster map: GET answers this node's MapState, POST
+// offers a map (the body) that the node installs if it is newer, and
+// answers its MapState after.
+const MapPath = "/v0/internal/map"
+
+// MaxMapBytes bounds a MapPath request body: a map of the most nodes a
+// cluster can have is some 30 KiB.
+const MaxMapBytes = 1 << 20
+
+// ErrStaleEpoch fails a call refused by a peer with a newer cluster map.
+var ErrStaleEpoch = errors.New("routed by an older cluster map than the replica's")
+
+// setEpoch sets EpochHeader; epoch 0 (a tool's or test's call, routed by
+// no map) sends none.
+func setEpoch(h *fasthttp.RequestHeader, epoch uint64) {
+	if epoch == 0 {
+		return
+	}
+	var b [20]byte
+	h.SetBytesV(EpochHeader, strconv.AppendUint(b[:0], epoch, 10))
+}
+
+// ParseEpoch parses an EpochHeader value; ok is false when it is absent
+// or malformed.
+func ParseEpoch(v []byte) (epoch uint64, ok bool) {
+	if len(v) == 0 {
+		return 0, false
+	}
+	e, err := strconv.ParseUint(string(v), 10, 64)
+	return e, err == nil
+}
+
+// refusedStale finishes the calls of a batch the peer refused with 409:
+// it hands the peer's map to OnStale, then fails the calls routed at an
+// epoch older than the peer's and returns the others (routed by a map as
+// new as the peer's, batched with stale ones) to be sent again.
+func (p *Peer) refusedStale(live []*call, resp *fasthttp.Response) []*call {
+	peerEpoch, _ := ParseEpoch(resp.Header.Peek(EpochHeader))
+	if p.onStale != nil {
+		p.onStale(slices.Clone(resp.Body()))
+	}
+	var again []*call
+	for _, c := range live {
+		if peerEpoch > 0 && c.epoch >= peerEpoch {
+			again = append(again, c)
+			continue
+		}
+		c.finish(fmt.Errorf("%w (%s is at epoch %d)", ErrStaleEpoch, p.url, peerEpoch))
+	}
+	return again
+}
+
+// checkBehind tells OnBehind when the peer answered with an older epoch
+// than sent.
+func (p *Peer) checkBehind(resp *fasthttp.Response, sent uint64) {
+	if p.onBehind == nil {
+		return
+	}
+	if e, ok := ParseEpoch(resp.Header.Peek(EpochHeader)); ok && e < sent {
+		p.onBehind(p.url, e)
+	}
+}
+
+// Map exchanges cluster maps with the peer (MapPath): offer nil asks for
+// the peer's MapState, a map offers it. It answers the peer's MapState.
+func (p *Peer) Map(offer []byte, deadline time.Time) ([]byte, error) {
+	return mapRequest(p.bulk, p.base, p.secret, offer, deadline)
+}
+
+func mapRequest(hc *fasthttp.HostClient, base, secret string, offer []byte, deadline time.Time) ([]byte, error) {
+	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+	defer fasthttp.ReleaseRequest(req)
+	defer fasthttp.ReleaseResponse(resp)
+	req.SetRequestURI(base + MapPath)
+	if offer != nil {
+		req.Header.SetMethod(fasthttp.MethodPost)
+		req.SetBodyRaw(offer)
+	}
+	if secret != "" {
+		req.Header.Set(SecretHeader, secret)
+	}
+	if err := hc.DoDeadline(req, resp, deadline); err != nil {
+		return nil, fmt.Errorf("cluster map from %s: %w", base, classify(err))
+	}
+	if resp.StatusCode() != fasthttp.StatusOK {
+		return nil, fmt.Errorf("cluster map from %s: %w: %s", base, errStatus{resp.StatusCode()}, firstLine(resp.Body()))
+	}
+	return slices.Clone(resp.Body()), nil
+}
+
+// FetchMap asks the node at baseURL (http://host:port) for its MapState:
+// how a node started with --join learns the cluster. o is used for its
+// Secret, Dial, TLS and Timeout.
+func FetchMap(baseURL string, o PeerOptions) ([]byte, error) {
+	p := NewPeer(baseURL, o, nil)
+	defer p.Close()
+	return p.Map(nil, time.Now().Add(max(o.Timeout, 5*time.Second)))
+}
+
+// MapHooks is the node's side of the map protocol; package cluster
+// provides it. Admit is called with a batch's epoch before anything of it
+// is served: true admits it, and Release must then be called once it is
+// served; false refuses it (the node's map is newer). Installing a map
+// waits for every admitted batch to be released, so a batch is served
+// wholly under one epoch. State answers GET MapPath and a refusal's body;
+// Offer answers POST MapPath.
+type MapHooks struct {
+	Admit   func(epoch uint64) bool
+	Release func()
+	Epoch   func() uint64
+	State   func() []byte
+	Offer   func(state []byte) ([]byte, error)
+}
+
+// Admit checks a batch's EpochHeader value (see MapHooks.Admit). A
+// batch without one, or a server without hooks, is admitted, and release
+// is then a no-op.
+func (s *Server) Admit(header []byte) (admitted bool) {
+	if s.Map.Admit == nil {
+		return true
+	}
+	e, ok := ParseEpoch(header)
+	if !ok {
+		return true
+	}
+	return s.Map.Admit(e)
+}
+
+// Release ends what Admit admitted.
+func (s *Server) Release(header []byte) {
+	if s.Map.Admit == nil {
+		return
+	}
+	if _, ok := ParseEpoch(header); ok {
+		s.Map.Release()
+	}
+}
+
+// AppendEpoch appends this node's epoch (0 without hooks).
+func (s *Server) AppendEpoch(dst []byte) []byte {
+	var e uint64
+	if s.Map.Epoch != nil {
+		e = s.Map.Epoch()
+	}
+	return strconv.AppendUint(dst, e, 10)
+}
