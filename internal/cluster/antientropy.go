@@ -538,8 +538,8 @@ type transfer struct {
 	v        *view
 	peer     int
 	pullOnly bool
-	jobs chan transferJob
-	wg   sync.WaitGroup
+	jobs     chan transferJob
+	wg       sync.WaitGroup
 
 	mu sync.Mutex
 	st *ExchangeStats
