@@ -8,6 +8,10 @@
 //	dhtkvctl [global flags] status [--json]
 //	dhtkvctl [global flags] snapshot --admin HOST:PORT --dir PATH [--json]
 //	dhtkvctl [global flags] repair --admin HOST:PORT [--json]
+//	dhtkvctl [global flags] cluster --admin HOST:PORT [--json]
+//	dhtkvctl [global flags] join --admin HOST:PORT [--no-wait] URL
+//	dhtkvctl [global flags] decommission --admin HOST:PORT [--no-wait] URL
+//	dhtkvctl [global flags] replace --admin HOST:PORT DEAD-URL NEW-URL
 //
 // Its exit codes are a contract for scripts (see usage below and
 // README.md).
@@ -181,6 +185,7 @@ func newRoot(e *env, out io.Writer) *ffcli.Command {
 		return f
 	}
 	cmds := []*ffcli.Command{getCmd(e, fs("get")), putCmd(e, fs("put")), delCmd(e, fs("del")), scanCmd(e, fs("scan")), statusCmd(e, fs("status")), snapshotCmd(e, fs("snapshot")), repairCmd(e, fs("repair"))}
+	cmds = append(cmds, membershipCmds(e, fs)...)
 	rootFS := fs("dhtkvctl")
 	version := rootFS.Bool("version", false, "print the version and exit")
 	return &ffcli.Command{

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"maps"
 	"errors"
 	"fmt"
 	"slices"
@@ -146,7 +147,9 @@ func (d *driver) barrier(m *membership.Map, nodes []membership.Node) bool {
 	for len(pending) > 0 {
 		var wg sync.WaitGroup
 		var mu sync.Mutex
-		for id, n := range pending {
+		round := make(map[int]membership.Node, len(pending))
+		maps.Copy(round, pending)
+		for id, n := range round {
 			wg.Go(func() {
 				ans, err := c.peerFor(n.URL).client.Map(state, time.Now().Add(c.timeout+time.Second))
 				if err == nil {

@@ -55,10 +55,7 @@ func (mv *mover) update(v *view) {
 	case v.m.Change != nil && v.m.Change.Stage == membership.Stream:
 		job = func(ctx context.Context) { mv.copyGained(ctx, v) }
 	case v.m.Change == nil && prev != nil && prev.moving:
-		// A change just ended: mark, then drop what moved away.
-		if err := mv.c.local.Store.SetCleanupPending(true); err != nil {
-			mv.c.log.Error("record a pending cleanup", "err", err)
-		}
+		// A change just ended (install marked the cleanup pending).
 		job = func(ctx context.Context) { mv.cleanup(ctx, v) }
 	case v.m.Change == nil && prev == nil:
 		if pending, err := mv.c.local.Store.CleanupPending(); err != nil || !pending {

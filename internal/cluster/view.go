@@ -195,6 +195,14 @@ func (c *Coordinator) install(m *membership.Map) (bool, error) {
 		c.installMu.Unlock()
 		return false, fmt.Errorf("%w: %016x, this node's is %016x", ErrOtherCluster, m.Cluster, cur.m.Cluster)
 	}
+	if cur.moving && m.Change == nil {
+		// A change ends: the partitions no longer held are dropped
+		// (move.go), and a restart must finish that.
+		if err := c.local.Store.SetCleanupPending(true); err != nil {
+			c.installMu.Unlock()
+			return false, err
+		}
+	}
 	if err := c.local.Store.SetClusterMap(m.Encode()); err != nil {
 		c.installMu.Unlock()
 		return false, err
@@ -257,6 +265,13 @@ func (c *Coordinator) onBehind(url string, _ uint64) {
 			c.pushMu.Unlock()
 		}
 	}()
+}
+
+// CleanupPending reports whether this node still has partitions to drop
+// after a membership change (move.go).
+func (c *Coordinator) CleanupPending() bool {
+	pending, err := c.local.Store.CleanupPending()
+	return err != nil || pending
 }
 
 // Map returns the cluster map this node has installed, and this node's

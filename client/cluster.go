@@ -1,0 +1,134 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+)
+
+// ClusterMap is a node's cluster map (docs/membership.md): its nodes, the
+// replication factor, the epoch, and the membership change under way.
+type ClusterMap struct {
+	Cluster  uint64        `json:"cluster"`
+	Epoch    uint64        `json:"epoch"`
+	Replicas int           `json:"replicas"`
+	Nodes    []ClusterNode `json:"nodes"`
+	NextID   int           `json:"next_id"`
+	Change   *Change       `json:"change,omitempty"`
+}
+
+// ClusterNode is one member of a ClusterMap.
+type ClusterNode struct {
+	ID   int    `json:"id"`
+	URL  string `json:"url"`
+	Seed uint64 `json:"seed"`
+}
+
+// Change is a membership change under way: Kind "join" or
+// "decommission" of node Node, at Stage "write-both", "stream" or
+// "read-new", driven by node Driver.
+type Change struct {
+	Kind   string `json:"kind"`
+	Node   int    `json:"node"`
+	Stage  string `json:"stage"`
+	Driver int    `json:"driver"`
+}
+
+// NodeURL returns the URL of node id, or "" when the map has none.
+func (m *ClusterMap) NodeURL(id int) string {
+	for _, n := range m.Nodes {
+		if n.ID == id {
+			return n.URL
+		}
+	}
+	return ""
+}
+
+// ClusterStatus is what a node's admin listener answers to GET /cluster:
+// its map, its id in it (-1: it left), the epoch of the last stream stage
+// whose partitions it finished copying, and, on the node driving a
+// change, what the change waits for.
+type ClusterStatus struct {
+	Map    *ClusterMap `json:"map"`
+	Self   int         `json:"self"`
+	Moved  uint64      `json:"moved"`
+	Driver string      `json:"driver,omitempty"`
+}
+
+// ErrChangeRefused is a membership change a node would not begin (another
+// is under way, a member does not answer, the node is not a member...);
+// the error says why.
+var ErrChangeRefused = errors.New("membership change refused")
+
+// Cluster returns the cluster status of the node whose admin listener is
+// at admin (host:port or http://host:port).
+func (c *Client) Cluster(ctx context.Context, admin string) (*ClusterStatus, error) {
+	ep, err := normalize(admin)
+	if err != nil {
+		return nil, err
+	}
+	a, err := c.try(ctx, ep, http.MethodGet, "/cluster", nil, nil, false)
+	if err != nil {
+		return nil, fmt.Errorf("dhtkv: cluster status of %s: %w", ep, err)
+	}
+	if a.code != http.StatusOK {
+		return nil, fmt.Errorf("dhtkv: cluster status of %s: %d %s", ep, a.code, reason(a.body))
+	}
+	var st ClusterStatus
+	if err := json.Unmarshal(a.body, &st); err != nil || st.Map == nil {
+		return nil, fmt.Errorf("dhtkv: cluster status of %s: bad answer: %v", ep, err)
+	}
+	return &st, nil
+}
+
+// Join asks the node whose admin listener is at admin to begin adding the
+// node at nodeURL (http://host:port) to its cluster; start that node with
+// --join naming a member. It returns the change's first map; the change
+// goes on in the background (watch it with Cluster).
+func (c *Client) Join(ctx context.Context, admin, nodeURL string) (*ClusterMap, error) {
+	return c.change(ctx, admin, "/cluster/join", url.Values{"node": {nodeURL}})
+}
+
+// Decommission asks the node whose admin listener is at admin to begin
+// removing the node at nodeURL: its partitions move to the others, then it
+// stops.
+func (c *Client) Decommission(ctx context.Context, admin, nodeURL string) (*ClusterMap, error) {
+	return c.change(ctx, admin, "/cluster/decommission", url.Values{"node": {nodeURL}})
+}
+
+// Replace asks the node whose admin listener is at admin to give the
+// identity of the dead node at deadURL to a new, empty machine at
+// newURL, which is then started with --join and rebuilds the dead node's
+// data.
+func (c *Client) Replace(ctx context.Context, admin, deadURL, newURL string) (*ClusterMap, error) {
+	return c.change(ctx, admin, "/cluster/replace", url.Values{"node": {deadURL}, "with": {newURL}})
+}
+
+func (c *Client) change(ctx context.Context, admin, path string, q url.Values) (*ClusterMap, error) {
+	pathQuery := path + "?" + q.Encode()
+	ep, err := normalize(admin)
+	if err != nil {
+		return nil, err
+	}
+	a, err := c.try(ctx, ep, http.MethodPost, path, q, nil, false)
+	if err != nil {
+		return nil, fmt.Errorf("dhtkv: %s on %s: %w", pathQuery, ep, err)
+	}
+	switch a.code {
+	case http.StatusAccepted:
+	case http.StatusConflict:
+		return nil, fmt.Errorf("dhtkv: %w: %s", ErrChangeRefused, reason(a.body))
+	case http.StatusBadRequest:
+		return nil, &BadRequestError{StatusCode: a.code, Reason: reason(a.body)}
+	default:
+		return nil, fmt.Errorf("dhtkv: %s on %s: %d %s", pathQuery, ep, a.code, reason(a.body))
+	}
+	var m ClusterMap
+	if err := json.Unmarshal(a.body, &m); err != nil {
+		return nil, fmt.Errorf("dhtkv: %s on %s: bad answer: %w", pathQuery, ep, err)
+	}
+	return &m, nil
+}

@@ -1,0 +1,77 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/dhtkv/dhtkv/client"
+	"github.com/dhtkv/dhtkv/internal/testcluster"
+)
+
+// dhtkvctl join, cluster and decommission against a real cluster: the
+// join waits through every stage and the new node serves the data; a
+// second change while one is refused is exit 1; decommission hands the
+// node's data over and the node stops by itself.
+func TestMembershipCommands(t *testing.T) {
+	c := testcluster.Start(t, 2)
+	cl := testcluster.NewClient()
+	for i := range 50 {
+		require.Equal(t, http.StatusCreated, cl.Put(t, c.URL(0), fmt.Sprintf("j%d", i), []byte("v"), 2, 2))
+	}
+	admin := "--admin=" + c.Node(0).AdminAddr()
+	for _, s := range []step{
+		{name: "no admin", args: []string{"join", "http://127.0.0.1:1"}, code: exitUsage, errHas: "needs --admin"},
+		{name: "no URL", args: []string{"join", admin}, code: exitUsage, errHas: "takes 1 arguments"},
+		{name: "help", args: []string{"join", "-h"}, outHas: []string{"--admin", "--join", "decommission"}},
+		{name: "not a member", args: []string{"decommission", admin, "http://127.0.0.1:1"}, code: exitError, errHas: "not a member"},
+	} {
+		s.run(t)
+	}
+	joiner := c.AddNode(t, 0)
+	var out, errb bytes.Buffer
+	// The new node starts while the command waits: the change needs it.
+	started := make(chan struct{})
+	go func() {
+		defer close(started)
+		for { // once the join has begun: before, the node is in no map
+			if m, _ := c.Node(0).Coordinator().Map(); m.Change != nil {
+				break
+			}
+			time.Sleep(10 * time.Millisecond) // polling interval
+		}
+		c.StartNode(joiner)
+	}()
+	require.Equal(t, exitOK, run([]string{"join", admin, c.URL(joiner)}, nil, &out, &errb), errb.String())
+	<-started
+	assert.Contains(t, out.String(), "join begun")
+	assert.Contains(t, out.String(), "stage stream")
+	assert.Contains(t, out.String(), "3 nodes, replication factor 2, no change under way")
+
+	out.Reset()
+	require.Equal(t, exitOK, run([]string{"cluster", admin, "--json"}, nil, &out, &errb), errb.String())
+	var st client.ClusterStatus
+	require.NoError(t, json.Unmarshal(out.Bytes(), &st))
+	require.Len(t, st.Map.Nodes, 3)
+	require.Nil(t, st.Map.Change)
+
+	out.Reset()
+	require.Equal(t, exitOK, run([]string{"decommission", admin, "--no-wait", c.URL(1)}, nil, &out, &errb), errb.String())
+	errb.Reset()
+	assert.Equal(t, exitError, run([]string{"join", admin, "--no-wait", "http://127.0.0.1:2"}, nil, &out, &errb))
+	assert.Contains(t, errb.String(), "another membership change")
+	c.AwaitLeft(t, 1, 60*time.Second)
+	m := c.AwaitStable(t, 60*time.Second)
+	require.Len(t, m.Nodes, 2)
+	for i := range 50 {
+		code, body := cl.Get(t, c.URL(joiner), fmt.Sprintf("j%d", i), 2, 2)
+		require.Equal(t, http.StatusOK, code)
+		require.Equal(t, "v", string(body))
+	}
+}

@@ -1,0 +1,342 @@
+package e2e_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/dhtkv/dhtkv/client"
+	"github.com/dhtkv/dhtkv/internal/cluster"
+	"github.com/dhtkv/dhtkv/internal/history"
+	"github.com/dhtkv/dhtkv/internal/membership"
+	"github.com/dhtkv/dhtkv/internal/node"
+	"github.com/dhtkv/dhtkv/internal/partition"
+	"github.com/dhtkv/dhtkv/internal/testcluster"
+)
+
+// membershipLoad runs writers and readers (ack=2, from=3) through every
+// running member until stop is closed, recording the history. The members
+// are read from urls at every request, so a joining node takes traffic as
+// soon as it is added there.
+type membershipLoad struct {
+	rec     *history.Recorder
+	cl      *testcluster.Client
+	keys    int // per worker
+	workers int
+	mu      sync.Mutex
+	urls    []string
+	stop    chan struct{}
+	wg      sync.WaitGroup
+	failed  atomic.Int64 // requests answered other than 2xx/404
+	latency []time.Duration
+}
+
+func (l *membershipLoad) setURLs(urls ...string) {
+	l.mu.Lock()
+	l.urls = slices.Clone(urls)
+	l.mu.Unlock()
+}
+
+// loadKey is worker w's k-th key.
+func loadKey(w, k int) string { return fmt.Sprintf("m%d-%d", w, k) }
+
+// preload writes every key once, with ack=3, as its worker.
+func (l *membershipLoad) preload(t *testing.T, via string) {
+	for w := range l.workers {
+		for k := range l.keys {
+			key := loadKey(w, k)
+			require.Equal(t, http.StatusCreated, put(l.rec, l.cl, via, fmt.Sprintf("writer%d", w), key, key+"-init", 3, 3))
+		}
+	}
+}
+
+func (l *membershipLoad) start() {
+	l.stop = make(chan struct{})
+	for w := range l.workers {
+		l.wg.Go(func() {
+			r := rand.New(rand.NewPCG(uint64(w), 11))
+			for n := 0; ; n++ {
+				select {
+				case <-l.stop:
+					return
+				default:
+				}
+				l.mu.Lock()
+				via := l.urls[r.IntN(len(l.urls))]
+				l.mu.Unlock()
+				start := time.Now()
+				var code int
+				if r.IntN(3) == 0 { // a key of its own: the checker wants one writer a key
+					key := loadKey(w, r.IntN(l.keys))
+					code = put(l.rec, l.cl, via, fmt.Sprintf("writer%d", w), key, fmt.Sprintf("%s-%d", key, n), 2, 3)
+				} else {
+					key := loadKey(r.IntN(l.workers), r.IntN(l.keys))
+					code = get(l.rec, l.cl, via, fmt.Sprintf("reader%d", w), key, 2, 3)
+				}
+				took := time.Since(start)
+				l.mu.Lock()
+				l.latency = append(l.latency, took)
+				l.mu.Unlock()
+				if code != http.StatusOK && code != http.StatusCreated && code != http.StatusNotFound {
+					l.failed.Add(1)
+				}
+			}
+		})
+	}
+}
+
+func (l *membershipLoad) end() {
+	close(l.stop)
+	l.wg.Wait()
+}
+
+// holderURLs returns which nodes hold key in their store, as URLs,
+// sorted.
+func holderURLs(t *testing.T, c *testcluster.Cluster, cl *testcluster.Client, key string) []string {
+	t.Helper()
+	var out []string
+	for _, i := range holders(t, c, cl, key, "") {
+		out = append(out, c.URL(i))
+	}
+	slices.Sort(out)
+	return out
+}
+
+// replicaURLs is key's replicas under m, as URLs, sorted.
+func replicaURLs(m *membership.Map, key string) []string {
+	p := cluster.NewPlacement(m.Nodes)
+	var out []string
+	for _, id := range p.Replicas([]byte(key), m.Replicas, nil) {
+		out = append(out, m.Node(id).URL)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// TestMembershipJoinThenDecommissionUnderLoad: a 3-node cluster takes a
+// 4th node, then decommissions one of the original three, while clients
+// write and read with ack=2/from=3 through every member. No acknowledged
+// write is lost, no read goes back in time, the replicas agree after a
+// repair, and every key is held by exactly its replicas under the final
+// map.
+func TestMembershipJoinThenDecommissionUnderLoad(t *testing.T) {
+	c := testcluster.Start(t, 3)
+	cl := testcluster.NewClient()
+	rec := history.NewRecorder()
+	rec.KeepOnFailure(t, "")
+	l := &membershipLoad{rec: rec, cl: cl, keys: 75, workers: 4}
+	l.setURLs(c.URL(0), c.URL(1), c.URL(2))
+	l.preload(t, c.URL(0)) // every key exists before the change
+	l.start()
+
+	waitOps(t, rec, 300)
+	joiner := c.AddNode(t, 0)
+	c.Join(t, 1, joiner) // driven by node 1
+	l.setURLs(c.URL(0), c.URL(1), c.URL(2), c.URL(joiner))
+	m := c.AwaitStable(t, 60*time.Second)
+	require.Len(t, m.Nodes, 4)
+	t.Logf("joined: %s", m)
+
+	waitOps(t, rec, 300)
+	l.setURLs(c.URL(1), c.URL(2), c.URL(joiner))
+	c.Decommission(t, 2, 0) // node 0 leaves, driven by node 2
+	c.AwaitLeft(t, 0, 60*time.Second)
+	m = c.AwaitStable(t, 60*time.Second)
+	require.Len(t, m.Nodes, 3)
+	require.Nil(t, m.ByURL(c.URL(0)))
+	t.Logf("decommissioned: %s", m)
+	waitOps(t, rec, 300)
+	l.end()
+	t.Logf("%d operations, %d failed requests", len(rec.History().Ops), l.failed.Load())
+
+	checkHistory(t, rec)
+	for _, i := range []int{1, 2, joiner} {
+		c.Repair(t, i)
+	}
+	var all []string
+	for w := range l.workers {
+		for k := range l.keys {
+			all = append(all, loadKey(w, k))
+		}
+	}
+	dumps := map[string]map[string][]byte{}
+	for _, i := range []int{1, 2, joiner} {
+		d := map[string][]byte{}
+		for _, k := range all {
+			if code, r := internalGet(t, cl, c.URL(i), k, ""); code == http.StatusOK {
+				d[k] = r.Encode()
+			}
+		}
+		dumps[c.URL(i)] = d
+	}
+	for _, v := range history.CheckReplicas(dumps) {
+		t.Error(v)
+	}
+	final := map[string]history.Final{}
+	for _, key := range all {
+		code, body := cl.Get(t, c.URL(1), key, 3, 3)
+		require.Contains(t, []int{http.StatusOK, http.StatusNotFound}, code, key)
+		final[key] = history.Final{Found: code == http.StatusOK, Value: string(body)}
+		require.Equal(t, replicaURLs(m, key), holderURLs(t, c, cl, key), "key %s held by exactly its replicas", key)
+	}
+	violations, err := history.CheckFinal(rec.History().Ops, final)
+	require.NoError(t, err)
+	for _, v := range violations {
+		t.Error(v)
+	}
+}
+
+// TestMembershipJoinMovesOnlyItsShare: with a replication factor below
+// the cluster size, a joining node takes only partitions that now score
+// highest on it, and no record moves between the nodes that were there;
+// every partition ends on exactly its replicas.
+func TestMembershipJoinMovesOnlyItsShare(t *testing.T) {
+	c := testcluster.Start(t, 3, func(_ int, cfg *nodeConfig) { cfg.Replicas = 2 })
+	cl := testcluster.NewClient()
+	const keys = 2000
+	for k := range keys {
+		require.Equal(t, http.StatusCreated, cl.Put(t, c.URL(k%3), fmt.Sprintf("s%d", k), []byte("v"), 2, 2))
+	}
+	before, _ := c.Node(0).Coordinator().Map()
+	joiner := c.AddNode(t, 0)
+	c.Join(t, 0, joiner)
+	after := c.AwaitStable(t, 60*time.Second)
+	po, pn := cluster.NewPlacement(before.Nodes), cluster.NewPlacement(after.Nodes)
+	gained := 0
+	for p := range partition.Count {
+		o := po.PartitionReplicas(partition.ID(p), 2, nil)
+		n := pn.PartitionReplicas(partition.ID(p), 2, nil)
+		for _, id := range n {
+			if !slices.Contains(o, id) {
+				require.Equal(t, 3, id, "partition %d moved to an old node", p)
+				gained++
+			}
+		}
+	}
+	frac := float64(gained) / partition.Count
+	t.Logf("the 4th node gained %d of %d partitions (%.3f; ideal with 2 replicas of 4 nodes: 0.5)", gained, partition.Count, frac)
+	require.InDelta(t, 0.5, frac, 0.05)
+	for k := range keys {
+		key := fmt.Sprintf("s%d", k)
+		require.Equal(t, replicaURLs(after, key), holderURLs(t, c, cl, key), "key %s", key)
+		code, body := cl.Get(t, c.URL(joiner), key, 2, 2)
+		require.Equal(t, http.StatusOK, code, key)
+		require.Equal(t, "v", string(body))
+	}
+}
+
+// TestMembershipDriverRestartResumes: the node driving a join stops in
+// the middle; the change stays where it was (every node has the stage in
+// its map) and goes on when the driver starts again.
+func TestMembershipDriverRestartResumes(t *testing.T) {
+	c := testcluster.Start(t, 3, func(_ int, cfg *nodeConfig) { cfg.Replicas = 2 })
+	cl := testcluster.NewClient()
+	for k := range 500 {
+		require.Equal(t, http.StatusCreated, cl.Put(t, c.URL(0), fmt.Sprintf("r%d", k), []byte("v"), 2, 2))
+	}
+	joiner := c.AddNode(t, 0)
+	cl0, admin := adminOf(t, c, 1)
+	_, err := cl0.Join(t.Context(), admin, c.URL(joiner))
+	require.NoError(t, err)
+	// The joiner is not running: the driver waits at the first barrier.
+	m, _ := c.Node(1).Coordinator().Map()
+	require.NotNil(t, m.Change)
+	c.StopNode(1)
+	c.StartNode(joiner)
+	eventually(t, 10*time.Second, "the joiner has the change", func() bool {
+		jm, _ := c.Node(joiner).Coordinator().Map()
+		return jm.Change != nil
+	})
+	c.StartNode(1)
+	final := c.AwaitStable(t, 60*time.Second)
+	require.Nil(t, final.Change)
+	require.Len(t, final.Nodes, 4)
+	for k := range 500 {
+		key := fmt.Sprintf("r%d", k)
+		require.Equal(t, replicaURLs(final, key), holderURLs(t, c, cl, key), "key %s", key)
+	}
+}
+
+// TestMembershipStaleEpochRefused: a batch routed by an older map is
+// refused with 409 and the node's map; one without an epoch (a tool's) is
+// served.
+func TestMembershipStaleEpochRefused(t *testing.T) {
+	c := testcluster.Start(t, 2)
+	joiner := c.AddNode(t, 0)
+	c.Join(t, 0, joiner)
+	m := c.AwaitStable(t, 60*time.Second)
+	require.Greater(t, m.Epoch, uint64(1))
+	for _, tc := range []struct {
+		epoch string
+		code  int
+	}{{"1", http.StatusConflict}, {fmt.Sprint(m.Epoch), http.StatusOK}, {"", http.StatusOK}} {
+		req, err := http.NewRequest(http.MethodPost, c.URL(0)+"/v0/internal/batch", nil)
+		require.NoError(t, err)
+		if tc.epoch != "" {
+			req.Header.Set("X-Dhtkv-Epoch", tc.epoch)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		var st cluster.MapState
+		if tc.code == http.StatusConflict {
+			require.NoError(t, jsonDecode(resp.Body, &st))
+			require.Equal(t, m.Epoch, st.Map.Epoch)
+		}
+		resp.Body.Close()
+		require.Equal(t, tc.code, resp.StatusCode, "epoch %q", tc.epoch)
+	}
+}
+
+// TestMembershipReplaceDeadNode: a dead node's identity goes to a new
+// machine at another address, which rebuilds the dead node's data from
+// the others; placement does not change.
+func TestMembershipReplaceDeadNode(t *testing.T) {
+	c := testcluster.Start(t, 3)
+	cl := testcluster.NewClient()
+	for k := range 300 {
+		require.Equal(t, http.StatusCreated, cl.Put(t, c.URL(0), fmt.Sprintf("d%d", k), []byte("v"), 3, 3))
+	}
+	c.StopNode(2)
+	eventually(t, 10*time.Second, "node 2 seen down", func() bool {
+		for _, ps := range c.Node(0).Coordinator().PeerStates() {
+			if ps.URL == c.URL(2) {
+				return ps.Probed && !ps.Reachable
+			}
+		}
+		return false
+	})
+	fresh := c.AddNode(t, 0)
+	cl0, admin := adminOf(t, c, 0)
+	_, err := cl0.Replace(t.Context(), admin, c.URL(2), c.URL(fresh))
+	require.NoError(t, err)
+	c.StartNode(fresh)
+	m := c.AwaitStable(t, 30*time.Second)
+	require.Equal(t, 2, m.ByURL(c.URL(fresh)).ID, "the new machine is node 2")
+	eventually(t, 30*time.Second, "rebuilt", func() bool { return !c.Node(fresh).Coordinator().Rebuilding() })
+	for k := range 300 {
+		code, r := internalGet(t, cl, c.URL(fresh), fmt.Sprintf("d%d", k), "")
+		require.Equal(t, http.StatusOK, code)
+		require.Equal(t, "v", string(r.Value))
+	}
+}
+
+type nodeConfig = node.Config
+
+// adminOf is a client and the admin address of node i.
+func adminOf(t *testing.T, c *testcluster.Cluster, i int) (*client.Client, string) {
+	t.Helper()
+	cl, err := client.New(client.Config{Endpoints: []string{c.URL(i)}})
+	require.NoError(t, err)
+	return cl, c.Node(i).AdminAddr()
+}
+
+func jsonDecode(r io.Reader, v any) error { return json.NewDecoder(r).Decode(v) }

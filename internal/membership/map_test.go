@@ -1,0 +1,137 @@
+package membership
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+var urls3 = []string{"http://127.0.0.1:8080", "http://127.0.0.1:8081", "http://127.0.0.1:8082"}
+
+func seed3(t *testing.T) *Map {
+	t.Helper()
+	m, err := Seed(urls3, 0)
+	require.NoError(t, err)
+	return m
+}
+
+// A seeded map keeps what the --cluster list gave before maps existed:
+// ids by position, and the replication factor defaults to the size.
+func TestSeed(t *testing.T) {
+	m := seed3(t)
+	require.Equal(t, uint64(1), m.Epoch)
+	require.Equal(t, 3, m.Replicas)
+	require.Equal(t, 3, m.NextID)
+	for i, n := range m.Nodes {
+		require.Equal(t, i, n.ID)
+		require.Equal(t, urls3[i], n.URL)
+	}
+	again, err := Seed(urls3, 2)
+	require.NoError(t, err)
+	require.Equal(t, m.Cluster, again.Cluster, "the cluster id is the list's hash")
+	require.Equal(t, 2, again.Replicas)
+	_, err = Seed(nil, 0)
+	require.Error(t, err)
+}
+
+// A join and a decommission go through the three stages, one epoch each,
+// then end with the new set as the nodes.
+func TestChangeStages(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		begin     func(*Map) (*Map, error)
+		wantNodes int
+		oldLen    int
+		newLen    int
+	}{
+		{"join", func(m *Map) (*Map, error) { return m.BeginJoin("http://127.0.0.1:8083/", 0) }, 4, 3, 4},
+		{"decommission", func(m *Map) (*Map, error) { return m.BeginDecommission(1, 0) }, 2, 3, 2},
+		{"decommission driven by the leaving node", func(m *Map) (*Map, error) { return m.BeginDecommission(0, 0) }, 2, 3, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m, err := tc.begin(seed3(t))
+			require.NoError(t, err)
+			require.Equal(t, uint64(2), m.Epoch)
+			require.Len(t, m.Old(), tc.oldLen)
+			require.Len(t, m.New(), tc.newLen)
+			stages := []Stage{m.Change.Stage}
+			for m.Change != nil {
+				m, err = m.Advance()
+				require.NoError(t, err)
+				if m.Change != nil {
+					stages = append(stages, m.Change.Stage)
+				}
+			}
+			require.Equal(t, []Stage{WriteBoth, Stream, ReadNew}, stages)
+			require.Equal(t, uint64(5), m.Epoch)
+			require.Len(t, m.Nodes, tc.wantNodes)
+			back, err := Decode(m.Encode())
+			require.NoError(t, err)
+			require.Equal(t, m, back)
+		})
+	}
+}
+
+// The changes that must be refused, with the reason.
+func TestChangeRefused(t *testing.T) {
+	busy, err := seed3(t).BeginJoin("http://127.0.0.1:9000", 0)
+	require.NoError(t, err)
+	one, err := Seed(urls3[:1], 0)
+	require.NoError(t, err)
+	for _, tc := range []struct {
+		name string
+		try  func() (*Map, error)
+		want string
+	}{
+		{"join during a change", func() (*Map, error) { return busy.BeginJoin("http://127.0.0.1:9001", 0) }, "another membership change"},
+		{"decommission during a change", func() (*Map, error) { return busy.BeginDecommission(1, 0) }, "another membership change"},
+		{"replace during a change", func() (*Map, error) { return busy.Replace(1, "http://127.0.0.1:9001") }, "another membership change"},
+		{"join a member", func() (*Map, error) { return seed3(t).BeginJoin(urls3[1], 0) }, "already a member"},
+		{"join a bad URL", func() (*Map, error) { return seed3(t).BeginJoin("https://127.0.0.1:1", 0) }, "want http://host:port"},
+		{"decommission a stranger", func() (*Map, error) { return seed3(t).BeginDecommission(7, 0) }, "not a member"},
+		{"decommission the last node", func() (*Map, error) { return one.BeginDecommission(0, 0) }, "last node"},
+		{"replace with a member", func() (*Map, error) { return seed3(t).Replace(1, urls3[2]) }, "already a member"},
+		{"advance without a change", func() (*Map, error) { return seed3(t).Advance() }, "no change"},
+	} {
+		_, err := tc.try()
+		require.ErrorContains(t, err, tc.want, tc.name)
+	}
+}
+
+// Replace keeps the node's id and seed (so its placement) and changes its
+// URL only; ids are never reused after a node left.
+func TestReplaceAndIDs(t *testing.T) {
+	m := seed3(t)
+	r, err := m.Replace(2, "http://127.0.0.1:9002")
+	require.NoError(t, err)
+	require.Equal(t, m.Nodes[2].Seed, r.Node(2).Seed)
+	require.Equal(t, "http://127.0.0.1:9002", r.Node(2).URL)
+	require.Equal(t, m.Epoch+1, r.Epoch)
+
+	d, err := m.BeginDecommission(2, 0)
+	require.NoError(t, err)
+	for d.Change != nil {
+		d, err = d.Advance()
+		require.NoError(t, err)
+	}
+	j, err := d.BeginJoin("http://127.0.0.1:8082", 0)
+	require.NoError(t, err)
+	require.Equal(t, 3, j.Change.Node, "a node that returns gets a new id")
+	require.NotEqual(t, m.Nodes[2].Seed, 0)
+}
+
+// Decode refuses maps that break the invariants.
+func TestDecodeRefuses(t *testing.T) {
+	for _, tc := range []struct{ name, json, want string }{
+		{"not json", `{`, "cluster map"},
+		{"epoch 0", `{"epoch":0,"replicas":1,"next_id":1,"nodes":[{"id":0,"url":"http://a:1"}]}`, "epoch 0"},
+		{"no nodes", `{"epoch":1,"replicas":1,"next_id":1,"nodes":[]}`, "no nodes"},
+		{"unordered", `{"epoch":1,"replicas":1,"next_id":3,"nodes":[{"id":2,"url":"http://a:1"},{"id":1,"url":"http://b:1"}]}`, "ordered"},
+		{"id beyond next", `{"epoch":1,"replicas":1,"next_id":1,"nodes":[{"id":1,"url":"http://a:1"}]}`, "out of range"},
+		{"twice", `{"epoch":1,"replicas":1,"next_id":2,"nodes":[{"id":0,"url":"http://a:1"},{"id":1,"url":"http://a:1"}]}`, "twice"},
+		{"unknown stage", `{"epoch":1,"replicas":1,"next_id":2,"nodes":[{"id":0,"url":"http://a:1"},{"id":1,"url":"http://b:1"}],"change":{"kind":"join","node":1,"stage":"x","driver":0}}`, "unknown stage"},
+	} {
+		_, err := Decode([]byte(tc.json))
+		require.ErrorContains(t, err, tc.want, tc.name)
+	}
+}
