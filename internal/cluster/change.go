@@ -2,9 +2,9 @@ package cluster
 
 import (
 	"context"
-	"maps"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
