@@ -114,6 +114,7 @@ type Coordinator struct {
 	moved          atomic.Uint64
 	onLeft         func()
 	leftOnce       sync.Once
+	selfURL        string // this node's URL in the map it started with
 	summaryTimeout time.Duration
 	maxKeyBytes    int
 	probe          *prober    // peers' reachability and clocks (probe.go)
@@ -227,10 +228,12 @@ func NewCoordinator(m *membership.Map, self int, clock *hlc.Clock, local *replic
 	if reg != nil {
 		c.rpcMetrics = rpc.NewMetrics(reg)
 	}
-	v := c.newView(m, self)
-	if v.self < 0 {
+	n := m.Node(self)
+	if n == nil {
 		return nil, fmt.Errorf("node %d is not in the cluster map (%s)", self, m)
 	}
+	c.selfURL = n.URL
+	v := c.newView(m, self)
 	c.view.Store(v)
 	c.m.epoch.Set(float64(m.Epoch))
 	var err error

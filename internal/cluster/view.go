@@ -33,7 +33,10 @@ type view struct {
 // newView derives the view of m for node self.
 func (c *Coordinator) newView(m *membership.Map, self int) *view {
 	v := &view{m: m, self: -1, peers: make([]*peer, membership.MaxNodeID+1), since: time.Now()}
-	if m.Node(self) != nil {
+	// A map in which this node's id is reached at another URL gave the
+	// id to a replacement: this node is out as surely as if it had been
+	// decommissioned (two nodes must never issue versions with one id).
+	if n := m.Node(self); n != nil && (c.selfURL == "" || n.URL == c.selfURL) {
 		v.self = self
 	}
 	v.old, v.new = NewPlacement(m.Old()), NewPlacement(m.New())

@@ -298,7 +298,8 @@ func TestMembershipStaleEpochRefused(t *testing.T) {
 
 // TestMembershipReplaceDeadNode: a dead node's identity goes to a new
 // machine at another address, which rebuilds the dead node's data from
-// the others; placement does not change.
+// the others; placement does not change. The replaced machine, started
+// again, learns it is out and stops.
 func TestMembershipReplaceDeadNode(t *testing.T) {
 	c := testcluster.Start(t, 3)
 	cl := testcluster.NewClient()
@@ -327,6 +328,10 @@ func TestMembershipReplaceDeadNode(t *testing.T) {
 		require.Equal(t, http.StatusOK, code)
 		require.Equal(t, "v", string(r.Value))
 	}
+	// The old machine was not dead after all: it must not serve under the
+	// id it lost (two nodes would issue versions with one id).
+	c.StartNode(2)
+	c.AwaitLeft(t, 2, 30*time.Second)
 }
 
 type nodeConfig = node.Config

@@ -1,0 +1,138 @@
+#!/usr/bin/env bash
+# A membership change under load, with the real binaries: a 3-node cluster
+# (--replicas 3) holding N keys takes a 4th node, then decommissions one of
+# the original three, while dhtkv-load sends a constant RATE of mixed
+# requests (10% PUT) with ack=2 from=3 through every member. Prints, per
+# phase: how long the change took, the records and bytes copied against
+# the ideal (what the gaining nodes hold of the moved partitions), the
+# time per GiB, and what the clients saw (errors, p50/p99/max) next to a
+# baseline run of the same load without a change.
+#
+#   loadtest/membership.sh                     # N=1000000 VALUE_SIZE=100 RATE=2000
+#   N=200000 LOAD_S=40 loadtest/membership.sh
+#   KEEP=1 loadtest/membership.sh              # keep the nodes' logs and data
+#
+# Only 127.0.0.1 is contacted (ports 1868x, admin 1869x); every wait is
+# bounded by WAIT_S seconds.
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+N=${N:-1000000}
+VALUE_SIZE=${VALUE_SIZE:-100}
+RATE=${RATE:-2000}
+LOAD_S=${LOAD_S:-60}     # each load run; a change starts 5 s into its run
+AE_RATE=${AE_RATE:-64MiB} # --ae-rate: the copy's throttle
+WAIT_S=${WAIT_S:-1800}
+CONNECTIONS=${CONNECTIONS:-32}
+
+tmp=$(mktemp -d)
+declare -A pid=()
+cleanup() {
+  local p
+  for p in "${pid[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  if [ "${KEEP:-}" ]; then echo "kept $tmp" >&2; else rm -rf "$tmp"; fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+(cd "$ROOT" && go build -o "$tmp/dhtkv" ./cmd/dhtkv && go build -o "$tmp/dhtkv-load" ./cmd/dhtkv-load &&
+  go build -o "$tmp/dhtkvctl" ./cmd/dhtkvctl)
+
+port() { echo $((18680 + $1)); }
+admin() { echo $((18690 + $1)); }
+url() { echo "http://127.0.0.1:$(port "$1")"; }
+now() { date +%s.%N; }
+since() { awk -v a="$1" -v b="$(now)" 'BEGIN {printf "%.1f", b - a}'; }
+
+start_node() { # i flags...
+  local i=$1
+  shift
+  "$tmp/dhtkv" --listen "127.0.0.1:$(port "$i")" --admin-listen "127.0.0.1:$(admin "$i")" \
+    --data-dir "$tmp/node$i" --ae-rate "$AE_RATE" --ae-interval 0 "$@" >>"$tmp/node$i.log" 2>&1 &
+  pid[$i]=$!
+}
+wait_up() { # i
+  local end=$((SECONDS + 60))
+  until curl -sf -m 1 -o /dev/null "$(url "$1")/v0/status"; do
+    ((SECONDS < end)) || { echo "node $1 did not come up" >&2; tail "$tmp/node$1.log" >&2; exit 1; }
+    sleep 0.05
+  done
+}
+metric() { # name node... -> the samples summed
+  local name=$1 i
+  shift
+  for i in "$@"; do curl -s -m 5 "http://127.0.0.1:$(admin "$i")/metrics"; done |
+    awk -v n="$name" '$1 == n {s += $2} END {printf "%.0f", s}'
+}
+held() { # node -> records in its store (local scan count from the stream's end marker)
+  curl -sf -m 600 "$(url "$1")/v0/entities?start=k&end=l&format=json" | wc -l
+}
+load() { # name targets -> dhtkv-load JSON in $tmp/$name.json
+  "$tmp/dhtkv-load" --targets "$2" --workload mixed --read-ratio 0.9 --keyspace "$N" --value-size "$VALUE_SIZE" \
+    --rate "$RATE" --duration "${LOAD_S}s" --ack 2 --from 3 --connections "$CONNECTIONS" --json >"$tmp/$1.json" 2>"$tmp/$1.log" || true
+}
+summary() { # name -> requests, failures (non-2xx other than 404, transport errors), latencies
+  jq -r '"\(.requests) requests, \((.status | to_entries | map(select(.key != "200" and .key != "201" and .key != "404") | .value) | add // 0) + .errors.connect + .errors.timeout + .errors.other) failed, status \(.status | tostring), p50 \(.latency_us."50" / 1000) ms, p99 \(.latency_us."99" / 1000) ms, max \(.latency_us."100" / 1000) ms"' "$tmp/$1.json" 2>/dev/null ||
+    { echo "no report:" >&2; cat "$tmp/$1.log" >&2; }
+}
+await_done() { # admin-node -> seconds until its map has no change
+  local t0 end
+  t0=$(now)
+  end=$((SECONDS + WAIT_S))
+  until curl -s -m 5 "http://127.0.0.1:$(admin "$1")/cluster" | jq -e '.map.change == null' >/dev/null; do
+    ((SECONDS < end)) || { echo "the change did not complete" >&2; exit 1; }
+    sleep 0.2
+  done
+  since "$t0"
+}
+
+cluster="$(url 1),$(url 2),$(url 3)"
+for i in 1 2 3; do start_node "$i" --cluster "$cluster" --replicas 3; done
+for i in 1 2 3; do wait_up "$i"; done
+t0=$(now)
+"$tmp/dhtkv-load" --targets "$cluster" --fill "$N" --fill-only --keyspace "$N" --value-size "$VALUE_SIZE" \
+  --ack 3 --from 3 --connections "$CONNECTIONS" 2>"$tmp/fill.log" || { cat "$tmp/fill.log" >&2; exit 1; }
+echo "filled $N keys of $VALUE_SIZE bytes in $(since "$t0") s"
+
+load baseline3 "$cluster"
+echo "baseline (3 nodes, no change): $(summary baseline3)"
+
+# Join: node 4 starts with --join after the change began.
+start_join() {
+  sleep 5
+  "$tmp/dhtkvctl" join --admin "127.0.0.1:$(admin 1)" --no-wait "$(url 4)" >"$tmp/join.out"
+  start_node 4 --join "$(url 1)"
+  wait_up 4
+  await_done 1 >"$tmp/join.secs"
+}
+start_join &
+joiner=$!
+load join "$cluster"
+wait "$joiner"
+moved_rec=$(metric dhtkv_membership_moved_records_total 4)
+moved_bytes=$(metric dhtkv_membership_moved_bytes_total 4)
+others=$(metric dhtkv_membership_moved_records_total 1 2 3)
+h4=$(held 4)
+echo "join: $(cat "$tmp/join.secs") s; node 4 copied $moved_rec records, $moved_bytes bytes; holds $h4 records; the original nodes copied $others"
+echo "join load: $(summary join)"
+rec_bytes=$((VALUE_SIZE + 8 + 10 + 10)) # value, key k<n> (~8), record header and framing (~20)
+awk -v m="$moved_bytes" -v h="$h4" -v r="$rec_bytes" -v s="$(cat "$tmp/join.secs")" \
+  'BEGIN {ideal = h * r; printf "join bytes: moved/ideal = %.2f (ideal %.0f MiB: records node 4 holds x %d B); %.0f s per GiB moved\n", m / ideal, ideal / 1048576, r, s / (m / 1073741824)}'
+
+# Decommission node 1, driven by node 2, under load through nodes 2-4.
+before=$(metric dhtkv_membership_moved_bytes_total 2 3 4)
+start_decom() {
+  sleep 5
+  "$tmp/dhtkvctl" decommission --admin "127.0.0.1:$(admin 2)" --no-wait "$(url 1)" >"$tmp/decom.out"
+  await_done 2 >"$tmp/decom.secs"
+}
+start_decom &
+decom=$!
+load decom "$(url 2),$(url 3),$(url 4)"
+wait "$decom"
+after=$(metric dhtkv_membership_moved_bytes_total 2 3 4)
+echo "decommission: $(cat "$tmp/decom.secs") s; nodes 2-4 copied $((after - before)) bytes"
+echo "decommission load: $(summary decom)"
+end=$((SECONDS + 60))
+while kill -0 "${pid[1]}" 2>/dev/null && ((SECONDS < end)); do sleep 0.2; done
+kill -0 "${pid[1]}" 2>/dev/null && echo "node 1 still running" || echo "node 1 stopped by itself"
+for i in 2 3 4; do echo "node $i holds $(held "$i") records"; done
