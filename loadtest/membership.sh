@@ -100,12 +100,14 @@ echo "baseline (3 nodes, no change): $(summary baseline3)"
 start_join() {
   sleep 5
   "$tmp/dhtkvctl" join --admin "127.0.0.1:$(admin 1)" --no-wait "$(url 4)" >"$tmp/join.out"
-  start_node 4 --join "$(url 1)"
-  wait_up 4
   await_done 1 >"$tmp/join.secs"
 }
 start_join &
 joiner=$!
+# Node 4 starts once the join began (it must be in the map), in this shell,
+# so that cleanup stops it.
+until curl -s -m 5 "http://127.0.0.1:$(admin 1)/cluster" | jq -e '.map.change != null' >/dev/null; do sleep 0.1; done
+start_node 4 --join "$(url 1)"
 load join "$cluster"
 wait "$joiner"
 moved_rec=$(metric dhtkv_membership_moved_records_total 4)

@@ -92,8 +92,12 @@ const (
 	// exchange asked for by soon.
 	aeRetry = time.Minute
 	// aeWorkers is how many replica calls one exchange keeps in flight
-	// (the peer client batches them).
-	aeWorkers = 32
+	// (the peer client batches them); moveWorkers, one that copies
+	// partitions a node gains (move.go), which pulls every record of
+	// them: more calls in flight make larger batches and let Pebble
+	// group more of the local commits under one fsync.
+	aeWorkers   = 32
+	moveWorkers = 128
 	// aePartitionsPerRequest and aeSegmentsPerRequest bound the summary
 	// requests (10 and 3 bytes an item).
 	aePartitionsPerRequest = 1024
@@ -551,9 +555,13 @@ type transferJob struct {
 }
 
 func (a *antiEntropy) newTransfer(ctx context.Context, v *view, peer int, st *ExchangeStats, pullOnly bool) *transfer {
-	x := &transfer{a: a, ctx: ctx, v: v, peer: peer, pullOnly: pullOnly, jobs: make(chan transferJob, aeWorkers), st: st}
-	x.wg.Add(aeWorkers)
-	for range aeWorkers {
+	workers := aeWorkers
+	if pullOnly {
+		workers = moveWorkers
+	}
+	x := &transfer{a: a, ctx: ctx, v: v, peer: peer, pullOnly: pullOnly, jobs: make(chan transferJob, workers), st: st}
+	x.wg.Add(workers)
+	for range workers {
 		go x.work()
 	}
 	return x

@@ -159,6 +159,9 @@ func (c *Coordinator) MapHooks() rpc.MapHooks {
 			if err != nil {
 				return nil, &rpc.Error{Status: 400, Msg: err.Error()}
 			}
+			if err := c.fromMember(s); err != nil {
+				return nil, &rpc.Error{Status: 403, Msg: err.Error()}
+			}
 			if _, err := c.install(s.Map); err != nil {
 				return nil, err
 			}
@@ -178,6 +181,21 @@ func (c *Coordinator) admit(epoch uint64) bool {
 		return false
 	}
 	return true
+}
+
+// fromMember checks that a map comes from a member of this node's map, at
+// the URL this node knows it by. Maps are handed over only by members (a
+// change's driver, a peer refusing a call, a peer answering behind), and
+// the check keeps out a node of another cluster that happens to have the
+// same cluster id: one seeded from the same --cluster list, such as a
+// process left running from an earlier cluster on the same ports.
+func (c *Coordinator) fromMember(s MapState) error {
+	cur := c.v().m.Node(s.Node)
+	sent := s.Map.Node(s.Node)
+	if cur == nil || sent == nil || cur.URL != sent.URL {
+		return fmt.Errorf("cluster map from node %d, which is not a member of this node's map (%s)", s.Node, c.v().m)
+	}
+	return nil
 }
 
 // ErrOtherCluster refuses a map of another cluster.
@@ -239,6 +257,10 @@ func (c *Coordinator) onStale(b []byte) {
 	s, err := parseState(b)
 	if err != nil {
 		c.log.Warn("a peer refused a call as stale with a map that does not parse", "err", err)
+		return
+	}
+	if err := c.fromMember(s); err != nil {
+		c.log.Warn("a peer refused a call as stale", "err", err)
 		return
 	}
 	if _, err := c.install(s.Map); err != nil {

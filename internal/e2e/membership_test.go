@@ -1,6 +1,7 @@
 package e2e_test
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -294,6 +295,19 @@ func TestMembershipStaleEpochRefused(t *testing.T) {
 		resp.Body.Close()
 		require.Equal(t, tc.code, resp.StatusCode, "epoch %q", tc.epoch)
 	}
+	// A newer map from a node that is not a member (another cluster seeded
+	// from the same list, a process left running) is refused.
+	foreign, err := m.BeginJoin("http://127.0.0.1:1", 0)
+	require.NoError(t, err)
+	foreign.Nodes[0].URL = "http://127.0.0.1:2"
+	body, err := json.Marshal(cluster.MapState{Node: 0, Map: foreign})
+	require.NoError(t, err)
+	resp, err := http.Post(c.URL(1)+"/v0/internal/map", "application/json", bytes.NewReader(body))
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusForbidden, resp.StatusCode)
+	now, _ := c.Node(1).Coordinator().Map()
+	require.Equal(t, m.Epoch, now.Epoch)
 }
 
 // TestMembershipReplaceDeadNode: a dead node's identity goes to a new
