@@ -75,10 +75,11 @@ type AntiEntropy struct {
 }
 
 // Status asks the node at endpoint for its account of itself (GET
-// /v0/status?verbose). endpoint need not be one of the client's; there is
-// no failover: it is that node's status that is asked.
+// /v0/status?verbose). endpoint need not be one of the client's (host:port
+// alone is https when Config.TLSConfig is set, as for those); there is no
+// failover: it is that node's status that is asked.
 func (c *Client) Status(ctx context.Context, endpoint string) (*Status, error) {
-	ep, err := normalize(endpoint)
+	ep, err := normalizeScheme(endpoint, c.scheme)
 	if err != nil {
 		return nil, err
 	}
