@@ -5,7 +5,7 @@
 //	dhtkvctl [global flags] put [--file PATH] KEY [VALUE]
 //	dhtkvctl [global flags] del KEY
 //	dhtkvctl [global flags] scan [--start KEY] [--end KEY] [--limit N] [--keys-only] [--json] [--local]
-//	dhtkvctl [global flags] status [--json]
+//	dhtkvctl [global flags] status [--members] [--json]
 //	dhtkvctl [global flags] snapshot --admin HOST:PORT --dir PATH [--json]
 //	dhtkvctl [global flags] repair --admin HOST:PORT [--json]
 //
