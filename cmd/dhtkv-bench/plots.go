@@ -84,8 +84,8 @@ func percentileX(pct float64) float64 {
 	return 1 / (1 - pct/100)
 }
 
-// percentileTicks labels the x axis at 50%, 90%, 99%, ... up to the
-// highest percentile plotted, with unlabelled ticks at 0% (when minX
+// percentileTicks labels the x axis at 50%, 90%, 99%, ... up to maxX,
+// with unlabelled ticks at 0% (when minX
 // reaches it: its label would run into 50%'s) and at 75%, 97.5% and the
 // like between the labelled ones.
 func percentileTicks(minX, maxX float64) plot.ConstantTicks {
@@ -141,8 +141,8 @@ func PercentilePlot(path, title string, curves []LatencyCurve) error {
 	p := newPlot(title, "percentile", "latency (ms)")
 	p.X.Scale = plot.LogScale{}
 	p.Y.Min = 0
-	p.Y.Tick.Marker = plainTicks{}
-	minX, maxX, n := math.Inf(1), 0.0, 0
+	p.Y.Tick.Marker = evenTicks{}
+	minX, maxX, maxY, n := math.Inf(1), 0.0, 0.0, 0
 	for i, c := range curves {
 		var xys plotter.XYs
 		for _, pt := range c.Points {
@@ -151,7 +151,7 @@ func PercentilePlot(path, title string, curves []LatencyCurve) error {
 			}
 			x := percentileX(pt.Percentile)
 			xys = append(xys, plotter.XY{X: x, Y: ms(pt.Latency)})
-			minX, maxX = math.Min(minX, x), math.Max(maxX, x)
+			minX, maxX, maxY = math.Min(minX, x), math.Max(maxX, x), math.Max(maxY, ms(pt.Latency))
 		}
 		if len(xys) == 0 {
 			continue
@@ -181,8 +181,12 @@ func PercentilePlot(path, title string, curves []LatencyCurve) error {
 		return fmt.Errorf("latency plot %s: no percentile to plot", path)
 	}
 	// A whole spectrum starts at 0% (x = 1); summaries at 50%.
-	p.X.Min, p.X.Max = math.Min(minX, percentileX(40)), maxX*2
-	p.X.Tick.Marker = percentileTicks(p.X.Min, maxX)
+	// Room to the right of the last point; ticks go up to half the axis's
+	// end, so that a label is never cut at the picture's edge, and the
+	// next "nine" past the last point is labelled when it is near.
+	p.X.Min, p.X.Max = math.Min(minX, percentileX(40)), maxX*3
+	p.Y.Max = maxY * 1.05 // the highest point off the frame
+	p.X.Tick.Marker = percentileTicks(p.X.Min, p.X.Max/2)
 	return save(p, path)
 }
 
@@ -276,7 +280,7 @@ func ThroughputPlot(path, title string, s *Search, threshold time.Duration) erro
 	p.Y.Max = math.Exp(math.Log(p.Y.Min) + math.Log(hi*1.5/p.Y.Min)/0.7)
 	p.Y.Tick.Marker = logTicks{}
 	p.X.Max = maxX * 1.08
-	p.X.Tick.Marker = inside{plot.DefaultTicks{}}
+	p.X.Tick.Marker = inside{evenTicks{}}
 	if threshold > 0 {
 		l, err := plotter.NewLine(plotter.XYs{{X: 0, Y: ms(threshold)}, {X: p.X.Max, Y: ms(threshold)}})
 		if err != nil {
@@ -337,14 +341,19 @@ func (logTicks) Ticks(min, max float64) []plot.Tick {
 		// Under a decade or so: evenly spaced values read better, and
 		// the multiples of the powers of ten leave gaps (none between
 		// 10 and 20).
-		return evenTicks(min, max)
+		return evenTicks{}.Ticks(min, max)
 	}
 	return ticks
 }
 
 // evenTicks labels [min, max] at the multiples of the largest step of 1,
-// 2 or 5 times a power of ten that gives at least 4 labels.
-func evenTicks(min, max float64) []plot.Tick {
+// 2 or 5 times a power of ten that gives at least 4 labels, without
+// trailing zeros: plot.DefaultTicks may give two labels, "0.00" and
+// "25000.00".
+type evenTicks struct{}
+
+// Ticks implements plot.Ticker.
+func (evenTicks) Ticks(min, max float64) []plot.Tick {
 	if !(max > min) {
 		return nil
 	}
@@ -360,21 +369,6 @@ func evenTicks(min, max float64) []plot.Tick {
 	for i := math.Ceil(min / step); i*step <= max; i++ {
 		v := i * step
 		ticks = append(ticks, plot.Tick{Value: v, Label: strconv.FormatFloat(v, 'g', 12, 64)}) // 12 digits: 0.06, not 0.06000000000000001
-	}
-	return ticks
-}
-
-// plainTicks are plot.DefaultTicks labelled without trailing zeros
-// ("25", "2.5", not "25.00").
-type plainTicks struct{}
-
-// Ticks implements plot.Ticker.
-func (plainTicks) Ticks(min, max float64) []plot.Tick {
-	ticks := plot.DefaultTicks{}.Ticks(min, max)
-	for i := range ticks {
-		if ticks[i].Label != "" {
-			ticks[i].Label = strconv.FormatFloat(ticks[i].Value, 'f', -1, 64)
-		}
 	}
 	return ticks
 }
