@@ -291,7 +291,8 @@ func ThroughputPlot(path, title string, s *Search, threshold time.Duration) erro
 		p.Legend.Add("p99 threshold "+fmtDur(threshold), l)
 	}
 	if s.Saturation > 0 {
-		l, err := plotter.NewLine(plotter.XYs{{X: s.Saturation, Y: p.Y.Min}, {X: s.Saturation, Y: p.Y.Max}})
+		// Up to the points' top, not through the legend above them.
+		l, err := plotter.NewLine(plotter.XYs{{X: s.Saturation, Y: p.Y.Min}, {X: s.Saturation, Y: hi * 1.5}})
 		if err != nil {
 			return fmt.Errorf("throughput plot %s: %w", path, err)
 		}
