@@ -3,6 +3,7 @@ package client
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -17,9 +18,11 @@ import (
 
 // Config configures a Client. Zero fields take the defaults stated.
 type Config struct {
-	// Endpoints are the nodes' URLs, http://host:port (host:port alone
-	// means http). At least one is required; any node of a cluster serves
-	// any request, so list several to survive the loss of one.
+	// Endpoints are the nodes' URLs, http://host:port, or https://host:port
+	// for nodes that serve TLS (--tls-cert); host:port alone means http,
+	// or https when TLSConfig is set. At least one is required; any node
+	// of a cluster serves any request, so list several to survive the loss
+	// of one.
 	Endpoints []string
 	// DialTimeout bounds connecting to one endpoint before the next one
 	// is tried. The default value is 2 s. It is not used with Transport.
@@ -30,16 +33,27 @@ type Config struct {
 	// four times a node's default --max-value-bytes.
 	MaxRecordBytes int
 	// Transport, when set, carries the requests instead of the client's
-	// own http.Transport (for TLS, a proxy, or instrumentation). The
-	// default is a transport that uses no proxy and keeps up to 64 idle
-	// connections per endpoint.
+	// own http.Transport (for a proxy, or instrumentation). The default is
+	// a transport that uses no proxy and keeps up to 64 idle connections
+	// per endpoint.
 	Transport http.RoundTripper
+	// TLSConfig is the TLS configuration of the connections to https
+	// endpoints: the CAs the nodes' certificates chain to (RootCAs; nil:
+	// the system's) and, where the nodes ask for one, the client's own
+	// certificate (Certificates). With it, endpoints given as host:port
+	// are https, and an http:// endpoint is an error: a cluster serves TLS
+	// on every node or on none. The admin listeners that Repair and
+	// Snapshot call serve plain HTTP, so host:port there stays http. It
+	// cannot be combined with Transport (set the TLS configuration there).
+	// The default value is nil: the system's roots for https endpoints.
+	TLSConfig *tls.Config
 }
 
 // Client talks to a dhtkv cluster through its endpoints. It is safe for
 // concurrent use; Close releases its idle connections.
 type Client struct {
 	endpoints []string // normalized: scheme://host:port, no slash
+	scheme    string   // of an endpoint given as host:port
 	http      *http.Client
 	transport *http.Transport // ours, nil with Config.Transport
 	maxRecord int
@@ -53,14 +67,23 @@ func New(cfg Config) (*Client, error) {
 	if len(cfg.Endpoints) == 0 {
 		return nil, errors.New("dhtkv client: no endpoints")
 	}
-	c := &Client{maxRecord: cfg.MaxRecordBytes}
+	c := &Client{maxRecord: cfg.MaxRecordBytes, scheme: "http"}
 	if c.maxRecord <= 0 {
 		c.maxRecord = 64 << 20
 	}
+	if cfg.TLSConfig != nil {
+		if cfg.Transport != nil {
+			return nil, errors.New("dhtkv client: Config.TLSConfig with Config.Transport: set the TLS configuration on the Transport")
+		}
+		c.scheme = "https"
+	}
 	for _, e := range cfg.Endpoints {
-		u, err := normalize(e)
+		u, err := normalizeScheme(e, c.scheme)
 		if err != nil {
 			return nil, err
+		}
+		if cfg.TLSConfig != nil && strings.HasPrefix(u, "http://") {
+			return nil, fmt.Errorf("dhtkv client: endpoint %q is http:// but a TLS configuration is given: write https://host:port or host:port", e)
 		}
 		c.endpoints = append(c.endpoints, u)
 	}
@@ -74,6 +97,8 @@ func New(cfg Config) (*Client, error) {
 			DialContext:         (&net.Dialer{Timeout: dial, KeepAlive: 30 * time.Second}).DialContext,
 			MaxIdleConnsPerHost: 64,
 			IdleConnTimeout:     90 * time.Second,
+			TLSClientConfig:     cfg.TLSConfig.Clone(), // nil stays nil
+			TLSHandshakeTimeout: dial,
 		}
 		rt = c.transport
 	}
@@ -86,11 +111,15 @@ func New(cfg Config) (*Client, error) {
 	return c, nil
 }
 
-// normalize turns an endpoint into scheme://host:port.
-func normalize(e string) (string, error) {
+// normalize turns an endpoint into scheme://host:port, host:port alone
+// meaning http: an admin listener's address.
+func normalize(e string) (string, error) { return normalizeScheme(e, "http") }
+
+// normalizeScheme is normalize with host:port alone meaning scheme.
+func normalizeScheme(e, scheme string) (string, error) {
 	s := strings.TrimSpace(e)
 	if !strings.Contains(s, "://") {
-		s = "http://" + s
+		s = scheme + "://" + s
 	}
 	u, err := url.Parse(s)
 	if err != nil {

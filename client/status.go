@@ -67,6 +67,41 @@ type Member struct {
 	AntiEntropy *AntiEntropy `json:"anti_entropy,omitempty"`
 }
 
+// MemberState is what the answering node knows of a member's
+// reachability: Member.State.
+type MemberState string
+
+// The states of a member.
+const (
+	// MemberUp: the member answered the answering node's last probe (or
+	// is the answering node).
+	MemberUp MemberState = "up"
+	// MemberDown: its last probe failed (LastError says why).
+	MemberDown MemberState = "down"
+	// MemberUnknown: the answering node has not reached it since it
+	// started: no probe has ended yet, or the node cannot tell.
+	MemberUnknown MemberState = "unknown"
+)
+
+// State is the member's state as the answering node sees it. Only a
+// member that has answered counts as up: the answering node itself, or
+// one whose last probe succeeded and that has a LastSuccess. Reachable
+// absent, or true without a LastSuccess (a member never reached), is
+// MemberUnknown; Reachable false is MemberDown.
+func (m Member) State() MemberState {
+	switch {
+	case m.Self:
+		return MemberUp
+	case m.Reachable == nil:
+		return MemberUnknown
+	case !*m.Reachable:
+		return MemberDown
+	case m.LastSuccess == nil:
+		return MemberUnknown
+	}
+	return MemberUp
+}
+
 // AntiEntropy is one node's comparison of its data with a peer's.
 type AntiEntropy struct {
 	// LastComplete is when the last exchange that left nothing differing
@@ -81,10 +116,11 @@ type AntiEntropy struct {
 }
 
 // Status asks the node at endpoint for its account of itself (GET
-// /v0/status?verbose). endpoint need not be one of the client's; there is
-// no failover: it is that node's status that is asked.
+// /v0/status?verbose). endpoint need not be one of the client's (host:port
+// alone is https when Config.TLSConfig is set, as for those); there is no
+// failover: it is that node's status that is asked.
 func (c *Client) Status(ctx context.Context, endpoint string) (*Status, error) {
-	ep, err := normalize(endpoint)
+	ep, err := normalizeScheme(endpoint, c.scheme)
 	if err != nil {
 		return nil, err
 	}

@@ -42,6 +42,26 @@ type LatencyCurve struct {
 	Points []PercentilePoint
 }
 
+// CurveFromResult is the latency curve of a dhtkv-load result: its whole
+// percentile spectrum (wrk2's rows, from 0% up), or, for a result without
+// one, its summary (CurveFromSummary). The 100% row is left out, as there.
+func CurveFromResult(label string, r *LoadResult) LatencyCurve {
+	if len(r.Spectrum) == 0 {
+		return CurveFromSummary(label, r.Latency)
+	}
+	c := LatencyCurve{Label: label}
+	for _, s := range r.Spectrum {
+		if s.Percentile >= 0 && s.Percentile < 100 {
+			c.Points = append(c.Points, PercentilePoint{Percentile: s.Percentile, Latency: time.Duration(s.US) * time.Microsecond})
+		}
+	}
+	return c
+}
+
+// denseCurve is the number of points above which a curve is drawn as a
+// line alone: markers on every row of a spectrum would blot it out.
+const denseCurve = 20
+
 // CurveFromSummary turns dhtkv-load's HdrHistogram summary into a curve.
 // The maximum (p100) is left out: it has no place on a 1/(1-p) axis, and the
 // report's table quotes it.
@@ -64,16 +84,31 @@ func percentileX(pct float64) float64 {
 	return 1 / (1 - pct/100)
 }
 
-// percentileTicks labels the x axis at 50%, 90%, 99%, ... up to the
-// highest percentile plotted.
-func percentileTicks(maxX float64) plot.ConstantTicks {
+// percentileTicks labels the x axis at 50%, 90%, 99%, ... up to maxX,
+// with unlabelled ticks at 0% (when minX
+// reaches it: its label would run into 50%'s) and at 75%, 97.5% and the
+// like between the labelled ones.
+func percentileTicks(minX, maxX float64) plot.ConstantTicks {
 	var ticks plot.ConstantTicks
-	for _, p := range []float64{50, 90, 99, 99.9, 99.99, 99.999, 99.9999} {
-		x := percentileX(p)
+	for _, pt := range []struct {
+		p     float64
+		label bool
+	}{
+		{0, false}, {50, true}, {75, false}, {90, true}, {97.5, false}, {99, true}, {99.75, false},
+		{99.9, true}, {99.975, false}, {99.99, true}, {99.9975, false}, {99.999, true}, {99.99975, false}, {99.9999, true},
+	} {
+		x := percentileX(pt.p)
+		if x < minX*0.9999 {
+			continue
+		}
 		if x > maxX*1.0001 {
 			break
 		}
-		ticks = append(ticks, plot.Tick{Value: x, Label: strconv.FormatFloat(p, 'f', -1, 64) + "%"})
+		t := plot.Tick{Value: x}
+		if pt.label {
+			t.Label = strconv.FormatFloat(pt.p, 'f', -1, 64) + "%"
+		}
+		ticks = append(ticks, t)
 	}
 	return ticks
 }
@@ -88,48 +123,70 @@ func newPlot(title, xLabel, yLabel string) *plot.Plot {
 	p.Title.Text, p.Title.Padding = title, vg.Points(8)
 	p.X.Label.Text, p.Y.Label.Text = xLabel, yLabel
 	p.Legend.Top, p.Legend.Left = true, true
+	// A size under the title's, off the y axis.
+	p.Legend.TextStyle.Font.Size = vg.Points(10)
+	p.Legend.Padding = vg.Points(2)
+	p.Legend.XOffs, p.Legend.YOffs = vg.Points(6), -vg.Points(2)
 	p.Add(plotter.NewGrid())
 	return p
 }
 
 // PercentilePlot writes an HdrHistogram-style latency-percentile plot of
 // curves to path: x is the percentile on a log-scaled 1/(1-p) axis, y the
-// latency in milliseconds from 0. Points with a percentile outside (0, 100)
-// are skipped; a plot without any point is an error rather than an empty
-// picture.
+// latency in milliseconds from 0. A curve of more than denseCurve points (a
+// spectrum) is a line, a shorter one (a summary) has a marker per point.
+// Points with a percentile outside [0, 100) are skipped; a plot without
+// any point is an error rather than an empty picture.
 func PercentilePlot(path, title string, curves []LatencyCurve) error {
 	p := newPlot(title, "percentile", "latency (ms)")
 	p.X.Scale = plot.LogScale{}
 	p.Y.Min = 0
-	maxX, n := 0.0, 0
+	p.Y.Tick.Marker = evenTicks{}
+	minX, maxX, maxY, n := math.Inf(1), 0.0, 0.0, 0
 	for i, c := range curves {
 		var xys plotter.XYs
 		for _, pt := range c.Points {
-			if pt.Percentile <= 0 || pt.Percentile >= 100 {
+			if pt.Percentile < 0 || pt.Percentile >= 100 {
 				continue
 			}
 			x := percentileX(pt.Percentile)
 			xys = append(xys, plotter.XY{X: x, Y: ms(pt.Latency)})
-			maxX = math.Max(maxX, x)
+			minX, maxX, maxY = math.Min(minX, x), math.Max(maxX, x), math.Max(maxY, ms(pt.Latency))
 		}
 		if len(xys) == 0 {
 			continue
 		}
-		l, s, err := plotter.NewLinePoints(xys)
-		if err != nil {
-			return fmt.Errorf("latency plot %s: curve %q: %w", path, c.Label, err)
+		color := plotutil.Color(i)
+		if len(xys) > denseCurve {
+			l, err := plotter.NewLine(xys)
+			if err != nil {
+				return fmt.Errorf("latency plot %s: curve %q: %w", path, c.Label, err)
+			}
+			l.Color, l.Width, l.Dashes = color, vg.Points(1.8), plotutil.Dashes(i)
+			p.Add(l)
+			p.Legend.Add(c.Label, l)
+		} else {
+			l, s, err := plotter.NewLinePoints(xys)
+			if err != nil {
+				return fmt.Errorf("latency plot %s: curve %q: %w", path, c.Label, err)
+			}
+			l.Color, l.Width = color, vg.Points(1.5)
+			s.Color, s.Shape, s.Radius = color, plotutil.Shape(i), vg.Points(2.5)
+			p.Add(l, s)
+			p.Legend.Add(c.Label, l, s)
 		}
-		l.Color, l.Width = plotutil.Color(i), vg.Points(1.5)
-		s.Color, s.Shape, s.Radius = plotutil.Color(i), plotutil.Shape(i), vg.Points(2.5)
-		p.Add(l, s)
-		p.Legend.Add(c.Label, l, s)
 		n++
 	}
 	if n == 0 {
 		return fmt.Errorf("latency plot %s: no percentile to plot", path)
 	}
-	p.X.Min, p.X.Max = percentileX(40), maxX*2
-	p.X.Tick.Marker = percentileTicks(maxX)
+	// A whole spectrum starts at 0% (x = 1); summaries at 50%.
+	// Room to the right of the last point; ticks go up to half the axis's
+	// end, so that a label is never cut at the picture's edge, and the
+	// next "nine" past the last point is labelled when it is near.
+	p.X.Min, p.X.Max = math.Min(minX, percentileX(40)), maxX*3
+	p.Y.Max = maxY * 1.05 // the highest point off the frame
+	p.X.Tick.Marker = percentileTicks(p.X.Min, p.X.Max/2)
 	return save(p, path)
 }
 
@@ -217,10 +274,13 @@ func ThroughputPlot(path, title string, s *Search, threshold time.Duration) erro
 			lo, hi, maxX = math.Min(lo, xy.Y), math.Max(hi, xy.Y), math.Max(maxX, xy.X)
 		}
 	}
-	p.Y.Min, p.Y.Max = lo/1.5, hi*1.5
+	// The points take the lower 70% of the height, the legend the top:
+	// the closed loop's point is often the highest, and at the right.
+	p.Y.Min = lo / 1.5
+	p.Y.Max = math.Exp(math.Log(p.Y.Min) + math.Log(hi*1.5/p.Y.Min)/0.7)
 	p.Y.Tick.Marker = logTicks{}
 	p.X.Max = maxX * 1.08
-	p.X.Tick.Marker = inside{plot.DefaultTicks{}}
+	p.X.Tick.Marker = inside{evenTicks{}}
 	if threshold > 0 {
 		l, err := plotter.NewLine(plotter.XYs{{X: 0, Y: ms(threshold)}, {X: p.X.Max, Y: ms(threshold)}})
 		if err != nil {
@@ -231,7 +291,8 @@ func ThroughputPlot(path, title string, s *Search, threshold time.Duration) erro
 		p.Legend.Add("p99 threshold "+fmtDur(threshold), l)
 	}
 	if s.Saturation > 0 {
-		l, err := plotter.NewLine(plotter.XYs{{X: s.Saturation, Y: p.Y.Min}, {X: s.Saturation, Y: p.Y.Max}})
+		// Up to the points' top, not through the legend above them.
+		l, err := plotter.NewLine(plotter.XYs{{X: s.Saturation, Y: p.Y.Min}, {X: s.Saturation, Y: hi * 1.5}})
 		if err != nil {
 			return fmt.Errorf("throughput plot %s: %w", path, err)
 		}
@@ -252,9 +313,10 @@ func cmpFloat(a, b float64) int {
 	return 0
 }
 
-// logTicks labels a log axis at 1, 2 and 5 times each power of ten, or at
-// every multiple when that leaves fewer than three labels (a range
-// narrower than a decade); plot.LogTicks labels powers of ten only.
+// logTicks labels a log axis at 1, 2 and 5 times each power of ten, or,
+// when that leaves fewer than three labels (a range narrower than a
+// decade), at evenly spaced values; plot.LogTicks labels powers of ten
+// only.
 type logTicks struct{}
 
 // Ticks implements plot.Ticker; min and max must be positive.
@@ -277,9 +339,37 @@ func (logTicks) Ticks(min, max float64) []plot.Tick {
 		}
 	}
 	if labelled < 3 {
-		for i := range ticks {
-			ticks[i].Label = strconv.FormatFloat(ticks[i].Value, 'g', -1, 64)
+		// Under a decade or so: evenly spaced values read better, and
+		// the multiples of the powers of ten leave gaps (none between
+		// 10 and 20).
+		return evenTicks{}.Ticks(min, max)
+	}
+	return ticks
+}
+
+// evenTicks labels [min, max] at the multiples of the largest step of 1,
+// 2 or 5 times a power of ten that gives at least 4 labels, without
+// trailing zeros: plot.DefaultTicks may give two labels, "0.00" and
+// "25000.00".
+type evenTicks struct{}
+
+// Ticks implements plot.Ticker.
+func (evenTicks) Ticks(min, max float64) []plot.Tick {
+	if !(max > min) {
+		return nil
+	}
+	count := func(step float64) int { return int(math.Floor(max/step) - math.Ceil(min/step) + 1) }
+	e := math.Floor(math.Log10(max - min))
+	step := math.Pow10(int(e))
+	for _, m := range []float64{5, 2, 1, 0.5, 0.2, 0.1} {
+		if step = m * math.Pow10(int(e)); count(step) >= 4 {
+			break
 		}
+	}
+	var ticks []plot.Tick
+	for i := math.Ceil(min / step); i*step <= max; i++ {
+		v := i * step
+		ticks = append(ticks, plot.Tick{Value: v, Label: strconv.FormatFloat(v, 'g', 12, 64)}) // 12 digits: 0.06, not 0.06000000000000001
 	}
 	return ticks
 }
@@ -364,11 +454,11 @@ func renderPlots(outDir string, r *ScenarioResult) (*PlotArtifacts, error) {
 	var curves []LatencyCurve
 	if r.Fixed != nil && r.Fixed.Result != nil {
 		res := r.Fixed.Result
-		curves = append(curves, CurveFromSummary(fmt.Sprintf("%s at %s rps", r.Name, rps(res.Rate)), res.Latency))
+		curves = append(curves, CurveFromResult(fmt.Sprintf("%s at %s rps", r.Name, rps(res.Rate)), res))
 	}
 	if len(curves) > 0 && r.Ceiling != nil && r.Ceiling.Fixed != nil {
 		c := r.Ceiling.Fixed
-		curves = append(curves, CurveFromSummary(fmt.Sprintf("%s at %s rps", r.Ceiling.Scenario, rps(c.Rate)), c.Latency))
+		curves = append(curves, CurveFromResult(fmt.Sprintf("%s at %s rps", r.Ceiling.Scenario, rps(c.Rate)), c))
 	}
 	if len(curves) == 0 {
 		a.Notes = append(a.Notes, "no latency plot: there is no fixed-rate result")

@@ -2,14 +2,27 @@ package main
 
 import (
 	"bytes"
+	"math"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"gonum.org/v1/plot"
+	"github.com/HdrHistogram/hdrhistogram-go"
+
+	"github.com/dhtkv/dhtkv/internal/loadgen"
 )
+
+// plotDir is where a test draws its plots: $DHTKV_PLOT_DIR, to look at
+// them, or a temporary directory.
+func plotDir(t *testing.T) string {
+	if dir := os.Getenv("DHTKV_PLOT_DIR"); dir != "" {
+		return dir
+	}
+	return t.TempDir()
+}
 
 // syntheticSearch is a saturation search with every kind of step the plot
 // draws: the closed-loop probe, passing steps, a failing step and a retry.
@@ -36,7 +49,7 @@ func TestPlots(t *testing.T) {
 	}
 	ceiling := Latency{P50: 300, P75: 380, P90: 520, P99: 1400, P999: 3100, P9999: 6000, P99999: 7000, P100: 8000}
 	curves := []LatencyCurve{CurveFromSummary("node-get at 6400 rps", fixed.Latency), CurveFromSummary("ceiling-get at 24000 rps", ceiling)}
-	dir := t.TempDir()
+	dir := plotDir(t)
 	for _, ext := range []string{"svg", "png"} {
 		t.Run(ext, func(t *testing.T) {
 			lat := filepath.Join(dir, "node-get-latency."+ext)
@@ -101,12 +114,22 @@ func TestPercentileAxis(t *testing.T) {
 			t.Errorf("percentileX(%g) = %g, want %g", tc.pct, got, tc.x)
 		}
 	}
-	var labels []string
-	for _, tk := range percentileTicks(percentileX(99.99)) {
-		labels = append(labels, tk.Label)
-	}
-	if got := strings.Join(labels, " "); got != "50% 90% 99% 99.9% 99.99%" {
-		t.Errorf("ticks %s", got)
+	for _, tc := range []struct {
+		min, max float64
+		want     string
+	}{
+		{percentileX(40), percentileX(99.99), "50% 90% 99% 99.9% 99.99%"}, // a summary's points
+		{1, percentileX(99.9), "50% 90% 99% 99.9%"},                       // a spectrum's, from 0%
+	} {
+		var labels []string
+		for _, tk := range percentileTicks(tc.min, tc.max) {
+			if tk.Label != "" {
+				labels = append(labels, tk.Label)
+			}
+		}
+		if got := strings.Join(labels, " "); got != tc.want {
+			t.Errorf("[%g, %g]: ticks %s, want %s", tc.min, tc.max, got, tc.want)
+		}
 	}
 }
 
@@ -155,7 +178,7 @@ func TestRenderPlotsForReport(t *testing.T) {
 
 func TestInsideTicks(t *testing.T) {
 	var labels []string
-	for _, tk := range (inside{plot.DefaultTicks{}}).Ticks(0, 30200) {
+	for _, tk := range (inside{evenTicks{}}).Ticks(0, 30200) {
 		if tk.Label != "" {
 			labels = append(labels, tk.Label)
 		}
@@ -172,8 +195,8 @@ func TestLogTicks(t *testing.T) {
 	}{
 		{1.5, 150, "2 5 10 20 50 100"},
 		{0.8, 12, "1 2 5 10"},
-		{6.3, 19.5, "7 8 9 10"}, // under a decade: every tick labelled
-		{0.02, 0.09, "0.02 0.03 0.04 0.05 0.06 0.07 0.08 0.09"},
+		{6.3, 19.5, "8 10 12 14 16 18"}, // under a decade: evenly spaced
+		{0.02, 0.09, "0.02 0.04 0.06 0.08"},
 	} {
 		var labels []string
 		for _, tk := range (logTicks{}).Ticks(tc.min, tc.max) {
@@ -183,6 +206,66 @@ func TestLogTicks(t *testing.T) {
 		}
 		if got := strings.Join(labels, " "); got != tc.want {
 			t.Errorf("[%g, %g]: labels %s, want %s", tc.min, tc.max, got, tc.want)
+		}
+	}
+}
+
+// spectrumResult is a result with the spectrum dhtkv-load reports, of a
+// long-tailed distribution: most requests near base, a few far beyond.
+func spectrumResult(base time.Duration) *LoadResult {
+	h := hdrhistogram.New(1, 60_000_000, 3)
+	r := rand.New(rand.NewPCG(1, 2))
+	for range 200_000 {
+		us := float64(base.Microseconds()) * math.Exp(r.NormFloat64()*0.6)
+		if r.IntN(1000) == 0 {
+			us *= 20 // the tail: a stall now and then
+		}
+		_ = h.RecordValue(int64(us))
+	}
+	res := &LoadResult{Mode: "rate", Rate: 8000, Requests: h.TotalCount()}
+	for _, b := range h.CumulativeDistributionWithTicks(5) {
+		res.Spectrum = append(res.Spectrum, loadgen.SpectrumPoint{Percentile: b.Quantile, US: b.ValueAt, TotalCount: b.Count})
+	}
+	return res
+}
+
+// CurveFromResult draws the whole spectrum, from 0% and without the 100%
+// row, and falls back on the summary for a result without one; the plot
+// of spectra has its x axis from 0%.
+func TestSpectrumCurve(t *testing.T) {
+	res := spectrumResult(time.Millisecond)
+	c := CurveFromResult("node", res)
+	if len(c.Points) != len(res.Spectrum)-1 || c.Points[0].Percentile != 0 || c.Points[len(c.Points)-1].Percentile >= 100 {
+		t.Fatalf("%d points of %d rows, first %+v, last %+v", len(c.Points), len(res.Spectrum), c.Points[0], c.Points[len(c.Points)-1])
+	}
+	if len(c.Points) <= denseCurve {
+		t.Errorf("only %d points: drawn with markers", len(c.Points))
+	}
+	fixed, err := ParseLoadResult([]byte(sampleJSON))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := CurveFromResult("old", fixed); len(s.Points) != 7 || s.Points[0].Percentile != 50 {
+		t.Errorf("summary curve %+v", s)
+	}
+
+	dir := plotDir(t)
+	for _, ext := range []string{"svg", "png"} {
+		path := filepath.Join(dir, "spectrum-latency."+ext)
+		curves := []LatencyCurve{c, CurveFromResult("ceiling", spectrumResult(300*time.Microsecond))}
+		if err := PercentilePlot(path, "node-get: latency by percentile, fixed-rate run", curves); err != nil {
+			t.Fatal(err)
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ext == "svg" {
+			for _, s := range []string{">50%<", ">99.9%<", ">node<", ">ceiling<", ">latency (ms)<"} {
+				if !strings.Contains(string(b), s) {
+					t.Errorf("%s: no text %q", path, s)
+				}
+			}
 		}
 	}
 }

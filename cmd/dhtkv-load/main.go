@@ -5,8 +5,11 @@
 //	dhtkv-load --targets http://127.0.0.1:8080 --workload get --rate 20000 \
 //	    --connections 64 --duration 30s --fill 100000 --keyspace 100000
 //
-// --targets takes base URLs or host:port. The report goes to stdout (wrk2's
-// layout, or one JSON object with --json); logs go to stderr. The exit
+// --targets takes base URLs or host:port. The report goes to stdout in the
+// --output format: text (wrk2's layout), wrk2 (the same with wrk2
+// --latency's detailed percentile spectrum), json (one object, dhtkv-load's
+// own schema; --json is short for it) or vegeta (the object vegeta report
+// -type=json prints); logs go to stderr. The exit
 // code is 0 when some request succeeded (a 2xx, or a 404 for a GET), 1
 // when none did (no answer, 5xx, other 4xx) or the run failed, 2 for bad
 // arguments.
@@ -35,7 +38,7 @@ func main() {
 type options struct {
 	fill     int64
 	fillOnly bool
-	json     bool
+	output   loadgen.Output
 }
 
 func parseFlags(args []string, stderr io.Writer) (loadgen.Config, options, error) {
@@ -65,9 +68,11 @@ func parseFlags(args []string, stderr io.Writer) (loadgen.Config, options, error
 	fs.Uint64Var(&cfg.Seed, "seed", 0, "random seed for keys and operations (0 = time-based)")
 	fs.Int64Var(&opt.fill, "fill", 0, "before the run, PUT keys k0..k<fill-1> once each with --connections workers")
 	fs.BoolVar(&opt.fillOnly, "fill-only", false, "exit after --fill without a run (prefills a server for other tools, such as the wrk scripts)")
-	fs.BoolVar(&opt.json, "json", false, "print the result as one JSON object")
+	output := fs.String("output", string(loadgen.OutputText), "report `format`: text (wrk2's summary), wrk2 (text and wrk2 --latency's detailed percentile spectrum), json (one object, dhtkv-load's schema) or vegeta (vegeta report -type=json's object)")
+	asJSON := fs.Bool("json", false, "short for --output json")
 
-	if err := fs.Parse(args); err != nil {
+	err := fs.Parse(args)
+	if err != nil {
 		return cfg, opt, err
 	}
 	if fs.NArg() > 0 {
@@ -78,6 +83,17 @@ func parseFlags(args []string, stderr io.Writer) (loadgen.Config, options, error
 		if t = strings.TrimSpace(t); t != "" {
 			cfg.Targets = append(cfg.Targets, targetURL(t))
 		}
+	}
+	if opt.output, err = loadgen.ParseOutput(*output); err != nil {
+		return cfg, opt, err
+	}
+	if *asJSON {
+		outputSet := false
+		fs.Visit(func(f *flag.Flag) { outputSet = outputSet || f.Name == "output" })
+		if outputSet && opt.output != loadgen.OutputJSON {
+			return cfg, opt, fmt.Errorf("--json and --output %s: choose one", opt.output)
+		}
+		opt.output = loadgen.OutputJSON
 	}
 	cfg.Workload = loadgen.Workload(*workload)
 	cfg.Dist = loadgen.Dist(*dist)
@@ -141,12 +157,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		log.Warn("constant-rate schedule not kept: requests scheduled in the window were never sent",
 			"unsent", res.Unsent, "drain", cfg.Drain.String())
 	}
-	if opt.json {
-		err = res.WriteJSON(stdout)
-	} else {
-		err = res.WriteText(stdout)
-	}
-	if err != nil {
+	if err := res.Write(stdout, opt.output); err != nil {
 		log.Error("write result", "err", err)
 		return 1
 	}

@@ -116,3 +116,71 @@ func TestExitCode(t *testing.T) {
 		assert.Positive(t, res.Requests, tc.name)
 	}
 }
+
+// TestOutputs: each --output against a real node prints its format: the
+// text report, the same with wrk2's spectrum, dhtkv-load's JSON with the
+// spectrum, vegeta's JSON report; --json is --output json.
+func TestOutputs(t *testing.T) {
+	c := testcluster.Start(t, 1)
+	addr := c.Config(0).Listen
+	for _, tc := range []struct {
+		args  []string
+		check func(t *testing.T, out string)
+	}{
+		{nil, func(t *testing.T, out string) {
+			assert.Contains(t, out, "  Latency Distribution (HdrHistogram - Recorded Latency)\n")
+			assert.Contains(t, out, "Requests/sec:")
+			assert.NotContains(t, out, "Detailed Percentile spectrum")
+		}},
+		{[]string{"--output", "wrk2"}, func(t *testing.T, out string) {
+			assert.Contains(t, out, "  Detailed Percentile spectrum:\n       Value   Percentile   TotalCount 1/(1-Percentile)\n\n")
+			assert.Regexp(t, `(?m)^ +[0-9.]+ +1\.000000 +[0-9]+ +inf\n#\[Mean +=`, out)
+			assert.Contains(t, out, "Requests/sec:")
+		}},
+		{[]string{"--output", "json"}, func(t *testing.T, out string) {
+			var res loadgen.Result
+			require.NoError(t, json.Unmarshal([]byte(out), &res), out)
+			assert.Positive(t, res.Requests)
+			require.NotEmpty(t, res.Spectrum)
+			last := res.Spectrum[len(res.Spectrum)-1]
+			assert.Equal(t, 100.0, last.Percentile)
+			assert.Equal(t, res.Requests, last.TotalCount, "every request answered and recorded")
+		}},
+		{[]string{"--json", "--output", "json"}, func(t *testing.T, out string) {
+			var res loadgen.Result
+			require.NoError(t, json.Unmarshal([]byte(out), &res), out)
+		}},
+		{[]string{"--output", "vegeta"}, func(t *testing.T, out string) {
+			var m map[string]any
+			require.NoError(t, json.Unmarshal([]byte(out), &m), out)
+			for _, k := range []string{"latencies", "bytes_in", "bytes_out", "earliest", "latest", "end", "duration", "wait", "requests", "rate", "throughput", "success", "status_codes", "errors"} {
+				assert.Contains(t, m, k)
+			}
+			var v loadgen.VegetaMetrics
+			require.NoError(t, json.Unmarshal([]byte(out), &v))
+			assert.Positive(t, v.Requests)
+			assert.Equal(t, map[string]int{"201": int(v.Requests)}, v.StatusCodes)
+			assert.Equal(t, 1.0, v.Success)
+			assert.Equal(t, v.Requests*100, v.BytesOut.Total, "100-byte values")
+			assert.Positive(t, v.Latencies.P99)
+		}},
+	} {
+		var stdout, stderr bytes.Buffer
+		args := append([]string{"--targets", addr, "--workload", "put", "--value-size", "100", "--connections", "2", "--duration", "200ms"}, tc.args...)
+		require.Equal(t, 0, run(args, &stdout, &stderr), "%v: %s", tc.args, stderr.String())
+		tc.check(t, stdout.String())
+	}
+
+	for _, tc := range []struct {
+		args []string
+		err  string
+	}{
+		{[]string{"--output", "csv"}, "must be text, wrk2, json or vegeta"},
+		{[]string{"--json", "--output", "vegeta"}, "--json and --output vegeta: choose one"},
+		{[]string{"--output", "text", "--json"}, "--json and --output text: choose one"},
+	} {
+		var stderr bytes.Buffer
+		assert.Equal(t, 2, run(append([]string{"--targets", addr}, tc.args...), io.Discard, &stderr), tc.args)
+		assert.Contains(t, stderr.String(), tc.err, tc.args)
+	}
+}

@@ -179,20 +179,30 @@ type endpointStatus struct {
 	Reachable bool           `json:"reachable"`
 	Error     string         `json:"error,omitempty"`
 	Status    *client.Status `json:"status,omitempty"`
+	// MemberStates is each member's client.Member.State, by URL.
+	MemberStates map[string]client.MemberState `json:"member_states,omitempty"`
 }
 
 func statusCmd(e *env, fs *flag.FlagSet) *ffcli.Command {
-	asJSON := fs.Bool("json", false, "one JSON object per endpoint: endpoint, reachable, error, and its /v0/status?verbose answer")
+	asJSON := fs.Bool("json", false, "one JSON object per endpoint: endpoint, reachable, error, its /v0/status?verbose answer, and member_states (each member's up, down or unknown)")
+	members := fs.Bool("members", false, "a row per member of each endpoint's cluster: its state as that endpoint sees it, last success, last error")
 	return &ffcli.Command{
 		Name:       "status",
-		ShortUsage: "dhtkvctl status [--json]",
+		ShortUsage: "dhtkvctl status [--members] [--json]",
 		ShortHelp:  "ask every endpoint for its status (exit 1 if one does not answer)",
 		LongHelp: `Each endpoint is asked for /v0/status?verbose: whether it answers, its
 version, uptime, whether it is rebuilding, how many members of its cluster
-it reaches (UP, itself included, of all), when its anti-entropy last
+are up as it sees them (UP, itself included, of all), when its anti-entropy last
 completed an exchange with every peer (SYNCED: the oldest of its peers'
 last complete exchanges; "never" if one has none yet), and its warnings (a clock off
-from its peers', a rebuild, a peer not compared for two intervals).`,
+from its peers', a rebuild, a peer not compared for two intervals).
+
+A member is up when it answered the endpoint's last probe; down when that
+probe failed; unknown when the endpoint has not reached it since it
+started (no probe has ended, or none ever succeeded and the endpoint does
+not say it failed). Only up counts in UP. With --members, a second table
+lists each member with its state, the last probe that succeeded and the
+last that failed.`,
 		FlagSet: fs,
 		Exec: func(_ context.Context, args []string) error {
 			if len(args) > 0 {
@@ -207,11 +217,21 @@ from its peers', a rebuild, a peer not compared for two intervals).`,
 					if err != nil {
 						es.Error = err.Error()
 						down++
+					} else {
+						es.MemberStates = map[string]client.MemberState{}
+						for _, m := range st.Members {
+							es.MemberStates[m.URL] = m.State()
+						}
 					}
 					all = append(all, es)
 				}
 				if err := printStatus(e.stdout, all, *asJSON); err != nil {
 					return err
+				}
+				if *members && !*asJSON {
+					if err := printMembers(e.stdout, all); err != nil {
+						return err
+					}
 				}
 				if down > 0 {
 					return fmt.Errorf("status: %d of %d endpoints did not answer", down, len(all))
@@ -247,7 +267,7 @@ func printStatus(w io.Writer, all []endpointStatus, asJSON bool) error {
 		uptime := (time.Duration(st.UptimeSeconds) * time.Second).String()
 		up, synced := 0, ""
 		for _, m := range st.Members {
-			if m.Reachable != nil && *m.Reachable {
+			if m.State() == client.MemberUp {
 				up++
 			}
 			switch ae := m.AntiEntropy; {
@@ -262,6 +282,36 @@ func printStatus(w io.Writer, all []endpointStatus, asJSON bool) error {
 			synced = "-" // a cluster of one
 		}
 		fmt.Fprintf(tw, "%s\tyes\t%s\t%s\t%t\t%d/%d\t%s\t%s\n", es.Endpoint, st.Version, uptime, st.Rebuilding, up, len(st.Members), synced, warnings)
+	}
+	return tw.Flush()
+}
+
+// printMembers writes the --members table: each endpoint's members, their
+// state as it sees them, and its last probes of them.
+func printMembers(w io.Writer, all []endpointStatus) error {
+	stamp := func(t *time.Time) string {
+		if t == nil {
+			return "never"
+		}
+		return t.UTC().Format(time.RFC3339)
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "\nENDPOINT\tMEMBER\tSTATE\tLAST SUCCESS\tLAST ERROR")
+	for _, es := range all {
+		if es.Status == nil {
+			fmt.Fprintf(tw, "%s\t-\t-\t-\t%s\n", es.Endpoint, es.Error)
+			continue
+		}
+		for _, m := range es.Status.Members {
+			last, lastErr := stamp(m.LastSuccess), "-"
+			if m.Self {
+				last = "(itself)"
+			}
+			if m.LastError != "" {
+				lastErr = stamp(m.LastErrorAt) + " " + m.LastError
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", es.Endpoint, m.URL, m.State(), last, lastErr)
+		}
 	}
 	return tw.Flush()
 }

@@ -5,7 +5,7 @@
 //	dhtkvctl [global flags] put [--file PATH] KEY [VALUE]
 //	dhtkvctl [global flags] del KEY
 //	dhtkvctl [global flags] scan [--start KEY] [--end KEY] [--limit N] [--keys-only] [--json] [--local]
-//	dhtkvctl [global flags] status [--json]
+//	dhtkvctl [global flags] status [--members] [--json]
 //	dhtkvctl [global flags] snapshot --admin HOST:PORT --dir PATH [--json]
 //	dhtkvctl [global flags] repair --admin HOST:PORT [--json]
 //	dhtkvctl [global flags] cluster --admin HOST:PORT [--json]
@@ -20,6 +20,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -33,6 +34,7 @@ import (
 
 	"github.com/dhtkv/dhtkv/client"
 	"github.com/dhtkv/dhtkv/internal/buildinfo"
+	"github.com/dhtkv/dhtkv/internal/tlsconf"
 )
 
 // Exit codes.
@@ -46,9 +48,16 @@ const (
 )
 
 const rootHelp = `Global flags may also be set by environment variables: DHTKV_ENDPOINTS,
-DHTKV_ACK, DHTKV_FROM, DHTKV_TIMEOUT (a flag on the command line wins).
-Every command also takes the global flags after its name. Flags come
-before arguments.
+DHTKV_ACK, DHTKV_FROM, DHTKV_TIMEOUT, DHTKV_CACERT, DHTKV_CERT, DHTKV_KEY
+(a flag on the command line wins). Every command also takes the global
+flags after its name. Flags come before arguments.
+
+TLS: nodes started with --tls-cert serve only TLS. Give --cacert (the CA
+their certificates chain to; the system's roots without it) or --cert
+and --key (a client certificate, where the nodes ask for one): the
+endpoints are then https, host:port included (an http:// endpoint is an
+error). The admin listener (--admin of snapshot and repair) serves plain
+HTTP whatever the flags.
 
 EXIT CODES
   0  ok; for get, the key was found
@@ -68,16 +77,48 @@ type globals struct {
 	endpoints string
 	ack, from int
 	timeout   time.Duration
+	// TLS, etcdctl's names: the CA file, the client certificate and key.
+	cacert, cert, key string
 }
 
 // register defines the global flags on fs, all bound to g: the root's
 // flags, parsed first (command line, then environment), and each
 // command's, which override them when given after the command's name.
 func (g *globals) register(fs *flag.FlagSet) {
-	fs.StringVar(&g.endpoints, "endpoints", g.endpoints, "comma-separated node `URLs` (host:port means http); a call moves on to the next when one is down")
+	fs.StringVar(&g.endpoints, "endpoints", g.endpoints, "comma-separated node `URLs` (host:port means http, or https with --cacert, --cert or --key); a call moves on to the next when one is down")
 	fs.IntVar(&g.ack, "ack", g.ack, "replicas that must answer (0: the node's default, a majority of from)")
 	fs.IntVar(&g.from, "from", g.from, "replicas of the key (0: the node's default, the cluster size)")
 	fs.DurationVar(&g.timeout, "timeout", g.timeout, "deadline of the whole command, scans included (0: none)")
+	fs.StringVar(&g.cacert, "cacert", g.cacert, "PEM `file` of the CA certificates the nodes' TLS certificates chain to (default: the system's roots); makes the endpoints https")
+	fs.StringVar(&g.cert, "cert", g.cert, "PEM `file` of a client certificate to present over TLS (with --key)")
+	fs.StringVar(&g.key, "key", g.key, "PEM `file` of --cert's private key")
+}
+
+// tlsConfig is the TLS configuration the flags describe, or nil without
+// any of them.
+func (g *globals) tlsConfig() (*tls.Config, error) {
+	if g.cacert == "" && g.cert == "" && g.key == "" {
+		return nil, nil
+	}
+	if (g.cert == "") != (g.key == "") {
+		return nil, usagef("--cert and --key go together")
+	}
+	conf := &tls.Config{MinVersion: tls.VersionTLS12}
+	if g.cacert != "" {
+		pool, err := tlsconf.LoadPool(g.cacert)
+		if err != nil {
+			return nil, fmt.Errorf("--cacert: %w", err)
+		}
+		conf.RootCAs = pool
+	}
+	if g.cert != "" {
+		c, err := tls.LoadX509KeyPair(g.cert, g.key)
+		if err != nil {
+			return nil, fmt.Errorf("--cert and --key: %w", err)
+		}
+		conf.Certificates = []tls.Certificate{c}
+	}
+	return conf, nil
 }
 
 // usageError is a mistake in the command line (exit 2).
@@ -105,7 +146,11 @@ func (e *env) client() (*client.Client, context.Context, context.CancelFunc, err
 	if len(eps) == 0 {
 		return nil, nil, nil, usagef("--endpoints is empty")
 	}
-	c, err := client.New(client.Config{Endpoints: eps})
+	tlsConf, err := e.g.tlsConfig()
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	c, err := client.New(client.Config{Endpoints: eps, TLSConfig: tlsConf})
 	if err != nil {
 		return nil, nil, nil, usageError{err.Error()}
 	}
@@ -132,7 +177,7 @@ func (e *env) options() []client.Option {
 // the exit code. Results go to stdout; errors, one line, to stderr; -h
 // writes the help to stdout.
 func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	g := &globals{endpoints: "http://127.0.0.1:8080", timeout: 5 * time.Second}
+	g := &globals{endpoints: "127.0.0.1:8080", timeout: 5 * time.Second}
 	e := &env{g: g, stdin: stdin, stdout: stdout}
 	var help bytes.Buffer // the flag package's output: -h's help, or noise after a parse error
 	root := newRoot(e, &help)

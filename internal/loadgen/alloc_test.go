@@ -32,7 +32,7 @@ func TestHotPathDoesNotAllocate(t *testing.T) {
 		o, uri := w.gen.next()
 		sent := time.Now()
 		status, err := w.do(o, uri)
-		w.rec.record(status, err, time.Since(sent))
+		w.done(o, status, err, sent)
 	}
 	for range 100 {
 		step() // warm up connection and buffers

@@ -1,6 +1,8 @@
 // Package loadgen is dhtkv's HTTP load generator: closed-loop (wrk-like) and
 // constant-rate (wrk2-like, coordinated-omission corrected) runs against the
-// entity API, with HdrHistogram latency reports in wrk2's layout or JSON.
+// entity API, with HdrHistogram latency reports in wrk2's layout (with or
+// without its detailed percentile spectrum), in JSON, or as vegeta's JSON
+// report.
 //
 // The generator is a library so that its scheduler and accounting can be
 // tested against real in-process servers; cmd/dhtkv-load is a thin flag

@@ -93,7 +93,7 @@ func Fill(ctx context.Context, cfg Config, n int64) (FillResult, error) {
 						retried.Add(1)
 						continue
 					}
-					w.rec.record(status, err, time.Since(sent))
+					w.done(opPut, status, err, sent)
 					break
 				}
 			}

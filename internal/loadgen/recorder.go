@@ -2,6 +2,7 @@ package loadgen
 
 import (
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"syscall"
@@ -62,20 +63,42 @@ type recorder struct {
 	hist     *hdrhistogram.Histogram
 	status   [maxStatus]int64
 	errs     [numErrKinds]int64
+	errText  [numErrKinds]string // the first error of each kind, for vegeta's error set
 	requests int64
+	// Body bytes of the answered requests, received and sent, as vegeta
+	// counts them (headers excluded).
+	bytesIn, bytesOut int64
+	// first and last are the earliest and latest start (the time latency
+	// is measured from) of a recorded request, end the latest end.
+	first, last, end time.Time
 }
 
 func newRecorder() *recorder {
 	return &recorder{hist: newHistogram()}
 }
 
-// record accounts for one finished request. Responses of any status and
-// timeouts enter the histogram; other transport errors do not, because their
-// near-zero "latency" (e.g. an instant connection refusal) would flatter it.
-func (r *recorder) record(status int, err error, latency time.Duration) {
+// record accounts for one finished request, started at start (sent, or
+// due on a constant-rate schedule) and ended at end. Responses of any
+// status and timeouts enter the histogram; other transport errors do not,
+// because their near-zero "latency" (e.g. an instant connection refusal)
+// would flatter it.
+func (r *recorder) record(status int, err error, start, end time.Time) {
 	r.requests++
+	if r.first.IsZero() || start.Before(r.first) {
+		r.first = start
+	}
+	if start.After(r.last) {
+		r.last = start
+	}
+	if end.After(r.end) {
+		r.end = end
+	}
+	latency := end.Sub(start)
 	if err != nil {
 		k := classifyErr(err)
+		if r.errs[k] == 0 {
+			r.errText[k] = err.Error()
+		}
 		r.errs[k]++
 		if k == errTimeout {
 			r.recordLatency(latency)
@@ -83,11 +106,20 @@ func (r *recorder) record(status int, err error, latency time.Duration) {
 		return
 	}
 	if status < 0 || status >= maxStatus {
+		if r.errs[errOther] == 0 {
+			r.errText[errOther] = fmt.Sprintf("invalid HTTP status %d", status)
+		}
 		r.errs[errOther]++ // not an HTTP status: a protocol error
 		return
 	}
 	r.status[status]++
 	r.recordLatency(latency)
+}
+
+// recordBytes adds an answered request's body bytes.
+func (r *recorder) recordBytes(in, out int) {
+	r.bytesIn += int64(in)
+	r.bytesOut += int64(out)
 }
 
 func (r *recorder) recordLatency(d time.Duration) {
@@ -107,9 +139,23 @@ func (r *recorder) merge(o *recorder) {
 		r.status[i] += n
 	}
 	for i, n := range o.errs {
+		if r.errText[i] == "" {
+			r.errText[i] = o.errText[i]
+		}
 		r.errs[i] += n
 	}
 	r.requests += o.requests
+	r.bytesIn += o.bytesIn
+	r.bytesOut += o.bytesOut
+	if !o.first.IsZero() && (r.first.IsZero() || o.first.Before(r.first)) {
+		r.first = o.first
+	}
+	if o.last.After(r.last) {
+		r.last = o.last
+	}
+	if o.end.After(r.end) {
+		r.end = o.end
+	}
 }
 
 // failures is the number of requests that got no 2xx answer: non-2xx

@@ -38,6 +38,21 @@ type LatencySummary struct {
 // reportPercentiles are the rows of the latency table, as in wrk2.
 var reportPercentiles = []float64{50, 75, 90, 99, 99.9, 99.99, 99.999, 100}
 
+// spectrumTicks is the number of percentile steps per halving of the
+// distance to 100%: wrk2's detailed spectrum (hdr_percentiles_print with
+// 5 ticks) gives 10 rows up to 50%, 5 more up to 75%, and so on.
+const spectrumTicks = 5
+
+// SpectrumPoint is one row of the detailed percentile spectrum: Percentile
+// percent of the recorded requests took at most US microseconds, and
+// TotalCount of them did (wrk2's Value, Percentile as a percentage, and
+// TotalCount columns).
+type SpectrumPoint struct {
+	Percentile float64 `json:"percentile"`
+	US         int64   `json:"us"`
+	TotalCount int64   `json:"total_count"`
+}
+
 // Result is the outcome of a run. Its JSON form is parsed by other tools:
 // field names are a stable interface.
 type Result struct {
@@ -58,6 +73,9 @@ type Result struct {
 	Non2xx        int64            `json:"non_2xx"`
 	Errors        ErrorCounts      `json:"errors"`
 	Latency       LatencySummary   `json:"latency_us"`
+	// Spectrum is the whole latency distribution, from 0% to 100%, at
+	// wrk2's percentile steps; empty when nothing was recorded.
+	Spectrum []SpectrumPoint `json:"latency_spectrum_us"`
 	// Unsent counts constant-rate requests scheduled inside the measured
 	// window that were never sent (drain limit reached or run interrupted).
 	// It is omitted when zero so that the usual output is exactly the schema.
@@ -65,6 +83,10 @@ type Result struct {
 
 	cfg  Config
 	hist *hdrhistogram.Histogram
+	// What the vegeta report needs beyond the rest (see recorder).
+	errText           [numErrKinds]string
+	bytesIn, bytesOut int64
+	first, last, end  time.Time
 }
 
 // ErrorCount is the number of requests that got no HTTP answer.
@@ -119,9 +141,13 @@ func newResult(cfg Config, rec *recorder, elapsed time.Duration, unsent int64) *
 			Timeout: rec.errs[errTimeout],
 			Other:   rec.errs[errOther],
 		},
-		Unsent: unsent,
-		cfg:    cfg,
-		hist:   rec.hist,
+		Spectrum: spectrum(rec.hist),
+		Unsent:   unsent,
+		cfg:      cfg,
+		hist:     rec.hist,
+		errText:  rec.errText,
+		bytesIn:  rec.bytesIn, bytesOut: rec.bytesOut,
+		first: rec.first, last: rec.last, end: rec.end,
 	}
 	if elapsed > 0 {
 		r.ThroughputRPS = roundTo(float64(rec.requests)/elapsed.Seconds(), 2)
@@ -144,6 +170,19 @@ func newResult(cfg Config, rec *recorder, elapsed time.Duration, unsent int64) *
 	return r
 }
 
+// spectrum is h's detailed percentile spectrum, the rows wrk2 --latency
+// prints; never nil, so that the JSON has [] rather than null.
+func spectrum(h *hdrhistogram.Histogram) []SpectrumPoint {
+	out := []SpectrumPoint{}
+	if h.TotalCount() == 0 {
+		return out
+	}
+	for _, b := range h.CumulativeDistributionWithTicks(spectrumTicks) {
+		out = append(out, SpectrumPoint{Percentile: b.Quantile, US: b.ValueAt, TotalCount: b.Count})
+	}
+	return out
+}
+
 // roundTo rounds to the given number of decimals: the JSON carries no more
 // precision than the measurement has.
 func roundTo(f float64, decimals int) float64 {
@@ -162,6 +201,11 @@ func (r *Result) WriteJSON(w io.Writer) error {
 // WriteText writes the result in wrk2's layout so that figures can be read
 // side by side with wrk2 runs.
 func (r *Result) WriteText(w io.Writer) error {
+	return r.writeText(w, false)
+}
+
+// writeText is WriteText, and WriteWrk2 with withSpectrum.
+func (r *Result) writeText(w io.Writer, withSpectrum bool) error {
 	var b strings.Builder
 	more := ""
 	if len(r.Targets) > 1 {
@@ -173,6 +217,11 @@ func (r *Result) WriteText(w io.Writer) error {
 	l := r.Latency
 	for i, us := range []int64{l.P50, l.P75, l.P90, l.P99, l.P999, l.P9999, l.P99999, l.P100} {
 		fmt.Fprintf(&b, "%7.3f%%%10s\n", reportPercentiles[i], fmtMS(us))
+	}
+	if withSpectrum {
+		if err := r.writeSpectrum(&b); err != nil {
+			return err
+		}
 	}
 	fmt.Fprintf(&b, "  %d requests in %.2fs\n", r.Requests, r.DurationS)
 	fmt.Fprintf(&b, "  Requests/sec: %9.2f\n", r.ThroughputRPS)

@@ -3,26 +3,37 @@ package loadgen
 import (
 	"bytes"
 	"encoding/json"
+	"io"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/valyala/fasthttp"
 )
 
+// knownStart is when knownResult's first request started.
+var knownStart = time.Date(2026, 11, 24, 10, 0, 0, 0, time.UTC)
+
 // knownResult records latencies 1..1000µs (all exactly representable at 3
-// significant digits), 10 of them as 404s, plus errors.
+// significant digits), one request every 2 ms from knownStart, 10 of them
+// as 404s, plus 4 errors; the 200s received 100 bytes each.
 func knownResult(t *testing.T) *Result {
 	t.Helper()
 	rec := newRecorder()
 	for us := 1; us <= 1000; us++ {
-		status := 200
+		status, body := 200, 100
 		if us%100 == 0 {
-			status = 404
+			status, body = 404, 0
 		}
-		rec.record(status, nil, time.Duration(us)*time.Microsecond)
+		start := knownStart.Add(time.Duration(us-1) * 2 * time.Millisecond)
+		rec.record(status, nil, start, start.Add(time.Duration(us)*time.Microsecond))
+		rec.recordBytes(body, 0)
 	}
-	rec.errs[errConnect] = 3
-	rec.errs[errOther] = 1
-	rec.requests += 4
+	// Errors that got no answer: no latency recorded, no bytes.
+	at := knownStart.Add(time.Second)
+	for _, err := range []error{fasthttp.ErrDialTimeout, fasthttp.ErrDialTimeout, fasthttp.ErrDialTimeout, io.ErrUnexpectedEOF} {
+		rec.record(0, err, at, at.Add(time.Millisecond))
+	}
 	cfg := DefaultConfig()
 	cfg.Targets = []string{"http://127.0.0.1:8080", "http://127.0.0.1:8081", "http://127.0.0.1:8082"}
 	cfg.Rate = 20000
@@ -85,7 +96,7 @@ func TestJSONReport(t *testing.T) {
 	noErr(t, json.Unmarshal(b.Bytes(), &got))
 	keys := []string{"mode", "workload", "dist", "targets", "connections", "rate", "duration_s",
 		"keyspace", "value_size", "ack", "from", "requests", "throughput_rps", "status",
-		"non_2xx", "errors", "latency_us"}
+		"non_2xx", "errors", "latency_us", "latency_spectrum_us"}
 	for _, k := range keys {
 		_, present := got[k]
 		ok(t, present, "field %q missing", k)
@@ -116,6 +127,19 @@ func TestJSONReport(t *testing.T) {
 	for k, v := range want {
 		eq(t, v, got[k], "field %q", k)
 	}
+	// The spectrum: wrk2's rows, from the first value (0%) to the last
+	// (100%), percentiles and counts rising.
+	spec := got["latency_spectrum_us"].([]any)
+	eq(t, 52, len(spec), "spectrum rows")
+	eq(t, map[string]any{"percentile": 0.0, "us": 1.0, "total_count": 1.0}, spec[0], "first row (0%%)")
+	eq(t, map[string]any{"percentile": 50.0, "us": 500.0, "total_count": 500.0}, spec[5], "50%% row")
+	eq(t, map[string]any{"percentile": 100.0, "us": 1000.0, "total_count": 1000.0}, spec[len(spec)-1], "last row")
+	for i := 1; i < len(spec); i++ {
+		a, b := spec[i-1].(map[string]any), spec[i].(map[string]any)
+		ok(t, a["percentile"].(float64) < b["percentile"].(float64), "percentiles rise at row %d", i)
+		ok(t, a["total_count"].(float64) <= b["total_count"].(float64), "counts rise at row %d", i)
+	}
+
 	// Percentiles are written in order, as in the documented schema.
 	ok(t, strings.Contains(out, `"latency_us":{"50":500,"75":750,"90":900,"99":990,"99.9":999,`), "order in %s", out)
 
@@ -128,9 +152,9 @@ func TestJSONReport(t *testing.T) {
 
 func TestRecorderClampsAndClassifies(t *testing.T) {
 	rec := newRecorder()
-	rec.record(200, nil, 0)             // below 1µs
-	rec.record(200, nil, 2*time.Minute) // beyond 60s
-	rec.record(0, errTimeoutForTest, 3*time.Second)
+	rec.record(200, nil, knownStart, knownStart)                    // below 1µs
+	rec.record(200, nil, knownStart, knownStart.Add(2*time.Minute)) // beyond 60s
+	rec.record(0, errTimeoutForTest, knownStart, knownStart.Add(3*time.Second))
 	eq(t, int64(3), rec.requests, "requests")
 	eq(t, int64(3), rec.hist.TotalCount(), "timeouts enter the histogram")
 	eq(t, int64(1), rec.hist.Min(), "min")

@@ -138,7 +138,7 @@ func (w *worker) runClosed(p *plan) {
 		o, uri := w.gen.next()
 		status, err := w.do(o, uri)
 		if !sent.Before(p.measureStart) {
-			w.rec.record(status, err, time.Since(sent))
+			w.done(o, status, err, sent)
 		}
 	}
 }
@@ -173,7 +173,7 @@ func (w *worker) runRate(p *plan) {
 		o, uri := w.gen.next()
 		status, err := w.do(o, uri)
 		if !intended.Before(p.measureStart) {
-			w.rec.record(status, err, time.Since(intended))
+			w.done(o, status, err, intended)
 		}
 	}
 }

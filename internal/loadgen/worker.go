@@ -95,6 +95,21 @@ func (w *worker) release() {
 	w.req, w.resp = nil, nil
 }
 
+// done records the request w.do just sent: its outcome, and, when it was
+// answered, the body bytes it sent and received. start is the time its
+// latency runs from: when it was sent, or, on a constant-rate schedule,
+// when it was due.
+func (w *worker) done(o op, status int, err error, start time.Time) {
+	w.rec.record(status, err, start, time.Now())
+	if err == nil {
+		out := 0
+		if o == opPut {
+			out = len(w.value)
+		}
+		w.rec.recordBytes(len(w.resp.Body()), out)
+	}
+}
+
 // do sends one request and returns its status code. Method and body are only
 // touched when the operation differs from the previous one.
 func (w *worker) do(o op, uri []byte) (int, error) {

@@ -1,0 +1,145 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/dhtkv/dhtkv/client"
+	"github.com/dhtkv/dhtkv/internal/node"
+	"github.com/dhtkv/dhtkv/internal/testcluster"
+)
+
+// TestStatusNeverReached: against a real node, a member it has never
+// reached (nothing listens on its port: every probe fails) is down, with
+// no success ever, in the table's UP column, in --members and in --json.
+func TestStatusNeverReached(t *testing.T) {
+	dead := "http://" + deadEndpoint(t)
+	c := testcluster.Start(t, 1, func(_ int, cfg *node.Config) {
+		cfg.Cluster = "http://" + cfg.Listen + "," + dead
+	})
+	eps := "--endpoints=" + c.URL(0)
+	cl, err := client.New(client.Config{Endpoints: []string{c.URL(0)}})
+	require.NoError(t, err)
+	defer cl.Close()
+	require.Eventually(t, func() bool {
+		st, err := cl.Status(t.Context(), c.URL(0))
+		require.NoError(t, err)
+		return st.Members[1].Reachable != nil
+	}, 10*time.Second, 20*time.Millisecond, "the dead member's first probe ends")
+
+	step{name: "status", args: []string{eps, "status"}, check: func(t *testing.T, out string) {
+		rows := table(out)
+		require.Len(t, rows, 2, out)
+		assert.Equal(t, "1/2", rows[1][5], "only the node itself is up:\n%s", out)
+	}}.run(t)
+	step{name: "status --members", args: []string{eps, "status", "--members"}, check: func(t *testing.T, out string) {
+		lines := memberLines(t, out)
+		require.Len(t, lines, 3, out)
+		assert.Regexp(t, `^`+c.URL(0)+` +`+c.URL(0)+` +up +\(itself\) +-$`, lines[1])
+		assert.Regexp(t, `^`+c.URL(0)+` +`+dead+` +down +never +\d{4}-\d\d-\d\dT\S+ .*connection refused`, lines[2])
+	}}.run(t)
+	var out bytes.Buffer
+	require.Equal(t, exitOK, run([]string{eps, "status", "--json"}, nil, &out, &out), out.String())
+	var es endpointStatus
+	require.NoError(t, json.Unmarshal(out.Bytes(), &es), out.String())
+	assert.Equal(t, map[string]client.MemberState{c.URL(0): client.MemberUp, dead: client.MemberDown}, es.MemberStates)
+}
+
+// memberLines are the lines of the --members table, its header first.
+func memberLines(t *testing.T, out string) []string {
+	t.Helper()
+	_, members, found := strings.Cut(out, "\n\n")
+	require.True(t, found, "no members table in\n%s", out)
+	lines := strings.Split(strings.TrimSpace(members), "\n")
+	require.Regexp(t, `^ENDPOINT +MEMBER +STATE +LAST SUCCESS +LAST ERROR$`, lines[0])
+	return lines
+}
+
+// TestStatusUnknownMember: a node that has no word on a member yet (its
+// first probe has not ended: "reachable" absent), or says it reachable
+// without a success ever, shows it unknown, not up. A node answers so
+// only in its first second, so a server stands in for it with each such
+// answer; dhtkvctl and its client are the real ones.
+func TestStatusUnknownMember(t *testing.T) {
+	yes := true
+	now := time.Date(2026, 11, 24, 10, 0, 0, 0, time.UTC)
+	st := client.Status{
+		Node: "http://127.0.0.1:1", Version: "v1", Warnings: []string{}, Members: []client.Member{
+			{URL: "http://127.0.0.1:1", Self: true, Reachable: &yes},
+			{URL: "http://127.0.0.1:2", Reachable: &yes, LastSuccess: &now},
+			{URL: "http://127.0.0.1:3"},
+			{URL: "http://127.0.0.1:4", Reachable: &yes},
+		},
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/v0/status" || !r.URL.Query().Has("verbose") {
+			http.NotFound(w, r)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(st)
+	}))
+	defer srv.Close()
+	eps := "--endpoints=" + srv.URL
+
+	step{name: "status", args: []string{eps, "status", "--members"}, check: func(t *testing.T, out string) {
+		rows := table(out)
+		assert.Equal(t, "2/4", rows[1][5], "UP: itself and the member that answered:\n%s", out)
+		lines := memberLines(t, out)
+		require.Len(t, lines, 5, out)
+		for i, want := range []string{
+			`http://127.0.0.1:1 +up +\(itself\) +-$`,
+			`http://127.0.0.1:2 +up +2026-11-24T10:00:00Z +-$`,
+			`http://127.0.0.1:3 +unknown +never +-$`,
+			`http://127.0.0.1:4 +unknown +never +-$`,
+		} {
+			assert.Regexp(t, `^`+srv.URL+` +`+want, lines[i+1])
+		}
+	}}.run(t)
+	var out bytes.Buffer
+	require.Equal(t, exitOK, run([]string{eps, "status", "--json"}, nil, &out, &out), out.String())
+	var es endpointStatus
+	require.NoError(t, json.Unmarshal(out.Bytes(), &es), out.String())
+	assert.Equal(t, map[string]client.MemberState{
+		"http://127.0.0.1:1": client.MemberUp, "http://127.0.0.1:2": client.MemberUp,
+		"http://127.0.0.1:3": client.MemberUnknown, "http://127.0.0.1:4": client.MemberUnknown,
+	}, es.MemberStates)
+}
+
+// Member.State and the UP column on the answers a node may give: only a
+// member that answered is up; reachable absent, or claimed without a
+// success ever, is unknown.
+func TestMemberState(t *testing.T) {
+	yes, no, now := true, false, time.Now()
+	for _, tc := range []struct {
+		name string
+		m    client.Member
+		want client.MemberState
+	}{
+		{"itself", client.Member{Self: true, Reachable: &yes}, client.MemberUp},
+		{"itself, nothing said", client.Member{Self: true}, client.MemberUp},
+		{"answered", client.Member{Reachable: &yes, LastSuccess: &now}, client.MemberUp},
+		{"not probed yet", client.Member{}, client.MemberUnknown},
+		{"reachable but never answered", client.Member{Reachable: &yes}, client.MemberUnknown},
+		{"never answered, probe failed", client.Member{Reachable: &no, LastError: "refused", LastErrorAt: &now}, client.MemberDown},
+		{"answered once, now failing", client.Member{Reachable: &no, LastSuccess: &now, LastError: "timeout", LastErrorAt: &now}, client.MemberDown},
+	} {
+		assert.Equal(t, tc.want, tc.m.State(), tc.name)
+		st := &client.Status{Version: "v1", Members: []client.Member{{URL: "self", Self: true}, tc.m}}
+		var b bytes.Buffer
+		require.NoError(t, printStatus(&b, []endpointStatus{{Endpoint: "e", Reachable: true, Status: st}}, false))
+		up := "1/2"
+		if tc.want == client.MemberUp {
+			up = "2/2"
+		}
+		assert.Equal(t, up, table(b.String())[1][5], tc.name)
+	}
+}
