@@ -453,7 +453,7 @@ func (a *antiEntropy) exchange(ctx context.Context, v *view, i int, shared []par
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		ans, err := p.Summary(body, time.Now().Add(c.summaryTimeout))
+		ans, err := p.Summary(body, v.m.Epoch, time.Now().Add(c.summaryTimeout))
 		st.SummaryBytes += len(body) + len(ans)
 		return ans, err
 	}

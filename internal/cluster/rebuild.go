@@ -152,7 +152,7 @@ func (c *Coordinator) copyPeers(ctx context.Context) bool {
 // copyFrom applies peer i's whole stream to the local replica and returns
 // how many records it applied.
 func (c *Coordinator) copyFrom(ctx context.Context, url string) (int, error) {
-	it, err := c.streams.Open(ctx, url, []byte{0}, nil) // "\x00": every non-empty key
+	it, err := c.streams.Open(ctx, url, c.v().m.Epoch, []byte{0}, nil) // "\x00": every non-empty key
 	if err != nil {
 		return 0, err
 	}

@@ -50,7 +50,7 @@ func (c *Coordinator) Scan(ctx context.Context, start, end []byte, ack, from int
 			continue
 		}
 		wg.Go(func() {
-			it, err := c.streams.Open(ctx, n.URL, start, end)
+			it, err := c.streams.Open(ctx, n.URL, v.m.Epoch, start, end)
 			if err == nil {
 				srcs[i] = it
 			}

@@ -58,11 +58,7 @@ func (s *Server) internalBatch(ctx *fasthttp.RequestCtx) {
 	var num [20]byte
 	epoch := ctx.Request.Header.Peek(rpc.EpochHeader)
 	if !s.RPC.Admit(epoch) {
-		// Routed by an older map than this node's: refused with the map
-		// (rpc/epoch.go).
-		ctx.Response.Header.SetBytesV(rpc.EpochHeader, s.RPC.AppendEpoch(num[:0]))
-		ctx.SetStatusCode(fasthttp.StatusConflict)
-		ctx.SetBody(s.RPC.Map.State())
+		s.refuseStale(ctx)
 		return
 	}
 	buf := ctx.Response.SwapBody(nil)[:0]
@@ -122,8 +118,14 @@ func (s *Server) internalSummary(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	defer body.release()
+	epoch := ctx.Request.Header.Peek(rpc.EpochHeader)
+	if !s.RPC.Admit(epoch) {
+		s.refuseStale(ctx)
+		return
+	}
 	buf := ctx.Response.SwapBody(nil)[:0]
 	out, err := s.RPC.ServeSummary(body.bytes(), buf)
+	s.RPC.Release(epoch)
 	if err != nil {
 		ctx.Response.SwapBody(buf)
 		s.rpcError(ctx, err)
@@ -154,6 +156,15 @@ func (s *Server) internalStream(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	s.stream(ctx, st, it, scan.FormatInternal, 0, "internal")
+}
+
+// refuseStale answers a request routed by an older cluster map than this
+// node's: 409 with the map (rpc/epoch.go).
+func (s *Server) refuseStale(ctx *fasthttp.RequestCtx) {
+	var num [20]byte
+	ctx.Response.Header.SetBytesV(rpc.EpochHeader, s.RPC.AppendEpoch(num[:0]))
+	ctx.SetStatusCode(fasthttp.StatusConflict)
+	ctx.SetBody(s.RPC.Map.State())
 }
 
 // internalMap serves rpc.MapPath: GET answers this node's cluster map

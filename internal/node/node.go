@@ -703,9 +703,9 @@ func (n *Node) Serve() error {
 		n.served <- err
 	}()
 	<-ready.ready
-	m, self := n.coord.Map()
+	m, self := n.coord.Map() // self is -1 if a newer map already put it out
 	n.log.Info("dhtkv node started", "listen", n.ln.Addr().String(), "admin", cfg.AdminListen,
-		"data_dir", cfg.DataDir, "self", m.Node(self).URL, "node_id", self, "cluster_map", m.String(), "sync", cfg.Sync,
+		"data_dir", cfg.DataDir, "self", cfg.Self, "node_id", self, "cluster_map", m.String(), "sync", cfg.Sync,
 		"version", buildinfo.Version(), "max_connections", cfg.MaxConnections, "max_connections_per_ip", cfg.MaxConnectionsPerIP,
 		"tls", tlsMode(n.certs))
 	return nil

@@ -15,7 +15,10 @@ import (
 //
 //   - every batch and ping carries EpochHeader, the epoch of the map by
 //     which its calls were routed (a batch of calls routed at several
-//     epochs carries the oldest);
+//     epochs carries the oldest); so do anti-entropy summary requests
+//     (refused alike) and record streams (never refused: a stream reads
+//     only the other node's own records, and its caller merges every
+//     node's), and a map exchange carries its map;
 //   - a node whose map is newer refuses such a batch with 409 Conflict
 //     and its map as the body; the sender installs it (OnStale) and the
 //     calls fail with ErrStaleEpoch, for their coordinators to route

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"strconv"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -130,7 +131,12 @@ func (c *StreamClient) Close() { c.tr.CloseIdleConnections() }
 // Open starts the internal stream of the node at baseURL (http://host:port,
 // over TLS when StreamOptions.TLS is set) for [start, end) and returns it once the node answered 200. Cancelling
 // ctx aborts the stream at any point.
-func (c *StreamClient) Open(ctx context.Context, baseURL string, start, end []byte) (*scan.DecoderIterator, error) {
+//
+// epoch is the cluster map's of the caller, sent in EpochHeader like every
+// node-to-node request's; a stream is not refused for an old one: it reads
+// only the other node's own records, whatever the placement, and the
+// caller merges every node's.
+func (c *StreamClient) Open(ctx context.Context, baseURL string, epoch uint64, start, end []byte) (*scan.DecoderIterator, error) {
 	u := transportURL(baseURL, c.o.TLS) + StreamPath + "?start=" + url.QueryEscape(string(start))
 	if end != nil {
 		u += "&end=" + url.QueryEscape(string(end))
@@ -141,6 +147,9 @@ func (c *StreamClient) Open(ctx context.Context, baseURL string, start, end []by
 	}
 	if c.o.Secret != "" {
 		req.Header.Set(SecretHeader, c.o.Secret)
+	}
+	if epoch > 0 {
+		req.Header.Set(EpochHeader, strconv.FormatUint(epoch, 10))
 	}
 	resp, err := c.hc.Do(req)
 	if err != nil {

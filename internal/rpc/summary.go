@@ -246,7 +246,10 @@ func ParseSegmentsAnswer(buf []byte, asked []Segment, maxKeyBytes int) ([]Segmen
 }
 
 // Summary sends one SummaryPath request and returns a copy of the answer.
-func (p *Peer) Summary(body []byte, deadline time.Time) ([]byte, error) {
+//
+// epoch is the cluster map's the exchange runs by (see EpochHeader): a
+// peer with a newer map refuses it (ErrStaleEpoch) and hands the map over.
+func (p *Peer) Summary(body []byte, epoch uint64, deadline time.Time) ([]byte, error) {
 	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseRequest(req)
 	defer fasthttp.ReleaseResponse(resp)
@@ -255,9 +258,16 @@ func (p *Peer) Summary(body []byte, deadline time.Time) ([]byte, error) {
 	if p.secret != "" {
 		req.Header.Set(SecretHeader, p.secret)
 	}
+	setEpoch(&req.Header, epoch)
 	req.SetBodyRaw(body)
 	if err := p.bulk.DoDeadline(req, resp, deadline); err != nil {
 		return nil, fmt.Errorf("summary from %s: %w", p.url, classify(err))
+	}
+	if resp.StatusCode() == fasthttp.StatusConflict {
+		if p.onStale != nil {
+			p.onStale(slices.Clone(resp.Body()))
+		}
+		return nil, fmt.Errorf("summary from %s: %w", p.url, ErrStaleEpoch)
 	}
 	if resp.StatusCode() != fasthttp.StatusOK {
 		return nil, fmt.Errorf("summary from %s: %w: %s", p.url, errStatus{resp.StatusCode()}, firstLine(resp.Body()))
