@@ -65,6 +65,9 @@ type Member struct {
 	// AntiEntropy is the answering node's anti-entropy with the member
 	// (absent for the node itself).
 	AntiEntropy *AntiEntropy `json:"anti_entropy,omitempty"`
+	// HintsPendingBytes is how many bytes of hints the answering node
+	// holds for the member (writes it missed, to be replayed).
+	HintsPendingBytes int64 `json:"hints_pending_bytes"`
 }
 
 // MemberState is what the answering node knows of a member's

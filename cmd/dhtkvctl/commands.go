@@ -11,6 +11,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/dustin/go-humanize"
 	"github.com/peterbourgon/ff/v3/ffcli"
 
 	"github.com/dhtkv/dhtkv/client"
@@ -191,8 +192,11 @@ func statusCmd(e *env, fs *flag.FlagSet) *ffcli.Command {
 		ShortUsage: "dhtkvctl status [--members] [--json]",
 		ShortHelp:  "ask every endpoint for its status (exit 1 if one does not answer)",
 		LongHelp: `Each endpoint is asked for /v0/status?verbose: whether it answers, its
-version, uptime, whether it is rebuilding, how many members of its cluster
-are up as it sees them (UP, itself included, of all), when its anti-entropy last
+version, uptime, the epoch of its cluster map (EPOCH: every member shows
+the same once a change has spread), whether it is rebuilding, how many
+members of its cluster are up as it sees them (UP, itself included, of
+all), the hints it holds for members that missed writes (HINTS), when its
+anti-entropy last
 completed an exchange with every peer (SYNCED: the oldest of its peers'
 last complete exchanges; "never" if one has none yet), and its warnings (a clock off
 from its peers', a rebuild, a peer not compared for two intervals).
@@ -253,10 +257,10 @@ func printStatus(w io.Writer, all []endpointStatus, asJSON bool) error {
 		return nil
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ENDPOINT\tREACHABLE\tVERSION\tUPTIME\tREBUILDING\tUP\tSYNCED\tWARNINGS")
+	fmt.Fprintln(tw, "ENDPOINT\tREACHABLE\tVERSION\tUPTIME\tEPOCH\tREBUILDING\tUP\tHINTS\tSYNCED\tWARNINGS")
 	for _, es := range all {
 		if es.Status == nil {
-			fmt.Fprintf(tw, "%s\tno\t-\t-\t-\t-\t-\t%s\n", es.Endpoint, es.Error)
+			fmt.Fprintf(tw, "%s\tno\t-\t-\t-\t-\t-\t-\t-\t%s\n", es.Endpoint, es.Error)
 			continue
 		}
 		st := es.Status
@@ -265,11 +269,12 @@ func printStatus(w io.Writer, all []endpointStatus, asJSON bool) error {
 			warnings = strings.Join(st.Warnings, "; ")
 		}
 		uptime := (time.Duration(st.UptimeSeconds) * time.Second).String()
-		up, synced := 0, ""
+		up, synced, hints := 0, "", int64(0)
 		for _, m := range st.Members {
 			if m.State() == client.MemberUp {
 				up++
 			}
+			hints += m.HintsPendingBytes
 			switch ae := m.AntiEntropy; {
 			case ae == nil || synced == "never":
 			case ae.LastComplete == nil:
@@ -281,7 +286,7 @@ func printStatus(w io.Writer, all []endpointStatus, asJSON bool) error {
 		if synced == "" {
 			synced = "-" // a cluster of one
 		}
-		fmt.Fprintf(tw, "%s\tyes\t%s\t%s\t%t\t%d/%d\t%s\t%s\n", es.Endpoint, st.Version, uptime, st.Rebuilding, up, len(st.Members), synced, warnings)
+		fmt.Fprintf(tw, "%s\tyes\t%s\t%s\t%d\t%t\t%d/%d\t%s\t%s\t%s\n", es.Endpoint, st.Version, uptime, st.Epoch, st.Rebuilding, up, len(st.Members), strings.ReplaceAll(humanize.IBytes(uint64(hints)), " ", ""), synced, warnings)
 	}
 	return tw.Flush()
 }

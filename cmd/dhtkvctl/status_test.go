@@ -38,7 +38,7 @@ func TestStatusNeverReached(t *testing.T) {
 	step{name: "status", args: []string{eps, "status"}, check: func(t *testing.T, out string) {
 		rows := table(out)
 		require.Len(t, rows, 2, out)
-		assert.Equal(t, "1/2", rows[1][5], "only the node itself is up:\n%s", out)
+		assert.Equal(t, "1/2", rows[1][6], "only the node itself is up:\n%s", out)
 	}}.run(t)
 	step{name: "status --members", args: []string{eps, "status", "--members"}, check: func(t *testing.T, out string) {
 		lines := memberLines(t, out)
@@ -92,7 +92,7 @@ func TestStatusUnknownMember(t *testing.T) {
 
 	step{name: "status", args: []string{eps, "status", "--members"}, check: func(t *testing.T, out string) {
 		rows := table(out)
-		assert.Equal(t, "2/4", rows[1][5], "UP: itself and the member that answered:\n%s", out)
+		assert.Equal(t, "2/4", rows[1][6], "UP: itself and the member that answered:\n%s", out)
 		lines := memberLines(t, out)
 		require.Len(t, lines, 5, out)
 		for i, want := range []string{
@@ -140,6 +140,6 @@ func TestMemberState(t *testing.T) {
 		if tc.want == client.MemberUp {
 			up = "2/2"
 		}
-		assert.Equal(t, up, table(b.String())[1][5], tc.name)
+		assert.Equal(t, up, table(b.String())[1][6], tc.name)
 	}
 }

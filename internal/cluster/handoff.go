@@ -276,3 +276,16 @@ func (h *handoff) close() {
 	h.cancel()
 	h.done.Wait()
 }
+
+// PendingHints returns the bytes of hints held for each node, by URL.
+func (c *Coordinator) PendingHints() map[string]int64 {
+	v := c.v()
+	h := c.handoff
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := make(map[string]int64, len(h.pending))
+	for target, n := range h.pending {
+		out[v.url(target)] = n
+	}
+	return out
+}

@@ -68,6 +68,11 @@ func (s *Server) status(ctx *fasthttp.RequestCtx) {
 		}
 		m.LastSuccess, m.LastError, m.LastErrorAt = timeOrNil(ps.LastOK), ps.LastError, timeOrNil(ps.LastErrAt)
 	}
+	for u, n := range s.Coord.PendingHints() {
+		if i, ok := index[u]; ok {
+			st.Members[i].HintsPendingBytes = n
+		}
+	}
 	for _, ae := range s.Coord.AntiEntropy() {
 		i, ok := index[ae.Peer]
 		if !ok {
