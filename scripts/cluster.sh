@@ -92,8 +92,24 @@ run() {
   echo "try:  curl -X PUT --data-binary hello 'http://$HOST:$PORT/v0/entity?id=greeting'"
   echo "      bin/dhtkvctl --endpoints $cluster get greeting"
   echo "Ctrl-C (or make stop-cluster PORT=$PORT) stops all three."
-  wait -n "${pids[@]}" || true
-  echo "a node exited (make stop-cluster, or see $DATA/node*.log)"
+  # A node decommissioned (dhtkvctl decommission, docs/membership.md)
+  # exits 0 by itself: the others go on. Any other exit stops them all.
+  local live=("${pids[@]}") exited code
+  while ((${#live[@]} > 0)); do
+    code=0
+    wait -n -p exited "${live[@]}" || code=$?
+    for i in 1 2 3; do
+      [[ ${pids[i - 1]} == "$exited" ]] || continue
+      if ((code == 0)) && grep -q "decommissioned" <(tail -n 3 "$DATA/node$i.log"); then
+        echo "node$i was decommissioned and stopped; the others go on"
+        live=("${live[@]/$exited/}")
+        read -ra live <<<"${live[*]}"
+        continue 2
+      fi
+    done
+    echo "a node exited (make stop-cluster, or see $DATA/node*.log)"
+    return
+  done
 }
 
 stop() {
