@@ -72,6 +72,12 @@ type Server struct {
 	// minimum, only ScanIdleTimeout): a piece of n bytes must be taken
 	// within 5 s + n/ScanMinRate, else the stream is aborted.
 	ScanMinRate int64
+	// ScanReleaseAfter is how long a range stream's write to its client may
+	// block before the stream releases its store iterator, and with it the
+	// snapshot's memtables and sstables (default DefaultScanReleaseAfter;
+	// negative: never). The stream resumes from a new snapshot just after
+	// the last key it sent once the client reads again (docs/http.md).
+	ScanReleaseAfter time.Duration
 	// RequirePeerCert makes the internal endpoints answer only requests
 	// on a TLS connection whose client certificate the handshake verified
 	// against --peer-tls-ca (mutual TLS: tlsconf.PeerVerified), in place
@@ -85,11 +91,13 @@ type Server struct {
 	bodyPool  sync.Pool    // of *bodyBuf (body.go)
 }
 
-// DefaultMaxScans and DefaultScanMinRate are Server.MaxScans's and
-// Server.ScanMinRate's defaults.
+// DefaultMaxScans, DefaultScanMinRate and DefaultScanReleaseAfter are
+// Server.MaxScans's, Server.ScanMinRate's and Server.ScanReleaseAfter's
+// defaults.
 const (
-	DefaultMaxScans    = 64
-	DefaultScanMinRate = 16 << 10
+	DefaultMaxScans         = 64
+	DefaultScanMinRate      = 16 << 10
+	DefaultScanReleaseAfter = 100 * time.Millisecond
 )
 
 const (

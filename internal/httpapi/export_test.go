@@ -1,0 +1,12 @@
+package httpapi
+
+import "time"
+
+// SetScanReleaseAfterDefault makes d the default of Server.ScanReleaseAfter
+// for the streams opened until restore is called (nodes made by package
+// node leave the field 0). Tests that use it must not run in parallel.
+func SetScanReleaseAfterDefault(d time.Duration) (restore func()) {
+	old := scanReleaseAfterDefault
+	scanReleaseAfterDefault = d
+	return func() { scanReleaseAfterDefault = old }
+}
