@@ -10,3 +10,12 @@ func SetScanReleaseAfterDefault(d time.Duration) (restore func()) {
 	scanReleaseAfterDefault = d
 	return func() { scanReleaseAfterDefault = old }
 }
+
+// SetRawValueMinBytes sets the size from which GET answers reference the
+// value instead of copying it (0: always copy) until restore is called.
+// Tests that use it must not run in parallel.
+func SetRawValueMinBytes(n int) (restore func()) {
+	old := rawValueMinBytes
+	rawValueMinBytes = n
+	return func() { rawValueMinBytes = old }
+}
