@@ -49,7 +49,10 @@
 //
 // Entries are immutable once cached and own their memory: keys and values are
 // copied before they go in, because Pebble and fasthttp reuse their buffers.
-// An entry is one buffer holding the key and the record (see Loader).
+// An entry is one buffer holding the key and the record (see Loader). Nothing
+// may write into it once cached, not even after it is evicted: GET answers
+// of large values reference it while they are sent (httpapi's setValue),
+// and ristretto only drops its reference on eviction, never reuses it.
 //
 // The linearizability test in internal/httpapi checks this end to end; it
 // fails when Invalidate is skipped (see its comment).

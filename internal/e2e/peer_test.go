@@ -8,8 +8,10 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -111,6 +113,96 @@ func TestPeerQueuedCallEndsByItsDeadline(t *testing.T) {
 			"ended by its own deadline, not the stuck batch's deadline plus the %v timeout", timeout)
 	}
 	require.ErrorIs(t, <-first, rpc.ErrTimeout)
+}
+
+// hangingAddr is a 127.0.0.1 address where a connect hangs until its
+// timeout, as to a host that drops SYNs: a socket listening with a
+// backlog of 0 whose one queued connection is never accepted (Linux drops
+// the SYNs of a listener whose accept queue is full). The dialer's error
+// is net's "i/o timeout", not fasthttp.ErrDialTimeout.
+func hangingAddr(t *testing.T) string {
+	t.Helper()
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	require.NoError(t, err)
+	t.Cleanup(func() { syscall.Close(fd) })
+	require.NoError(t, syscall.Bind(fd, &syscall.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}))
+	require.NoError(t, syscall.Listen(fd, 0))
+	sa, err := syscall.Getsockname(fd)
+	require.NoError(t, err)
+	addr := fmt.Sprintf("127.0.0.1:%d", sa.(*syscall.SockaddrInet4).Port)
+	filler, err := net.DialTimeout("tcp", addr, 5*time.Second) // fills the accept queue
+	require.NoError(t, err)
+	t.Cleanup(func() { filler.Close() })
+	_, err = net.DialTimeout("tcp", addr, 50*time.Millisecond)
+	var ne net.Error
+	require.True(t, errors.As(err, &ne) && ne.Timeout(), "a connect to a full accept queue hangs: %v", err)
+	return addr
+}
+
+// TestPeerCallOutlivesBatchMatesDeadline: a call batched with one whose
+// deadline is earlier is not failed at that earlier deadline. A batch
+// carries its earliest deadline, and its connect to a peer that does not
+// answer SYNs is given what is left of it; when that runs out the later
+// call must be sent again with its own deadline. The dial's timeout is
+// net's "i/o timeout", which was not taken for a timeout, so the later
+// call failed with the batch: a 504 long before --replica-timeout
+// (TestCoordinatorSilentPeer's rare failure: on a loaded machine a
+// hint's replay, queued behind a stuck batch, had little time left, and
+// the connect it was given timed out).
+func TestPeerCallOutlivesBatchMatesDeadline(t *testing.T) {
+	addr := hangingAddr(t)
+	dials := make(chan time.Duration, 16)
+	reg := prometheus.NewRegistry()
+	p := rpc.NewPeer("http://"+addr, rpc.PeerOptions{
+		Timeout: 10 * time.Second, Conns: 1,
+		// net's dialer: its timeout is always "i/o timeout". The default,
+		// fasthttp.DialTimeout, returns that too when the connect's
+		// deadline fires before its context's (they race), else
+		// fasthttp.ErrDialTimeout.
+		Dial: func(a string, left time.Duration) (net.Conn, error) {
+			dials <- left
+			return (&net.Dialer{Timeout: left}).Dial("tcp", a)
+		},
+	}, rpc.NewMetrics(reg))
+	defer p.Close()
+	env := (&record.Record{Version: 1}).Encode()
+	type result struct {
+		err error
+		end time.Time
+	}
+	apply := func(key string, deadline time.Time) chan result {
+		r := make(chan result, 1)
+		go func() {
+			_, err := p.Apply([]byte(key), env, deadline)
+			r <- result{err, time.Now()}
+		}()
+		return r
+	}
+
+	// A first batch holds the lane's one sender in its connect for a
+	// second; the two calls queue behind it meanwhile and go out together
+	// after it: the batch-mate's deadline 300 ms later, the call's 2 s.
+	start := time.Now()
+	first := apply("first", start.Add(time.Second))
+	<-dials
+	mate := apply("batch-mate", start.Add(1300*time.Millisecond))
+	later := start.Add(3 * time.Second)
+	call := apply("call", later)
+
+	f, m, r := <-first, <-mate, <-call
+	t.Logf("the call ended %v after its deadline: %v", r.end.Sub(later).Round(time.Millisecond), r.err)
+	require.False(t, r.end.Before(later), "the call failed %v before its deadline: %v", later.Sub(r.end), r.err)
+	for _, res := range []result{f, m, r} {
+		require.ErrorIs(t, res.err, rpc.ErrTimeout, "a connect that timed out is a timeout")
+	}
+
+	// The premise: the two calls shared a batch (sizes 1, 2, then the
+	// call alone again).
+	families, err := reg.Gather()
+	require.NoError(t, err)
+	h := families[0].GetMetric()[0].GetHistogram()
+	require.Equal(t, uint64(1), h.GetBucket()[1].GetCumulativeCount()-h.GetBucket()[0].GetCumulativeCount(),
+		"one batch of two: the calls were sent together")
 }
 
 // TestPeerCloseFailsQueuedCalls: Close while a batch is stuck and others

@@ -187,12 +187,13 @@ func (s *Server) newBody(st *scanStream, it scan.Iterator, f scan.Format, limit 
 		// fasthttp sets the write deadline once per response; a scan
 		// may take longer than that, so every write pushes it forward:
 		// it then bounds how long a client may stall.
-		BeforeWrite: func(n int) error { return conn.SetWriteDeadline(time.Now().Add(s.writeAllowance(n, idle))) },
-		OnClose:     func() { s.scans.unregister(st) },
-		Limit:       limit,
-		Metrics:     s.Metrics.Scan,
-		Log:         s.Log,
-		Name:        name + " " + conn.RemoteAddr().String(),
+		BeforeWrite:  func(n int) error { return conn.SetWriteDeadline(time.Now().Add(s.writeAllowance(n, idle))) },
+		OnClose:      func() { s.scans.unregister(st) },
+		Limit:        limit,
+		ReleaseAfter: s.scanReleaseAfter(),
+		Metrics:      s.Metrics.Scan,
+		Log:          s.Log,
+		Name:         name + " " + conn.RemoteAddr().String(),
 	})
 }
 
@@ -223,6 +224,22 @@ func (s *Server) writeAllowance(n int, idle time.Duration) time.Duration {
 // scanRateGrace is the time a stream's client has for any piece, on top
 // of what its size takes at ScanMinRate.
 const scanRateGrace = 5 * time.Second
+
+// scanReleaseAfter is ScanReleaseAfter or its default; 0: never.
+func (s *Server) scanReleaseAfter() time.Duration {
+	switch {
+	case s.ScanReleaseAfter < 0:
+		return 0
+	case s.ScanReleaseAfter == 0:
+		return scanReleaseAfterDefault
+	}
+	return s.ScanReleaseAfter
+}
+
+// scanReleaseAfterDefault is DefaultScanReleaseAfter, a variable so that
+// tests of nodes built by package node, which does not set
+// ScanReleaseAfter, can compare streams that never release.
+var scanReleaseAfterDefault = DefaultScanReleaseAfter
 
 func (s *Server) scanIdleTimeout() time.Duration {
 	if s.ScanIdleTimeout <= 0 {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/dhtkv/dhtkv/internal/httpapi"
 	"github.com/dhtkv/dhtkv/internal/node"
 	"github.com/dhtkv/dhtkv/internal/scan"
 	"github.com/dhtkv/dhtkv/internal/testcluster"
@@ -68,7 +69,29 @@ func BenchmarkScanLocalBinary(b *testing.B) {
 // write to the socket, per record. Read with net/http, which undoes the
 // chunking; the body is then read as raw bytes.
 func BenchmarkScanLocalChunks(b *testing.B) {
+	benchChunks(b, benchCluster(b, 1))
+}
+
+// BenchmarkScanReleaseCost is what arming the stall release costs a
+// stream whose client keeps up: BenchmarkScanLocalChunks (one write, so
+// one timer Reset and Stop, per record: the worst case) without the
+// release and with it, alternating on one node. Compare with
+// -count and benchstat.
+func BenchmarkScanReleaseCost(b *testing.B) {
 	c := benchCluster(b, 1)
+	for _, v := range []struct {
+		name  string
+		after time.Duration
+	}{{"never", -1}, {"100ms", httpapi.DefaultScanReleaseAfter}} {
+		b.Run(v.name, func(b *testing.B) {
+			defer httpapi.SetScanReleaseAfterDefault(v.after)()
+			benchChunks(b, c)
+		})
+	}
+}
+
+// benchChunks reads the whole range in the chunks framing per iteration.
+func benchChunks(b *testing.B, c *testcluster.Cluster) {
 	client := &http.Client{Timeout: time.Minute}
 	b.SetBytes(benchPayload())
 	b.ReportAllocs()

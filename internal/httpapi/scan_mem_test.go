@@ -16,6 +16,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/dhtkv/dhtkv/internal/httpapi"
+	"github.com/dhtkv/dhtkv/internal/node"
 	"github.com/dhtkv/dhtkv/internal/scan"
 	"github.com/dhtkv/dhtkv/internal/testcluster"
 )
@@ -163,4 +165,82 @@ func (b *syncBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.b.String()
+}
+
+// TestScanStallsPinNoMemory: 16 clients each open a range stream and stop
+// reading, one after another, while writes go on between them (4 MiB
+// each time: a memtable's worth, so every stream's snapshot holds other
+// memtables). Measured with streams that never release their iterator
+// (the behaviour before) and with the default release, one after the
+// other in this run: the memtables and sstables the stalled streams
+// keep alive after being flushed or compacted away (Pebble's zombies),
+// and the iterators held. With the release, neither memory nor
+// iterators are pinned.
+//
+//	go test -run TestScanStallsPinNoMemory -v ./internal/httpapi/
+func TestScanStallsPinNoMemory(t *testing.T) {
+	if testing.Short() {
+		t.Skip("writes 2 × 64 MiB; skipped with -short")
+	}
+	type pinned struct{ iters, memtables, tables float64 }
+	measure := func(t *testing.T, releaseAfter time.Duration) pinned {
+		defer httpapi.SetScanReleaseAfterDefault(releaseAfter)()
+		const (
+			streams    = 16
+			memtable   = 4 << 20
+			valueSize  = 64 << 10
+			perRound   = memtable / valueSize
+			records    = 512 // 32 MiB: more than a stalled stream's socket buffers hold
+			writeValue = valueSize - 100
+		)
+		dir := filepath.Join(t.TempDir(), "data")
+		testcluster.FillStore(t, dir, records, valueSize)
+		c := testcluster.Start(t, 1, func(_ int, cfg *node.Config) {
+			cfg.DataDir = dir
+			cfg.MemTableBytes = memtable
+			cfg.CacheBytes = 0
+			// The streams stay stalled for the whole test: neither the
+			// minimum rate nor the write timeout may end them.
+			cfg.ScanMinRate = 0
+			cfg.WriteTimeout = 5 * time.Minute
+		})
+		cl := testcluster.NewClient()
+		value := bytes.Repeat([]byte("w"), writeValue)
+		n := 0
+		for s := range streams {
+			rc := testcluster.RawGet(t, c.Config(0).Listen, "/v0/entities?start=key&format=binary", 4096)
+			require.Equal(t, 200, rc.Status)
+			_, err := rc.Chunk()
+			require.NoError(t, err)
+			for range perRound {
+				key := string(testcluster.GenKey(n % records))
+				require.Equal(t, http.StatusCreated, cl.Put(t, c.URL(0), key, value, 1, 1), "stream %d", s)
+				n++
+			}
+		}
+		// Flushes and compactions run in the background: wait until none
+		// is, and the releases (if any) are done.
+		m := func(name string) float64 { return c.Metric(t, 0, name) }
+		require.Eventually(t, func() bool {
+			if m("dhtkv_pebble_background_jobs") != 0 {
+				return false
+			}
+			return releaseAfter <= 0 || m("dhtkv_store_range_iterators") == 0
+		}, 30*time.Second, 20*time.Millisecond)
+		require.Zero(t, c.Metric(t, 0, "dhtkv_scan_aborts_total", "reason", scan.AbortClientTimeout), "a stream was cut off")
+		p := pinned{m("dhtkv_store_range_iterators"), m("dhtkv_pebble_zombie_memtable_bytes"), m("dhtkv_pebble_zombie_table_bytes")}
+		t.Logf("%d stalled streams, %d MiB written: %v iterators open, zombie memtables %.1f MiB, zombie sstables %.1f MiB, releases %v",
+			streams, n*writeValue>>20, p.iters, p.memtables/(1<<20), p.tables/(1<<20), m("dhtkv_scan_iterator_releases_total"))
+		return p
+	}
+	var before, after pinned
+	t.Run("never released", func(t *testing.T) { before = measure(t, -1) })
+	t.Run("released after 100ms", func(t *testing.T) { after = measure(t, httpapi.DefaultScanReleaseAfter) })
+	t.Logf("pinned memtables: %.1f MiB → %.1f MiB; pinned sstables: %.1f MiB → %.1f MiB; iterators %v → %v",
+		before.memtables/(1<<20), after.memtables/(1<<20), before.tables/(1<<20), after.tables/(1<<20), before.iters, after.iters)
+	require.Equal(t, 16.0, before.iters, "without the release every stalled stream holds its iterator")
+	require.Greater(t, before.memtables, float64(16<<20), "the streams that never release pin flushed memtables")
+	require.Zero(t, after.iters)
+	require.Less(t, after.memtables, before.memtables/4)
+	require.LessOrEqual(t, after.tables, before.tables)
 }

@@ -72,6 +72,12 @@ type Server struct {
 	// minimum, only ScanIdleTimeout): a piece of n bytes must be taken
 	// within 5 s + n/ScanMinRate, else the stream is aborted.
 	ScanMinRate int64
+	// ScanReleaseAfter is how long a range stream's write to its client may
+	// block before the stream releases its store iterator, and with it the
+	// snapshot's memtables and sstables (default DefaultScanReleaseAfter;
+	// negative: never). The stream resumes from a new snapshot just after
+	// the last key it sent once the client reads again (docs/http.md).
+	ScanReleaseAfter time.Duration
 	// RequirePeerCert makes the internal endpoints answer only requests
 	// on a TLS connection whose client certificate the handshake verified
 	// against --peer-tls-ca (mutual TLS: tlsconf.PeerVerified), in place
@@ -85,11 +91,13 @@ type Server struct {
 	bodyPool  sync.Pool    // of *bodyBuf (body.go)
 }
 
-// DefaultMaxScans and DefaultScanMinRate are Server.MaxScans's and
-// Server.ScanMinRate's defaults.
+// DefaultMaxScans, DefaultScanMinRate and DefaultScanReleaseAfter are
+// Server.MaxScans's, Server.ScanMinRate's and Server.ScanReleaseAfter's
+// defaults.
 const (
-	DefaultMaxScans    = 64
-	DefaultScanMinRate = 16 << 10
+	DefaultMaxScans         = 64
+	DefaultScanMinRate      = 16 << 10
+	DefaultScanReleaseAfter = 100 * time.Millisecond
 )
 
 const (
@@ -178,7 +186,7 @@ func (s *Server) entity(ctx *fasthttp.RequestCtx) Op {
 		case err != nil:
 			s.replicaError(ctx, err)
 		case res.Live():
-			ctx.SetBody(res.Rec.Value) // copies into the response buffer
+			setValue(ctx, res.Rec.Value)
 		default:
 			ctx.Error("not found\n", fasthttp.StatusNotFound)
 		}
@@ -203,6 +211,46 @@ func (s *Server) entity(ctx *fasthttp.RequestCtx) Op {
 		ctx.SetStatusCode(fasthttp.StatusAccepted)
 	}
 	return op
+}
+
+// RawValueMinBytes is the size from which a GET's value is answered by
+// reference instead of copied (setValue).
+const RawValueMinBytes = 16 << 10
+
+// rawValueMinBytes is RawValueMinBytes, a variable so that tests can
+// compare with copying every value (0: always copy).
+var rawValueMinBytes = RawValueMinBytes
+
+// setValue makes value the response body. A value of RawValueMinBytes or
+// more is not copied: the response references it (SetBodyRaw), so that
+// the connections sending one cached value share its bytes instead of
+// each holding a copy for as long as its client takes to read it. A
+// smaller one is copied into the connection's pooled body buffer, which
+// costs less than giving that buffer back to the pool and taking it again
+// per request, as SetBodyRaw does.
+//
+// SetBodyRaw's rule is that the slice must not change until the response
+// is written; fasthttp drops its reference then (Response.Reset after each
+// response, and when the connection's context is released). Nothing
+// changes a value Coordinator.Get returns:
+//
+//   - a read-cache entry is one buffer, immutable once cached (package
+//     cache). ristretto v2.4.2 never writes into a value either: eviction
+//     and Del only delete the map's reference (lockedMap.Del: delete of
+//     the map entry, the value handed to OnEvict/OnExit, which the cache
+//     does not set), a Set of a cached key stores the new slice in place
+//     of the old one, and nothing pools or reuses values. An evicted
+//     value is only unreachable from the cache: the garbage collector
+//     keeps its bytes while a response still references them;
+//   - a cache fill, or a read with the cache off, returns a buffer
+//     store.AppendEnvelope allocated for that read;
+//   - another replica's answer is a clone rpc.Peer made for this call.
+func setValue(ctx *fasthttp.RequestCtx, value []byte) {
+	if rawValueMinBytes > 0 && len(value) >= rawValueMinBytes {
+		ctx.Response.SetBodyRaw(value)
+		return
+	}
+	ctx.SetBody(value) // copies into the response's body buffer
 }
 
 // replicaError answers a coordinator failure (replicaStatus).

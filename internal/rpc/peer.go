@@ -289,9 +289,18 @@ var ErrTimeout = errors.New("replica timeout")
 // ErrPeerClosed fails calls made or still queued when the peer client closes.
 var ErrPeerClosed = errors.New("peer client closed")
 
+// classify marks the errors of a call that ran out of time with ErrTimeout.
+// A connect that times out is fasthttp.ErrDialTimeout or net's "i/o
+// timeout" (a net.Error whose Timeout is true: fasthttp.DialTimeout passes
+// it on when the connect's deadline fires before its context's, and a
+// PeerOptions.Dial may return it). Both must count: sendOnce sends a
+// batch's calls again only after a timeout, and a batch's connect is given
+// what is left of its earliest deadline, so a later call would otherwise
+// fail with its batch-mate, long before its own deadline.
 func classify(err error) error {
+	var ne net.Error
 	if errors.Is(err, fasthttp.ErrTimeout) || errors.Is(err, fasthttp.ErrDialTimeout) ||
-		errors.Is(err, fasthttp.ErrNoFreeConns) {
+		errors.Is(err, fasthttp.ErrNoFreeConns) || errors.As(err, &ne) && ne.Timeout() {
 		return fmt.Errorf("%w: %w", ErrTimeout, err)
 	}
 	return err

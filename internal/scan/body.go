@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"sync"
 	"time"
 
 	"github.com/dhtkv/dhtkv/internal/scan/framing"
@@ -70,6 +71,12 @@ type BodyOptions struct {
 	// expired then are left out, like tombstones); default: when the body
 	// is made. The internal framing carries every record as stored.
 	Now time.Time
+	// ReleaseAfter, when positive and the iterator is a Releaser, releases
+	// the iterator when a write to the connection has not returned after
+	// this long: the client is not reading, and the stream should not pin
+	// the store's snapshot meanwhile. The next record comes from a new
+	// snapshot, just after the last key sent (see Releaser). 0: never.
+	ReleaseAfter time.Duration
 }
 
 // Body is a response body that pulls records from an Iterator only as fast
@@ -83,7 +90,9 @@ type BodyOptions struct {
 //
 //   - flow control is the socket's: Write blocks while the client is not
 //     reading, so the iterator does not advance; nothing piles up in
-//     between, there is no goroutine and no pipe;
+//     between, there is no goroutine and no pipe; and once a Write has
+//     blocked for ReleaseAfter, the iterator is released (stallRelease),
+//     so a stalled client pins no store snapshot;
 //   - chunk boundaries are ours: FormatChunks writes one record per chunk,
 //     as FormatChunks requires;
 //   - an error return from WriteTo makes fasthttp close the connection
@@ -105,6 +114,8 @@ type Body struct {
 	finished bool   // WriteTo or Read reached the end without error
 	reason   string // abort reason, "" while none
 	closed   bool
+
+	stall *stallRelease // nil: the iterator is never released
 }
 
 // NewBody streams it in format f. The Body owns it and closes it.
@@ -121,7 +132,11 @@ func NewBody(it Iterator, f Format, o BodyOptions) *Body {
 	if o.Now.IsZero() {
 		o.Now = time.Now()
 	}
-	return &Body{it: it, format: f, o: o}
+	b := &Body{it: it, format: f, o: o}
+	if r, ok := it.(Releaser); ok && o.ReleaseAfter > 0 {
+		b.stall = &stallRelease{after: o.ReleaseAfter, r: r, b: b}
+	}
+	return b
 }
 
 // SupportsBodyWriteTo tells fasthttp that WriteTo may replace Read.
@@ -138,12 +153,15 @@ func (b *Body) WriteTo(w io.Writer) (int64, error) {
 					return total, b.writeFailed(derr)
 				}
 			}
-			n, werr := w.Write(piece)
+			n, werr := b.write(w, piece)
 			total += int64(n)
 			if werr != nil {
 				return total, b.writeFailed(werr)
 			}
 			b.count()
+			if rerr := b.stall.failed(); rerr != nil {
+				return total, b.abort(AbortSourceError, rerr)
+			}
 		}
 		if err == io.EOF {
 			b.finished = true
@@ -152,6 +170,107 @@ func (b *Body) WriteTo(w io.Writer) (int64, error) {
 		if err != nil {
 			return total, err // step already recorded the abort
 		}
+	}
+}
+
+// write writes one piece; with a stallRelease, the iterator is released
+// should the write block for longer than ReleaseAfter.
+func (b *Body) write(w io.Writer, piece []byte) (int, error) {
+	if b.stall == nil {
+		return w.Write(piece)
+	}
+	b.stall.begin()
+	n, err := w.Write(piece)
+	b.stall.end()
+	return n, err
+}
+
+// stallRelease releases a Body's iterator while a write to the client is
+// blocked: a timer armed for every write fires on its own goroutine, and
+// releases the iterator if that write is still running after the
+// threshold. The writing goroutine does not touch the iterator while it
+// writes (the piece is a copy, see step), and mu orders the release
+// before the next Next, so the iterator is never used by two goroutines
+// at once. A write that takes longer than the threshold costs one release
+// and one reopen; one that returns sooner costs a Reset and a Stop of the
+// timer.
+type stallRelease struct {
+	after time.Duration
+	r     Releaser
+	b     *Body // for metrics and logs
+
+	timer *time.Timer // created by the first write
+
+	mu     sync.Mutex
+	since  time.Time // when the write in progress began; zero between writes
+	closed bool      // the Body was closed: nothing more to release
+	err    error     // the release's error, for the writing goroutine
+}
+
+// begin arms the timer for a write starting now.
+func (s *stallRelease) begin() {
+	s.mu.Lock()
+	s.since = time.Now()
+	s.mu.Unlock()
+	if s.timer == nil {
+		s.timer = time.AfterFunc(s.after, s.fire)
+	} else {
+		s.timer.Reset(s.after)
+	}
+}
+
+// end disarms it once the write returned.
+func (s *stallRelease) end() {
+	s.timer.Stop()
+	s.mu.Lock()
+	s.since = time.Time{}
+	s.mu.Unlock()
+}
+
+// fire runs on the timer's goroutine. It releases the iterator if a write
+// has been running for the threshold: a timer that fires late, after its
+// write returned or for an earlier write, finds since zero or recent and
+// does nothing.
+func (s *stallRelease) fire() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed || s.since.IsZero() || time.Since(s.since) < s.after {
+		return
+	}
+	if err := s.r.Release(); err != nil {
+		s.err = fmt.Errorf("release the iterator of a stalled stream: %w", err)
+		return
+	}
+	if s.b.o.Metrics != nil {
+		s.b.o.Metrics.Releases.Inc()
+	}
+	s.b.o.Log.Debug("range stream released its iterator: the client is not reading",
+		"stream", s.b.o.Name, "records", s.b.n, "after", s.after)
+}
+
+// failed returns (once) the error of a release that failed; nil on a nil
+// stallRelease.
+func (s *stallRelease) failed() error {
+	if s == nil {
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	err := s.err
+	s.err = nil
+	return err
+}
+
+// close stops any release to come; the Body closes the iterator next.
+func (s *stallRelease) close() {
+	if s == nil {
+		return
+	}
+	s.mu.Lock()
+	s.closed = true
+	s.mu.Unlock()
+	if s.timer != nil {
+		s.timer.Stop()
 	}
 }
 
@@ -170,7 +289,8 @@ func (b *Body) writeFailed(err error) error {
 
 // Read is the io.Reader fallback (fasthttp uses WriteTo). It loses the
 // one-record-per-chunk property of FormatChunks, since the reader decides
-// the chunk sizes.
+// the chunk sizes, and never releases the iterator: the writes are the
+// reader's.
 func (b *Body) Read(p []byte) (int, error) {
 	for len(b.pending) == 0 {
 		if b.pendErr != nil {
@@ -291,6 +411,7 @@ func (b *Body) Close() error {
 	if !b.finished && b.reason == "" {
 		b.abort(AbortClientGone, errors.New("body closed before the end"))
 	}
+	b.stall.close()
 	err := b.it.Close()
 	if b.o.OnClose != nil {
 		b.o.OnClose()

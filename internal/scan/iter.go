@@ -26,6 +26,17 @@ type Iterator interface {
 	Close() error
 }
 
+// Releaser is an Iterator that can give back what it pins while its
+// consumer waits, without losing its position: store.Iter gives back its
+// Pebble snapshot, and a Merge what its sources can. Key, Envelope and
+// Record stay valid across Release, and the next Next continues after the
+// current key, from a newer view of the source (store.Iter says which).
+// Release is not safe to call concurrently with the iterator's other
+// methods, and is a no-op on an iterator with nothing to give back.
+type Releaser interface {
+	Release() error
+}
+
 // DecoderIterator adapts a binary-framed stream whose values are record
 // envelopes (the internal endpoint's) to an Iterator. It checks what the
 // merge relies on: envelopes decode and keys strictly increase. closer, if

@@ -99,6 +99,22 @@ func (m *Merge) Close() error {
 	return errors.Join(errs...)
 }
 
+// Release releases every source that is a Releaser (a node's own store
+// iterator; another node's stream pins nothing here, and that node
+// releases its own iterator when the stream stalls). The sources keep
+// their current records, so the merge's state, which is their keys, holds.
+func (m *Merge) Release() error {
+	var errs []error
+	for _, s := range m.srcs {
+		if r, ok := s.(Releaser); ok {
+			if err := r.Release(); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
 // mergeHeap orders source indexes by their current key; equal keys by index
 // so the order is deterministic.
 type mergeHeap struct {

@@ -9,6 +9,9 @@ type Metrics struct {
 	Aborts *prometheus.CounterVec
 	// Records counts records streamed.
 	Records prometheus.Counter
+	// Releases counts the iterators streams released while their client
+	// was not reading (BodyOptions.ReleaseAfter).
+	Releases prometheus.Counter
 }
 
 // NewMetrics creates the instruments and registers them with reg (nil: not
@@ -23,9 +26,13 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "dhtkv_scan_records_total",
 			Help: "Records streamed by range scans.",
 		}),
+		Releases: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "dhtkv_scan_iterator_releases_total",
+			Help: "Iterators released by range streams whose client stopped reading (a write blocked past the release threshold, 100 ms by default).",
+		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.Aborts, m.Records)
+		reg.MustRegister(m.Aborts, m.Records, m.Releases)
 	}
 	return m
 }

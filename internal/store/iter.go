@@ -11,19 +11,36 @@ import (
 
 // Iter walks the store's records in increasing key order, tombstones
 // included. It reads a consistent snapshot of the store as of NewIter and
-// holds that snapshot's memtables and sstables until Close, so it must
-// always be closed, and not kept open longer than needed: a stalled Iter
-// pins memory that writes have since replaced.
+// holds that snapshot's memtables and sstables until Close, Release or its
+// end, so it must always be closed, and not kept open longer than needed:
+// a stalled Iter pins memory (and disk) that writes have since replaced.
 //
-// Key, Envelope and Record alias Pebble's memory and are valid until the
-// next call to Next or Close; nothing is copied per record.
+// Release gives the snapshot back without losing the position: the next
+// Next opens a new snapshot of the store as it is then, just after the
+// current key. Across a Release the walk is therefore not one snapshot:
+// each key still comes at most once and in increasing order, at a version
+// at least as new as the one the Iter would have shown without the
+// Release (last-write-wins only moves versions forward), but keys written
+// meanwhile behind the position are not seen and keys written or deleted
+// ahead of it are.
+//
+// Key, Envelope and Record alias Pebble's memory (after a Release, the
+// Iter's own copy) and are valid until the next call to Next or Close;
+// nothing is copied per record.
 type Iter struct {
-	it    *pebble.Iterator
-	key   []byte
-	env   []byte
-	rec   record.Record
-	err   error
-	first bool
+	s        *Store
+	it       *pebble.Iterator // nil once closed or released
+	lower    []byte           // prefixed lower bound; rewritten on reopen
+	upper    []byte           // prefixed upper bound
+	key      []byte
+	env      []byte
+	rec      record.Record
+	err      error
+	first    bool   // it is not positioned yet: the next Next calls First
+	done     bool   // the end was reached
+	closed   bool   // Close was called
+	released bool   // Release closed it; Next reopens it
+	held     []byte // key and envelope of the current record, kept across a Release
 }
 
 var dataUpper = []byte{dataPrefix + 1}
@@ -39,16 +56,30 @@ func (s *Store) NewIter(start, end []byte) (*Iter, error) {
 	if bytes.Compare(lower, upper) >= 0 {
 		upper = lower // empty range
 	}
-	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
-	if err != nil {
-		return nil, fmt.Errorf("new iterator in %s: %w", s.dir, err)
+	it := &Iter{s: s, lower: lower, upper: upper, first: true}
+	if err := it.open(); err != nil {
+		return nil, err
 	}
-	return &Iter{it: it, first: true}, nil
+	return it, nil
+}
+
+// open opens the Pebble iterator over [lower, upper).
+func (s *Iter) open() error {
+	it, err := s.s.db.NewIter(&pebble.IterOptions{LowerBound: s.lower, UpperBound: s.upper})
+	if err != nil {
+		return fmt.Errorf("new iterator in %s: %w", s.s.dir, err)
+	}
+	s.it = it
+	s.s.iters.Add(1)
+	return nil
 }
 
 // Next advances to the next record; false at the end or on an error (Err).
 func (s *Iter) Next() bool {
-	if s.it == nil || s.err != nil {
+	if s.closed || s.done || s.err != nil {
+		return false
+	}
+	if s.released && !s.reopen() {
 		return false
 	}
 	var ok bool
@@ -58,7 +89,12 @@ func (s *Iter) Next() bool {
 		ok = s.it.Next()
 	}
 	if !ok {
+		// No record is current any more: the snapshot can go at once.
+		s.done = true
 		if err := s.it.Error(); err != nil {
+			s.err = fmt.Errorf("scan store: %w", err)
+		}
+		if err := s.closeIt(); err != nil && s.err == nil {
 			s.err = fmt.Errorf("scan store: %w", err)
 		}
 		return false
@@ -83,6 +119,66 @@ func (s *Iter) Next() bool {
 	return true
 }
 
+// reopen opens a new Pebble iterator after a Release, starting just after
+// the current key (the smallest key above it is the key and a zero byte),
+// or where the range starts if Next never returned a record. It reports
+// false, with Err set or the end reached, when there is nothing to open.
+func (s *Iter) reopen() bool {
+	if !s.first {
+		s.lower = append(append(append(s.lower[:0], dataPrefix), s.key...), 0)
+		s.first = true
+	}
+	s.released = false
+	if bytes.Compare(s.lower, s.upper) >= 0 {
+		s.done = true
+		return false
+	}
+	if err := s.open(); err != nil {
+		s.err = fmt.Errorf("scan store: reopen after %q: %w", s.key, err)
+		return false
+	}
+	return true
+}
+
+// Release closes the Pebble iterator, so that the Iter no longer pins its
+// snapshot's memtables and sstables, and keeps the position: Key, Envelope
+// and Record stay valid (they are copied first) and the next Next reopens
+// an iterator just after the current key (see Iter for what the walk then
+// sees). A range stream calls it while its client does not read. It is a
+// no-op on an Iter already released or closed; it is not safe to call
+// concurrently with the Iter's other methods.
+func (s *Iter) Release() error {
+	if s.it == nil {
+		return nil
+	}
+	if !s.first && !s.done && s.err == nil {
+		// Positioned on a record whose key and envelope alias the
+		// iterator's memory.
+		s.held = append(append(s.held[:0], s.key...), s.env...)
+		s.key, s.env = s.held[:len(s.key):len(s.key)], s.held[len(s.key):]
+		var err error
+		if s.rec, err = record.Decode(s.env); err != nil {
+			s.err = fmt.Errorf("scan store: key %q: %w", s.key, err)
+		}
+	}
+	s.released = !s.done && s.err == nil
+	if err := s.closeIt(); err != nil {
+		return fmt.Errorf("release store iterator: %w", err)
+	}
+	return nil
+}
+
+// closeIt closes the Pebble iterator, if one is open.
+func (s *Iter) closeIt() error {
+	if s.it == nil {
+		return nil
+	}
+	err := s.it.Close()
+	s.it = nil
+	s.s.iters.Add(-1)
+	return err
+}
+
 // Key is the current record's key.
 func (s *Iter) Key() []byte { return s.key }
 
@@ -95,18 +191,24 @@ func (s *Iter) Record() record.Record { return s.rec }
 // Err is the error that ended the iteration, if any.
 func (s *Iter) Err() error { return s.err }
 
-// Close releases the snapshot; it is safe to call twice.
+// Close releases the snapshot; it is safe to call twice, and after
+// Release.
 func (s *Iter) Close() error {
-	if s.it == nil {
+	if s.closed {
 		return nil
 	}
-	err := s.it.Close()
-	s.it = nil
-	if err != nil {
+	s.closed = true
+	s.released = false
+	if err := s.closeIt(); err != nil {
 		return fmt.Errorf("close store iterator: %w", err)
 	}
 	return nil
 }
+
+// RangeIters is the number of Iters holding a Pebble iterator: made by
+// NewIter, and neither at their end, released nor closed. Each pins the memtables and
+// sstables of its snapshot.
+func (s *Store) RangeIters() int64 { return s.iters.Load() }
 
 // HasData reports whether any key was ever written (tombstones count).
 func (s *Store) HasData() (bool, error) {

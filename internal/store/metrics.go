@@ -14,13 +14,14 @@ import (
 type pebbleCollector struct {
 	metrics func() *pebble.Metrics
 	stalls  func() (uint64, time.Duration)
+	iters   func() int64
 	descs   map[string]*prometheus.Desc
 }
 
 // Collector exports Pebble's metrics and the store's write stalls (count,
 // total duration), read at scrape time. Register it once per store.
 func (s *Store) Collector() prometheus.Collector {
-	pc := &pebbleCollector{metrics: s.db.Metrics, stalls: s.Stalls, descs: map[string]*prometheus.Desc{}}
+	pc := &pebbleCollector{metrics: s.db.Metrics, stalls: s.Stalls, iters: s.RangeIters, descs: map[string]*prometheus.Desc{}}
 	for name, help := range map[string]string{
 		"dhtkv_pebble_compactions_total":         "Compactions completed.",
 		"dhtkv_pebble_compaction_debt_bytes":     "Estimated bytes to compact for the LSM to reach a stable state.",
@@ -31,6 +32,9 @@ func (s *Store) Collector() prometheus.Collector {
 		"dhtkv_pebble_read_amplification":        "Read amplification of the whole LSM.",
 		"dhtkv_pebble_memtable_bytes":            "Bytes allocated by memtables (including queued ones).",
 		"dhtkv_pebble_memtables":                 "Memtables in memory.",
+		"dhtkv_pebble_zombie_memtable_bytes":     "Bytes of memtables already flushed that open iterators still pin in memory.",
+		"dhtkv_pebble_zombie_table_bytes":        "Bytes of sstables already compacted away that open iterators still pin on disk.",
+		"dhtkv_store_range_iterators":            "Range iterators on the store (scans, summaries) holding a snapshot: neither ended, released nor closed.",
 		"dhtkv_pebble_wal_bytes_written_total":   "Bytes written to the WAL.",
 		"dhtkv_pebble_wal_files":                 "Live WAL files.",
 		"dhtkv_pebble_disk_usage_bytes":          "Bytes on disk used by the store.",
@@ -66,6 +70,9 @@ func (p *pebbleCollector) Collect(ch chan<- prometheus.Metric) {
 	emit("dhtkv_pebble_read_amplification", prometheus.GaugeValue, float64(pm.ReadAmp()))
 	emit("dhtkv_pebble_memtable_bytes", prometheus.GaugeValue, float64(pm.MemTable.Size))
 	emit("dhtkv_pebble_memtables", prometheus.GaugeValue, float64(pm.MemTable.Count))
+	emit("dhtkv_pebble_zombie_memtable_bytes", prometheus.GaugeValue, float64(pm.MemTable.ZombieSize))
+	emit("dhtkv_pebble_zombie_table_bytes", prometheus.GaugeValue, float64(pm.Table.ZombieSize))
+	emit("dhtkv_store_range_iterators", prometheus.GaugeValue, float64(p.iters()))
 	emit("dhtkv_pebble_wal_bytes_written_total", prometheus.CounterValue, float64(pm.WAL.BytesWritten))
 	emit("dhtkv_pebble_wal_files", prometheus.GaugeValue, float64(pm.WAL.Files))
 	emit("dhtkv_pebble_disk_usage_bytes", prometheus.GaugeValue, float64(pm.DiskSpaceUsage()))

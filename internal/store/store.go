@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -99,6 +100,9 @@ type Store struct {
 	summary  summary
 	gc       gcState
 	log      *slog.Logger
+	// iters counts the Iters holding a Pebble iterator (open and not
+	// released): each pins the memtables and sstables of its snapshot.
+	iters atomic.Int64
 }
 
 // Open opens (creating if needed) the store in dir.
