@@ -173,7 +173,7 @@ func TestPeerCallOutlivesBatchMatesDeadline(t *testing.T) {
 	apply := func(key string, deadline time.Time) chan result {
 		r := make(chan result, 1)
 		go func() {
-			_, err := p.Apply([]byte(key), env, deadline)
+			_, err := p.Apply([]byte(key), env, 0, deadline)
 			r <- result{err, time.Now()}
 		}()
 		return r
