@@ -69,6 +69,10 @@ func (c *Cluster) Decommission(t testing.TB, via, i int) {
 }
 
 // AwaitLeft waits until node i knows it was decommissioned, then stops it.
+// The stop is given the node's read timeout and more: now and then a
+// connection from another node is mid-request when the node leaves, and
+// holds fasthttp's graceful shutdown until the read timeout ends it (seen
+// as a 28 s stop once in about ten runs; not diagnosed further).
 func (c *Cluster) AwaitLeft(t testing.TB, i int, timeout time.Duration) {
 	t.Helper()
 	n := c.Node(i)
@@ -78,7 +82,12 @@ func (c *Cluster) AwaitLeft(t testing.TB, i int, timeout time.Duration) {
 	case <-time.After(timeout):
 		t.Fatalf("node %d did not learn that it left within %v", i, timeout)
 	}
-	c.StopNode(i)
+	start := time.Now()
+	c.mu.Lock()
+	c.nodes[i] = nil
+	c.mu.Unlock()
+	c.stop(i, n, c.cfgs[i].ReadTimeout+10*time.Second)
+	t.Logf("node %d stopped in %v", i, time.Since(start))
 }
 
 // AwaitStable waits until every running member has installed the same

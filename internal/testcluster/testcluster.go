@@ -165,7 +165,13 @@ func (c *Cluster) StopNode(i int) {
 	if n == nil {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	c.stop(i, n, 10*time.Second)
+}
+
+// stop shuts node n (index i) down within d.
+func (c *Cluster) stop(i int, n *node.Node, d time.Duration) {
+	c.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
 	require.NoError(c.t, n.Shutdown(ctx), "stop node %d", i)
 }
