@@ -21,27 +21,45 @@ import (
 	"github.com/dhtkv/dhtkv/internal/testcluster"
 )
 
-// unreadBytes is how many bytes the kernel holds, received but not yet
-// read by the node, on the node's established connections on port: 0
-// once the node has read everything its clients sent
-// (/proc/net/tcp's rx_queue of the server-side sockets).
-func unreadBytes(t *testing.T, port int) (sockets int, unread int64) {
+// tcpQueue is one server-side socket's queues in /proc/net/tcp: bytes
+// sent but not yet taken by the client (tx), and received but not yet read
+// by the node (rx).
+type tcpQueue struct{ tx, rx int64 }
+
+// serverQueues lists the queues of the node's established connections on
+// port.
+func serverQueues(t *testing.T, port int) []tcpQueue {
 	t.Helper()
 	b, err := os.ReadFile("/proc/net/tcp")
 	require.NoError(t, err)
 	suffix := fmt.Sprintf(":%04X", port)
+	var qs []tcpQueue
 	for _, line := range strings.Split(string(b), "\n")[1:] {
 		f := strings.Fields(line)
 		if len(f) < 5 || !strings.HasSuffix(f[1], suffix) || f[3] != "01" { // 01: ESTABLISHED
 			continue
 		}
-		_, rx, _ := strings.Cut(f[4], ":")
-		n, err := strconv.ParseInt(rx, 16, 64)
+		tx, rx, _ := strings.Cut(f[4], ":")
+		var q tcpQueue
+		q.tx, err = strconv.ParseInt(tx, 16, 64)
 		require.NoError(t, err)
-		sockets++
-		unread += n
+		q.rx, err = strconv.ParseInt(rx, 16, 64)
+		require.NoError(t, err)
+		qs = append(qs, q)
 	}
-	return sockets, unread
+	return qs
+}
+
+// unreadBytes is how many bytes the kernel holds, received but not yet
+// read by the node, on the node's established connections on port: 0
+// once the node has read everything its clients sent.
+func unreadBytes(t *testing.T, port int) (sockets int, unread int64) {
+	t.Helper()
+	qs := serverQueues(t, port)
+	for _, q := range qs {
+		unread += q.rx
+	}
+	return len(qs), unread
 }
 
 // heapInUse is the process's live heap after a collection: the node runs

@@ -7,12 +7,10 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os"
 	"runtime"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -51,24 +49,14 @@ func settledHeap() uint64 {
 }
 
 // sendQueues is how many bytes the node's established connections on
-// port have sent but their clients not yet taken (/proc/net/tcp's
-// tx_queue of the server-side sockets), and how many of them hold some.
+// port have sent but their clients not yet taken, and how many of them
+// hold some.
 func sendQueues(t *testing.T, port int) (busy int, queued int64) {
 	t.Helper()
-	b, err := os.ReadFile("/proc/net/tcp")
-	require.NoError(t, err)
-	suffix := fmt.Sprintf(":%04X", port)
-	for _, line := range strings.Split(string(b), "\n")[1:] {
-		f := strings.Fields(line)
-		if len(f) < 5 || !strings.HasSuffix(f[1], suffix) || f[3] != "01" { // 01: ESTABLISHED
-			continue
-		}
-		tx, _, _ := strings.Cut(f[4], ":")
-		n, err := strconv.ParseInt(tx, 16, 64)
-		require.NoError(t, err)
-		if n > 0 {
+	for _, q := range serverQueues(t, port) {
+		if q.tx > 0 {
 			busy++
-			queued += n
+			queued += q.tx
 		}
 	}
 	return busy, queued
@@ -92,18 +80,7 @@ func TestLargeValueSlowReadersShareTheCachedBytes(t *testing.T) {
 		before := settledHeap()
 		req := strings.Repeat("GET /v0/entity?id=big HTTP/1.1\r\nHost: x\r\n\r\n", pipelined)
 		for range conns {
-			d := net.Dialer{Control: func(_, _ string, rc syscall.RawConn) error {
-				var serr error
-				err := rc.Control(func(fd uintptr) { serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 4096) })
-				if err != nil {
-					return err
-				}
-				return serr
-			}}
-			conn, err := d.Dial("tcp", addr)
-			require.NoError(t, err)
-			t.Cleanup(func() { conn.Close() })
-			_, err = io.WriteString(conn, req)
+			_, err := io.WriteString(testcluster.Dial(t, addr, 4096), req)
 			require.NoError(t, err)
 		}
 		// Every connection's answers have filled its socket buffers: the
@@ -189,9 +166,7 @@ type rawClient struct {
 var getBig = []byte("GET /v0/entity?id=big HTTP/1.1\r\nHost: x\r\n\r\n")
 
 func dialRaw(b *testing.B, addr string) *rawClient {
-	conn, err := net.Dial("tcp", addr)
-	require.NoError(b, err)
-	b.Cleanup(func() { conn.Close() })
+	conn := testcluster.Dial(b, addr, 0)
 	return &rawClient{conn: conn, br: bufio.NewReaderSize(conn, 64<<10)}
 }
 

@@ -47,10 +47,11 @@ type RawConn struct {
 	*ChunkedReader
 }
 
-// RawGet sends GET pathQuery to addr (host:port) and reads the status and
-// headers. rcvBuf > 0 sets the socket's receive buffer before connecting,
-// so that a client that stops reading really stalls the sender.
-func RawGet(t testing.TB, addr, pathQuery string, rcvBuf int) *RawConn {
+// Dial connects to addr (host:port) and closes the connection at the end
+// of the test. rcvBuf > 0 sets the socket's receive buffer before
+// connecting, so that a client that stops reading really stalls the
+// sender.
+func Dial(t testing.TB, addr string, rcvBuf int) net.Conn {
 	t.Helper()
 	d := net.Dialer{Timeout: 5 * time.Second}
 	if rcvBuf > 0 {
@@ -68,7 +69,16 @@ func RawGet(t testing.TB, addr, pathQuery string, rcvBuf int) *RawConn {
 	conn, err := d.Dial("tcp", addr)
 	require.NoError(t, err)
 	t.Cleanup(func() { conn.Close() })
-	_, err = fmt.Fprintf(conn, "GET %s HTTP/1.1\r\nHost: %s\r\n\r\n", pathQuery, addr)
+	return conn
+}
+
+// RawGet sends GET pathQuery to addr (host:port) and reads the status and
+// headers. rcvBuf > 0 sets the socket's receive buffer before connecting,
+// so that a client that stops reading really stalls the sender.
+func RawGet(t testing.TB, addr, pathQuery string, rcvBuf int) *RawConn {
+	t.Helper()
+	conn := Dial(t, addr, rcvBuf)
+	_, err := fmt.Fprintf(conn, "GET %s HTTP/1.1\r\nHost: %s\r\n\r\n", pathQuery, addr)
 	require.NoError(t, err)
 	rc := &RawConn{Conn: conn, Wire: bufio.NewReaderSize(conn, 4096)}
 	tp := textproto.NewReader(rc.Wire)
