@@ -133,10 +133,13 @@ func (mv *mover) copyGained(ctx context.Context, v *view) {
 		c.moved.Store(v.m.Epoch)
 		return
 	}
-	parts := 0
+	gained := map[partition.ID]bool{} // each has several sources
 	for _, ps := range from {
-		parts = max(parts, len(ps))
+		for _, p := range ps {
+			gained[p] = true
+		}
 	}
+	parts := len(gained)
 	start := time.Now()
 	var total ExchangeStats
 	c.log.Info("membership: copying the partitions this node gains", "epoch", v.m.Epoch, "partitions", parts, "sources", len(from))

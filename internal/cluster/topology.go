@@ -27,7 +27,7 @@ type Topology struct {
 
 // ParseTopology validates the --cluster list and locates --self in it.
 func ParseTopology(list, self string) (Topology, error) {
-	selfN, err := normalizeURL(self)
+	selfN, err := membership.NormalizeURL(self)
 	if err != nil {
 		return Topology{}, fmt.Errorf("--self: %w", err)
 	}
@@ -39,7 +39,7 @@ func ParseTopology(list, self string) (Topology, error) {
 		if raw == "" {
 			continue
 		}
-		n, err := normalizeURL(raw)
+		n, err := membership.NormalizeURL(raw)
 		if err != nil {
 			return Topology{}, fmt.Errorf("--cluster: %w", err)
 		}
@@ -65,7 +65,6 @@ func ParseTopology(list, self string) (Topology, error) {
 	return t, nil
 }
 
-func normalizeURL(s string) (string, error) { return membership.NormalizeURL(s) }
 
 // Size is the number of nodes.
 func (t Topology) Size() int { return len(t.Nodes) }

@@ -81,7 +81,7 @@ func (v *view) writeSets(key []byte, from int, oldBuf, newBuf []int) (old, new [
 	return old, new
 }
 
-// members returns the ids of every node of the map but this one.
+// others returns the ids of every node of the map but this one.
 func (v *view) others() []int {
 	out := make([]int, 0, len(v.m.Nodes))
 	for _, n := range v.m.Nodes {

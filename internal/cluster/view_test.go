@@ -3,6 +3,7 @@ package cluster
 import (
 	"io"
 	"log/slog"
+	"slices"
 	"testing"
 	"time"
 
@@ -64,22 +65,10 @@ func TestViewRoutesByStage(t *testing.T) {
 			} else {
 				require.Equal(t, old, reads)
 			}
-			if !slicesEqual(old, new) {
+			if !slices.Equal(old, new) {
 				moved++
 			}
 		}
 		require.Positive(t, moved, "some keys move to the new node")
 	}
-}
-
-func slicesEqual(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }

@@ -38,7 +38,6 @@ type membershipLoad struct {
 	stop    chan struct{}
 	wg      sync.WaitGroup
 	failed  atomic.Int64 // requests answered other than 2xx/404
-	latency []time.Duration
 }
 
 func (l *membershipLoad) setURLs(urls ...string) {
@@ -74,7 +73,6 @@ func (l *membershipLoad) start() {
 				l.mu.Lock()
 				via := l.urls[r.IntN(len(l.urls))]
 				l.mu.Unlock()
-				start := time.Now()
 				var code int
 				if r.IntN(3) == 0 { // a key of its own: the checker wants one writer a key
 					key := loadKey(w, r.IntN(l.keys))
@@ -83,10 +81,6 @@ func (l *membershipLoad) start() {
 					key := loadKey(r.IntN(l.workers), r.IntN(l.keys))
 					code = get(l.rec, l.cl, via, fmt.Sprintf("reader%d", w), key, 2, 3)
 				}
-				took := time.Since(start)
-				l.mu.Lock()
-				l.latency = append(l.latency, took)
-				l.mu.Unlock()
 				if code != http.StatusOK && code != http.StatusCreated && code != http.StatusNotFound {
 					l.failed.Add(1)
 				}
