@@ -65,6 +65,5 @@ func ParseTopology(list, self string) (Topology, error) {
 	return t, nil
 }
 
-
 // Size is the number of nodes.
 func (t Topology) Size() int { return len(t.Nodes) }
