@@ -68,11 +68,8 @@ func (c *Cluster) Decommission(t testing.TB, via, i int) {
 	require.NoError(t, err)
 }
 
-// AwaitLeft waits until node i knows it was decommissioned, then stops it.
-// The stop is given the node's read timeout and more: now and then a
-// connection from another node is mid-request when the node leaves, and
-// holds fasthttp's graceful shutdown until the read timeout ends it (seen
-// as a 28 s stop once in about ten runs; not diagnosed further).
+// AwaitLeft waits until node i knows it was decommissioned, then stops it
+// (within its read timeout and more, as StopNode).
 func (c *Cluster) AwaitLeft(t testing.TB, i int, timeout time.Duration) {
 	t.Helper()
 	n := c.Node(i)

@@ -165,10 +165,14 @@ func (c *Cluster) StopNode(i int) {
 	if n == nil {
 		return
 	}
-	c.stop(i, n, 10*time.Second)
+	c.stop(i, n, c.cfgs[i].ReadTimeout+10*time.Second)
 }
 
-// stop shuts node n (index i) down within d.
+// stop shuts node n (index i) down within d. Callers give it the node's
+// read timeout and more: now and then, after load, a connection is still
+// mid-request when the node stops and holds fasthttp's graceful shutdown
+// until the read timeout ends it (about one run in ten of the membership
+// load test; not diagnosed further, see the issue 13 note).
 func (c *Cluster) stop(i int, n *node.Node, d time.Duration) {
 	c.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), d)
