@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"slices"
 	"sync"
 	"time"
 
@@ -252,7 +251,7 @@ func (a *antiEntropy) startDue() time.Time {
 // runExchange runs one exchange with peer i and schedules the next.
 func (a *antiEntropy) runExchange(i int) ExchangeStats {
 	v := a.c.v()
-	st, err := a.exchange(a.ctx, v, i, a.c.sharedPartitions(v, i), false)
+	st, err := a.exchange(a.ctx, v, i, v.Shared(v.self, i), false)
 	a.mu.Lock()
 	s := &a.state[i]
 	s.Running, s.Last = false, &st
@@ -411,22 +410,6 @@ func (a *antiEntropy) setProgress(i int, f float64) {
 	a.state[i].Progress = f
 	a.mu.Unlock()
 	a.c.m.aeProgress.WithLabelValues(a.state[i].Peer).Set(f)
-}
-
-// sharedPartitions returns the partitions of which both this node and
-// node i are replicas, in the old or the new set of a change under way.
-func (c *Coordinator) sharedPartitions(v *view, i int) []partition.ID {
-	var out []partition.ID
-	var oldBuf, newBuf [maxReplicas]int
-	for p := range partition.Count {
-		old := v.old.PartitionReplicas(partition.ID(p), v.replicas, oldBuf[:0])
-		new := v.new.PartitionReplicas(partition.ID(p), v.replicas, newBuf[:0])
-		has := func(n int) bool { return slices.Contains(old, n) || slices.Contains(new, n) }
-		if has(v.self) && has(i) {
-			out = append(out, partition.ID(p))
-		}
-	}
-	return out
 }
 
 var errDiffersStill = errors.New("keys left differing")

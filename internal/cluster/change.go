@@ -206,7 +206,7 @@ func (d *driver) handOnce(m *membership.Map, n membership.Node) {
 func (d *driver) awaitMoved(v *view) bool {
 	c := d.c
 	pending := map[int]bool{}
-	for _, n := range gainers(v) {
+	for _, n := range v.Gainers() {
 		pending[n] = true
 	}
 	for len(pending) > 0 {

@@ -265,7 +265,7 @@ func NewCoordinator(m *membership.Map, self int, clock *hlc.Clock, local *replic
 
 // Replicas is the replication factor: how many nodes keep each
 // partition, the largest from a request may ask.
-func (c *Coordinator) Replicas() int { return c.v().replicas }
+func (c *Coordinator) Replicas() int { return c.v().Replicas }
 
 // Timeout is the per-request replica deadline.
 func (c *Coordinator) Timeout() time.Duration { return c.timeout }
@@ -333,8 +333,8 @@ func (c *Coordinator) Get(key []byte, ack, from int) (Result, error) {
 
 func (c *Coordinator) get(v *view, key []byte, ack, from int) (Result, error) {
 	var buf [maxReplicas]int
-	reps := v.readReplicas(key, from, buf[:0])
-	if len(reps) == 1 && reps[0] == v.self && !v.moving {
+	reps := v.ReadReplicas(key, from, buf[:0])
+	if len(reps) == 1 && reps[0] == v.self && !v.Moving {
 		// Single local replica: no copy, no goroutine, no channel.
 		a := c.localGet(v, key)
 		if a.err != nil {
@@ -427,7 +427,7 @@ func (c *Coordinator) Write(key, value []byte, tombstone bool, ttl time.Duration
 
 func (c *Coordinator) write(v *view, key []byte, rec *record.Record, ttl time.Duration, ack, from int) error {
 	var oldBuf, newBuf [maxReplicas]int
-	old, new := v.writeSets(key, from, oldBuf[:0], newBuf[:0])
+	old, new := v.WriteSets(key, from, oldBuf[:0], newBuf[:0])
 	if len(old) == 1 && old[0] == v.self && new == nil {
 		return c.localApply(v, key, rec) // the store copies key and value into its batch
 	}

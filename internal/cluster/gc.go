@@ -137,14 +137,14 @@ func (g *collector) pass() int {
 	synced := c.ae.syncedSince()
 	removed := 0
 	v := c.v()
-	if v.moving {
+	if v.Moving {
 		return 0 // see the rule above: not while partitions move
 	}
 	var buf [maxReplicas]int
 	var cands []store.Candidate
 	for p := range partition.Count {
 		part := partition.ID(p)
-		reps := v.old.PartitionReplicas(part, v.replicas, buf[:0])
+		reps := v.OldReplicas(part, buf[:0])
 		arrivedBefore, mine := now, false
 		for _, r := range reps {
 			if r == v.self {

@@ -54,7 +54,7 @@ func (mv *mover) update(v *view) {
 	switch {
 	case v.m.Change != nil && v.m.Change.Stage == membership.Stream:
 		job = func(ctx context.Context) { mv.copyGained(ctx, v) }
-	case v.m.Change == nil && prev != nil && prev.moving:
+	case v.m.Change == nil && prev != nil && prev.Moving:
 		// A change just ended (install marked the cleanup pending).
 		job = func(ctx context.Context) { mv.cleanup(ctx, v) }
 	case v.m.Change == nil && prev == nil:
@@ -87,48 +87,11 @@ func (mv *mover) close() {
 	mv.done.Wait()
 }
 
-// gains returns, by old replica, the partitions that node gains in v's
-// change (in its new set, not in its old).
-func gains(v *view, node int) map[int][]partition.ID {
-	out := map[int][]partition.ID{}
-	var oldBuf, newBuf [maxReplicas]int
-	for p := range partition.Count {
-		part := partition.ID(p)
-		old := v.old.PartitionReplicas(part, v.replicas, oldBuf[:0])
-		new := v.new.PartitionReplicas(part, v.replicas, newBuf[:0])
-		if !slices.Contains(new, node) || slices.Contains(old, node) {
-			continue
-		}
-		for _, r := range old {
-			out[r] = append(out[r], part)
-		}
-	}
-	return out
-}
-
-// gainers returns the nodes that gain partitions in v's change.
-func gainers(v *view) []int {
-	var out []int
-	var oldBuf, newBuf [maxReplicas]int
-	seen := map[int]bool{}
-	for p := range partition.Count {
-		old := v.old.PartitionReplicas(partition.ID(p), v.replicas, oldBuf[:0])
-		for _, n := range v.new.PartitionReplicas(partition.ID(p), v.replicas, newBuf[:0]) {
-			if !seen[n] && !slices.Contains(old, n) {
-				seen[n] = true
-				out = append(out, n)
-			}
-		}
-	}
-	slices.Sort(out)
-	return out
-}
-
 // copyGained copies the partitions this node gains in v's change from
 // each of their old replicas, until every copy succeeded or ctx ends.
 func (mv *mover) copyGained(ctx context.Context, v *view) {
 	c := mv.c
-	from := gains(v, v.self)
+	from := v.Gains(v.self)
 	if len(from) == 0 {
 		c.moved.Store(v.m.Epoch)
 		return
@@ -185,7 +148,7 @@ func (mv *mover) cleanup(ctx context.Context, v *view) {
 			return
 		}
 		part := partition.ID(p)
-		if slices.Contains(v.old.PartitionReplicas(part, v.replicas, buf[:0]), v.self) {
+		if slices.Contains(v.OldReplicas(part, buf[:0]), v.self) {
 			continue
 		}
 		n, err := c.local.DropPartition(part)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/dhtkv/dhtkv/internal/membership"
+	"github.com/dhtkv/dhtkv/internal/placement"
 	"github.com/dhtkv/dhtkv/internal/rpc"
 )
 
@@ -20,14 +21,11 @@ import (
 type view struct {
 	m    *membership.Map
 	self int // this node's id; -1 once the map no longer has it (decommissioned)
-	// old places partitions before the change under way, new after it;
-	// both are the map's placement when no change is under way.
-	old, new *Placement
-	moving   bool // a change is under way: writes reach ack replicas of both sets
-	readNew  bool // stage read-new: reads use the new set
-	replicas int  // the replication factor, at most the smaller set's size
-	peers    []*peer
-	since    time.Time // when this node installed the view
+	// The replica sets before and after the change under way, and which
+	// of them requests use at the map's stage.
+	*placement.Sets
+	peers []*peer
+	since time.Time // when this node installed the view
 }
 
 // newView derives the view of m for node self.
@@ -39,12 +37,7 @@ func (c *Coordinator) newView(m *membership.Map, self int) *view {
 	if n := m.Node(self); n != nil && (c.selfURL == "" || n.URL == c.selfURL) {
 		v.self = self
 	}
-	v.old, v.new = NewPlacement(m.Old()), NewPlacement(m.New())
-	if ch := m.Change; ch != nil {
-		v.moving = true
-		v.readNew = ch.Stage == membership.ReadNew
-	}
-	v.replicas = min(m.Replicas, v.old.Size(), v.new.Size())
+	v.Sets = placement.Of(m)
 	for _, n := range m.Nodes {
 		if n.ID != self {
 			v.peers[n.ID] = c.peerFor(n.URL)
@@ -59,26 +52,6 @@ func (v *view) url(id int) string {
 		return n.URL
 	}
 	return fmt.Sprintf("node %d (no longer a member)", id)
-}
-
-// readReplicas appends the ids of the first from replicas of key that a
-// read asks: the old set's until the change under way reaches read-new.
-func (v *view) readReplicas(key []byte, from int, dst []int) []int {
-	if v.readNew {
-		return v.new.Replicas(key, from, dst)
-	}
-	return v.old.Replicas(key, from, dst)
-}
-
-// writeSets returns the first from replicas of key in the old set and,
-// while a change is under way, in the new set (nil otherwise). A write
-// must reach ack replicas of each.
-func (v *view) writeSets(key []byte, from int, oldBuf, newBuf []int) (old, new []int) {
-	old = v.old.Replicas(key, from, oldBuf)
-	if v.moving {
-		new = v.new.Replicas(key, from, newBuf)
-	}
-	return old, new
 }
 
 // others returns the ids of every node of the map but this one.
@@ -216,7 +189,7 @@ func (c *Coordinator) install(m *membership.Map) (bool, error) {
 		c.installMu.Unlock()
 		return false, fmt.Errorf("%w: %016x, this node's is %016x", ErrOtherCluster, m.Cluster, cur.m.Cluster)
 	}
-	if cur.moving && m.Change == nil {
+	if cur.Moving && m.Change == nil {
 		// A change ends: the partitions no longer held are dropped
 		// (move.go), and a restart must finish that.
 		if err := c.local.Store.SetCleanupPending(true); err != nil {

@@ -18,9 +18,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/dhtkv/dhtkv/internal/cluster"
 	"github.com/dhtkv/dhtkv/internal/membership"
 	"github.com/dhtkv/dhtkv/internal/node"
+	"github.com/dhtkv/dhtkv/internal/placement"
 	"github.com/dhtkv/dhtkv/internal/record"
 	"github.com/dhtkv/dhtkv/internal/rpc"
 	"github.com/dhtkv/dhtkv/internal/testcluster"
@@ -44,9 +44,9 @@ func withExtraMembers(urls ...string) testcluster.Option {
 }
 
 // placementOf computes the cluster's placement the way every node does.
-func placementOf(t testing.TB, c *testcluster.Cluster) *cluster.Placement {
+func placementOf(t testing.TB, c *testcluster.Cluster) *placement.Placement {
 	t.Helper()
-	topo, err := cluster.ParseTopology(c.Config(0).Cluster, c.URL(0))
+	topo, err := membership.ParseTopology(c.Config(0).Cluster, c.URL(0))
 	require.NoError(t, err)
 	require.GreaterOrEqual(t, topo.Size(), c.Size())
 	for i := range c.Size() {
@@ -54,17 +54,17 @@ func placementOf(t testing.TB, c *testcluster.Cluster) *cluster.Placement {
 	}
 	m, err := membership.Seed(topo.Nodes, 0)
 	require.NoError(t, err)
-	return cluster.NewPlacement(m.Nodes)
+	return placement.New(m.Nodes)
 }
 
 // replicasOf returns key's first `from` replicas.
-func replicasOf(p *cluster.Placement, key string, from int) []int {
+func replicasOf(p *placement.Placement, key string, from int) []int {
 	return p.Replicas([]byte(key), from, nil)
 }
 
 // findKey returns a key (prefix + counter) whose first len(want) replicas are
 // exactly want, in that order.
-func findKey(t testing.TB, p *cluster.Placement, prefix string, want ...int) string {
+func findKey(t testing.TB, p *placement.Placement, prefix string, want ...int) string {
 	t.Helper()
 	for i := range 100_000 {
 		k := fmt.Sprintf("%s-%d", prefix, i)
@@ -77,7 +77,7 @@ func findKey(t testing.TB, p *cluster.Placement, prefix string, want ...int) str
 }
 
 // findKeySet is findKey ignoring the order of the replicas.
-func findKeySet(t testing.TB, p *cluster.Placement, prefix string, want ...int) string {
+func findKeySet(t testing.TB, p *placement.Placement, prefix string, want ...int) string {
 	t.Helper()
 	sorted := slices.Sorted(slices.Values(want))
 	for i := range 100_000 {

@@ -21,6 +21,7 @@ import (
 	"github.com/dhtkv/dhtkv/internal/membership"
 	"github.com/dhtkv/dhtkv/internal/node"
 	"github.com/dhtkv/dhtkv/internal/partition"
+	"github.com/dhtkv/dhtkv/internal/placement"
 	"github.com/dhtkv/dhtkv/internal/testcluster"
 )
 
@@ -108,7 +109,7 @@ func holderURLs(t *testing.T, c *testcluster.Cluster, cl *testcluster.Client, ke
 
 // replicaURLs is key's replicas under m, as URLs, sorted.
 func replicaURLs(m *membership.Map, key string) []string {
-	p := cluster.NewPlacement(m.Nodes)
+	p := placement.New(m.Nodes)
 	var out []string
 	for _, id := range p.Replicas([]byte(key), m.Replicas, nil) {
 		out = append(out, m.Node(id).URL)
@@ -205,7 +206,7 @@ func TestMembershipJoinMovesOnlyItsShare(t *testing.T) {
 	joiner := c.AddNode(t, 0)
 	c.Join(t, 0, joiner)
 	after := c.AwaitStable(t, 60*time.Second)
-	po, pn := cluster.NewPlacement(before.Nodes), cluster.NewPlacement(after.Nodes)
+	po, pn := placement.New(before.Nodes), placement.New(after.Nodes)
 	gained := 0
 	for p := range partition.Count {
 		o := po.PartitionReplicas(partition.ID(p), 2, nil)

@@ -1,7 +1,7 @@
 // Package membership holds the cluster map: which nodes form the cluster,
 // under which identities, and which membership change is under way and at
 // what stage. The map is the source of truth for placement (package
-// cluster places partitions over its nodes); every node persists it, and
+// placement places partitions over its nodes); every node persists it, and
 // every node-to-node request carries its epoch (docs/membership.md).
 //
 // A Map is a value: it is never modified once built. Changes make a new

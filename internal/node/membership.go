@@ -16,7 +16,7 @@ import (
 // it: the map in the data directory; else, with --join, the member's
 // (joined is then true); else one seeded from --cluster. A map taken or
 // seeded is stored before anything else happens.
-func (n *Node) clusterMap(topo cluster.Topology, peerTLS *tls.Config) (m *membership.Map, self int, joined bool, err error) {
+func (n *Node) clusterMap(topo membership.Topology, peerTLS *tls.Config) (m *membership.Map, self int, joined bool, err error) {
 	cfg := n.cfg
 	selfURL, err := membership.NormalizeURL(cfg.Self)
 	if err != nil {

@@ -337,7 +337,7 @@ func New(cfg Config) (_ *Node, err error) {
 	if cfg.Self == "" {
 		cfg.Self = "http://" + cfg.Listen
 	}
-	topo, err := cluster.ParseTopology(cfg.Cluster, cfg.Self)
+	topo, err := membership.ParseTopology(cfg.Cluster, cfg.Self)
 	if err != nil {
 		return nil, err
 	}
@@ -345,7 +345,7 @@ func New(cfg Config) (_ *Node, err error) {
 		if cfg.Join, err = membership.NormalizeURL(cfg.Join); err != nil {
 			return nil, fmt.Errorf("--join: %w", err)
 		}
-		topo = cluster.Topology{Nodes: []string{cfg.Join}, Self: -1}
+		topo = membership.Topology{Nodes: []string{cfg.Join}, Self: -1}
 	}
 	if err := cfg.validate(); err != nil {
 		return nil, err

@@ -13,7 +13,7 @@ import (
 // node has finished copying its share from the others after it started
 // with an empty directory (see cluster.Coordinator.Rebuild).
 type Identity struct {
-	Cluster    uint64 // cluster.Topology.ID of the cluster it belongs to
+	Cluster    uint64 // membership.Map.Cluster of the cluster it belongs to
 	Node       int    // this node's index in that cluster
 	Rebuilding bool   // still copying its share; its reads are not to be trusted
 	// Formed is set once this node has seen every other node answer: the

@@ -1,4 +1,9 @@
-package cluster
+// Package placement decides which nodes hold which keys: rendezvous
+// hashing of the fixed partitions over a cluster map's nodes (Placement),
+// and what a map derives from it (Sets): the replica sets before and after
+// a change under way, the partitions two nodes share, and the partitions
+// each node gains. It is pure: no I/O, no clock, no state.
+package placement
 
 import (
 	"github.com/dhtkv/dhtkv/internal/membership"
@@ -27,8 +32,8 @@ type Placement struct {
 	nodeSeeds []uint64
 }
 
-// NewPlacement places over nodes.
-func NewPlacement(nodes []membership.Node) *Placement {
+// New places over nodes.
+func New(nodes []membership.Node) *Placement {
 	p := &Placement{ids: make([]int, len(nodes)), nodeSeeds: make([]uint64, len(nodes))}
 	for i, n := range nodes {
 		p.ids[i], p.nodeSeeds[i] = n.ID, n.Seed

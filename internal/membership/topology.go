@@ -1,22 +1,14 @@
-// Package cluster places keys on nodes and coordinates requests across the
-// replicas of a key: the view of the cluster map (view.go), placement
-// (rendezvous hashing), the coordinator (fan-out, ack counting,
-// newest-version-wins, read hedging, cluster-wide scans), and what keeps
-// replicas in step and moves them: hints, read repair, anti-entropy,
-// garbage collection, membership changes (change.go, move.go). It reaches
-// other nodes through package rpc.
-package cluster
+package membership
 
 import (
 	"fmt"
 	"strings"
 
 	"github.com/dhtkv/dhtkv/internal/hlc"
-	"github.com/dhtkv/dhtkv/internal/membership"
 )
 
 // Topology is the --cluster list as given: it seeds the cluster map on a
-// node's first start (membership.Seed), which is the source of truth from
+// node's first start (Seed), which is the source of truth from
 // then on. Every node of a new cluster is started with the same list; a
 // node's index in it becomes its id (the HLC tie-break), so the order of
 // --cluster must be the same everywhere.
@@ -27,7 +19,7 @@ type Topology struct {
 
 // ParseTopology validates the --cluster list and locates --self in it.
 func ParseTopology(list, self string) (Topology, error) {
-	selfN, err := membership.NormalizeURL(self)
+	selfN, err := NormalizeURL(self)
 	if err != nil {
 		return Topology{}, fmt.Errorf("--self: %w", err)
 	}
@@ -39,7 +31,7 @@ func ParseTopology(list, self string) (Topology, error) {
 		if raw == "" {
 			continue
 		}
-		n, err := membership.NormalizeURL(raw)
+		n, err := NormalizeURL(raw)
 		if err != nil {
 			return Topology{}, fmt.Errorf("--cluster: %w", err)
 		}

@@ -1,4 +1,4 @@
-package cluster
+package placement
 
 import (
 	"fmt"
@@ -27,7 +27,7 @@ func nodeURLs(base, n int) []string {
 
 func testTopology(t testing.TB, urls []string, self int) []membership.Node {
 	t.Helper()
-	topo, err := ParseTopology(strings.Join(urls, ","), urls[self])
+	topo, err := membership.ParseTopology(strings.Join(urls, ","), urls[self])
 	require.NoError(t, err)
 	m, err := membership.Seed(topo.Nodes, 0)
 	require.NoError(t, err)
@@ -64,7 +64,7 @@ func TestPlacementMatchesReference(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
 	for _, size := range []int{1, 2, 3, 4, 5, 7, 16} {
 		urls := nodeURLs(9000, size)
-		p := NewPlacement(testTopology(t, urls, 0))
+		p := New(testTopology(t, urls, 0))
 		for range 2000 {
 			key := randomKey(r)
 			ref := referenceOrder(urls, key)
@@ -82,7 +82,7 @@ func TestPlacementMatchesReference(t *testing.T) {
 func TestPlacementPrefixProperty(t *testing.T) {
 	r := rand.New(rand.NewPCG(3, 4))
 	for _, size := range []int{2, 3, 5, 8} {
-		p := NewPlacement(testTopology(t, nodeURLs(7000, size), 0))
+		p := New(testTopology(t, nodeURLs(7000, size), 0))
 		for range 5000 {
 			key := randomKey(r)
 			prev := p.Replicas(key, 1, nil)
@@ -108,11 +108,11 @@ func TestPlacementSameOnEveryNode(t *testing.T) {
 	urls := nodeURLs(8080, 5)
 	var places []*Placement
 	for self := range urls {
-		places = append(places, NewPlacement(testTopology(t, urls, self)))
+		places = append(places, New(testTopology(t, urls, self)))
 	}
 	shuffled := slices.Clone(urls)
 	slices.Reverse(shuffled)
-	shuffledPlace := NewPlacement(testTopology(t, shuffled, 0))
+	shuffledPlace := New(testTopology(t, shuffled, 0))
 
 	r := rand.New(rand.NewPCG(5, 6))
 	for range 5000 {
@@ -135,13 +135,13 @@ func TestPlacementSameOnEveryNode(t *testing.T) {
 // Replicas appends to dst without allocating when dst has room: the
 // coordinator calls it on every request with an on-stack buffer.
 func TestPlacementReplicasAppends(t *testing.T) {
-	p := NewPlacement(testTopology(t, nodeURLs(8080, 5), 0))
+	p := New(testTopology(t, nodeURLs(8080, 5), 0))
 	key := []byte("some-key")
 	dst := p.Replicas(key, 3, []int{42})
 	require.Equal(t, 42, dst[0], "existing elements are kept")
 	require.Equal(t, p.Replicas(key, 3, nil), dst[1:])
 
-	var buf [maxReplicas]int
+	var buf [maxSet]int
 	allocs := testing.AllocsPerRun(1000, func() {
 		_ = p.Replicas(key, 3, buf[:0])
 	})
@@ -153,8 +153,8 @@ func TestPlacementReplicasAppends(t *testing.T) {
 func TestPlacementAddingNodeMovesFewKeys(t *testing.T) {
 	old := nodeURLs(8080, 4)
 	grown := append(slices.Clone(old), "http://127.0.0.1:9999")
-	po := NewPlacement(testTopology(t, old, 0))
-	pg := NewPlacement(testTopology(t, grown, 0))
+	po := New(testTopology(t, old, 0))
+	pg := New(testTopology(t, grown, 0))
 	const keys = 100_000
 	moved := 0
 	var kb []byte
@@ -198,13 +198,13 @@ func TestPlacementBalance(t *testing.T) {
 	const keys = 1_000_000
 	for _, size := range []int{3, 5} {
 		urls := nodeURLs(8080, size)
-		p := NewPlacement(testTopology(t, urls, 0))
+		p := New(testTopology(t, urls, 0))
 		counts := make([][]int, 4) // counts[from][node]
 		for f := 1; f <= 3; f++ {
 			counts[f] = make([]int, size)
 		}
 		var kb []byte
-		var buf [maxReplicas]int
+		var buf [maxSet]int
 		for i := range keys {
 			kb = strconv.AppendInt(append(kb[:0], "key"...), int64(i), 10)
 			reps := p.Replicas(kb, 3, buf[:0])
@@ -229,10 +229,10 @@ func TestPlacementBalance(t *testing.T) {
 
 func BenchmarkPlacementReplicas(b *testing.B) {
 	for _, size := range []int{3, 5} {
-		p := NewPlacement(testTopology(b, nodeURLs(8080, size), 0))
+		p := New(testTopology(b, nodeURLs(8080, size), 0))
 		b.Run(fmt.Sprintf("nodes=%d/from=%d", size, size), func(b *testing.B) {
 			key := []byte("user:1234567890")
-			var buf [maxReplicas]int
+			var buf [maxSet]int
 			b.ReportAllocs()
 			for b.Loop() {
 				_ = p.Replicas(key, size, buf[:0])

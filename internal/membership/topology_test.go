@@ -1,6 +1,7 @@
-package cluster
+package membership
 
 import (
+	"strconv"
 	"strings"
 	"testing"
 
@@ -63,4 +64,13 @@ func TestParseTopologyTooManyNodes(t *testing.T) {
 	urls = nodeURLs(10000, hlc.MaxNodeID+2)
 	_, err = ParseTopology(strings.Join(urls, ","), urls[0])
 	require.ErrorContains(t, err, "at most")
+}
+
+// nodeURLs returns n distinct node URLs in the form the topology keeps.
+func nodeURLs(base, n int) []string {
+	urls := make([]string, n)
+	for i := range urls {
+		urls[i] = "http://127.0.0.1:" + strconv.Itoa(base+i)
+	}
+	return urls
 }

@@ -1,0 +1,129 @@
+package placement
+
+import (
+	"slices"
+
+	"github.com/dhtkv/dhtkv/internal/membership"
+	"github.com/dhtkv/dhtkv/internal/partition"
+)
+
+// Sets is the placement of one cluster map: the replica sets before and
+// after the change under way (the same placement when none is), and which
+// of them requests use at the map's stage (membership.Stage).
+//
+// Invariant: while a change is under way a write must reach ack replicas of
+// both sets, and a read asks the old set until the stage read-new; so a
+// read always meets a replica that took every acknowledged write.
+type Sets struct {
+	// Old places partitions before the change under way, New after it.
+	Old, New *Placement
+	// Moving: a change is under way, and writes go to both sets.
+	Moving bool
+	// ReadNew: the change reached read-new, and reads use the new set.
+	ReadNew bool
+	// Replicas is the replication factor, at most the smaller set's size.
+	Replicas int
+}
+
+// Of derives the sets of m.
+func Of(m *membership.Map) *Sets {
+	s := &Sets{Old: New(m.Old()), New: New(m.New())}
+	if ch := m.Change; ch != nil {
+		s.Moving = true
+		s.ReadNew = ch.Stage == membership.ReadNew
+	}
+	s.Replicas = min(m.Replicas, s.Old.Size(), s.New.Size())
+	return s
+}
+
+// ReadReplicas appends the ids of the first from replicas of key that a
+// read asks: the old set's until the change under way reaches read-new.
+func (s *Sets) ReadReplicas(key []byte, from int, dst []int) []int {
+	if s.ReadNew {
+		return s.New.Replicas(key, from, dst)
+	}
+	return s.Old.Replicas(key, from, dst)
+}
+
+// WriteSets returns the first from replicas of key in the old set and,
+// while a change is under way, in the new set (nil otherwise). A write
+// must reach ack replicas of each.
+func (s *Sets) WriteSets(key []byte, from int, oldBuf, newBuf []int) (old, new []int) {
+	old = s.Old.Replicas(key, from, oldBuf)
+	if s.Moving {
+		new = s.New.Replicas(key, from, newBuf)
+	}
+	return old, new
+}
+
+// maxSet bounds the on-stack replica lists of the loops below; larger
+// replication factors allocate.
+const maxSet = 8
+
+// Holds reports whether node is a replica of part in the old set: what a
+// node keeps once the change under way (if any) is over is the new set,
+// which a map that has no change any more calls old.
+func (s *Sets) Holds(part partition.ID, node int) bool {
+	var buf [maxSet]int
+	return slices.Contains(s.Old.PartitionReplicas(part, s.Replicas, buf[:0]), node)
+}
+
+// OldReplicas appends the ids of part's replicas in the old set to dst.
+func (s *Sets) OldReplicas(part partition.ID, dst []int) []int {
+	return s.Old.PartitionReplicas(part, s.Replicas, dst)
+}
+
+// Shared returns the partitions of which both nodes a and b are replicas,
+// in the old or the new set: what anti-entropy between them compares.
+func (s *Sets) Shared(a, b int) []partition.ID {
+	var out []partition.ID
+	var oldBuf, newBuf [maxSet]int
+	for p := range partition.Count {
+		old := s.Old.PartitionReplicas(partition.ID(p), s.Replicas, oldBuf[:0])
+		new := s.New.PartitionReplicas(partition.ID(p), s.Replicas, newBuf[:0])
+		has := func(n int) bool { return slices.Contains(old, n) || slices.Contains(new, n) }
+		if has(a) && has(b) {
+			out = append(out, partition.ID(p))
+		}
+	}
+	return out
+}
+
+// Gains returns, by old replica, the partitions that node gains in the
+// change (in its new set, not in its old): each must be copied from every
+// old replica, since a write acknowledged before the change may be on ack
+// of them only.
+func (s *Sets) Gains(node int) map[int][]partition.ID {
+	out := map[int][]partition.ID{}
+	var oldBuf, newBuf [maxSet]int
+	for p := range partition.Count {
+		part := partition.ID(p)
+		old := s.Old.PartitionReplicas(part, s.Replicas, oldBuf[:0])
+		new := s.New.PartitionReplicas(part, s.Replicas, newBuf[:0])
+		if !slices.Contains(new, node) || slices.Contains(old, node) {
+			continue
+		}
+		for _, r := range old {
+			out[r] = append(out[r], part)
+		}
+	}
+	return out
+}
+
+// Gainers returns the nodes that gain partitions in the change, sorted.
+func (s *Sets) Gainers() []int {
+	var out []int
+	var oldBuf, newBuf [maxSet]int
+	seen := map[int]bool{}
+	for p := range partition.Count {
+		old := s.Old.PartitionReplicas(partition.ID(p), s.Replicas, oldBuf[:0])
+		for _, n := range s.New.PartitionReplicas(partition.ID(p), s.Replicas, newBuf[:0]) {
+			if !seen[n] && !slices.Contains(old, n) {
+				seen[n] = true
+				out = append(out, n)
+			}
+		}
+	}
+	slices.Sort(out)
+	return out
+}
