@@ -646,16 +646,12 @@ func (x *transfer) pull(key []byte) (int, error) {
 		return 0, fmt.Errorf("pull %q: gone from the peer", key)
 	}
 	n := len(key) + rec.EncodedSize()
-	if rec.Version < c.local.Store.Horizon() {
-		return n, nil // collected here already (gc.go): the store would drop it
-	}
 	if err := x.throttle(n); err != nil {
 		return 0, err
 	}
-	if err := c.clock.Observe(rec.Version); err != nil { // as any replicated write
-		return 0, err
-	}
-	return n, c.local.ApplyBatch([]store.Write{{Key: key, Rec: &rec}})
+	// Below the horizon here (collected already, gc.go) or older than
+	// what this node holds by now: kept out, and done.
+	return n, c.applyRemote(x.v, key, &rec)
 }
 
 // push writes this node's record of key to the peer.

@@ -18,6 +18,7 @@ import (
 	"github.com/dhtkv/dhtkv/internal/record"
 	"github.com/dhtkv/dhtkv/internal/replica"
 	"github.com/dhtkv/dhtkv/internal/rpc"
+	"github.com/dhtkv/dhtkv/internal/store"
 )
 
 // ErrNotEnoughReplicas is returned when fewer than ack replicas answered
@@ -512,6 +513,23 @@ func (c *Coordinator) localApply(v *view, key []byte, rec *record.Record) error 
 	}
 	defer c.gate.RUnlock()
 	return c.local.Apply(key, rec)
+}
+
+// applyRemote stores rec, a record another node made, on the local
+// replica under the gate of v's epoch (see admit). A version the replica
+// refuses (too far ahead of its clock) is an error; one it holds newer is
+// not: the replica is as new as rec or newer.
+func (c *Coordinator) applyRemote(v *view, key []byte, rec *record.Record) error {
+	if !c.admit(v.m.Epoch) {
+		return errLocalStale
+	}
+	defer c.gate.RUnlock()
+	var out [1]replica.Outcome
+	res, err := c.local.ApplyRemote([]store.Write{{Key: key, Rec: rec}}, out[:0])
+	if err != nil {
+		return err
+	}
+	return res[0].Refused
 }
 
 // fanOut calls the replicas of old and new (the second set only while a

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/dhtkv/dhtkv/internal/record"
+	"github.com/dhtkv/dhtkv/internal/replica"
 	"github.com/dhtkv/dhtkv/internal/store"
 )
 
@@ -159,6 +160,7 @@ func (c *Coordinator) copyFrom(ctx context.Context, url string) (int, error) {
 	defer it.Close()
 	var writes []store.Write
 	var recs []record.Record
+	var outcomes []replica.Outcome
 	applied := 0
 	flush := func() error {
 		if len(writes) == 0 {
@@ -167,10 +169,20 @@ func (c *Coordinator) copyFrom(ctx context.Context, url string) (int, error) {
 		for j := range writes {
 			writes[j].Rec = &recs[j] // recs no longer grows: the pointers hold
 		}
-		if err := c.local.ApplyBatch(writes); err != nil {
+		// As for any replicated write (replica.ApplyRemote): a version too
+		// far ahead of this clock is left out, as a replica refuses it.
+		var err error
+		if outcomes, err = c.local.ApplyRemote(writes, outcomes); err != nil {
 			return err
 		}
-		applied += len(writes)
+		for _, o := range outcomes {
+			switch {
+			case o.Refused != nil:
+				c.log.Warn("rebuild: record left out", "peer", url, "err", o.Refused)
+			case o.Applied():
+				applied++
+			}
+		}
 		writes, recs = writes[:0], recs[:0]
 		return nil
 	}
@@ -179,12 +191,6 @@ func (c *Coordinator) copyFrom(ctx context.Context, url string) (int, error) {
 		rec, err := record.Decode(env)
 		if err != nil {
 			return applied, err
-		}
-		// As for any replicated write: observed before stored. A version
-		// too far ahead of this clock is left out, as a replica refuses it.
-		if err := c.clock.Observe(rec.Version); err != nil {
-			c.log.Warn("rebuild: record left out", "peer", url, "err", err)
-			continue
 		}
 		writes = append(writes, store.Write{Key: bytes.Clone(it.Key())})
 		recs = append(recs, rec)

@@ -452,7 +452,7 @@ func New(cfg Config) (_ *Node, err error) {
 			floor = ^uint64(0)
 		}
 	}
-	local := &replica.Replica{Store: n.store, Cache: n.cache, Versions: replica.NewVersionFilter(replica.DefaultVersionSlots, floor)}
+	local := &replica.Replica{Store: n.store, Cache: n.cache, Versions: replica.NewVersionFilter(replica.DefaultVersionSlots, floor), Clock: clock}
 	n.coord, err = cluster.NewCoordinator(cmap, self, clock, local, cluster.Options{
 		Timeout:      cfg.ReplicaTimeout,
 		HedgeDelay:   cfg.ReadHedgeDelay,
@@ -489,7 +489,7 @@ func New(cfg Config) (_ *Node, err error) {
 	n.api = &httpapi.Server{
 		Coord: n.coord,
 		RPC: &rpc.Server{
-			Replica: local, Clock: clock, Secret: cfg.ClusterSecret, Log: log,
+			Replica: local, Secret: cfg.ClusterSecret, Log: log,
 			Rebuilding: n.coord.Rebuilding, ClusterFormed: n.coord.Formed, Map: n.coord.MapHooks(),
 			MaxKeyBytes: cfg.MaxKeyBytes, MaxValueBytes: cfg.MaxValueBytes,
 		},

@@ -8,6 +8,7 @@ import (
 	"fmt"
 
 	"github.com/dhtkv/dhtkv/internal/cache"
+	"github.com/dhtkv/dhtkv/internal/hlc"
 	"github.com/dhtkv/dhtkv/internal/partition"
 	"github.com/dhtkv/dhtkv/internal/record"
 	"github.com/dhtkv/dhtkv/internal/store"
@@ -21,6 +22,9 @@ type Replica struct {
 	// write of this replica goes through Apply or ApplyBatch, which keep
 	// it up to date.
 	Versions *VersionFilter
+	// Clock is this node's clock: ApplyRemote bounds and observes the
+	// versions of other nodes' records with it.
+	Clock *hlc.Clock
 }
 
 // Get returns key's newest record as the cache or the store knows it. The

@@ -17,7 +17,7 @@ const TimeHeader = "X-Dhtkv-Time"
 
 // AppendTime appends this node's clock, as TimeHeader carries it, to dst.
 func (s *Server) AppendTime(dst []byte) []byte {
-	return strconv.AppendInt(dst, s.Clock.Wall().UnixMicro(), 10)
+	return strconv.AppendInt(dst, s.Replica.Clock.Wall().UnixMicro(), 10)
 }
 
 // clockOffset is the last measured offset of a peer's clock from this

@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"sync"
 
-	"github.com/dhtkv/dhtkv/internal/hlc"
 	"github.com/dhtkv/dhtkv/internal/record"
 	"github.com/dhtkv/dhtkv/internal/replica"
 	"github.com/dhtkv/dhtkv/internal/store"
@@ -20,9 +19,10 @@ import (
 // and StreamPath, checks the secret with Authorized, and writes what it
 // returns.
 type Server struct {
+	// Replica stores the batches' writes by its one path for records of
+	// other nodes (replica.ApplyRemote: the clock bound, observing,
+	// last-write-wins, the horizon) and serves their reads.
 	Replica *replica.Replica
-	// Clock observes every version before it is stored (see hlc.Observe).
-	Clock *hlc.Clock
 	// MaxKeyBytes and MaxValueBytes are the node's own limits
 	// (--max-key-bytes, --max-value-bytes): an operation beyond them is
 	// refused like a public request would be.
@@ -72,11 +72,10 @@ func (s *Server) Authorized(got []byte) bool {
 
 // batchScratch is the per-request working memory of ServeBatch, pooled.
 type batchScratch struct {
-	ops    []BatchOp
-	recs   []record.Record
-	writes []store.Write
-	newer  []uint64 // per operation: the newer version that refuses a write
-	skewed []bool   // per operation: a write refused for its version's skew
+	ops      []BatchOp
+	recs     []record.Record
+	writes   []store.Write
+	outcomes []replica.Outcome // per write, in operation order
 }
 
 var batchScratches = sync.Pool{New: func() any { return new(batchScratch) }}
@@ -86,6 +85,7 @@ func (sc *batchScratch) release() {
 	clear(sc.ops)
 	clear(sc.recs)
 	clear(sc.writes)
+	clear(sc.outcomes)
 	batchScratches.Put(sc)
 }
 
@@ -97,8 +97,8 @@ func (sc *batchScratch) release() {
 // the store keeps the newest, and all the batch's accepted writes go to
 // the store in one commit (one fsync). Every operation is validated before
 // anything is applied, so a malformed batch (an *Error) stores nothing.
-// Any other error is the replica's failure (the store, persisting the
-// clock).
+// The replica's failures (the store, persisting the clock) fail only the
+// operations they touch, each with its reason in the answer.
 func (s *Server) ServeBatch(body, out []byte) ([]byte, error) {
 	sc := batchScratches.Get().(*batchScratch)
 	defer sc.release()
@@ -106,8 +106,7 @@ func (s *Server) ServeBatch(body, out []byte) ([]byte, error) {
 	if sc.ops, err = ParseBatch(body, sc.ops[:0]); err != nil {
 		return out, refuse(http.StatusBadRequest, "%v", err)
 	}
-	sc.recs, sc.newer, sc.skewed = sc.recs[:0], sc.newer[:0], sc.skewed[:0]
-	var maxVersion uint64
+	sc.recs = sc.recs[:0]
 	for i, op := range sc.ops {
 		if len(op.Key) == 0 || len(op.Key) > s.MaxKeyBytes {
 			return out, refuse(http.StatusBadRequest, "operation %d: key of %d bytes (1 to %d allowed)", i, len(op.Key), s.MaxKeyBytes)
@@ -121,44 +120,23 @@ func (s *Server) ServeBatch(body, out []byte) ([]byte, error) {
 				return out, refuse(http.StatusRequestEntityTooLarge, "operation %d: value of %d bytes, limit is %d", i, len(rec.Value), s.MaxValueBytes)
 			}
 		}
-		// A version too far ahead is this write's problem only (its
-		// coordinator's clock), not the batch's: the other operations,
-		// other clients' requests, go on.
-		skewed := op.Kind == OpWrite && s.Clock.CheckAhead(rec.Version) != nil
-		if op.Kind == OpWrite && !skewed {
-			maxVersion = max(maxVersion, rec.Version)
-		}
 		sc.recs = append(sc.recs, rec)
-		sc.newer = append(sc.newer, 0)
-		sc.skewed = append(sc.skewed, skewed)
 	}
-	if maxVersion > 0 {
-		if err := s.Clock.Observe(maxVersion); err != nil { // before storing any
-			return out, fmt.Errorf("serve batch: %w", err)
-		}
-	}
-	// A newer version already here means the coordinator's clock is behind
-	// this key: refuse that write and report the version, so that the
-	// coordinator can rewrite above it (see cluster.Coordinator.Write).
-	// Equal is the same write repeated: apply.
+	// A version too far ahead is its write's problem only (its
+	// coordinator's clock), not the batch's: the other operations, other
+	// clients' requests, go on. A newer version already here means the
+	// coordinator's clock is behind this key: that write is refused with
+	// the version, so that the coordinator can rewrite above it (see
+	// cluster.Coordinator.Write). Both are replica.ApplyRemote's rules.
 	sc.writes = sc.writes[:0]
 	for i, op := range sc.ops {
-		if op.Kind != OpWrite || sc.skewed[i] {
-			continue
+		if op.Kind == OpWrite {
+			sc.writes = append(sc.writes, store.Write{Key: op.Key, Rec: &sc.recs[i]})
 		}
-		newer, err := s.Replica.NewerVersion(op.Key, sc.recs[i].Version)
-		if err != nil {
-			return out, fmt.Errorf("serve batch: %w", err)
-		}
-		if newer != 0 {
-			sc.newer[i] = newer
-			continue
-		}
-		sc.writes = append(sc.writes, store.Write{Key: op.Key, Rec: &sc.recs[i]})
 	}
 	var applyErr error
 	if len(sc.writes) > 0 {
-		if applyErr = s.Replica.ApplyBatch(sc.writes); applyErr != nil {
+		if sc.outcomes, applyErr = s.Replica.ApplyRemote(sc.writes, sc.outcomes); applyErr != nil {
 			s.Log.Error("internal batch", "writes", len(sc.writes), "err", applyErr)
 		}
 	}
@@ -167,16 +145,24 @@ func (s *Server) ServeBatch(body, out []byte) ([]byte, error) {
 	if maxAnswer <= 0 {
 		maxAnswer = DefaultMaxAnswerBytes
 	}
-	for i, op := range sc.ops {
+	w := 0 // the next write's outcome
+	for _, op := range sc.ops {
+		if op.Kind == OpWrite {
+			o := sc.outcomes[w]
+			w++
+			switch {
+			case o.Refused != nil:
+				out = AppendResultRefused(out, o.Refused.Error())
+			case o.Newer != 0:
+				out = AppendResultNewer(out, o.Newer)
+			case applyErr != nil:
+				out = AppendResultError(out, "store write failed")
+			default:
+				out = append(out, ResApplied)
+			}
+			continue
+		}
 		switch {
-		case op.Kind == OpWrite && sc.skewed[i]:
-			out = AppendResultRefused(out, s.Clock.CheckAhead(sc.recs[i].Version).Error())
-		case op.Kind == OpWrite && sc.newer[i] != 0:
-			out = AppendResultNewer(out, sc.newer[i])
-		case op.Kind == OpWrite && applyErr != nil:
-			out = AppendResultError(out, "store write failed")
-		case op.Kind == OpWrite:
-			out = append(out, ResApplied)
 		case readOne && len(out)-start >= maxAnswer:
 			out = append(out, ResOverLimit)
 		default:

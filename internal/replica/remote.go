@@ -1,0 +1,85 @@
+package replica
+
+import (
+	"fmt"
+
+	"github.com/dhtkv/dhtkv/internal/store"
+)
+
+// Outcome is what ApplyRemote did with one write.
+type Outcome struct {
+	// Newer is the version that kept the write out: the key's newer
+	// version here, or the store's garbage-collection horizon for a write
+	// below it (as if the key held something newer, which it may have
+	// had before a collection). 0 when it is not the reason.
+	Newer uint64
+	// Refused says why the write's version was refused: it is too far
+	// ahead of this node's clock (hlc.ErrTooFarAhead). nil when it is not
+	// the reason.
+	Refused error
+}
+
+// Applied reports whether the write was stored.
+func (o Outcome) Applied() bool { return o.Newer == 0 && o.Refused == nil }
+
+// ApplyRemote stores records whose versions another node made: a batch
+// from a coordinator, a read repair, an anti-entropy pull, a rebuild's
+// copy. It is the one path by which such a record is stored, and it holds
+// these rules, in this order:
+//
+//  1. a version more than the clock's bound ahead of this node's wall
+//     clock is refused, that write alone (Outcome.Refused): observing it
+//     would drag this node's clock, and every version it makes later, up
+//     to it;
+//  2. the clock observes the highest version kept before anything is
+//     stored, so that no version this node makes later (after a restart
+//     too) is below one it stored;
+//  3. a write older than what the key holds, or below the horizon, is not
+//     applied (Outcome.Newer): last-write-wins, and a write older than a
+//     collected delete cannot bring the key back; the same version again
+//     is the same write, and is applied;
+//  4. the rest go to the store in one commit (one fsync).
+//
+// An error fails every write not yet refused or kept out: none of them
+// was stored. ApplyRemote writes one Outcome per write into out (reused)
+// and returns it; it may overwrite ws. A caller routing by a cluster map
+// calls it under that map's gate (membership's install), so that no
+// record routed by an older map is stored once a newer one is installed.
+func (r *Replica) ApplyRemote(ws []store.Write, out []Outcome) ([]Outcome, error) {
+	out = out[:0]
+	var highest uint64
+	for _, w := range ws {
+		var o Outcome
+		if err := r.Clock.CheckAhead(w.Rec.Version); err != nil {
+			o.Refused = err
+		} else {
+			highest = max(highest, w.Rec.Version)
+		}
+		out = append(out, o)
+	}
+	if highest == 0 {
+		return out, nil
+	}
+	if err := r.Clock.Observe(highest); err != nil {
+		return out, fmt.Errorf("replica apply remote: %w", err)
+	}
+	keep := ws[:0]
+	for i, w := range ws {
+		if out[i].Refused != nil {
+			continue
+		}
+		newer, err := r.NewerVersion(w.Key, w.Rec.Version)
+		if err != nil {
+			return out, err
+		}
+		if newer != 0 {
+			out[i].Newer = newer
+			continue
+		}
+		keep = append(keep, w)
+	}
+	if len(keep) == 0 {
+		return out, nil
+	}
+	return out, r.ApplyBatch(keep)
+}

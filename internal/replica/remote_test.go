@@ -1,0 +1,66 @@
+package replica_test
+
+import (
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/dhtkv/dhtkv/internal/hlc"
+	"github.com/dhtkv/dhtkv/internal/record"
+	"github.com/dhtkv/dhtkv/internal/replica"
+	"github.com/dhtkv/dhtkv/internal/store"
+)
+
+// TestApplyRemote walks ApplyRemote's rules one write each, in one batch:
+// a version too far ahead is refused and not observed, an older one is
+// kept out with the version held, the same version again is applied, a
+// version below the horizon is kept out with the horizon, and the clock
+// observes the highest version kept before any is stored.
+func TestApplyRemote(t *testing.T) {
+	wall := time.UnixMilli(1_800_000_000_000)
+	clock, err := hlc.New(1, func() time.Time { return wall })
+	require.NoError(t, err)
+	st, err := store.Open(filepath.Join(t.TempDir(), "db"), store.Options{})
+	require.NoError(t, err)
+	defer st.Close()
+	r := &replica.Replica{Store: st, Clock: clock, Versions: replica.NewVersionFilter(1<<10, 0)}
+
+	at := func(d time.Duration) uint64 { return hlc.VersionAt(wall.Add(d)) | 2 }
+	held := at(-time.Minute)
+	require.NoError(t, r.Apply([]byte("held"), &record.Record{Version: held, Value: []byte("new")}))
+	_, err = st.Collect(nil, at(-time.Hour)) // raises the horizon to an hour ago
+	require.NoError(t, err)
+	horizon := st.Horizon()
+	require.NotZero(t, horizon)
+
+	write := func(key string, v uint64) store.Write {
+		return store.Write{Key: []byte(key), Rec: &record.Record{Version: v, Value: []byte(key)}}
+	}
+	ws := []store.Write{
+		write("ahead", at(time.Minute)),      // beyond the 5 s bound
+		write("held", at(-2*time.Minute)),    // older than what is held
+		write("held", held),                  // the same write again
+		write("collected", at(-2*time.Hour)), // below the horizon
+		write("fresh", at(2*time.Second)),    // within the bound: observed
+	}
+	out, err := r.ApplyRemote(ws, nil)
+	require.NoError(t, err)
+	require.Len(t, out, 5)
+	require.ErrorIs(t, out[0].Refused, hlc.ErrTooFarAhead)
+	require.Equal(t, replica.Outcome{Newer: held}, out[1])
+	require.True(t, out[2].Applied())
+	require.Equal(t, replica.Outcome{Newer: horizon}, out[3])
+	require.True(t, out[4].Applied())
+
+	for key, found := range map[string]bool{"ahead": false, "collected": false, "fresh": true, "held": true} {
+		e, err := r.Get([]byte(key))
+		require.NoError(t, err)
+		require.Equal(t, found, e.Found, key)
+	}
+	next, err := clock.Next()
+	require.NoError(t, err)
+	require.Greater(t, next, at(2*time.Second), "the clock observed the highest version kept")
+	require.Less(t, next, at(time.Minute), "and not the one refused")
+}
