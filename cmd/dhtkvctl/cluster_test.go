@@ -41,7 +41,7 @@ func TestMembershipCommands(t *testing.T) {
 	go func() {
 		defer close(started)
 		for { // once the join has begun: before, the node is in no map
-			if m, _ := c.Node(0).Coordinator().Map(); m.Change != nil {
+			if m, _ := c.Node(0).Members().Map(); m.Change != nil {
 				break
 			}
 			time.Sleep(10 * time.Millisecond) // polling interval

@@ -1,8 +1,9 @@
 // Package admin serves the operator's endpoints on their own listener, never
 // on the public port: net/http/pprof under /debug/pprof/, Prometheus
 // metrics at /metrics, the liveness and readiness probes /livez and
-// /readyz, the anti-entropy trigger /repair (repair.go) and the backup
-// trigger /snapshot (snapshot.go).
+// /readyz, the anti-entropy trigger /repair (repair.go), the backup
+// trigger /snapshot (snapshot.go) and membership's /cluster endpoints;
+// Mux puts them on one mux (mux.go).
 package admin
 
 import (

@@ -75,7 +75,7 @@ func TestFanOut(t *testing.T) {
 				return answer{found: true}
 			}
 			merged := 0
-			n, err := c.fanOut(c.v(), time.Now().Add(time.Minute), []byte("k"), tc.reps, nil, tc.ack, tc.initial,
+			n, err := c.fanOut(c.routes.Load(), time.Now().Add(time.Minute), []byte("k"), tc.reps, nil, tc.ack, tc.initial,
 				func([]byte) answer { return reply(self) },
 				func(node int, _ []byte, _ time.Time) answer { return reply(node) },
 				func(answer) { merged++ })

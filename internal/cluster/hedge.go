@@ -87,9 +87,14 @@ func (w *latencyWindow) quantile(now time.Time) (time.Duration, bool) {
 // readHedgeDelay is how long a read waits for its first replicas before
 // asking the others (see above).
 func (c *Coordinator) readHedgeDelay(now time.Time) time.Duration {
+	return c.readHedgeDelayOf(c.route(), now)
+}
+
+// readHedgeDelayOf is readHedgeDelay over r's peers.
+func (c *Coordinator) readHedgeDelayOf(r *routes, now time.Time) time.Duration {
 	d := c.hedgeDelay
 	fastest := time.Duration(-1)
-	for _, p := range c.v().peers {
+	for _, p := range r.peers {
 		if p == nil {
 			continue
 		}

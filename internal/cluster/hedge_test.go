@@ -62,8 +62,7 @@ func TestReadHedgeDelay(t *testing.T) {
 				}
 			}
 			c := &Coordinator{hedgeDelay: 5 * time.Millisecond, timeout: 400 * time.Millisecond}
-			c.view.Store(&view{peers: peers})
-			require.Equal(t, tc.want, c.readHedgeDelay(now))
+			require.Equal(t, tc.want, c.readHedgeDelayOf(&routes{peers: peers}, now))
 		})
 	}
 }

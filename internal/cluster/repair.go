@@ -2,12 +2,14 @@ package cluster
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"slices"
-	"sync"
 	"time"
 
 	"github.com/dhtkv/dhtkv/internal/record"
+	"github.com/dhtkv/dhtkv/internal/view"
+	"github.com/dhtkv/dhtkv/internal/worker"
 )
 
 // Read repair
@@ -70,7 +72,7 @@ type replicaState struct {
 // readRepair brings the replicas of key up to best (see above). answered
 // are the replicas that answered the read, reps all the key's replicas,
 // ack how many must hold best before the read may answer.
-func (c *Coordinator) readRepair(v *view, key []byte, best *record.Record, answered []replicaState, reps []int, ack int, deadline time.Time) error {
+func (c *Coordinator) readRepair(r *routes, key []byte, best *record.Record, answered []replicaState, reps []int, ack int, deadline time.Time) error {
 	var targetBuf [maxReplicas]int
 	targets := targetBuf[:0]
 	holders := 0
@@ -101,10 +103,10 @@ func (c *Coordinator) readRepair(v *view, key []byte, best *record.Record, answe
 	// that cannot take best (down, or its clock too far behind) is so
 	// replaced by one that can.
 	need := ack - holders
-	n, err := c.fanOut(v, deadline, key, targets, nil, need, len(targets),
-		func(k []byte) answer { return answer{err: c.applyRepair(v, k, env)} },
+	n, err := c.fanOut(r, deadline, key, targets, nil, need, len(targets),
+		func(k []byte) answer { return answer{err: c.applyRepair(r.View, k, env)} },
 		func(i int, k []byte, deadline time.Time) answer {
-			_, err := v.peers[i].client.Apply(k, env, v.m.Epoch, deadline)
+			_, err := r.peers[i].client.Apply(k, env, r.Epoch(), deadline)
 			return answer{err: err}
 		}, nil)
 	c.m.repairs.WithLabelValues("blocking", "ok").Add(float64(n))
@@ -116,22 +118,23 @@ func (c *Coordinator) readRepair(v *view, key []byte, best *record.Record, answe
 }
 
 // applyRepair stores env on the local replica, by the path of every
-// record made elsewhere (replica.ApplyRemote), under the gate of v's
-// epoch. A replica holding something newer has done its part.
-func (c *Coordinator) applyRepair(v *view, key, env []byte) error {
+// record made elsewhere (ApplyRemote). A replica holding something newer
+// has done its part.
+func (c *Coordinator) applyRepair(v *view.View, key, env []byte) error {
 	rec, err := record.Decode(env)
 	if err != nil {
 		return err
 	}
-	return c.applyRemote(v, key, &rec)
+	return c.ApplyRemote(v, key, &rec)
 }
 
 // repairQueue runs background repairs: one worker, a bounded queue.
 type repairQueue struct {
-	c    *Coordinator
-	jobs chan repairJob
-	stop chan struct{}
-	done sync.WaitGroup
+	repair func(repairJob)
+	jobs   chan repairJob
+	work   *worker.Group
+	// dropped counts a job the full queue had no room for, by its targets.
+	dropped func(targets int)
 }
 
 // repairJob writes env under key to targets. It owns its memory.
@@ -145,11 +148,8 @@ type repairJob struct {
 // next read or to anti-entropy.
 const repairQueueLen = 1024
 
-func newRepairQueue(c *Coordinator) *repairQueue {
-	q := &repairQueue{c: c, jobs: make(chan repairJob, repairQueueLen), stop: make(chan struct{})}
-	q.done.Add(1)
-	go q.run()
-	return q
+func newRepairQueue(repair func(repairJob), dropped func(targets int)) *repairQueue {
+	return &repairQueue{repair: repair, dropped: dropped, jobs: make(chan repairJob, repairQueueLen), work: worker.New()}
 }
 
 // enqueue queues a repair of key to targets, or counts it dropped when the
@@ -162,48 +162,47 @@ func (q *repairQueue) enqueue(key, env []byte, targets []int) {
 	select {
 	case q.jobs <- job:
 	default:
-		q.c.m.repairs.WithLabelValues("async", "dropped").Add(float64(len(targets)))
+		q.dropped(len(targets))
 	}
 }
 
-func (q *repairQueue) run() {
-	defer q.done.Done()
-	for {
-		select {
-		case <-q.stop:
-			return
-		case job := <-q.jobs:
-			q.repair(job)
+// start runs the worker.
+func (q *repairQueue) start() {
+	q.work.Go(func(ctx context.Context) {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case job := <-q.jobs:
+				q.repair(job)
+			}
 		}
-	}
-}
-
-func (q *repairQueue) repair(job repairJob) {
-	c := q.c
-	v := c.v()
-	deadline := time.Now().Add(c.timeout)
-	for _, n := range job.targets {
-		var err error
-		switch {
-		case n == v.self:
-			err = c.applyRepair(v, job.key, job.env)
-		case v.peers[n] == nil:
-			err = fmt.Errorf("node %d left the cluster", n)
-		default:
-			_, err = v.peers[n].client.Apply(job.key, job.env, v.m.Epoch, deadline)
-		}
-		result := "ok"
-		if err != nil {
-			result = "failed"
-			c.log.Debug("background read repair failed", "node", v.url(n), "err", err)
-		}
-		c.m.repairs.WithLabelValues("async", result).Inc()
-	}
+	})
 }
 
 // close stops the worker; queued jobs are dropped (anti-entropy covers
 // them).
-func (q *repairQueue) close() {
-	close(q.stop)
-	q.done.Wait()
+func (q *repairQueue) close() { q.work.Stop() }
+
+// repairAsync writes a queued job's record to its targets, one by one.
+func (c *Coordinator) repairAsync(job repairJob) {
+	r := c.route()
+	deadline := time.Now().Add(c.timeout)
+	for _, n := range job.targets {
+		var err error
+		switch {
+		case n == r.Self:
+			err = c.applyRepair(r.View, job.key, job.env)
+		case r.peers[n] == nil:
+			err = fmt.Errorf("node %d left the cluster", n)
+		default:
+			_, err = r.peers[n].client.Apply(job.key, job.env, r.Epoch(), deadline)
+		}
+		result := "ok"
+		if err != nil {
+			result = "failed"
+			c.log.Debug("background read repair failed", "node", r.URL(n), "err", err)
+		}
+		c.m.repairs.WithLabelValues("async", result).Inc()
+	}
 }

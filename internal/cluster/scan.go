@@ -38,19 +38,19 @@ func (c *Coordinator) Scan(ctx context.Context, start, end []byte, ack, from int
 	if end != nil {
 		end = bytes.Clone(end)
 	}
-	v := c.v()
-	nodes := v.m.Nodes
+	v := c.d.Views()
+	nodes := v.Map.Nodes
 	srcs := make([]scan.Iterator, len(nodes))
 	errs := make([]error, len(nodes))
 	self := 0
 	var wg sync.WaitGroup
 	for i, n := range nodes {
-		if n.ID == v.self {
+		if n.ID == v.Self {
 			self = i
 			continue
 		}
 		wg.Go(func() {
-			it, err := c.streams.Open(ctx, n.URL, v.m.Epoch, start, end)
+			it, err := c.d.Streams.Open(ctx, n.URL, v.Epoch(), start, end)
 			if err == nil {
 				srcs[i] = it
 			}
@@ -59,7 +59,7 @@ func (c *Coordinator) Scan(ctx context.Context, start, end []byte, ack, from int
 	}
 	// The local stream is read from the store directly, no HTTP; a
 	// rebuilding replica's is incomplete and does not count.
-	if c.rebuilding.Load() {
+	if c.d.Rebuilding() {
 		errs[self] = errLocalRebuilding
 	} else {
 		srcs[self], errs[self] = c.ScanLocal(start, end)

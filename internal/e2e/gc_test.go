@@ -58,7 +58,7 @@ func TestGCNoZombie(t *testing.T) {
 				require.NotEmpty(t, st.Error, "node 2 is down")
 			}
 		}
-		require.Zero(t, c.Node(i).Coordinator().CollectGarbage(), "node %d: a replica has not confirmed the delete", i)
+		require.Zero(t, c.Node(i).CollectGarbage(), "node %d: a replica has not confirmed the delete", i)
 		code, rec := internalGet(t, cl, c.URL(i), "z", "")
 		require.Equal(t, http.StatusOK, code)
 		require.True(t, rec.Tombstone, "node %d keeps the tombstone", i)

@@ -18,7 +18,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/dhtkv/dhtkv/internal/membership"
+	"github.com/dhtkv/dhtkv/internal/clustermap"
 	"github.com/dhtkv/dhtkv/internal/node"
 	"github.com/dhtkv/dhtkv/internal/placement"
 	"github.com/dhtkv/dhtkv/internal/record"
@@ -46,13 +46,13 @@ func withExtraMembers(urls ...string) testcluster.Option {
 // placementOf computes the cluster's placement the way every node does.
 func placementOf(t testing.TB, c *testcluster.Cluster) *placement.Placement {
 	t.Helper()
-	topo, err := membership.ParseTopology(c.Config(0).Cluster, c.URL(0))
+	topo, err := clustermap.ParseTopology(c.Config(0).Cluster, c.URL(0))
 	require.NoError(t, err)
 	require.GreaterOrEqual(t, topo.Size(), c.Size())
 	for i := range c.Size() {
 		require.Equal(t, c.URL(i), topo.Nodes[i], "testcluster URL order is the --cluster order")
 	}
-	m, err := membership.Seed(topo.Nodes, 0)
+	m, err := clustermap.Seed(topo.Nodes, 0)
 	require.NoError(t, err)
 	return placement.New(m.Nodes)
 }

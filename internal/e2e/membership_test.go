@@ -16,7 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/dhtkv/dhtkv/client"
-	"github.com/dhtkv/dhtkv/internal/cluster"
+	"github.com/dhtkv/dhtkv/internal/clustermap"
 	"github.com/dhtkv/dhtkv/internal/history"
 	"github.com/dhtkv/dhtkv/internal/membership"
 	"github.com/dhtkv/dhtkv/internal/node"
@@ -108,7 +108,7 @@ func holderURLs(t *testing.T, c *testcluster.Cluster, cl *testcluster.Client, ke
 }
 
 // replicaURLs is key's replicas under m, as URLs, sorted.
-func replicaURLs(m *membership.Map, key string) []string {
+func replicaURLs(m *clustermap.Map, key string) []string {
 	p := placement.New(m.Nodes)
 	var out []string
 	for _, id := range p.Replicas([]byte(key), m.Replicas, nil) {
@@ -202,7 +202,7 @@ func TestMembershipJoinMovesOnlyItsShare(t *testing.T) {
 	for k := range keys {
 		require.Equal(t, http.StatusCreated, cl.Put(t, c.URL(k%3), fmt.Sprintf("s%d", k), []byte("v"), 2, 2))
 	}
-	before, _ := c.Node(0).Coordinator().Map()
+	before, _ := c.Node(0).Members().Map()
 	joiner := c.AddNode(t, 0)
 	c.Join(t, 0, joiner)
 	after := c.AwaitStable(t, 60*time.Second)
@@ -244,12 +244,12 @@ func TestMembershipDriverRestartResumes(t *testing.T) {
 	_, err := cl0.Join(t.Context(), admin, c.URL(joiner))
 	require.NoError(t, err)
 	// The joiner is not running: the driver waits at the first barrier.
-	m, _ := c.Node(1).Coordinator().Map()
+	m, _ := c.Node(1).Members().Map()
 	require.NotNil(t, m.Change)
 	c.StopNode(1)
 	c.StartNode(joiner)
 	eventually(t, 10*time.Second, "the joiner has the change", func() bool {
-		jm, _ := c.Node(joiner).Coordinator().Map()
+		jm, _ := c.Node(joiner).Members().Map()
 		return jm.Change != nil
 	})
 	c.StartNode(1)
@@ -282,7 +282,7 @@ func TestMembershipStaleEpochRefused(t *testing.T) {
 		}
 		resp, err := http.DefaultClient.Do(req)
 		require.NoError(t, err)
-		var st cluster.MapState
+		var st membership.State
 		if tc.code == http.StatusConflict {
 			require.NoError(t, jsonDecode(resp.Body, &st))
 			require.Equal(t, m.Epoch, st.Map.Epoch)
@@ -295,13 +295,13 @@ func TestMembershipStaleEpochRefused(t *testing.T) {
 	foreign, err := m.BeginJoin("http://127.0.0.1:1", 0)
 	require.NoError(t, err)
 	foreign.Nodes[0].URL = "http://127.0.0.1:2"
-	body, err := json.Marshal(cluster.MapState{Node: 0, Map: foreign})
+	body, err := json.Marshal(membership.State{Node: 0, Map: foreign})
 	require.NoError(t, err)
 	resp, err := http.Post(c.URL(1)+"/v0/internal/map", "application/json", bytes.NewReader(body))
 	require.NoError(t, err)
 	resp.Body.Close()
 	require.Equal(t, http.StatusForbidden, resp.StatusCode)
-	now, _ := c.Node(1).Coordinator().Map()
+	now, _ := c.Node(1).Members().Map()
 	require.Equal(t, m.Epoch, now.Epoch)
 }
 
@@ -317,7 +317,7 @@ func TestMembershipReplaceDeadNode(t *testing.T) {
 	}
 	c.StopNode(2)
 	eventually(t, 10*time.Second, "node 2 seen down", func() bool {
-		for _, ps := range c.Node(0).Coordinator().PeerStates() {
+		for _, ps := range c.Node(0).PeerStates() {
 			if ps.URL == c.URL(2) {
 				return ps.Probed && !ps.Reachable
 			}
@@ -331,7 +331,7 @@ func TestMembershipReplaceDeadNode(t *testing.T) {
 	c.StartNode(fresh)
 	m := c.AwaitStable(t, 30*time.Second)
 	require.Equal(t, 2, m.ByURL(c.URL(fresh)).ID, "the new machine is node 2")
-	eventually(t, 30*time.Second, "rebuilt", func() bool { return !c.Node(fresh).Coordinator().Rebuilding() })
+	eventually(t, 30*time.Second, "rebuilt", func() bool { return !c.Node(fresh).Rebuilding() })
 	for k := range 300 {
 		code, r := internalGet(t, cl, c.URL(fresh), fmt.Sprintf("d%d", k), "")
 		require.Equal(t, http.StatusOK, code)

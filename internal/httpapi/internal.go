@@ -164,7 +164,7 @@ func (s *Server) refuseStale(ctx *fasthttp.RequestCtx) {
 	var num [20]byte
 	ctx.Response.Header.SetBytesV(rpc.EpochHeader, s.RPC.AppendEpoch(num[:0]))
 	ctx.SetStatusCode(fasthttp.StatusConflict)
-	ctx.SetBody(s.RPC.Map.State())
+	ctx.SetBody(s.RPC.Maps.State())
 }
 
 // internalMap serves rpc.MapPath: GET answers this node's cluster map
@@ -177,12 +177,12 @@ func (s *Server) internalMap(ctx *fasthttp.RequestCtx) {
 	if !s.authorized(ctx) {
 		return
 	}
-	if s.RPC.Map.State == nil {
+	if s.RPC.Maps == nil {
 		fail(ctx, badRequest("this node serves no cluster map"))
 		return
 	}
 	if ctx.IsGet() {
-		ctx.SetBody(s.RPC.Map.State())
+		ctx.SetBody(s.RPC.Maps.State())
 		return
 	}
 	body, aerr := s.readBody(ctx, s.bodyLimit(mapPath))
@@ -191,7 +191,7 @@ func (s *Server) internalMap(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	defer body.release()
-	out, err := s.RPC.Map.Offer(body.bytes())
+	out, err := s.RPC.Maps.Offer(body.bytes())
 	if err != nil {
 		s.rpcError(ctx, err)
 		return

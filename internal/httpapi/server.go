@@ -27,6 +27,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/dhtkv/dhtkv/internal/cluster"
+	"github.com/dhtkv/dhtkv/internal/probe"
 	"github.com/dhtkv/dhtkv/internal/rpc"
 )
 
@@ -49,6 +50,8 @@ type Limits struct {
 // Server holds what the handlers need.
 type Server struct {
 	Coord *cluster.Coordinator
+	// Status is what /v0/status reports of the cluster parts.
+	Status Status
 	// RPC serves the internal endpoints (BatchPath, StreamPath).
 	RPC     *rpc.Server
 	Limits  Limits
@@ -270,8 +273,8 @@ func (s *Server) replicaStatus(path []byte, err error) (int, string) {
 			return fasthttp.StatusGatewayTimeout, re.Error()
 		}
 		return fasthttp.StatusGatewayTimeout, "not enough replicas"
-	case errors.Is(err, cluster.ErrClockSkew):
-		return fasthttp.StatusServiceUnavailable, s.Coord.ClockWarning()
+	case errors.Is(err, probe.ErrClockSkew):
+		return fasthttp.StatusServiceUnavailable, s.Status.ClockWarning()
 	}
 	s.Log.Error("request failed", "path", string(path), "err", err)
 	return fasthttp.StatusInternalServerError, "internal error"

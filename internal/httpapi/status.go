@@ -8,13 +8,36 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/dhtkv/dhtkv/client"
+	"github.com/dhtkv/dhtkv/internal/antientropy"
 	"github.com/dhtkv/dhtkv/internal/buildinfo"
-	"github.com/dhtkv/dhtkv/internal/membership"
+	"github.com/dhtkv/dhtkv/internal/clustermap"
+	"github.com/dhtkv/dhtkv/internal/probe"
 )
+
+// Status is what /v0/status reports of the node's cluster parts (package
+// node composes it from membership, the probe, hinted handoff,
+// anti-entropy and the rebuild).
+type Status interface {
+	// Warnings are what an operator must know, one line each.
+	Warnings() []string
+	// Map is the installed cluster map and this node's id in it (-1: it
+	// left the cluster).
+	Map() (*clustermap.Map, int)
+	Rebuilding() bool
+	// Formed: this node has seen every member answer.
+	Formed() bool
+	PeerStates() []probe.PeerState
+	// PendingHints are the hint bytes held per member URL.
+	PendingHints() map[string]int64
+	AntiEntropy() []antientropy.PeerSync
+	// ClockWarning says why the node refuses to coordinate writes (its
+	// clock is off from its peers'), or "".
+	ClockWarning() string
+}
 
 // status serves GET /v0/status. Plain, it is the course's contract: 200
 // and "OK", then one "warning: ..." line per thing an operator must know
-// (the coordinator's Warnings). With the verbose parameter (any value, or
+// (Status.Warnings). With the verbose parameter (any value, or
 // none) it is 200 and the node's client.Status as JSON. Either way it
 // answers 200 while the node serves: readiness is the admin port's
 // /readyz.
@@ -23,7 +46,7 @@ func (s *Server) status(ctx *fasthttp.RequestCtx) {
 		methodNotAllowed(ctx, "GET, HEAD")
 		return
 	}
-	warnings := s.Coord.Warnings()
+	warnings := s.Status.Warnings()
 	if !ctx.QueryArgs().Has("verbose") {
 		ctx.SetBodyString("OK\n")
 		for _, w := range warnings {
@@ -32,15 +55,15 @@ func (s *Server) status(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	now := time.Now()
-	m, self := s.Coord.Map()
+	m, self := s.Status.Map()
 	st := client.Status{
 		Node:          selfURL(m, self),
 		Version:       buildinfo.Version(),
 		GoVersion:     buildinfo.GoVersion(),
 		Started:       s.Started,
 		UptimeSeconds: now.Sub(s.Started).Seconds(),
-		Rebuilding:    s.Coord.Rebuilding(),
-		ClusterFormed: s.Coord.Formed(),
+		Rebuilding:    s.Status.Rebuilding(),
+		ClusterFormed: s.Status.Formed(),
 		Warnings:      append([]string{}, warnings...),
 		Members:       make([]client.Member, len(m.Nodes)),
 		Epoch:         m.Epoch,
@@ -57,7 +80,7 @@ func (s *Server) status(ctx *fasthttp.RequestCtx) {
 		}
 		index[n.URL] = i
 	}
-	for _, ps := range s.Coord.PeerStates() {
+	for _, ps := range s.Status.PeerStates() {
 		i, ok := index[ps.URL]
 		if !ok {
 			continue
@@ -68,12 +91,12 @@ func (s *Server) status(ctx *fasthttp.RequestCtx) {
 		}
 		m.LastSuccess, m.LastError, m.LastErrorAt = timeOrNil(ps.LastOK), ps.LastError, timeOrNil(ps.LastErrAt)
 	}
-	for u, n := range s.Coord.PendingHints() {
+	for u, n := range s.Status.PendingHints() {
 		if i, ok := index[u]; ok {
 			st.Members[i].HintsPendingBytes = n
 		}
 	}
-	for _, ae := range s.Coord.AntiEntropy() {
+	for _, ae := range s.Status.AntiEntropy() {
 		i, ok := index[ae.Peer]
 		if !ok {
 			continue
@@ -96,7 +119,7 @@ func (s *Server) status(ctx *fasthttp.RequestCtx) {
 
 // selfURL is node id's URL in m, or a description if m has no such node
 // (this node, decommissioned).
-func selfURL(m *membership.Map, id int) string {
+func selfURL(m *clustermap.Map, id int) string {
 	if n := m.Node(id); n != nil {
 		return n.URL
 	}

@@ -21,15 +21,20 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/valyala/fasthttp"
 
-	"github.com/dhtkv/dhtkv/client"
 	"github.com/dhtkv/dhtkv/internal/admin"
+	"github.com/dhtkv/dhtkv/internal/antientropy"
 	"github.com/dhtkv/dhtkv/internal/buildinfo"
 	"github.com/dhtkv/dhtkv/internal/cache"
 	"github.com/dhtkv/dhtkv/internal/cluster"
+	"github.com/dhtkv/dhtkv/internal/clustermap"
+	"github.com/dhtkv/dhtkv/internal/gc"
+	"github.com/dhtkv/dhtkv/internal/handoff"
 	"github.com/dhtkv/dhtkv/internal/hlc"
 	"github.com/dhtkv/dhtkv/internal/httpapi"
 	"github.com/dhtkv/dhtkv/internal/membership"
 	"github.com/dhtkv/dhtkv/internal/metrics"
+	"github.com/dhtkv/dhtkv/internal/probe"
+	"github.com/dhtkv/dhtkv/internal/rebuild"
 	"github.com/dhtkv/dhtkv/internal/replica"
 	"github.com/dhtkv/dhtkv/internal/rpc"
 	"github.com/dhtkv/dhtkv/internal/store"
@@ -302,11 +307,19 @@ func (cfg *Config) validate() error {
 // Lifetime: a node made by New owns its store until Close (never served)
 // or Shutdown (served); either is called once.
 type Node struct {
-	cfg      Config
-	log      *slog.Logger
-	store    *store.Store
-	cache    *cache.Cache
+	cfg   Config
+	log   *slog.Logger
+	store *store.Store
+	cache *cache.Cache
+	// The cluster parts (cluster.go).
+	members  *membership.Service
 	coord    *cluster.Coordinator
+	probe    *probe.Prober
+	hints    *handoff.Handoff
+	ae       *antientropy.Service
+	gc       *gc.Collector
+	rebuild  *rebuild.Rebuilder
+	streams  *rpc.StreamClient
 	registry *prometheus.Registry
 	api      *httpapi.Server
 	certs    *tlsconf.Certs // nil without TLS
@@ -337,15 +350,15 @@ func New(cfg Config) (_ *Node, err error) {
 	if cfg.Self == "" {
 		cfg.Self = "http://" + cfg.Listen
 	}
-	topo, err := membership.ParseTopology(cfg.Cluster, cfg.Self)
+	topo, err := clustermap.ParseTopology(cfg.Cluster, cfg.Self)
 	if err != nil {
 		return nil, err
 	}
 	if cfg.Join != "" {
-		if cfg.Join, err = membership.NormalizeURL(cfg.Join); err != nil {
+		if cfg.Join, err = clustermap.NormalizeURL(cfg.Join); err != nil {
 			return nil, fmt.Errorf("--join: %w", err)
 		}
-		topo = membership.Topology{Nodes: []string{cfg.Join}, Self: -1}
+		topo = clustermap.Topology{Nodes: []string{cfg.Join}, Self: -1}
 	}
 	if err := cfg.validate(); err != nil {
 		return nil, err
@@ -397,7 +410,12 @@ func New(cfg Config) (_ *Node, err error) {
 	if err != nil {
 		return nil, lockError(cfg.DataDir, err)
 	}
-	cmap, self, joined, err := n.clusterMap(topo, peerTLS)
+	cmap, self, joined, err := membership.Bootstrap{
+		DataDir: cfg.DataDir, Self: cfg.Self, Join: cfg.Join, Topology: topo, Replicas: cfg.Replicas,
+		Fetch: func(url string) ([]byte, error) {
+			return rpc.FetchMap(url, rpc.PeerOptions{Timeout: cfg.ReplicaTimeout, Secret: cfg.ClusterSecret, Dial: cfg.PeerDial, TLS: peerTLS})
+		},
+	}.Map(n.store)
 	if err != nil {
 		return nil, err
 	}
@@ -453,44 +471,15 @@ func New(cfg Config) (_ *Node, err error) {
 		}
 	}
 	local := &replica.Replica{Store: n.store, Cache: n.cache, Versions: replica.NewVersionFilter(replica.DefaultVersionSlots, floor), Clock: clock}
-	n.coord, err = cluster.NewCoordinator(cmap, self, clock, local, cluster.Options{
-		Timeout:      cfg.ReplicaTimeout,
-		HedgeDelay:   cfg.ReadHedgeDelay,
-		ReadRepair:   repair,
-		MaxClockSkew: cfg.MaxClockSkew,
-		// A range stream may run for any time; the write timeout then
-		// bounds a stall instead of the whole response.
-		ScanIdleTimeout: cfg.WriteTimeout,
-		MaxKeyBytes:     cfg.MaxKeyBytes,
-		MaxValueBytes:   cfg.MaxValueBytes,
-		Peer: rpc.PeerOptions{
-			Timeout: cfg.ReplicaTimeout, Conns: cfg.PeerConns, Secret: cfg.ClusterSecret, Dial: cfg.PeerDial, TLS: peerTLS,
-			// Peers run with the same limits: a batch stays within their
-			// request body limit below.
-			MaxBatchBytes: min(256<<10, cfg.maxBatchBytes()),
-		},
-		OnLeft: n.left,
-		Handoff: cluster.HandoffOptions{
-			Window: cfg.HintWindow, MaxBytes: cfg.HintMaxBytes, ReplayRate: cfg.HintReplayRate,
-			Interval: cfg.HintInterval,
-		},
-		AntiEntropy: cluster.AntiEntropyOptions{
-			Interval: aeInterval(cfg.AEInterval), Rate: cfg.AERate, Concurrency: cfg.AEConcurrency,
-		},
-		GC: cluster.GCOptions{Grace: cfg.GCGrace, Interval: cfg.GCInterval},
-	}, n.registry, log)
-	if err != nil {
-		return nil, err
-	}
-	if err := n.claimIdentity(cmap, self, joined); err != nil {
-		n.coord.Close()
+	if err := n.buildCluster(cmap, self, joined, clock, local, repair, peerTLS); err != nil {
 		return nil, err
 	}
 	n.api = &httpapi.Server{
-		Coord: n.coord,
+		Coord:  n.coord,
+		Status: status{n},
 		RPC: &rpc.Server{
 			Replica: local, Secret: cfg.ClusterSecret, Log: log,
-			Rebuilding: n.coord.Rebuilding, ClusterFormed: n.coord.Formed, Map: n.coord.MapHooks(),
+			Rebuilding: n.rebuild.Rebuilding, ClusterFormed: n.probe.Formed, Maps: n.members,
 			MaxKeyBytes: cfg.MaxKeyBytes, MaxValueBytes: cfg.MaxValueBytes,
 		},
 		Metrics: httpapi.NewMetrics(n.registry),
@@ -529,68 +518,6 @@ func New(cfg Config) (_ *Node, err error) {
 		Logger:                       fasthttpLogger{log},
 	}
 	return n, nil
-}
-
-// claimIdentity checks that the data directory is this node's, and gives
-// an empty one its identity. A directory of another cluster, or of another
-// node of this one, is refused: serving it would mix two datasets. An
-// empty directory while a peer holds data is a wiped or replaced disk: the
-// node rebuilds its share before serving reads (cluster/rebuild.go), and
-// resumes a rebuild a stop interrupted.
-//
-// A node that joined (--join) is given its identity whole: formed, and
-// rebuilding unless it is the node a join change adds (which gets its
-// partitions by the change's stream stage): a replacement.
-func (n *Node) claimIdentity(m *membership.Map, self int, joined bool) error {
-	want := store.Identity{Cluster: m.Cluster, Node: self}
-	id, ok, err := n.store.Identity()
-	if err != nil {
-		return err
-	}
-	if ok && (id.Cluster != want.Cluster || id.Node != want.Node) {
-		return fmt.Errorf("data directory %s belongs to node %d of cluster %016x; this is node %d of cluster %016x (the --cluster list changed?)",
-			n.cfg.DataDir, id.Node, id.Cluster, want.Node, want.Cluster)
-	}
-	if !ok {
-		has, err := n.store.HasData()
-		if err != nil {
-			return err
-		}
-		// A directory with data but no identity was written by an
-		// earlier release: it is adopted as it is.
-		switch {
-		case joined:
-			want.Formed = true
-			ch := m.Change
-			want.Rebuilding = !has && (ch == nil || ch.Kind != membership.Join || ch.Node != self)
-		default:
-			want.Rebuilding = !has && len(m.Nodes) > 1 && n.coord.ClusterFormed()
-		}
-		if err := n.store.SetIdentity(want); err != nil {
-			return err
-		}
-		id = want
-	}
-	// The identity is written by one goroutine at a time: the rebuild's
-	// end and the probe's first full round may meet.
-	var mu sync.Mutex
-	cur := id
-	update := func(change func(*store.Identity)) error {
-		mu.Lock()
-		defer mu.Unlock()
-		next := cur
-		change(&next)
-		if err := n.store.SetIdentity(next); err != nil {
-			return err
-		}
-		cur = next
-		return nil
-	}
-	n.coord.SetFormed(id.Formed, func() error { return update(func(i *store.Identity) { i.Formed = true }) })
-	if id.Rebuilding {
-		n.coord.StartRebuild(func() error { return update(func(i *store.Identity) { i.Rebuilding = false }) })
-	}
-	return nil
 }
 
 // ErrDataDirInUse is returned by New when another process holds the data
@@ -642,29 +569,10 @@ func (n *Node) Serve() error {
 			n.ln.Close()
 			return fmt.Errorf("admin listen %s: %w", cfg.AdminListen, err)
 		}
-		mux := http.NewServeMux()
-		mux.Handle("/", admin.Handler(n.registry, n.Ready))
-		mux.Handle("/repair", admin.RepairHandler(
-			func(ctx context.Context) any {
-				res := n.coord.Repair(ctx)
-				if res == nil {
-					return nil // the client went away
-				}
-				out := make([]client.Exchange, len(res))
-				for i, x := range res {
-					out[i] = client.Exchange{
-						Peer: x.Peer, Started: x.Started, DurationSeconds: x.Duration.Seconds(),
-						Partitions: x.Partitions, PartitionsDiffering: x.PartitionsDiffering, SegmentsDiffering: x.SegmentsDiffering,
-						Pulled: x.Pulled, Pushed: x.Pushed, Failed: x.Failed,
-						SummaryBytes: x.SummaryBytes, RecordBytes: x.RecordBytes, Error: x.Err,
-					}
-				}
-				return out
-			},
-			func() any { return n.coord.AntiEntropy() }))
-		mux.Handle("/snapshot", admin.SnapshotHandler(n.checkpointer(), n.log))
-		mux.Handle("/cluster", n.clusterHandler())
-		mux.Handle("/cluster/", n.clusterHandler())
+		mux := admin.Mux(admin.Parts{
+			Registry: n.registry, Ready: n.Ready, AntiEntropy: n.ae, Checkpointer: n.checkpointer(),
+			Cluster: n.members.Handler(n.admissible), Log: n.log,
+		})
 		n.adminSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 		go func() {
 			if err := n.adminSrv.Serve(n.adminLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -703,7 +611,7 @@ func (n *Node) Serve() error {
 		n.served <- err
 	}()
 	<-ready.ready
-	m, self := n.coord.Map() // self is -1 if a newer map already put it out
+	m, self := n.members.Map() // self is -1 if a newer map already put it out
 	n.log.Info("dhtkv node started", "listen", n.ln.Addr().String(), "admin", cfg.AdminListen,
 		"data_dir", cfg.DataDir, "self", cfg.Self, "node_id", self, "cluster_map", m.String(), "sync", cfg.Sync,
 		"version", buildinfo.Version(), "max_connections", cfg.MaxConnections, "max_connections_per_ip", cfg.MaxConnectionsPerIP,
@@ -727,7 +635,7 @@ func (n *Node) Ready() error {
 	switch {
 	case n.stopping.Load():
 		return ErrStopping
-	case n.coord.Rebuilding():
+	case n.rebuild.Rebuilding():
 		return ErrRebuilding
 	}
 	return nil
@@ -743,16 +651,27 @@ func (n *Node) Failed() <-chan error { return n.failed }
 // store.
 func (n *Node) Close() error {
 	n.stopping.Store(true)
-	n.coord.Close()
+	n.closeCluster()
 	return n.closeStorage()
 }
 
 // Addr is the public listener's address (useful with port 0).
 func (n *Node) Addr() string { return n.ln.Addr().String() }
 
-// Coordinator is the node's cluster coordinator (tests drive anti-entropy
-// and garbage collection through it).
-func (n *Node) Coordinator() *cluster.Coordinator { return n.coord }
+// Members is the node's membership: its cluster map, the changes it
+// drives.
+func (n *Node) Members() *membership.Service { return n.members }
+
+// CollectGarbage runs one garbage-collection pass now and returns how many
+// records it removed (tests; production runs passes on a schedule).
+func (n *Node) CollectGarbage() int { return n.gc.Pass() }
+
+// PeerStates returns what the probes found of every peer.
+func (n *Node) PeerStates() []probe.PeerState { return n.probe.PeerStates() }
+
+// Rebuilding reports whether the node's replica is still copying its
+// share from its peers.
+func (n *Node) Rebuilding() bool { return n.rebuild.Rebuilding() }
 
 // AdminAddr is the admin listener's address, or "" without one.
 func (n *Node) AdminAddr() string {
@@ -788,7 +707,7 @@ func (n *Node) Shutdown(ctx context.Context) error {
 	// Before the store closes: /metrics reads it.
 	n.shutdownAdmin(ctx)
 	// Stragglers are bounded by the replica timeout.
-	n.coord.Close()
+	n.closeCluster()
 	if err := n.closeStorage(); err != nil {
 		return err
 	}
@@ -834,15 +753,6 @@ type fasthttpLogger struct{ l *slog.Logger }
 
 func (f fasthttpLogger) Printf(format string, args ...any) {
 	f.l.Debug(fmt.Sprintf(format, args...), "component", "fasthttp")
-}
-
-// aeInterval maps --ae-interval to cluster.AntiEntropyOptions: 0 there
-// means the default, here "only on demand".
-func aeInterval(d time.Duration) time.Duration {
-	if d == 0 {
-		return -1
-	}
-	return d
 }
 
 // scanMinRate maps --scan-min-rate to httpapi.Server.ScanMinRate: 0 there

@@ -6,7 +6,7 @@
 package placement
 
 import (
-	"github.com/dhtkv/dhtkv/internal/membership"
+	"github.com/dhtkv/dhtkv/internal/clustermap"
 	"github.com/dhtkv/dhtkv/internal/partition"
 )
 
@@ -24,7 +24,7 @@ import (
 // placement_test.go and reported in docs/placement.md.
 //
 // Scores depend only on the partition and the node's seed (the hash of
-// the URL it joined with, membership.Node.Seed), so every node computes
+// the URL it joined with, clustermap.Node.Seed), so every node computes
 // the same order, and adding a node moves only the partitions that now
 // score highest on it; removing one moves only the partitions it held.
 type Placement struct {
@@ -33,7 +33,7 @@ type Placement struct {
 }
 
 // New places over nodes.
-func New(nodes []membership.Node) *Placement {
+func New(nodes []clustermap.Node) *Placement {
 	p := &Placement{ids: make([]int, len(nodes)), nodeSeeds: make([]uint64, len(nodes))}
 	for i, n := range nodes {
 		p.ids[i], p.nodeSeeds[i] = n.ID, n.Seed
@@ -65,7 +65,7 @@ func (p *Placement) PartitionReplicas(part partition.ID, n int, dst []int) []int
 		n = len(p.nodeSeeds)
 	}
 	h := partitionHash(part)
-	var scores [membership.MaxNodeID + 1]uint64
+	var scores [clustermap.MaxNodeID + 1]uint64
 	base := len(dst)
 	for i, seed := range p.nodeSeeds {
 		s := partition.Mix(h ^ seed)

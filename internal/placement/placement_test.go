@@ -12,7 +12,7 @@ import (
 	"github.com/cespare/xxhash/v2"
 	"github.com/stretchr/testify/require"
 
-	"github.com/dhtkv/dhtkv/internal/membership"
+	"github.com/dhtkv/dhtkv/internal/clustermap"
 	"github.com/dhtkv/dhtkv/internal/partition"
 )
 
@@ -25,11 +25,11 @@ func nodeURLs(base, n int) []string {
 	return urls
 }
 
-func testTopology(t testing.TB, urls []string, self int) []membership.Node {
+func testTopology(t testing.TB, urls []string, self int) []clustermap.Node {
 	t.Helper()
-	topo, err := membership.ParseTopology(strings.Join(urls, ","), urls[self])
+	topo, err := clustermap.ParseTopology(strings.Join(urls, ","), urls[self])
 	require.NoError(t, err)
-	m, err := membership.Seed(topo.Nodes, 0)
+	m, err := clustermap.Seed(topo.Nodes, 0)
 	require.NoError(t, err)
 	return m.Nodes
 }

@@ -3,13 +3,13 @@ package placement
 import (
 	"slices"
 
-	"github.com/dhtkv/dhtkv/internal/membership"
+	"github.com/dhtkv/dhtkv/internal/clustermap"
 	"github.com/dhtkv/dhtkv/internal/partition"
 )
 
 // Sets is the placement of one cluster map: the replica sets before and
 // after the change under way (the same placement when none is), and which
-// of them requests use at the map's stage (membership.Stage).
+// of them requests use at the map's stage (clustermap.Stage).
 //
 // Invariant: while a change is under way a write must reach ack replicas of
 // both sets, and a read asks the old set until the stage read-new; so a
@@ -26,11 +26,11 @@ type Sets struct {
 }
 
 // Of derives the sets of m.
-func Of(m *membership.Map) *Sets {
+func Of(m *clustermap.Map) *Sets {
 	s := &Sets{Old: New(m.Old()), New: New(m.New())}
 	if ch := m.Change; ch != nil {
 		s.Moving = true
-		s.ReadNew = ch.Stage == membership.ReadNew
+		s.ReadNew = ch.Stage == clustermap.ReadNew
 	}
 	s.Replicas = min(m.Replicas, s.Old.Size(), s.New.Size())
 	return s

@@ -6,22 +6,22 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/dhtkv/dhtkv/internal/membership"
+	"github.com/dhtkv/dhtkv/internal/clustermap"
 )
 
-// The stages route as membership.Stage says: reads by the old set until
+// The stages route as clustermap.Stage says: reads by the old set until
 // read-new, writes to both sets while a change is under way.
 func TestSetsRouteByStage(t *testing.T) {
 	urls := []string{"http://127.0.0.1:1", "http://127.0.0.1:2", "http://127.0.0.1:3"}
-	m, err := membership.Seed(urls, 2)
+	m, err := clustermap.Seed(urls, 2)
 	require.NoError(t, err)
 	require.False(t, Of(m).Moving)
 	join, err := m.BeginJoin("http://127.0.0.1:4", 0)
 	require.NoError(t, err)
 	for _, tc := range []struct {
-		stage   membership.Stage
+		stage   clustermap.Stage
 		readNew bool
-	}{{membership.WriteBoth, false}, {membership.Stream, false}, {membership.ReadNew, true}} {
+	}{{clustermap.WriteBoth, false}, {clustermap.Stream, false}, {clustermap.ReadNew, true}} {
 		mm := *join
 		ch := *join.Change
 		ch.Stage = tc.stage

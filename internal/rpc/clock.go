@@ -2,6 +2,7 @@ package rpc
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -89,8 +90,8 @@ func (p *Peer) Ping(epoch uint64, deadline time.Time) (formed bool, err error) {
 		return false, fmt.Errorf("ping %s: %w", p.url, classify(err))
 	}
 	if resp.StatusCode() == fasthttp.StatusConflict {
-		if p.onStale != nil {
-			p.onStale(resp.Body())
+		if p.maps != nil {
+			p.maps.Stale(slices.Clone(resp.Body()))
 		}
 		return false, fmt.Errorf("ping %s: %w", p.url, ErrStaleEpoch)
 	}

@@ -20,11 +20,11 @@ import (
 //     only the other node's own records, and its caller merges every
 //     node's), and a map exchange carries its map;
 //   - a node whose map is newer refuses such a batch with 409 Conflict
-//     and its map as the body; the sender installs it (OnStale) and the
+//     and its map as the body; the sender installs it (Maps.Stale) and the
 //     calls fail with ErrStaleEpoch, for their coordinators to route
 //     them again by the newer map;
 //   - every batch answer carries the answering node's epoch; a sender
-//     that finds it older hands the peer its map (OnBehind, MapPath).
+//     that finds it older hands the peer its map (Maps.Behind, MapPath).
 //
 // Refusing a request from an older epoch is what lets a membership
 // change move through its stages safely: once a node has installed a
@@ -69,13 +69,13 @@ func ParseEpoch(v []byte) (epoch uint64, ok bool) {
 }
 
 // refusedStale finishes the calls of a batch the peer refused with 409:
-// it hands the peer's map to OnStale, then fails the calls routed at an
+// it hands the peer's map to Maps.Stale, then fails the calls routed at an
 // epoch older than the peer's and returns the others (routed by a map as
 // new as the peer's, batched with stale ones) to be sent again.
 func (p *Peer) refusedStale(live []*call, resp *fasthttp.Response) []*call {
 	peerEpoch, _ := ParseEpoch(resp.Header.Peek(EpochHeader))
-	if p.onStale != nil {
-		p.onStale(slices.Clone(resp.Body()))
+	if p.maps != nil {
+		p.maps.Stale(slices.Clone(resp.Body()))
 	}
 	var again []*call
 	for _, c := range live {
@@ -88,14 +88,14 @@ func (p *Peer) refusedStale(live []*call, resp *fasthttp.Response) []*call {
 	return again
 }
 
-// checkBehind tells OnBehind when the peer answered with an older epoch
+// checkBehind tells Maps.Behind when the peer answered with an older epoch
 // than sent.
 func (p *Peer) checkBehind(resp *fasthttp.Response, sent uint64) {
-	if p.onBehind == nil {
+	if p.maps == nil {
 		return
 	}
 	if e, ok := ParseEpoch(resp.Header.Peek(EpochHeader)); ok && e < sent {
-		p.onBehind(p.url, e)
+		p.maps.Behind(p.url, e)
 	}
 }
 
@@ -135,50 +135,64 @@ func FetchMap(baseURL string, o PeerOptions) ([]byte, error) {
 	return p.Map(nil, time.Now().Add(max(o.Timeout, 5*time.Second)))
 }
 
-// MapHooks is the node's side of the map protocol; package cluster
-// provides it. Admit is called with a batch's epoch before anything of it
-// is served: true admits it, and Release must then be called once it is
-// served; false refuses it (the node's map is newer). Installing a map
-// waits for every admitted batch to be released, so a batch is served
-// wholly under one epoch. State answers GET MapPath and a refusal's body;
-// Offer answers POST MapPath.
-type MapHooks struct {
-	Admit   func(epoch uint64) bool
-	Release func()
-	Epoch   func() uint64
-	State   func() []byte
-	Offer   func(state []byte) ([]byte, error)
+// Maps is the node's side of the map protocol (package membership
+// implements it): the server gates batches and serves MapPath with it,
+// and peers hand it the maps they meet. A nil Maps gates nothing and
+// serves no map.
+type Maps interface {
+	// Admit is called with a batch's epoch before anything of it is
+	// served: true admits it, and Release must then be called once it is
+	// served; false refuses it (the node's map is newer). Installing a
+	// map waits for every admitted batch to be released, so a batch is
+	// served wholly under one epoch.
+	Admit(epoch uint64) bool
+	Release()
+	// Epoch is the installed map's.
+	Epoch() uint64
+	// State answers GET MapPath and a refusal's body.
+	State() []byte
+	// Offer answers POST MapPath: the node installs the offered map if
+	// it is newer (an *Error refuses it).
+	Offer(state []byte) ([]byte, error)
+	// Stale is given the map state of a peer that refused a call for
+	// carrying an older epoch than its own, before the calls made at
+	// that epoch fail with ErrStaleEpoch: the node installs the map.
+	Stale(peerState []byte)
+	// Behind is told (on the sender's goroutine: it must not block)
+	// that the peer at url answered with an epoch older than the
+	// batch's: the node hands it the newer map.
+	Behind(url string, epoch uint64)
 }
 
-// Admit checks a batch's EpochHeader value (see MapHooks.Admit). A
-// batch without one, or a server without hooks, is admitted, and release
-// is then a no-op.
+// Admit checks a batch's EpochHeader value (see Maps.Admit). A batch
+// without one, or a server without Maps, is admitted, and release is then
+// a no-op.
 func (s *Server) Admit(header []byte) (admitted bool) {
-	if s.Map.Admit == nil {
+	if s.Maps == nil {
 		return true
 	}
 	e, ok := ParseEpoch(header)
 	if !ok {
 		return true
 	}
-	return s.Map.Admit(e)
+	return s.Maps.Admit(e)
 }
 
 // Release ends what Admit admitted.
 func (s *Server) Release(header []byte) {
-	if s.Map.Admit == nil {
+	if s.Maps == nil {
 		return
 	}
 	if _, ok := ParseEpoch(header); ok {
-		s.Map.Release()
+		s.Maps.Release()
 	}
 }
 
-// AppendEpoch appends this node's epoch (0 without hooks).
+// AppendEpoch appends this node's epoch (0 without Maps).
 func (s *Server) AppendEpoch(dst []byte) []byte {
 	var e uint64
-	if s.Map.Epoch != nil {
-		e = s.Map.Epoch()
+	if s.Maps != nil {
+		e = s.Maps.Epoch()
 	}
 	return strconv.AppendUint(dst, e, 10)
 }

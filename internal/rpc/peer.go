@@ -52,15 +52,10 @@ type PeerOptions struct {
 	// Dial connects to a peer's host:port within timeout (default: TCP).
 	// Tests route node-to-node traffic through fault injectors with it.
 	Dial func(addr string, timeout time.Duration) (net.Conn, error)
-	// OnStale is called with the peer's cluster map when the peer refused a
-	// batch for carrying an older epoch than its own (see EpochHeader),
-	// before the calls made at that epoch fail with ErrStaleEpoch; the
-	// coordinator installs the map. OnBehind is called (on the sender's
-	// goroutine: it must not block) when the peer answered with an epoch
-	// older than the batch's: the coordinator hands it the newer map.
-	// Default: nil, nothing is called.
-	OnStale  func(peerMap []byte)
-	OnBehind func(peer string, epoch uint64)
+	// Maps is given the maps of peers that refuse a call as stale and
+	// told of peers behind (see Maps.Stale and Maps.Behind). Default:
+	// nil, nothing is told.
+	Maps Maps
 	// TLS, when set, makes every connection to the peer TLS with this
 	// configuration, set up over what Dial returns (the node passes its
 	// client configuration under --tls-cert: the peer's listener then
@@ -114,8 +109,7 @@ type Peer struct {
 	maxBatch int
 	batchOps prometheus.Observer
 	now      func() time.Time
-	onStale  func([]byte)
-	onBehind func(string, uint64)
+	maps     Maps
 	offset   clockOffset
 
 	mu      sync.RWMutex // guards closed against enqueues racing Close
@@ -170,8 +164,7 @@ func NewPeer(baseURL string, o PeerOptions, m *Metrics) *Peer {
 		maxBatch: o.MaxBatchBytes,
 		batchOps: m.batchOpsFor(baseURL),
 		now:      o.Now,
-		onStale:  o.OnStale,
-		onBehind: o.OnBehind,
+		maps:     o.Maps,
 		stop:     make(chan struct{}),
 		client: &fasthttp.HostClient{
 			Addr: addr,

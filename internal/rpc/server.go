@@ -42,9 +42,9 @@ type Server struct {
 	// build an answer of their sum. The first read is always answered,
 	// whatever its size (up to --max-value-bytes).
 	MaxAnswerBytes int
-	// Map gates batches by cluster-map epoch and serves MapPath (see
-	// epoch.go); zero: no gate, no map.
-	Map MapHooks
+	// Maps gates batches by cluster-map epoch and serves MapPath (see
+	// epoch.go); nil: no gate, no map.
+	Maps Maps
 	Log *slog.Logger
 }
 

@@ -136,7 +136,7 @@ func (c *StreamClient) Close() { c.tr.CloseIdleConnections() }
 // node-to-node request's; a stream is not refused for an old one: it reads
 // only the other node's own records, whatever the placement, and the
 // caller merges every node's.
-func (c *StreamClient) Open(ctx context.Context, baseURL string, epoch uint64, start, end []byte) (*scan.DecoderIterator, error) {
+func (c *StreamClient) Open(ctx context.Context, baseURL string, epoch uint64, start, end []byte) (scan.Iterator, error) {
 	u := transportURL(baseURL, c.o.TLS) + StreamPath + "?start=" + url.QueryEscape(string(start))
 	if end != nil {
 		u += "&end=" + url.QueryEscape(string(end))

@@ -264,8 +264,8 @@ func (p *Peer) Summary(body []byte, epoch uint64, deadline time.Time) ([]byte, e
 		return nil, fmt.Errorf("summary from %s: %w", p.url, classify(err))
 	}
 	if resp.StatusCode() == fasthttp.StatusConflict {
-		if p.onStale != nil {
-			p.onStale(slices.Clone(resp.Body()))
+		if p.maps != nil {
+			p.maps.Stale(slices.Clone(resp.Body()))
 		}
 		return nil, fmt.Errorf("summary from %s: %w", p.url, ErrStaleEpoch)
 	}

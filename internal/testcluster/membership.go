@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/dhtkv/dhtkv/client"
-	"github.com/dhtkv/dhtkv/internal/membership"
+	"github.com/dhtkv/dhtkv/internal/clustermap"
 )
 
 // AddNode prepares a node that will join the cluster: a free port, an
@@ -90,19 +90,19 @@ func (c *Cluster) AwaitLeft(t testing.TB, i int, timeout time.Duration) {
 // AwaitStable waits until every running member has installed the same
 // map, with no change under way, and has dropped the partitions it no
 // longer holds, and returns the map.
-func (c *Cluster) AwaitStable(t testing.TB, timeout time.Duration) *membership.Map {
+func (c *Cluster) AwaitStable(t testing.TB, timeout time.Duration) *clustermap.Map {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	var last string
 	for {
-		var m *membership.Map
+		var m *clustermap.Map
 		same := true
 		for i := range c.Size() {
 			n := c.Node(i)
 			if n == nil {
 				continue
 			}
-			nm, self := n.Coordinator().Map()
+			nm, self := n.Members().Map()
 			if self < 0 {
 				continue // left, not stopped yet
 			}
@@ -112,7 +112,7 @@ func (c *Cluster) AwaitStable(t testing.TB, timeout time.Duration) *membership.M
 			if nm.Epoch != m.Epoch || nm.Change != nil {
 				same = false
 				last = fmt.Sprintf("node %d at %s, another at %s", i, nm, m)
-			} else if n.Coordinator().CleanupPending() {
+			} else if n.Members().CleanupPending() {
 				same = false
 				last = fmt.Sprintf("node %d still drops partitions it no longer holds", i)
 			}

@@ -1,20 +1,5 @@
-package cluster
-
-import (
-	"context"
-	"errors"
-	"fmt"
-	"sync"
-	"time"
-
-	"golang.org/x/time/rate"
-
-	"github.com/dhtkv/dhtkv/internal/hlc"
-	"github.com/dhtkv/dhtkv/internal/membership"
-	"github.com/dhtkv/dhtkv/internal/store"
-)
-
-// Hinted handoff
+// Package handoff keeps the writes a replica missed and delivers them when
+// it answers again (hinted handoff).
 //
 // A replicated write that fails or times out on one replica leaves that
 // replica behind. The coordinator keeps the write as a hint, durably in
@@ -31,10 +16,29 @@ import (
 // window also keeps a long-dead node from coming back to hours of stale
 // writes all at once, and (with tombstone collection) from replaying a
 // write older than a purged delete.
+package handoff
 
-// HandoffOptions configures hinted handoff. Zero fields take the defaults
-// noted.
-type HandoffOptions struct {
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/time/rate"
+
+	"github.com/dhtkv/dhtkv/internal/hlc"
+	"github.com/dhtkv/dhtkv/internal/clustermap"
+	"github.com/dhtkv/dhtkv/internal/store"
+	"github.com/dhtkv/dhtkv/internal/view"
+	"github.com/dhtkv/dhtkv/internal/worker"
+)
+
+// Options configures hinted handoff. Zero fields take the defaults noted
+// (EnsureDefaults).
+type Options struct {
 	// Window is how old a hint may get before it is dropped (--hint-window;
 	// default 3 h). Age is the hinted write's version time.
 	Window time.Duration
@@ -48,9 +52,13 @@ type HandoffOptions struct {
 	// Interval is how often the loop looks for hints to deliver (default
 	// 1 s).
 	Interval time.Duration
+	// Timeout is one delivery call's deadline (the node's
+	// --replica-timeout; default 300 ms).
+	Timeout time.Duration
 }
 
-func (o *HandoffOptions) defaults() {
+// EnsureDefaults fills the zero fields with their defaults.
+func (o *Options) EnsureDefaults() {
 	if o.Window <= 0 {
 		o.Window = 3 * time.Hour
 	}
@@ -63,68 +71,76 @@ func (o *HandoffOptions) defaults() {
 	if o.Interval <= 0 {
 		o.Interval = time.Second
 	}
+	if o.Timeout <= 0 {
+		o.Timeout = 300 * time.Millisecond
+	}
 }
 
 // replayConcurrency is how many hints are in flight to one target at once:
 // the peer client batches concurrent calls into one request.
 const replayConcurrency = 64
 
-type handoff struct {
-	c     *Coordinator
-	store *store.Store
-	o     HandoffOptions
-	limit *rate.Limiter
+// Handoff keeps hints in this node's store and delivers them. Its methods
+// are safe for concurrent use.
+type Handoff struct {
+	views   func() *view.View
+	store   *store.Store
+	dropped func(target int)
+	o       Options
+	limit   *rate.Limiter
+	log     *slog.Logger
+	m       *metrics
+	work    *worker.Group
 
 	mu      sync.Mutex
 	pending map[int]int64 // hint bytes per target
-
-	ctx    context.Context
-	cancel context.CancelFunc
-	done   sync.WaitGroup
-	m      *handoffMetrics
 }
 
-func newHandoff(c *Coordinator, st *store.Store, o HandoffOptions) (*handoff, error) {
-	o.defaults()
+// New returns the handoff of the hints in st, routed by the views views
+// returns. dropped is called with a target whose hint was dropped:
+// anti-entropy must then repair what it carried. It reads how many hints
+// st holds; Start starts the delivery.
+func New(st *store.Store, views func() *view.View, dropped func(target int), o Options, log *slog.Logger) (*Handoff, error) {
+	o.EnsureDefaults()
 	pending, err := st.HintBytes()
 	if err != nil {
 		return nil, err
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	h := &handoff{
-		c: c, store: st, o: o, pending: pending, ctx: ctx, cancel: cancel, m: newHandoffMetrics(),
+	h := &Handoff{
+		views: views, store: st, dropped: dropped, o: o, pending: pending, log: log, m: newMetrics(), work: worker.New(),
 		// A second's worth at most goes out at once; a larger hint waits
 		// for a full bucket (see send).
 		limit: rate.NewLimiter(rate.Limit(o.ReplayRate), int(o.ReplayRate)),
 	}
-	v := c.v()
+	v := views()
 	for target, n := range pending {
-		if target > membership.MaxNodeID {
-			return nil, fmt.Errorf("hints stored for node %d, beyond the largest node id %d", target, membership.MaxNodeID)
+		if target > clustermap.MaxNodeID {
+			return nil, fmt.Errorf("hints stored for node %d, beyond the largest node id %d", target, clustermap.MaxNodeID)
 		}
 		// Hints for a node that left are dropped at the first delivery.
-		h.m.pending.WithLabelValues(v.url(target)).Set(float64(n))
+		h.m.pending.WithLabelValues(v.URL(target)).Set(float64(n))
 	}
 	return h, nil
 }
 
-// start runs the delivery loop; close stops it.
-func (h *handoff) start() {
-	h.done.Add(1)
-	go h.run()
-}
+// Register adds the instruments to reg.
+func (h *Handoff) Register(reg prometheus.Registerer) { h.m.register(reg) }
 
-// add keeps a hint of the write env under key for target, whose replica
-// call failed with err. It runs on the replica call's goroutine.
-func (h *handoff) add(target int, key, env []byte) {
+// Start runs the delivery loop; Close stops it.
+func (h *Handoff) Start() { h.work.Tick(h.o.Interval, h.round) }
+
+// Add keeps a hint of the write env under key for target, whose replica
+// call failed. It runs on the replica call's goroutine; key and env are
+// kept, and must not be modified after.
+func (h *Handoff) Add(target int, key, env []byte) {
 	hint := store.Hint{Target: target, Key: key, Envelope: env}
-	peer := h.c.v().url(target)
+	peer := h.views().URL(target)
 	size := int64(hint.Size())
 	h.mu.Lock()
 	if h.pending[target]+size > h.o.MaxBytes {
 		h.mu.Unlock()
 		h.m.dropped.WithLabelValues(peer, "cap").Inc()
-		h.c.ae.soon(target) // it repairs what the hint carried
+		h.dropped(target) // it repairs what the hint carried
 		return
 	}
 	h.pending[target] += size // reserved before the write, so concurrent adds respect the cap
@@ -132,15 +148,15 @@ func (h *handoff) add(target int, key, env []byte) {
 	if err := h.store.AddHint(hint); err != nil {
 		h.addPending(target, -size)
 		h.m.dropped.WithLabelValues(peer, "error").Inc()
-		h.c.log.Error("store hint", "peer", peer, "err", err)
-		h.c.ae.soon(target)
+		h.log.Error("store hint", "peer", peer, "err", err)
+		h.dropped(target)
 		return
 	}
 	h.m.stored.WithLabelValues(peer).Inc()
 	h.m.pending.WithLabelValues(peer).Set(float64(h.addPending(target, 0)))
 }
 
-func (h *handoff) addPending(target int, n int64) int64 {
+func (h *Handoff) addPending(target int, n int64) int64 {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.pending[target] += n
@@ -151,25 +167,16 @@ func (h *handoff) addPending(target int, n int64) int64 {
 	return h.pending[target]
 }
 
-func (h *handoff) run() {
-	defer h.done.Done()
-	t := time.NewTicker(h.o.Interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-h.ctx.Done():
-			return
-		case <-t.C:
-		}
-		h.mu.Lock()
-		var targets []int
-		for target := range h.pending {
-			targets = append(targets, target)
-		}
-		h.mu.Unlock()
-		for _, target := range targets {
-			h.deliver(target)
-		}
+// round offers every target its hints.
+func (h *Handoff) round(context.Context) {
+	h.mu.Lock()
+	var targets []int
+	for target := range h.pending {
+		targets = append(targets, target)
+	}
+	h.mu.Unlock()
+	for _, target := range targets {
+		h.deliver(target)
 	}
 }
 
@@ -180,12 +187,12 @@ func (h *handoff) run() {
 // A node that left the cluster gets none: its hints are dropped (it holds
 // no partition any more, and the records reached the new replicas by the
 // move). The hints are read by the view current at each slice.
-func (h *handoff) deliver(target int) {
-	peer := h.c.v().url(target)
+func (h *Handoff) deliver(target int) {
+	peer := h.views().URL(target)
 	var cursor *store.Hint // the last hint handled: the next slice starts past it
-	for h.ctx.Err() == nil {
-		v := h.c.v()
-		gone := v.peers[target] == nil
+	for !h.work.Stopping() {
+		v := h.views()
+		gone := v.Peers[target] == nil
 		var batch []store.Hint
 		var expired []store.Hint
 		oldest := hlc.VersionAt(time.Now().Add(-h.o.Window))
@@ -199,7 +206,7 @@ func (h *handoff) deliver(target int) {
 			return len(batch)+len(expired) < replayConcurrency
 		})
 		if err != nil {
-			h.c.log.Error("read hints", "peer", peer, "err", err)
+			h.log.Error("read hints", "peer", peer, "err", err)
 			return
 		}
 		h.forget(target, expired, "window")
@@ -216,7 +223,7 @@ func (h *handoff) deliver(target int) {
 		delivered, failed := h.send(v, target, batch)
 		h.forget(target, delivered, "")
 		if failed != nil {
-			h.c.log.Debug("hint delivery failed; next interval", "peer", peer, "err", failed)
+			h.log.Debug("hint delivery failed; next interval", "peer", peer, "err", failed)
 			return
 		}
 	}
@@ -224,17 +231,17 @@ func (h *handoff) deliver(target int) {
 
 // send delivers batch concurrently and returns the hints acknowledged and
 // the first failure.
-func (h *handoff) send(v *view, target int, batch []store.Hint) (delivered []store.Hint, failed error) {
-	p := v.peers[target]
+func (h *Handoff) send(v *view.View, target int, batch []store.Hint) (delivered []store.Hint, failed error) {
+	p := v.Peers[target]
 	ok := make([]bool, len(batch))
 	errs := make([]error, len(batch))
 	var wg sync.WaitGroup
 	for i, hint := range batch {
-		if err := h.limit.WaitN(h.ctx, min(hint.Size(), h.limit.Burst())); err != nil {
+		if err := h.limit.WaitN(h.work.Context(), min(hint.Size(), h.limit.Burst())); err != nil {
 			break // stopping
 		}
 		wg.Go(func() {
-			_, err := p.client.Apply(hint.Key, hint.Envelope, v.m.Epoch, time.Now().Add(h.c.timeout))
+			_, err := p.Apply(hint.Key, hint.Envelope, v.Epoch(), time.Now().Add(h.o.Timeout))
 			ok[i], errs[i] = err == nil, err
 		})
 	}
@@ -248,13 +255,13 @@ func (h *handoff) send(v *view, target int, batch []store.Hint) (delivered []sto
 }
 
 // forget deletes hints delivered (reason "") or dropped.
-func (h *handoff) forget(target int, hs []store.Hint, reason string) {
+func (h *Handoff) forget(target int, hs []store.Hint, reason string) {
 	if len(hs) == 0 {
 		return
 	}
-	peer := h.c.v().url(target)
+	peer := h.views().URL(target)
 	if err := h.store.DeleteHints(hs); err != nil {
-		h.c.log.Error("delete hints", "peer", peer, "err", err)
+		h.log.Error("delete hints", "peer", peer, "err", err)
 		return
 	}
 	var size int64
@@ -266,26 +273,22 @@ func (h *handoff) forget(target int, hs []store.Hint, reason string) {
 		h.m.replayed.WithLabelValues(peer).Add(float64(len(hs)))
 	} else {
 		h.m.dropped.WithLabelValues(peer, reason).Add(float64(len(hs)))
-		h.c.ae.soon(target)
+		h.dropped(target)
 	}
 }
 
-// close stops the loop; hints not yet delivered stay stored for the next
+// Close stops the loop; hints not yet delivered stay stored for the next
 // start.
-func (h *handoff) close() {
-	h.cancel()
-	h.done.Wait()
-}
+func (h *Handoff) Close() { h.work.Stop() }
 
-// PendingHints returns the bytes of hints held for each node, by URL.
-func (c *Coordinator) PendingHints() map[string]int64 {
-	v := c.v()
-	h := c.handoff
+// Pending returns the bytes of hints held for each node, by URL.
+func (h *Handoff) Pending() map[string]int64 {
+	v := h.views()
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	out := make(map[string]int64, len(h.pending))
 	for target, n := range h.pending {
-		out[v.url(target)] = n
+		out[v.URL(target)] = n
 	}
 	return out
 }

@@ -1,4 +1,4 @@
-package membership
+package clustermap
 
 import (
 	"fmt"

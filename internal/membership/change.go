@@ -1,4 +1,4 @@
-package cluster
+package membership
 
 import (
 	"context"
@@ -10,13 +10,14 @@ import (
 	"sync"
 	"time"
 
-	"github.com/dhtkv/dhtkv/internal/membership"
+	"github.com/dhtkv/dhtkv/internal/clustermap"
+	"github.com/dhtkv/dhtkv/internal/view"
 )
 
 // Membership changes (docs/membership.md)
 //
 // A change is begun on one node, its driver, which takes it through its
-// stages (membership.Stage), one map epoch each:
+// stages (clustermap.Stage), one map epoch each:
 //
 //  1. the driver installs the next stage's map and hands it to every
 //     node of the map until each has installed it (barrier): no node is
@@ -27,7 +28,7 @@ import (
 //  3. it advances to the next stage.
 //
 // The stage is in the map every node persists, so a driver that restarts
-// resumes where it was (NewCoordinator calls afterInstall), and a node
+// resumes where it was (Start calls afterInstall), and a node
 // that restarts in the stream stage copies again.
 //
 // Only one change runs at a time: a change is begun only when every
@@ -38,7 +39,7 @@ import (
 
 // driver runs the change this node began, if any.
 type driver struct {
-	c       *Coordinator
+	s       *Service
 	mu      sync.Mutex
 	running bool
 	status  string // what it waits for now, for ChangeStatus
@@ -47,9 +48,9 @@ type driver struct {
 	done    sync.WaitGroup
 }
 
-func newDriver(c *Coordinator) *driver {
+func newDriver(s *Service) *driver {
 	ctx, cancel := context.WithCancel(context.Background())
-	return &driver{c: c, ctx: ctx, cancel: cancel}
+	return &driver{s: s, ctx: ctx, cancel: cancel}
 }
 
 // barrierRetry is the wait between rounds of handing a map to the nodes
@@ -87,26 +88,26 @@ func (d *driver) setStatus(format string, args ...any) {
 
 // run takes the change through its stages (see the top of the file).
 func (d *driver) run() {
-	c := d.c
+	s := d.s
 	for d.ctx.Err() == nil {
-		v := c.v()
-		ch := v.m.Change
-		if ch == nil || ch.Driver != v.self {
+		v := s.View()
+		ch := v.Map.Change
+		if ch == nil || ch.Driver != v.Self {
 			return
 		}
-		if !d.barrier(v.m, v.m.Nodes) {
+		if !d.barrier(v.Map, v.Map.Nodes) {
 			return
 		}
-		if ch.Stage == membership.Stream && !d.awaitMoved(v) {
+		if ch.Stage == clustermap.Stream && !d.awaitMoved(v) {
 			return
 		}
-		next, err := v.m.Advance()
+		next, err := v.Map.Advance()
 		if err != nil {
-			c.log.Error("membership: advance the change", "err", err)
+			s.log.Error("membership: advance the change", "err", err)
 			return
 		}
-		if _, err := c.install(next); err != nil {
-			c.log.Error("membership: install the next stage; trying again", "err", err)
+		if _, err := s.install(next); err != nil {
+			s.log.Error("membership: install the next stage; trying again", "err", err)
 			select {
 			case <-d.ctx.Done():
 			case <-time.After(barrierRetry):
@@ -117,14 +118,14 @@ func (d *driver) run() {
 			// Hand the last map to the members, and to a node that left,
 			// which learns from it that it is out and stops.
 			nodes := next.Nodes
-			if ch.Kind == membership.Decommission {
-				if n := v.m.Node(ch.Node); n != nil {
+			if ch.Kind == clustermap.Decommission {
+				if n := v.Map.Node(ch.Node); n != nil {
 					d.handOnce(next, *n)
 				}
 			}
 			if d.barrier(next, nodes) {
 				d.setStatus("done: %s", next)
-				c.log.Info("membership: change complete", "kind", ch.Kind, "node", v.url(ch.Node), "map", next.String())
+				s.log.Info("membership: change complete", "kind", ch.Kind, "node", v.URL(ch.Node), "map", next.String())
 			}
 			return
 		}
@@ -133,12 +134,12 @@ func (d *driver) run() {
 
 // barrier hands m to every node of nodes until each has installed it (or
 // a newer one). It returns false when the driver stops first.
-func (d *driver) barrier(m *membership.Map, nodes []membership.Node) bool {
-	c := d.c
-	state := c.state()
-	pending := map[int]membership.Node{}
+func (d *driver) barrier(m *clustermap.Map, nodes []clustermap.Node) bool {
+	s := d.s
+	state := s.State()
+	pending := map[int]clustermap.Node{}
 	for _, n := range nodes {
-		if n.ID != c.v().self {
+		if n.ID != s.View().Self {
 			pending[n.ID] = n
 		}
 	}
@@ -147,14 +148,14 @@ func (d *driver) barrier(m *membership.Map, nodes []membership.Node) bool {
 	for len(pending) > 0 {
 		var wg sync.WaitGroup
 		var mu sync.Mutex
-		round := make(map[int]membership.Node, len(pending))
+		round := make(map[int]clustermap.Node, len(pending))
 		maps.Copy(round, pending)
 		for id, n := range round {
 			wg.Go(func() {
-				ans, err := c.peerFor(n.URL).client.Map(state, time.Now().Add(c.timeout+time.Second))
+				ans, err := s.peer(n.URL).Map(state, time.Now().Add(s.o.Timeout+time.Second))
 				if err == nil {
-					var st MapState
-					if st, err = parseState(ans); err == nil && st.Map.Epoch >= m.Epoch {
+					var st State
+					if st, err = ParseState(ans); err == nil && st.Map.Epoch >= m.Epoch {
 						mu.Lock()
 						delete(pending, id)
 						mu.Unlock()
@@ -174,7 +175,7 @@ func (d *driver) barrier(m *membership.Map, nodes []membership.Node) bool {
 		d.setStatus("epoch %d (%s): waiting for %s to install it", m.Epoch, stageName(m), strings.Join(waiting, ", "))
 		if time.Since(lastLog) > 30*time.Second {
 			lastLog = time.Now()
-			c.log.Warn("membership: waiting for nodes to install the cluster map", "epoch", m.Epoch, "nodes", waiting, "for", time.Since(started).Round(time.Second))
+			s.log.Warn("membership: waiting for nodes to install the cluster map", "epoch", m.Epoch, "nodes", waiting, "for", time.Since(started).Round(time.Second))
 		}
 		select {
 		case <-d.ctx.Done():
@@ -187,10 +188,10 @@ func (d *driver) barrier(m *membership.Map, nodes []membership.Node) bool {
 
 // handOnce offers m to node n, a few times at most: a node leaving the
 // cluster, which may already have stopped.
-func (d *driver) handOnce(m *membership.Map, n membership.Node) {
-	state := d.c.state()
+func (d *driver) handOnce(m *clustermap.Map, n clustermap.Node) {
+	state := d.s.State()
 	for range 3 {
-		if _, err := d.c.peerFor(n.URL).client.Map(state, time.Now().Add(d.c.timeout+time.Second)); err == nil {
+		if _, err := d.s.peer(n.URL).Map(state, time.Now().Add(d.s.o.Timeout+time.Second)); err == nil {
 			return
 		}
 		select {
@@ -202,26 +203,26 @@ func (d *driver) handOnce(m *membership.Map, n membership.Node) {
 }
 
 // awaitMoved waits until every node gaining partitions in v's change has
-// copied them (its MapState.Moved reaches v's epoch).
-func (d *driver) awaitMoved(v *view) bool {
-	c := d.c
+// copied them (its State.Moved reaches v's epoch).
+func (d *driver) awaitMoved(v *view.View) bool {
+	s := d.s
 	pending := map[int]bool{}
 	for _, n := range v.Gainers() {
 		pending[n] = true
 	}
 	for len(pending) > 0 {
 		for n := range pending {
-			if n == v.self {
-				if c.moved.Load() >= v.m.Epoch {
+			if n == v.Self {
+				if s.moved.Load() >= v.Map.Epoch {
 					delete(pending, n)
 				}
 				continue
 			}
-			ans, err := v.peers[n].client.Map(nil, time.Now().Add(c.timeout+time.Second))
+			ans, err := v.Peers[n].Map(nil, time.Now().Add(s.o.Timeout+time.Second))
 			if err != nil {
 				continue
 			}
-			if st, err := parseState(ans); err == nil && st.Moved >= v.m.Epoch {
+			if st, err := ParseState(ans); err == nil && st.Moved >= v.Map.Epoch {
 				delete(pending, n)
 			}
 		}
@@ -230,10 +231,10 @@ func (d *driver) awaitMoved(v *view) bool {
 		}
 		var waiting []string
 		for n := range pending {
-			waiting = append(waiting, v.url(n))
+			waiting = append(waiting, v.URL(n))
 		}
 		slices.Sort(waiting)
-		d.setStatus("epoch %d (stream): waiting for %s to copy the partitions they gain", v.m.Epoch, strings.Join(waiting, ", "))
+		d.setStatus("epoch %d (stream): waiting for %s to copy the partitions they gain", v.Map.Epoch, strings.Join(waiting, ", "))
 		select {
 		case <-d.ctx.Done():
 			return false
@@ -243,7 +244,7 @@ func (d *driver) awaitMoved(v *view) bool {
 	return true
 }
 
-func stageName(m *membership.Map) string {
+func stageName(m *clustermap.Map) string {
 	if m.Change == nil {
 		return "done"
 	}
@@ -256,24 +257,24 @@ var ErrChangeRefused = errors.New("membership change refused")
 
 // agree checks that every member answers with this node's map and no
 // change under way: what beginning a change requires.
-func (c *Coordinator) agree(v *view, except int) error {
-	if v.m.Change != nil {
-		return fmt.Errorf("%w: %w: %s", ErrChangeRefused, membership.ErrBusy, v.m)
+func (s *Service) agree(v *view.View, except int) error {
+	if v.Map.Change != nil {
+		return fmt.Errorf("%w: %w: %s", ErrChangeRefused, clustermap.ErrBusy, v.Map)
 	}
-	for _, id := range v.others() {
+	for _, id := range v.Others() {
 		if id == except {
 			continue
 		}
-		ans, err := v.peers[id].client.Map(nil, time.Now().Add(c.timeout+time.Second))
+		ans, err := v.Peers[id].Map(nil, time.Now().Add(s.o.Timeout+time.Second))
 		if err != nil {
-			return fmt.Errorf("%w: %s does not answer (every member must, but the one replaced): %w", ErrChangeRefused, v.url(id), err)
+			return fmt.Errorf("%w: %s does not answer (every member must, but the one replaced): %w", ErrChangeRefused, v.URL(id), err)
 		}
-		st, err := parseState(ans)
+		st, err := ParseState(ans)
 		if err != nil {
-			return fmt.Errorf("%w: %s: %w", ErrChangeRefused, v.url(id), err)
+			return fmt.Errorf("%w: %s: %w", ErrChangeRefused, v.URL(id), err)
 		}
-		if st.Map.Epoch != v.m.Epoch || st.Map.Change != nil {
-			return fmt.Errorf("%w: %s is at %s, this node at %s: try again once they agree", ErrChangeRefused, v.url(id), st.Map, v.m)
+		if st.Map.Epoch != v.Map.Epoch || st.Map.Change != nil {
+			return fmt.Errorf("%w: %s is at %s, this node at %s: try again once they agree", ErrChangeRefused, v.URL(id), st.Map, v.Map)
 		}
 	}
 	return nil
@@ -281,15 +282,15 @@ func (c *Coordinator) agree(v *view, except int) error {
 
 // begin installs m, the first map of a change begun here, which starts
 // the driver.
-func (c *Coordinator) begin(v *view, m *membership.Map) (*membership.Map, error) {
-	ok, err := c.install(m)
+func (s *Service) begin(v *view.View, m *clustermap.Map) (*clustermap.Map, error) {
+	ok, err := s.install(m)
 	if err != nil {
 		return nil, err
 	}
 	if !ok {
-		return nil, fmt.Errorf("%w: the map changed meanwhile (now %s)", ErrChangeRefused, c.v().m)
+		return nil, fmt.Errorf("%w: the map changed meanwhile (now %s)", ErrChangeRefused, s.View().Map)
 	}
-	c.log.Info("membership: change begun", "map", m.String(), "was", v.m.Epoch)
+	s.log.Info("membership: change begun", "map", m.String(), "was", v.Map.Epoch)
 	return m, nil
 }
 
@@ -298,80 +299,80 @@ func (c *Coordinator) begin(v *view, m *membership.Map) (*membership.Map, error)
 // takes its share of partitions, copied from their replicas, while the
 // cluster serves. It returns the change's first map; ChangeStatus tells
 // how it goes.
-func (c *Coordinator) Join(url string) (*membership.Map, error) {
-	v := c.v()
-	if err := c.agree(v, -1); err != nil {
+func (s *Service) Join(url string) (*clustermap.Map, error) {
+	v := s.View()
+	if err := s.agree(v, -1); err != nil {
 		return nil, err
 	}
-	m, err := v.m.BeginJoin(url, v.self)
+	m, err := v.Map.BeginJoin(url, v.Self)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrChangeRefused, err)
 	}
-	return c.begin(v, m)
+	return s.begin(v, m)
 }
 
 // Decommission begins removing the node at url: its partitions are
 // copied to the nodes that take them, then it drops out of the map and
 // stops.
-func (c *Coordinator) Decommission(url string) (*membership.Map, error) {
-	v := c.v()
-	n, err := c.member(v, url)
+func (s *Service) Decommission(url string) (*clustermap.Map, error) {
+	v := s.View()
+	n, err := s.member(v, url)
 	if err != nil {
 		return nil, err
 	}
-	if err := c.agree(v, -1); err != nil {
+	if err := s.agree(v, -1); err != nil {
 		return nil, err
 	}
-	m, err := v.m.BeginDecommission(n.ID, v.self)
+	m, err := v.Map.BeginDecommission(n.ID, v.Self)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrChangeRefused, err)
 	}
-	return c.begin(v, m)
+	return s.begin(v, m)
 }
 
 // Replace makes a new, empty machine at newURL take the identity of the
 // dead node at oldURL: the map then names newURL for it, and the new
 // machine, started with --join, rebuilds the node's data from the other
-// replicas before serving reads (rebuild.go). A node that answers is not
+// replicas before serving reads (package rebuild). A node that answers is not
 // replaced: decommission it instead.
-func (c *Coordinator) Replace(oldURL, newURL string) (*membership.Map, error) {
-	v := c.v()
-	n, err := c.member(v, oldURL)
+func (s *Service) Replace(oldURL, newURL string) (*clustermap.Map, error) {
+	v := s.View()
+	n, err := s.member(v, oldURL)
 	if err != nil {
 		return nil, err
 	}
-	if n.ID == v.self {
+	if n.ID == v.Self {
 		return nil, fmt.Errorf("%w: this node is %s and answers: ask another member", ErrChangeRefused, n.URL)
 	}
-	if _, err := v.peers[n.ID].client.Ping(v.m.Epoch, time.Now().Add(c.timeout)); err == nil {
+	if _, err := v.Peers[n.ID].Ping(v.Map.Epoch, time.Now().Add(s.o.Timeout)); err == nil {
 		return nil, fmt.Errorf("%w: %s answers; only a dead node is replaced (decommission a live one)", ErrChangeRefused, n.URL)
 	}
-	if err := c.agree(v, n.ID); err != nil {
+	if err := s.agree(v, n.ID); err != nil {
 		return nil, err
 	}
-	m, err := v.m.Replace(n.ID, newURL)
+	m, err := v.Map.Replace(n.ID, newURL)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrChangeRefused, err)
 	}
-	if _, err := c.begin(v, m); err != nil {
+	if _, err := s.begin(v, m); err != nil {
 		return nil, err
 	}
 	// No stages: hand the map to the others now (the new machine fetches
 	// it when it starts).
-	others := slices.DeleteFunc(slices.Clone(m.Nodes), func(x membership.Node) bool { return x.ID == n.ID })
+	others := slices.DeleteFunc(slices.Clone(m.Nodes), func(x clustermap.Node) bool { return x.ID == n.ID })
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	d := &driver{c: c, ctx: ctx}
+	d := &driver{s: s, ctx: ctx}
 	d.barrier(m, others)
 	return m, nil
 }
 
-func (c *Coordinator) member(v *view, url string) (*membership.Node, error) {
-	u, err := membership.NormalizeURL(url)
+func (s *Service) member(v *view.View, url string) (*clustermap.Node, error) {
+	u, err := clustermap.NormalizeURL(url)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrChangeRefused, err)
 	}
-	n := v.m.ByURL(u)
+	n := v.Map.ByURL(u)
 	if n == nil {
 		return nil, fmt.Errorf("%w: %s is not a member", ErrChangeRefused, u)
 	}
@@ -381,25 +382,17 @@ func (c *Coordinator) member(v *view, url string) (*membership.Node, error) {
 // ChangeStatus is the cluster map as this node has it, and what the
 // change it drives (if any) waits for.
 type ChangeStatus struct {
-	Map    *membership.Map `json:"map"`
+	Map    *clustermap.Map `json:"map"`
 	Self   int             `json:"self"`
 	Moved  uint64          `json:"moved"`
 	Driver string          `json:"driver,omitempty"` // this node's driver's last status
 }
 
 // ChangeStatus returns the map and the driver's status.
-func (c *Coordinator) ChangeStatus() ChangeStatus {
-	v := c.v()
-	c.driver.mu.Lock()
-	st := c.driver.status
-	c.driver.mu.Unlock()
-	return ChangeStatus{Map: v.m, Self: v.self, Moved: c.moved.Load(), Driver: st}
-}
-
-// leave runs once when the map no longer has this node.
-func (c *Coordinator) leave() {
-	c.leftOnce.Do(func() {
-		c.log.Warn("membership: this node is no longer in the cluster map (decommissioned); stopping")
-		go c.onLeft() // not on the installing goroutine: stopping waits for it
-	})
+func (s *Service) ChangeStatus() ChangeStatus {
+	v := s.View()
+	s.driver.mu.Lock()
+	st := s.driver.status
+	s.driver.mu.Unlock()
+	return ChangeStatus{Map: v.Map, Self: v.Self, Moved: s.moved.Load(), Driver: st}
 }

@@ -1,4 +1,4 @@
-// Package membership holds the cluster map: which nodes form the cluster,
+// Package clustermap holds the cluster map: which nodes form the cluster,
 // under which identities, and which membership change is under way and at
 // what stage. The map is the source of truth for placement (package
 // placement places partitions over its nodes); every node persists it, and
@@ -7,7 +7,7 @@
 // A Map is a value: it is never modified once built. Changes make a new
 // map with a higher epoch (Begin, Advance, Replace), and a node installs
 // a received map only if its epoch is higher than the one it has.
-package membership
+package clustermap
 
 import (
 	"encoding/json"
@@ -105,10 +105,10 @@ type Map struct {
 }
 
 // Seed makes the first map of a cluster from the --cluster list (node
-// URLs, in the order every node was given). A node's id is its position,
-// and the cluster's identity the hash of the list, as before maps
-// existed: a directory written by an earlier release keeps its identity
-// and its placement.
+// URLs, in the order every node was given). A node's id is its position
+// and the cluster's identity the hash of the list, so every node seeded
+// from the same list agrees on both without asking the others, and a data
+// directory whose identity came from that list (store.Identity) matches.
 func Seed(urls []string, replicas int) (*Map, error) {
 	if len(urls) == 0 {
 		return nil, errors.New("no nodes")

@@ -1,18 +1,5 @@
-package cluster
-
-import (
-	"bytes"
-	"context"
-	"slices"
-	"sync"
-	"time"
-
-	"github.com/dhtkv/dhtkv/internal/hlc"
-	"github.com/dhtkv/dhtkv/internal/partition"
-	"github.com/dhtkv/dhtkv/internal/store"
-)
-
-// Tombstone garbage collection
+// Package gc removes the tombstones and expired values every replica of
+// their partition has (tombstone garbage collection).
 //
 // A tombstone (or a value past its expiry) may be removed from this node
 // once two things hold:
@@ -37,21 +24,40 @@ import (
 // Another replica still holding a tombstone this node removed offers it in
 // the next exchange; this node drops it (below its horizon) and counts it
 // as done, and that replica removes its own copy once its own rule holds.
+package gc
 
-// GCOptions configures garbage collection. Zero fields take the defaults
-// noted.
-type GCOptions struct {
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"slices"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/dhtkv/dhtkv/internal/hlc"
+	"github.com/dhtkv/dhtkv/internal/partition"
+	"github.com/dhtkv/dhtkv/internal/replica"
+	"github.com/dhtkv/dhtkv/internal/store"
+	"github.com/dhtkv/dhtkv/internal/view"
+	"github.com/dhtkv/dhtkv/internal/worker"
+)
+
+// Options configures garbage collection. Zero fields take the defaults
+// noted (EnsureDefaults).
+type Options struct {
 	// Grace is how long a tombstone or an expired value is kept at least,
 	// from its delete or expiry (--gc-grace; default 4 h; the node passes
 	// the hint window plus the clock skew bound plus an hour, and checks
 	// that a value it is given exceeds the first two).
 	Grace time.Duration
 	// Interval is how often the collector checks whether a pass is due
-	// (default 1 min; see collector.due).
+	// (default 1 min; see Collector.due).
 	Interval time.Duration
 }
 
-func (o *GCOptions) defaults() {
+// EnsureDefaults fills the zero fields with their defaults.
+func (o *Options) EnsureDefaults() {
 	if o.Grace <= 0 {
 		o.Grace = 4 * time.Hour
 	}
@@ -63,13 +69,17 @@ func (o *GCOptions) defaults() {
 // gcBatch bounds the records removed in one store commit.
 const gcBatch = 1024
 
-type collector struct {
-	c      *Coordinator
-	o      GCOptions
-	ctx    context.Context
-	cancel context.CancelFunc
-	done   sync.WaitGroup
-	now    func() time.Time
+// Collector runs the passes. Its methods are safe for concurrent use.
+type Collector struct {
+	local      *replica.Replica
+	views      func() *view.View
+	synced     func() []time.Time
+	rebuilding func() bool
+	o          Options
+	log        *slog.Logger
+	m          *metrics
+	work       *worker.Group
+	now        func() time.Time
 
 	// The last pass (the loop's goroutine only): when, and what the
 	// exchanges' start times were then.
@@ -77,13 +87,29 @@ type collector struct {
 	lastSynced []time.Time
 }
 
+// New returns the collector of local's records, routed by the views views
+// returns. synced returns, per node, when the last anti-entropy exchange
+// with it that left nothing differing started
+// (antientropy.Service.SyncedSince); while rebuilding reports true (nil:
+// never), nothing is removed. Start starts the passes.
+func New(local *replica.Replica, views func() *view.View, synced func() []time.Time, rebuilding func() bool, o Options, log *slog.Logger) *Collector {
+	o.EnsureDefaults()
+	if rebuilding == nil {
+		rebuilding = func() bool { return false }
+	}
+	return &Collector{local: local, views: views, synced: synced, rebuilding: rebuilding, o: o, log: log, m: newMetrics(), work: worker.New(), now: time.Now}
+}
+
+// Register adds the instruments to reg.
+func (g *Collector) Register(reg prometheus.Registerer) { g.m.register(reg) }
+
 // due reports whether a pass may find something the last did not: an
 // exchange completed since (rule 1 may newly hold), or Grace passed (rule
 // 2 may newly hold for records that were too young). A pass reads the
 // whole index, so between exchanges it runs at most once a Grace; a
 // record whose grace ends between exchanges waits for the next exchange
 // or that long.
-func (g *collector) due(now time.Time, synced []time.Time) bool {
+func (g *Collector) due(now time.Time, synced []time.Time) bool {
 	if now.Sub(g.lastPass) >= g.o.Grace || !slices.EqualFunc(synced, g.lastSynced, time.Time.Equal) {
 		g.lastPass, g.lastSynced = now, synced
 		return true
@@ -91,67 +117,46 @@ func (g *collector) due(now time.Time, synced []time.Time) bool {
 	return false
 }
 
-func newCollector(c *Coordinator, o GCOptions) *collector {
-	o.defaults()
-	ctx, cancel := context.WithCancel(context.Background())
-	return &collector{c: c, o: o, ctx: ctx, cancel: cancel, now: time.Now}
-}
-
-func (g *collector) start() {
-	g.done.Add(1)
-	go func() {
-		defer g.done.Done()
-		t := time.NewTicker(g.o.Interval)
-		defer t.Stop()
-		for {
-			select {
-			case <-g.ctx.Done():
-				return
-			case <-t.C:
-				if g.due(g.now(), g.c.ae.syncedSince()) {
-					g.pass()
-				}
-			}
+// Start runs a pass whenever one is due (see due), checking every
+// Interval; Close stops it.
+func (g *Collector) Start() {
+	g.work.Tick(g.o.Interval, func(context.Context) {
+		if g.due(g.now(), g.synced()) {
+			g.Pass()
 		}
-	}()
+	})
 }
 
-func (g *collector) close() {
-	g.cancel()
-	g.done.Wait()
-}
+// Close stops the passes; one under way stops at its next commit.
+func (g *Collector) Close() { g.work.Stop() }
 
-// CollectGarbage runs one collection pass now and returns how many
-// records it removed.
-func (c *Coordinator) CollectGarbage() int { return c.gc.pass() }
-
-// pass removes what the rule above allows, partition by partition.
-func (g *collector) pass() int {
-	c := g.c
-	if c.Rebuilding() {
+// Pass removes what the rules above allow, partition by partition, now,
+// and returns how many records it removed.
+func (g *Collector) Pass() int {
+	if g.rebuilding() {
 		return 0
 	}
 	now := g.now()
 	cutoff := now.Add(-g.o.Grace)
 	horizon := hlc.VersionAt(cutoff)
-	synced := c.ae.syncedSince()
+	synced := g.synced()
 	removed := 0
-	v := c.v()
+	v := g.views()
 	if v.Moving {
 		return 0 // see the rule above: not while partitions move
 	}
-	var buf [maxReplicas]int
+	var buf [8]int
 	var cands []store.Candidate
 	for p := range partition.Count {
 		part := partition.ID(p)
 		reps := v.OldReplicas(part, buf[:0])
 		arrivedBefore, mine := now, false
 		for _, r := range reps {
-			if r == v.self {
+			if r == v.Self {
 				mine = true
 				continue
 			}
-			if synced[r].Before(v.since) {
+			if synced[r].Before(v.Since) {
 				arrivedBefore = time.Time{} // not since this map: stops the partition
 			} else if synced[r].Before(arrivedBefore) {
 				arrivedBefore = synced[r] // zero (never) stops the partition
@@ -161,29 +166,29 @@ func (g *collector) pass() int {
 			continue
 		}
 		cands = cands[:0]
-		err := c.local.Store.Candidates(part, uint64(cutoff.UnixMilli()), uint64(arrivedBefore.UnixMilli()), func(key []byte, e store.IndexEntry) error {
+		err := g.local.Store.Candidates(part, uint64(cutoff.UnixMilli()), uint64(arrivedBefore.UnixMilli()), func(key []byte, e store.IndexEntry) error {
 			cands = append(cands, store.Candidate{Key: bytes.Clone(key), Version: e.Version})
 			return nil
 		})
 		if err != nil {
-			c.log.Error("garbage collection", "partition", p, "err", err)
+			g.log.Error("garbage collection", "partition", p, "err", err)
 			continue
 		}
-		for len(cands) > 0 && g.ctx.Err() == nil {
+		for len(cands) > 0 && !g.work.Stopping() {
 			chunk := cands[:min(len(cands), gcBatch)]
 			cands = cands[len(chunk):]
-			n, err := c.local.Collect(chunk, horizon)
+			n, err := g.local.Collect(chunk, horizon)
 			if err != nil {
-				c.log.Error("garbage collection", "partition", p, "err", err)
+				g.log.Error("garbage collection", "partition", p, "err", err)
 				break
 			}
 			removed += n
-			c.m.gcHorizon.Set(float64(hlc.TimeOf(c.local.Store.Horizon()).UnixMilli()) / 1e3)
-			c.m.gcRemoved.Add(float64(n))
+			g.m.horizon.Set(float64(hlc.TimeOf(g.local.Store.Horizon()).UnixMilli()) / 1e3)
+			g.m.removed.Add(float64(n))
 		}
 	}
 	if removed > 0 {
-		c.log.Info("garbage collection", "removed", removed, "horizon", cutoff.UTC().Format(time.RFC3339))
+		g.log.Info("garbage collection", "removed", removed, "horizon", cutoff.UTC().Format(time.RFC3339))
 	}
 	return removed
 }

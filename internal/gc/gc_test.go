@@ -1,4 +1,4 @@
-package cluster
+package gc
 
 import (
 	"testing"
@@ -11,7 +11,7 @@ import (
 // Grace went by, and not otherwise (each pass reads the whole index).
 func TestCollectorDue(t *testing.T) {
 	t0 := time.Date(2026, 11, 24, 0, 0, 0, 0, time.UTC)
-	g := &collector{o: GCOptions{Grace: time.Hour}}
+	g := &Collector{o: Options{Grace: time.Hour}}
 	a := []time.Time{{}, t0, t0}
 	require.True(t, g.due(t0, a), "the first")
 	require.False(t, g.due(t0.Add(time.Minute), []time.Time{{}, t0, t0}), "nothing new")

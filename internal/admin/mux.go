@@ -1,0 +1,56 @@
+package admin
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/dhtkv/dhtkv/client"
+	"github.com/dhtkv/dhtkv/internal/antientropy"
+)
+
+// Parts are what the admin endpoints serve from.
+type Parts struct {
+	Registry *prometheus.Registry
+	// Ready is /readyz's answer (nil: ready).
+	Ready func() error
+	// AntiEntropy serves /repair.
+	AntiEntropy *antientropy.Service
+	// Checkpointer serves /snapshot (nil: the store cannot checkpoint).
+	Checkpointer Checkpointer
+	// Cluster serves /cluster and below (membership.Service.Handler).
+	Cluster http.Handler
+	Log     *slog.Logger
+}
+
+// Mux returns every admin endpoint on one mux (see the package comment).
+// /repair answers the client package's types, so that dhtkvctl and the
+// Go client read what the node writes.
+func Mux(p Parts) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/", Handler(p.Registry, p.Ready))
+	mux.Handle("/repair", RepairHandler(
+		func(ctx context.Context) any {
+			res := p.AntiEntropy.Repair(ctx)
+			if res == nil {
+				return nil // the client went away
+			}
+			out := make([]client.Exchange, len(res))
+			for i, x := range res {
+				out[i] = client.Exchange{
+					Peer: x.Peer, Started: x.Started, DurationSeconds: x.Duration.Seconds(),
+					Partitions: x.Partitions, PartitionsDiffering: x.PartitionsDiffering, SegmentsDiffering: x.SegmentsDiffering,
+					Pulled: x.Pulled, Pushed: x.Pushed, Failed: x.Failed,
+					SummaryBytes: x.SummaryBytes, RecordBytes: x.RecordBytes, Error: x.Err,
+				}
+			}
+			return out
+		},
+		func() any { return p.AntiEntropy.Status() }))
+	mux.Handle("/snapshot", SnapshotHandler(p.Checkpointer, p.Log))
+	mux.Handle("/cluster", p.Cluster)
+	mux.Handle("/cluster/", p.Cluster)
+	return mux
+}

@@ -1,0 +1,445 @@
+// Package antientropy compares this node's data with each peer's that
+// shares partitions with it, and exchanges the records that differ
+// (anti-entropy), on a schedule, on demand, and for the partitions a
+// membership change moves to this node (pulling only).
+//
+// Read repair fixes only keys that are read, and hints only writes whose
+// coordinator lived to deliver them within the window. Anti-entropy is
+// what guarantees convergence: every node regularly compares what it holds
+// with each peer that shares partitions with it, and the two exchange the
+// records that differ, newest version winning in both directions.
+//
+// One exchange with a peer (exchange):
+//
+//  1. partitions: for every partition both replicate, this node sends its
+//     partition hash; the peer answers the segment hashes of those whose
+//     hash differs (rpc.SumPartitions);
+//  2. segments: this node compares segment hashes and asks for the
+//     (key, version) lists of the segments that differ (rpc.SumSegments);
+//  3. keys: it walks its own list of each such segment beside the peer's;
+//     a key the peer holds newer (or only the peer holds) is read from the
+//     peer and applied here, a key held newer here is written to the peer,
+//     both with ordinary replica calls, throttled to Rate bytes a second.
+//
+// Summaries come from the store's index (store.SegmentHashes): hashing
+// reads no values, and the traffic is proportional to the difference: two
+// replicas in step exchange 10 bytes a partition and nothing else.
+// Records go through the same checks as any replicated write: the clock
+// observes a pulled version first (one too far ahead is left out), and
+// the peer refuses a pushed one it holds newer.
+//
+// Schedule: each node starts an exchange with each of its peers every
+// Interval, at most Concurrency at once, the first at a random time within
+// min(Interval, 5 min) of its start so that a node that was down compares
+// soon, and peers do not all start together. A failed exchange is retried
+// after a minute. Both nodes of a pair start exchanges, so every pair is
+// compared at least once an Interval while either of them runs. Repair
+// (the admin endpoint) runs an exchange with every peer now, within the
+// same Concurrency; a peer whose hints were dropped is compared within a
+// minute (soon).
+package antientropy
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/time/rate"
+
+	"github.com/dhtkv/dhtkv/internal/clustermap"
+	"github.com/dhtkv/dhtkv/internal/record"
+	"github.com/dhtkv/dhtkv/internal/replica"
+	"github.com/dhtkv/dhtkv/internal/view"
+	"github.com/dhtkv/dhtkv/internal/worker"
+)
+
+// Options configures anti-entropy. Zero fields take the defaults noted
+// (EnsureDefaults), but Interval.
+type Options struct {
+	// Interval is how often this node compares its data with each peer
+	// (--ae-interval, whose default is 1 h). 0: never on a schedule, only
+	// on demand (Repair) and after dropped hints.
+	Interval time.Duration
+	// Rate is the most record bytes a second pulled from and pushed to
+	// peers, together (--ae-rate; default 8 MiB/s). Summaries are not
+	// counted: they are small next to the records they spare.
+	Rate int64
+	// Concurrency is how many peers are compared at once (--ae-concurrency;
+	// default 1).
+	Concurrency int
+	// Timeout is one replica call's deadline (the node's
+	// --replica-timeout; default 300 ms).
+	Timeout time.Duration
+	// SummaryTimeout bounds one summary exchange with a peer, which may
+	// have to read a whole index partition by partition (default 30 s).
+	SummaryTimeout time.Duration
+	// MaxKeyBytes bounds the keys a peer's segment lists may carry (the
+	// node's --max-key-bytes; default 1024).
+	MaxKeyBytes int
+}
+
+// EnsureDefaults fills the zero fields but Interval with their defaults.
+func (o *Options) EnsureDefaults() {
+	if o.Interval < 0 {
+		o.Interval = 0
+	}
+	if o.Rate <= 0 {
+		o.Rate = 8 << 20
+	}
+	if o.Concurrency <= 0 {
+		o.Concurrency = 1
+	}
+	if o.Timeout <= 0 {
+		o.Timeout = 300 * time.Millisecond
+	}
+	if o.SummaryTimeout <= 0 {
+		o.SummaryTimeout = 30 * time.Second
+	}
+	if o.MaxKeyBytes <= 0 {
+		o.MaxKeyBytes = 1024
+	}
+}
+
+const (
+	// aeFirstWithin bounds the random delay of the first exchange with
+	// each peer after a start.
+	aeFirstWithin = 5 * time.Minute
+	// aeRetry is the wait after a failed exchange, and the delay of an
+	// exchange asked for by soon.
+	aeRetry = time.Minute
+	// aeWorkers is how many replica calls one exchange keeps in flight
+	// (the peer client batches them); moveWorkers, one that copies
+	// partitions a node gains (a pull-only Exchange), which pulls every record of
+	// them: more calls in flight make larger batches and let Pebble
+	// group more of the local commits under one fsync.
+	aeWorkers   = 32
+	moveWorkers = 128
+	// aePartitionsPerRequest and aeSegmentsPerRequest bound the summary
+	// requests (10 and 3 bytes an item).
+	aePartitionsPerRequest = 1024
+	aeSegmentsPerRequest   = 1024
+)
+
+// ExchangeStats is what one exchange found and did.
+type ExchangeStats struct {
+	Peer                string        `json:"peer"`
+	Started             time.Time     `json:"started"`
+	Duration            time.Duration `json:"duration_ns"`
+	Partitions          int           `json:"partitions"` // compared
+	PartitionsDiffering int           `json:"partitions_differing"`
+	SegmentsDiffering   int           `json:"segments_differing"`
+	Pulled              int           `json:"pulled"`        // keys repaired here
+	Pushed              int           `json:"pushed"`        // keys repaired at the peer
+	Failed              int           `json:"failed"`        // keys left differing (a failed call, a version refused)
+	SummaryBytes        int           `json:"summary_bytes"` // summary requests and answers
+	RecordBytes         int           `json:"record_bytes"`  // keys and envelopes pulled and pushed
+	Err                 string        `json:"error,omitempty"`
+}
+
+// PeerSync is anti-entropy's state with one peer, for status.
+type PeerSync struct {
+	Peer string `json:"peer"`
+	// LastSuccess is when the last exchange that left nothing differing
+	// started (zero: none since this node started).
+	LastSuccess time.Time      `json:"last_success"`
+	Running     bool           `json:"running"`
+	Progress    float64        `json:"progress"` // of the running exchange, 0 to 1
+	Last        *ExchangeStats `json:"last,omitempty"`
+}
+
+// ApplyFunc stores rec, a record of key that peer's replica holds, on this
+// node's replica, routed by v: replica.ApplyRemote under v's map gate. A
+// version the replica holds newer is not an error.
+type ApplyFunc func(v *view.View, key []byte, rec *record.Record) error
+
+// Service runs the exchanges of one node. Its methods are safe for
+// concurrent use.
+type Service struct {
+	local      *replica.Replica
+	views      func() *view.View
+	apply      ApplyFunc
+	rebuilding func() bool
+	o          Options
+	limit      *rate.Limiter
+	sem        chan struct{} // Concurrency slots
+	wake       chan struct{}
+	log        *slog.Logger
+	m          *metrics
+	work       *worker.Group
+
+	mu      sync.Mutex
+	due     []time.Time // per node; zero for self
+	state   []PeerSync  // per node
+	started time.Time
+}
+
+// New returns the anti-entropy of local with the peers of the views views
+// returns, storing pulled records with apply; while rebuilding reports
+// true (nil: never), this node's data is not its share yet, and no
+// exchange runs. Start starts the schedule.
+func New(local *replica.Replica, views func() *view.View, apply ApplyFunc, rebuilding func() bool, o Options, log *slog.Logger) *Service {
+	o.EnsureDefaults()
+	if rebuilding == nil {
+		rebuilding = func() bool { return false }
+	}
+	return &Service{
+		local: local, views: views, apply: apply, rebuilding: rebuilding, o: o, log: log, m: newMetrics(), work: worker.New(),
+		// A second's worth at most at once; a larger record waits for a
+		// full bucket.
+		limit:   rate.NewLimiter(rate.Limit(o.Rate), int(o.Rate)),
+		sem:     make(chan struct{}, o.Concurrency),
+		wake:    make(chan struct{}, 1),
+		due:     make([]time.Time, clustermap.MaxNodeID+1),
+		state:   make([]PeerSync, clustermap.MaxNodeID+1),
+		started: time.Now(),
+	}
+}
+
+// Register adds the instruments to reg.
+func (a *Service) Register(reg prometheus.Registerer) { a.m.register(reg) }
+
+// Members schedules the first exchange with every peer of v not yet
+// scheduled: at start, and when a node joins.
+func (a *Service) Members(v *view.View) {
+	a.mu.Lock()
+	now := time.Now()
+	for _, i := range v.Others() {
+		a.state[i].Peer = v.URL(i)
+		if a.due[i].IsZero() && !a.state[i].Running && a.o.Interval > 0 {
+			a.due[i] = now.Add(rand.N(min(a.o.Interval, aeFirstWithin)))
+		}
+	}
+	a.mu.Unlock()
+	select {
+	case a.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Start runs the schedule; Close stops it and every exchange.
+func (a *Service) Start() { a.work.Go(a.run) }
+
+// Close stops the schedule and waits for the running exchanges to stop.
+func (a *Service) Close() { a.work.Stop() }
+
+// run starts the exchanges that are due, each in its own goroutine within
+// the Concurrency slots, and sleeps until the next is due.
+func (a *Service) run(ctx context.Context) {
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		next := a.startDue()
+		wait := time.Hour
+		if !next.IsZero() {
+			wait = max(time.Until(next), 10*time.Millisecond)
+		}
+		timer.Reset(wait)
+		select {
+		case <-ctx.Done():
+			return
+		case <-a.wake:
+		case <-timer.C:
+		}
+	}
+}
+
+// startDue starts every exchange that is due and has a free slot, and
+// returns when the next one is due (zero: none scheduled).
+func (a *Service) startDue() time.Time {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	now := time.Now()
+	v := a.views()
+	var next time.Time
+	for i, d := range a.due {
+		if d.IsZero() || a.state[i].Running || v.Peers[i] == nil {
+			continue
+		}
+		if d.After(now) {
+			if next.IsZero() || d.Before(next) {
+				next = d
+			}
+			continue
+		}
+		select {
+		case a.sem <- struct{}{}:
+		default:
+			return now.Add(time.Second) // all slots busy: look again soon
+		}
+		a.state[i].Running, a.state[i].Progress = true, 0
+		a.work.Go(func(context.Context) {
+			defer func() { <-a.sem }()
+			a.runExchange(i)
+		})
+	}
+	return next
+}
+
+// runExchange runs one exchange with peer i and schedules the next.
+func (a *Service) runExchange(i int) ExchangeStats {
+	v := a.views()
+	st, err := a.Exchange(a.work.Context(), v, i, v.Shared(v.Self, i), false)
+	a.mu.Lock()
+	s := &a.state[i]
+	s.Running, s.Last = false, &st
+	switch {
+	case err == nil:
+		s.LastSuccess, s.Progress = st.Started, 1
+		if a.o.Interval > 0 {
+			a.due[i] = time.Now().Add(a.o.Interval)
+		} else {
+			a.due[i] = time.Time{}
+		}
+	case !a.work.Stopping():
+		a.due[i] = time.Now().Add(aeRetry)
+	}
+	a.mu.Unlock()
+	if err == nil {
+		a.m.progress.WithLabelValues(st.Peer).Set(1)
+	}
+	a.m.observeExchange(st, err)
+	level := a.log.Info
+	if err != nil {
+		level = a.log.Warn
+	}
+	if err != nil || st.Pulled+st.Pushed > 0 {
+		level("anti-entropy exchange", "peer", st.Peer, "partitions_differing", st.PartitionsDiffering,
+			"pulled", st.Pulled, "pushed", st.Pushed, "failed", st.Failed, "took", st.Duration.Round(time.Millisecond), "err", err)
+	}
+	return st
+}
+
+// Soon schedules an exchange with peer i within a minute (sooner if one
+// was due sooner): after a hint for it was dropped.
+func (a *Service) Soon(i int) {
+	a.mu.Lock()
+	if d := time.Now().Add(aeRetry); a.due[i].IsZero() || d.Before(a.due[i]) {
+		a.due[i] = d
+	}
+	a.mu.Unlock()
+	select {
+	case a.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Repair runs an exchange with every peer now and returns their outcomes
+// (an exchange already running with a peer is not started twice: that
+// peer's entry then says so). They take the Concurrency slots like
+// scheduled ones: one at a time by default, so that a record this node
+// missed is pulled from the first peer that has it, not from each. ctx
+// bounds the wait, not the exchanges, which end on their own or at Close.
+func (a *Service) Repair(ctx context.Context) []ExchangeStats {
+	v := a.views()
+	out := make([]ExchangeStats, len(v.Peers))
+	var wg sync.WaitGroup
+	a.mu.Lock()
+	for i := range v.Peers {
+		if v.Peers[i] == nil {
+			continue
+		}
+		if a.state[i].Running {
+			out[i] = ExchangeStats{Peer: v.URL(i), Err: "an exchange with this peer is already running"}
+			continue
+		}
+		a.state[i].Running, a.state[i].Progress = true, 0
+		wg.Add(1)
+		started := a.work.Go(func(ctx context.Context) {
+			defer wg.Done()
+			select {
+			case a.sem <- struct{}{}:
+			case <-ctx.Done():
+				a.mu.Lock()
+				a.state[i].Running = false
+				a.mu.Unlock()
+				out[i] = ExchangeStats{Peer: v.URL(i), Err: "node stopping"}
+				return
+			}
+			defer func() { <-a.sem }()
+			out[i] = a.runExchange(i)
+		})
+		if !started { // the service is closed
+			a.state[i].Running = false
+			out[i] = ExchangeStats{Peer: v.URL(i), Err: "node stopping"}
+			wg.Done()
+		}
+	}
+	a.mu.Unlock()
+	finished := make(chan struct{})
+	go func() { wg.Wait(); close(finished) }()
+	select {
+	case <-finished:
+	case <-ctx.Done():
+		return nil
+	}
+	res := out[:0]
+	for i, st := range out {
+		if v.Peers[i] != nil {
+			res = append(res, st)
+		}
+	}
+	return res
+}
+
+// Status returns anti-entropy's state with every peer.
+func (a *Service) Status() []PeerSync {
+	v := a.views()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var out []PeerSync
+	for _, i := range v.Others() {
+		out = append(out, a.state[i])
+	}
+	return out
+}
+
+// SyncedSince returns, per node, when the last exchange with it that left
+// nothing differing started (zero: none since this node started; zero for
+// this node too).
+func (a *Service) SyncedSince() []time.Time {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	out := make([]time.Time, len(a.state))
+	for i, s := range a.state {
+		out[i] = s.LastSuccess
+	}
+	return out
+}
+
+// Warnings names the peers with which no exchange succeeded for two
+// intervals (since this node started, or since the last success): the
+// schedule is not keeping the replicas in step.
+func (a *Service) Warnings(now time.Time) []string {
+	if a.o.Interval <= 0 {
+		return nil
+	}
+	v := a.views()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var ws []string
+	for _, i := range v.Others() {
+		s := a.state[i]
+		since := a.started
+		if v.Since.After(since) {
+			since = v.Since
+		}
+		if s.LastSuccess.After(since) {
+			since = s.LastSuccess
+		}
+		if now.Sub(since) > 2*a.o.Interval {
+			ws = append(ws, fmt.Sprintf("anti-entropy: no complete exchange with %s for %v", s.Peer, now.Sub(since).Round(time.Second)))
+		}
+	}
+	return ws
+}
+
+func (a *Service) setProgress(i int, f float64) {
+	a.mu.Lock()
+	a.state[i].Progress = f
+	a.mu.Unlock()
+	a.m.progress.WithLabelValues(a.state[i].Peer).Set(f)
+}

@@ -1,0 +1,230 @@
+package cluster
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/dhtkv/dhtkv/internal/rpc"
+)
+
+// ErrNotEnoughReplicas is returned when fewer than ack replicas answered
+// before the deadline (or success became impossible); the error is a
+// *ReplicasError that says which.
+var ErrNotEnoughReplicas = errors.New("not enough replicas")
+
+// ReplicasError is ErrNotEnoughReplicas with its account: how many
+// replicas were asked and answered, how many were needed, and each one
+// that failed, with why.
+type ReplicasError struct {
+	Answered, Need, Asked int
+	// BothSets: a membership change was under way, and Need was needed
+	// of the old and of the new replica set each.
+	BothSets bool
+	Failed   []ReplicaFailure
+}
+
+// ReplicaFailure is one replica's failure in a request.
+type ReplicaFailure struct {
+	Node   string
+	Reason string // "timeout", "refused", or the error
+}
+
+func (e *ReplicasError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "not enough replicas: %d of %d answered, %d needed", e.Answered, e.Asked, e.Need)
+	if e.BothSets {
+		b.WriteString(" of the old and of the new replica set each (a membership change is under way)")
+	}
+	for i, f := range e.Failed {
+		if i == 0 {
+			b.WriteString("; failed: ")
+		} else {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "%s (%s)", f.Node, f.Reason)
+	}
+	return b.String()
+}
+
+func (e *ReplicasError) Is(target error) bool { return target == ErrNotEnoughReplicas }
+
+// failureReason is a replica call's error in a word or a line.
+func failureReason(err error) string {
+	switch {
+	case errors.Is(err, rpc.ErrTimeout):
+		return "timeout"
+	case rpc.IsRefused(err):
+		return "refused: " + err.Error()
+	}
+	return err.Error()
+}
+
+// fanOut calls the replicas of old and new (the second set only while a
+// membership change is under way; nil otherwise) and feeds successful
+// answers to merge (on the calling goroutine, so merge needs no lock)
+// until ack answered in each set, or that became impossible. A replica in
+// both sets is called once and counts in both. It returns the number of
+// successes.
+//
+// Writes start every replica at once (initial = all). Reads start only
+// `initial` = ack of them, the local replica first (it costs no network),
+// and start a spare as soon as one fails, and all the spares once
+// hedgeDelay has passed without ack answers. Every remote call costs a
+// client and a server request, so this halves the work of a GET
+// ack=2/from=3 without changing its answers or its failure semantics: a dead replica still fails over at once, a slow one after
+// hedgeDelay. hedgeDelay 0 starts everything at once, like a write.
+func (c *Coordinator) fanOut(
+	r *routes, deadline time.Time, key []byte, old, new []int, ack, initial int,
+	local func(key []byte) answer,
+	remote func(node int, key []byte, deadline time.Time) answer,
+	merge func(answer),
+) (int, error) {
+	var repBuf [2 * maxReplicas]int
+	reps := append(repBuf[:0], old...)
+	for _, n := range new {
+		if !slices.Contains(old, n) {
+			reps = append(reps, n)
+		}
+	}
+	if c.hedgeDelay == 0 {
+		initial = len(reps)
+	}
+	for i, n := range reps { // the local replica first
+		if n == r.Self {
+			copy(reps[1:i+1], reps[:i])
+			reps[0] = n
+			break
+		}
+	}
+	// The sets' counts: a success or failure of node n counts in each set
+	// that has it.
+	var ok, failed [2]int
+	sets := [2][]int{old, new}
+	count := func(n int, into *[2]int) {
+		for s, set := range sets {
+			if slices.Contains(set, n) {
+				into[s]++
+			}
+		}
+	}
+	done := func() bool { return ok[0] >= ack && (new == nil || ok[1] >= ack) }
+	hopeless := func() bool {
+		return failed[0] > len(old)-ack || (new != nil && failed[1] > len(new)-ack)
+	}
+	now := time.Now()
+	k := bytes.Clone(key) // the goroutines outlive the handler's buffer
+	results := make(chan answer, len(reps))
+	next, runLocal := 0, false
+	launch := func(count int) {
+		for ; count > 0 && next < len(reps); count-- {
+			n := reps[next]
+			next++
+			if n == r.Self {
+				runLocal = true
+				continue
+			}
+			c.inflight.Add(1)
+			c.m.inFlight.Inc()
+			go func() {
+				defer c.inflight.Done()
+				a := remote(n, k, deadline)
+				a.node = n
+				results <- a // never blocks: buffered for all
+				c.m.inFlight.Dec()
+			}()
+		}
+	}
+	launch(initial)
+
+	succeeded, answered := 0, 0
+	var firstErr error
+	var failures []ReplicaFailure // only built when a call fails
+	timedOut := false
+	heard := make([]bool, 0, 8) // by position in reps, of the calls answered
+	take := func(a answer) {
+		answered++
+		for i, n := range reps {
+			if n == a.node {
+				for len(heard) <= i {
+					heard = append(heard, false)
+				}
+				heard[i] = true
+			}
+		}
+		if a.err != nil {
+			count(a.node, &failed)
+			if firstErr == nil {
+				firstErr = a.err
+			}
+			failures = append(failures, ReplicaFailure{Node: r.URL(a.node), Reason: failureReason(a.err)})
+			launch(1) // replace it with a spare, if any is left
+			return
+		}
+		succeeded++
+		count(a.node, &ok)
+		if merge != nil {
+			merge(a)
+		}
+	}
+	if runLocal {
+		a := local(k)
+		a.node = r.Self
+		take(a)
+	}
+	// One timer: first the hedge delay (reads with spares left), then just
+	// after the request's deadline. Every call ends by the deadline on its
+	// own (and is then counted as an answer, not a straggler); the wait has
+	// a bound of its own too, so no call can hold the answer much past it.
+	if !done() && !hopeless() {
+		hedging := next < len(reps)
+		grace := min(c.timeout/10, 50*time.Millisecond)
+		wait := deadline.Sub(now) + grace
+		if hedging {
+			wait = min(wait, c.readHedgeDelayOf(r, now))
+		}
+		timer := time.NewTimer(wait)
+		defer timer.Stop()
+	wait:
+		for !done() && !hopeless() {
+			select {
+			case a := <-results:
+				take(a)
+			case <-timer.C:
+				if !hedging {
+					if firstErr == nil {
+						firstErr = fmt.Errorf("%w: no answer by the deadline", rpc.ErrTimeout)
+					}
+					timedOut = true
+					break wait
+				}
+				hedging = false
+				if next < len(reps) {
+					c.m.hedgedReads.Inc()
+				}
+				launch(len(reps))
+				timer.Reset(time.Until(deadline) + grace)
+			}
+		}
+	}
+	if next > answered {
+		c.m.stragglers.Add(float64(next - answered))
+	}
+	if !done() {
+		pending := "no answer yet when ack was out of reach"
+		if timedOut {
+			pending = "no answer by the deadline"
+		}
+		for i, n := range reps[:next] { // asked, not heard from
+			if i >= len(heard) || !heard[i] {
+				failures = append(failures, ReplicaFailure{Node: r.URL(n), Reason: pending})
+			}
+		}
+		c.log.Debug("replicas failed", "ok", succeeded, "need", ack, "err", firstErr)
+		return succeeded, &ReplicasError{Answered: succeeded, Need: ack, Asked: next, BothSets: new != nil, Failed: failures}
+	}
+	return succeeded, nil
+}

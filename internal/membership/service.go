@@ -1,0 +1,353 @@
+package membership
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/dhtkv/dhtkv/internal/clustermap"
+	"github.com/dhtkv/dhtkv/internal/replica"
+	"github.com/dhtkv/dhtkv/internal/rpc"
+	"github.com/dhtkv/dhtkv/internal/view"
+	"github.com/dhtkv/dhtkv/internal/worker"
+)
+
+// Options configures a node's membership. Zero fields take the defaults
+// noted (EnsureDefaults).
+type Options struct {
+	// Dial returns the transport to the member at url, which tells maps
+	// what it meets (rpc.PeerOptions.Maps); it is called once per URL
+	// for the service's life. Required.
+	Dial func(url string, maps rpc.Maps) view.Peer
+	// Exchange copies partitions from a replica of their old set
+	// (antientropy.Service.Exchange, pulling only): the mover's copy.
+	// Required before Start.
+	Exchange Exchanger
+	// Installed is called with every view installed, the first at Start
+	// (default: nothing); anti-entropy schedules new peers with it.
+	Installed func(*view.View)
+	// OnLeft is called once, on its own goroutine, when an installed map
+	// no longer has this node: it was decommissioned (default: nothing).
+	OnLeft func()
+	// Timeout is the deadline of one map exchange with a member, plus a
+	// second (the node's --replica-timeout; default 300 ms).
+	Timeout time.Duration
+}
+
+// EnsureDefaults fills the zero fields with their defaults.
+func (o *Options) EnsureDefaults() {
+	if o.Timeout <= 0 {
+		o.Timeout = 300 * time.Millisecond
+	}
+	if o.Installed == nil {
+		o.Installed = func(*view.View) {}
+	}
+	if o.OnLeft == nil {
+		o.OnLeft = func() {}
+	}
+}
+
+// Service holds this node's cluster map: the view every protocol routes by
+// (View), its install behind the epoch gate, the change this node drives
+// and the partition moves a map asks of this node. It implements rpc.Maps.
+// Its methods are safe for concurrent use.
+type Service struct {
+	local   *replica.Replica
+	selfURL string // this node's URL in the map it started with
+	o       Options
+	log     *slog.Logger
+	m       *metrics
+	work    *worker.Group // hand-overs to peers behind
+	driver  *driver
+	mover   *mover
+	moved   atomic.Uint64 // the last stream stage whose partitions are copied here
+	left    sync.Once
+
+	view      atomic.Pointer[view.View]
+	gate      sync.RWMutex // readers: admitted calls; writer: install
+	installMu sync.Mutex   // one install at a time
+	peersMu   sync.Mutex
+	peers     map[string]view.Peer // by URL
+	pushMu    sync.Mutex
+	pushed    map[string]uint64 // the epoch last handed to a peer, by URL
+}
+
+// New returns the membership of node self in map m (stored in local's
+// store by the caller), whose replica the moves copy to and drop from.
+// Start acts on the map (a change under way, a cleanup pending).
+func New(m *clustermap.Map, self int, local *replica.Replica, o Options, log *slog.Logger) (*Service, error) {
+	o.EnsureDefaults()
+	n := m.Node(self)
+	if n == nil {
+		return nil, fmt.Errorf("node %d is not in the cluster map (%s)", self, m)
+	}
+	s := &Service{
+		local: local, selfURL: n.URL, o: o, log: log, m: newMetrics(), work: worker.New(),
+		peers: map[string]view.Peer{}, pushed: map[string]uint64{},
+	}
+	s.driver = newDriver(s)
+	s.mover = &mover{s: s}
+	s.view.Store(s.newView(m, self))
+	s.m.epoch.Set(float64(m.Epoch))
+	return s, nil
+}
+
+// Register adds the instruments to reg.
+func (s *Service) Register(reg prometheus.Registerer) { s.m.register(reg) }
+
+// Start does what the installed map asks of this node (afterInstall).
+func (s *Service) Start() { s.afterInstall(s.View()) }
+
+// Close stops the driver, the moves and the hand-overs, then closes the
+// peers' transports.
+func (s *Service) Close() {
+	s.driver.close()
+	s.mover.close()
+	s.work.Stop()
+	s.peersMu.Lock()
+	for _, p := range s.peers {
+		p.Close()
+	}
+	s.peersMu.Unlock()
+}
+
+// View returns the installed view: the source every protocol routes by.
+func (s *Service) View() *view.View { return s.view.Load() }
+
+// Map returns the installed map, and this node's id in it (-1: it left
+// the cluster).
+func (s *Service) Map() (*clustermap.Map, int) {
+	v := s.View()
+	return v.Map, v.Self
+}
+
+// Moved is the epoch of the last stream stage whose partitions this node
+// has copied.
+func (s *Service) Moved() uint64 { return s.moved.Load() }
+
+// newView derives the view of m for node self.
+func (s *Service) newView(m *clustermap.Map, self int) *view.View {
+	return view.New(m, self, s.selfURL, s.peer, time.Now())
+}
+
+// peer returns the transport of the member at url, made once per URL for
+// the service's life (a node that leaves keeps its idle transport until
+// Close: there are at most MaxNodeID+1 of them).
+func (s *Service) peer(url string) view.Peer {
+	s.peersMu.Lock()
+	defer s.peersMu.Unlock()
+	if p := s.peers[url]; p != nil {
+		return p
+	}
+	p := s.o.Dial(url, s)
+	s.peers[url] = p
+	return p
+}
+
+// state is this node's State.
+func (s *Service) state() State {
+	v := s.View()
+	return State{Node: v.Self, Map: v.Map, Moved: s.moved.Load()}
+}
+
+// Admit lets a call routed at epoch be served (a peer's batch, a local
+// replica call): true unless this node's map is newer; the caller then
+// calls Release once it is served. install takes the gate exclusively,
+// so no call admitted under one epoch is still being served once the
+// next is installed.
+func (s *Service) Admit(epoch uint64) bool {
+	s.gate.RLock()
+	if epoch < s.View().Map.Epoch {
+		s.gate.RUnlock()
+		return false
+	}
+	return true
+}
+
+// Release ends what Admit admitted.
+func (s *Service) Release() { s.gate.RUnlock() }
+
+// Epoch is the installed map's epoch.
+func (s *Service) Epoch() uint64 { return s.View().Map.Epoch }
+
+// State answers rpc.MapPath's GET and a refusal's body.
+func (s *Service) State() []byte { return s.state().Encode() }
+
+// Offer installs the map of another node's state if it is newer, and
+// answers this node's state (rpc.MapPath's POST).
+func (s *Service) Offer(b []byte) ([]byte, error) {
+	st, err := ParseState(b)
+	if err != nil {
+		return nil, &rpc.Error{Status: 400, Msg: err.Error()}
+	}
+	if err := s.fromMember(st); err != nil {
+		return nil, &rpc.Error{Status: 403, Msg: err.Error()}
+	}
+	if _, err := s.install(st.Map); err != nil {
+		return nil, err
+	}
+	return s.State(), nil
+}
+
+// fromMember checks that a map comes from a member of this node's map, at
+// the URL this node knows it by. Maps are handed over only by members (a
+// change's driver, a peer refusing a call, a peer answering behind), and
+// the check keeps out a node of another cluster that happens to have the
+// same cluster id: one seeded from the same --cluster list, such as a
+// process left running from an earlier cluster on the same ports.
+func (s *Service) fromMember(st State) error {
+	cur := s.View().Map.Node(st.Node)
+	sent := st.Map.Node(st.Node)
+	if cur == nil || sent == nil || cur.URL != sent.URL {
+		return fmt.Errorf("cluster map from node %d, which is not a member of this node's map (%s)", st.Node, s.View().Map)
+	}
+	return nil
+}
+
+// ErrOtherCluster refuses a map of another cluster.
+var ErrOtherCluster = errors.New("cluster map of another cluster")
+
+// install makes m this node's map if its epoch is newer than the current
+// one's: it is persisted first (a restart resumes from it), then
+// published under the gate, then acted on (moves, cleanup, leaving,
+// driving). It reports whether m was installed.
+func (s *Service) install(m *clustermap.Map) (bool, error) {
+	s.installMu.Lock()
+	cur := s.View()
+	if m.Epoch <= cur.Map.Epoch {
+		s.installMu.Unlock()
+		return false, nil
+	}
+	if m.Cluster != cur.Map.Cluster {
+		s.installMu.Unlock()
+		return false, fmt.Errorf("%w: %016x, this node's is %016x", ErrOtherCluster, m.Cluster, cur.Map.Cluster)
+	}
+	if cur.Moving && m.Change == nil {
+		// A change ends: the partitions no longer held are dropped
+		// (move.go), and a restart must finish that.
+		if err := s.local.Store.SetCleanupPending(true); err != nil {
+			s.installMu.Unlock()
+			return false, err
+		}
+	}
+	if err := s.local.Store.SetClusterMap(m.Encode()); err != nil {
+		s.installMu.Unlock()
+		return false, err
+	}
+	next := s.newView(m, cur.Self)
+	s.gate.Lock()
+	s.view.Store(next)
+	s.gate.Unlock()
+	s.installMu.Unlock()
+	s.m.epoch.Set(float64(m.Epoch))
+	s.log.Info("cluster map installed", "map", m.String(), "was", cur.Map.Epoch)
+	s.afterInstall(next)
+	return true, nil
+}
+
+// afterInstall starts what a new view asks of this node.
+func (s *Service) afterInstall(v *view.View) {
+	if v.Self < 0 {
+		s.leave()
+		return
+	}
+	s.o.Installed(v)
+	s.mover.update(v)
+	if ch := v.Map.Change; ch != nil && ch.Driver == v.Self {
+		s.driver.ensure()
+	}
+}
+
+// leave runs once when the map no longer has this node.
+func (s *Service) leave() {
+	s.left.Do(func() {
+		s.log.Warn("membership: this node is no longer in the cluster map (decommissioned); stopping")
+		go s.o.OnLeft() // not on the installing goroutine: stopping waits for it
+	})
+}
+
+// Stale installs the map a peer refused a call with.
+func (s *Service) Stale(b []byte) {
+	st, err := ParseState(b)
+	if err != nil {
+		s.log.Warn("a peer refused a call as stale with a map that does not parse", "err", err)
+		return
+	}
+	if err := s.fromMember(st); err != nil {
+		s.log.Warn("a peer refused a call as stale", "err", err)
+		return
+	}
+	if _, err := s.install(st.Map); err != nil {
+		s.log.Warn("install a peer's newer cluster map", "err", err)
+	}
+}
+
+// Behind hands this node's map to a peer that answered with an older
+// epoch, once per peer and epoch, in the background.
+func (s *Service) Behind(url string, _ uint64) {
+	v := s.View()
+	s.pushMu.Lock()
+	if s.pushed[url] >= v.Map.Epoch {
+		s.pushMu.Unlock()
+		return
+	}
+	s.pushed[url] = v.Map.Epoch
+	s.pushMu.Unlock()
+	p := s.peer(url)
+	s.work.Go(func(context.Context) {
+		if _, err := p.Map(s.State(), time.Now().Add(s.o.Timeout+time.Second)); err != nil {
+			s.log.Debug("hand the cluster map to a peer behind", "peer", url, "err", err)
+			s.pushMu.Lock()
+			delete(s.pushed, url) // try again at the next answer
+			s.pushMu.Unlock()
+		}
+	})
+}
+
+// CleanupPending reports whether this node still has partitions to drop
+// after a membership change (move.go).
+func (s *Service) CleanupPending() bool {
+	pending, err := s.local.Store.CleanupPending()
+	return err != nil || pending
+}
+
+// metrics are membership's instruments: the installed map's epoch;
+// records and bytes copied in for partitions gained; records dropped with
+// partitions no longer held.
+type metrics struct {
+	epoch       prometheus.Gauge
+	moveRecords prometheus.Counter
+	moveBytes   prometheus.Counter
+	moveDropped prometheus.Counter
+}
+
+func newMetrics() *metrics {
+	return &metrics{
+		epoch: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "dhtkv_cluster_map_epoch",
+			Help: "The epoch of the cluster map this node has installed.",
+		}),
+		moveRecords: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "dhtkv_membership_moved_records_total",
+			Help: "Records copied to this node for partitions it gained in membership changes.",
+		}),
+		moveBytes: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "dhtkv_membership_moved_bytes_total",
+			Help: "Bytes (records and summaries) exchanged to copy partitions this node gained in membership changes.",
+		}),
+		moveDropped: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "dhtkv_membership_dropped_records_total",
+			Help: "Records deleted with partitions this node no longer holds after membership changes.",
+		}),
+	}
+}
+
+func (m *metrics) register(reg prometheus.Registerer) {
+	reg.MustRegister(m.epoch, m.moveRecords, m.moveBytes, m.moveDropped)
+}

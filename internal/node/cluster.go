@@ -1,0 +1,237 @@
+package node
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/dhtkv/dhtkv/internal/antientropy"
+	"github.com/dhtkv/dhtkv/internal/cluster"
+	"github.com/dhtkv/dhtkv/internal/clustermap"
+	"github.com/dhtkv/dhtkv/internal/gc"
+	"github.com/dhtkv/dhtkv/internal/handoff"
+	"github.com/dhtkv/dhtkv/internal/hlc"
+	"github.com/dhtkv/dhtkv/internal/membership"
+	"github.com/dhtkv/dhtkv/internal/partition"
+	"github.com/dhtkv/dhtkv/internal/probe"
+	"github.com/dhtkv/dhtkv/internal/rebuild"
+	"github.com/dhtkv/dhtkv/internal/record"
+	"github.com/dhtkv/dhtkv/internal/replica"
+	"github.com/dhtkv/dhtkv/internal/rpc"
+	"github.com/dhtkv/dhtkv/internal/store"
+	"github.com/dhtkv/dhtkv/internal/view"
+)
+
+// buildCluster makes the node's cluster parts, claims the data
+// directory's identity, then starts the parts. Each part takes what it
+// works with, not another part: the view source (membership), the
+// replica, the clock, a logger, and from its neighbours a function or a
+// narrow interface.
+//
+// Start order, and its reverse for Close (closeCluster): membership first
+// (it owns the peers' transports, which every other part calls through,
+// so they close last), then the probe, hinted handoff, the coordinator,
+// anti-entropy, garbage collection, and a rebuild last.
+func (n *Node) buildCluster(cmap *clustermap.Map, self int, joined bool, clock *hlc.Clock, local *replica.Replica, repair cluster.RepairMode, peerTLS *tls.Config) error {
+	cfg, log := n.cfg, n.log
+	rpcMetrics := rpc.NewMetrics(n.registry)
+	peerOpts := rpc.PeerOptions{
+		Timeout: cfg.ReplicaTimeout, Conns: cfg.PeerConns, Secret: cfg.ClusterSecret, Dial: cfg.PeerDial, TLS: peerTLS,
+		// Peers run with the same limits: a batch stays within their
+		// request body limit below.
+		MaxBatchBytes:  min(256<<10, cfg.maxBatchBytes()),
+		SummaryTimeout: 30 * time.Second,
+		Now:            clock.Wall,
+	}
+	n.streams = rpc.NewStreamClient(rpc.StreamOptions{
+		OpenTimeout: cfg.ReplicaTimeout,
+		// A range stream may run for any time; the write timeout then
+		// bounds a stall instead of the whole response.
+		IdleTimeout: cfg.WriteTimeout,
+		Secret:      cfg.ClusterSecret,
+		Dial:        cfg.PeerDial,
+		TLS:         peerTLS,
+		MaxKey:      cfg.MaxKeyBytes,
+		MaxEnvelope: cfg.MaxValueBytes + record.HeaderSize,
+	})
+
+	// Membership and anti-entropy need each other: the mover copies by
+	// anti-entropy exchanges, and anti-entropy routes by membership's
+	// views. Neither calls the other before Start.
+	var ae *antientropy.Service
+	var err error
+	n.members, err = membership.New(cmap, self, local, membership.Options{
+		Dial: func(url string, maps rpc.Maps) view.Peer {
+			o := peerOpts
+			o.Maps = maps
+			return rpc.NewPeer(url, o, rpcMetrics)
+		},
+		Exchange: exchangeFunc(func(ctx context.Context, v *view.View, peer int, parts []partition.ID, pullOnly bool) (antientropy.ExchangeStats, error) {
+			return ae.Exchange(ctx, v, peer, parts, pullOnly)
+		}),
+		Installed: func(v *view.View) { ae.Members(v) },
+		OnLeft:    n.left,
+		Timeout:   cfg.ReplicaTimeout,
+	}, log)
+	if err != nil {
+		n.streams.Close()
+		return err
+	}
+	id, record, err := n.claimIdentity(cmap, self, joined)
+	if err != nil {
+		n.members.Close()
+		n.streams.Close()
+		return err
+	}
+	n.probe = probe.New(n.members.View, probe.Options{
+		MaxClockSkew: cfg.MaxClockSkew, Timeout: cfg.ReplicaTimeout,
+		Formed: id.Formed, RecordFormed: func() error { return record(func(i *store.Identity) { i.Formed = true }) },
+	}, log)
+	n.rebuild = rebuild.New(local, n.members.View, n.streams, rebuild.Options{
+		Rebuilding: id.Rebuilding, Done: func() error { return record(func(i *store.Identity) { i.Rebuilding = false }) },
+	}, log)
+	n.hints, err = handoff.New(n.store, n.members.View, func(target int) { ae.Soon(target) }, handoff.Options{
+		Window: cfg.HintWindow, MaxBytes: cfg.HintMaxBytes, ReplayRate: cfg.HintReplayRate, Interval: cfg.HintInterval,
+		Timeout: cfg.ReplicaTimeout,
+	}, log)
+	if err != nil {
+		n.members.Close()
+		n.streams.Close()
+		return err
+	}
+	n.coord = cluster.New(cluster.Deps{
+		Views: n.members.View, Gate: n.members, Clock: clock, Local: local, Hints: n.hints,
+		ClockCheck: n.probe.Check, Rebuilding: n.rebuild.Rebuilding, Streams: n.streams,
+	}, cluster.Options{Timeout: cfg.ReplicaTimeout, HedgeDelay: cfg.ReadHedgeDelay, ReadRepair: repair}, log)
+	ae = antientropy.New(local, n.members.View, n.coord.ApplyRemote, n.rebuild.Rebuilding, antientropy.Options{
+		Interval: cfg.AEInterval, Rate: cfg.AERate, Concurrency: cfg.AEConcurrency,
+		Timeout: cfg.ReplicaTimeout, SummaryTimeout: peerOpts.SummaryTimeout, MaxKeyBytes: cfg.MaxKeyBytes,
+	}, log)
+	n.ae = ae
+	n.gc = gc.New(local, n.members.View, ae.SyncedSince, n.rebuild.Rebuilding, gc.Options{Grace: cfg.GCGrace, Interval: cfg.GCInterval}, log)
+
+	n.members.Register(n.registry)
+	n.probe.Register(n.registry)
+	n.hints.Register(n.registry)
+	n.coord.Register(n.registry)
+	ae.Register(n.registry)
+	n.gc.Register(n.registry)
+	n.rebuild.Register(n.registry)
+
+	n.members.Start()
+	n.probe.Start()
+	n.hints.Start()
+	n.coord.Start()
+	ae.Start()
+	n.gc.Start()
+	n.rebuild.Start()
+	return nil
+}
+
+// closeCluster stops the cluster parts in the reverse order of their
+// start (buildCluster).
+func (n *Node) closeCluster() {
+	n.rebuild.Close()
+	n.gc.Close()
+	n.ae.Close()
+	n.coord.Close() // waits for the replica calls in flight
+	n.hints.Close()
+	n.probe.Close()
+	n.members.Close()
+	n.streams.Close()
+}
+
+// exchangeFunc makes a function a membership.Exchanger.
+type exchangeFunc func(ctx context.Context, v *view.View, peer int, parts []partition.ID, pullOnly bool) (antientropy.ExchangeStats, error)
+
+func (f exchangeFunc) Exchange(ctx context.Context, v *view.View, peer int, parts []partition.ID, pullOnly bool) (antientropy.ExchangeStats, error) {
+	return f(ctx, v, peer, parts, pullOnly)
+}
+
+// claimIdentity checks that the data directory is this node's, and gives
+// an empty one its identity. A directory of another cluster, or of another
+// node of this one, is refused: serving it would mix two datasets. An
+// empty directory while a peer knows the cluster is formed is a wiped or
+// replaced disk: the node rebuilds its share before serving reads
+// (package rebuild), and resumes a rebuild a stop interrupted. It returns
+// the identity, and the function by which the parts record what changes
+// of it later (formed, rebuilt).
+//
+// A node that joined (--join) is given its identity whole: formed, and
+// rebuilding unless it is the node a join change adds (which gets its
+// partitions by the change's stream stage): a replacement.
+func (n *Node) claimIdentity(m *clustermap.Map, self int, joined bool) (store.Identity, func(change func(*store.Identity)) error, error) {
+	want := store.Identity{Cluster: m.Cluster, Node: self}
+	id, ok, err := n.store.Identity()
+	if err != nil {
+		return id, nil, err
+	}
+	if ok && (id.Cluster != want.Cluster || id.Node != want.Node) {
+		return id, nil, fmt.Errorf("data directory %s belongs to node %d of cluster %016x; this is node %d of cluster %016x (the --cluster list changed?)",
+			n.cfg.DataDir, id.Node, id.Cluster, want.Node, want.Cluster)
+	}
+	if !ok {
+		has, err := n.store.HasData()
+		if err != nil {
+			return id, nil, err
+		}
+		// A directory with data but no identity is adopted, and its
+		// identity recorded: nothing in it contradicts this node's, and
+		// refusing it would strand its data.
+		switch {
+		case joined:
+			want.Formed = true
+			ch := m.Change
+			want.Rebuilding = !has && (ch == nil || ch.Kind != clustermap.Join || ch.Node != self)
+		default:
+			want.Rebuilding = !has && len(m.Nodes) > 1 && rebuild.Needed(n.members.View(), n.cfg.ReplicaTimeout)
+		}
+		if err := n.store.SetIdentity(want); err != nil {
+			return id, nil, err
+		}
+		id = want
+	}
+	// The identity is written by one goroutine at a time: the rebuild's
+	// end and the probe's first full round may meet.
+	var mu sync.Mutex
+	cur := id
+	update := func(change func(*store.Identity)) error {
+		mu.Lock()
+		defer mu.Unlock()
+		next := cur
+		change(&next)
+		if err := n.store.SetIdentity(next); err != nil {
+			return err
+		}
+		cur = next
+		return nil
+	}
+	return id, update, nil
+}
+
+// status is what /v0/status reports of the cluster parts (httpapi.Status).
+type status struct{ n *Node }
+
+func (s status) Map() (*clustermap.Map, int)         { return s.n.members.Map() }
+func (s status) Rebuilding() bool                    { return s.n.rebuild.Rebuilding() }
+func (s status) Formed() bool                        { return s.n.probe.Formed() }
+func (s status) PeerStates() []probe.PeerState       { return s.n.probe.PeerStates() }
+func (s status) PendingHints() map[string]int64      { return s.n.hints.Pending() }
+func (s status) AntiEntropy() []antientropy.PeerSync { return s.n.ae.Status() }
+func (s status) ClockWarning() string                { return s.n.probe.ClockWarning() }
+
+// Warnings are what an operator must know about this node, one line each
+// (empty when all is well): a clock off from the peers', a rebuild under
+// way, a peer anti-entropy has not completed an exchange with for long.
+func (s status) Warnings() []string {
+	var ws []string
+	if w := s.n.probe.ClockWarning(); w != "" {
+		ws = append(ws, w)
+	}
+	if s.n.rebuild.Rebuilding() {
+		ws = append(ws, "rebuilding: copying this node's share from its peers; its replica is not read until done")
+	}
+	return append(ws, s.n.ae.Warnings(time.Now())...)
+}

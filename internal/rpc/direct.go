@@ -1,0 +1,193 @@
+package rpc
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"slices"
+	"sync/atomic"
+	"time"
+
+	"github.com/dhtkv/dhtkv/internal/record"
+)
+
+// ErrLinkCut fails a Direct call while its link is cut.
+var ErrLinkCut = errors.New("link cut")
+
+// Direct is a peer reached in-process: each call goes straight to the
+// other node's Server on the caller's goroutine, through what an HTTP
+// request meets there (the epoch gate, the batch's rules, the map
+// exchange), without a connection, batching or secret. It is the
+// transport seam's second implementation beside Peer (view.Peer): tests
+// of the protocols build in-process clusters with it, and Cut makes a
+// link fail as an unreachable node's would.
+//
+// The Server is the other node's; Maps, if set, is the calling node's,
+// told of maps met as Peer tells it (Stale on a refusal, Behind on an
+// older epoch); Now is the calling node's clock (default time.Now), for
+// ClockOffset.
+type Direct struct {
+	URL    string
+	Server *Server
+	Maps   Maps
+	Now    func() time.Time
+
+	cut    atomic.Bool
+	offset clockOffset
+}
+
+// Cut makes every call fail with ErrLinkCut (true) or go through again.
+func (d *Direct) Cut(cut bool) { d.cut.Store(cut) }
+
+// Close does nothing: a Direct holds no connection.
+func (d *Direct) Close() {}
+
+func (d *Direct) now() time.Time {
+	if d.Now != nil {
+		return d.Now()
+	}
+	return time.Now()
+}
+
+// admit passes the other node's epoch gate as a request carrying epoch
+// does; false means a refusal, after the other node's map was handed to
+// Maps.
+func (d *Direct) admit(epoch uint64) bool {
+	if epoch == 0 || d.Server.Maps == nil || d.Server.Maps.Admit(epoch) {
+		return true
+	}
+	if d.Maps != nil {
+		d.Maps.Stale(d.Server.Maps.State())
+	}
+	return false
+}
+
+// release ends what admit admitted, and tells Maps of a server behind.
+func (d *Direct) release(epoch uint64) {
+	if epoch == 0 || d.Server.Maps == nil {
+		return
+	}
+	theirs := d.Server.Maps.Epoch()
+	d.Server.Maps.Release()
+	if d.Maps != nil && theirs < epoch {
+		d.Maps.Behind(d.URL, theirs)
+	}
+}
+
+// batch serves one batch of ops at the other node and returns its answer.
+func (d *Direct) batch(body []byte, epoch uint64) ([]byte, error) {
+	if d.cut.Load() {
+		return nil, fmt.Errorf("%s: %w", d.URL, ErrLinkCut)
+	}
+	if !d.admit(epoch) {
+		return nil, fmt.Errorf("%w (%s)", ErrStaleEpoch, d.URL)
+	}
+	start := d.now()
+	out, err := d.Server.ServeBatch(body, nil)
+	d.release(epoch)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", d.URL, err)
+	}
+	// The other node's clock, against the midpoint of the call, as Peer
+	// measures it from TimeHeader.
+	theirs := d.Server.Replica.Clock.Wall()
+	mid := start.Add(d.now().Sub(start) / 2)
+	d.offset.micros.Store(theirs.Sub(mid).Microseconds())
+	d.offset.at.Store(time.Now().UnixNano())
+	return out, nil
+}
+
+// ClockOffset is as for Peer.
+func (d *Direct) ClockOffset() (offset time.Duration, at time.Time, ok bool) {
+	ns := d.offset.at.Load()
+	if ns == 0 {
+		return 0, time.Time{}, false
+	}
+	return time.Duration(d.offset.micros.Load()) * time.Microsecond, time.Unix(0, ns), true
+}
+
+// Get is as for Peer.
+func (d *Direct) Get(key []byte, epoch uint64, _ time.Time) (record.Record, bool, error) {
+	out, err := d.batch(AppendBatchOp(nil, OpRead, key, nil), epoch)
+	if err != nil {
+		return record.Record{}, false, fmt.Errorf("get from %s: %w", d.URL, err)
+	}
+	r, _, err := nextResult(out)
+	switch {
+	case err != nil:
+		return record.Record{}, false, fmt.Errorf("get from %s: %w", d.URL, err)
+	case r.code == ResNotFound:
+		return record.Record{}, false, nil
+	case r.code == ResError:
+		return record.Record{}, false, fmt.Errorf("get from %s: replica error: %s", d.URL, r.msg)
+	case r.code != ResFound:
+		return record.Record{}, false, fmt.Errorf("get from %s: %w: result %q for a read", d.URL, errMalformed, r.code)
+	}
+	rec, err := record.Decode(bytes.Clone(r.envelope))
+	if err != nil {
+		return record.Record{}, false, fmt.Errorf("get from %s: %w", d.URL, err)
+	}
+	return rec, true, nil
+}
+
+// Apply is as for Peer.
+func (d *Direct) Apply(key, env []byte, epoch uint64, _ time.Time) (uint64, error) {
+	out, err := d.batch(AppendBatchOp(nil, OpWrite, key, env), epoch)
+	if err != nil {
+		return 0, fmt.Errorf("apply to %s: %w", d.URL, err)
+	}
+	r, _, err := nextResult(out)
+	switch {
+	case err != nil:
+		return 0, fmt.Errorf("apply to %s: %w", d.URL, err)
+	case r.code == ResNewer:
+		return r.version, nil
+	case r.code == ResRefused:
+		return 0, fmt.Errorf("apply to %s: %w: %s", d.URL, ErrRefused, r.msg)
+	case r.code == ResError:
+		return 0, fmt.Errorf("apply to %s: replica error: %s", d.URL, r.msg)
+	}
+	return 0, nil
+}
+
+// Ping is as for Peer.
+func (d *Direct) Ping(epoch uint64, _ time.Time) (bool, error) {
+	if _, err := d.batch(nil, epoch); err != nil {
+		return false, fmt.Errorf("ping %s: %w", d.URL, err)
+	}
+	return d.Server.Formed()
+}
+
+// Summary is as for Peer.
+func (d *Direct) Summary(body []byte, epoch uint64, _ time.Time) ([]byte, error) {
+	if d.cut.Load() {
+		return nil, fmt.Errorf("summary from %s: %w", d.URL, ErrLinkCut)
+	}
+	if !d.admit(epoch) {
+		return nil, fmt.Errorf("summary from %s: %w", d.URL, ErrStaleEpoch)
+	}
+	out, err := d.Server.ServeSummary(body, nil)
+	d.release(epoch)
+	if err != nil {
+		return nil, fmt.Errorf("summary from %s: %w", d.URL, err)
+	}
+	return out, nil
+}
+
+// Map is as for Peer.
+func (d *Direct) Map(offer []byte, _ time.Time) ([]byte, error) {
+	if d.cut.Load() {
+		return nil, fmt.Errorf("cluster map from %s: %w", d.URL, ErrLinkCut)
+	}
+	if d.Server.Maps == nil {
+		return nil, fmt.Errorf("cluster map from %s: it serves no cluster map", d.URL)
+	}
+	if offer == nil {
+		return d.Server.Maps.State(), nil
+	}
+	out, err := d.Server.Maps.Offer(slices.Clone(offer))
+	if err != nil {
+		return nil, fmt.Errorf("cluster map from %s: %w", d.URL, err)
+	}
+	return out, nil
+}

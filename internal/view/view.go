@@ -1,0 +1,101 @@
+// Package view holds what every protocol of a node routes by: one cluster
+// map's epoch as this node sees it (View: the map, this node's id in it,
+// the replica sets, the peers), and the peer as the protocols reach it
+// (Peer, the transport seam).
+package view
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/dhtkv/dhtkv/internal/clustermap"
+	"github.com/dhtkv/dhtkv/internal/placement"
+	"github.com/dhtkv/dhtkv/internal/record"
+)
+
+// Peer is another node as this node's protocols reach it: the transport
+// seam. *rpc.Peer implements it over HTTP; tests put other
+// implementations behind it. Every call ends by its deadline; one routed
+// by a map older than the peer's fails with rpc.ErrStaleEpoch (the epoch
+// is the routing map's; 0, a tool's call, is not checked).
+type Peer interface {
+	// Get reads key's record from the peer's replica.
+	Get(key []byte, epoch uint64, deadline time.Time) (rec record.Record, found bool, err error)
+	// Apply writes the encoded record env under key to the peer's
+	// replica; newer is the version the peer holds above it (the write
+	// was then not applied), 0 when it was applied.
+	Apply(key, env []byte, epoch uint64, deadline time.Time) (newer uint64, err error)
+	// Ping sends an empty batch: whether the peer answers, and whether it
+	// has seen every node of its cluster answer.
+	Ping(epoch uint64, deadline time.Time) (formed bool, err error)
+	// Summary exchanges an anti-entropy summary request for its answer.
+	Summary(body []byte, epoch uint64, deadline time.Time) ([]byte, error)
+	// Map offers the peer a map state (nil: only asks) and returns the
+	// peer's.
+	Map(offer []byte, deadline time.Time) ([]byte, error)
+	// ClockOffset is how far the peer's clock was ahead of this node's at
+	// the last exchange, and when; ok is false before any.
+	ClockOffset() (offset time.Duration, at time.Time, ok bool)
+	// Close releases the transport's connections.
+	Close()
+}
+
+// View is this node's picture of the cluster at one epoch. It is
+// immutable: a request or a protocol step loads the current one once and
+// routes by it from start to end, and the calls it makes carry its epoch,
+// so that a peer with a newer map refuses them.
+type View struct {
+	Map *clustermap.Map
+	// Self is this node's id; -1 once the map no longer has it
+	// (decommissioned, or its id given to a replacement).
+	Self int
+	// The replica sets before and after the change under way, and which
+	// of them requests use at the map's stage.
+	*placement.Sets
+	// Peers are the other members' transports, by node id: nil for this
+	// node and for ids the map does not have.
+	Peers []Peer
+	// Since is when this node installed the view.
+	Since time.Time
+}
+
+// New derives the view of m for the node with id self, reached at selfURL
+// (""; any URL), installed at now. peer returns the transport of the
+// member at a URL. A map in which self is reached at another URL gave the
+// id to a replacement: this node is then out (Self -1) as surely as if it
+// had been decommissioned, since two nodes must never make versions with
+// one id.
+func New(m *clustermap.Map, self int, selfURL string, peer func(url string) Peer, now time.Time) *View {
+	v := &View{Map: m, Self: -1, Sets: placement.Of(m), Peers: make([]Peer, clustermap.MaxNodeID+1), Since: now}
+	if n := m.Node(self); n != nil && (selfURL == "" || n.URL == selfURL) {
+		v.Self = self
+	}
+	for _, n := range m.Nodes {
+		if n.ID != self {
+			v.Peers[n.ID] = peer(n.URL)
+		}
+	}
+	return v
+}
+
+// Epoch is the map's epoch, which every call routed by the view carries.
+func (v *View) Epoch() uint64 { return v.Map.Epoch }
+
+// URL names node id for logs, metrics and errors.
+func (v *View) URL(id int) string {
+	if n := v.Map.Node(id); n != nil {
+		return n.URL
+	}
+	return fmt.Sprintf("node %d (no longer a member)", id)
+}
+
+// Others returns the ids of every member but this node.
+func (v *View) Others() []int {
+	out := make([]int, 0, len(v.Map.Nodes))
+	for _, n := range v.Map.Nodes {
+		if n.ID != v.Self {
+			out = append(out, n.ID)
+		}
+	}
+	return out
+}
