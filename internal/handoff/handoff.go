@@ -29,8 +29,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/time/rate"
 
-	"github.com/dhtkv/dhtkv/internal/hlc"
 	"github.com/dhtkv/dhtkv/internal/clustermap"
+	"github.com/dhtkv/dhtkv/internal/hlc"
 	"github.com/dhtkv/dhtkv/internal/store"
 	"github.com/dhtkv/dhtkv/internal/view"
 	"github.com/dhtkv/dhtkv/internal/worker"

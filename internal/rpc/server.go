@@ -45,7 +45,7 @@ type Server struct {
 	// Maps gates batches by cluster-map epoch and serves MapPath (see
 	// epoch.go); nil: no gate, no map.
 	Maps Maps
-	Log *slog.Logger
+	Log  *slog.Logger
 }
 
 // DefaultMaxAnswerBytes is Server.MaxAnswerBytes's default: 1 MiB.
