@@ -79,7 +79,8 @@ func TestArchitecture(t *testing.T) {
 	code := regexp.MustCompile("`([^`]+)`")
 	word := regexp.MustCompile(`[\w./-]+\.go\b|[A-Za-z_]\w*(\.[A-Za-z_]\w*)+`)
 	goName := regexp.MustCompile(`^[A-Za-z_]\w*(\.[A-Za-z_]\w*){0,2}$`)
-	table := map[string]bool{} // the packages the table names
+	notGo := regexp.MustCompile(`\.(md|sh|pl|lua|json|ya?ml|conf|service|txt|svg)$`) // other files' names
+	table := map[string]bool{}                                                       // the packages the table names
 	inTable, fenced := false, false
 	for i, line := range strings.Split(string(raw), "\n") {
 		at := func(format string, args ...any) {
@@ -127,7 +128,7 @@ func TestArchitecture(t *testing.T) {
 				} else if len(row) > 0 && !slices.ContainsFunc(where, func(p string) bool { return slices.Contains(row, filepath.ToSlash(filepath.Dir(p))) }) {
 					at("`%s` is %s, in none of this row's packages (%s): name it in its own package's row", name, strings.Join(where, ", "), strings.Join(row, ", "))
 				}
-			case !goName.MatchString(name):
+			case !goName.MatchString(name) || notGo.MatchString(name):
 			case len(parts) == 1 && (strings.HasPrefix(name, "Test") || strings.HasPrefix(name, "Benchmark")):
 				if !tests[name] {
 					at("`%s`: no such test function in the module; name the test that checks it now", name)
