@@ -79,8 +79,9 @@ func TestArchitecture(t *testing.T) {
 	code := regexp.MustCompile("`([^`]+)`")
 	word := regexp.MustCompile(`[\w./-]+\.go\b|[A-Za-z_]\w*(\.[A-Za-z_]\w*)+`)
 	goName := regexp.MustCompile(`^[A-Za-z_]\w*(\.[A-Za-z_]\w*){0,2}$`)
-	notGo := regexp.MustCompile(`\.(md|sh|pl|lua|json|ya?ml|conf|service|txt|svg)$`) // other files' names
-	table := map[string]bool{}                                                       // the packages the table names
+	// Names of other files, which the diagrams may mention.
+	notGo := regexp.MustCompile(`\.(md|sh|pl|lua|json|ya?ml|conf|service|txt|svg)$`)
+	table := map[string]bool{} // the packages the table names
 	inTable, fenced := false, false
 	for i, line := range strings.Split(string(raw), "\n") {
 		at := func(format string, args ...any) {
