@@ -1,11 +1,11 @@
 package docs_test
 
 import (
-	"cmp"
+	"fmt"
 	"go/ast"
 	"go/parser"
 	"go/token"
-	"io/fs"
+	"go/types"
 	"maps"
 	"os"
 	"os/exec"
@@ -37,41 +37,35 @@ func TestArchitecture(t *testing.T) {
 	gomod, err := exec.Command("go", "env", "GOMOD").Output()
 	require.NoError(t, err, "go env GOMOD")
 	root := filepath.Dir(strings.TrimSpace(string(gomod)))
-	out, err := exec.Command("go", "list", "-C", root, "-f", "{{.Dir}}{{range .GoFiles}}\t{{.}}{{end}}", "./...").Output()
+	out, err := exec.Command("go", "list", "-C", root, "-f",
+		`{{.Dir}}	{{join .GoFiles " "}}	{{join .TestGoFiles " "}} {{join .XTestGoFiles " "}} {{join .IgnoredGoFiles " "}}`, "./...").Output()
 	require.NoError(t, err, "go list ./...")
-	pkgs := map[string]decls{}     // directory from root → its declarations
-	byName := map[string]string{}  // last path element → directory
-	types := map[string][]string{} // type name → the directories declaring one
+	pkgs := map[string]decls{}        // directory from root → its declarations
+	byName := map[string]string{}     // last path element → directory
+	typeDirs := map[string][]string{} // type name → the directories declaring one
+	files := map[string][]string{}    // a .go file's base name → its paths from root
+	tests := map[string]bool{}        // the test functions of the module
+	testFunc := regexp.MustCompile(`(?m)^func ((?:Test|Benchmark|Fuzz)\w*)\(`)
 	for line := range strings.Lines(string(out)) {
-		goFiles := strings.Split(strings.TrimSuffix(line, "\n"), "\t")
-		rel, err := filepath.Rel(root, goFiles[0])
+		f := strings.Split(strings.TrimSuffix(line, "\n"), "\t")
+		dir, goFiles, others := f[0], strings.Fields(f[1]), strings.Fields(f[2])
+		rel, err := filepath.Rel(root, dir)
 		require.NoError(t, err)
 		rel = filepath.ToSlash(rel)
-		pkgs[rel] = parsePackage(t, goFiles[0], goFiles[1:])
+		pkgs[rel] = parsePackage(t, dir, goFiles)
 		byName[filepath.Base(rel)] = rel
 		for typ := range pkgs[rel] {
-			if typ != "" {
-				types[typ] = append(types[typ], rel)
-			}
+			typeDirs[typ] = append(typeDirs[typ], rel)
 		}
-	}
-	files := map[string][]string{} // a .go file's base name → its paths from root
-	tests := map[string]bool{}     // the test functions of the module
-	testFunc := regexp.MustCompile(`(?m)^func ((?:Test|Benchmark|Fuzz)\w*)\(`)
-	require.NoError(t, filepath.WalkDir(root, func(p string, e fs.DirEntry, err error) error {
-		if err != nil || e.IsDir() && strings.HasPrefix(e.Name(), ".") && p != root {
-			return cmp.Or(err, filepath.SkipDir) // .git and the like
-		}
-		if rel, _ := filepath.Rel(root, p); strings.HasSuffix(p, ".go") {
-			files[e.Name()] = append(files[e.Name()], filepath.ToSlash(rel))
-			if src, err := os.ReadFile(p); err == nil && strings.HasSuffix(p, "_test.go") {
+		for _, name := range slices.Concat(goFiles, others) {
+			files[name] = append(files[name], rel+"/"+name)
+			if src, err := os.ReadFile(filepath.Join(dir, name)); err == nil && strings.HasSuffix(name, "_test.go") {
 				for _, m := range testFunc.FindAllStringSubmatch(string(src), -1) {
 					tests[m[1]] = true
 				}
 			}
 		}
-		return nil
-	}))
+	}
 
 	const doc = "docs/architecture.md"
 	raw, err := os.ReadFile("architecture.md")
@@ -81,7 +75,7 @@ func TestArchitecture(t *testing.T) {
 	goName := regexp.MustCompile(`^[A-Za-z_]\w*(\.[A-Za-z_]\w*){0,2}$`)
 	// Names of other files, which the diagrams may mention.
 	notGo := regexp.MustCompile(`\.(md|sh|pl|lua|json|ya?ml|conf|service|txt|svg)$`)
-	table := map[string]bool{} // the packages the table names
+	table := map[string]int{} // the packages the table names → their row's line
 	inTable, fenced := false, false
 	for i, line := range strings.Split(string(raw), "\n") {
 		at := func(format string, args ...any) {
@@ -103,7 +97,7 @@ func TestArchitecture(t *testing.T) {
 					p = row[len(row)-1] + "/" + p
 				}
 				row = append(row, p)
-				table[p] = true
+				table[p] = i + 1
 			}
 			spans = strings.Join(cells[2:], "|")
 		}
@@ -146,9 +140,9 @@ func TestArchitecture(t *testing.T) {
 				if !pkgs[dir].has(parts[1], parts[2]) {
 					at("`%s`: package %s has no type %s with a method or field %s; write the name the code has", name, dir, parts[1], parts[2])
 				}
-			case len(parts) == 2 && len(types[parts[0]]) > 0:
-				if !slices.ContainsFunc(types[parts[0]], func(dir string) bool { return pkgs[dir].has(parts[0], parts[1]) }) {
-					at("`%s`: type %s (in %s) has no method or field %s; write the name the code has", name, parts[0], strings.Join(types[parts[0]], ", "), parts[1])
+			case len(parts) == 2 && len(typeDirs[parts[0]]) > 0:
+				if !slices.ContainsFunc(typeDirs[parts[0]], func(dir string) bool { return pkgs[dir].has(parts[0], parts[1]) }) {
+					at("`%s`: type %s (in %s) has no method or field %s; write the name the code has", name, parts[0], strings.Join(typeDirs[parts[0]], ", "), parts[1])
 				}
 			}
 		}
@@ -156,13 +150,13 @@ func TestArchitecture(t *testing.T) {
 
 	var missing, extra []string
 	for p := range pkgs {
-		if !table[p] {
+		if table[p] == 0 {
 			missing = append(missing, p)
 		}
 	}
-	for p := range table {
+	for p, line := range table {
 		if _, ok := pkgs[p]; !ok {
-			extra = append(extra, p)
+			extra = append(extra, fmt.Sprintf("%s (line %d)", p, line))
 		}
 	}
 	slices.Sort(missing)
@@ -252,20 +246,6 @@ func parsePackage(t *testing.T, dir string, files []string) decls {
 // typeName is the name of a receiver's or embedded field's type: T for
 // T, *T, T[P] and pkg.T.
 func typeName(e ast.Expr) string {
-	for {
-		switch x := e.(type) {
-		case *ast.StarExpr:
-			e = x.X
-		case *ast.IndexExpr:
-			e = x.X
-		case *ast.IndexListExpr:
-			e = x.X
-		case *ast.SelectorExpr:
-			return x.Sel.Name
-		case *ast.Ident:
-			return x.Name
-		default:
-			return ""
-		}
-	}
+	name, _, _ := strings.Cut(strings.TrimLeft(types.ExprString(e), "*"), "[")
+	return name[strings.LastIndex(name, ".")+1:]
 }
