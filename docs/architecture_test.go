@@ -41,7 +41,7 @@ func TestArchitecture(t *testing.T) {
 		`{{.Dir}}	{{join .GoFiles " "}}	{{join .TestGoFiles " "}} {{join .XTestGoFiles " "}} {{join .IgnoredGoFiles " "}}`, "./...").Output()
 	require.NoError(t, err, "go list ./...")
 	pkgs := map[string]decls{}        // directory from root → its declarations
-	byName := map[string]string{}     // last path element → directory
+	byName := map[string][]string{}   // last path element → directories
 	typeDirs := map[string][]string{} // type name → the directories declaring one
 	files := map[string][]string{}    // a .go file's base name → its paths from root
 	tests := map[string]bool{}        // the test functions of the module
@@ -53,13 +53,15 @@ func TestArchitecture(t *testing.T) {
 		require.NoError(t, err)
 		rel = filepath.ToSlash(rel)
 		pkgs[rel] = parsePackage(t, dir, goFiles)
-		byName[filepath.Base(rel)] = rel
+		byName[filepath.Base(rel)] = append(byName[filepath.Base(rel)], rel)
 		for typ := range pkgs[rel] {
 			typeDirs[typ] = append(typeDirs[typ], rel)
 		}
 		for _, name := range slices.Concat(goFiles, others) {
 			files[name] = append(files[name], rel+"/"+name)
-			if src, err := os.ReadFile(filepath.Join(dir, name)); err == nil && strings.HasSuffix(name, "_test.go") {
+			if strings.HasSuffix(name, "_test.go") {
+				src, err := os.ReadFile(filepath.Join(dir, name))
+				require.NoError(t, err)
 				for _, m := range testFunc.FindAllStringSubmatch(string(src), -1) {
 					tests[m[1]] = true
 				}
@@ -110,7 +112,11 @@ func TestArchitecture(t *testing.T) {
 		}
 		for _, name := range names {
 			parts := strings.Split(name, ".")
-			switch dir, isPkg := byName[parts[0]]; {
+			dirs := byName[parts[0]] // the packages pkg may be
+			inPkg := func(typ, name string) bool {
+				return slices.ContainsFunc(dirs, func(dir string) bool { return pkgs[dir].has(typ, name) })
+			}
+			switch isPkg := len(dirs) > 0; {
 			case strings.HasSuffix(name, ".go"):
 				var where []string
 				for _, p := range files[filepath.Base(name)] {
@@ -133,12 +139,12 @@ func TestArchitecture(t *testing.T) {
 					at("`%s`: package %s declares no %s (top-level, or a method); write the name the code has", name, row[0], name)
 				}
 			case isPkg && len(parts) == 2:
-				if !pkgs[dir].has("", parts[1]) {
-					at("`%s`: package %s declares no %s (top-level, or a method of one of its types); write the name the code has", name, dir, parts[1])
+				if !inPkg("", parts[1]) {
+					at("`%s`: package %s declares no %s (top-level, or a method of one of its types); write the name the code has", name, strings.Join(dirs, " or "), parts[1])
 				}
 			case isPkg && len(parts) == 3:
-				if !pkgs[dir].has(parts[1], parts[2]) {
-					at("`%s`: package %s has no type %s with a method or field %s; write the name the code has", name, dir, parts[1], parts[2])
+				if !inPkg(parts[1], parts[2]) {
+					at("`%s`: package %s has no type %s with a method or field %s; write the name the code has", name, strings.Join(dirs, " or "), parts[1], parts[2])
 				}
 			case len(parts) == 2 && len(typeDirs[parts[0]]) > 0:
 				if !slices.ContainsFunc(typeDirs[parts[0]], func(dir string) bool { return pkgs[dir].has(parts[0], parts[1]) }) {
