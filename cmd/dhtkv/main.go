@@ -67,7 +67,7 @@ func parseFlags(args []string, stdout io.Writer) (*settings, error) {
 	fs.String("config", "", "read flags from this `file`, one per line: name, a space, the value (command-line flags and DHTKV_* variables win)")
 	fs.StringVar(&cfg.Listen, "listen", cfg.Listen, "public API address `host:port`")
 	fs.StringVar(&cfg.DataDir, "data-dir", cfg.DataDir, "Pebble data `directory`")
-	fs.StringVar(&cfg.AdminListen, "admin-listen", "", "admin `host:port` for /debug/pprof/, /metrics, /livez and /readyz (off when empty)")
+	fs.StringVar(&cfg.AdminListen, "admin-listen", "", "admin `host:port` for /debug/pprof/, /metrics, /livez, /readyz, /repair, /snapshot and /cluster (off when empty)")
 	sizeVar(fs, &cfg.CacheBytes, "cache-bytes", "read cache capacity, a `size` (64MiB, 1GB, bytes; 0 disables the cache)")
 	sizeVar(fs, &cfg.BlockCacheBytes, "block-cache-bytes", "Pebble block cache, a `size`")
 	sizeVar(fs, &cfg.MemTableBytes, "memtable-bytes", "Pebble memtable, a `size` (up to 4 in memory)")

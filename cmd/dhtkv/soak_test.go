@@ -46,8 +46,8 @@ func scrape(t *testing.T, admin string, names ...string) map[string]float64 {
 }
 
 // TestSoak: a node under GOMEMLIMIT and a low descriptor limit is hit by
-// the hostile patterns of issue 14 at once, from one address, while a
-// well-behaved client on another keeps writing and reading:
+// these hostile patterns at once, from one address, while a well-behaved
+// client on another keeps writing and reading:
 //
 //   - idle connections, past the per-address cap;
 //   - requests announcing 16 MiB bodies that send 100 bytes and stall;

@@ -106,12 +106,12 @@ func replicaDumps(t *testing.T, c *testcluster.Cluster, cl *testcluster.Client, 
 	return dumps
 }
 
-// TestFaultFailedWriteThenHeal is the history that used to flip forever:
-// W0 via A is acknowledged; C restarts (a restart used to move its clock
-// seconds ahead) and is cut off; W1 via C fails (504) but C stored it; W2
-// via A is acknowledged after W1 returned; the partition heals. Every
-// quorum read after that returns W2, reads are monotonic, and one read
-// with ack=3 leaves all replicas identical.
+// TestFaultFailedWriteThenHeal is a history whose reads flip forever if
+// a restart moves a clock ahead (W1 then outranks W2): W0 via A is
+// acknowledged; C restarts and is cut off; W1 via C fails (504) but C
+// stored it; W2 via A is acknowledged after W1 returned; the partition
+// heals. Every quorum read after that returns W2, reads are monotonic,
+// and one read with ack=3 leaves all replicas identical.
 func TestFaultFailedWriteThenHeal(t *testing.T) {
 	c := testcluster.StartLinked(t, 3)
 	cl := newClient(t)

@@ -12,7 +12,8 @@ import (
 	"github.com/dhtkv/dhtkv/internal/testcluster"
 )
 
-// TestRebuildWipedNode is the data-loss history: 300 keys
+// TestRebuildWipedNode plays a history that loses data unless a node
+// that lost its disk rebuilds: 300 keys
 // acknowledged with ack=2 while C was down (stored on A and B; no hints,
 // no read repair, so C stays without them), C back, then B's disk lost
 // and A stopped. B starts empty and must not answer "never written": it

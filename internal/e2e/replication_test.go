@@ -270,8 +270,8 @@ func TestTwoNodesDistribute(t *testing.T) {
 // TestTinyLimitsStillReplicate: with the smallest value and key limits a
 // node accepts, replicated writes still go through: the peers' batches are
 // bounded by the same setting the receiving side's body limit derives
-// from (they used to be 256 KiB against a 1,088-byte limit, and most
-// empty PUTs answered 504).
+// from (a batch of a fixed 256 KiB would meet a body limit of 1,088
+// bytes, and most empty PUTs would answer 504).
 func TestTinyLimitsStillReplicate(t *testing.T) {
 	for _, lim := range []struct{ key, value int }{{1024, 0}, {1, 0}, {1, 1}} {
 		t.Run(fmt.Sprintf("key=%d,value=%d", lim.key, lim.value), func(t *testing.T) {

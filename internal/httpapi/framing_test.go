@@ -94,7 +94,7 @@ func TestOversizedContentLengthRefusedFromHeaders(t *testing.T) {
 			assert.True(t, strings.HasSuffix(resp, "\r\n\r\nvalue too large: limit is 100 bytes\n"), "%q", resp)
 		})
 	}
-	// At the limit, 100-continue works as before.
+	// At the limit, 100-continue is answered and the body read.
 	conn, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
 	require.NoError(t, err)
 	defer conn.Close()

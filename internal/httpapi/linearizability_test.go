@@ -79,7 +79,7 @@ var kvModel = porcupine.Model{
 // fails with an Illegal history within the first few hundred operations: a
 // GET returns a value overwritten by an acknowledged PUT. Checked by hand on
 // 2026-11-22 (5 of 5 runs failed); restore the call and all pass. Dropping
-// only the Wait() in cache.Fill (race 2 in the cache package's comment)
+// only the Wait() in the cache's fill (race 2 in the cache package's comment)
 // opens a window too narrow for this test (0 of 5 runs failed);
 // TestNoEntrySurfacesAfterInvalidate in internal/cache catches that one.
 func TestLinearizableWithCache(t *testing.T) {

@@ -29,9 +29,9 @@ import (
 // collect.
 //
 // Scale: DHTKV_SCAN_MEM_MB of values (default 512) with GOMEMLIMIT of an
-// eighth of it (default 64 MiB) — the 1 GiB / 128 MiB halved to fit
-// the test budget on a 2-core machine; DHTKV_SCAN_MEM_MB=1024 runs the full
-// size.
+// eighth of it (default 64 MiB): half the 1 GiB / 128 MiB of
+// docs/range-scans.md, to fit the test budget on a 2-core machine;
+// DHTKV_SCAN_MEM_MB=1024 runs the full size.
 func TestScanMemoryBounded(t *testing.T) {
 	if testing.Short() {
 		t.Skip("fills hundreds of MiB; skipped with -short")
@@ -171,7 +171,7 @@ func (b *syncBuffer) String() string {
 // reading, one after another, while writes go on between them (4 MiB
 // each time: a memtable's worth, so every stream's snapshot holds other
 // memtables). Measured with streams that never release their iterator
-// (the behaviour before) and with the default release, one after the
+// (ScanReleaseAfter -1) and with the default release, one after the
 // other in this run: the memtables and sstables the stalled streams
 // keep alive after being flushed or compacted away (Pebble's zombies),
 // and the iterators held. With the release, neither memory nor

@@ -1,7 +1,8 @@
 // Package record defines the envelope in which dhtkv stores every value: a
-// 64-bit version, a tombstone flag and the value bytes. The same encoding is
-// used on disk (Pebble values) and on the wire between nodes, so a replica can
-// store what it receives without re-encoding.
+// 64-bit version, a tombstone flag, an optional expiry and the value
+// bytes. The same encoding is used on disk (Pebble values) and on the wire
+// between nodes, so a replica can store what it receives without
+// re-encoding.
 //
 // Layout (format 1), all integers big-endian:
 //
@@ -13,12 +14,12 @@
 //	offset 10 8 bytes  expiry, Unix milliseconds
 //	then               value (empty for a tombstone)
 //
-// The expires flag came with data directory layout 3 (docs/storage.md): a
-// release before it refuses such a record as corrupt rather than misread
-// it.
-//
 // The format byte lets a later release read old records; an unknown format or
-// flag is an error, never guessed at.
+// flag is an error, never guessed at, so a reader that does not know the
+// expires flag refuses such a record as corrupt rather than misread it. On
+// disk, the store's layout (3, docs/storage.md) says expiring records may
+// be there, so a binary that cannot read them refuses the directory at
+// open rather than record by record.
 package record
 
 import (

@@ -20,7 +20,7 @@ const (
 	// FormatChunks is the default framing: one HTTP chunk per live record
 	// whose content is key '\n' value.
 	FormatChunks Format = iota
-	// FormatBinary is the binary framing (framing.go) of the live records.
+	// FormatBinary is the binary framing (package framing) of the live records.
 	FormatBinary
 	// FormatJSON is JSON lines (framing.AppendJSON) of the live records:
 	// one object per record and line, no end marker.

@@ -1,5 +1,6 @@
 // Package scan implements dhtkv's record streams: the wire framings of a
-// stream (this file), the iterator over another node's stream, the k-way
+// stream (framing.go: the chunks framing, and the binary one, which is
+// package framing's), the iterator over another node's stream, the k-way
 // merge that turns the nodes' streams into one newest-version-per-key
 // stream, and the response body that writes a stream to the client in
 // constant memory. The local store's iterator is store.Iter; who opens
@@ -15,8 +16,10 @@ import (
 )
 
 // The binary framing (format=binary, and every internal stream) is package
-// framing's; these names keep it where the rest of this package and its
-// users expect it.
+// framing's, which depends on the standard library only so that the public
+// client can read streams. The node's code names it through this package,
+// beside the iterators and the body that use it, and imports one package
+// for streams, not two.
 
 // AppendRecord appends one record frame to dst (framing.AppendRecord).
 func AppendRecord(dst, key, value []byte) []byte { return framing.AppendRecord(dst, key, value) }

@@ -10,7 +10,7 @@ import (
 	"github.com/dhtkv/dhtkv/internal/partition"
 )
 
-// clusterMapKey holds the cluster map (membership.Map, encoded); it sorts
+// clusterMapKey holds the cluster map (clustermap.Map, encoded); it sorts
 // before every data key.
 const clusterMapKey = "\x00map"
 

@@ -11,10 +11,10 @@ import (
 // Identity says whose data a directory holds, so that a node never takes
 // another cluster's or another node's data for its own, and whether the
 // node has finished copying its share from the others after it started
-// with an empty directory (see cluster.Coordinator.Rebuild).
+// with an empty directory (see package rebuild).
 type Identity struct {
-	Cluster    uint64 // membership.Map.Cluster of the cluster it belongs to
-	Node       int    // this node's index in that cluster
+	Cluster    uint64 // clustermap.Map.Cluster of the cluster it belongs to
+	Node       int    // this node's id in that cluster (clustermap.Node.ID)
 	Rebuilding bool   // still copying its share; its reads are not to be trusted
 	// Formed is set once this node has seen every other node answer: the
 	// cluster exists, and a member starting empty later is a lost disk,

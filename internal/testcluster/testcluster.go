@@ -172,7 +172,7 @@ func (c *Cluster) StopNode(i int) {
 // read timeout and more: now and then, after load, a connection is still
 // mid-request when the node stops and holds fasthttp's graceful shutdown
 // until the read timeout ends it (about one run in ten of the membership
-// load test; not diagnosed further, see the issue 13 note).
+// load test; why that connection is still busy is not known).
 func (c *Cluster) stop(i int, n *node.Node, d time.Duration) {
 	c.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), d)
