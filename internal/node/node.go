@@ -628,7 +628,7 @@ var (
 // Ready reports whether the node should be sent client traffic (the admin
 // port's /readyz): nil while its store is open and its replica serves
 // reads. Otherwise the reason: ErrRebuilding while it copies its share
-// after starting with an empty data directory (cluster/rebuild.go), or
+// after starting with an empty data directory (package rebuild), or
 // ErrStopping once Shutdown or Close began (the store is about to close).
 // A node's store is open from New until Shutdown or Close.
 func (n *Node) Ready() error {

@@ -60,7 +60,7 @@ func (p *Peer) exchange(req *fasthttp.Request, resp *fasthttp.Response, deadline
 // answering node knows the cluster exists (it has seen every node answer,
 // or holds records). A node that starts with an empty data directory asks
 // it of its peers to tell a new cluster from one it must copy its share
-// from (cluster/rebuild.go).
+// from (package rebuild).
 const FormedHeader = "X-Dhtkv-Formed"
 
 // Formed reports what FormedHeader says.

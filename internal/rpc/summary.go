@@ -15,7 +15,7 @@ import (
 )
 
 // SummaryPath is where a node asks a replica peer to compare summaries of
-// what they hold (anti-entropy, cluster/antientropy.go). The asking node
+// what they hold (package antientropy). The asking node
 // drives the comparison in two steps, each a POST whose body starts with
 // its step byte; the peer only answers from its store (see store.SegmentHashes):
 //

@@ -83,7 +83,7 @@ func (s *Store) DropPartition(part partition.ID) (removed [][]byte, err error) {
 var errChunkFull = errors.New("chunk full")
 
 // cleanupKey marks a cleanup of partitions no longer held as pending
-// (cluster/move.go): set before it starts, deleted when it ends.
+// (membership/move.go): set before it starts, deleted when it ends.
 const cleanupKey = "\x00cleanup"
 
 // CleanupPending reports whether a cleanup was left unfinished.
