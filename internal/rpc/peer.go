@@ -116,6 +116,8 @@ type Peer struct {
 	closed  bool
 	lanes   [nLanes]chan *call // queued calls, by laneOf their kind
 	stop    chan struct{}
+	start   sync.Once // startSenders
+	conns   int       // senders per lane
 	senders sync.WaitGroup
 }
 
@@ -134,8 +136,8 @@ func laneOf(kind byte) int {
 }
 
 // NewPeer prepares the client for baseURL (http://host:port, whether or not
-// o.TLS is set) and starts its senders; Close stops them. m may be nil
-// (nothing is counted).
+// o.TLS is set); its senders start at the first call, and Close stops
+// them. m may be nil (nothing is counted).
 func NewPeer(baseURL string, o PeerOptions, m *Metrics) *Peer {
 	addr := strings.TrimPrefix(baseURL, "http://")
 	if o.Timeout <= 0 {
@@ -228,12 +230,26 @@ func NewPeer(baseURL string, o PeerOptions, m *Metrics) *Peer {
 	}
 	for l := range p.lanes {
 		p.lanes[l] = make(chan *call, queueLen)
-		p.senders.Add(o.Conns)
-		for range o.Conns {
+	}
+	p.conns = o.Conns
+	return p
+}
+
+// startSenders starts every lane's senders, once, at the first call: a
+// Peer made and never called (a member this node does not talk to yet)
+// runs nothing. A closed Peer starts none.
+func (p *Peer) startSenders() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return
+	}
+	for l := range p.lanes {
+		p.senders.Add(p.conns)
+		for range p.conns {
 			go p.sender(p.lanes[l])
 		}
 	}
-	return p
 }
 
 // isDeadConn reports errors that mean a pooled connection was closed by the
@@ -332,6 +348,7 @@ func putCall(c *call) {
 
 // do enqueues c and waits for its result.
 func (p *Peer) do(c *call) {
+	p.start.Do(p.startSenders)
 	var err error
 	p.mu.RLock()
 	if p.closed {
