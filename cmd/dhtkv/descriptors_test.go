@@ -33,7 +33,7 @@ func (l nodeLog) String() string {
 // address and log.
 func startLimited(t *testing.T, soft, hard string, extra ...string) (*exec.Cmd, string, nodeLog) {
 	t.Helper()
-	bin := testcluster.BuildBinary(t, repoRoot(t))
+	bin := testcluster.BuildBinary(t, testcluster.RepoRoot(t))
 	args := append([]string{"-c", `ulimit -S -n ` + soft + ` && ulimit -H -n ` + hard + ` && exec "$0" "$@"`,
 		bin, "--listen", "127.0.0.1:0", "--data-dir", t.TempDir(), "--sync=false"}, extra...)
 	cmd := exec.Command("/bin/sh", args...)
@@ -104,7 +104,7 @@ func TestDescriptorExhaustionDoesNotStopTheNode(t *testing.T) {
 		closeAll(conns)
 		require.Eventually(t, func() bool { return testcluster.Status(base) == 200 }, 20*time.Second, 20*time.Millisecond,
 			"round %d: the node answers again once the connections closed", round)
-		cl := testcluster.NewClient()
+		cl := testcluster.NewClient(t)
 		require.Equal(t, 201, cl.Put(t, base, "k", []byte("v"), 0, 0))
 		code, body := cl.Get(t, base, "k", 0, 0)
 		require.Equal(t, 200, code)

@@ -45,7 +45,7 @@ func ctl(t *testing.T, bin string, args ...string) (string, string, int) {
 func TestProcessScan(t *testing.T) {
 	bin := buildCtl(t)
 	c := testcluster.Start(t, 3)
-	cl := testcluster.NewClient()
+	cl := testcluster.NewClient(t)
 	for k, v := range map[string]string{
 		"a": "1", "b\nnewline": "two\nlines", "c\xff\x00": "\xfe", "d\"q\\": "\x00\t", "e": "", "f": "six", "gone": "x",
 	} {

@@ -26,7 +26,7 @@ import (
 // TestWriteThroughNonReplicaCoordinator).
 func TestThreeNodesReadOneSeesWriteTwoOfTwo(t *testing.T) {
 	c := testcluster.Start(t, 3)
-	cl := newClient(t)
+	cl := testcluster.NewClient(t)
 	p := placementOf(t, c)
 	for _, set := range [][]int{{0, 1}, {1, 2}, {2, 0}} {
 		put := findKeySet(t, p, "r1w2-put", set...)
@@ -53,7 +53,7 @@ func TestThreeNodesReadOneSeesWriteTwoOfTwo(t *testing.T) {
 // whatever d and e: the two quorums always share a node.
 func TestThreeNodesQuorumOneDown(t *testing.T) {
 	c := testcluster.Start(t, 3)
-	cl := newClient(t)
+	cl := testcluster.NewClient(t)
 	for d := range 3 {
 		put, del := fmt.Sprintf("q3-put-%d", d), fmt.Sprintf("q3-del-%d", d)
 		require.Equal(t, http.StatusCreated, cl.Put(t, c.URL(d), del, []byte("v"), 3, 3))
@@ -87,7 +87,7 @@ func TestThreeNodesQuorumOneDown(t *testing.T) {
 // (ack 2) with one replica down.
 func TestFiveNodesQuorum(t *testing.T) {
 	c := testcluster.Start(t, 5)
-	cl := newClient(t)
+	cl := testcluster.NewClient(t)
 	p := placementOf(t, c)
 	cases := []struct{ downW, downR []int }{
 		{[]int{0, 1}, []int{2, 3}},
@@ -147,7 +147,7 @@ func TestFiveNodesQuorum(t *testing.T) {
 // replicas down and get 504 with one more down.
 func TestDefaultAckIsQuorumOfFrom(t *testing.T) {
 	c := testcluster.Start(t, 5)
-	cl := newClient(t)
+	cl := testcluster.NewClient(t)
 	p := placementOf(t, c)
 	for from := 0; from <= 5; from++ { // 0: from omitted, i.e. 5
 		f := from
@@ -193,7 +193,7 @@ func TestDefaultAckIsQuorumOfFrom(t *testing.T) {
 // combinations are not.
 func TestRequestValidation(t *testing.T) {
 	c := testcluster.Start(t, 3)
-	cl := newClient(t)
+	cl := testcluster.NewClient(t)
 	bad := [][2]string{
 		{"0", "3"}, {"-1", "3"}, {"4", "3"}, {"3", "2"}, {"1", "4"}, {"1", "0"},
 		{"x", "3"}, {"1", "y"}, {"", "z"}, {"1.5", "3"}, {"1", ""}, {"", "4"}, {"4", ""},
@@ -221,7 +221,7 @@ func TestRequestValidation(t *testing.T) {
 // background): no node outside the set ever receives it.
 func TestWriteAtMostFromCopies(t *testing.T) {
 	c := testcluster.Start(t, 5)
-	cl := newClient(t)
+	cl := testcluster.NewClient(t)
 	p := placementOf(t, c)
 	for from := 1; from <= 5; from++ {
 		for _, ack := range []int{from, 1} {
@@ -230,7 +230,7 @@ func TestWriteAtMostFromCopies(t *testing.T) {
 				want := slices.Sorted(slices.Values(replicasOf(p, key, from)))
 				require.Equal(t, http.StatusCreated, cl.Put(t, c.URL(via), key, []byte("v"), ack, from))
 				var hs []int
-				eventually(t, waitFor, "all replicas of "+key, func() bool {
+				testcluster.Eventually(t, testcluster.WaitFor, "all replicas of "+key, func() bool {
 					hs = holders(t, c, cl, key, "")
 					return len(hs) >= from
 				})
@@ -254,7 +254,7 @@ func TestWriteAtMostFromCopies(t *testing.T) {
 // the highest version, whose node id names the coordinator whose value won.
 func TestConcurrentWritesConverge(t *testing.T) {
 	c := testcluster.Start(t, 3)
-	cl := newClient(t)
+	cl := testcluster.NewClient(t)
 	for round := range 30 {
 		key := "concurrent-" + strconv.Itoa(round)
 		var wg sync.WaitGroup
@@ -289,7 +289,7 @@ func TestConcurrentWritesConverge(t *testing.T) {
 // coordinator observed the previous version when it stored it.
 func TestSequentialWritesThroughDescendingNodeIDs(t *testing.T) {
 	c := testcluster.Start(t, 3)
-	cl := newClient(t)
+	cl := testcluster.NewClient(t)
 	sameMs, rounds := 0, 200
 	for round := range rounds {
 		key := "seq-" + strconv.Itoa(round)
@@ -320,7 +320,7 @@ func TestSequentialWritesThroughDescendingNodeIDs(t *testing.T) {
 // second write is acknowledged and yet invisible. See the report.
 func TestQuorumSequentialWritesDifferentCoordinators(t *testing.T) {
 	c := testcluster.Start(t, 3)
-	cl := newClient(t)
+	cl := testcluster.NewClient(t)
 	pairs := [][2]int{{2, 1}, {1, 0}, {2, 0}} // higher id first: a tie goes to the first write
 	const rounds = 450
 	var lost []string
@@ -360,7 +360,7 @@ func TestQuorumSequentialWritesDifferentCoordinators(t *testing.T) {
 // the report.
 func TestWriteThroughNonReplicaCoordinator(t *testing.T) {
 	c := testcluster.Start(t, 3)
-	cl := newClient(t)
+	cl := testcluster.NewClient(t)
 	p := placementOf(t, c)
 	const rounds = 100
 	var lost []string

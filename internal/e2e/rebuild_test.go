@@ -27,9 +27,9 @@ func TestRebuildWipedNode(t *testing.T) {
 		cfg.HintWindow = time.Millisecond
 		cfg.ReadRepair = "off"
 	})
-	cl := newClient(t)
+	cl := testcluster.NewClient(t)
 	for i := range 3 { // the cluster has run long enough to know it exists
-		eventually(t, 10*time.Second, "cluster formed", func() bool { return c.Metric(t, i, "dhtkv_cluster_formed") == 1 })
+		testcluster.Eventually(t, 10*time.Second, "cluster formed", func() bool { return c.Metric(t, i, "dhtkv_cluster_formed") == 1 })
 	}
 	c.StopNode(cNode)
 	const n = 300
@@ -52,7 +52,7 @@ func TestRebuildWipedNode(t *testing.T) {
 	}
 
 	c.StartNode(a)
-	eventually(t, 20*time.Second, "B's rebuild finished", func() bool {
+	testcluster.Eventually(t, 20*time.Second, "B's rebuild finished", func() bool {
 		return c.Metric(t, b, "dhtkv_rebuilding") == 0
 	})
 	for i := range n {

@@ -35,17 +35,17 @@ func expectRejected(t *testing.T, c *testcluster.Cluster, cl *testcluster.Client
 
 func TestTwoNodesTooSmallRF(t *testing.T) {
 	c := testcluster.Start(t, 2)
-	expectRejected(t, c, newClient(t), "0", "2")
+	expectRejected(t, c, testcluster.NewClient(t), "0", "2")
 }
 
 func TestTwoNodesTooBigRF(t *testing.T) {
 	c := testcluster.Start(t, 2)
-	expectRejected(t, c, newClient(t), "3", "2")
+	expectRejected(t, c, testcluster.NewClient(t), "3", "2")
 }
 
 func TestTwoNodesUnreachableRF(t *testing.T) {
 	c := testcluster.Start(t, 2)
-	cl := newClient(t)
+	cl := testcluster.NewClient(t)
 	for down := range 2 {
 		up := 1 - down
 		c.StopNode(down)
@@ -88,7 +88,7 @@ func describeLocal(t *testing.T, cl *testcluster.Client, base, key string) strin
 
 func TestTwoNodesOverlapRead(t *testing.T) {
 	c := testcluster.Start(t, 2)
-	cl := newClient(t)
+	cl := testcluster.NewClient(t)
 	for a := range 2 {
 		b := 1 - a
 		key := fmt.Sprintf("overlap-read-%d", a)
@@ -104,7 +104,7 @@ func TestTwoNodesOverlapRead(t *testing.T) {
 
 func TestTwoNodesOverlapWrite(t *testing.T) {
 	c := testcluster.Start(t, 2)
-	cl := newClient(t)
+	cl := testcluster.NewClient(t)
 	for a := range 2 {
 		b := 1 - a
 		key := fmt.Sprintf("overlap-write-%d", a)
@@ -120,7 +120,7 @@ func TestTwoNodesOverlapWrite(t *testing.T) {
 
 func TestTwoNodesOverlapDelete(t *testing.T) {
 	c := testcluster.Start(t, 2)
-	cl := newClient(t)
+	cl := testcluster.NewClient(t)
 	for a := range 2 {
 		key := fmt.Sprintf("overlap-delete-%d", a)
 		require.Equal(t, http.StatusCreated, cl.Put(t, c.URL(a), key, []byte("v"), 2, 2))
@@ -136,7 +136,7 @@ func TestTwoNodesOverlapDelete(t *testing.T) {
 // down (ack=1), then i comes back and GET 2/2 through i must see the change.
 func missed(t *testing.T, prepare, change func(c *testcluster.Cluster, cl *testcluster.Client, via int, key string), check func(cl *testcluster.Client, base, key string)) {
 	c := testcluster.Start(t, 2)
-	cl := newClient(t)
+	cl := testcluster.NewClient(t)
 	for i := range 2 {
 		other := 1 - i
 		key := fmt.Sprintf("missed-%d", i)
@@ -194,7 +194,7 @@ func TestTwoNodesMissedRecreate(t *testing.T) {
 
 func TestTwoNodesTolerateFailure(t *testing.T) {
 	c := testcluster.Start(t, 2)
-	cl := newClient(t)
+	cl := testcluster.NewClient(t)
 	for down := range 2 {
 		up := 1 - down
 		key := fmt.Sprintf("tolerate-%d", down)
@@ -216,7 +216,7 @@ func TestTwoNodesTolerateFailure(t *testing.T) {
 // other node (its only replica for from=1, the owner, is down).
 func TestTwoNodesRespectRF(t *testing.T) {
 	c := testcluster.Start(t, 2)
-	cl := newClient(t)
+	cl := testcluster.NewClient(t)
 	p := placementOf(t, c)
 	for owner := range 2 {
 		for via := range 2 {
@@ -252,7 +252,7 @@ func TestTwoNodesRespectRF(t *testing.T) {
 // some keys.
 func TestTwoNodesDistribute(t *testing.T) {
 	c := testcluster.Start(t, 2)
-	cl := newClient(t)
+	cl := testcluster.NewClient(t)
 	p := placementOf(t, c)
 	owned := [2]int{}
 	for i := range 40 {
@@ -278,7 +278,7 @@ func TestTinyLimitsStillReplicate(t *testing.T) {
 			c := testcluster.Start(t, 3, withReplicaTimeout(5*time.Second), func(_ int, cfg *node.Config) {
 				cfg.MaxKeyBytes, cfg.MaxValueBytes = lim.key, lim.value
 			})
-			cl := newClient(t)
+			cl := testcluster.NewClient(t)
 			var wg sync.WaitGroup
 			codes := make(chan int, 200)
 			for i := range 200 {

@@ -44,7 +44,7 @@ func clusterScan(t *testing.T, c *testcluster.Cluster, i int, query string) (int
 // still be exactly the newest live value of every key.
 func TestScanClusterMerge(t *testing.T) {
 	c := testcluster.Start(t, 3, withSecret("s"))
-	cl := newClient(t)
+	cl := testcluster.NewClient(t)
 	want := map[string]string{}
 	put := func(node int, k, v string, ack, from int) {
 		require.Equal(t, http.StatusCreated, cl.Put(t, c.URL(node), k, []byte(v), ack, from), "put %q", k)

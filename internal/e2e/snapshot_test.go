@@ -24,7 +24,7 @@ import (
 // It is skipped while the store cannot checkpoint (/snapshot answers 501).
 func TestSnapshotRestore(t *testing.T) {
 	c := testcluster.Start(t, 3)
-	cl := newClient(t)
+	cl := testcluster.NewClient(t)
 	want := map[string]string{}
 	for i := range 50 {
 		k := fmt.Sprintf("b%02d", i)
