@@ -68,6 +68,9 @@ var nodeLine = regexp.MustCompile(`^  node(\d)  (http://127\.0\.0\.1:(\d+))  adm
 // recipe exits 0. A port already taken, or a bad PORT, is refused before
 // anything starts.
 func TestRunClusterScript(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs scripts/cluster.sh: a process test; runs without -short")
+	}
 	bin := testcluster.BuildBinary(t, testcluster.RepoRoot(t))
 	base := freeBase(t)
 	data := t.TempDir()

@@ -90,6 +90,9 @@ func closeAll(conns []net.Conn) {
 // client gets answers again, and the process never exits. Before, the
 // accept loop returned for good and the node answered nothing ever again.
 func TestDescriptorExhaustionDoesNotStopTheNode(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the binary out of descriptors: a process test; runs without -short")
+	}
 	cmd, addr, log := startLimited(t, "64", "256", "--max-connections", "100000")
 	base := "http://" + addr
 	// The soft limit, 64 for the shell and 255 after Go's start-up, is
@@ -119,6 +122,9 @@ func TestDescriptorExhaustionDoesNotStopTheNode(t *testing.T) {
 // quarter of 256: the reserve for Pebble is larger than the limit), the
 // excess is refused with 503 before descriptors run out.
 func TestDefaultConnectionCapStaysBelowTheDescriptorLimit(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the binary: a process test; runs without -short")
+	}
 	_, addr, log := startLimited(t, "256", "256")
 	require.Contains(t, log.String(), "max_connections=64 ")
 	conns := openConns(t, addr, 200)

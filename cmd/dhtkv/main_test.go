@@ -50,6 +50,9 @@ func startProc(t *testing.T, bin, dir string, port int, extra ...string) *proc {
 // killed while they are still writing; every key acknowledged before the
 // kill must be there after restart with its value.
 func TestAcknowledgedWritesSurviveSIGKILL(t *testing.T) {
+	if testing.Short() {
+		t.Skip("SIGKILLs the binary under writes: a process test; runs without -short")
+	}
 	bin := testcluster.BuildBinary(t, testcluster.RepoRoot(t))
 	dir := t.TempDir()
 	port := testcluster.FreePorts(t, 1)[0]
@@ -115,6 +118,9 @@ func TestAcknowledgedWritesSurviveSIGKILL(t *testing.T) {
 // Graceful stop and restart on the same directory keeps the data; a new
 // directory starts empty.
 func TestRestartKeepsData(t *testing.T) {
+	if testing.Short() {
+		t.Skip("restarts the binary: a process test; runs without -short")
+	}
 	bin := testcluster.BuildBinary(t, testcluster.RepoRoot(t))
 	dir := t.TempDir()
 	port := testcluster.FreePorts(t, 1)[0]
@@ -192,6 +198,9 @@ func TestVersion(t *testing.T) {
 // A second node on a data directory another dhtkv process serves says so,
 // in one line, and exits 1; the first node goes on serving.
 func TestDataDirInUse(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the binary: a process test; runs without -short")
+	}
 	bin := testcluster.BuildBinary(t, testcluster.RepoRoot(t))
 	dir := t.TempDir()
 	p := startProc(t, bin, dir, testcluster.FreePorts(t, 1)[0])

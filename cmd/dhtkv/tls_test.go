@@ -20,6 +20,9 @@ import (
 // a SIGHUP with a broken key file it logs the error and keeps serving the
 // renewed one; SIGTERM still stops it cleanly.
 func TestSIGHUPReloadsCertificates(t *testing.T) {
+	if testing.Short() {
+		t.Skip("signals the binary: a process test; runs without -short")
+	}
 	bin := testcluster.BuildBinary(t, testcluster.RepoRoot(t))
 	ca := testpki.NewCA(t, "cluster")
 	certFile, keyFile, first := ca.Issue("node")

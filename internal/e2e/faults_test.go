@@ -193,7 +193,7 @@ func TestFaultClockSkew(t *testing.T) {
 // and no hints: the round alone brings back what the killed node missed.
 func TestFaultKillUnderLoad(t *testing.T) {
 	if testing.Short() {
-		t.Skip("builds and runs the binary")
+		t.Skip("SIGKILLs nodes of the binary under load: a process test; runs without -short")
 	}
 	t.Run("all mechanisms", func(t *testing.T) { killUnderLoad(t, 3, 8) })
 	t.Run("anti-entropy only", func(t *testing.T) {

@@ -145,7 +145,7 @@ func (pc *procCluster) stopAll() {
 
 func TestProcessClusterSurvivesSIGKILL(t *testing.T) {
 	if testing.Short() {
-		t.Skip("builds and runs the binary")
+		t.Skip("SIGKILLs nodes of the binary: a process test; runs without -short")
 	}
 	pc := startProcCluster(t, 3, "--sync=true", "--replica-timeout", "300ms")
 	cl := testcluster.NewClient(t)
