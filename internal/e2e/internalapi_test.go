@@ -30,6 +30,7 @@ func versionAt(t time.Time, logical, nodeID int) uint64 {
 // replaces a newer one, for values and tombstones alike, whatever the
 // arrival order and whether the key was cached.
 func TestReplicaLastWriteWins(t *testing.T) {
+	t.Parallel()
 	c := testcluster.Start(t, 1)
 	cl := testcluster.NewClient(t)
 	base := c.URL(0)
@@ -87,6 +88,7 @@ func TestReplicaLastWriteWins(t *testing.T) {
 // per operation in order; a malformed batch is refused whole (400, nothing
 // stored), a wrong method gets 405.
 func TestInternalBatch(t *testing.T) {
+	t.Parallel()
 	c := testcluster.Start(t, 1)
 	cl := testcluster.NewClient(t)
 	base := c.URL(0)
@@ -176,6 +178,7 @@ func TestInternalBatch(t *testing.T) {
 // the current millisecond) and the body is stored verbatim as the value. A
 // version in the query is an unknown parameter: refused.
 func TestPublicPutCannotForgeVersion(t *testing.T) {
+	t.Parallel()
 	c := testcluster.Start(t, 2)
 	cl := testcluster.NewClient(t)
 	forged := record.Record{Version: ^uint64(0) &^ 0xff, Value: []byte("forged")}
@@ -216,6 +219,7 @@ func TestPublicPutCannotForgeVersion(t *testing.T) {
 // write wins, but every clock that sees the forged version is dragged an
 // hour ahead, and the versions of all later writes with it.
 func TestInternalFarFutureVersion(t *testing.T) {
+	t.Parallel()
 	c := testcluster.Start(t, 2, func(_ int, cfg *node.Config) { cfg.MaxClockSkew = 2 * time.Hour })
 	cl := testcluster.NewClient(t)
 	future := versionAt(time.Now().Add(time.Hour), 0, 1)
@@ -238,6 +242,7 @@ func TestInternalFarFutureVersion(t *testing.T) {
 // header (403 otherwise), the public API does not, and the cluster works
 // end to end because peers send it.
 func TestClusterSecret(t *testing.T) {
+	t.Parallel()
 	const secret = "s3cret"
 	c := testcluster.Start(t, 2, withSecret(secret))
 	cl := testcluster.NewClient(t)
@@ -273,6 +278,7 @@ func TestClusterSecret(t *testing.T) {
 // TestClusterSecretMismatch: a node started with another secret is refused
 // by its peers (403), which the coordinator counts as a failed replica.
 func TestClusterSecretMismatch(t *testing.T) {
+	t.Parallel()
 	c := testcluster.Start(t, 2, func(i int, cfg *node.Config) { cfg.ClusterSecret = "secret-" + strconv.Itoa(i) })
 	cl := testcluster.NewClient(t)
 	p := placementOf(t, c)

@@ -25,6 +25,7 @@ import (
 // replica (through the outsider it can lose to the PUT: that is
 // TestWriteThroughNonReplicaCoordinator).
 func TestThreeNodesReadOneSeesWriteTwoOfTwo(t *testing.T) {
+	t.Parallel()
 	c := testcluster.Start(t, 3)
 	cl := testcluster.NewClient(t)
 	p := placementOf(t, c)
@@ -52,6 +53,7 @@ func TestThreeNodesReadOneSeesWriteTwoOfTwo(t *testing.T) {
 // is down is seen by GET 2/3 after d is back and another node e is down,
 // whatever d and e: the two quorums always share a node.
 func TestThreeNodesQuorumOneDown(t *testing.T) {
+	t.Parallel()
 	c := testcluster.Start(t, 3)
 	cl := testcluster.NewClient(t)
 	for d := range 3 {
@@ -86,6 +88,7 @@ func TestThreeNodesQuorumOneDown(t *testing.T) {
 // other nodes are down, for disjoint and overlapping pairs. Also from=3
 // (ack 2) with one replica down.
 func TestFiveNodesQuorum(t *testing.T) {
+	t.Parallel()
 	c := testcluster.Start(t, 5)
 	cl := testcluster.NewClient(t)
 	p := placementOf(t, c)
@@ -146,6 +149,7 @@ func TestFiveNodesQuorum(t *testing.T) {
 // and a GET without ack succeed with exactly from-quorum of the key's
 // replicas down and get 504 with one more down.
 func TestDefaultAckIsQuorumOfFrom(t *testing.T) {
+	t.Parallel()
 	c := testcluster.Start(t, 5)
 	cl := testcluster.NewClient(t)
 	p := placementOf(t, c)
@@ -192,6 +196,7 @@ func TestDefaultAckIsQuorumOfFrom(t *testing.T) {
 // or from > cluster size are 400 for every method on every node; valid
 // combinations are not.
 func TestRequestValidation(t *testing.T) {
+	t.Parallel()
 	c := testcluster.Start(t, 3)
 	cl := testcluster.NewClient(t)
 	bad := [][2]string{
@@ -220,6 +225,7 @@ func TestRequestValidation(t *testing.T) {
 // replicas, with ack=from and with ack=1 (where the rest arrive in the
 // background): no node outside the set ever receives it.
 func TestWriteAtMostFromCopies(t *testing.T) {
+	t.Parallel()
 	c := testcluster.Start(t, 5)
 	cl := testcluster.NewClient(t)
 	p := placementOf(t, c)
@@ -253,6 +259,7 @@ func TestWriteAtMostFromCopies(t *testing.T) {
 // deterministically: every replica ends with the same record, the one with
 // the highest version, whose node id names the coordinator whose value won.
 func TestConcurrentWritesConverge(t *testing.T) {
+	t.Parallel()
 	c := testcluster.Start(t, 3)
 	cl := testcluster.NewClient(t)
 	for round := range 30 {
@@ -288,6 +295,7 @@ func TestConcurrentWritesConverge(t *testing.T) {
 // wrong one): the last acknowledged write always wins, because every
 // coordinator observed the previous version when it stored it.
 func TestSequentialWritesThroughDescendingNodeIDs(t *testing.T) {
+	t.Parallel()
 	c := testcluster.Start(t, 3)
 	cl := testcluster.NewClient(t)
 	sameMs, rounds := 0, 200
@@ -319,6 +327,7 @@ func TestSequentialWritesThroughDescendingNodeIDs(t *testing.T) {
 // that hold the first write keep it ("201: applied or already newer"), the
 // second write is acknowledged and yet invisible. See the report.
 func TestQuorumSequentialWritesDifferentCoordinators(t *testing.T) {
+	t.Parallel()
 	c := testcluster.Start(t, 3)
 	cl := testcluster.NewClient(t)
 	pairs := [][2]int{{2, 1}, {1, 0}, {2, 0}} // higher id first: a tie goes to the first write
@@ -359,6 +368,7 @@ func TestQuorumSequentialWritesDifferentCoordinators(t *testing.T) {
 // 201. A DELETE acknowledged by every replica leaves the key readable. See
 // the report.
 func TestWriteThroughNonReplicaCoordinator(t *testing.T) {
+	t.Parallel()
 	c := testcluster.Start(t, 3)
 	cl := testcluster.NewClient(t)
 	p := placementOf(t, c)

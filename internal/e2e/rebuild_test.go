@@ -70,6 +70,7 @@ func TestRebuildWipedNode(t *testing.T) {
 // TestFreshClusterDoesNotRebuild: nodes of a new cluster start empty with
 // empty peers: nothing to copy, nothing refused.
 func TestFreshClusterDoesNotRebuild(t *testing.T) {
+	t.Parallel()
 	c := testcluster.Start(t, 3)
 	for i := range 3 {
 		require.Equal(t, 0.0, c.Metric(t, i, "dhtkv_rebuilding"), "node %d", i)
@@ -79,6 +80,7 @@ func TestFreshClusterDoesNotRebuild(t *testing.T) {
 // TestDataDirOfAnotherNodeIsRefused: a node started on a data directory
 // that another node of the cluster wrote refuses to start.
 func TestDataDirOfAnotherNodeIsRefused(t *testing.T) {
+	t.Parallel()
 	c := testcluster.Start(t, 2)
 	c.StopAll()
 	cfg := c.Config(0)

@@ -34,16 +34,19 @@ func expectRejected(t *testing.T, c *testcluster.Cluster, cl *testcluster.Client
 }
 
 func TestTwoNodesTooSmallRF(t *testing.T) {
+	t.Parallel()
 	c := testcluster.Start(t, 2)
 	expectRejected(t, c, testcluster.NewClient(t), "0", "2")
 }
 
 func TestTwoNodesTooBigRF(t *testing.T) {
+	t.Parallel()
 	c := testcluster.Start(t, 2)
 	expectRejected(t, c, testcluster.NewClient(t), "3", "2")
 }
 
 func TestTwoNodesUnreachableRF(t *testing.T) {
+	t.Parallel()
 	c := testcluster.Start(t, 2)
 	cl := testcluster.NewClient(t)
 	for down := range 2 {
@@ -87,6 +90,7 @@ func describeLocal(t *testing.T, cl *testcluster.Client, base, key string) strin
 }
 
 func TestTwoNodesOverlapRead(t *testing.T) {
+	t.Parallel()
 	c := testcluster.Start(t, 2)
 	cl := testcluster.NewClient(t)
 	for a := range 2 {
@@ -103,6 +107,7 @@ func TestTwoNodesOverlapRead(t *testing.T) {
 }
 
 func TestTwoNodesOverlapWrite(t *testing.T) {
+	t.Parallel()
 	c := testcluster.Start(t, 2)
 	cl := testcluster.NewClient(t)
 	for a := range 2 {
@@ -119,6 +124,7 @@ func TestTwoNodesOverlapWrite(t *testing.T) {
 }
 
 func TestTwoNodesOverlapDelete(t *testing.T) {
+	t.Parallel()
 	c := testcluster.Start(t, 2)
 	cl := testcluster.NewClient(t)
 	for a := range 2 {
@@ -151,6 +157,7 @@ func missed(t *testing.T, prepare, change func(c *testcluster.Cluster, cl *testc
 }
 
 func TestTwoNodesMissedWrite(t *testing.T) {
+	t.Parallel()
 	missed(t, nil,
 		func(c *testcluster.Cluster, cl *testcluster.Client, via int, key string) {
 			require.Equal(t, http.StatusCreated, cl.Put(t, c.URL(via), key, []byte("v"), 1, 2))
@@ -159,6 +166,7 @@ func TestTwoNodesMissedWrite(t *testing.T) {
 }
 
 func TestTwoNodesMissedDelete(t *testing.T) {
+	t.Parallel()
 	missed(t,
 		func(c *testcluster.Cluster, cl *testcluster.Client, via int, key string) {
 			require.Equal(t, http.StatusCreated, cl.Put(t, c.URL(via), key, []byte("v"), 2, 2))
@@ -170,6 +178,7 @@ func TestTwoNodesMissedDelete(t *testing.T) {
 }
 
 func TestTwoNodesMissedOverwrite(t *testing.T) {
+	t.Parallel()
 	missed(t,
 		func(c *testcluster.Cluster, cl *testcluster.Client, via int, key string) {
 			require.Equal(t, http.StatusCreated, cl.Put(t, c.URL(via), key, []byte("v1"), 2, 2))
@@ -181,6 +190,7 @@ func TestTwoNodesMissedOverwrite(t *testing.T) {
 }
 
 func TestTwoNodesMissedRecreate(t *testing.T) {
+	t.Parallel()
 	missed(t,
 		func(c *testcluster.Cluster, cl *testcluster.Client, via int, key string) {
 			require.Equal(t, http.StatusCreated, cl.Put(t, c.URL(via), key, []byte("v1"), 2, 2))
@@ -193,6 +203,7 @@ func TestTwoNodesMissedRecreate(t *testing.T) {
 }
 
 func TestTwoNodesTolerateFailure(t *testing.T) {
+	t.Parallel()
 	c := testcluster.Start(t, 2)
 	cl := testcluster.NewClient(t)
 	for down := range 2 {
@@ -215,6 +226,7 @@ func TestTwoNodesTolerateFailure(t *testing.T) {
 // replica, not "the local one": it answers 200 on the owner and 504 on the
 // other node (its only replica for from=1, the owner, is down).
 func TestTwoNodesRespectRF(t *testing.T) {
+	t.Parallel()
 	c := testcluster.Start(t, 2)
 	cl := testcluster.NewClient(t)
 	p := placementOf(t, c)
@@ -251,6 +263,7 @@ func TestTwoNodesRespectRF(t *testing.T) {
 // one node stores each key, the key's first replica, and both nodes own
 // some keys.
 func TestTwoNodesDistribute(t *testing.T) {
+	t.Parallel()
 	c := testcluster.Start(t, 2)
 	cl := testcluster.NewClient(t)
 	p := placementOf(t, c)
@@ -273,6 +286,7 @@ func TestTwoNodesDistribute(t *testing.T) {
 // from (they used to be 256 KiB against a 1,088-byte limit, and most
 // empty PUTs answered 504).
 func TestTinyLimitsStillReplicate(t *testing.T) {
+	t.Parallel()
 	for _, lim := range []struct{ key, value int }{{1024, 0}, {1, 0}, {1, 1}} {
 		t.Run(fmt.Sprintf("key=%d,value=%d", lim.key, lim.value), func(t *testing.T) {
 			c := testcluster.Start(t, 3, withReplicaTimeout(5*time.Second), func(_ int, cfg *node.Config) {

@@ -22,6 +22,7 @@ import (
 // and at the end a certificate of the old CA (the one revoked) reaches no
 // internal endpoint.
 func TestRevokeNodeCertificateByCARotation(t *testing.T) {
+	t.Parallel()
 	oldCA, newCA := testpki.NewCA(t, "cluster"), testpki.NewCA(t, "cluster-2")
 	c := testcluster.Start(t, 3, testcluster.MutualTLS(oldCA))
 	// Every node's --peer-tls-ca is oldCA.File: the steps rewrite it.

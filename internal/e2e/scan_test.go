@@ -43,6 +43,7 @@ func clusterScan(t *testing.T, c *testcluster.Cluster, i int, query string) (int
 // (stopped meanwhile), so the nodes' stores disagree; the merged range must
 // still be exactly the newest live value of every key.
 func TestScanClusterMerge(t *testing.T) {
+	t.Parallel()
 	c := testcluster.Start(t, 3, withSecret("s"))
 	cl := testcluster.NewClient(t)
 	want := map[string]string{}

@@ -18,6 +18,7 @@ import (
 // left out of range scans, local and cluster-wide. A later PUT without ttl
 // does not expire. Bad ttls are refused.
 func TestTTL(t *testing.T) {
+	t.Parallel()
 	c := testcluster.Start(t, 3)
 	cl := testcluster.NewClient(t)
 	const ttl = 2 * time.Second
