@@ -19,15 +19,6 @@ import (
 	"github.com/dhtkv/dhtkv/internal/testcluster"
 )
 
-// newClient returns a client of endpoints, closed at the end of the test.
-func newClient(t *testing.T, endpoints ...string) *client.Client {
-	t.Helper()
-	c, err := client.New(client.Config{Endpoints: endpoints, DialTimeout: time.Second})
-	require.NoError(t, err)
-	t.Cleanup(c.Close)
-	return c
-}
-
 func ctxFor(t *testing.T) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	t.Cleanup(cancel)
@@ -40,11 +31,6 @@ func urls(c *testcluster.Cluster) []string {
 		us = append(us, c.URL(i))
 	}
 	return us
-}
-
-// deadEndpoint is the URL of a port nothing listens on.
-func deadEndpoint(t *testing.T) string {
-	return fmt.Sprintf("http://127.0.0.1:%d", testcluster.FreePorts(t, 1)[0])
 }
 
 func TestNewValidatesEndpoints(t *testing.T) {
@@ -81,11 +67,11 @@ func TestClientCalls(t *testing.T) {
 	ctx := ctxFor(t)
 	binary := string([]byte{0, '\n', ' ', '+', '%', '&', '=', 0xff, 0xfe, '?', '#'})
 	for i := range 3 {
-		cl := newClient(t, c.URL(i))
+		cl := testcluster.NewAPIClient(t, c.URL(i))
 		for _, kv := range [][2]string{{"plain", "v"}, {binary, binary}, {"empty value", ""}, {"multi\nline", "a\r\nb\n"}} {
 			key, value := fmt.Sprintf("n%d/%s", i, kv[0]), []byte(kv[1])
 			require.NoError(t, cl.Put(ctx, key, value, client.WithAck(3), client.WithFrom(3)), "%q", key)
-			got, err := newClient(t, c.URL((i+1)%3)).Get(ctx, key, client.WithAck(3))
+			got, err := testcluster.NewAPIClient(t, c.URL((i+1)%3)).Get(ctx, key, client.WithAck(3))
 			require.NoError(t, err, "%q", key)
 			require.True(t, bytes.Equal(value, got), "%q: got %q", key, got)
 			require.NoError(t, cl.Delete(ctx, key))
@@ -93,7 +79,7 @@ func TestClientCalls(t *testing.T) {
 			require.ErrorIs(t, err, client.ErrNotFound, "%q", key)
 		}
 	}
-	cl := newClient(t, urls(c)...)
+	cl := testcluster.NewAPIClient(t, urls(c)...)
 	require.NoError(t, cl.Delete(ctx, "never written"), "deleting an absent key succeeds")
 	for _, tc := range []struct {
 		name   string
@@ -123,7 +109,7 @@ func TestClientCalls(t *testing.T) {
 func TestClientFailover(t *testing.T) {
 	c := testcluster.Start(t, 3)
 	ctx := ctxFor(t)
-	cl := newClient(t, c.URL(0), c.URL(1), c.URL(2))
+	cl := testcluster.NewAPIClient(t, c.URL(0), c.URL(1), c.URL(2))
 	require.NoError(t, cl.Put(ctx, "k", []byte("v1")))
 	c.StopNode(0)
 
@@ -144,13 +130,13 @@ func TestClientFailover(t *testing.T) {
 
 	// Failover before a scan's stream begins.
 	var keys []string
-	for rec, err := range newClient(t, deadEndpoint(t), c.URL(2)).Scan(ctx, "", "") {
+	for rec, err := range testcluster.NewAPIClient(t, "http://"+testcluster.DeadEndpoint(t), c.URL(2)).Scan(ctx, "", "") {
 		require.NoError(t, err)
 		keys = append(keys, string(rec.Key))
 	}
 	require.Equal(t, []string{"k"}, keys)
 
-	dead := newClient(t, deadEndpoint(t), c.URL(0))
+	dead := testcluster.NewAPIClient(t, "http://"+testcluster.DeadEndpoint(t), c.URL(0))
 	_, err = dead.Get(ctx, "k")
 	require.ErrorIs(t, err, client.ErrUnavailable)
 	assert.Contains(t, err.Error(), "connection refused")
@@ -168,11 +154,11 @@ func TestClientFailsOverOn503(t *testing.T) {
 	})
 	ctx := ctxFor(t)
 	require.Eventually(t, func() bool {
-		st, err := newClient(t, c.URL(0)).Status(ctx, c.URL(0))
+		st, err := testcluster.NewAPIClient(t, c.URL(0)).Status(ctx, c.URL(0))
 		return err == nil && len(st.Warnings) > 0
 	}, 10*time.Second, 20*time.Millisecond, "node 0 notices its clock is off")
-	require.Error(t, newClient(t, c.URL(0)).Put(ctx, "k", []byte("v")), "node 0 alone refuses")
-	cl := newClient(t, c.URL(0), c.URL(1))
+	require.Error(t, testcluster.NewAPIClient(t, c.URL(0)).Put(ctx, "k", []byte("v")), "node 0 alone refuses")
+	cl := testcluster.NewAPIClient(t, c.URL(0), c.URL(1))
 	require.NoError(t, cl.Put(ctx, "k", []byte("v")))
 	v, err := cl.Get(ctx, "k")
 	require.NoError(t, err)
@@ -203,7 +189,7 @@ func TestClientContext(t *testing.T) {
 			conn.Close()
 		}
 	}()
-	cl := newClient(t, l.Addr().String())
+	cl := testcluster.NewAPIClient(t, l.Addr().String())
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
 	start := time.Now()
@@ -223,7 +209,7 @@ func TestClientContext(t *testing.T) {
 func TestClientScan(t *testing.T) {
 	c := testcluster.Start(t, 3)
 	ctx := ctxFor(t)
-	cl := newClient(t, urls(c)...)
+	cl := testcluster.NewAPIClient(t, urls(c)...)
 	want := map[string]string{}
 	for i := range 200 {
 		k := fmt.Sprintf("key%03d", i)
@@ -257,7 +243,7 @@ func TestClientScan(t *testing.T) {
 	// the stream complete, rather than the client closing it early (the
 	// node would then have counted a whole batch, all 199 records, and an
 	// aborted stream).
-	got, err := scan(newClient(t, c.URL(1)), "", "", client.WithLocal(), client.WithLimit(3))
+	got, err := scan(testcluster.NewAPIClient(t, c.URL(1)), "", "", client.WithLocal(), client.WithLimit(3))
 	require.NoError(t, err)
 	require.Equal(t, sorted[:3], got)
 	records := func() float64 { return testcluster.Metric(t, c.Node(1).Registry(), "dhtkv_scan_records_total") }

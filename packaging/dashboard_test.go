@@ -150,7 +150,7 @@ func exported(t *testing.T) map[string]family {
 		cfg.HintMaxBytes = 1000
 		cfg.Sync = true // the WAL fsync histogram
 	})
-	cl := testcluster.NewClient()
+	cl := testcluster.NewClient(t)
 	t.Cleanup(cl.HTTP.CloseIdleConnections)
 	for i := range 20 {
 		k := fmt.Sprintf("k%02d", i)

@@ -60,11 +60,11 @@ func assertEnvIsFlag(t *testing.T, flags map[string]bool, name string) {
 	assert.True(t, flags[flag], "%s: dhtkv has no flag --%s", name, flag)
 }
 
-// startNode starts dhtkv with env and args, on free loopback ports and a
+// startProcess starts dhtkv with env and args, on free loopback ports and a
 // temporary data directory (flags that win over env and args' own), and
 // waits until it answers: the configuration is one a node starts with,
 // not only one that parses. The node is stopped when the test ends.
-func startNode(t *testing.T, env []string, args ...string) {
+func startProcess(t *testing.T, env []string, args ...string) {
 	t.Helper()
 	ports := testcluster.FreePorts(t, 2)
 	listen, admin := fmt.Sprintf("127.0.0.1:%d", ports[0]), fmt.Sprintf("127.0.0.1:%d", ports[1])
@@ -156,6 +156,9 @@ func goRelease(t *testing.T) string {
 // variables are flags a node starts with. Where a Docker daemon answers,
 // it also builds the image.
 func TestDockerfile(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the binary: a process test; runs without -short")
+	}
 	flags := dhtkvFlags(t)
 	lines := parseDockerfile(t, "Dockerfile")
 	ignore, err := os.ReadFile("Dockerfile.dockerignore")
@@ -223,7 +226,7 @@ func TestDockerfile(t *testing.T) {
 	m := regexp.MustCompile(`^\["([^"]+)"`).FindStringSubmatch(entrypoint)
 	require.NotNil(t, m, "ENTRYPOINT in exec form: %s", entrypoint)
 	assert.True(t, copied[m[1]], "ENTRYPOINT %s is a file the image copied from the build: %v", m[1], copied)
-	startNode(t, env)
+	startProcess(t, env)
 
 	if _, err := exec.LookPath("docker"); err != nil {
 		t.Skip("docker not installed: the image is not built")
@@ -243,6 +246,9 @@ func TestDockerfile(t *testing.T) {
 // data directory and their own host ports, and environment variables that
 // are dhtkv flags a node starts with.
 func TestCompose(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the binary: a process test; runs without -short")
+	}
 	b, err := os.ReadFile("compose.yaml")
 	require.NoError(t, err)
 	var compose struct {
@@ -279,7 +285,7 @@ func TestCompose(t *testing.T) {
 			}
 			env = append(env, k+"="+v)
 		}
-		startNode(t, env)
+		startProcess(t, env)
 		if cluster == "" {
 			cluster = s.Environment["DHTKV_CLUSTER"]
 		}
@@ -351,6 +357,9 @@ func confValue(t *testing.T, path, name string) string {
 // Where systemd-analyze is installed, the unit must verify without a
 // warning and its exposure rating stay at or below 2.0 ("OK").
 func TestSystemdUnit(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the binary: a process test; runs without -short")
+	}
 	u := parseUnit(t, "dhtkv.service")
 	svc := u["Service"]
 	for _, tc := range []struct{ key, want string }{
@@ -389,7 +398,7 @@ func TestSystemdUnit(t *testing.T) {
 	require.NoError(t, err)
 	assert.Greater(t, stop, 10*time.Second, "more than --shutdown-timeout")
 
-	startNode(t, []string{}, "--config", "dhtkv.conf") // none of the test's own DHTKV_ variables
+	startProcess(t, []string{}, "--config", "dhtkv.conf") // none of the test's own DHTKV_ variables
 
 	if _, err := exec.LookPath("systemd-analyze"); err != nil {
 		t.Skip("systemd-analyze not installed")

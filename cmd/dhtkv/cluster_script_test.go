@@ -53,7 +53,7 @@ func freeBase(t *testing.T) int {
 // clusterScript runs scripts/cluster.sh (the recipe of make run-cluster
 // and make stop-cluster) with the built binary and env.
 func clusterScript(t *testing.T, env []string, arg string) *exec.Cmd {
-	cmd := exec.Command(filepath.Join(repoRoot(t), "scripts", "cluster.sh"), arg)
+	cmd := exec.Command(filepath.Join(testcluster.RepoRoot(t), "scripts", "cluster.sh"), arg)
 	cmd.Env = append(os.Environ(), env...)
 	cmd.Dir = t.TempDir()
 	return cmd
@@ -68,7 +68,10 @@ var nodeLine = regexp.MustCompile(`^  node(\d)  (http://127\.0\.0\.1:(\d+))  adm
 // recipe exits 0. A port already taken, or a bad PORT, is refused before
 // anything starts.
 func TestRunClusterScript(t *testing.T) {
-	bin := testcluster.BuildBinary(t, repoRoot(t))
+	if testing.Short() {
+		t.Skip("runs scripts/cluster.sh: a process test; runs without -short")
+	}
+	bin := testcluster.BuildBinary(t, testcluster.RepoRoot(t))
 	base := freeBase(t)
 	data := t.TempDir()
 	env := []string{"PORT=" + strconv.Itoa(base), "BIN=" + filepath.Dir(bin), "DATA=" + data, "ADMIN_PORT="}

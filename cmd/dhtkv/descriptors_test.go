@@ -33,7 +33,7 @@ func (l nodeLog) String() string {
 // address and log.
 func startLimited(t *testing.T, soft, hard string, extra ...string) (*exec.Cmd, string, nodeLog) {
 	t.Helper()
-	bin := testcluster.BuildBinary(t, repoRoot(t))
+	bin := testcluster.BuildBinary(t, testcluster.RepoRoot(t))
 	args := append([]string{"-c", `ulimit -S -n ` + soft + ` && ulimit -H -n ` + hard + ` && exec "$0" "$@"`,
 		bin, "--listen", "127.0.0.1:0", "--data-dir", t.TempDir(), "--sync=false"}, extra...)
 	cmd := exec.Command("/bin/sh", args...)
@@ -90,6 +90,9 @@ func closeAll(conns []net.Conn) {
 // client gets answers again, and the process never exits. Before, the
 // accept loop returned for good and the node answered nothing ever again.
 func TestDescriptorExhaustionDoesNotStopTheNode(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the binary out of descriptors: a process test; runs without -short")
+	}
 	cmd, addr, log := startLimited(t, "64", "256", "--max-connections", "100000")
 	base := "http://" + addr
 	// The soft limit, 64 for the shell and 255 after Go's start-up, is
@@ -104,7 +107,7 @@ func TestDescriptorExhaustionDoesNotStopTheNode(t *testing.T) {
 		closeAll(conns)
 		require.Eventually(t, func() bool { return testcluster.Status(base) == 200 }, 20*time.Second, 20*time.Millisecond,
 			"round %d: the node answers again once the connections closed", round)
-		cl := testcluster.NewClient()
+		cl := testcluster.NewClient(t)
 		require.Equal(t, 201, cl.Put(t, base, "k", []byte("v"), 0, 0))
 		code, body := cl.Get(t, base, "k", 0, 0)
 		require.Equal(t, 200, code)
@@ -119,6 +122,9 @@ func TestDescriptorExhaustionDoesNotStopTheNode(t *testing.T) {
 // quarter of 256: the reserve for Pebble is larger than the limit), the
 // excess is refused with 503 before descriptors run out.
 func TestDefaultConnectionCapStaysBelowTheDescriptorLimit(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the binary: a process test; runs without -short")
+	}
 	_, addr, log := startLimited(t, "256", "256")
 	require.Contains(t, log.String(), "max_connections=64 ")
 	conns := openConns(t, addr, 200)

@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -46,18 +45,15 @@ func startProc(t *testing.T, bin, dir string, port int, extra ...string) *proc {
 	return p
 }
 
-func repoRoot(t *testing.T) string {
-	wd, err := os.Getwd()
-	require.NoError(t, err)
-	return filepath.Join(wd, "..", "..")
-}
-
 // The default --sync=true promise: a PUT acknowledged with 201 survives
 // SIGKILL of the process. Many concurrent clients write; the process is
 // killed while they are still writing; every key acknowledged before the
 // kill must be there after restart with its value.
 func TestAcknowledgedWritesSurviveSIGKILL(t *testing.T) {
-	bin := testcluster.BuildBinary(t, repoRoot(t))
+	if testing.Short() {
+		t.Skip("SIGKILLs the binary under writes: a process test; runs without -short")
+	}
+	bin := testcluster.BuildBinary(t, testcluster.RepoRoot(t))
 	dir := t.TempDir()
 	port := testcluster.FreePorts(t, 1)[0]
 	p := startProc(t, bin, dir, port) // default --sync=true
@@ -110,7 +106,7 @@ func TestAcknowledgedWritesSurviveSIGKILL(t *testing.T) {
 	require.GreaterOrEqual(t, len(acked), 300)
 
 	p2 := startProc(t, bin, dir, port)
-	cl := testcluster.NewClient()
+	cl := testcluster.NewClient(t)
 	for k, v := range acked {
 		code, body := cl.Get(t, p2.base, k, 0, 0)
 		require.Equal(t, 200, code, "acknowledged key %s lost after SIGKILL", k)
@@ -122,10 +118,13 @@ func TestAcknowledgedWritesSurviveSIGKILL(t *testing.T) {
 // Graceful stop and restart on the same directory keeps the data; a new
 // directory starts empty.
 func TestRestartKeepsData(t *testing.T) {
-	bin := testcluster.BuildBinary(t, repoRoot(t))
+	if testing.Short() {
+		t.Skip("restarts the binary: a process test; runs without -short")
+	}
+	bin := testcluster.BuildBinary(t, testcluster.RepoRoot(t))
 	dir := t.TempDir()
 	port := testcluster.FreePorts(t, 1)[0]
-	cl := testcluster.NewClient()
+	cl := testcluster.NewClient(t)
 
 	p := startProc(t, bin, dir, port)
 	require.Equal(t, 201, cl.Put(t, p.base, "kept", []byte("v1"), 0, 0))
@@ -199,7 +198,10 @@ func TestVersion(t *testing.T) {
 // A second node on a data directory another dhtkv process serves says so,
 // in one line, and exits 1; the first node goes on serving.
 func TestDataDirInUse(t *testing.T) {
-	bin := testcluster.BuildBinary(t, repoRoot(t))
+	if testing.Short() {
+		t.Skip("runs the binary: a process test; runs without -short")
+	}
+	bin := testcluster.BuildBinary(t, testcluster.RepoRoot(t))
 	dir := t.TempDir()
 	p := startProc(t, bin, dir, testcluster.FreePorts(t, 1)[0])
 

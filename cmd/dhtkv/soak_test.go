@@ -58,7 +58,7 @@ func scrape(t *testing.T, admin string, names ...string) map[string]float64 {
 // node's descriptors, goroutines and heap return to about what they were.
 func TestSoak(t *testing.T) {
 	if testing.Short() {
-		t.Skip("runs the binary under attack for seconds")
+		t.Skip("runs the binary under attack for seconds: a soak test; runs without -short")
 	}
 	t.Setenv("GOMEMLIMIT", "128MiB")
 	admin := fmt.Sprintf("127.0.0.1:%d", testcluster.FreePorts(t, 1)[0])

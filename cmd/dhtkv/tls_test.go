@@ -20,7 +20,10 @@ import (
 // a SIGHUP with a broken key file it logs the error and keeps serving the
 // renewed one; SIGTERM still stops it cleanly.
 func TestSIGHUPReloadsCertificates(t *testing.T) {
-	bin := testcluster.BuildBinary(t, repoRoot(t))
+	if testing.Short() {
+		t.Skip("signals the binary: a process test; runs without -short")
+	}
+	bin := testcluster.BuildBinary(t, testcluster.RepoRoot(t))
 	ca := testpki.NewCA(t, "cluster")
 	certFile, keyFile, first := ca.Issue("node")
 	cmd := exec.Command(bin, "--listen", "127.0.0.1:0", "--data-dir", t.TempDir(), "--sync=false",
@@ -50,7 +53,7 @@ func TestSIGHUPReloadsCertificates(t *testing.T) {
 	}, 10*time.Second, 10*time.Millisecond)
 	require.Equal(t, renewed.SerialNumber.String(), served())
 
-	cl := testcluster.NewTLSClient(ca.ClientConfig())
+	cl := testcluster.NewTLSClient(t, ca.ClientConfig())
 	defer cl.HTTP.CloseIdleConnections()
 	code, _ := cl.Do(t, http.MethodGet, "https://"+addr+"/v0/status", nil)
 	require.Equal(t, http.StatusOK, code)

@@ -21,7 +21,7 @@ import (
 // node's data over and the node stops by itself.
 func TestMembershipCommands(t *testing.T) {
 	c := testcluster.Start(t, 2)
-	cl := testcluster.NewClient()
+	cl := testcluster.NewClient(t)
 	for i := range 50 {
 		require.Equal(t, http.StatusCreated, cl.Put(t, c.URL(0), fmt.Sprintf("j%d", i), []byte("v"), 2, 2))
 	}

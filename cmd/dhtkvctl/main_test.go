@@ -149,14 +149,14 @@ func TestEndpointsFromEnvironment(t *testing.T) {
 	t.Setenv("DHTKV_ACK", "2")
 	step{name: "env ack", args: []string{"get", "k"}, code: exitBadRequest, errHas: "ack=2 exceeds from=1"}.run(t)
 	step{name: "flag wins", args: []string{"--ack", "1", "get", "k"}, out: "v"}.run(t)
-	t.Setenv("DHTKV_ENDPOINTS", deadEndpoint(t))
+	t.Setenv("DHTKV_ENDPOINTS", testcluster.DeadEndpoint(t))
 	step{name: "flag wins over the environment", args: []string{"--endpoints", c.URL(0), "--ack", "1", "get", "k"}, out: "v"}.run(t)
 }
 
 // Usage errors exit 2 before contacting anything; -h exits 0 with the
 // exit codes in the help.
 func TestUsage(t *testing.T) {
-	eps := "--endpoints=" + deadEndpoint(t)
+	eps := "--endpoints=" + testcluster.DeadEndpoint(t)
 	for _, s := range []step{
 		{name: "no command", args: []string{eps}, code: exitUsage, errHas: "no command"},
 		{name: "unknown command", args: []string{eps, "frobnicate"}, code: exitUsage, errHas: `unknown command "frobnicate"`},
@@ -197,8 +197,4 @@ func table(out string) [][]string {
 		rows = append(rows, strings.Fields(l))
 	}
 	return rows
-}
-
-func deadEndpoint(t *testing.T) string {
-	return fmt.Sprintf("127.0.0.1:%d", testcluster.FreePorts(t, 1)[0])
 }

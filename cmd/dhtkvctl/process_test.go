@@ -43,9 +43,12 @@ func ctl(t *testing.T, bin string, args ...string) (string, string, int) {
 // with --limit applied by the node and keys that are not UTF-8 or hold
 // newlines; and the exit codes scripts see are the process's.
 func TestProcessScan(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs dhtkvctl: a process test; runs without -short")
+	}
 	bin := buildCtl(t)
 	c := testcluster.Start(t, 3)
-	cl := testcluster.NewClient()
+	cl := testcluster.NewClient(t)
 	for k, v := range map[string]string{
 		"a": "1", "b\nnewline": "two\nlines", "c\xff\x00": "\xfe", "d\"q\\": "\x00\t", "e": "", "f": "six", "gone": "x",
 	} {

@@ -24,7 +24,7 @@ func TestRepairCommand(t *testing.T) {
 	c := testcluster.Start(t, 3, func(_ int, cfg *node.Config) {
 		cfg.HintMaxBytes, cfg.ReadRepair = 1, "off"
 	})
-	cl := testcluster.NewClient()
+	cl := testcluster.NewClient(t)
 	c.StopNode(2)
 	for i := range 20 {
 		require.Equal(t, http.StatusCreated, cl.Put(t, c.URL(0), fmt.Sprintf("r%d", i), []byte("v"), 2, 3))

@@ -29,7 +29,7 @@ func TestSnapshotCommand(t *testing.T) {
 		{name: "argument", args: []string{"snapshot", admin, "--dir", "/x", "extra"}, code: exitUsage, errHas: "no arguments"},
 		{name: "relative dir", args: []string{"snapshot", admin, "--dir", "backups/x"}, code: exitBadRequest, errHas: "not an absolute path"},
 		{name: "existing dir", args: []string{"snapshot", admin, "--dir", existing}, code: exitBadRequest, errHas: "already exists"},
-		{name: "no admin listener there", args: []string{"snapshot", "--admin", deadEndpoint(t), "--dir", "/x"}, code: exitError, errHas: "connection refused"},
+		{name: "no admin listener there", args: []string{"snapshot", "--admin", testcluster.DeadEndpoint(t), "--dir", "/x"}, code: exitError, errHas: "connection refused"},
 		{name: "help", args: []string{"snapshot", "-h"}, outHas: []string{"--admin", "Backup and restore"}},
 	} {
 		s.run(t)

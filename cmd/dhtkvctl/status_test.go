@@ -21,7 +21,7 @@ import (
 // reached (nothing listens on its port: every probe fails) is down, with
 // no success ever, in the table's UP column, in --members and in --json.
 func TestStatusNeverReached(t *testing.T) {
-	dead := "http://" + deadEndpoint(t)
+	dead := "http://" + testcluster.DeadEndpoint(t)
 	c := testcluster.Start(t, 1, func(_ int, cfg *node.Config) {
 		cfg.Cluster = "http://" + cfg.Listen + "," + dead
 	})

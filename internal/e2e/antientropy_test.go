@@ -31,7 +31,7 @@ func aeOnly(interval time.Duration) testcluster.Option {
 // nothing to do.
 func TestAntiEntropyRepairsBothWays(t *testing.T) {
 	c := testcluster.Start(t, 3, aeOnly(0))
-	cl := newClient(t)
+	cl := testcluster.NewClient(t)
 	const n = 300
 	var keys []string
 	c.StopNode(2)
@@ -89,7 +89,7 @@ func TestAntiEntropyRepairsBothWays(t *testing.T) {
 // own, with no read and no hint.
 func TestAntiEntropyScheduled(t *testing.T) {
 	c := testcluster.Start(t, 3, aeOnly(0))
-	cl := newClient(t)
+	cl := testcluster.NewClient(t)
 	c.StopNode(2)
 	var keys []string
 	for i := range 100 {
@@ -103,7 +103,7 @@ func TestAntiEntropyScheduled(t *testing.T) {
 	c.StopNode(0)
 	c.StartNode(0)
 	c.StartNode(2)
-	eventually(t, 20*time.Second, "node 2 holds every key", func() bool {
+	testcluster.Eventually(t, 20*time.Second, "node 2 holds every key", func() bool {
 		return len(replicaDumps(t, c, cl, keys...)[c.URL(2)]) == len(keys)
 	})
 	for _, v := range history.CheckReplicas(replicaDumps(t, c, cl, keys...)) {

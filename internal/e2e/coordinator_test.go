@@ -103,7 +103,7 @@ func TestCoordinatorSilentPeer(t *testing.T) {
 	// and its straggler are both counted, and the checks allow for it.
 	hedge := func(_ int, cfg *node.Config) { cfg.ReadHedgeDelay = 50 * time.Millisecond }
 	c := testcluster.Start(t, 2, withReplicaTimeout(replicaTimeout), withExtraMembers(hole.URL()), hedge)
-	cl := newClient(t)
+	cl := testcluster.NewClient(t)
 	p := placementOf(t, c)
 	stragglers := func() float64 { return c.Metric(t, 0, "dhtkv_coordinator_stragglers_total") }
 	hedged := func() float64 { return c.Metric(t, 0, "dhtkv_coordinator_hedged_reads_total") }
@@ -142,7 +142,7 @@ func TestCoordinatorSilentPeer(t *testing.T) {
 		require.Equal(t, http.StatusGatewayTimeout, code)
 	}
 	require.Positive(t, hole.accepted(), "the silent peer was called")
-	eventually(t, waitFor, "stragglers to finish", func() bool {
+	testcluster.Eventually(t, testcluster.WaitFor, "stragglers to finish", func() bool {
 		return c.Metric(t, 0, "dhtkv_coordinator_replica_calls_in_flight") == 0
 	})
 }
@@ -162,7 +162,7 @@ func TestCoordinatorRefusedPeer(t *testing.T) {
 	}
 	nobody := fmt.Sprintf("http://127.0.0.1:%d", testcluster.FreePorts(t, 1)[0])
 	c := testcluster.Start(t, 2, withReplicaTimeout(timeout), withExtraMembers(nobody))
-	cl := newClient(t)
+	cl := testcluster.NewClient(t)
 	p := placementOf(t, c)
 	for _, set := range [][]int{{0, 2}, {1, 2}} {
 		key := findKey(t, p, "refused", set...)
@@ -202,7 +202,7 @@ func TestCoordinatorNoGoroutineLeak(t *testing.T) {
 	})
 	hole := newSilentPeer(t)
 	c := testcluster.Start(t, 3, withReplicaTimeout(replicaTimeout), withExtraMembers(hole.URL()))
-	cl := newClient(t)
+	cl := testcluster.NewClient(t)
 	p := placementOf(t, c)
 	for i := range 20 {
 		key := findKeySet(t, p, "leak-"+strconv.Itoa(i), 0, 1, 2) // the real nodes
@@ -229,7 +229,7 @@ func TestCoordinatorNoGoroutineLeak(t *testing.T) {
 // connection before returning the first response byte"), see the report.
 func TestCoordinatorPeerRestart(t *testing.T) {
 	c := testcluster.Start(t, 2)
-	cl := newClient(t)
+	cl := testcluster.NewClient(t)
 	for i := range 3 {
 		key := "restart-" + strconv.Itoa(i)
 		require.Equal(t, http.StatusCreated, cl.Put(t, c.URL(0), key, []byte("v"), 2, 2), "before restart %d", i)
@@ -249,7 +249,7 @@ func TestCoordinatorPeerRestart(t *testing.T) {
 func TestNodeShutdownClosesPeerConnections(t *testing.T) {
 	fake := newFakePeer(t, nil)
 	c := testcluster.Start(t, 1, withExtraMembers(fake.URL()))
-	cl := newClient(t)
+	cl := testcluster.NewClient(t)
 	p := placementOf(t, c)
 	for i := range 5 {
 		key := findKey(t, p, "shutdown-"+strconv.Itoa(i), 0, 1)
@@ -260,7 +260,7 @@ func TestNodeShutdownClosesPeerConnections(t *testing.T) {
 	require.Positive(t, open)
 	c.StopNode(0)
 	// Well before fasthttp's 30 s idle timeout would close them.
-	eventually(t, waitFor, "node 0, stopped, to close its connections to its peer", func() bool {
+	testcluster.Eventually(t, testcluster.WaitFor, "node 0, stopped, to close its connections to its peer", func() bool {
 		open, _ = fake.state()
 		return open == 0
 	})
@@ -276,7 +276,7 @@ func TestCoordinatorReadHedging(t *testing.T) {
 			hole := newSilentPeer(t)
 			c := testcluster.Start(t, 2, withReplicaTimeout(replicaTimeout), withExtraMembers(hole.URL()),
 				func(_ int, cfg *node.Config) { cfg.ReadHedgeDelay = delay })
-			cl := newClient(t)
+			cl := testcluster.NewClient(t)
 			p := placementOf(t, c)
 
 			key := findKey(t, p, "hedge", 2, 1) // silent peer first, coordinator 0 not a replica
@@ -352,7 +352,7 @@ func TestCoordinatorHedgeDelayFollowsLatency(t *testing.T) {
 	fake1, fake2 := slowPeer(), slowPeer()
 	conns := func(_ int, cfg *node.Config) { cfg.PeerConns = readers }
 	c := testcluster.Start(t, 1, withReplicaTimeout(2*time.Second), withExtraMembers(fake1.URL(), fake2.URL()), conns)
-	cl := newClient(t)
+	cl := testcluster.NewClient(t)
 	p := placementOf(t, c)
 	key := findKey(t, p, "hedge-adapt", 1, 2) // the coordinator is not a replica
 
@@ -400,7 +400,7 @@ func TestCoordinatorHedgeDelayFollowsLatency(t *testing.T) {
 // how many were needed, and which failed and why.
 func TestNotEnoughReplicasNamesThem(t *testing.T) {
 	c := testcluster.Start(t, 3)
-	cl := newClient(t)
+	cl := testcluster.NewClient(t)
 	require.Equal(t, http.StatusCreated, cl.Put(t, c.URL(0), "k", []byte("v"), 3, 3))
 	c.StopNode(2)
 	code, body := cl.Get(t, c.URL(0), "k", 3, 3)

@@ -114,7 +114,7 @@ func replicaDumps(t *testing.T, c *testcluster.Cluster, cl *testcluster.Client, 
 // and one read with ack=3 leaves all replicas identical.
 func TestFaultFailedWriteThenHeal(t *testing.T) {
 	c := testcluster.StartLinked(t, 3)
-	cl := newClient(t)
+	cl := testcluster.NewClient(t)
 	rec := history.NewRecorder()
 	rec.KeepOnFailure(t, "")
 	const key = "flip"
@@ -156,10 +156,10 @@ func TestFaultClockSkew(t *testing.T) {
 					cfg.ClockOffset = off
 				}
 			})
-			cl := newClient(t)
+			cl := testcluster.NewClient(t)
 			rec := history.NewRecorder()
 			rec.KeepOnFailure(t, "")
-			eventually(t, 10*time.Second, "the skewed node notices", func() bool {
+			testcluster.Eventually(t, 10*time.Second, "the skewed node notices", func() bool {
 				code, body := cl.Do(t, http.MethodGet, c.URL(2)+"/v0/status", nil)
 				return code == http.StatusOK && strings.Contains(string(body), "refusing to coordinate writes")
 			})
@@ -193,7 +193,7 @@ func TestFaultClockSkew(t *testing.T) {
 // and no hints: the round alone brings back what the killed node missed.
 func TestFaultKillUnderLoad(t *testing.T) {
 	if testing.Short() {
-		t.Skip("builds and runs the binary")
+		t.Skip("SIGKILLs nodes of the binary under load: a process test; runs without -short")
 	}
 	t.Run("all mechanisms", func(t *testing.T) { killUnderLoad(t, 3, 8) })
 	t.Run("anti-entropy only", func(t *testing.T) {
@@ -206,7 +206,7 @@ func TestFaultKillUnderLoad(t *testing.T) {
 // writers, and the extra flags.
 func killUnderLoad(t *testing.T, oneIn, keysPerWriter int, flags ...string) {
 	pc := startProcCluster(t, 3, append([]string{"--sync=true", "--replica-timeout", "300ms"}, flags...)...)
-	cl := newClient(t)
+	cl := testcluster.NewClient(t)
 	rec := history.NewRecorder()
 	rec.KeepOnFailure(t, "")
 	const writers = 4
@@ -249,7 +249,7 @@ func killUnderLoad(t *testing.T, oneIn, keysPerWriter int, flags ...string) {
 			keys = append(keys, fmt.Sprintf("w%d-k%d", w, k))
 		}
 	}
-	eventually(t, 20*time.Second, "hints delivered", func() bool { // then anti-entropy is what remains
+	testcluster.Eventually(t, 20*time.Second, "hints delivered", func() bool { // then anti-entropy is what remains
 		return pc.metric(0, "dhtkv_hints_pending_bytes")+pc.metric(1, "dhtkv_hints_pending_bytes")+pc.metric(2, "dhtkv_hints_pending_bytes") == 0
 	})
 	repaired := 0
@@ -292,7 +292,7 @@ func killUnderLoad(t *testing.T, oneIn, keysPerWriter int, flags ...string) {
 func waitOps(t *testing.T, rec *history.Recorder, n int) {
 	t.Helper()
 	target := len(rec.History().Ops) + n
-	eventually(t, 60*time.Second, "client operations", func() bool { return len(rec.History().Ops) >= target })
+	testcluster.Eventually(t, 60*time.Second, "client operations", func() bool { return len(rec.History().Ops) >= target })
 }
 
 // TestFaultBlackholeThenRestore: one node's incoming links swallow every
@@ -307,7 +307,7 @@ func TestFaultBlackholeThenRestore(t *testing.T) {
 		cfg.HintInterval = 50 * time.Millisecond
 		cfg.ReadRepair = "off" // only hints may repair node 2
 	})
-	cl := newClient(t)
+	cl := testcluster.NewClient(t)
 	for _, from := range []int{0, 1} {
 		c.Link(from, 2).Blackhole()
 	}
@@ -321,12 +321,12 @@ func TestFaultBlackholeThenRestore(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, http.StatusGatewayTimeout, code)
 	require.Less(t, elapsed, timeout*17/10, "a 504 takes about the replica timeout, not twice it")
-	eventually(t, 10*time.Second, "every missed write hinted", func() bool {
+	testcluster.Eventually(t, 10*time.Second, "every missed write hinted", func() bool {
 		return c.Metric(t, 0, "dhtkv_hints_stored_total")+c.Metric(t, 1, "dhtkv_hints_stored_total") >= n
 	})
 
 	c.Heal()
-	eventually(t, 20*time.Second, "hints delivered", func() bool {
+	testcluster.Eventually(t, 20*time.Second, "hints delivered", func() bool {
 		return c.Metric(t, 0, "dhtkv_hints_pending_bytes")+c.Metric(t, 1, "dhtkv_hints_pending_bytes") == 0
 	})
 	for i := range n {

@@ -42,7 +42,7 @@ func withGC() testcluster.Option {
 //     replayed after the collection) do not bring it back.
 func TestGCNoZombie(t *testing.T) {
 	c := testcluster.Start(t, 3, withGC())
-	cl := newClient(t)
+	cl := testcluster.NewClient(t)
 	require.Equal(t, http.StatusCreated, cl.Put(t, c.URL(0), "z", []byte("old"), 3, 3))
 	require.Equal(t, http.StatusCreated, cl.Put(t, c.URL(0), "keep", []byte("kept"), 3, 3))
 	_, old := internalGet(t, cl, c.URL(2), "z", "")
@@ -71,7 +71,7 @@ func TestGCNoZombie(t *testing.T) {
 		}
 	}
 	for i := range 3 {
-		eventually(t, 10*time.Second, fmt.Sprintf("node %d collected the tombstone", i), func() bool {
+		testcluster.Eventually(t, 10*time.Second, fmt.Sprintf("node %d collected the tombstone", i), func() bool {
 			return c.Metric(t, i, "dhtkv_gc_removed_total") == 1
 		})
 		require.Positive(t, c.Metric(t, i, "dhtkv_gc_horizon_timestamp_seconds"))
@@ -110,11 +110,11 @@ func TestGCNoZombie(t *testing.T) {
 // expiry plus the grace, on a single node (no other replica to confirm).
 func TestGCExpired(t *testing.T) {
 	c := testcluster.Start(t, 1, withGC())
-	cl := newClient(t)
+	cl := testcluster.NewClient(t)
 	code, _ := cl.Do(t, http.MethodPut, testcluster.EntityURL(c.URL(0), "e", 0, 0)+"&ttl=1", []byte("v"))
 	require.Equal(t, http.StatusCreated, code)
 	require.Equal(t, http.StatusCreated, cl.Put(t, c.URL(0), "l", []byte("v"), 0, 0))
-	eventually(t, 10*time.Second, "the expired value collected", func() bool {
+	testcluster.Eventually(t, 10*time.Second, "the expired value collected", func() bool {
 		return c.Metric(t, 0, "dhtkv_gc_removed_total") == 1
 	})
 	code, _ = cl.Get(t, c.URL(0), "e", 0, 0)

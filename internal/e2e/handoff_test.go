@@ -28,7 +28,7 @@ func withHints(window time.Duration, maxBytes int64) testcluster.Option {
 // hints are gone afterwards; they survive the coordinator's restart too.
 func TestHintedHandoff(t *testing.T) {
 	c := testcluster.Start(t, 3, withHints(time.Hour, 64<<20))
-	cl := newClient(t)
+	cl := testcluster.NewClient(t)
 	c.StopNode(2)
 	const n = 200
 	for i := range n {
@@ -36,7 +36,7 @@ func TestHintedHandoff(t *testing.T) {
 	}
 	// The call to the stopped replica may still be failing when the PUT
 	// is acknowledged (by the two others): its hint follows.
-	eventually(t, 10*time.Second, "one hint per write, for the replica that was down", func() bool {
+	testcluster.Eventually(t, 10*time.Second, "one hint per write, for the replica that was down", func() bool {
 		return c.Metric(t, 0, "dhtkv_hints_stored_total")+c.Metric(t, 1, "dhtkv_hints_stored_total") == n
 	})
 	require.Positive(t, c.Metric(t, 0, "dhtkv_hints_pending_bytes"))
@@ -44,7 +44,7 @@ func TestHintedHandoff(t *testing.T) {
 	c.StopNode(0) // hints are durable: node 0 delivers its own after its restart
 	c.StartNode(0)
 	c.StartNode(2)
-	eventually(t, 20*time.Second, "hints delivered", func() bool {
+	testcluster.Eventually(t, 20*time.Second, "hints delivered", func() bool {
 		return c.Metric(t, 0, "dhtkv_hints_pending_bytes")+c.Metric(t, 1, "dhtkv_hints_pending_bytes") == 0
 	})
 	for i := range n {
@@ -60,10 +60,10 @@ func TestHintedHandoff(t *testing.T) {
 func TestHintsBoundedByWindowAndCap(t *testing.T) {
 	t.Run("window", func(t *testing.T) {
 		c := testcluster.Start(t, 2, withHints(time.Millisecond, 64<<20))
-		cl := newClient(t)
+		cl := testcluster.NewClient(t)
 		c.StopNode(1)
 		require.Equal(t, http.StatusCreated, cl.Put(t, c.URL(0), "old", []byte("v"), 1, 2))
-		eventually(t, 10*time.Second, "hint dropped", func() bool {
+		testcluster.Eventually(t, 10*time.Second, "hint dropped", func() bool {
 			return c.Metric(t, 0, "dhtkv_hints_dropped_total", "reason", "window") == 1
 		})
 		c.StartNode(1)
@@ -72,12 +72,12 @@ func TestHintsBoundedByWindowAndCap(t *testing.T) {
 	})
 	t.Run("cap", func(t *testing.T) {
 		c := testcluster.Start(t, 2, withHints(time.Hour, 1000))
-		cl := newClient(t)
+		cl := testcluster.NewClient(t)
 		c.StopNode(1)
 		for i := range 20 {
 			require.Equal(t, http.StatusCreated, cl.Put(t, c.URL(0), fmt.Sprintf("c%d", i), make([]byte, 100), 1, 2))
 		}
-		eventually(t, 10*time.Second, "every failed write hinted or dropped", func() bool {
+		testcluster.Eventually(t, 10*time.Second, "every failed write hinted or dropped", func() bool {
 			return c.Metric(t, 0, "dhtkv_hints_stored_total")+c.Metric(t, 0, "dhtkv_hints_dropped_total", "reason", "cap") == 20
 		})
 		require.LessOrEqual(t, c.Metric(t, 0, "dhtkv_hints_pending_bytes"), 1000.0)

@@ -90,12 +90,6 @@ func findKeySet(t testing.TB, p *placement.Placement, prefix string, want ...int
 	return ""
 }
 
-func newClient(t testing.TB) *testcluster.Client {
-	cl := testcluster.NewClient()
-	t.Cleanup(cl.HTTP.CloseIdleConnections)
-	return cl
-}
-
 // internalBatch posts a raw batch body to node base and returns the status
 // and the answer's body.
 func internalBatch(t testing.TB, cl *testcluster.Client, base string, body []byte, secret string) (int, []byte) {
@@ -180,31 +174,13 @@ func holders(t testing.TB, c *testcluster.Cluster, cl *testcluster.Client, key, 
 	return hs
 }
 
-// waitFor bounds a wait for a condition that holds soon on an idle
-// machine: generous, because only a failing test waits that long.
-const waitFor = 10 * time.Second
-
-// eventually polls cond until it holds or the deadline passes. Unlike
-// require.Eventually it calls cond on the test's goroutine, so cond may
-// use require.
-func eventually(t testing.TB, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(5 * time.Millisecond) // the polling interval
-	}
-}
-
 // waitBlocked waits until at least n goroutines are blocked receiving from
 // a channel in function fn (named as in a stack trace, with its package
 // path): a way to know that calls have reached a queue that the test
 // cannot see.
 func waitBlocked(t testing.TB, n int, fn string) {
 	t.Helper()
-	eventually(t, waitFor, fmt.Sprintf("%d goroutines blocked in %s", n, fn), func() bool {
+	testcluster.Eventually(t, testcluster.WaitFor, fmt.Sprintf("%d goroutines blocked in %s", n, fn), func() bool {
 		buf := make([]byte, 1<<20)
 		for {
 			if m := runtime.Stack(buf, true); m < len(buf) {

@@ -30,8 +30,9 @@ func versionAt(t time.Time, logical, nodeID int) uint64 {
 // replaces a newer one, for values and tombstones alike, whatever the
 // arrival order and whether the key was cached.
 func TestReplicaLastWriteWins(t *testing.T) {
+	t.Parallel()
 	c := testcluster.Start(t, 1)
-	cl := newClient(t)
+	cl := testcluster.NewClient(t)
 	base := c.URL(0)
 	now := time.Now()
 	older, newer, newest := versionAt(now, 0, 3), versionAt(now, 1, 3), versionAt(now.Add(time.Millisecond), 0, 1)
@@ -87,8 +88,9 @@ func TestReplicaLastWriteWins(t *testing.T) {
 // per operation in order; a malformed batch is refused whole (400, nothing
 // stored), a wrong method gets 405.
 func TestInternalBatch(t *testing.T) {
+	t.Parallel()
 	c := testcluster.Start(t, 1)
-	cl := newClient(t)
+	cl := testcluster.NewClient(t)
 	base := c.URL(0)
 	now := time.Now()
 	v1, v2 := versionAt(now, 1, 3), versionAt(now, 2, 3)
@@ -176,8 +178,9 @@ func TestInternalBatch(t *testing.T) {
 // the current millisecond) and the body is stored verbatim as the value. A
 // version in the query is an unknown parameter: refused.
 func TestPublicPutCannotForgeVersion(t *testing.T) {
+	t.Parallel()
 	c := testcluster.Start(t, 2)
-	cl := newClient(t)
+	cl := testcluster.NewClient(t)
 	forged := record.Record{Version: ^uint64(0) &^ 0xff, Value: []byte("forged")}
 	body := forged.Encode() // a body that is itself a valid envelope
 	for via := range 2 {
@@ -216,8 +219,9 @@ func TestPublicPutCannotForgeVersion(t *testing.T) {
 // write wins, but every clock that sees the forged version is dragged an
 // hour ahead, and the versions of all later writes with it.
 func TestInternalFarFutureVersion(t *testing.T) {
+	t.Parallel()
 	c := testcluster.Start(t, 2, func(_ int, cfg *node.Config) { cfg.MaxClockSkew = 2 * time.Hour })
-	cl := newClient(t)
+	cl := testcluster.NewClient(t)
 	future := versionAt(time.Now().Add(time.Hour), 0, 1)
 	require.Equal(t, http.StatusCreated, internalPut(t, cl, c.URL(1), "k", record.Record{Version: future, Value: []byte("forged")}, ""))
 
@@ -238,9 +242,10 @@ func TestInternalFarFutureVersion(t *testing.T) {
 // header (403 otherwise), the public API does not, and the cluster works
 // end to end because peers send it.
 func TestClusterSecret(t *testing.T) {
+	t.Parallel()
 	const secret = "s3cret"
 	c := testcluster.Start(t, 2, withSecret(secret))
-	cl := newClient(t)
+	cl := testcluster.NewClient(t)
 	rec := record.Record{Version: versionAt(time.Now(), 0, 0), Value: []byte("v")}
 	for i := range 2 {
 		base := c.URL(i)
@@ -273,8 +278,9 @@ func TestClusterSecret(t *testing.T) {
 // TestClusterSecretMismatch: a node started with another secret is refused
 // by its peers (403), which the coordinator counts as a failed replica.
 func TestClusterSecretMismatch(t *testing.T) {
+	t.Parallel()
 	c := testcluster.Start(t, 2, func(i int, cfg *node.Config) { cfg.ClusterSecret = "secret-" + strconv.Itoa(i) })
-	cl := newClient(t)
+	cl := testcluster.NewClient(t)
 	p := placementOf(t, c)
 	key := findKey(t, p, "mismatch", 0, 1)
 	require.Equal(t, http.StatusGatewayTimeout, cl.Put(t, c.URL(0), key, []byte("v"), 2, 2))
@@ -294,7 +300,7 @@ func TestClusterSecretMismatch(t *testing.T) {
 // the Restore call in node.New makes this test fail).
 func TestClockSurvivesRestart(t *testing.T) {
 	c := testcluster.Start(t, 1)
-	cl := newClient(t)
+	cl := testcluster.NewClient(t)
 	future := versionAt(time.Now().Add(3*time.Second), 0, 0) // within --max-clock-skew
 	require.Equal(t, http.StatusCreated, internalPut(t, cl, c.URL(0), "k", record.Record{Version: future, Value: []byte("ahead")}, ""))
 	c.StopNode(0)
@@ -309,7 +315,7 @@ func TestClockSurvivesRestart(t *testing.T) {
 // clock ahead, and do not accumulate.
 func TestRestartLoopKeepsVersionsNearTheWallClock(t *testing.T) {
 	c := testcluster.Start(t, 1)
-	cl := newClient(t)
+	cl := testcluster.NewClient(t)
 	var last uint64
 	for i := range 50 {
 		c.StopNode(0)

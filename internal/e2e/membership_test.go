@@ -126,7 +126,7 @@ func replicaURLs(m *clustermap.Map, key string) []string {
 // map.
 func TestMembershipJoinThenDecommissionUnderLoad(t *testing.T) {
 	c := testcluster.Start(t, 3)
-	cl := testcluster.NewClient()
+	cl := testcluster.NewClient(t)
 	rec := history.NewRecorder()
 	rec.KeepOnFailure(t, "")
 	l := &membershipLoad{rec: rec, cl: cl, keys: 75, workers: 4}
@@ -197,7 +197,7 @@ func TestMembershipJoinThenDecommissionUnderLoad(t *testing.T) {
 // every partition ends on exactly its replicas.
 func TestMembershipJoinMovesOnlyItsShare(t *testing.T) {
 	c := testcluster.Start(t, 3, func(_ int, cfg *nodeConfig) { cfg.Replicas = 2 })
-	cl := testcluster.NewClient()
+	cl := testcluster.NewClient(t)
 	const keys = 2000
 	for k := range keys {
 		require.Equal(t, http.StatusCreated, cl.Put(t, c.URL(k%3), fmt.Sprintf("s%d", k), []byte("v"), 2, 2))
@@ -235,7 +235,7 @@ func TestMembershipJoinMovesOnlyItsShare(t *testing.T) {
 // its map) and goes on when the driver starts again.
 func TestMembershipDriverRestartResumes(t *testing.T) {
 	c := testcluster.Start(t, 3, func(_ int, cfg *nodeConfig) { cfg.Replicas = 2 })
-	cl := testcluster.NewClient()
+	cl := testcluster.NewClient(t)
 	for k := range 500 {
 		require.Equal(t, http.StatusCreated, cl.Put(t, c.URL(0), fmt.Sprintf("r%d", k), []byte("v"), 2, 2))
 	}
@@ -248,7 +248,7 @@ func TestMembershipDriverRestartResumes(t *testing.T) {
 	require.NotNil(t, m.Change)
 	c.StopNode(1)
 	c.StartNode(joiner)
-	eventually(t, 10*time.Second, "the joiner has the change", func() bool {
+	testcluster.Eventually(t, 10*time.Second, "the joiner has the change", func() bool {
 		jm, _ := c.Node(joiner).Members().Map()
 		return jm.Change != nil
 	})
@@ -311,12 +311,12 @@ func TestMembershipStaleEpochRefused(t *testing.T) {
 // again, learns it is out and stops.
 func TestMembershipReplaceDeadNode(t *testing.T) {
 	c := testcluster.Start(t, 3)
-	cl := testcluster.NewClient()
+	cl := testcluster.NewClient(t)
 	for k := range 300 {
 		require.Equal(t, http.StatusCreated, cl.Put(t, c.URL(0), fmt.Sprintf("d%d", k), []byte("v"), 3, 3))
 	}
 	c.StopNode(2)
-	eventually(t, 10*time.Second, "node 2 seen down", func() bool {
+	testcluster.Eventually(t, 10*time.Second, "node 2 seen down", func() bool {
 		for _, ps := range c.Node(0).PeerStates() {
 			if ps.URL == c.URL(2) {
 				return ps.Probed && !ps.Reachable
@@ -331,7 +331,7 @@ func TestMembershipReplaceDeadNode(t *testing.T) {
 	c.StartNode(fresh)
 	m := c.AwaitStable(t, 30*time.Second)
 	require.Equal(t, 2, m.ByURL(c.URL(fresh)).ID, "the new machine is node 2")
-	eventually(t, 30*time.Second, "rebuilt", func() bool { return !c.Node(fresh).Rebuilding() })
+	testcluster.Eventually(t, 30*time.Second, "rebuilt", func() bool { return !c.Node(fresh).Rebuilding() })
 	for k := range 300 {
 		code, r := internalGet(t, cl, c.URL(fresh), fmt.Sprintf("d%d", k), "")
 		require.Equal(t, http.StatusOK, code)

@@ -17,8 +17,9 @@ import (
 // listener) after replicated traffic and checks that the per-peer fan-out
 // instruments moved, and that a stopped peer shows up as failures.
 func TestMetricsAfterClusterTraffic(t *testing.T) {
+	t.Parallel()
 	c := testcluster.Start(t, 3, func(_ int, cfg *node.Config) { cfg.AdminListen = "127.0.0.1:0" })
-	cl := newClient(t)
+	cl := testcluster.NewClient(t)
 	for i := range 20 {
 		k := fmt.Sprintf("m%d", i)
 		require.Equal(t, http.StatusCreated, cl.Put(t, c.URL(0), k, []byte("v"), 3, 3))

@@ -91,7 +91,7 @@ func TestPeerQueuedCallEndsByItsDeadline(t *testing.T) {
 		_, err := p.Apply([]byte("stuck"), env, 0, stuck)
 		first <- err
 	}()
-	eventually(t, waitFor, "the stuck batch to reach the silent peer", func() bool { return hole.accepted() == 1 })
+	testcluster.Eventually(t, testcluster.WaitFor, "the stuck batch to reach the silent peer", func() bool { return hole.accepted() == 1 })
 	deadline := stuck.Add(200 * time.Millisecond)
 	type result struct {
 		err error
@@ -218,7 +218,7 @@ func TestPeerCloseFailsQueuedCalls(t *testing.T) {
 	deadline := time.Now().Add(time.Second)
 	results := make(chan error, 5)
 	go func() { _, err := p.Apply([]byte("stuck"), env, 0, deadline); results <- err }()
-	eventually(t, waitFor, "the stuck batch to reach the silent peer", func() bool { return hole.accepted() == 1 })
+	testcluster.Eventually(t, testcluster.WaitFor, "the stuck batch to reach the silent peer", func() bool { return hole.accepted() == 1 })
 	for range 4 {
 		go func() { _, err := p.Apply([]byte("queued"), env, 0, time.Now().Add(time.Minute)); results <- err }()
 	}
@@ -290,7 +290,7 @@ func TestPeerReadsDoNotWaitForWrites(t *testing.T) {
 // values all succeed: the client sends those again in the next batch.
 func TestBatchAnswerBounded(t *testing.T) {
 	c := testcluster.Start(t, 1, func(_ int, cfg *node.Config) { cfg.MaxValueBytes = 2 << 20 })
-	cl := newClient(t)
+	cl := testcluster.NewClient(t)
 	big := make([]byte, 1<<20)
 	require.Equal(t, http.StatusCreated, cl.Put(t, c.URL(0), "big", big, 0, 0))
 

@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -23,21 +22,6 @@ import (
 	"github.com/dhtkv/dhtkv/client"
 	"github.com/dhtkv/dhtkv/internal/testcluster"
 )
-
-// repoRoot walks up from the test's directory to go.mod.
-func repoRoot(t testing.TB) string {
-	t.Helper()
-	dir, err := os.Getwd()
-	require.NoError(t, err)
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir
-		}
-		parent := filepath.Dir(dir)
-		require.NotEqual(t, dir, parent, "go.mod not found")
-		dir = parent
-	}
-}
 
 type procNode struct {
 	cmd    *exec.Cmd
@@ -55,7 +39,7 @@ type procCluster struct {
 
 func startProcCluster(t testing.TB, n int, extra ...string) *procCluster {
 	t.Helper()
-	pc := &procCluster{t: t, bin: testcluster.BuildBinary(t, repoRoot(t))}
+	pc := &procCluster{t: t, bin: testcluster.BuildBinary(t, testcluster.RepoRoot(t))}
 	all := testcluster.FreePorts(t, 2*n)
 	ports := all[:n]
 	for i, p := range ports {
@@ -161,10 +145,10 @@ func (pc *procCluster) stopAll() {
 
 func TestProcessClusterSurvivesSIGKILL(t *testing.T) {
 	if testing.Short() {
-		t.Skip("builds and runs the binary")
+		t.Skip("SIGKILLs nodes of the binary: a process test; runs without -short")
 	}
 	pc := startProcCluster(t, 3, "--sync=true", "--replica-timeout", "300ms")
-	cl := newClient(t)
+	cl := testcluster.NewClient(t)
 	acked := map[string]string{}
 	put := func(via int, key, val string, ack int) int {
 		code := cl.Put(t, pc.urls[via], key, []byte(val), ack, 3)

@@ -25,8 +25,9 @@ import (
 // replica (through the outsider it can lose to the PUT: that is
 // TestWriteThroughNonReplicaCoordinator).
 func TestThreeNodesReadOneSeesWriteTwoOfTwo(t *testing.T) {
+	t.Parallel()
 	c := testcluster.Start(t, 3)
-	cl := newClient(t)
+	cl := testcluster.NewClient(t)
 	p := placementOf(t, c)
 	for _, set := range [][]int{{0, 1}, {1, 2}, {2, 0}} {
 		put := findKeySet(t, p, "r1w2-put", set...)
@@ -52,8 +53,9 @@ func TestThreeNodesReadOneSeesWriteTwoOfTwo(t *testing.T) {
 // is down is seen by GET 2/3 after d is back and another node e is down,
 // whatever d and e: the two quorums always share a node.
 func TestThreeNodesQuorumOneDown(t *testing.T) {
+	t.Parallel()
 	c := testcluster.Start(t, 3)
-	cl := newClient(t)
+	cl := testcluster.NewClient(t)
 	for d := range 3 {
 		put, del := fmt.Sprintf("q3-put-%d", d), fmt.Sprintf("q3-del-%d", d)
 		require.Equal(t, http.StatusCreated, cl.Put(t, c.URL(d), del, []byte("v"), 3, 3))
@@ -86,8 +88,9 @@ func TestThreeNodesQuorumOneDown(t *testing.T) {
 // other nodes are down, for disjoint and overlapping pairs. Also from=3
 // (ack 2) with one replica down.
 func TestFiveNodesQuorum(t *testing.T) {
+	t.Parallel()
 	c := testcluster.Start(t, 5)
-	cl := newClient(t)
+	cl := testcluster.NewClient(t)
 	p := placementOf(t, c)
 	cases := []struct{ downW, downR []int }{
 		{[]int{0, 1}, []int{2, 3}},
@@ -146,8 +149,9 @@ func TestFiveNodesQuorum(t *testing.T) {
 // and a GET without ack succeed with exactly from-quorum of the key's
 // replicas down and get 504 with one more down.
 func TestDefaultAckIsQuorumOfFrom(t *testing.T) {
+	t.Parallel()
 	c := testcluster.Start(t, 5)
-	cl := newClient(t)
+	cl := testcluster.NewClient(t)
 	p := placementOf(t, c)
 	for from := 0; from <= 5; from++ { // 0: from omitted, i.e. 5
 		f := from
@@ -192,8 +196,9 @@ func TestDefaultAckIsQuorumOfFrom(t *testing.T) {
 // or from > cluster size are 400 for every method on every node; valid
 // combinations are not.
 func TestRequestValidation(t *testing.T) {
+	t.Parallel()
 	c := testcluster.Start(t, 3)
-	cl := newClient(t)
+	cl := testcluster.NewClient(t)
 	bad := [][2]string{
 		{"0", "3"}, {"-1", "3"}, {"4", "3"}, {"3", "2"}, {"1", "4"}, {"1", "0"},
 		{"x", "3"}, {"1", "y"}, {"", "z"}, {"1.5", "3"}, {"1", ""}, {"", "4"}, {"4", ""},
@@ -220,8 +225,9 @@ func TestRequestValidation(t *testing.T) {
 // replicas, with ack=from and with ack=1 (where the rest arrive in the
 // background): no node outside the set ever receives it.
 func TestWriteAtMostFromCopies(t *testing.T) {
+	t.Parallel()
 	c := testcluster.Start(t, 5)
-	cl := newClient(t)
+	cl := testcluster.NewClient(t)
 	p := placementOf(t, c)
 	for from := 1; from <= 5; from++ {
 		for _, ack := range []int{from, 1} {
@@ -230,7 +236,7 @@ func TestWriteAtMostFromCopies(t *testing.T) {
 				want := slices.Sorted(slices.Values(replicasOf(p, key, from)))
 				require.Equal(t, http.StatusCreated, cl.Put(t, c.URL(via), key, []byte("v"), ack, from))
 				var hs []int
-				eventually(t, waitFor, "all replicas of "+key, func() bool {
+				testcluster.Eventually(t, testcluster.WaitFor, "all replicas of "+key, func() bool {
 					hs = holders(t, c, cl, key, "")
 					return len(hs) >= from
 				})
@@ -253,8 +259,9 @@ func TestWriteAtMostFromCopies(t *testing.T) {
 // deterministically: every replica ends with the same record, the one with
 // the highest version, whose node id names the coordinator whose value won.
 func TestConcurrentWritesConverge(t *testing.T) {
+	t.Parallel()
 	c := testcluster.Start(t, 3)
-	cl := newClient(t)
+	cl := testcluster.NewClient(t)
 	for round := range 30 {
 		key := "concurrent-" + strconv.Itoa(round)
 		var wg sync.WaitGroup
@@ -288,8 +295,9 @@ func TestConcurrentWritesConverge(t *testing.T) {
 // wrong one): the last acknowledged write always wins, because every
 // coordinator observed the previous version when it stored it.
 func TestSequentialWritesThroughDescendingNodeIDs(t *testing.T) {
+	t.Parallel()
 	c := testcluster.Start(t, 3)
-	cl := newClient(t)
+	cl := testcluster.NewClient(t)
 	sameMs, rounds := 0, 200
 	for round := range rounds {
 		key := "seq-" + strconv.Itoa(round)
@@ -319,8 +327,9 @@ func TestSequentialWritesThroughDescendingNodeIDs(t *testing.T) {
 // that hold the first write keep it ("201: applied or already newer"), the
 // second write is acknowledged and yet invisible. See the report.
 func TestQuorumSequentialWritesDifferentCoordinators(t *testing.T) {
+	t.Parallel()
 	c := testcluster.Start(t, 3)
-	cl := newClient(t)
+	cl := testcluster.NewClient(t)
 	pairs := [][2]int{{2, 1}, {1, 0}, {2, 0}} // higher id first: a tie goes to the first write
 	const rounds = 450
 	var lost []string
@@ -359,8 +368,9 @@ func TestQuorumSequentialWritesDifferentCoordinators(t *testing.T) {
 // 201. A DELETE acknowledged by every replica leaves the key readable. See
 // the report.
 func TestWriteThroughNonReplicaCoordinator(t *testing.T) {
+	t.Parallel()
 	c := testcluster.Start(t, 3)
-	cl := newClient(t)
+	cl := testcluster.NewClient(t)
 	p := placementOf(t, c)
 	const rounds = 100
 	var lost []string

@@ -28,9 +28,9 @@ func TestRebuildWipedNode(t *testing.T) {
 		cfg.HintWindow = time.Millisecond
 		cfg.ReadRepair = "off"
 	})
-	cl := newClient(t)
+	cl := testcluster.NewClient(t)
 	for i := range 3 { // the cluster has run long enough to know it exists
-		eventually(t, 10*time.Second, "cluster formed", func() bool { return c.Metric(t, i, "dhtkv_cluster_formed") == 1 })
+		testcluster.Eventually(t, 10*time.Second, "cluster formed", func() bool { return c.Metric(t, i, "dhtkv_cluster_formed") == 1 })
 	}
 	c.StopNode(cNode)
 	const n = 300
@@ -53,7 +53,7 @@ func TestRebuildWipedNode(t *testing.T) {
 	}
 
 	c.StartNode(a)
-	eventually(t, 20*time.Second, "B's rebuild finished", func() bool {
+	testcluster.Eventually(t, 20*time.Second, "B's rebuild finished", func() bool {
 		return c.Metric(t, b, "dhtkv_rebuilding") == 0
 	})
 	for i := range n {
@@ -71,6 +71,7 @@ func TestRebuildWipedNode(t *testing.T) {
 // TestFreshClusterDoesNotRebuild: nodes of a new cluster start empty with
 // empty peers: nothing to copy, nothing refused.
 func TestFreshClusterDoesNotRebuild(t *testing.T) {
+	t.Parallel()
 	c := testcluster.Start(t, 3)
 	for i := range 3 {
 		require.Equal(t, 0.0, c.Metric(t, i, "dhtkv_rebuilding"), "node %d", i)
@@ -80,6 +81,7 @@ func TestFreshClusterDoesNotRebuild(t *testing.T) {
 // TestDataDirOfAnotherNodeIsRefused: a node started on a data directory
 // that another node of the cluster wrote refuses to start.
 func TestDataDirOfAnotherNodeIsRefused(t *testing.T) {
+	t.Parallel()
 	c := testcluster.Start(t, 2)
 	c.StopAll()
 	cfg := c.Config(0)

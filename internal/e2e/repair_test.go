@@ -33,7 +33,7 @@ func flipFlop(t *testing.T, c *testcluster.Cluster, cl *testcluster.Client) (key
 // no later read, through any node with any quorum, returns W1.
 func TestReadRepairBlocking(t *testing.T) {
 	c := testcluster.Start(t, 3)
-	cl := newClient(t)
+	cl := testcluster.NewClient(t)
 	key, lone := flipFlop(t, c, cl)
 	code, body := cl.Get(t, c.URL(lone), key, 3, 3)
 	require.Equal(t, http.StatusOK, code)
@@ -55,7 +55,7 @@ func TestReadRepairBlocking(t *testing.T) {
 // record, the tombstone included.
 func TestReadRepairMissingAndTombstone(t *testing.T) {
 	c := testcluster.Start(t, 3)
-	cl := newClient(t)
+	cl := testcluster.NewClient(t)
 	old := record.Record{Version: versionAt(time.Now().Add(-time.Second), 0, 1), Value: []byte("old")}
 	del := record.Record{Version: versionAt(time.Now(), 0, 0), Tombstone: true}
 	require.Equal(t, http.StatusCreated, internalPut(t, cl, c.URL(1), "gone", old, ""))
@@ -76,7 +76,7 @@ func TestReadRepairMissingAndTombstone(t *testing.T) {
 // asked too.
 func TestReadRepairAsyncReachesTheOthers(t *testing.T) {
 	c := testcluster.Start(t, 3, func(_ int, cfg *node.Config) { cfg.ReadRepair = "async" })
-	cl := newClient(t)
+	cl := testcluster.NewClient(t)
 	p := placementOf(t, c)
 	key := findKey(t, p, "async", 0, 1, 2) // node 0 reads itself and node 1
 	stale := record.Record{Version: versionAt(time.Now().Add(-time.Second), 0, 1), Value: []byte("stale")}
@@ -85,7 +85,7 @@ func TestReadRepairAsyncReachesTheOthers(t *testing.T) {
 	require.Equal(t, http.StatusCreated, internalPut(t, cl, c.URL(1), key, stale, ""))
 	expectValue(t, cl, c.URL(0), key, 2, 3, "fresh")
 	for _, i := range []int{1, 2} {
-		eventually(t, 10*time.Second, "background repair", func() bool {
+		testcluster.Eventually(t, 10*time.Second, "background repair", func() bool {
 			_, rec := internalGet(t, cl, c.URL(i), key, "")
 			return string(rec.Value) == "fresh"
 		})
@@ -96,7 +96,7 @@ func TestReadRepairAsyncReachesTheOthers(t *testing.T) {
 // quorum read still returns the newest version among its answers).
 func TestReadRepairOff(t *testing.T) {
 	c := testcluster.Start(t, 3, func(_ int, cfg *node.Config) { cfg.ReadRepair = "off" })
-	cl := newClient(t)
+	cl := testcluster.NewClient(t)
 	key, lone := flipFlop(t, c, cl)
 	expectValue(t, cl, c.URL(lone), key, 3, 3, "W2")
 	_, rec := internalGet(t, cl, c.URL(lone), key, "")

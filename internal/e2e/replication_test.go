@@ -34,18 +34,21 @@ func expectRejected(t *testing.T, c *testcluster.Cluster, cl *testcluster.Client
 }
 
 func TestTwoNodesTooSmallRF(t *testing.T) {
+	t.Parallel()
 	c := testcluster.Start(t, 2)
-	expectRejected(t, c, newClient(t), "0", "2")
+	expectRejected(t, c, testcluster.NewClient(t), "0", "2")
 }
 
 func TestTwoNodesTooBigRF(t *testing.T) {
+	t.Parallel()
 	c := testcluster.Start(t, 2)
-	expectRejected(t, c, newClient(t), "3", "2")
+	expectRejected(t, c, testcluster.NewClient(t), "3", "2")
 }
 
 func TestTwoNodesUnreachableRF(t *testing.T) {
+	t.Parallel()
 	c := testcluster.Start(t, 2)
-	cl := newClient(t)
+	cl := testcluster.NewClient(t)
 	for down := range 2 {
 		up := 1 - down
 		c.StopNode(down)
@@ -87,8 +90,9 @@ func describeLocal(t *testing.T, cl *testcluster.Client, base, key string) strin
 }
 
 func TestTwoNodesOverlapRead(t *testing.T) {
+	t.Parallel()
 	c := testcluster.Start(t, 2)
-	cl := newClient(t)
+	cl := testcluster.NewClient(t)
 	for a := range 2 {
 		b := 1 - a
 		key := fmt.Sprintf("overlap-read-%d", a)
@@ -103,8 +107,9 @@ func TestTwoNodesOverlapRead(t *testing.T) {
 }
 
 func TestTwoNodesOverlapWrite(t *testing.T) {
+	t.Parallel()
 	c := testcluster.Start(t, 2)
-	cl := newClient(t)
+	cl := testcluster.NewClient(t)
 	for a := range 2 {
 		b := 1 - a
 		key := fmt.Sprintf("overlap-write-%d", a)
@@ -119,8 +124,9 @@ func TestTwoNodesOverlapWrite(t *testing.T) {
 }
 
 func TestTwoNodesOverlapDelete(t *testing.T) {
+	t.Parallel()
 	c := testcluster.Start(t, 2)
-	cl := newClient(t)
+	cl := testcluster.NewClient(t)
 	for a := range 2 {
 		key := fmt.Sprintf("overlap-delete-%d", a)
 		require.Equal(t, http.StatusCreated, cl.Put(t, c.URL(a), key, []byte("v"), 2, 2))
@@ -136,7 +142,7 @@ func TestTwoNodesOverlapDelete(t *testing.T) {
 // down (ack=1), then i comes back and GET 2/2 through i must see the change.
 func missed(t *testing.T, prepare, change func(c *testcluster.Cluster, cl *testcluster.Client, via int, key string), check func(cl *testcluster.Client, base, key string)) {
 	c := testcluster.Start(t, 2)
-	cl := newClient(t)
+	cl := testcluster.NewClient(t)
 	for i := range 2 {
 		other := 1 - i
 		key := fmt.Sprintf("missed-%d", i)
@@ -151,6 +157,7 @@ func missed(t *testing.T, prepare, change func(c *testcluster.Cluster, cl *testc
 }
 
 func TestTwoNodesMissedWrite(t *testing.T) {
+	t.Parallel()
 	missed(t, nil,
 		func(c *testcluster.Cluster, cl *testcluster.Client, via int, key string) {
 			require.Equal(t, http.StatusCreated, cl.Put(t, c.URL(via), key, []byte("v"), 1, 2))
@@ -159,6 +166,7 @@ func TestTwoNodesMissedWrite(t *testing.T) {
 }
 
 func TestTwoNodesMissedDelete(t *testing.T) {
+	t.Parallel()
 	missed(t,
 		func(c *testcluster.Cluster, cl *testcluster.Client, via int, key string) {
 			require.Equal(t, http.StatusCreated, cl.Put(t, c.URL(via), key, []byte("v"), 2, 2))
@@ -170,6 +178,7 @@ func TestTwoNodesMissedDelete(t *testing.T) {
 }
 
 func TestTwoNodesMissedOverwrite(t *testing.T) {
+	t.Parallel()
 	missed(t,
 		func(c *testcluster.Cluster, cl *testcluster.Client, via int, key string) {
 			require.Equal(t, http.StatusCreated, cl.Put(t, c.URL(via), key, []byte("v1"), 2, 2))
@@ -181,6 +190,7 @@ func TestTwoNodesMissedOverwrite(t *testing.T) {
 }
 
 func TestTwoNodesMissedRecreate(t *testing.T) {
+	t.Parallel()
 	missed(t,
 		func(c *testcluster.Cluster, cl *testcluster.Client, via int, key string) {
 			require.Equal(t, http.StatusCreated, cl.Put(t, c.URL(via), key, []byte("v1"), 2, 2))
@@ -193,8 +203,9 @@ func TestTwoNodesMissedRecreate(t *testing.T) {
 }
 
 func TestTwoNodesTolerateFailure(t *testing.T) {
+	t.Parallel()
 	c := testcluster.Start(t, 2)
-	cl := newClient(t)
+	cl := testcluster.NewClient(t)
 	for down := range 2 {
 		up := 1 - down
 		key := fmt.Sprintf("tolerate-%d", down)
@@ -215,8 +226,9 @@ func TestTwoNodesTolerateFailure(t *testing.T) {
 // replica, not "the local one": it answers 200 on the owner and 504 on the
 // other node (its only replica for from=1, the owner, is down).
 func TestTwoNodesRespectRF(t *testing.T) {
+	t.Parallel()
 	c := testcluster.Start(t, 2)
-	cl := newClient(t)
+	cl := testcluster.NewClient(t)
 	p := placementOf(t, c)
 	for owner := range 2 {
 		for via := range 2 {
@@ -251,8 +263,9 @@ func TestTwoNodesRespectRF(t *testing.T) {
 // one node stores each key, the key's first replica, and both nodes own
 // some keys.
 func TestTwoNodesDistribute(t *testing.T) {
+	t.Parallel()
 	c := testcluster.Start(t, 2)
-	cl := newClient(t)
+	cl := testcluster.NewClient(t)
 	p := placementOf(t, c)
 	owned := [2]int{}
 	for i := range 40 {
@@ -273,12 +286,13 @@ func TestTwoNodesDistribute(t *testing.T) {
 // from (a batch of a fixed 256 KiB would meet a body limit of 1,088
 // bytes, and most empty PUTs would answer 504).
 func TestTinyLimitsStillReplicate(t *testing.T) {
+	t.Parallel()
 	for _, lim := range []struct{ key, value int }{{1024, 0}, {1, 0}, {1, 1}} {
 		t.Run(fmt.Sprintf("key=%d,value=%d", lim.key, lim.value), func(t *testing.T) {
 			c := testcluster.Start(t, 3, withReplicaTimeout(5*time.Second), func(_ int, cfg *node.Config) {
 				cfg.MaxKeyBytes, cfg.MaxValueBytes = lim.key, lim.value
 			})
-			cl := newClient(t)
+			cl := testcluster.NewClient(t)
 			var wg sync.WaitGroup
 			codes := make(chan int, 200)
 			for i := range 200 {

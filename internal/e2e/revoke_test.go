@@ -22,6 +22,7 @@ import (
 // and at the end a certificate of the old CA (the one revoked) reaches no
 // internal endpoint.
 func TestRevokeNodeCertificateByCARotation(t *testing.T) {
+	t.Parallel()
 	oldCA, newCA := testpki.NewCA(t, "cluster"), testpki.NewCA(t, "cluster-2")
 	c := testcluster.Start(t, 3, testcluster.MutualTLS(oldCA))
 	// Every node's --peer-tls-ca is oldCA.File: the steps rewrite it.
@@ -30,14 +31,14 @@ func TestRevokeNodeCertificateByCARotation(t *testing.T) {
 	require.NoError(t, err)
 	newPEM, err := os.ReadFile(newCA.File)
 	require.NoError(t, err)
-	public := testcluster.NewTLSClient(&tls.Config{RootCAs: testpki.Pool(oldCA, newCA), MinVersion: tls.VersionTLS12})
+	public := testcluster.NewTLSClient(t, &tls.Config{RootCAs: testpki.Pool(oldCA, newCA), MinVersion: tls.VersionTLS12})
 	t.Cleanup(public.HTTP.CloseIdleConnections)
 
 	// The certificate to revoke: a node's key that leaked.
 	leakedCert, leakedKey, _ := oldCA.Issue("leaked")
 	leaked := testpki.KeyPair(t, leakedCert, leakedKey)
 	asLeaked := func() (int, []byte) {
-		cl := testcluster.NewTLSClient(&tls.Config{
+		cl := testcluster.NewTLSClient(t, &tls.Config{
 			RootCAs: testpki.Pool(oldCA, newCA), Certificates: []tls.Certificate{leaked}, MinVersion: tls.VersionTLS12,
 		})
 		defer cl.HTTP.CloseIdleConnections()
@@ -67,7 +68,7 @@ func TestRevokeNodeCertificateByCARotation(t *testing.T) {
 	acceptedEverywhere := func(step string, i int) {
 		t.Helper()
 		cfg := c.Config(i)
-		asNode := testcluster.NewTLSClient(&tls.Config{
+		asNode := testcluster.NewTLSClient(t, &tls.Config{
 			RootCAs: testpki.Pool(oldCA, newCA), MinVersion: tls.VersionTLS12,
 			Certificates: []tls.Certificate{testpki.KeyPair(t, cfg.TLSCert, cfg.TLSKey)},
 		})
@@ -111,7 +112,7 @@ func TestRevokeNodeCertificateByCARotation(t *testing.T) {
 	require.Contains(t, string(body), "require a client certificate from --peer-tls-ca")
 	forced := newCA.ClientConfig()
 	forced.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return &leaked, nil }
-	forcedClient := testcluster.NewTLSClient(forced)
+	forcedClient := testcluster.NewTLSClient(t, forced)
 	defer forcedClient.HTTP.CloseIdleConnections()
 	_, err = forcedClient.HTTP.Post(c.Endpoint(0)+rpc.BatchPath, "", nil)
 	require.ErrorContains(t, err, "tls: ", "the leaked certificate, sent anyway, fails the handshake")

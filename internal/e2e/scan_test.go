@@ -43,8 +43,9 @@ func clusterScan(t *testing.T, c *testcluster.Cluster, i int, query string) (int
 // (stopped meanwhile), so the nodes' stores disagree; the merged range must
 // still be exactly the newest live value of every key.
 func TestScanClusterMerge(t *testing.T) {
+	t.Parallel()
 	c := testcluster.Start(t, 3, withSecret("s"))
-	cl := newClient(t)
+	cl := testcluster.NewClient(t)
 	want := map[string]string{}
 	put := func(node int, k, v string, ack, from int) {
 		require.Equal(t, http.StatusCreated, cl.Put(t, c.URL(node), k, []byte(v), ack, from), "put %q", k)

@@ -23,8 +23,9 @@ import (
 // snapshot's data, and one anti-entropy exchange brings it up to date.
 // It is skipped while the store cannot checkpoint (/snapshot answers 501).
 func TestSnapshotRestore(t *testing.T) {
+	t.Parallel()
 	c := testcluster.Start(t, 3)
-	cl := newClient(t)
+	cl := testcluster.NewClient(t)
 	want := map[string]string{}
 	for i := range 50 {
 		k := fmt.Sprintf("b%02d", i)

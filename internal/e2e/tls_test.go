@@ -32,10 +32,10 @@ func TestMutualTLSCluster(t *testing.T) {
 	})
 	ca := testpki.NewCA(t, "cluster")
 	c := testcluster.Start(t, 3, testcluster.MutualTLS(ca))
-	public := testcluster.NewTLSClient(ca.ClientConfig())
+	public := testcluster.NewTLSClient(t, ca.ClientConfig())
 	t.Cleanup(public.HTTP.CloseIdleConnections)
 	cfg := c.Config(0)
-	asNode := testcluster.NewTLSClient(ca.ClientConfig(testpki.KeyPair(t, cfg.TLSCert, cfg.TLSKey)))
+	asNode := testcluster.NewTLSClient(t, ca.ClientConfig(testpki.KeyPair(t, cfg.TLSCert, cfg.TLSKey)))
 	t.Cleanup(asNode.HTTP.CloseIdleConnections)
 
 	const keys = 12
@@ -73,7 +73,7 @@ func TestMutualTLSCluster(t *testing.T) {
 
 	// Each node's prober reaches the others.
 	for i := range 3 {
-		eventually(t, waitFor, "node reaches its peers", func() bool {
+		testcluster.Eventually(t, testcluster.WaitFor, "node reaches its peers", func() bool {
 			st, err := cc.Status(ctx, c.Endpoint(i))
 			require.NoError(t, err)
 			for _, m := range st.Members {
@@ -118,7 +118,7 @@ func TestMutualTLSRefusesOtherCA(t *testing.T) {
 		cfg.TLSCert, cfg.TLSKey, _ = other.Issue("rogue")
 		cfg.PeerTLSCA = other.File
 	})
-	cl := testcluster.NewTLSClient(&tls.Config{RootCAs: testpki.Pool(ca, other), MinVersion: tls.VersionTLS12})
+	cl := testcluster.NewTLSClient(t, &tls.Config{RootCAs: testpki.Pool(ca, other), MinVersion: tls.VersionTLS12})
 	t.Cleanup(cl.HTTP.CloseIdleConnections)
 
 	p := placementOf(t, c)
@@ -137,7 +137,7 @@ func TestMutualTLSRefusesOtherCA(t *testing.T) {
 		// does not name the issuer of: the node sees a public client.
 		{"certificate of another CA", ca.ClientConfig(rogue)},
 	} {
-		hc := testcluster.NewTLSClient(tc.client)
+		hc := testcluster.NewTLSClient(t, tc.client)
 		code, body := internalBatch(t, hc, c.Endpoint(0), nil, "")
 		require.Equal(t, http.StatusForbidden, code, tc.name)
 		require.Equal(t, "forbidden: the internal endpoints require a client certificate from --peer-tls-ca\n", string(body), tc.name)
@@ -145,7 +145,7 @@ func TestMutualTLSRefusesOtherCA(t *testing.T) {
 	}
 	forced := ca.ClientConfig()
 	forced.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return &rogue, nil }
-	_, err := testcluster.NewTLSClient(forced).HTTP.Post(c.Endpoint(0)+rpc.BatchPath, "", nil)
+	_, err := testcluster.NewTLSClient(t, forced).HTTP.Post(c.Endpoint(0)+rpc.BatchPath, "", nil)
 	require.ErrorContains(t, err, "tls: ", "a certificate of another CA, sent anyway, fails the handshake")
 
 	_, err = (&http.Client{Timeout: 5 * time.Second}).Post(c.URL(0)+rpc.BatchPath, "", nil)

@@ -18,8 +18,9 @@ import (
 // left out of range scans, local and cluster-wide. A later PUT without ttl
 // does not expire. Bad ttls are refused.
 func TestTTL(t *testing.T) {
+	t.Parallel()
 	c := testcluster.Start(t, 3)
-	cl := newClient(t)
+	cl := testcluster.NewClient(t)
 	const ttl = 2 * time.Second
 	put := func(key, query, header string) {
 		req, err := http.NewRequest(http.MethodPut, testcluster.EntityURL(c.URL(0), key, 3, 3)+query, strings.NewReader("v-"+key))
@@ -52,7 +53,7 @@ func TestTTL(t *testing.T) {
 			require.Equal(t, "v-"+key, string(body))
 		}
 	}
-	eventually(t, 10*time.Second, "the ttl values expired", func() bool {
+	testcluster.Eventually(t, 10*time.Second, "the ttl values expired", func() bool {
 		code, _ := cl.Get(t, c.URL(2), "h", 2, 3)
 		return code == http.StatusNotFound
 	})

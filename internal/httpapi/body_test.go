@@ -100,7 +100,7 @@ func stall(t *testing.T, addr string, n int, head string, sent int) []net.Conn {
 // (rounded up to a power of two, 32 MiB) before reading: 512 MiB here.
 func TestBodyMemoryFollowsBytesReceived(t *testing.T) {
 	const maxValue = 16 << 20
-	_, base := startNode(t, func(_ int, cfg *node.Config) {
+	_, base := testcluster.Single(t, func(_ int, cfg *node.Config) {
 		cfg.MaxValueBytes = maxValue
 		cfg.MaxConnectionsPerIP = 0
 	})
@@ -120,7 +120,7 @@ func TestBodyMemoryFollowsBytesReceived(t *testing.T) {
 			}
 		})
 	}
-	code, _ := testcluster.NewClient().Get(t, base, "big0", 0, 0)
+	code, _ := testcluster.NewClient(t).Get(t, base, "big0", 0, 0)
 	require.Equal(t, 404, code)
 }
 
@@ -129,7 +129,7 @@ func TestBodyMemoryFollowsBytesReceived(t *testing.T) {
 // the budget is back once the bodies in flight end.
 func TestInflightBodyBudget(t *testing.T) {
 	const maxValue = 1 << 20
-	_, base := startNode(t, func(_ int, cfg *node.Config) {
+	_, base := testcluster.Single(t, func(_ int, cfg *node.Config) {
 		cfg.MaxValueBytes = maxValue
 		cfg.MaxInflightBodyBytes = 2 * maxValue
 	})
@@ -157,7 +157,7 @@ func TestInflightBodyBudget(t *testing.T) {
 	for _, c := range held {
 		c.Close()
 	}
-	cl := testcluster.NewClient()
+	cl := testcluster.NewClient(t)
 	value := strings.Repeat("w", maxValue)
 	require.Eventually(t, func() bool { return cl.Put(t, base, "after", []byte(value), 0, 0) == 201 },
 		10*time.Second, 10*time.Millisecond, "the budget is free again once the bodies in flight ended")
@@ -175,8 +175,8 @@ type onlyReader struct{ io.Reader }
 // body over the limit is refused with 413.
 func TestBodySizes(t *testing.T) {
 	const maxValue = 1 << 20
-	_, base := startNode(t, func(_ int, cfg *node.Config) { cfg.MaxValueBytes = maxValue })
-	cl := testcluster.NewClient()
+	_, base := testcluster.Single(t, func(_ int, cfg *node.Config) { cfg.MaxValueBytes = maxValue })
+	cl := testcluster.NewClient(t)
 	for _, size := range []int{0, 1, 8191, 8192, 8193, 16<<10 + 1, 100 << 10, maxValue} {
 		value := make([]byte, size)
 		for i := range value {

@@ -17,20 +17,14 @@ import (
 	"github.com/dhtkv/dhtkv/internal/testcluster"
 )
 
-func startNode(t *testing.T, opts ...testcluster.Option) (*testcluster.Cluster, string) {
-	t.Helper()
-	c := testcluster.Start(t, 1, opts...)
-	return c, c.URL(0)
-}
-
 // TestContract walks the single-node API rules, each through a real HTTP
 // listener. Steps run in order and share one store.
 func TestContract(t *testing.T) {
-	_, base := startNode(t, func(_ int, c *node.Config) {
+	_, base := testcluster.Single(t, func(_ int, c *node.Config) {
 		c.MaxKeyBytes = 16
 		c.MaxValueBytes = 1000
 	})
-	cl := testcluster.NewClient()
+	cl := testcluster.NewClient(t)
 	e := func(q string) string { return base + "/v0/entity" + q }
 	steps := []struct {
 		name     string
@@ -97,7 +91,7 @@ func TestContract(t *testing.T) {
 }
 
 func TestMethodNotAllowed(t *testing.T) {
-	_, base := startNode(t)
+	_, base := testcluster.Single(t)
 	for _, m := range []string{"POST", "PATCH", "OPTIONS", "HEAD"} {
 		req, err := http.NewRequest(m, base+"/v0/entity?id=a", nil)
 		require.NoError(t, err)
@@ -116,8 +110,8 @@ func TestMethodNotAllowed(t *testing.T) {
 // Keys are arbitrary bytes: percent-encoded binary and UTF-8 keys are
 // distinct keys and round-trip exactly.
 func TestBinaryAndUTF8Keys(t *testing.T) {
-	_, base := startNode(t)
-	cl := testcluster.NewClient()
+	_, base := testcluster.Single(t)
+	cl := testcluster.NewClient(t)
 	keys := []string{"\x00", "\x00\x01", "\xff\xfe", "a b", "a+b", "ключ", "日本", "a&id=b", "%", "\n"}
 	for i, k := range keys {
 		require.Equal(t, 201, cl.Put(t, base, k, []byte{byte(i), '\n', 0}, 0, 0), "%q", k)
@@ -134,9 +128,9 @@ func TestBinaryAndUTF8Keys(t *testing.T) {
 }
 
 func TestAdminListener(t *testing.T) {
-	c, base := startNode(t, func(_ int, cfg *node.Config) { cfg.AdminListen = "127.0.0.1:0" })
+	c, base := testcluster.Single(t, func(_ int, cfg *node.Config) { cfg.AdminListen = "127.0.0.1:0" })
 	admin := "http://" + c.Node(0).AdminAddr()
-	cl := testcluster.NewClient()
+	cl := testcluster.NewClient(t)
 	require.Equal(t, 201, cl.Put(t, base, "m", []byte("v"), 0, 0))
 	for i := 0; i < 3; i++ {
 		code, _ := cl.Get(t, base, "m", 0, 0)
@@ -176,7 +170,7 @@ func TestAdminListener(t *testing.T) {
 // A request whose headers exceed the limit is refused with a 4xx, and the
 // server keeps serving.
 func TestHeaderLimit(t *testing.T) {
-	_, base := startNode(t, func(_ int, c *node.Config) { c.MaxHeaderBytes = 2048 })
+	_, base := testcluster.Single(t, func(_ int, c *node.Config) { c.MaxHeaderBytes = 2048 })
 	conn, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
 	require.NoError(t, err)
 	defer conn.Close()
@@ -186,7 +180,7 @@ func TestHeaderLimit(t *testing.T) {
 	n, _ := conn.Read(buf)
 	require.Regexp(t, `^HTTP/1.1 4\d\d`, string(buf[:n]))
 	require.Regexp(t, `^HTTP/1.1 431`, string(buf[:n]))
-	code, _ := testcluster.NewClient().Get(t, base, "a", 0, 0)
+	code, _ := testcluster.NewClient(t).Get(t, base, "a", 0, 0)
 	require.Equal(t, 404, code)
 }
 
@@ -195,7 +189,7 @@ func TestHeaderLimit(t *testing.T) {
 // an interim 100 Continue and without sending the body
 // (TestOversizedContentLengthRefusedFromHeaders has the other cases).
 func TestOversizedBodyWithExpectContinue(t *testing.T) {
-	_, base := startNode(t, func(_ int, c *node.Config) { c.MaxValueBytes = 100 })
+	_, base := testcluster.Single(t, func(_ int, c *node.Config) { c.MaxValueBytes = 100 })
 	conn, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
 	require.NoError(t, err)
 	defer conn.Close()

@@ -18,7 +18,7 @@ import (
 
 func TestEntitiesLocalContract(t *testing.T) {
 	c := testcluster.Start(t, 1)
-	cl := testcluster.NewClient()
+	cl := testcluster.NewClient(t)
 	base := c.URL(0)
 	data := map[string]string{
 		"a1": "one", "a2": "two\nlines\n", "a3": "deleted", "b1": "", "b2": "old",
@@ -122,7 +122,7 @@ func TestEntitiesLocalContract(t *testing.T) {
 // binary framing and in JSON lines.
 func TestEntitiesBinaryFramingIsUnambiguous(t *testing.T) {
 	c := testcluster.Start(t, 1)
-	cl := testcluster.NewClient()
+	cl := testcluster.NewClient(t)
 	all := make([]byte, 256)
 	for i := range all {
 		all[i] = byte(i)
@@ -178,8 +178,8 @@ func TestInternalEntitiesSecret(t *testing.T) {
 // has neither Transfer-Encoding nor Content-Length, and ends when the
 // node closes the connection.
 func TestEntitiesHTTP10EndsByClose(t *testing.T) {
-	c, base := startNode(t)
-	cl := testcluster.NewClient()
+	c, base := testcluster.Single(t)
+	cl := testcluster.NewClient(t)
 	for _, k := range []string{"a", "b", "c"} {
 		require.Equal(t, 201, cl.Put(t, base, k, []byte("value of "+k), 0, 0))
 	}

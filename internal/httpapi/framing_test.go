@@ -38,7 +38,7 @@ func exchange(t *testing.T, base, req string) string {
 // message the other way). Every case carries a second request after what
 // this node would take as the body; it must not be served.
 func TestAmbiguousFramingRefused(t *testing.T) {
-	_, base := startNode(t)
+	_, base := testcluster.Single(t)
 	const next = "PUT /v0/entity?id=smuggled2 HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\n\r\nx"
 	for _, c := range []struct {
 		name, head, body, reason string
@@ -60,7 +60,7 @@ func TestAmbiguousFramingRefused(t *testing.T) {
 			assert.Contains(t, resp, c.reason)
 		})
 	}
-	cl := testcluster.NewClient()
+	cl := testcluster.NewClient(t)
 	for _, k := range []string{"smuggled", "smuggled2"} {
 		code, _ := cl.Get(t, base, k, 0, 0)
 		assert.Equal(t, 404, code, "%s was never written", k)
@@ -79,7 +79,7 @@ func TestAmbiguousFramingRefused(t *testing.T) {
 // Continue first. (The client here sends no body at all: a node that
 // waited for it would keep the connection open until the test gives up.)
 func TestOversizedContentLengthRefusedFromHeaders(t *testing.T) {
-	_, base := startNode(t, func(_ int, c *node.Config) { c.MaxValueBytes = 100 })
+	_, base := testcluster.Single(t, func(_ int, c *node.Config) { c.MaxValueBytes = 100 })
 	for _, c := range []struct{ name, head string }{
 		{"just over", "Content-Length: 101\r\n"},
 		{"within fasthttp's old limit (value+key+64)", "Content-Length: 1000\r\n"},

@@ -30,7 +30,7 @@ const largeValue = 1 << 20
 func startWithLargeValue(t testing.TB) (*testcluster.Cluster, []byte) {
 	c := testcluster.Start(t, 1)
 	value := bytes.Repeat([]byte("0123456789abcdef"), largeValue/16)
-	cl := testcluster.NewClient()
+	cl := testcluster.NewClient(t)
 	require.Equal(t, http.StatusCreated, cl.Put(t, c.URL(0), "big", value, 1, 1))
 	for range 2 {
 		code, got := cl.Get(t, c.URL(0), "big", 1, 1)

@@ -83,7 +83,7 @@ var kvModel = porcupine.Model{
 // opens a window too narrow for this test (0 of 5 runs failed);
 // TestNoEntrySurfacesAfterInvalidate in internal/cache catches that one.
 func TestLinearizableWithCache(t *testing.T) {
-	_, base := startNode(t, func(_ int, c *node.Config) { c.CacheBytes = 1 << 20 })
+	_, base := testcluster.Single(t, func(_ int, c *node.Config) { c.CacheBytes = 1 << 20 })
 	const (
 		clients = 8
 		opsEach = 250
@@ -97,7 +97,7 @@ func TestLinearizableWithCache(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			cl := testcluster.NewClient()
+			cl := testcluster.NewClient(t)
 			rng := rand.New(rand.NewPCG(uint64(c), 42))
 			local := make([]porcupine.Operation, 0, opsEach)
 			for i := 0; i < opsEach; i++ {

@@ -13,8 +13,8 @@ import (
 // a valid escape, and a parameter the API does not know is an error, not
 // ignored (a typo such as acks=3 would silently get the default quorum).
 func TestEntityQueryStrict(t *testing.T) {
-	_, base := startNode(t)
-	cl := testcluster.NewClient()
+	_, base := testcluster.Single(t)
+	cl := testcluster.NewClient(t)
 	e := func(q string) string { return base + "/v0/entity?" + q }
 	for _, c := range []struct {
 		name, method, query string

@@ -267,7 +267,7 @@ func TestMaxScans(t *testing.T) {
 	second := testcluster.RawGet(t, addr, "/v0/entities?start=key&format=binary", 4096)
 	require.Equal(t, 200, first.Status)
 	require.Equal(t, 200, second.Status)
-	cl := testcluster.NewClient()
+	cl := testcluster.NewClient(t)
 	code, body := cl.Do(t, http.MethodGet, "http://"+addr+"/v0/entities?start=key&limit=1", nil)
 	require.Equal(t, http.StatusTooManyRequests, code)
 	require.Contains(t, string(body), "too many range scans in flight (--max-scans 2)")

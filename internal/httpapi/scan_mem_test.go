@@ -204,7 +204,7 @@ func TestScanStallsPinNoMemory(t *testing.T) {
 			cfg.ScanMinRate = 0
 			cfg.WriteTimeout = 5 * time.Minute
 		})
-		cl := testcluster.NewClient()
+		cl := testcluster.NewClient(t)
 		value := bytes.Repeat([]byte("w"), writeValue)
 		n := 0
 		for s := range streams {

@@ -57,7 +57,7 @@ func TestScanStallReleasesIterator(t *testing.T) {
 
 	// Rewrite one key behind the position and one far ahead of it.
 	const ahead = flowRecords - 2
-	cl := testcluster.NewClient()
+	cl := testcluster.NewClient(t)
 	require.Equal(t, http.StatusCreated, cl.Put(t, c.URL(0), string(testcluster.GenKey(0)), []byte("behind"), 1, 1))
 	require.Equal(t, http.StatusCreated, cl.Put(t, c.URL(0), string(testcluster.GenKey(ahead)), []byte("ahead, newer"), 1, 1))
 

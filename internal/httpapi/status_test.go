@@ -45,8 +45,8 @@ func fetchStatus(base string) (client.Status, []byte, error) {
 // account of itself as JSON.
 func TestStatusVerboseSingleNode(t *testing.T) {
 	before := time.Now()
-	_, base := startNode(t)
-	cl := testcluster.NewClient()
+	_, base := testcluster.Single(t)
+	cl := testcluster.NewClient(t)
 	code, body := cl.Do(t, http.MethodGet, base+"/v0/status", nil)
 	require.Equal(t, 200, code)
 	require.Equal(t, "OK\n", string(body))

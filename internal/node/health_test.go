@@ -34,7 +34,8 @@ func withAdmin(_ int, c *node.Config) { c.AdminListen = "127.0.0.1:0" }
 // A serving node is alive and ready; only GET and HEAD are answered; once
 // shut down it is neither.
 func TestLiveAndReady(t *testing.T) {
-	n := startNode(t, func(c *node.Config) { withAdmin(0, c) })
+	c, _ := testcluster.Single(t, withAdmin)
+	n := c.Node(0)
 	admin := n.AdminAddr()
 	for _, path := range []string{"/livez", "/readyz"} {
 		code, body := probe(admin, path)
@@ -84,7 +85,7 @@ func TestNotReadyOnceStopped(t *testing.T) {
 func TestNotReadyWhileRebuilding(t *testing.T) {
 	const a, b, down = 0, 1, 2
 	c := testcluster.Start(t, 3, withAdmin)
-	cl := testcluster.NewClient()
+	cl := testcluster.NewClient(t)
 	require.Equal(t, http.StatusCreated, cl.Put(t, c.URL(a), "k", []byte("v"), 3, 3))
 	for i := range 3 { // the cluster has run long enough to know it exists
 		require.Eventually(t, func() bool { return formed(c.URL(i)) }, 10*time.Second, 20*time.Millisecond, "node %d formed", i)

@@ -18,8 +18,8 @@ import (
 
 // withTLS serves a node's listener with a certificate from ca and mutual
 // TLS; it returns the certificate's files.
-func withTLS(ca *testpki.CA, files *[2]string) func(*node.Config) {
-	return func(cfg *node.Config) {
+func withTLS(ca *testpki.CA, files *[2]string) testcluster.Option {
+	return func(_ int, cfg *node.Config) {
 		cfg.TLSCert, cfg.TLSKey, _ = ca.Issue("node")
 		cfg.PeerTLSCA = ca.File
 		*files = [2]string{cfg.TLSCert, cfg.TLSKey}
@@ -41,7 +41,8 @@ func servedSerial(t *testing.T, ca *testpki.CA, addr string) *big.Int {
 func TestReloadServesRenewedCertificate(t *testing.T) {
 	ca := testpki.NewCA(t, "cluster")
 	var files [2]string
-	n := startNode(t, withTLS(ca, &files))
+	c, _ := testcluster.Single(t, withTLS(ca, &files))
+	n := c.Node(0)
 	first := servedSerial(t, ca, n.Addr())
 
 	renewed := ca.IssueTo(files[0], files[1], "node")
@@ -53,7 +54,8 @@ func TestReloadServesRenewedCertificate(t *testing.T) {
 	require.Error(t, n.Reload())
 	require.Equal(t, renewed.SerialNumber, servedSerial(t, ca, n.Addr()), "a failed reload keeps the certificate in use")
 
-	require.NoError(t, startNode(t, nil).Reload(), "without TLS there is nothing to reload")
+	plain, _ := testcluster.Single(t)
+	require.NoError(t, plain.Node(0).Reload(), "without TLS there is nothing to reload")
 }
 
 // TestMaxConnectionsWithTLS: the connection cap counts TLS connections
@@ -65,11 +67,9 @@ func TestMaxConnectionsWithTLS(t *testing.T) {
 	const capacity = 4
 	ca := testpki.NewCA(t, "cluster")
 	var files [2]string
-	n := startNode(t, func(cfg *node.Config) {
-		withTLS(ca, &files)(cfg)
-		cfg.MaxConnections = capacity
-	})
-	cl := testcluster.NewTLSClient(ca.ClientConfig())
+	c, _ := testcluster.Single(t, withTLS(ca, &files), func(_ int, cfg *node.Config) { cfg.MaxConnections = capacity })
+	n := c.Node(0)
+	cl := testcluster.NewTLSClient(t, ca.ClientConfig())
 	defer cl.HTTP.CloseIdleConnections()
 	base := "https://" + n.Addr()
 	held := make([]*tls.Conn, capacity)

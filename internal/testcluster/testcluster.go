@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/url"
@@ -27,6 +28,7 @@ import (
 	"regexp"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -194,13 +196,29 @@ func (c *Cluster) StopAll() {
 	}
 }
 
-// FreePorts returns n distinct free TCP ports on 127.0.0.1.
+// FreePorts returns n distinct TCP ports on 127.0.0.1 that were free a
+// moment ago: each was bound and closed again. Where the kernel says which
+// range it draws ephemeral ports from (Linux), they are taken from below
+// that range, so that no outgoing connection (a client's, a peer's, in this
+// test binary or in another package's running beside it) can be given one
+// as its local port between the look-up and the node's bind, nor while a
+// stopped node waits to start again on it; the look-up walks the band from
+// a random point, so test binaries running side by side rarely meet.
+// Elsewhere the kernel picks them (port 0).
 func FreePorts(t testing.TB, n int) []int {
 	t.Helper()
 	var ls []net.Listener
 	var ports []int
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
+	for misses := 0; len(ports) < n; {
+		port := 0
+		if p, ok := nextPort(); ok && misses < 1000 {
+			port = p
+		}
+		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+		if err != nil && port != 0 {
+			misses++ // in use: the next one (after many, the kernel picks)
+			continue
+		}
 		require.NoError(t, err)
 		ls = append(ls, l)
 		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
@@ -211,19 +229,54 @@ func FreePorts(t testing.TB, n int) []int {
 	return ports
 }
 
+// nextPort is the next candidate of FreePorts' band below the ephemeral
+// range, ok false where there is no such band.
+func nextPort() (port int, ok bool) {
+	portBand.once.Do(func() {
+		b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+		if err != nil {
+			return
+		}
+		var lo, hi int
+		if _, err := fmt.Sscan(string(b), &lo, &hi); err != nil || lo <= 2048 {
+			return
+		}
+		portBand.lo, portBand.size = max(1024, lo-20000), lo-max(1024, lo-20000)
+		portBand.next.Store(rand.Int64N(int64(portBand.size)))
+	})
+	if portBand.size == 0 {
+		return 0, false
+	}
+	return portBand.lo + int((portBand.next.Add(1)-1)%int64(portBand.size)), true
+}
+
+var portBand struct {
+	once     sync.Once
+	lo, size int          // the band is [lo, lo+size)
+	next     atomic.Int64 // the next candidate's offset in the band, modulo size
+}
+
 // Client is a small HTTP client for tests, with ack/from helpers.
 type Client struct{ HTTP *http.Client }
 
-// NewClient returns a client with a short timeout and no connection reuse
-// surprises across node restarts.
-func NewClient() *Client {
-	return &Client{HTTP: &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}}
+// NewClient returns a client whose requests time out after 10 seconds and
+// which keeps up to 64 idle connections per node; its idle connections are
+// closed at the end of the test, so none outlives it (goleak, a node's
+// graceful shutdown).
+func NewClient(t testing.TB) *Client {
+	return newClient(t, nil)
 }
 
 // NewTLSClient is NewClient over TLS with cfg (testpki.CA.ClientConfig
 // makes one).
-func NewTLSClient(cfg *tls.Config) *Client {
-	return &Client{HTTP: &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64, TLSClientConfig: cfg}}}
+func NewTLSClient(t testing.TB, cfg *tls.Config) *Client {
+	return newClient(t, cfg)
+}
+
+func newClient(t testing.TB, cfg *tls.Config) *Client {
+	c := &Client{HTTP: &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64, TLSClientConfig: cfg}}}
+	t.Cleanup(c.HTTP.CloseIdleConnections)
+	return c
 }
 
 // EntityURL builds /v0/entity?id=key[&ack=a&from=f] (ack/from 0: omitted).
