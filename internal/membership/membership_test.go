@@ -1,0 +1,198 @@
+package membership_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"path/filepath"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/dhtkv/dhtkv/internal/antientropy"
+	"github.com/dhtkv/dhtkv/internal/clustermap"
+	"github.com/dhtkv/dhtkv/internal/hlc"
+	"github.com/dhtkv/dhtkv/internal/membership"
+	"github.com/dhtkv/dhtkv/internal/partition"
+	"github.com/dhtkv/dhtkv/internal/replica"
+	"github.com/dhtkv/dhtkv/internal/rpc"
+	"github.com/dhtkv/dhtkv/internal/store"
+	"github.com/dhtkv/dhtkv/internal/view"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// cluster is membership services in one process: each node a real store,
+// an rpc.Server, and rpc.Direct links to the others, which a test cuts. A
+// link to a node not started yet is cut until the node starts.
+type cluster struct {
+	t       *testing.T
+	servers map[string]*rpc.Server
+	links   map[[2]string]*rpc.Direct // [from, to]
+	members map[string]*membership.Service
+	mu      sync.Mutex
+	copied  map[string][]int // by node URL: the old replicas it copied gained partitions from
+}
+
+func newCluster(t *testing.T) *cluster {
+	return &cluster{t: t, servers: map[string]*rpc.Server{}, links: map[[2]string]*rpc.Direct{},
+		members: map[string]*membership.Service{}, copied: map[string][]int{}}
+}
+
+// server returns the server of the node at url, made empty the first time
+// (c.mu held).
+func (c *cluster) server(url string) *rpc.Server {
+	srv := c.servers[url]
+	if srv == nil {
+		srv = &rpc.Server{}
+		c.servers[url] = srv
+	}
+	return srv
+}
+
+// link returns the link from one node to another, cut while the other has
+// not started (c.mu held).
+func (c *cluster) link(from, to string, maps rpc.Maps) *rpc.Direct {
+	d := &rpc.Direct{URL: to, Server: c.server(to), Maps: maps}
+	if c.members[to] == nil {
+		d.Cut(true)
+	}
+	c.links[[2]string{from, to}] = d
+	return d
+}
+
+// start runs the membership of the node at url of map m.
+func (c *cluster) start(m *clustermap.Map, url string) *membership.Service {
+	t := c.t
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	st, err := store.Open(filepath.Join(t.TempDir(), "db"), store.Options{})
+	require.NoError(t, err)
+	t.Cleanup(func() { st.Close() })
+	require.NoError(t, st.SetClusterMap(m.Encode()))
+	self := m.ByURL(url).ID
+	clock, err := hlc.New(self, time.Now)
+	require.NoError(t, err)
+	local := &replica.Replica{Store: st, Clock: clock}
+	c.mu.Lock()
+	srv := c.server(url)
+	c.mu.Unlock()
+	s, err := membership.New(m, self, local, membership.Options{
+		Dial: func(to string, maps rpc.Maps) view.Peer {
+			c.mu.Lock()
+			defer c.mu.Unlock()
+			return c.link(url, to, maps)
+		},
+		Exchange: copier{c, url},
+		Timeout:  100 * time.Millisecond,
+	}, log)
+	require.NoError(t, err)
+	*srv = rpc.Server{Replica: local, MaxKeyBytes: 1024, MaxValueBytes: 1 << 20, Log: log, Maps: s}
+	c.mu.Lock()
+	c.members[url] = s
+	for k, d := range c.links {
+		if k[1] == url {
+			d.Cut(false) // after the server is filled: Cut orders it
+		}
+	}
+	c.mu.Unlock()
+	s.Start()
+	t.Cleanup(s.Close)
+	return s
+}
+
+// copier records which old replicas a gaining node copied from.
+type copier struct {
+	c   *cluster
+	url string
+}
+
+func (x copier) Exchange(_ context.Context, v *view.View, peer int, _ []partition.ID, pullOnly bool) (antientropy.ExchangeStats, error) {
+	if !pullOnly {
+		return antientropy.ExchangeStats{}, fmt.Errorf("a move pulls only")
+	}
+	if _, err := v.Peers[peer].Ping(v.Epoch(), time.Now().Add(time.Second)); err != nil {
+		return antientropy.ExchangeStats{}, err // a cut link fails the copy, as an exchange would
+	}
+	x.c.mu.Lock()
+	x.c.copied[x.url] = append(x.c.copied[x.url], peer)
+	x.c.mu.Unlock()
+	return antientropy.ExchangeStats{}, nil
+}
+
+// stable waits until every member has installed one map with no change
+// under way, and returns it.
+func (c *cluster) stable(timeout time.Duration) *clustermap.Map {
+	var m *clustermap.Map
+	require.Eventually(c.t, func() bool {
+		m = nil
+		for _, s := range c.members {
+			got, self := s.Map()
+			if self < 0 {
+				continue // left
+			}
+			if got.Change != nil || (m != nil && got.Epoch != m.Epoch) {
+				return false
+			}
+			m = got
+		}
+		return m != nil
+	}, timeout, 10*time.Millisecond)
+	return m
+}
+
+// A join goes through its stages on every member: the driver hands each
+// stage's map to all, the new node copies its gained partitions from every
+// old replica of them (stream), and only then do reads move (read-new).
+// A link from the new node cut in the stream stage holds the change there
+// until it heals.
+func TestJoinThroughItsStages(t *testing.T) {
+	urls := []string{"http://n1:1", "http://n2:1", "http://n3:1"}
+	m, err := clustermap.Seed(urls, 2)
+	require.NoError(t, err)
+	c := newCluster(t)
+	for _, u := range urls {
+		c.start(m, u)
+	}
+	first, err := c.members[urls[0]].Join("http://n4:1")
+	require.NoError(t, err)
+	require.Equal(t, clustermap.WriteBoth, first.Change.Stage)
+	_, err = c.members[urls[1]].Join("http://n5:1")
+	require.ErrorIs(t, err, membership.ErrChangeRefused, "one change at a time")
+
+	// The new node starts from a member's state, as --join does; its
+	// link to node 2 is cut before it can copy from it.
+	st, err := membership.ParseState(c.members[urls[0]].State())
+	require.NoError(t, err)
+	joiner := c.start(st.Map, "http://n4:1")
+	joinerID := st.Map.ByURL("http://n4:1").ID
+	c.mu.Lock()
+	cut := c.links[[2]string{"http://n4:1", urls[1]}]
+	c.mu.Unlock()
+	cut.Cut(true)
+	require.Eventually(t, func() bool {
+		got, _ := joiner.Map()
+		return got.Change != nil && got.Change.Stage == clustermap.Stream
+	}, 10*time.Second, 10*time.Millisecond, "the change reaches stream")
+	got, _ := c.members[urls[0]].Map()
+	require.Equal(t, clustermap.Stream, got.Change.Stage, "and stays there while the joiner cannot copy")
+	require.Less(t, joiner.Moved(), got.Epoch)
+
+	cut.Cut(false)
+	final := c.stable(20 * time.Second)
+	require.Len(t, final.Nodes, 4)
+	require.NotNil(t, final.ByURL("http://n4:1"))
+	require.Equal(t, joinerID, final.ByURL("http://n4:1").ID)
+
+	// The joiner copied from old replicas, and from node 2 only once its
+	// link healed.
+	c.mu.Lock()
+	sources := slices.Clone(c.copied["http://n4:1"])
+	c.mu.Unlock()
+	require.Contains(t, sources, 1, "node 2 is an old replica of some gained partition")
+	require.NotContains(t, sources, joinerID)
+}
