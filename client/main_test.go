@@ -46,7 +46,7 @@ func runMain(m *testing.M) int {
 	cfg := node.DefaultConfig()
 	cfg.Listen = addr
 	cfg.DataDir = dir
-	cfg.Sync = false
+	cfg.Store.Sync = false
 	cfg.Logger = slog.New(slog.DiscardHandler)
 	n, err := node.Start(cfg)
 	if err != nil {

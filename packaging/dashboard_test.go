@@ -146,9 +146,9 @@ type family struct {
 // carried).
 func exported(t *testing.T) map[string]family {
 	c := testcluster.Start(t, 3, func(_ int, cfg *node.Config) {
-		cfg.HintInterval = 50 * time.Millisecond
-		cfg.HintMaxBytes = 1000
-		cfg.Sync = true // the WAL fsync histogram
+		cfg.Handoff.Interval = 50 * time.Millisecond
+		cfg.Handoff.MaxBytes = 1000
+		cfg.Store.Sync = true // the WAL fsync histogram
 	})
 	cl := testcluster.NewClient(t)
 	t.Cleanup(cl.HTTP.CloseIdleConnections)

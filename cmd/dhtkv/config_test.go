@@ -76,8 +76,8 @@ func TestConfigPrecedence(t *testing.T) {
 			require.NoError(t, err)
 			assert.Equal(t, tc.listen, s.cfg.Listen, "listen")
 			assert.Equal(t, tc.admin, s.cfg.AdminListen, "admin-listen")
-			assert.Equal(t, tc.repair, s.cfg.ReadRepair, "read-repair")
-			assert.Equal(t, tc.sync, s.cfg.Sync, "sync")
+			assert.Equal(t, tc.repair, s.cfg.Coordinator.ReadRepair.String(), "read-repair")
+			assert.Equal(t, tc.sync, s.cfg.Store.Sync, "sync")
 			if tc.cache == 0 {
 				tc.cache = 64 << 20
 			}

@@ -65,46 +65,7 @@ func parseFlags(args []string, stdout io.Writer) (*settings, error) {
 	fs := flag.NewFlagSet("dhtkv", flag.ContinueOnError)
 	fs.SetOutput(io.Discard) // run prints one line itself
 	fs.String("config", "", "read flags from this `file`, one per line: name, a space, the value (command-line flags and DHTKV_* variables win)")
-	fs.StringVar(&cfg.Listen, "listen", cfg.Listen, "public API address `host:port`")
-	fs.StringVar(&cfg.DataDir, "data-dir", cfg.DataDir, "Pebble data `directory`")
-	fs.StringVar(&cfg.AdminListen, "admin-listen", "", "admin `host:port` for /debug/pprof/, /metrics, /livez, /readyz, /repair, /snapshot and /cluster (off when empty)")
-	sizeVar(fs, &cfg.CacheBytes, "cache-bytes", "read cache capacity, a `size` (64MiB, 1GB, bytes; 0 disables the cache)")
-	sizeVar(fs, &cfg.BlockCacheBytes, "block-cache-bytes", "Pebble block cache, a `size`")
-	sizeVar(fs, &cfg.MemTableBytes, "memtable-bytes", "Pebble memtable, a `size` (up to 4 in memory)")
-	fs.IntVar(&cfg.L0CompactionThreshold, "l0-compaction-threshold", cfg.L0CompactionThreshold, "L0 sublevels that trigger a compaction into the level below (writes stall at 4x)")
-	fs.BoolVar(&cfg.Sync, "sync", cfg.Sync, "fsync the WAL before acknowledging each write (false: fast, can lose acknowledged writes on a crash)")
-	sizeVar(fs, &cfg.MaxKeyBytes, "max-key-bytes", "longest key, a `size` (400 beyond)")
-	sizeVar(fs, &cfg.MaxValueBytes, "max-value-bytes", "largest value, a `size` (413 beyond)")
-	sizeVar(fs, &cfg.MaxHeaderBytes, "max-header-bytes", "largest request line + headers, a `size`")
-	sizeVar(fs, &cfg.MaxInflightBodyBytes, "max-inflight-body-bytes", "budget of the buffers holding the bodies of requests in flight, a `size`; a body beyond gets 503 (0: no budget)")
-	fs.DurationVar(&cfg.ReadTimeout, "read-timeout", cfg.ReadTimeout, "time to read a whole request")
-	fs.DurationVar(&cfg.WriteTimeout, "write-timeout", cfg.WriteTimeout, "time to write a whole response")
-	fs.DurationVar(&cfg.IdleTimeout, "idle-timeout", cfg.IdleTimeout, "keep-alive idle time before a connection is closed")
-	fs.IntVar(&cfg.MaxConnections, "max-connections", cfg.MaxConnections, "most client `connections` open at once, peers' included; beyond, 503 and closed (0: the descriptor limit less a reserve for Pebble and peers, see README)")
-	fs.IntVar(&cfg.MaxConnectionsPerIP, "max-connections-per-ip", cfg.MaxConnectionsPerIP, "most `connections` open at once from one address; beyond, 429 and closed (0: no cap; behind a proxy every client has its address)")
-	fs.StringVar(&cfg.Cluster, "cluster", "", "comma-separated `URLs` of all nodes, the same list on every node; seeds the cluster map at the first start only (empty: a cluster of one)")
-	fs.StringVar(&cfg.Join, "join", "", "a member's `URL`: take the cluster map from it at the first start (after dhtkvctl join or replace added this node)")
-	fs.StringVar(&cfg.Self, "self", "", "this node's `URL` in --cluster (default http://<listen>)")
-	fs.StringVar(&cfg.ClusterSecret, "cluster-secret", "", "shared `secret` required on node-to-node requests (403 without it); visible to other local users in ps: prefer --cluster-secret-file")
-	fs.StringVar(&cfg.ClusterSecretFile, "cluster-secret-file", "", "`file` holding the shared secret, one line (mode 600); without a secret or --peer-tls-ca every address must be loopback")
-	fs.StringVar(&cfg.TLSCert, "tls-cert", "", "PEM `file` of this node's certificate chain, leaf first: the public listener then speaks only TLS, to clients and nodes, and this node calls the others over TLS (all nodes or none; reread on SIGHUP)")
-	fs.StringVar(&cfg.TLSKey, "tls-key", "", "PEM `file` of --tls-cert's private key (mode 600; reread on SIGHUP)")
-	fs.StringVar(&cfg.PeerTLSCA, "peer-tls-ca", "", "PEM `file` of the CA certificates node certificates chain to: mutual TLS between nodes, internal endpoints 403 without a client certificate from it; --tls-cert must then allow serverAuth and clientAuth (reread on SIGHUP)")
-	fs.DurationVar(&cfg.ReplicaTimeout, "replica-timeout", cfg.ReplicaTimeout, "deadline of one request's replica calls (dial, write, read)")
-	fs.DurationVar(&cfg.MaxClockSkew, "max-clock-skew", cfg.MaxClockSkew, "how far ahead of this node's clock another node's versions may be; a node further off from its peers refuses to coordinate writes")
-	fs.StringVar(&cfg.ReadRepair, "read-repair", cfg.ReadRepair, "what a GET does with stale replicas it finds: blocking (repair them before replying), async, off")
-	fs.DurationVar(&cfg.HintWindow, "hint-window", cfg.HintWindow, "drop hints (writes kept for a replica that missed them) older than this; anti-entropy repairs what they carried")
-	sizeVar(fs, &cfg.HintMaxBytes, "hint-max-bytes", "most hints kept for one replica, a `size`")
-	sizeVar(fs, &cfg.HintReplayRate, "hint-replay-rate", "most hints delivered to returning replicas per second, a `size`")
-	fs.IntVar(&cfg.Replicas, "replicas", cfg.Replicas, "replication factor: nodes that keep each partition, the default and largest from; seeds the cluster map (0: the --cluster size)")
-	fs.DurationVar(&cfg.AEInterval, "ae-interval", cfg.AEInterval, "how often anti-entropy compares this node's data with each peer (0: only on demand, POST /repair on the admin port)")
-	sizeVar(fs, &cfg.AERate, "ae-rate", "most records anti-entropy pulls and pushes per second, a `size`")
-	fs.IntVar(&cfg.AEConcurrency, "ae-concurrency", cfg.AEConcurrency, "peers anti-entropy compares at once")
-	fs.IntVar(&cfg.MaxScans, "max-scans", cfg.MaxScans, "range `streams` in flight, public and internal together; beyond, 429")
-	sizeVar(fs, &cfg.ScanMinRate, "scan-min-rate", "slowest a range stream's client may read, a `size` per second: a piece of n bytes must be taken within 5s + n/rate, else the stream is aborted (0: no minimum)")
-	fs.DurationVar(&cfg.GCGrace, "gc-grace", cfg.GCGrace, "keep tombstones and expired values at least this long after the delete or expiry; then remove them once every replica has them (must exceed --hint-window + --max-clock-skew; 0: their sum + 1h)")
-	fs.DurationVar(&cfg.ReadHedgeDelay, "read-hedge-delay", cfg.ReadHedgeDelay, "a GET asks ack replicas first and the other from-ack on a failure or after this delay, longer while the fastest peer's 95th-percentile read latency is (0: all at once)")
-	fs.IntVar(&cfg.PeerConns, "peer-conns", cfg.PeerConns, "batches in flight to each peer at once, for reads and for writes each (one connection each)")
+	cfg.RegisterFlags(fs)
 	fs.DurationVar(&s.shutdown, "shutdown-timeout", 10*time.Second, "how long to wait for in-flight requests on SIGTERM")
 	logLevel := fs.String("log-level", "info", "`level`: debug, info, warn, error")
 	fs.StringVar(&s.logFormat, "log-format", "text", "`format` of the log lines on stderr: text (key=value) or json (one object per line)")
@@ -125,10 +86,9 @@ func parseFlags(args []string, stdout io.Writer) (*settings, error) {
 		return s, nil
 	case fs.NArg() > 0:
 		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
-	case cfg.MemTableBytes == 0:
-		return nil, errors.New("--memtable-bytes must be positive")
-	case cfg.L0CompactionThreshold < 1:
-		return nil, errors.New("--l0-compaction-threshold must be at least 1")
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
 	}
 	if err := s.logLevel.UnmarshalText([]byte(*logLevel)); err != nil {
 		return nil, fmt.Errorf("--log-level: %w", err)

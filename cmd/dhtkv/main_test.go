@@ -149,6 +149,9 @@ func TestRestartKeepsData(t *testing.T) {
 	require.Equal(t, 404, code, "a deleted data directory means no data")
 }
 
+// TestFlags: a flag that does not parse, or a setting Config.Validate
+// refuses, is a usage error (2, before anything starts); a configuration
+// that fails when the node starts exits 1; either way one line says why.
 func TestFlags(t *testing.T) {
 	for _, tc := range []struct {
 		args []string
@@ -165,12 +168,12 @@ func TestFlags(t *testing.T) {
 		{[]string{"--l0-compaction-threshold", "0"}, 2, "l0-compaction-threshold"},
 		{[]string{"--listen", "127.0.0.1:0", "--cluster", "http://127.0.0.1:1,http://127.0.0.1:2", "--self", "http://127.0.0.1:3"}, 1, "is not in --cluster"},
 		{[]string{"--listen", "127.0.0.1:0", "--cluster", "127.0.0.1:1"}, 1, "bad node URL"},
-		{[]string{"--listen", "127.0.0.1:0", "--replica-timeout", "0s"}, 1, "replica-timeout"},
-		{[]string{"--listen", "127.0.0.1:0", "--peer-conns", "0"}, 1, "peer-conns"},
-		{[]string{"--listen", "127.0.0.1:0", "--max-key-bytes", "0"}, 1, "limits"},
-		{[]string{"--listen", "127.0.0.1:0", "--max-connections", "-1"}, 1, "max-connections"},
-		{[]string{"--listen", "127.0.0.1:0", "--max-connections-per-ip", "-1"}, 1, "max-connections-per-ip"},
-		{[]string{"--listen", "127.0.0.1:0", "--max-value-bytes", "300000000"}, 1, "--max-inflight-body-bytes 268435456 must be 0 or hold the largest request body"},
+		{[]string{"--listen", "127.0.0.1:0", "--replica-timeout", "0s"}, 2, "replica-timeout"},
+		{[]string{"--listen", "127.0.0.1:0", "--peer-conns", "0"}, 2, "peer-conns"},
+		{[]string{"--listen", "127.0.0.1:0", "--max-key-bytes", "0"}, 2, "limits"},
+		{[]string{"--listen", "127.0.0.1:0", "--max-connections", "-1"}, 2, "max-connections"},
+		{[]string{"--listen", "127.0.0.1:0", "--max-connections-per-ip", "-1"}, 2, "max-connections-per-ip"},
+		{[]string{"--listen", "127.0.0.1:0", "--max-value-bytes", "300000000"}, 2, "--max-inflight-body-bytes 268435456 must be 0 or hold the largest request body"},
 	} {
 		var out, errb bytes.Buffer
 		args := append([]string{"--data-dir", t.TempDir()}, tc.args...)

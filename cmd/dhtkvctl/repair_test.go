@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/dhtkv/dhtkv/client"
+	"github.com/dhtkv/dhtkv/internal/cluster"
 	"github.com/dhtkv/dhtkv/internal/node"
 	"github.com/dhtkv/dhtkv/internal/testcluster"
 )
@@ -22,7 +23,7 @@ import (
 // 1 naming the failed exchange.
 func TestRepairCommand(t *testing.T) {
 	c := testcluster.Start(t, 3, func(_ int, cfg *node.Config) {
-		cfg.HintMaxBytes, cfg.ReadRepair = 1, "off"
+		cfg.Handoff.MaxBytes, cfg.Coordinator.ReadRepair = 1, cluster.RepairOff
 	})
 	cl := testcluster.NewClient(t)
 	c.StopNode(2)

@@ -41,11 +41,15 @@ package antientropy
 
 import (
 	"context"
+	"errors"
+	"flag"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"sync"
 	"time"
+
+	"github.com/dhtkv/dhtkv/internal/sizeflag"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/time/rate"
@@ -80,6 +84,30 @@ type Options struct {
 	// MaxKeyBytes bounds the keys a peer's segment lists may carry (the
 	// node's --max-key-bytes; default 1024).
 	MaxKeyBytes int
+}
+
+// DefaultOptions returns the defaults the fields document, an hour's
+// Interval.
+func DefaultOptions() Options {
+	o := Options{Interval: time.Hour}
+	o.EnsureDefaults()
+	return o
+}
+
+// RegisterFlags defines the flags of the fields that have one, with their
+// current values as defaults.
+func (o *Options) RegisterFlags(fs *flag.FlagSet) {
+	fs.DurationVar(&o.Interval, "ae-interval", o.Interval, "how often anti-entropy compares this node's data with each peer (0: only on demand, POST /repair on the admin port)")
+	sizeflag.Var(fs, &o.Rate, "ae-rate", "most records anti-entropy pulls and pushes per second, a `size`")
+	fs.IntVar(&o.Concurrency, "ae-concurrency", o.Concurrency, "peers anti-entropy compares at once")
+}
+
+// Validate refuses settings that cannot work.
+func (o *Options) Validate() error {
+	if o.Interval < 0 || o.Rate <= 0 || o.Concurrency < 1 {
+		return errors.New("--ae-interval must not be negative, --ae-rate must be positive and --ae-concurrency at least 1")
+	}
+	return nil
 }
 
 // EnsureDefaults fills the zero fields but Interval with their defaults.

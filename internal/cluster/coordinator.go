@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -159,6 +160,29 @@ type Options struct {
 	// ReadRepair says what a read does with the stale replicas it finds
 	// (--read-repair; default RepairBlocking, see repair.go).
 	ReadRepair RepairMode
+}
+
+// DefaultOptions returns the defaults the fields document, and the 5 ms
+// HedgeDelay the flag defaults to.
+func DefaultOptions() Options {
+	o := Options{HedgeDelay: 5 * time.Millisecond}
+	o.EnsureDefaults()
+	return o
+}
+
+// RegisterFlags defines the flags of the fields that have one, with their
+// current values as defaults (Timeout is the node's --replica-timeout).
+func (o *Options) RegisterFlags(fs *flag.FlagSet) {
+	fs.Var(&o.ReadRepair, "read-repair", "what a GET does with stale replicas it finds: blocking (repair them before replying), async, off")
+	fs.DurationVar(&o.HedgeDelay, "read-hedge-delay", o.HedgeDelay, "a GET asks ack replicas first and the other from-ack on a failure or after this delay, longer while the fastest peer's 95th-percentile read latency is (0: all at once)")
+}
+
+// Validate refuses settings that cannot work.
+func (o *Options) Validate() error {
+	if o.HedgeDelay < 0 {
+		return errors.New("--read-hedge-delay must not be negative")
+	}
+	return nil
 }
 
 // EnsureDefaults fills the zero fields with their defaults.

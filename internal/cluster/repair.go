@@ -54,6 +54,16 @@ var repairModes = []string{"blocking", "async", "off"}
 
 func (m RepairMode) String() string { return repairModes[m] }
 
+// Set reads a --read-repair value (flag.Value).
+func (m *RepairMode) Set(s string) error {
+	mode, err := ParseRepairMode(s)
+	if err != nil {
+		return err
+	}
+	*m = mode
+	return nil
+}
+
 // ParseRepairMode reads a --read-repair value.
 func ParseRepairMode(s string) (RepairMode, error) {
 	if i := slices.Index(repairModes, s); i >= 0 {

@@ -46,7 +46,7 @@ func BenchmarkAntiEntropyDifference(b *testing.B) {
 				}
 				c := testcluster.Start(b, 2, func(i int, cfg *node.Config) {
 					cfg.DataDir = dirs[i]
-					cfg.AERate = 1 << 30 // not the limit measured here
+					cfg.AntiEntropy.Rate = 1 << 30 // not the limit measured here
 				})
 				b.StartTimer()
 				st := c.Repair(b, 0)[0]

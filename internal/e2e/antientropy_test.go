@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/dhtkv/dhtkv/internal/cluster"
 	"github.com/dhtkv/dhtkv/internal/history"
 	"github.com/dhtkv/dhtkv/internal/node"
 	"github.com/dhtkv/dhtkv/internal/testcluster"
@@ -18,9 +19,9 @@ import (
 // (a byte cap below any hint's size).
 func aeOnly(interval time.Duration) testcluster.Option {
 	return func(_ int, cfg *node.Config) {
-		cfg.ReadRepair = "off"
-		cfg.HintMaxBytes = 1
-		cfg.AEInterval = interval
+		cfg.Coordinator.ReadRepair = cluster.RepairOff
+		cfg.Handoff.MaxBytes = 1
+		cfg.AntiEntropy.Interval = interval
 	}
 }
 
@@ -98,7 +99,7 @@ func TestAntiEntropyScheduled(t *testing.T) {
 		require.Equal(t, http.StatusCreated, cl.Put(t, c.URL(i%2), k, []byte(k), 2, 3))
 	}
 	for i := range 3 { // schedule from now on: the first exchange within the interval
-		c.Reconfigure(i, func(cfg *node.Config) { cfg.AEInterval = 100 * time.Millisecond })
+		c.Reconfigure(i, func(cfg *node.Config) { cfg.AntiEntropy.Interval = 100 * time.Millisecond })
 	}
 	c.StopNode(0)
 	c.StartNode(0)

@@ -76,7 +76,7 @@ func BenchmarkCoordinatorHandler(b *testing.B) {
 	cfg.Listen = strings.TrimPrefix(pc.urls[0], "http://")
 	cfg.Cluster = strings.Join(pc.urls, ",")
 	cfg.DataDir = filepath.Join(b.TempDir(), "coord")
-	cfg.Sync = false
+	cfg.Store.Sync = false
 	cfg.ReplicaTimeout = time.Second
 	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	n, err := node.New(cfg) // built, not served: the handler is called directly

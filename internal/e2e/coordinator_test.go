@@ -101,7 +101,7 @@ func TestCoordinatorSilentPeer(t *testing.T) {
 	// With a 50 ms hedge delay a read of a live replica is rarely hedged
 	// to the silent peer; when a slow moment does hedge one, the hedge
 	// and its straggler are both counted, and the checks allow for it.
-	hedge := func(_ int, cfg *node.Config) { cfg.ReadHedgeDelay = 50 * time.Millisecond }
+	hedge := func(_ int, cfg *node.Config) { cfg.Coordinator.HedgeDelay = 50 * time.Millisecond }
 	c := testcluster.Start(t, 2, withReplicaTimeout(replicaTimeout), withExtraMembers(hole.URL()), hedge)
 	cl := testcluster.NewClient(t)
 	p := placementOf(t, c)
@@ -275,7 +275,7 @@ func TestCoordinatorReadHedging(t *testing.T) {
 		t.Run(fmt.Sprintf("delay=%v", delay), func(t *testing.T) {
 			hole := newSilentPeer(t)
 			c := testcluster.Start(t, 2, withReplicaTimeout(replicaTimeout), withExtraMembers(hole.URL()),
-				func(_ int, cfg *node.Config) { cfg.ReadHedgeDelay = delay })
+				func(_ int, cfg *node.Config) { cfg.Coordinator.HedgeDelay = delay })
 			cl := testcluster.NewClient(t)
 			p := placementOf(t, c)
 

@@ -17,6 +17,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/dhtkv/dhtkv/internal/cluster"
 	"github.com/dhtkv/dhtkv/internal/history"
 	"github.com/dhtkv/dhtkv/internal/node"
 	"github.com/dhtkv/dhtkv/internal/testcluster"
@@ -304,8 +305,8 @@ func waitOps(t *testing.T, rec *history.Recorder, n int) {
 func TestFaultBlackholeThenRestore(t *testing.T) {
 	const timeout = time.Second
 	c := testcluster.StartLinked(t, 3, withReplicaTimeout(timeout), func(_ int, cfg *node.Config) {
-		cfg.HintInterval = 50 * time.Millisecond
-		cfg.ReadRepair = "off" // only hints may repair node 2
+		cfg.Handoff.Interval = 50 * time.Millisecond
+		cfg.Coordinator.ReadRepair = cluster.RepairOff // only hints may repair node 2
 	})
 	cl := testcluster.NewClient(t)
 	for _, from := range []int{0, 1} {

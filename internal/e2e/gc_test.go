@@ -19,10 +19,10 @@ import (
 // on demand.
 func withGC() testcluster.Option {
 	return func(_ int, cfg *node.Config) {
-		cfg.GCGrace = time.Second
-		cfg.GCInterval = 50 * time.Millisecond
-		cfg.HintWindow = 100 * time.Millisecond
-		cfg.HintMaxBytes = 1
+		cfg.GC.Grace = time.Second
+		cfg.GC.Interval = 50 * time.Millisecond
+		cfg.Handoff.Window = 100 * time.Millisecond
+		cfg.Handoff.MaxBytes = 1
 		cfg.MaxClockSkew = 500 * time.Millisecond
 	}
 }

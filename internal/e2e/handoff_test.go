@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/dhtkv/dhtkv/internal/cluster"
 	"github.com/dhtkv/dhtkv/internal/node"
 	"github.com/dhtkv/dhtkv/internal/testcluster"
 )
@@ -16,10 +17,10 @@ import (
 // that only hinted handoff can bring a replica back up to date.
 func withHints(window time.Duration, maxBytes int64) testcluster.Option {
 	return func(_ int, cfg *node.Config) {
-		cfg.HintInterval = 50 * time.Millisecond
-		cfg.HintWindow = window
-		cfg.HintMaxBytes = maxBytes
-		cfg.ReadRepair = "off"
+		cfg.Handoff.Interval = 50 * time.Millisecond
+		cfg.Handoff.Window = window
+		cfg.Handoff.MaxBytes = maxBytes
+		cfg.Coordinator.ReadRepair = cluster.RepairOff
 	}
 }
 

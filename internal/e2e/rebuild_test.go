@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/dhtkv/dhtkv/internal/cluster"
 	"github.com/dhtkv/dhtkv/internal/node"
 	"github.com/dhtkv/dhtkv/internal/testcluster"
 )
@@ -25,8 +26,8 @@ import (
 func TestRebuildWipedNode(t *testing.T) {
 	const a, b, cNode = 0, 1, 2
 	c := testcluster.Start(t, 3, func(_ int, cfg *node.Config) {
-		cfg.HintWindow = time.Millisecond
-		cfg.ReadRepair = "off"
+		cfg.Handoff.Window = time.Millisecond
+		cfg.Coordinator.ReadRepair = cluster.RepairOff
 	})
 	cl := testcluster.NewClient(t)
 	for i := range 3 { // the cluster has run long enough to know it exists

@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/dhtkv/dhtkv/internal/cluster"
 	"github.com/dhtkv/dhtkv/internal/node"
 	"github.com/dhtkv/dhtkv/internal/record"
 	"github.com/dhtkv/dhtkv/internal/testcluster"
@@ -75,7 +76,7 @@ func TestReadRepairMissingAndTombstone(t *testing.T) {
 // finds them disagreeing repairs, in the background, the third it never
 // asked too.
 func TestReadRepairAsyncReachesTheOthers(t *testing.T) {
-	c := testcluster.Start(t, 3, func(_ int, cfg *node.Config) { cfg.ReadRepair = "async" })
+	c := testcluster.Start(t, 3, func(_ int, cfg *node.Config) { cfg.Coordinator.ReadRepair = cluster.RepairAsync })
 	cl := testcluster.NewClient(t)
 	p := placementOf(t, c)
 	key := findKey(t, p, "async", 0, 1, 2) // node 0 reads itself and node 1
@@ -95,7 +96,7 @@ func TestReadRepairAsyncReachesTheOthers(t *testing.T) {
 // TestReadRepairOff: with --read-repair=off the disagreement stays (and a
 // quorum read still returns the newest version among its answers).
 func TestReadRepairOff(t *testing.T) {
-	c := testcluster.Start(t, 3, func(_ int, cfg *node.Config) { cfg.ReadRepair = "off" })
+	c := testcluster.Start(t, 3, func(_ int, cfg *node.Config) { cfg.Coordinator.ReadRepair = cluster.RepairOff })
 	cl := testcluster.NewClient(t)
 	key, lone := flipFlop(t, c, cl)
 	expectValue(t, cl, c.URL(lone), key, 3, 3, "W2")

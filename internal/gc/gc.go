@@ -29,6 +29,7 @@ package gc
 import (
 	"bytes"
 	"context"
+	"flag"
 	"log/slog"
 	"slices"
 	"time"
@@ -54,6 +55,16 @@ type Options struct {
 	// Interval is how often the collector checks whether a pass is due
 	// (default 1 min; see Collector.due).
 	Interval time.Duration
+}
+
+// DefaultOptions returns the defaults the fields document, with Grace 0:
+// the node derives it from the hint window and the clock skew bound.
+func DefaultOptions() Options { return Options{Interval: time.Minute} }
+
+// RegisterFlags defines the flags of the fields that have one, with their
+// current values as defaults.
+func (o *Options) RegisterFlags(fs *flag.FlagSet) {
+	fs.DurationVar(&o.Grace, "gc-grace", o.Grace, "keep tombstones and expired values at least this long after the delete or expiry; then remove them once every replica has them (must exceed --hint-window + --max-clock-skew; 0: their sum + 1h)")
 }
 
 // EnsureDefaults fills the zero fields with their defaults.

@@ -21,10 +21,13 @@ package handoff
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"log/slog"
 	"sync"
 	"time"
+
+	"github.com/dhtkv/dhtkv/internal/sizeflag"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/time/rate"
@@ -55,6 +58,29 @@ type Options struct {
 	// Timeout is one delivery call's deadline (the node's
 	// --replica-timeout; default 300 ms).
 	Timeout time.Duration
+}
+
+// DefaultOptions returns the defaults the fields document.
+func DefaultOptions() Options {
+	o := Options{}
+	o.EnsureDefaults()
+	return o
+}
+
+// RegisterFlags defines the flags of the fields that have one, with their
+// current values as defaults.
+func (o *Options) RegisterFlags(fs *flag.FlagSet) {
+	fs.DurationVar(&o.Window, "hint-window", o.Window, "drop hints (writes kept for a replica that missed them) older than this; anti-entropy repairs what they carried")
+	sizeflag.Var(fs, &o.MaxBytes, "hint-max-bytes", "most hints kept for one replica, a `size`")
+	sizeflag.Var(fs, &o.ReplayRate, "hint-replay-rate", "most hints delivered to returning replicas per second, a `size`")
+}
+
+// Validate refuses settings that cannot work.
+func (o *Options) Validate() error {
+	if o.Window <= 0 || o.MaxBytes <= 0 || o.ReplayRate <= 0 {
+		return errors.New("--hint-window, --hint-max-bytes and --hint-replay-rate must be positive")
+	}
+	return nil
 }
 
 // EnsureDefaults fills the zero fields with their defaults.

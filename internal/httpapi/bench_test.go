@@ -24,7 +24,7 @@ import (
 func newBenchServer(b testing.TB, sync bool, cacheBytes int64) fasthttp.RequestHandler {
 	cfg := node.DefaultConfig()
 	cfg.DataDir = b.TempDir()
-	cfg.Sync = sync
+	cfg.Store.Sync = sync
 	cfg.CacheBytes = cacheBytes
 	cfg.MaxValueBytes = 1 << 20
 	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))

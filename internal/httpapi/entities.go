@@ -212,10 +212,7 @@ func (s *Server) maxScans() int {
 // as it likes.
 func (s *Server) writeAllowance(n int, idle time.Duration) time.Duration {
 	rate := s.ScanMinRate
-	if rate == 0 {
-		rate = DefaultScanMinRate
-	}
-	if rate < 0 {
+	if rate <= 0 {
 		return idle
 	}
 	return min(idle, scanRateGrace+time.Duration(float64(n)/float64(rate)*float64(time.Second)))
@@ -231,15 +228,10 @@ func (s *Server) scanReleaseAfter() time.Duration {
 	case s.ScanReleaseAfter < 0:
 		return 0
 	case s.ScanReleaseAfter == 0:
-		return scanReleaseAfterDefault
+		return DefaultScanReleaseAfter
 	}
 	return s.ScanReleaseAfter
 }
-
-// scanReleaseAfterDefault is DefaultScanReleaseAfter, a variable so that
-// tests of nodes built by package node, which does not set
-// ScanReleaseAfter, can compare streams that never release.
-var scanReleaseAfterDefault = DefaultScanReleaseAfter
 
 func (s *Server) scanIdleTimeout() time.Duration {
 	if s.ScanIdleTimeout <= 0 {

@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/dhtkv/dhtkv/internal/httpapi"
+	"github.com/dhtkv/dhtkv/internal/node"
 	"github.com/dhtkv/dhtkv/internal/testcluster"
 )
 
@@ -27,8 +28,8 @@ const largeValue = 1 << 20
 
 // startWithLargeValue starts a node holding a 1 MiB value under "big",
 // read once so that the read cache holds it.
-func startWithLargeValue(t testing.TB) (*testcluster.Cluster, []byte) {
-	c := testcluster.Start(t, 1)
+func startWithLargeValue(t testing.TB, opts ...testcluster.Option) (*testcluster.Cluster, []byte) {
+	c := testcluster.Start(t, 1, opts...)
 	value := bytes.Repeat([]byte("0123456789abcdef"), largeValue/16)
 	cl := testcluster.NewClient(t)
 	require.Equal(t, http.StatusCreated, cl.Put(t, c.URL(0), "big", value, 1, 1))
@@ -72,8 +73,7 @@ func sendQueues(t *testing.T, port int) (busy int, queued int64) {
 func TestLargeValueSlowReadersShareTheCachedBytes(t *testing.T) {
 	const conns, pipelined = 32, 8
 	measure := func(t *testing.T, rawFrom int) float64 {
-		defer httpapi.SetRawValueMinBytes(rawFrom)()
-		c, _ := startWithLargeValue(t)
+		c, _ := startWithLargeValue(t, func(_ int, cfg *node.Config) { cfg.RawValueMinBytes = rawFrom })
 		addr := c.Config(0).Listen
 		port, err := strconv.Atoi(addr[strings.LastIndexByte(addr, ':')+1:])
 		require.NoError(t, err)
@@ -101,7 +101,7 @@ func TestLargeValueSlowReadersShareTheCachedBytes(t *testing.T) {
 		return growth
 	}
 	var copied, raw float64
-	t.Run("copied", func(t *testing.T) { copied = measure(t, 0) })
+	t.Run("copied", func(t *testing.T) { copied = measure(t, -1) })
 	t.Run("by reference", func(t *testing.T) { raw = measure(t, httpapi.RawValueMinBytes) })
 	t.Logf("heap growth with %d slow readers: copied %.1f MiB, by reference %.1f MiB", conns, copied/(1<<20), raw/(1<<20))
 	require.Greater(t, copied, float64(conns/2*largeValue), "copied, every waiting connection holds a copy")
@@ -116,15 +116,14 @@ func TestLargeValueSlowReadersShareTheCachedBytes(t *testing.T) {
 //
 //	go test -run '^$' -bench BenchmarkGetLargeCached -benchmem ./internal/httpapi/
 func BenchmarkGetLargeCached(b *testing.B) {
-	c, _ := startWithLargeValue(b)
-	addr := c.Config(0).Listen
-	for _, conns := range []int{1, 16} {
-		for _, v := range []struct {
-			name    string
-			rawFrom int
-		}{{"copied", 0}, {"by-reference", httpapi.RawValueMinBytes}} {
+	for _, v := range []struct {
+		name    string
+		rawFrom int
+	}{{"copied", -1}, {"by-reference", httpapi.RawValueMinBytes}} {
+		c, _ := startWithLargeValue(b, func(_ int, cfg *node.Config) { cfg.RawValueMinBytes = v.rawFrom })
+		addr := c.Config(0).Listen
+		for _, conns := range []int{1, 16} {
 			b.Run(fmt.Sprintf("%s/conns=%d", v.name, conns), func(b *testing.B) {
-				defer httpapi.SetRawValueMinBytes(v.rawFrom)()
 				clients := make([]*rawClient, conns)
 				for i := range clients {
 					clients[i] = dialRaw(b, addr)

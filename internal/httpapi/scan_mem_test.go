@@ -184,7 +184,6 @@ func TestScanStallsPinNoMemory(t *testing.T) {
 	}
 	type pinned struct{ iters, memtables, tables float64 }
 	measure := func(t *testing.T, releaseAfter time.Duration) pinned {
-		defer httpapi.SetScanReleaseAfterDefault(releaseAfter)()
 		const (
 			streams    = 16
 			memtable   = 4 << 20
@@ -197,7 +196,8 @@ func TestScanStallsPinNoMemory(t *testing.T) {
 		testcluster.FillStore(t, dir, records, valueSize)
 		c := testcluster.Start(t, 1, func(_ int, cfg *node.Config) {
 			cfg.DataDir = dir
-			cfg.MemTableBytes = memtable
+			cfg.Store.MemTableBytes = memtable
+			cfg.ScanReleaseAfter = releaseAfter
 			cfg.CacheBytes = 0
 			// The streams stay stalled for the whole test: neither the
 			// minimum rate nor the write timeout may end them.

@@ -71,7 +71,7 @@ type Server struct {
 	// 429 with the reason.
 	MaxScans int
 	// ScanMinRate is the slowest a stream's client may read, in bytes per
-	// second (--scan-min-rate; default DefaultScanMinRate; negative: no
+	// second (--scan-min-rate, whose default is DefaultScanMinRate; 0: no
 	// minimum, only ScanIdleTimeout): a piece of n bytes must be taken
 	// within 5 s + n/ScanMinRate, else the stream is aborted.
 	ScanMinRate int64
@@ -81,6 +81,10 @@ type Server struct {
 	// negative: never). The stream resumes from a new snapshot just after
 	// the last key it sent once the client reads again (docs/http.md).
 	ScanReleaseAfter time.Duration
+	// RawValueMinBytes is the size in bytes from which a GET's value is
+	// answered by reference instead of copied (default RawValueMinBytes;
+	// negative: always copied; see setValue).
+	RawValueMinBytes int
 	// RequirePeerCert makes the internal endpoints answer only requests
 	// on a TLS connection whose client certificate the handshake verified
 	// against --peer-tls-ca (mutual TLS: tlsconf.PeerVerified), in place
@@ -189,7 +193,7 @@ func (s *Server) entity(ctx *fasthttp.RequestCtx) Op {
 		case err != nil:
 			s.replicaError(ctx, err)
 		case res.Live():
-			setValue(ctx, res.Rec.Value)
+			s.setValue(ctx, res.Rec.Value)
 		default:
 			ctx.Error("not found\n", fasthttp.StatusNotFound)
 		}
@@ -216,13 +220,8 @@ func (s *Server) entity(ctx *fasthttp.RequestCtx) Op {
 	return op
 }
 
-// RawValueMinBytes is the size from which a GET's value is answered by
-// reference instead of copied (setValue).
+// RawValueMinBytes is Server.RawValueMinBytes's default: 16 KiB.
 const RawValueMinBytes = 16 << 10
-
-// rawValueMinBytes is RawValueMinBytes, a variable so that tests can
-// compare with copying every value (0: always copy).
-var rawValueMinBytes = RawValueMinBytes
 
 // setValue makes value the response body. A value of RawValueMinBytes or
 // more is not copied: the response references it (SetBodyRaw), so that
@@ -248,8 +247,12 @@ var rawValueMinBytes = RawValueMinBytes
 //   - a cache fill, or a read with the cache off, returns a buffer
 //     store.AppendEnvelope allocated for that read;
 //   - another replica's answer is a clone rpc.Peer made for this call.
-func setValue(ctx *fasthttp.RequestCtx, value []byte) {
-	if rawValueMinBytes > 0 && len(value) >= rawValueMinBytes {
+func (s *Server) setValue(ctx *fasthttp.RequestCtx, value []byte) {
+	raw := s.RawValueMinBytes
+	if raw == 0 {
+		raw = RawValueMinBytes
+	}
+	if raw > 0 && len(value) >= raw {
 		ctx.Response.SetBodyRaw(value)
 		return
 	}

@@ -34,7 +34,7 @@ import (
 // (it owns the peers' transports, which every other part calls through,
 // so they close last), then the probe, hinted handoff, the coordinator,
 // anti-entropy, garbage collection, and a rebuild last.
-func (n *Node) buildCluster(cmap *clustermap.Map, self int, joined bool, clock *hlc.Clock, local *replica.Replica, repair cluster.RepairMode, peerTLS *tls.Config) error {
+func (n *Node) buildCluster(cmap *clustermap.Map, self int, joined bool, clock *hlc.Clock, local *replica.Replica, peerTLS *tls.Config) error {
 	cfg, log := n.cfg, n.log
 	rpcMetrics := rpc.NewMetrics(n.registry)
 	peerOpts := rpc.PeerOptions{
@@ -92,25 +92,27 @@ func (n *Node) buildCluster(cmap *clustermap.Map, self int, joined bool, clock *
 	n.rebuild = rebuild.New(local, n.members.View, n.streams, rebuild.Options{
 		Rebuilding: id.Rebuilding, Done: func() error { return record(func(i *store.Identity) { i.Rebuilding = false }) },
 	}, log)
-	n.hints, err = handoff.New(n.store, n.members.View, func(target int) { ae.Soon(target) }, handoff.Options{
-		Window: cfg.HintWindow, MaxBytes: cfg.HintMaxBytes, ReplayRate: cfg.HintReplayRate, Interval: cfg.HintInterval,
-		Timeout: cfg.ReplicaTimeout,
-	}, log)
+	hintOpts := cfg.Handoff
+	hintOpts.Timeout = cfg.ReplicaTimeout
+	n.hints, err = handoff.New(n.store, n.members.View, func(target int) { ae.Soon(target) }, hintOpts, log)
 	if err != nil {
 		n.members.Close()
 		n.streams.Close()
 		return err
 	}
+	coordOpts := cfg.Coordinator
+	coordOpts.Timeout = cfg.ReplicaTimeout
 	n.coord = cluster.New(cluster.Deps{
 		Views: n.members.View, Gate: n.members, Clock: clock, Local: local, Hints: n.hints,
 		ClockCheck: n.probe.Check, Rebuilding: n.rebuild.Rebuilding, Streams: n.streams,
-	}, cluster.Options{Timeout: cfg.ReplicaTimeout, HedgeDelay: cfg.ReadHedgeDelay, ReadRepair: repair}, log)
-	ae = antientropy.New(local, n.members.View, n.coord.ApplyRemote, n.rebuild.Rebuilding, antientropy.Options{
-		Interval: cfg.AEInterval, Rate: cfg.AERate, Concurrency: cfg.AEConcurrency,
-		Timeout: cfg.ReplicaTimeout, SummaryTimeout: peerOpts.SummaryTimeout, MaxKeyBytes: cfg.MaxKeyBytes,
-	}, log)
+	}, coordOpts, log)
+	aeOpts := cfg.AntiEntropy
+	aeOpts.Timeout, aeOpts.SummaryTimeout, aeOpts.MaxKeyBytes = cfg.ReplicaTimeout, peerOpts.SummaryTimeout, cfg.MaxKeyBytes
+	ae = antientropy.New(local, n.members.View, n.coord.ApplyRemote, n.rebuild.Rebuilding, aeOpts, log)
 	n.ae = ae
-	n.gc = gc.New(local, n.members.View, ae.SyncedSince, n.rebuild.Rebuilding, gc.Options{Grace: cfg.GCGrace, Interval: cfg.GCInterval}, log)
+	gcOpts := cfg.GC
+	gcOpts.Grace = cfg.gcGrace()
+	n.gc = gc.New(local, n.members.View, ae.SyncedSince, n.rebuild.Rebuilding, gcOpts, log)
 
 	n.members.Register(n.registry)
 	n.probe.Register(n.registry)

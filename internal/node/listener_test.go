@@ -139,7 +139,7 @@ func TestServeFailureIsReported(t *testing.T) {
 	cfg.Listen = "127.0.0.1:0"
 	cfg.Self = "http://127.0.0.1:1" // any URL: a cluster of one never calls itself
 	cfg.DataDir = t.TempDir()
-	cfg.Sync = false
+	cfg.Store.Sync = false
 	cfg.Logger = slog.New(slog.NewTextHandler(logFile, nil))
 	n, err := Start(cfg)
 	require.NoError(t, err)

@@ -58,21 +58,10 @@ type Config struct {
 	// CacheBytes is the read cache's capacity in bytes (--cache-bytes); 0
 	// disables it. The default value is 64 MiB.
 	CacheBytes int64
-	// BlockCacheBytes is Pebble's block cache in bytes
-	// (--block-cache-bytes). The default value is 64 MiB.
-	BlockCacheBytes int64
-	// MemTableBytes is one Pebble memtable in bytes (--memtable-bytes); up
-	// to store.MemTableStopWrites of them are in memory. The default value
-	// is 16 MiB.
-	MemTableBytes uint64
-	// Sync makes an acknowledged write durable: the WAL is fsynced before
-	// the answer (--sync). The default value is true.
-	Sync bool
-	// L0CompactionThreshold is how many L0 sublevels trigger a compaction
-	// into the level below; writes stall at four times as many
-	// (--l0-compaction-threshold, see store.Options). The default value is
-	// 16.
-	L0CompactionThreshold int
+	// Store configures Pebble (store.Options: --sync, --block-cache-bytes,
+	// --memtable-bytes, --l0-compaction-threshold). The default value is
+	// store.DefaultOptions().
+	Store store.Options
 
 	// MaxKeyBytes is the longest key in bytes (--max-key-bytes; 400
 	// beyond). The default value is 1024.
@@ -164,38 +153,24 @@ type Config struct {
 	// writes beyond it, and a node whose clock is off from its peers' by
 	// more refuses to coordinate writes. The default value is 5 s.
 	MaxClockSkew time.Duration
-	// ReadRepair is what a GET does with the stale replicas it finds:
-	// blocking (write the newest record to them before replying), async
-	// (in the background) or off (--read-repair, see cluster/repair.go).
-	// The default value is blocking.
-	ReadRepair string
-	// HintWindow is how old a hint (a write kept for a replica that
-	// missed it) may get before it is dropped (--hint-window). The default
-	// value is 3 h.
-	HintWindow time.Duration
-	// HintMaxBytes caps the hints kept for one replica, in bytes
-	// (--hint-max-bytes). The default value is 256 MiB.
-	HintMaxBytes int64
-	// HintReplayRate is the most hint bytes per second delivered to
-	// returning replicas (--hint-replay-rate). The default value is 4 MiB.
-	HintReplayRate int64
-	// HintInterval is how often hints are offered to their replicas. The
-	// default value is 1 s; tests shorten it.
-	HintInterval time.Duration
+	// Coordinator configures the request path (cluster.Options:
+	// --read-repair, --read-hedge-delay; its Timeout is ReplicaTimeout).
+	// The default value is cluster.DefaultOptions().
+	Coordinator cluster.Options
+	// Handoff configures hinted handoff (handoff.Options: --hint-window,
+	// --hint-max-bytes, --hint-replay-rate; Interval has no flag, tests
+	// shorten it; its Timeout is ReplicaTimeout). The default value is
+	// handoff.DefaultOptions().
+	Handoff handoff.Options
 	// Replicas is the replication factor: how many nodes keep each
 	// partition, the default and largest from of a request (--replicas).
 	// It seeds the cluster map, which keeps it from then on. The default
 	// value is 0: the size of the --cluster list.
 	Replicas int
-	// AEInterval is how often this node compares its data with each peer
-	// (--ae-interval; 0: only on demand). The default value is 1 h.
-	AEInterval time.Duration
-	// AERate is the most record bytes a second anti-entropy pulls and
-	// pushes (--ae-rate). The default value is 8 MiB.
-	AERate int64
-	// AEConcurrency is how many peers anti-entropy compares at once
-	// (--ae-concurrency). The default value is 1.
-	AEConcurrency int
+	// AntiEntropy configures anti-entropy (antientropy.Options:
+	// --ae-interval, --ae-rate, --ae-concurrency). The default value is
+	// antientropy.DefaultOptions().
+	AntiEntropy antientropy.Options
 	// MaxScans bounds the range streams in flight, public and internal
 	// (--max-scans; 429 beyond). The default value is 64.
 	MaxScans int
@@ -204,19 +179,21 @@ type Config struct {
 	// within 5 s + n/rate; 0: no minimum, only WriteTimeout between
 	// pieces). The default value is 16 KiB.
 	ScanMinRate int64
-	// GCGrace is how long a tombstone or an expired value is kept at
-	// least, from its delete or expiry, before garbage collection may
-	// remove it (--gc-grace); it must exceed HintWindow plus MaxClockSkew.
-	// The default value is 0: HintWindow + MaxClockSkew + 1 h (4 h 5 s
-	// with their defaults).
-	GCGrace time.Duration
-	// GCInterval is how often garbage collection looks for what it may
-	// remove. The default value is 1 min; tests shorten it.
-	GCInterval time.Duration
-	// ReadHedgeDelay is the least time a GET waits for its first ack
-	// replicas before asking the others (--read-hedge-delay; 0 asks all at
-	// once). The default value is 5 ms.
-	ReadHedgeDelay time.Duration
+	// ScanReleaseAfter is how long a range stream's write to its client
+	// may block before the stream releases its store snapshot
+	// (httpapi.Server.ScanReleaseAfter; no flag: tests compare streams
+	// that never release, -1). The default value is 0: 100 ms.
+	ScanReleaseAfter time.Duration
+	// RawValueMinBytes is the size from which a GET's value is answered by
+	// reference instead of copied (httpapi.Server.RawValueMinBytes; no
+	// flag: tests compare with copying, -1). The default value is 0:
+	// 16 KiB.
+	RawValueMinBytes int
+	// GC configures garbage collection (gc.Options: --gc-grace, whose
+	// default 0 the node turns into Handoff.Window + MaxClockSkew + 1 h;
+	// Interval has no flag, tests shorten it). The default value is
+	// gc.DefaultOptions().
+	GC gc.Options
 	// PeerConns is how many batches may be in flight to each peer at
 	// once, for reads and for writes each (--peer-conns). The default
 	// value is 1.
@@ -237,36 +214,27 @@ type Config struct {
 // DefaultConfig returns the defaults Config documents.
 func DefaultConfig() Config {
 	return Config{
-		Listen:                "127.0.0.1:8080",
-		DataDir:               "./data/node1",
-		CacheBytes:            64 << 20,
-		BlockCacheBytes:       64 << 20,
-		MemTableBytes:         16 << 20,
-		Sync:                  true,
-		L0CompactionThreshold: 16,
-		MaxKeyBytes:           1024,
-		MaxValueBytes:         16 << 20,
-		MaxHeaderBytes:        8 << 10,
-		MaxInflightBodyBytes:  256 << 20,
-		ReadTimeout:           30 * time.Second,
-		WriteTimeout:          30 * time.Second,
-		IdleTimeout:           2 * time.Minute,
-		MaxConnectionsPerIP:   1024,
-		ReplicaTimeout:        300 * time.Millisecond,
-		MaxClockSkew:          hlc.DefaultMaxAhead,
-		ReadRepair:            "blocking",
-		HintWindow:            3 * time.Hour,
-		HintMaxBytes:          256 << 20,
-		HintReplayRate:        4 << 20,
-		HintInterval:          time.Second,
-		AEInterval:            time.Hour,
-		AERate:                8 << 20,
-		AEConcurrency:         1,
-		MaxScans:              httpapi.DefaultMaxScans,
-		ScanMinRate:           httpapi.DefaultScanMinRate,
-		GCInterval:            time.Minute,
-		ReadHedgeDelay:        5 * time.Millisecond,
-		PeerConns:             1,
+		Listen:               "127.0.0.1:8080",
+		DataDir:              "./data/node1",
+		CacheBytes:           64 << 20,
+		Store:                store.DefaultOptions(),
+		MaxKeyBytes:          1024,
+		MaxValueBytes:        16 << 20,
+		MaxHeaderBytes:       8 << 10,
+		MaxInflightBodyBytes: 256 << 20,
+		ReadTimeout:          30 * time.Second,
+		WriteTimeout:         30 * time.Second,
+		IdleTimeout:          2 * time.Minute,
+		MaxConnectionsPerIP:  1024,
+		ReplicaTimeout:       300 * time.Millisecond,
+		MaxClockSkew:         hlc.DefaultMaxAhead,
+		Coordinator:          cluster.DefaultOptions(),
+		Handoff:              handoff.DefaultOptions(),
+		AntiEntropy:          antientropy.DefaultOptions(),
+		GC:                   gc.DefaultOptions(),
+		MaxScans:             httpapi.DefaultMaxScans,
+		ScanMinRate:          httpapi.DefaultScanMinRate,
+		PeerConns:            1,
 	}
 }
 
@@ -275,8 +243,10 @@ func DefaultConfig() Config {
 // value.
 func (cfg *Config) maxBatchBytes() int { return cfg.MaxValueBytes + cfg.MaxKeyBytes + 64 }
 
-// validate checks the settings that the parts would otherwise misuse.
-func (cfg *Config) validate() error {
+// Validate checks the settings that the parts would otherwise misuse: the
+// node's own, then each part's (its Options.Validate). The command line
+// and New both call it, so a setting is refused in one place.
+func (cfg *Config) Validate() error {
 	switch {
 	case cfg.MaxKeyBytes < 1 || cfg.MaxValueBytes < 0 || cfg.MaxHeaderBytes < 1024:
 		return fmt.Errorf("limits: key %d, value %d, header %d bytes: out of range", cfg.MaxKeyBytes, cfg.MaxValueBytes, cfg.MaxHeaderBytes)
@@ -286,19 +256,29 @@ func (cfg *Config) validate() error {
 		return fmt.Errorf("--peer-conns must be at least 1")
 	case cfg.MaxClockSkew <= 0:
 		return fmt.Errorf("--max-clock-skew must be positive")
-	case cfg.ReadHedgeDelay < 0:
-		return fmt.Errorf("--read-hedge-delay must not be negative")
-	case cfg.MemTableBytes == 0:
-		return fmt.Errorf("--memtable-bytes must be positive")
-	case cfg.L0CompactionThreshold < 1:
-		return fmt.Errorf("--l0-compaction-threshold must be at least 1")
 	case cfg.MaxConnections < 0 || cfg.MaxConnectionsPerIP < 0:
 		return fmt.Errorf("--max-connections and --max-connections-per-ip must not be negative")
 	case cfg.MaxInflightBodyBytes < 0 || cfg.MaxInflightBodyBytes > 0 && cfg.MaxInflightBodyBytes < int64(cfg.maxBatchBytes()):
 		return fmt.Errorf("--max-inflight-body-bytes %d must be 0 or hold the largest request body, %d bytes (--max-value-bytes + --max-key-bytes + 64)",
 			cfg.MaxInflightBodyBytes, cfg.maxBatchBytes())
+	case cfg.GC.Grace < 0 || cfg.GC.Grace > 0 && cfg.GC.Grace <= cfg.Handoff.Window+cfg.MaxClockSkew:
+		return fmt.Errorf("--gc-grace %v must exceed --hint-window %v plus --max-clock-skew %v: a hint still held could otherwise bring back a collected delete", cfg.GC.Grace, cfg.Handoff.Window, cfg.MaxClockSkew)
+	}
+	for _, v := range []interface{ Validate() error }{&cfg.Store, &cfg.Coordinator, &cfg.Handoff, &cfg.AntiEntropy} {
+		if err := v.Validate(); err != nil {
+			return err
+		}
 	}
 	return nil
+}
+
+// gcGrace is GC.Grace, or its default derived from the hint window and
+// the clock skew bound (see GC).
+func (cfg *Config) gcGrace() time.Duration {
+	if cfg.GC.Grace == 0 {
+		return cfg.Handoff.Window + cfg.MaxClockSkew + time.Hour
+	}
+	return cfg.GC.Grace
 }
 
 // Node is one dhtkv server. New builds it without opening any socket;
@@ -360,7 +340,7 @@ func New(cfg Config) (_ *Node, err error) {
 		}
 		topo = clustermap.Topology{Nodes: []string{cfg.Join}, Self: -1}
 	}
-	if err := cfg.validate(); err != nil {
+	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	secretWarning, err := loadSecret(&cfg)
@@ -380,16 +360,6 @@ func New(cfg Config) (_ *Node, err error) {
 	if err := checkExposure(cfg, topo.Nodes); err != nil {
 		return nil, err
 	}
-	if cfg.GCGrace == 0 {
-		cfg.GCGrace = cfg.HintWindow + cfg.MaxClockSkew + time.Hour
-	}
-	if cfg.GCGrace <= cfg.HintWindow+cfg.MaxClockSkew {
-		return nil, fmt.Errorf("--gc-grace %v must exceed --hint-window %v plus --max-clock-skew %v: a hint still held could otherwise bring back a collected delete", cfg.GCGrace, cfg.HintWindow, cfg.MaxClockSkew)
-	}
-	repair, err := cluster.ParseRepairMode(cfg.ReadRepair)
-	if err != nil {
-		return nil, fmt.Errorf("--read-repair: %w", err)
-	}
 	now := time.Now
 	if cfg.ClockOffset != 0 {
 		now = func() time.Time { return time.Now().Add(cfg.ClockOffset) }
@@ -404,9 +374,9 @@ func New(cfg Config) (_ *Node, err error) {
 			n.closeStorage()
 		}
 	}()
-	n.store, err = store.Open(cfg.DataDir, store.Options{
-		Sync: cfg.Sync, L0CompactionThreshold: cfg.L0CompactionThreshold, BlockCacheBytes: cfg.BlockCacheBytes, MemTableBytes: cfg.MemTableBytes, Logger: log,
-	})
+	storeOpts := cfg.Store
+	storeOpts.Logger = log
+	n.store, err = store.Open(cfg.DataDir, storeOpts)
 	if err != nil {
 		return nil, lockError(cfg.DataDir, err)
 	}
@@ -471,7 +441,7 @@ func New(cfg Config) (_ *Node, err error) {
 		}
 	}
 	local := &replica.Replica{Store: n.store, Cache: n.cache, Versions: replica.NewVersionFilter(replica.DefaultVersionSlots, floor), Clock: clock}
-	if err := n.buildCluster(cmap, self, joined, clock, local, repair, peerTLS); err != nil {
+	if err := n.buildCluster(cmap, self, joined, clock, local, peerTLS); err != nil {
 		return nil, err
 	}
 	n.api = &httpapi.Server{
@@ -488,11 +458,13 @@ func New(cfg Config) (_ *Node, err error) {
 			MaxKeyBytes: cfg.MaxKeyBytes, MaxValueBytes: cfg.MaxValueBytes, MaxBatchBytes: cfg.maxBatchBytes(),
 			MaxInflightBodyBytes: cfg.MaxInflightBodyBytes,
 		},
-		Started:         time.Now(),
-		ScanIdleTimeout: cfg.WriteTimeout,
-		MaxScans:        cfg.MaxScans,
-		ScanMinRate:     scanMinRate(cfg.ScanMinRate),
-		RequirePeerCert: certs != nil && certs.Mutual(),
+		Started:          time.Now(),
+		ScanIdleTimeout:  cfg.WriteTimeout,
+		MaxScans:         cfg.MaxScans,
+		ScanMinRate:      cfg.ScanMinRate,
+		ScanReleaseAfter: cfg.ScanReleaseAfter,
+		RawValueMinBytes: cfg.RawValueMinBytes,
+		RequirePeerCert:  certs != nil && certs.Mutual(),
 	}
 	n.srv = &fasthttp.Server{
 		Handler:      n.api.Handler,
@@ -613,7 +585,7 @@ func (n *Node) Serve() error {
 	<-ready.ready
 	m, self := n.members.Map() // self is -1 if a newer map already put it out
 	n.log.Info("dhtkv node started", "listen", n.ln.Addr().String(), "admin", cfg.AdminListen,
-		"data_dir", cfg.DataDir, "self", cfg.Self, "node_id", self, "cluster_map", m.String(), "sync", cfg.Sync,
+		"data_dir", cfg.DataDir, "self", cfg.Self, "node_id", self, "cluster_map", m.String(), "sync", cfg.Store.Sync,
 		"version", buildinfo.Version(), "max_connections", cfg.MaxConnections, "max_connections_per_ip", cfg.MaxConnectionsPerIP,
 		"tls", tlsMode(n.certs))
 	return nil
@@ -753,13 +725,4 @@ type fasthttpLogger struct{ l *slog.Logger }
 
 func (f fasthttpLogger) Printf(format string, args ...any) {
 	f.l.Debug(fmt.Sprintf(format, args...), "component", "fasthttp")
-}
-
-// scanMinRate maps --scan-min-rate to httpapi.Server.ScanMinRate: 0 there
-// means the default, here no minimum.
-func scanMinRate(r int64) int64 {
-	if r == 0 {
-		return -1
-	}
-	return r
 }

@@ -13,6 +13,7 @@ package store
 import (
 	"encoding/binary"
 	"errors"
+	"flag"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -24,6 +25,7 @@ import (
 
 	"github.com/dhtkv/dhtkv/internal/partition"
 	"github.com/dhtkv/dhtkv/internal/record"
+	"github.com/dhtkv/dhtkv/internal/sizeflag"
 )
 
 const (
@@ -50,18 +52,20 @@ const FormatMajorVersion = pebble.FormatValueSeparation
 // Options configures a Store. Zero fields take the defaults noted.
 type Options struct {
 	// Sync makes every acknowledged write durable (fsync of the WAL before
-	// Apply returns). Concurrent writers share fsyncs in Pebble's commit
+	// Apply returns; --sync, default true in DefaultOptions). Concurrent writers share fsyncs in Pebble's commit
 	// pipeline. With Sync false, Pebble buffers WAL writes in the process
 	// and even a process crash can lose acknowledged writes.
 	Sync bool
-	// BlockCacheBytes sizes Pebble's block cache (default 64 MiB).
+	// BlockCacheBytes sizes Pebble's block cache in bytes
+	// (--block-cache-bytes; default 64 MiB).
 	BlockCacheBytes int64
-	// MemTableBytes sizes one memtable (default 16 MiB); up to
+	// MemTableBytes sizes one memtable in bytes (--memtable-bytes;
+	// default 16 MiB); up to
 	// MemTableStopWrites of them (4) can be in memory while flushes lag.
 	MemTableBytes uint64
 	// L0CompactionThreshold is how many L0 sublevels (roughly: memtable
 	// flushes) accumulate before they are compacted into the level below
-	// (default 16; Pebble's own default is 4). Writes stall at four times
+	// (--l0-compaction-threshold; default 16; Pebble's own default is 4). Writes stall at four times
 	// as many. See docs/storage.md: overwrite-heavy workloads rewrite the
 	// base level on every L0 compaction, so compacting 16 flushes at once
 	// instead of 4 costs a PUT much less CPU (figures there), at the price
@@ -74,7 +78,34 @@ type Options struct {
 // MemTableStopWrites is how many memtables may queue before writes stall.
 const MemTableStopWrites = 4
 
-func (o *Options) defaults() {
+// DefaultOptions returns the defaults the fields document, Sync on.
+func DefaultOptions() Options {
+	return Options{Sync: true, BlockCacheBytes: 64 << 20, MemTableBytes: 16 << 20, L0CompactionThreshold: 16}
+}
+
+// RegisterFlags defines the flags of the fields that have one, with their
+// current values as defaults.
+func (o *Options) RegisterFlags(fs *flag.FlagSet) {
+	fs.BoolVar(&o.Sync, "sync", o.Sync, "fsync the WAL before acknowledging each write (false: fast, can lose acknowledged writes on a crash)")
+	sizeflag.Var(fs, &o.BlockCacheBytes, "block-cache-bytes", "Pebble block cache, a `size`")
+	sizeflag.Var(fs, &o.MemTableBytes, "memtable-bytes", "Pebble memtable, a `size` (up to 4 in memory)")
+	fs.IntVar(&o.L0CompactionThreshold, "l0-compaction-threshold", o.L0CompactionThreshold, "L0 sublevels that trigger a compaction into the level below (writes stall at 4x)")
+}
+
+// Validate refuses the settings Pebble would misuse.
+func (o *Options) Validate() error {
+	switch {
+	case o.MemTableBytes == 0:
+		return errors.New("--memtable-bytes must be positive")
+	case o.L0CompactionThreshold < 1:
+		return errors.New("--l0-compaction-threshold must be at least 1")
+	}
+	return nil
+}
+
+// EnsureDefaults fills the zero fields with their defaults (Sync has
+// none: false is a choice).
+func (o *Options) EnsureDefaults() {
 	if o.BlockCacheBytes <= 0 {
 		o.BlockCacheBytes = 64 << 20
 	}
@@ -107,7 +138,7 @@ type Store struct {
 
 // Open opens (creating if needed) the store in dir.
 func Open(dir string, o Options) (*Store, error) {
-	o.defaults()
+	o.EnsureDefaults()
 	cache := pebble.NewCache(o.BlockCacheBytes)
 	defer cache.Unref() // the DB holds its own reference
 

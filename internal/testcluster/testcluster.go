@@ -74,15 +74,15 @@ func start(t testing.TB, ports []int, opts []Option) *Cluster {
 		cfg.Listen = fmt.Sprintf("127.0.0.1:%d", ports[i])
 		cfg.DataDir = filepath.Join(t.TempDir(), fmt.Sprintf("node%d", i+1))
 		cfg.Cluster = strings.Join(urls, ",")
-		cfg.Sync = false // tests that need fsync semantics run the binary
+		cfg.Store.Sync = false // tests that need fsync semantics run the binary
 		cfg.CacheBytes = 8 << 20
-		cfg.BlockCacheBytes = 8 << 20
-		cfg.MemTableBytes = 4 << 20
+		cfg.Store.BlockCacheBytes = 8 << 20
+		cfg.Store.MemTableBytes = 4 << 20
 		cfg.ReplicaTimeout = 500 * time.Millisecond
 		// Anti-entropy only when a test asks (Repair, or an Option setting
 		// AEInterval): a scheduled exchange would repair what a test of
 		// another mechanism means to watch.
-		cfg.AEInterval = 0
+		cfg.AntiEntropy.Interval = 0
 		cfg.AdminListen = "127.0.0.1:0"
 		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 		if testing.Verbose() {

@@ -1,4 +1,4 @@
-package main
+package sizeflag
 
 import (
 	"math"
@@ -36,7 +36,7 @@ func TestParseSize(t *testing.T) {
 		{in: "8EiB", err: "too large"}, // 2^63: beyond int64
 		{in: "16EiB", err: "is not a size"},
 	} {
-		got, err := parseSize[int64](tc.in)
+		got, err := Parse[int64](tc.in)
 		if tc.err != "" {
 			assert.ErrorContains(t, err, tc.err, "%q", tc.in)
 			continue
@@ -47,9 +47,9 @@ func TestParseSize(t *testing.T) {
 	}
 	// The range is the field's: an int flag refuses what its type cannot
 	// hold; a uint64 flag takes all 64 bits.
-	_, err := parseSize[int](strconv.FormatUint(math.MaxInt+1, 10))
+	_, err := Parse[int](strconv.FormatUint(math.MaxInt+1, 10))
 	assert.ErrorContains(t, err, "too large")
-	u, err := parseSize[uint64]("8EiB")
+	u, err := Parse[uint64]("8EiB")
 	require.NoError(t, err)
 	assert.Equal(t, uint64(1)<<63, u)
 }
@@ -70,8 +70,8 @@ func TestFormatSize(t *testing.T) {
 		{(64 << 20) + 1, "67108865"},
 		{5 << 40, "5TiB"},
 	} {
-		assert.Equal(t, tc.want, formatSize(tc.in))
-		back, err := parseSize[uint64](tc.want)
+		assert.Equal(t, tc.want, Format(tc.in))
+		back, err := Parse[uint64](tc.want)
 		require.NoError(t, err)
 		assert.Equal(t, tc.in, back, "%s parses back", tc.want)
 	}

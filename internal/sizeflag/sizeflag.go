@@ -1,4 +1,7 @@
-package main
+// Package sizeflag is a flag.Value for sizes in bytes ("64MiB", "1GB"),
+// parsed by go-humanize, so that every size flag of every component reads
+// and prints sizes alike.
+package sizeflag
 
 import (
 	"flag"
@@ -19,14 +22,14 @@ import (
 // that what -h prints as a default parses back to the same size.
 type byteSize[T int | int64 | uint64] struct{ p *T }
 
-// sizeVar defines the size flag name, stored in *p, whose default is *p's
+// Var defines the size flag name, stored in *p, whose default is *p's
 // value.
-func sizeVar[T int | int64 | uint64](fs *flag.FlagSet, p *T, name, usage string) {
+func Var[T int | int64 | uint64](fs *flag.FlagSet, p *T, name, usage string) {
 	fs.Var(byteSize[T]{p}, name, usage)
 }
 
 func (b byteSize[T]) Set(s string) error {
-	n, err := parseSize[T](s)
+	n, err := Parse[T](s)
 	if err != nil {
 		return err
 	}
@@ -38,11 +41,11 @@ func (b byteSize[T]) String() string {
 	if b.p == nil { // the zero Value flag.PrintDefaults makes
 		return "0"
 	}
-	return formatSize(uint64(*b.p))
+	return Format(uint64(*b.p))
 }
 
-// parseSize reads s as a size in bytes (see byteSize).
-func parseSize[T int | int64 | uint64](s string) (T, error) {
+// Parse reads s as a size in bytes (see byteSize).
+func Parse[T int | int64 | uint64](s string) (T, error) {
 	n, err := humanize.ParseBytes(s)
 	if err != nil {
 		return 0, fmt.Errorf("%q is not a size (bytes, or a number and a unit such as 64MiB or 1GB): %w", s, err)
@@ -53,9 +56,9 @@ func parseSize[T int | int64 | uint64](s string) (T, error) {
 	return T(n), nil
 }
 
-// formatSize writes n in the largest binary unit that divides it, else in
+// Format writes n in the largest binary unit that divides it, else in
 // bytes.
-func formatSize(n uint64) string {
+func Format(n uint64) string {
 	for _, u := range []struct {
 		size uint64
 		name string
