@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -428,15 +429,17 @@ func (c *InMemory) Replica(i int) []Entry {
 }
 
 // Hints returns the keys of the hints running node i keeps, by the index
-// of the node they are for, each list in key order.
+// of the node they are for (-1: one its map no longer has), each list in
+// key order.
 func (c *InMemory) Hints(i int) map[int][]string {
 	c.t.Helper()
 	n := c.Node(i)
 	require.NotNil(c.t, n, "node %d is stopped", i)
 	bytes, err := n.Store().HintBytes()
 	require.NoError(c.t, err)
+	m, _ := n.Coordinator().Map()
 	out := map[int][]string{}
-	for target := range bytes {
+	for target := range bytes { // a member's id, not an index
 		var keys []string
 		require.NoError(c.t, n.Store().Hints(target, nil, func(h store.Hint) bool {
 			keys = append(keys, string(h.Key))
@@ -444,7 +447,11 @@ func (c *InMemory) Hints(i int) map[int][]string {
 		}))
 		if len(keys) > 0 {
 			slices.Sort(keys)
-			out[target] = keys
+			to := -1
+			if member := m.Node(target); member != nil {
+				to = c.Index(member.URL)
+			}
+			out[to] = append(out[to], keys...)
 		}
 	}
 	return out
@@ -633,6 +640,7 @@ func (l *MemLink) closeConns() {
 	l.conns = map[*linkConn]struct{}{}
 	l.mu.Unlock()
 	for lc := range conns {
+		lc.reset.Store(true)
 		_ = lc.Conn.Close()
 	}
 }
@@ -643,17 +651,23 @@ func (l *MemLink) currentDelay() time.Duration {
 	return l.delay
 }
 
-// linkConn is a connection through a MemLink.
+// linkConn is a connection through a MemLink. Once the link closed it (a
+// cut, or its node stopped), its reads and writes fail as a TCP
+// connection's do after a reset, with ECONNRESET: what the nodes' peer
+// clients take for a dead pooled connection, to retry on a fresh one, as
+// they do over the wire.
 type linkConn struct {
 	net.Conn
-	l *MemLink
+	l     *MemLink
+	reset atomic.Bool
 }
 
 func (c *linkConn) Write(b []byte) (int, error) {
 	if d := c.l.currentDelay(); d > 0 {
 		time.Sleep(d) // the link's latency, not a wait for a condition
 	}
-	return c.Conn.Write(b)
+	n, err := c.Conn.Write(b)
+	return n, c.wrap("write", err)
 }
 
 func (c *linkConn) Read(b []byte) (int, error) {
@@ -663,7 +677,14 @@ func (c *linkConn) Read(b []byte) (int, error) {
 			time.Sleep(d) // the link's latency
 		}
 	}
-	return n, err
+	return n, c.wrap("read", err)
+}
+
+func (c *linkConn) wrap(op string, err error) error {
+	if err == nil || !c.reset.Load() {
+		return err
+	}
+	return &net.OpError{Op: op, Net: "tcp", Err: os.NewSyscallError(op, syscall.ECONNRESET)}
 }
 
 func (c *linkConn) Close() error {

@@ -1,0 +1,336 @@
+package testcluster
+
+import (
+	"fmt"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/datadriven"
+
+	"github.com/dhtkv/dhtkv/internal/node"
+)
+
+// TestScenarios runs the protocol stories of testdata/scenarios, one file
+// per protocol, each on a fresh in-memory cluster (StartInMemory). A story
+// is a sequence of commands, each followed by what it printed; nodes are
+// numbered from 1, as an operator counts them. Rewrite the expected
+// output after a deliberate change with
+//
+//	go test ./internal/testcluster -run TestScenarios -rewrite
+//
+// The commands:
+//
+//	start <n> [hint-interval=<d>] [read-repair=blocking|async|off] [hedge=<d>] [replicas=<k>]
+//	    n nodes forming one cluster (anti-entropy only on demand; hints
+//	    offered every hint-interval, default 10ms).
+//	put key=<k> value=<v> via=<i> [ack=<a>] [from=<f>]
+//	delete key=<k> via=<i> [ack=<a>] [from=<f>]
+//	get key=<k> via=<i> [ack=<a>] [from=<f>]
+//	    a client request to node i; prints the status (and a GET's value).
+//	cut <i> <j> | isolate <i> | delay <i> <j> <d> | heal
+//	    node-to-node links: cut both ways, cut off from all, delay both
+//	    ways, restore every link. Clients still reach every node.
+//	stop <i> | restart <i> | wipe <i>
+//	    a graceful stop; a start on the same (in-memory) disk; an empty
+//	    disk for a stopped node.
+//	await-ready <i>
+//	    waits until node i serves reads (a rebuild ended).
+//	inspect [<i>...]
+//	    what each node's replica holds, records and tombstones, by key.
+//	hints
+//	    the hints each node keeps, by the node they are for.
+//	deliver-hints
+//	    waits until no running node keeps a hint.
+//	repair <i>
+//	    an anti-entropy exchange of node i with every peer (admin
+//	    /repair): what differed and what moved.
+//	add via=<i> | join <i> via=<j> | decommission <i> via=<j>
+//	    a new node with --join (not started); the admin call that adds
+//	    it (then its start); the one that removes a member.
+//	await-stable
+//	    waits until every member runs the same map with no change under
+//	    way, and prints it.
+//	cluster <i>
+//	    node i's cluster map, as its admin /cluster reports it.
+//
+// Outputs hold no timing and no version: what a replica holds is shown by
+// value, so that every run prints the same.
+func TestScenarios(t *testing.T) {
+	datadriven.Walk(t, "testdata/scenarios", func(t *testing.T, path string) {
+		s := &scenario{}
+		datadriven.RunTest(t, path, func(t *testing.T, d *datadriven.TestData) string {
+			return s.run(t, d)
+		})
+	})
+}
+
+// scenario is one story's state: the cluster its start command made.
+type scenario struct {
+	c *InMemory
+}
+
+// awaitTimeout bounds every wait of a story: far above what a step takes
+// in memory (milliseconds), so that only a protocol that never gets there
+// fails.
+const awaitTimeout = 10 * time.Second
+
+func (s *scenario) run(t *testing.T, d *datadriven.TestData) string {
+	if d.Cmd != "start" && s.c == nil {
+		d.Fatalf(t, "%s before start", d.Cmd)
+	}
+	switch d.Cmd {
+	case "start":
+		return s.start(t, d)
+	case "put", "delete", "get":
+		return s.request(t, d)
+	case "cut":
+		s.c.Cut(nodeArg(t, d, 0), nodeArg(t, d, 1))
+	case "isolate":
+		s.c.Isolate(nodeArg(t, d, 0))
+	case "delay":
+		dur, err := time.ParseDuration(d.CmdArgs[2].Key)
+		if err != nil {
+			d.Fatalf(t, "delay: %v", err)
+		}
+		i, j := nodeArg(t, d, 0), nodeArg(t, d, 1)
+		s.c.Link(i, j).Delay(dur)
+		s.c.Link(j, i).Delay(dur)
+	case "heal":
+		s.c.Heal()
+	case "stop":
+		s.c.StopNode(nodeArg(t, d, 0))
+	case "restart":
+		s.c.StartNode(nodeArg(t, d, 0))
+	case "wipe":
+		s.c.WipeNode(nodeArg(t, d, 0))
+	case "await-ready":
+		i := nodeArg(t, d, 0)
+		s.c.Await(awaitTimeout, "ready node", func() (bool, string) {
+			n := s.c.Node(i)
+			if n == nil {
+				return false, "stopped"
+			}
+			if err := n.Ready(); err != nil {
+				return false, err.Error()
+			}
+			return true, ""
+		})
+		return name(i) + " ready"
+	case "inspect":
+		return s.inspect(t, d)
+	case "hints":
+		return s.hints()
+	case "deliver-hints":
+		s.c.Await(awaitTimeout, "hint delivery", func() (bool, string) {
+			h := s.hints()
+			return h == "no hints", h
+		})
+		return s.hints()
+	case "repair":
+		return s.repair(t, d)
+	case "add":
+		return name(s.c.AddNode(intArg(t, d, "via", 0) - 1))
+	case "join":
+		return statusLine(s.c.Join(intArg(t, d, "via", 0)-1, nodeArg(t, d, 0)))
+	case "decommission":
+		return statusLine(s.c.Decommission(intArg(t, d, "via", 0)-1, nodeArg(t, d, 0)))
+	case "await-stable":
+		s.c.AwaitStable(awaitTimeout)
+		return s.cluster(0)
+	case "cluster":
+		return s.cluster(nodeArg(t, d, 0))
+	default:
+		d.Fatalf(t, "unknown command %q", d.Cmd)
+	}
+	return ""
+}
+
+func (s *scenario) start(t *testing.T, d *datadriven.TestData) string {
+	if s.c != nil {
+		d.Fatalf(t, "a story starts one cluster")
+	}
+	n := nodeArg(t, d, 0) + 1 // a count: as many nodes as the last one's number
+	hints := 10 * time.Millisecond
+	if d.HasArg("hint-interval") {
+		hints = durationArg(t, d, "hint-interval")
+	}
+	opts := []Option{func(_ int, c *node.Config) {
+		c.HintInterval = hints
+		if d.HasArg("read-repair") {
+			d.ScanArgs(t, "read-repair", &c.ReadRepair)
+		}
+		if d.HasArg("hedge") {
+			c.ReadHedgeDelay = durationArg(t, d, "hedge")
+		}
+		if d.HasArg("replicas") {
+			d.ScanArgs(t, "replicas", &c.Replicas)
+		}
+	}}
+	s.c = StartInMemory(t, n, opts...)
+	names := make([]string, n)
+	for i := range n {
+		names[i] = name(i)
+	}
+	return strings.Join(names, " ") + " started"
+}
+
+// request sends a client request and prints its status, and a found
+// value's bytes.
+func (s *scenario) request(t *testing.T, d *datadriven.TestData) string {
+	var key string
+	d.ScanArgs(t, "key", &key)
+	via := intArg(t, d, "via", 1) - 1
+	u := EntityURL(s.c.URL(via), key, intArg(t, d, "ack", 0), intArg(t, d, "from", 0))
+	method, body := http.MethodGet, []byte(nil)
+	switch d.Cmd {
+	case "put":
+		var v string
+		d.ScanArgs(t, "value", &v)
+		method, body = http.MethodPut, []byte(v)
+	case "delete":
+		method = http.MethodDelete
+	}
+	code, got := s.c.Client().Do(t, method, u, body)
+	out := statusLine(code)
+	if d.Cmd == "get" && code == http.StatusOK {
+		out += ": " + string(got)
+	} else if code >= 500 {
+		out += ": " + strings.TrimSpace(string(got))
+	}
+	return out
+}
+
+func (s *scenario) inspect(t *testing.T, d *datadriven.TestData) string {
+	var which []int
+	for i := range d.CmdArgs {
+		which = append(which, nodeArg(t, d, i))
+	}
+	if which == nil {
+		for i := range s.c.Size() {
+			which = append(which, i)
+		}
+	}
+	var b strings.Builder
+	for _, i := range which {
+		fmt.Fprintf(&b, "%s:", name(i))
+		if s.c.Node(i) == nil {
+			b.WriteString(" stopped\n")
+			continue
+		}
+		entries := s.c.Replica(i)
+		if len(entries) == 0 {
+			b.WriteString(" empty")
+		}
+		for _, e := range entries {
+			if e.Tombstone {
+				fmt.Fprintf(&b, " %s=<deleted>", e.Key)
+			} else {
+				fmt.Fprintf(&b, " %s=%s", e.Key, e.Value)
+			}
+		}
+		b.WriteString("\n")
+	}
+	return b.String()
+}
+
+func (s *scenario) hints() string {
+	var lines []string
+	for i := range s.c.Size() {
+		if s.c.Node(i) == nil {
+			continue
+		}
+		h := s.c.Hints(i)
+		targets := make([]int, 0, len(h))
+		for to := range h {
+			targets = append(targets, to)
+		}
+		slices.Sort(targets)
+		for _, to := range targets {
+			lines = append(lines, fmt.Sprintf("%s holds for %s: %s", name(i), name(to), strings.Join(h[to], " ")))
+		}
+	}
+	if lines == nil {
+		return "no hints"
+	}
+	return strings.Join(lines, "\n")
+}
+
+func (s *scenario) repair(t *testing.T, d *datadriven.TestData) string {
+	i := nodeArg(t, d, 0)
+	xs := s.c.Repair(i)
+	lines := make([]string, 0, len(xs))
+	for _, x := range xs {
+		line := fmt.Sprintf("%s with %s: %d partitions differ, pulled %d, pushed %d",
+			name(i), name(s.c.Index(x.Peer)), x.PartitionsDiffering, x.Pulled, x.Pushed)
+		if x.Failed > 0 {
+			line += fmt.Sprintf(", failed %d", x.Failed)
+		}
+		if x.Error != "" {
+			line += ", error: " + x.Error
+		}
+		lines = append(lines, line)
+	}
+	slices.Sort(lines)
+	return strings.Join(lines, "\n")
+}
+
+// cluster prints node i's map: epoch, members (by name, with their ids),
+// and the change under way.
+func (s *scenario) cluster(i int) string {
+	st := s.c.ClusterStatus(i)
+	m := st.Map
+	var b strings.Builder
+	fmt.Fprintf(&b, "epoch %d:", m.Epoch)
+	for _, mem := range m.Nodes {
+		fmt.Fprintf(&b, " %s", name(s.c.Index(mem.URL)))
+	}
+	if ch := m.Change; ch != nil {
+		fmt.Fprintf(&b, "; %s of %s at stage %s", ch.Kind, name(s.c.Index(m.Node(ch.Node).URL)), ch.Stage)
+	}
+	return b.String()
+}
+
+// name is how a story calls node i.
+func name(i int) string {
+	if i < 0 {
+		return "unknown"
+	}
+	return "node" + strconv.Itoa(i+1)
+}
+
+func statusLine(code int) string { return strconv.Itoa(code) + " " + http.StatusText(code) }
+
+// nodeArg is the k-th positional argument, a node number, as an index.
+func nodeArg(t *testing.T, d *datadriven.TestData, k int) int {
+	if k >= len(d.CmdArgs) {
+		d.Fatalf(t, "%s: argument %d missing", d.Cmd, k+1)
+	}
+	n, err := strconv.Atoi(d.CmdArgs[k].Key)
+	if err != nil || n < 1 {
+		d.Fatalf(t, "%s: argument %q is not a node number", d.Cmd, d.CmdArgs[k].Key)
+	}
+	return n - 1
+}
+
+func intArg(t *testing.T, d *datadriven.TestData, key string, def int) int {
+	if !d.HasArg(key) {
+		return def
+	}
+	var v int
+	d.ScanArgs(t, key, &v)
+	return v
+}
+
+func durationArg(t *testing.T, d *datadriven.TestData, key string) time.Duration {
+	var s string
+	d.ScanArgs(t, key, &s)
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		d.Fatalf(t, "%s: %v", key, err)
+	}
+	return v
+}
