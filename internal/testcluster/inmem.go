@@ -373,6 +373,27 @@ func (c *InMemory) AwaitStable(timeout time.Duration) *membership.Map {
 	return m
 }
 
+// AwaitFormed waits until every running node knows that the cluster
+// exists (it has seen every other node answer, and recorded it in its
+// data's identity): from then on a node that starts with an empty disk
+// rebuilds its share instead of starting a new cluster.
+func (c *InMemory) AwaitFormed(timeout time.Duration) {
+	c.t.Helper()
+	c.Await(timeout, "formed cluster", func() (bool, string) {
+		for i := range c.Size() {
+			n := c.Node(i)
+			if n == nil {
+				continue
+			}
+			id, ok, err := n.Store().Identity()
+			if err != nil || !ok || !id.Formed {
+				return false, fmt.Sprintf("node %d: identity %+v, %v", i, id, err)
+			}
+		}
+		return true, ""
+	})
+}
+
 // Await polls cond until it holds or timeout passes, then fails the test
 // with what and cond's last reason. The poll is the only wait: a protocol
 // step's effect is awaited, never slept for.

@@ -37,6 +37,11 @@ import (
 //	stop <i> | restart <i> | wipe <i>
 //	    a graceful stop; a start on the same (in-memory) disk; an empty
 //	    disk for a stopped node.
+//	await-formed
+//	    waits until every node knows the cluster exists (it saw every
+//	    other answer): a node that then starts empty rebuilds.
+//	ready <i>
+//	    whether node i serves reads now (its admin /readyz), and why not.
 //	await-ready <i>
 //	    waits until node i serves reads (a rebuild ended).
 //	inspect [<i>...]
@@ -119,6 +124,15 @@ func (s *scenario) run(t *testing.T, d *datadriven.TestData) string {
 		s.c.StartNode(nodeArg(t, d, 0))
 	case "wipe":
 		s.c.WipeNode(nodeArg(t, d, 0))
+	case "await-formed":
+		s.c.AwaitFormed(awaitTimeout)
+		return "formed"
+	case "ready":
+		i := nodeArg(t, d, 0)
+		if err := s.c.Node(i).Ready(); err != nil {
+			return name(i) + " not ready: " + err.Error()
+		}
+		return name(i) + " ready"
 	case "await-ready":
 		i := nodeArg(t, d, 0)
 		s.c.Await(awaitTimeout, "ready node", func() (bool, string) {
