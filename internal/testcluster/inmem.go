@@ -297,15 +297,15 @@ func (c *InMemory) AddNode(via int, opts ...Option) int {
 }
 
 // Join asks node via, through its admin listener, to add node i (from
-// AddNode), then starts node i. It returns the admin answer's status.
+// AddNode), and returns the answer's status (202: the change began). Node
+// i is not started: the change waits for it in its first stage until
+// StartNode.
 func (c *InMemory) Join(via, i int) int {
 	c.t.Helper()
 	code, body := c.Client().Do(c.t, http.MethodPost, c.AdminURL(via)+"/cluster/join?node="+c.URL(i), nil)
 	if code != http.StatusAccepted {
 		c.t.Logf("join: %d %s", code, body)
-		return code
 	}
-	c.StartNode(i)
 	return code
 }
 
@@ -318,6 +318,20 @@ func (c *InMemory) Decommission(via, i int) int {
 		c.t.Logf("decommission: %d %s", code, body)
 	}
 	return code
+}
+
+// AwaitLeft waits until node i knows it was decommissioned, then stops
+// it, as its process would.
+func (c *InMemory) AwaitLeft(i int, timeout time.Duration) {
+	c.t.Helper()
+	n := c.Node(i)
+	require.NotNil(c.t, n, "node %d is stopped", i)
+	select {
+	case <-n.Left():
+	case <-time.After(timeout):
+		c.t.Fatalf("node %d did not learn that it left within %v", i, timeout)
+	}
+	c.StopNode(i)
 }
 
 // MapStatus is what node i's admin listener says of its cluster map

@@ -34,9 +34,9 @@ import (
 //	cut <i> <j> | isolate <i> | delay <i> <j> <d> | heal
 //	    node-to-node links: cut both ways, cut off from all, delay both
 //	    ways, restore every link. Clients still reach every node.
-//	stop <i> | restart <i> | wipe <i>
+//	stop <i> | restart <i> | wipe <i> | boot <i>
 //	    a graceful stop; a start on the same (in-memory) disk; an empty
-//	    disk for a stopped node.
+//	    disk for a stopped node; the first start of an added node.
 //	await-formed
 //	    waits until every node knows the cluster exists (it saw every
 //	    other answer): a node that then starts empty rebuilds.
@@ -57,13 +57,17 @@ import (
 //	    /repair): the records it pulled and pushed, summed over its
 //	    peers, and the exchanges that failed.
 //	add via=<i> | join <i> via=<j> | decommission <i> via=<j>
-//	    a new node with --join (not started); the admin call that adds
-//	    it (then its start); the one that removes a member.
+//	    a new node with --join (not started: boot starts it); the admin
+//	    call that adds it; the one that removes a member.
+//	await-left <i>
+//	    waits until node i knows it left the cluster, and stops it.
 //	await-stable
 //	    waits until every member runs the same map with no change under
 //	    way, and prints it.
 //	cluster <i>
-//	    node i's cluster map, as its admin /cluster reports it.
+//	    node i's cluster map, as its admin /cluster reports it (as
+//	    inspect, once settled: a change's driver hands each stage's map
+//	    to the others after it installed it).
 //
 // Outputs hold no timing and no version: what a replica holds is shown by
 // value, so that every run prints the same.
@@ -81,13 +85,13 @@ type scenario struct {
 	c *InMemory
 }
 
-// settleTimeout bounds how long inspect and hints wait for what the story
-// expects: a client's answer may come before the protocol's last step
-// (a write acknowledged by two replicas while the third's failure, and
-// so its hint, is still to come; an async repair). They show the first
-// output that the story expects three times in a row, or the last one
-// after settleTimeout; under -rewrite, what they show after a tenth of
-// it.
+// settleTimeout bounds how long inspect, hints and cluster wait for what
+// the story expects: a client's answer may come before the protocol's
+// last step (a write acknowledged by two replicas while the third's
+// failure, and so its hint, is still to come; a stage's map on its way to
+// the other nodes). They show the first output that the story expects
+// three times in a row, or the last one after settleTimeout; under
+// -rewrite, what they show after a tenth of it.
 const settleTimeout = 5 * time.Second
 
 // awaitTimeout bounds every wait of a story: far above what a step takes
@@ -120,7 +124,7 @@ func (s *scenario) run(t *testing.T, d *datadriven.TestData) string {
 		s.c.Heal()
 	case "stop":
 		s.c.StopNode(nodeArg(t, d, 0))
-	case "restart":
+	case "restart", "boot":
 		s.c.StartNode(nodeArg(t, d, 0))
 	case "wipe":
 		s.c.WipeNode(nodeArg(t, d, 0))
@@ -164,11 +168,16 @@ func (s *scenario) run(t *testing.T, d *datadriven.TestData) string {
 		return statusLine(s.c.Join(intArg(t, d, "via", 0)-1, nodeArg(t, d, 0)))
 	case "decommission":
 		return statusLine(s.c.Decommission(intArg(t, d, "via", 0)-1, nodeArg(t, d, 0)))
+	case "await-left":
+		i := nodeArg(t, d, 0)
+		s.c.AwaitLeft(i, awaitTimeout)
+		return name(i) + " left and stopped"
 	case "await-stable":
 		s.c.AwaitStable(awaitTimeout)
 		return s.cluster(0)
 	case "cluster":
-		return s.cluster(nodeArg(t, d, 0))
+		i := nodeArg(t, d, 0)
+		return d.RetryFor(t, settleTimeout, func() string { return s.cluster(i) })
 	default:
 		d.Fatalf(t, "unknown command %q", d.Cmd)
 	}
