@@ -16,10 +16,12 @@ import (
 	"sync/atomic"
 	"syscall"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/stretchr/testify/require"
+	"github.com/valyala/fasthttp"
 	"github.com/valyala/fasthttp/fasthttputil"
 
 	"github.com/dhtkv/dhtkv/client"
@@ -44,17 +46,48 @@ import (
 // A stopped node keeps its file system, so StartNode brings it back with
 // its data (a restart); WipeNode gives it an empty one (a lost disk).
 //
-// Clock: each node's wall clock is the process's, shifted by its
-// node.Config.ClockOffset (Reconfigure, then a restart). testing/synctest
-// cannot run it (see inmem_test.go's doc): protocol steps are triggered on
-// demand (Repair, short hint intervals) and their effects awaited
-// (Await), never slept for.
+// Clock: a node's clock is the process's, shifted by its
+// node.Config.ClockOffset (Reconfigure, then a restart). Run in a
+// testing/synctest bubble (InBubble), that is the bubble's fake clock:
+// it starts at 2000-01-01 00:00 UTC and moves only when every goroutine
+// of the bubble is blocked, jumping to the next timer due, so timeouts,
+// intervals and versions no longer depend on the machine's speed, and a
+// test moves time on with time.Sleep. Outside a bubble it is the wall
+// clock: protocol steps are then triggered on demand (Repair, short hint
+// intervals) and their effects awaited (Await), never slept for.
 type InMemory struct {
 	t testing.TB
 
 	mu    sync.Mutex
 	nodes []*memNode
 	links map[[2]int]*MemLink // [from, to]
+}
+
+// InBubble runs f in a testing/synctest bubble of its own, for tests of an
+// in-memory cluster on the bubble's fake clock (see InMemory). Everything
+// a node does in memory blocks durably, as synctest requires (channels,
+// sync.Cond, timers; no socket, no file), so the bubble's clock moves
+// whenever the nodes wait. Two things need help, both fasthttp's:
+//
+//   - its process-wide date updater, a goroutine that never ends, is
+//     started here, outside the bubble: started inside, it would keep the
+//     bubble from ending;
+//   - after a node stops, its server's worker-pool cleaner and its peer
+//     clients' idle-connection cleaners sleep up to 30 s before they see
+//     it and end: a last cleanup sleeps two minutes of fake time (no real
+//     time) so that the bubble ends with no goroutine left.
+//
+// f must not call t.Run or t.Parallel (synctest forbids them), and every
+// cluster it starts is stopped by its cleanups, inside the bubble.
+func InBubble(t *testing.T, f func(t *testing.T)) {
+	t.Helper()
+	var h fasthttp.ResponseHeader
+	h.AppendBytes(nil) // starts fasthttp's date updater, once per process
+	synctest.Test(t, func(t *testing.T) {
+		// Registered first, so it runs last, after the clusters stopped.
+		t.Cleanup(func() { time.Sleep(2 * time.Minute) })
+		f(t)
+	})
 }
 
 // memNode is one node's configuration and state across restarts.

@@ -1,12 +1,14 @@
 package testcluster
 
 import (
+	"flag"
 	"fmt"
 	"net/http"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/cockroachdb/datadriven"
@@ -15,12 +17,17 @@ import (
 )
 
 // TestScenarios runs the protocol stories of testdata/scenarios, one file
-// per protocol, each on a fresh in-memory cluster (StartInMemory). A story
-// is a sequence of commands, each followed by what it printed; nodes are
+// per protocol, each on a fresh in-memory cluster (StartInMemory) in a
+// testing/synctest bubble of its own (InBubble): every node runs on the
+// bubble's fake clock, which moves only when every goroutine is blocked,
+// so a story is deterministic in time and takes milliseconds. A story is
+// a sequence of commands, each followed by what it printed; nodes are
 // numbered from 1, as an operator counts them. Rewrite the expected
 // output after a deliberate change with
 //
 //	go test ./internal/testcluster -run TestScenarios -rewrite
+//
+// and run them on the wall clock with -scenario.realtime.
 //
 // The commands:
 //
@@ -37,6 +44,8 @@ import (
 //	stop <i> | restart <i> | wipe <i> | boot <i>
 //	    a graceful stop; a start on the same (in-memory) disk; an empty
 //	    disk for a stopped node; the first start of an added node.
+//	advance <d>
+//	    moves the clock d on: every timer due meanwhile fires, in order.
 //	await-formed
 //	    waits until every node knows the cluster exists (it saw every
 //	    other answer): a node that then starts empty rebuilds.
@@ -45,11 +54,10 @@ import (
 //	await-ready <i>
 //	    waits until node i serves reads (a rebuild ended).
 //	inspect [<i>...]
-//	    what each node's replica holds, records and tombstones, by key
-//	    (once it is what the story expects: see settleTimeout).
+//	    what each node's replica holds, records and tombstones, by key,
+//	    once the background work settled (scenario.settle).
 //	hints
-//	    the hints each node keeps, by the node they are for (as inspect,
-//	    once settled).
+//	    the hints each node keeps, by the node they are for (settled).
 //	deliver-hints
 //	    waits until no running node keeps a hint.
 //	repair <i>
@@ -65,33 +73,62 @@ import (
 //	    waits until every member runs the same map with no change under
 //	    way, and prints it.
 //	cluster <i>
-//	    node i's cluster map, as its admin /cluster reports it (as
-//	    inspect, once settled: a change's driver hands each stage's map
-//	    to the others after it installed it).
+//	    node i's cluster map, as its admin /cluster reports it (settled:
+//	    a change's driver hands each stage's map to the others after it
+//	    installed it).
 //
 // Outputs hold no timing and no version: what a replica holds is shown by
-// value, so that every run prints the same.
+// value, so that the wall clock prints the same as the fake one.
 func TestScenarios(t *testing.T) {
 	datadriven.Walk(t, "testdata/scenarios", func(t *testing.T, path string) {
-		s := &scenario{}
-		datadriven.RunTest(t, path, func(t *testing.T, d *datadriven.TestData) string {
-			return s.run(t, d)
-		})
+		if *realtime {
+			runStory(t, path, false)
+			return
+		}
+		InBubble(t, func(t *testing.T) { runStory(t, path, true) })
+	})
+}
+
+// realtime runs the stories on the wall clock, as a check that what they
+// tell does not depend on synctest's: the waits then poll (settleTimeout),
+// and a story that advances the clock by minutes takes minutes.
+var realtime = flag.Bool("scenario.realtime", false, "run the scenario stories on the wall clock instead of in testing/synctest bubbles")
+
+func runStory(t *testing.T, path string, bubble bool) {
+	s := &scenario{bubble: bubble}
+	datadriven.RunTest(t, path, func(t *testing.T, d *datadriven.TestData) string {
+		return s.run(t, d)
 	})
 }
 
 // scenario is one story's state: the cluster its start command made.
 type scenario struct {
 	c *InMemory
+	// bubble: the story runs in a testing/synctest bubble, on its fake
+	// clock.
+	bubble bool
 }
 
-// settleTimeout bounds how long inspect, hints and cluster wait for what
-// the story expects: a client's answer may come before the protocol's
-// last step (a write acknowledged by two replicas while the third's
-// failure, and so its hint, is still to come; a stage's map on its way to
-// the other nodes). They show the first output that the story expects
-// three times in a row, or the last one after settleTimeout; under
-// -rewrite, what they show after a tenth of it.
+// settle returns what f shows once the protocols' background work has
+// caught up with the story. In a bubble that is when every goroutine is
+// blocked (synctest.Wait): the clock stands still until then, so nothing
+// the story did is still on its way. On the wall clock it is the first
+// output the story expects (see settleTimeout).
+func (s *scenario) settle(t *testing.T, d *datadriven.TestData, f func() string) string {
+	if s.bubble {
+		synctest.Wait()
+		return f()
+	}
+	return d.RetryFor(t, settleTimeout, f)
+}
+
+// settleTimeout bounds how long, on the wall clock, inspect, hints and
+// cluster wait for what the story expects: a client's answer may come
+// before the protocol's last step (a write acknowledged by two replicas
+// while the third's failure, and so its hint, is still to come; a stage's
+// map on its way to the other nodes). They show the first output that the
+// story expects three times in a row, or the last one after
+// settleTimeout; under -rewrite, what they show after a tenth of it.
 const settleTimeout = 5 * time.Second
 
 // awaitTimeout bounds every wait of a story: far above what a step takes
@@ -151,9 +188,17 @@ func (s *scenario) run(t *testing.T, d *datadriven.TestData) string {
 		})
 		return name(i) + " ready"
 	case "inspect":
-		return d.RetryFor(t, settleTimeout, func() string { return s.inspect(t, d) })
+		return s.settle(t, d, func() string { return s.inspect(t, d) })
 	case "hints":
-		return d.RetryFor(t, settleTimeout, s.hints)
+		return s.settle(t, d, s.hints)
+	case "advance":
+		dur, err := time.ParseDuration(d.CmdArgs[0].Key)
+		if err != nil {
+			d.Fatalf(t, "advance: %v", err)
+		}
+		// In a bubble the clock jumps once every goroutine is blocked,
+		// firing every timer due on the way, in order.
+		time.Sleep(dur)
 	case "deliver-hints":
 		s.c.Await(awaitTimeout, "hint delivery", func() (bool, string) {
 			h := s.hints()
@@ -177,7 +222,7 @@ func (s *scenario) run(t *testing.T, d *datadriven.TestData) string {
 		return s.cluster(0)
 	case "cluster":
 		i := nodeArg(t, d, 0)
-		return d.RetryFor(t, settleTimeout, func() string { return s.cluster(i) })
+		return s.settle(t, d, func() string { return s.cluster(i) })
 	default:
 		d.Fatalf(t, "unknown command %q", d.Cmd)
 	}
