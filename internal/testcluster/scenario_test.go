@@ -90,8 +90,10 @@ func TestScenarios(t *testing.T) {
 }
 
 // realtime runs the stories on the wall clock, as a check that what they
-// tell does not depend on synctest's: the waits then poll (settleTimeout),
-// and a story that advances the clock by minutes takes minutes.
+// tell does not hang on synctest's: the waits then poll (settleTimeout),
+// advance sleeps, and a step that shows what waits for a timer (hints
+// still held just after a heal) races that timer, as it would in
+// production.
 var realtime = flag.Bool("scenario.realtime", false, "run the scenario stories on the wall clock instead of in testing/synctest bubbles")
 
 func runStory(t *testing.T, path string, bubble bool) {
