@@ -229,7 +229,7 @@ type Config struct {
 	// stays the node's address: its name in the cluster list and in
 	// Self's default (no flag: the in-process test clusters serve
 	// fasthttputil's in-memory listeners, and route peers to them with
-	// PeerDial). Shutdown closes it.
+	// PeerDial). Serve takes it over: Shutdown closes it.
 	Listener net.Listener
 	// AdminListener, when set, is the admin listener instead of one on
 	// AdminListen, which then need not be set (no flag, as Listener).
@@ -658,13 +658,13 @@ func (n *Node) Serve() error {
 		}
 	}
 	n.ln = newLimitListener(ln, cfg.MaxConnections, cfg.MaxConnectionsPerIP, n.certs != nil, n.registry, n.log)
-	if n.adminLn = cfg.AdminListener; cfg.AdminListen != "" || n.adminLn != nil {
-		if n.adminLn == nil {
-			if n.adminLn, err = net.Listen("tcp", cfg.AdminListen); err != nil {
-				n.ln.Close()
-				return fmt.Errorf("admin listen %s: %w", cfg.AdminListen, err)
-			}
+	if n.adminLn = cfg.AdminListener; n.adminLn == nil && cfg.AdminListen != "" {
+		if n.adminLn, err = net.Listen("tcp", cfg.AdminListen); err != nil {
+			n.ln.Close()
+			return fmt.Errorf("admin listen %s: %w", cfg.AdminListen, err)
 		}
+	}
+	if n.adminLn != nil {
 		mux := http.NewServeMux()
 		mux.Handle("/", admin.Handler(n.registry, n.Ready))
 		mux.Handle("/repair", admin.RepairHandler(
