@@ -54,9 +54,10 @@ import (
 //	    whether node i serves reads now (its admin /readyz), and why not.
 //	await-ready <i>
 //	    waits until node i serves reads (a rebuild ended).
-//	inspect [<i>...]
-//	    what each node's replica holds, records and tombstones, by key,
-//	    once the background work settled (scenario.settle).
+//	inspect [<i>...] [key=<k>]
+//	    what each node's replica holds (or the nodes named), records and
+//	    tombstones, by key (or key k only), once the background work
+//	    settled (scenario.settle).
 //	hints
 //	    the hints each node keeps, by the node they are for (settled).
 //	deliver-hints
@@ -289,8 +290,14 @@ func (s *scenario) request(t *testing.T, d *datadriven.TestData) string {
 
 func (s *scenario) inspect(t *testing.T, d *datadriven.TestData) string {
 	var which []int
-	for i := range d.CmdArgs {
-		which = append(which, nodeArg(t, d, i))
+	for i, a := range d.CmdArgs {
+		if len(a.Vals) == 0 { // a node number, not key=
+			which = append(which, nodeArg(t, d, i))
+		}
+	}
+	var only string
+	if d.HasArg("key") {
+		d.ScanArgs(t, "key", &only)
 	}
 	if which == nil {
 		for i := range s.c.Size() {
@@ -305,6 +312,9 @@ func (s *scenario) inspect(t *testing.T, d *datadriven.TestData) string {
 			continue
 		}
 		entries := s.c.Replica(i)
+		if only != "" {
+			entries = slices.DeleteFunc(entries, func(e Entry) bool { return e.Key != only })
+		}
 		if len(entries) == 0 {
 			b.WriteString(" empty")
 		}
