@@ -13,6 +13,7 @@ import (
 
 	"github.com/cockroachdb/datadriven"
 
+	"github.com/dhtkv/dhtkv/internal/membership"
 	"github.com/dhtkv/dhtkv/internal/node"
 )
 
@@ -154,11 +155,7 @@ func (s *scenario) run(t *testing.T, d *datadriven.TestData) string {
 	case "isolate":
 		s.c.Isolate(nodeArg(t, d, 0))
 	case "delay":
-		dur, err := time.ParseDuration(d.CmdArgs[2].Key)
-		if err != nil {
-			d.Fatalf(t, "delay: %v", err)
-		}
-		i, j := nodeArg(t, d, 0), nodeArg(t, d, 1)
+		i, j, dur := nodeArg(t, d, 0), nodeArg(t, d, 1), durationPos(t, d, 2)
 		s.c.Link(i, j).Delay(dur)
 		s.c.Link(j, i).Delay(dur)
 	case "heal":
@@ -174,7 +171,11 @@ func (s *scenario) run(t *testing.T, d *datadriven.TestData) string {
 		return "formed"
 	case "ready":
 		i := nodeArg(t, d, 0)
-		if err := s.c.Node(i).Ready(); err != nil {
+		n := s.c.Node(i)
+		if n == nil {
+			return name(i) + " stopped"
+		}
+		if err := n.Ready(); err != nil {
 			return name(i) + " not ready: " + err.Error()
 		}
 		return name(i) + " ready"
@@ -196,10 +197,7 @@ func (s *scenario) run(t *testing.T, d *datadriven.TestData) string {
 	case "hints":
 		return s.settle(t, d, s.hints)
 	case "advance":
-		dur, err := time.ParseDuration(d.CmdArgs[0].Key)
-		if err != nil {
-			d.Fatalf(t, "advance: %v", err)
-		}
+		dur := durationPos(t, d, 0)
 		// In a bubble the clock jumps once every goroutine is blocked,
 		// firing every timer due on the way, in order.
 		time.Sleep(dur)
@@ -222,8 +220,7 @@ func (s *scenario) run(t *testing.T, d *datadriven.TestData) string {
 		s.c.AwaitLeft(i, awaitTimeout)
 		return name(i) + " left and stopped"
 	case "await-stable":
-		s.c.AwaitStable(awaitTimeout)
-		return s.cluster(0)
+		return s.mapString(s.c.AwaitStable(awaitTimeout))
 	case "cluster":
 		i := nodeArg(t, d, 0)
 		return s.settle(t, d, func() string { return s.cluster(i) })
@@ -379,11 +376,12 @@ func (s *scenario) repair(t *testing.T, d *datadriven.TestData) string {
 	return out
 }
 
-// cluster prints node i's map: epoch, members (by name, with their ids),
-// and the change under way.
-func (s *scenario) cluster(i int) string {
-	st := s.c.ClusterStatus(i)
-	m := st.Map
+// cluster prints node i's map (mapString).
+func (s *scenario) cluster(i int) string { return s.mapString(s.c.ClusterStatus(i).Map) }
+
+// mapString prints a cluster map: its epoch, its members by name, and the
+// change under way.
+func (s *scenario) mapString(m *membership.Map) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "epoch %d:", m.Epoch)
 	for _, mem := range m.Nodes {
@@ -415,6 +413,18 @@ func nodeArg(t *testing.T, d *datadriven.TestData, k int) int {
 		d.Fatalf(t, "%s: argument %q is not a node number", d.Cmd, d.CmdArgs[k].Key)
 	}
 	return n - 1
+}
+
+// durationPos is the k-th positional argument, a duration.
+func durationPos(t *testing.T, d *datadriven.TestData, k int) time.Duration {
+	if k >= len(d.CmdArgs) {
+		d.Fatalf(t, "%s: argument %d (a duration) missing", d.Cmd, k+1)
+	}
+	v, err := time.ParseDuration(d.CmdArgs[k].Key)
+	if err != nil {
+		d.Fatalf(t, "%s: %v", d.Cmd, err)
+	}
+	return v
 }
 
 func intArg(t *testing.T, d *datadriven.TestData, key string, def int) int {
