@@ -72,9 +72,10 @@ func TestMemLinkCut(t *testing.T) {
 	})
 }
 
-// A delay holds each write and each read that returns data: on the
-// bubble's clock a replicated write pays it exactly, and a delay past
-// the replica timeout makes the replica miss the deadline.
+// A delay delivers each chunk d after it was written, both ways: on the
+// bubble's clock a replicated write pays the round trip, and a delay past
+// the replica timeout makes the replica miss the deadline (the call times
+// out at it, rather than waiting for the slow link).
 func TestMemLinkDelay(t *testing.T) {
 	InBubble(t, func(t *testing.T) {
 		c := StartInMemory(t, 3)
