@@ -278,13 +278,15 @@ func (c *InMemory) StopNode(i int) {
 	c.t.Helper()
 	c.mu.Lock()
 	m := c.nodes[i]
-	n := m.n
+	n, readTimeout := m.n, m.cfg.ReadTimeout
 	m.n, m.ln, m.adminLn = nil, nil, nil // refuse new dials from now on
 	c.mu.Unlock()
 	if n == nil {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), m.cfg.ReadTimeout+10*time.Second)
+	// As Cluster.stop: a connection mid-request may hold a graceful
+	// shutdown up to the read timeout.
+	ctx, cancel := context.WithTimeout(context.Background(), readTimeout+10*time.Second)
 	defer cancel()
 	require.NoError(c.t, n.Shutdown(ctx), "stop node %d", i)
 	// The links' connections to and from it are dead; drop them.
@@ -310,8 +312,10 @@ func (c *InMemory) StopAll() {
 }
 
 // AddNode prepares a node that will join the cluster through node via: an
-// address, an empty file system, and --join naming via. It is neither
-// started nor a member: Join does both. It returns the node's index.
+// address, an empty file system, and --join naming via, with via's
+// configuration otherwise. It is neither a member nor started: Join
+// begins the change that adds it, StartNode starts it. It returns the
+// node's index.
 func (c *InMemory) AddNode(via int, opts ...Option) int {
 	c.mu.Lock()
 	i := len(c.nodes)
