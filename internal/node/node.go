@@ -18,6 +18,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/valyala/fasthttp"
 
@@ -206,6 +207,21 @@ type Config struct {
 	// from (no flag in the default build: tests skew one node's clock).
 	ClockOffset time.Duration
 
+	// Listener, when set, is served instead of listening on Listen, which
+	// stays the node's address: its name in the cluster list and in
+	// Self's default (no flag: the in-process test clusters serve
+	// fasthttputil's in-memory listeners, and route peers to them with
+	// PeerDial). Serve takes it over: Shutdown closes it.
+	Listener net.Listener
+	// AdminListener, when set, is the admin listener instead of one on
+	// AdminListen, which then need not be set (no flag, as Listener).
+	AdminListener net.Listener
+	// FS, when set, is the file system the store lives in, under DataDir
+	// (store.Options.FS; no flag: tests pass vfs.NewMem() to run without
+	// a disk). The admin listener's /snapshot, which writes to the disk,
+	// then answers 501.
+	FS vfs.FS
+
 	// Logger receives the node's logs. The default value is nil:
 	// slog.Default().
 	Logger *slog.Logger
@@ -375,7 +391,7 @@ func New(cfg Config) (_ *Node, err error) {
 		}
 	}()
 	storeOpts := cfg.Store
-	storeOpts.Logger = log
+	storeOpts.Logger, storeOpts.FS = log, cfg.FS
 	n.store, err = store.Open(cfg.DataDir, storeOpts)
 	if err != nil {
 		return nil, lockError(cfg.DataDir, err)
@@ -409,7 +425,9 @@ func New(cfg Config) (_ *Node, err error) {
 		return nil, err
 	}
 	clock.SetMaxAhead(cfg.MaxClockSkew)
-	n.checkpoints = newCheckpoints(n.store)
+	if cfg.FS == nil { // a checkpoint of a store elsewhere would not be on the disk
+		n.checkpoints = newCheckpoints(n.store)
+	}
 	// Versions issued after a restart must be newer than every stored one.
 	bound, err := n.store.ClockBound()
 	if err != nil {
@@ -531,16 +549,20 @@ func Start(cfg Config) (*Node, error) {
 // returns once the public listener accepts connections.
 func (n *Node) Serve() error {
 	cfg := n.cfg
-	ln, err := net.Listen("tcp", cfg.Listen)
-	if err != nil {
-		return fmt.Errorf("listen %s: %w", cfg.Listen, err)
+	ln, err := cfg.Listener, error(nil)
+	if ln == nil {
+		if ln, err = net.Listen("tcp", cfg.Listen); err != nil {
+			return fmt.Errorf("listen %s: %w", cfg.Listen, err)
+		}
 	}
 	n.ln = newLimitListener(ln, cfg.MaxConnections, cfg.MaxConnectionsPerIP, n.certs != nil, n.registry, n.log)
-	if cfg.AdminListen != "" {
+	if n.adminLn = cfg.AdminListener; n.adminLn == nil && cfg.AdminListen != "" {
 		if n.adminLn, err = net.Listen("tcp", cfg.AdminListen); err != nil {
 			n.ln.Close()
 			return fmt.Errorf("admin listen %s: %w", cfg.AdminListen, err)
 		}
+	}
+	if n.adminLn != nil {
 		mux := admin.Mux(admin.Parts{
 			Registry: n.registry, Ready: n.Ready, AntiEntropy: n.ae, Checkpointer: n.checkpointer(),
 			Cluster: n.members.Handler(n.admissible), Log: n.log,

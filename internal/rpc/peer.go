@@ -119,6 +119,13 @@ type Peer struct {
 	start   sync.Once // startSenders
 	conns   int       // senders per lane
 	senders sync.WaitGroup
+
+	// calls recycles this peer's calls (newCall). Per peer, not per
+	// process: a call's done channel then never passes from one node's
+	// goroutines to another's, which testing/synctest requires of the
+	// in-process test clusters (a channel made in one bubble panics in
+	// another).
+	calls sync.Pool
 }
 
 // The lanes of a peer: reads never wait behind writes (see Peer).
@@ -331,19 +338,20 @@ type call struct {
 	done chan struct{}
 }
 
-var calls = sync.Pool{New: func() any { return &call{done: make(chan struct{}, 1)} }}
-
-// newCall takes a call from the pool; putCall returns it without keeping
-// references to the request's memory.
-func newCall(kind byte, key, envelope []byte, epoch uint64, deadline time.Time) *call {
-	c := calls.Get().(*call)
+// newCall takes a call from the peer's pool; putCall returns it without
+// keeping references to the request's memory.
+func (p *Peer) newCall(kind byte, key, envelope []byte, epoch uint64, deadline time.Time) *call {
+	c, ok := p.calls.Get().(*call)
+	if !ok {
+		c = &call{done: make(chan struct{}, 1)}
+	}
 	*c = call{kind: kind, key: key, envelope: envelope, epoch: epoch, deadline: deadline, done: c.done}
 	return c
 }
 
-func putCall(c *call) {
+func (p *Peer) putCall(c *call) {
 	*c = call{done: c.done}
-	calls.Put(c)
+	p.calls.Put(c)
 }
 
 // do enqueues c and waits for its result.
@@ -378,8 +386,8 @@ func (c *call) finish(err error) {
 // map's by which the read was routed: a peer with a newer map refuses it
 // (ErrStaleEpoch).
 func (p *Peer) Get(key []byte, epoch uint64, deadline time.Time) (rec record.Record, found bool, err error) {
-	c := newCall(OpRead, key, nil, epoch, deadline)
-	defer putCall(c)
+	c := p.newCall(OpRead, key, nil, epoch, deadline)
+	defer p.putCall(c)
 	p.do(c)
 	switch {
 	case c.err != nil:
@@ -398,8 +406,8 @@ func (p *Peer) Get(key []byte, epoch uint64, deadline time.Time) (rec record.Rec
 // when the peer already holds a newer version of key and wrote nothing.
 // epoch is as for Get.
 func (p *Peer) Apply(key, envelope []byte, epoch uint64, deadline time.Time) (newer uint64, err error) {
-	c := newCall(OpWrite, key, envelope, epoch, deadline)
-	defer putCall(c)
+	c := p.newCall(OpWrite, key, envelope, epoch, deadline)
+	defer p.putCall(c)
 	p.do(c)
 	switch {
 	case c.err != nil:

@@ -22,6 +22,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/bloom"
+	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"github.com/dhtkv/dhtkv/internal/partition"
 	"github.com/dhtkv/dhtkv/internal/record"
@@ -73,6 +74,13 @@ type Options struct {
 	// each) and for a range scan to merge.
 	L0CompactionThreshold int
 	Logger                *slog.Logger
+	// FS is the file system Pebble keeps the store in (default nil: the
+	// operating system's, vfs.Default). Tests pass vfs.NewMem() to run a
+	// node without a disk; a MemFS that outlives a Close keeps the data
+	// for the next Open, as a directory would. Everything the store
+	// persists (records, hints, identity, clock bound, cluster map) is in
+	// Pebble, so all of it follows FS; a Checkpoint goes to FS as well.
+	FS vfs.FS
 }
 
 // MemTableStopWrites is how many memtables may queue before writes stall.
@@ -151,6 +159,7 @@ func Open(dir string, o Options) (*Store, error) {
 		L0StopWritesThreshold:       4 * o.L0CompactionThreshold,
 		Merger:                      lwwMerger,
 		Logger:                      slogLogger{o.Logger.With("component", "pebble")},
+		FS:                          o.FS, // nil: Pebble's default, the OS
 	}
 	s := &Store{dir: dir, writeOpt: pebble.NoSync, log: o.Logger}
 	s.summary.init()
@@ -372,7 +381,7 @@ func (l slogLogger) Fatalf(format string, args ...any) {
 // Checkpoint writes a consistent copy of the store (records, hints, the
 // anti-entropy index, the identity, the clock bound and the GC horizon) as
 // of one instant into dir, which must not exist (its parents are
-// created). The copy hard-links the sstables where the file system allows,
+// created), on the store's file system (Options.FS). The copy hard-links the sstables where the file system allows,
 // so it costs little space until the store compacts them away.
 func (s *Store) Checkpoint(dir string) error {
 	if err := s.db.Checkpoint(dir, pebble.WithFlushedWAL()); err != nil {

@@ -4,11 +4,13 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"os"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/stretchr/testify/require"
 
 	"github.com/dhtkv/dhtkv/internal/record"
@@ -149,4 +151,35 @@ func get(s *Store, key []byte) (record.Record, bool, error) {
 	}
 	rec, err := record.Decode(buf)
 	return rec, true, err
+}
+
+// A store on an in-memory file system keeps everything it persists across
+// a Close and an Open of the same FS, as a directory does: what lets the
+// in-process test clusters restart a node without a disk.
+func TestMemFSSurvivesReopen(t *testing.T) {
+	fs := vfs.NewMem()
+	o := Options{BlockCacheBytes: 1 << 20, MemTableBytes: 1 << 20, FS: fs}
+	s, err := Open("node1", o)
+	require.NoError(t, err)
+	require.NoError(t, s.Apply([]byte("k"), &record.Record{Version: 7, Value: []byte("v")}))
+	require.NoError(t, s.SetIdentity(Identity{Cluster: 42, Node: 1, Formed: true}))
+	require.NoError(t, s.SetClockBound(99))
+	require.NoError(t, s.Close())
+
+	s, err = Open("node1", o)
+	require.NoError(t, err)
+	defer s.Close()
+	got, found, err := get(s, []byte("k"))
+	require.NoError(t, err)
+	require.True(t, found)
+	require.Equal(t, "v", string(got.Value))
+	id, ok, err := s.Identity()
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, Identity{Cluster: 42, Node: 1, Formed: true}, id)
+	bound, err := s.ClockBound()
+	require.NoError(t, err)
+	require.Equal(t, uint64(99), bound)
+	_, err = os.Stat("node1")
+	require.True(t, os.IsNotExist(err), "nothing reaches the disk")
 }

@@ -4,6 +4,13 @@
 // process-level tests (SIGKILL) build and run cmd/dhtkv instead; see
 // BuildBinary.
 //
+// StartInMemory (inmem.go) runs the same nodes with no socket and no disk:
+// in-memory listeners, a MemFS each, links between them that a test cuts,
+// delays and heals, and, inside a testing/synctest bubble (InBubble), a
+// fake clock. The protocol stories of testdata/scenarios run on it
+// (scenario_test.go); what needs real sockets or processes stays in
+// internal/e2e.
+//
 // It also holds what the single-node tests (internal/httpapi) and the
 // whole-cluster tests (internal/e2e) both use to read the range-scan API:
 // a raw HTTP/1.1 client that shows the chunked encoding as it is on the

@@ -1,0 +1,106 @@
+package testcluster
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// The plumbing on the wall clock: three nodes in memory replicate a
+// write, a stopped node keeps its data across a restart, and a wiped one
+// starts empty and copies its share back.
+func TestInMemorySmoke(t *testing.T) {
+	c := StartInMemory(t, 3)
+	cl := c.Client()
+	require.Equal(t, http.StatusCreated, cl.Put(t, c.URL(0), "a", []byte("x"), 3, 3))
+	for i := range 3 {
+		code, body := cl.Get(t, c.URL(i), "a", 1, 1)
+		require.Equal(t, http.StatusOK, code)
+		require.Equal(t, "x", string(body))
+		require.Len(t, c.Replica(i), 1)
+	}
+	want := c.Replica(0)
+	c.StopNode(1)
+	c.StartNode(1)
+	require.Equal(t, want, c.Replica(1), "a restart keeps the MemFS")
+	c.AwaitFormed(10 * time.Second)
+	c.StopNode(2)
+	c.WipeNode(2)
+	c.StartNode(2)
+	c.Await(10*time.Second, "rebuild", func() (bool, string) {
+		err := c.Node(2).Ready()
+		return err == nil, fmt.Sprint(err)
+	})
+	require.Equal(t, want, c.Replica(2), "a wiped node rebuilds its share")
+}
+
+// A cut refuses new dials as a closed port does and resets the open
+// connections; a heal lets them through again.
+func TestMemLinkCut(t *testing.T) {
+	InBubble(t, func(t *testing.T) {
+		c := StartInMemory(t, 2)
+		conn, err := c.dialFrom(0, memAddr(1))
+		require.NoError(t, err)
+		c.Cut(0, 1)
+		_, err = conn.Write([]byte("GET / HTTP/1.1\r\n\r\n"))
+		require.ErrorIs(t, err, syscall.ECONNRESET)
+		_, err = conn.Read(make([]byte, 1))
+		require.ErrorIs(t, err, syscall.ECONNRESET)
+		_, err = c.dialFrom(0, memAddr(1))
+		require.ErrorIs(t, err, syscall.ECONNREFUSED)
+		require.Equal(t, "cut", c.Link(1, 0).Mode(), "Cut cuts both ways")
+
+		c.Heal()
+		conn, err = c.dialFrom(0, memAddr(1))
+		require.NoError(t, err)
+		_, err = io.WriteString(conn, "GET /v0/status HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+		require.NoError(t, err)
+		line := make([]byte, 12)
+		_, err = io.ReadFull(conn, line)
+		require.NoError(t, err)
+		require.Equal(t, "HTTP/1.1 200", string(line))
+		require.NoError(t, conn.Close())
+
+		c.StopNode(1)
+		_, err = c.dialFrom(0, memAddr(1))
+		require.ErrorIs(t, err, syscall.ECONNREFUSED, "a stopped node's port is closed")
+	})
+}
+
+// A delay delivers each chunk d after it was written, both ways: on the
+// bubble's clock a replicated write pays the round trip, and a delay past
+// the replica timeout makes the replica miss the deadline (the call times
+// out at it, rather than waiting for the slow link).
+func TestMemLinkDelay(t *testing.T) {
+	InBubble(t, func(t *testing.T) {
+		c := StartInMemory(t, 3)
+		cl := c.Client()
+		require.Equal(t, http.StatusCreated, cl.Put(t, c.URL(0), "warm", []byte("up"), 3, 3))
+
+		start := time.Now()
+		require.Equal(t, http.StatusCreated, cl.Put(t, c.URL(0), "a", []byte("x"), 3, 3))
+		require.Zero(t, time.Since(start), "in memory, on the fake clock, a write takes no time")
+
+		c.Link(0, 2).Delay(100 * time.Millisecond)
+		start = time.Now()
+		require.Equal(t, http.StatusCreated, cl.Put(t, c.URL(0), "b", []byte("y"), 3, 3))
+		took := time.Since(start)
+		require.GreaterOrEqual(t, took, 200*time.Millisecond, "the batch out and the answer back")
+		require.Less(t, took, c.Config(0).ReplicaTimeout)
+
+		timeout := c.Config(0).ReplicaTimeout
+		c.Link(0, 2).Delay(2 * timeout)
+		start = time.Now()
+		code := cl.Put(t, c.URL(0), "c", []byte("z"), 3, 3)
+		require.Equal(t, http.StatusGatewayTimeout, code, "node3 answers past the deadline")
+		require.Less(t, time.Since(start), 2*timeout, "the call ends at its deadline, not when the link delivers")
+		require.Equal(t, "delay 1s", c.Link(0, 2).Mode())
+		c.Heal()
+		require.Equal(t, "pass", c.Link(0, 2).Mode())
+	})
+}
