@@ -139,12 +139,16 @@ func TestCancelStopsTheRun(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 		start := time.Now()
 		res, err := Run(ctx, cfg)
+		took := time.Since(start)
 		cancel()
 		noErr(t, err)
 		// Canceled after 300 ms. A loose bound: a run that ignored the
 		// cancellation would wait for the slot 5 s out, or last its minute.
-		ok(t, time.Since(start) < 2500*time.Millisecond, "rate %v: took %v", rate, time.Since(start))
-		near(t, min(30, rate*0.3+1), res.Requests, 5, "requests at rate %v", rate)
+		ok(t, took < 2500*time.Millisecond, "rate %v: took %v", rate, took)
+		// The requests are the rate's over the run as it lasted: on a
+		// loaded machine the cancellation may take effect past 300 ms, and
+		// the schedule keeps its rate until then.
+		near(t, rate*took.Seconds()+1, res.Requests, 5, "requests at rate %v in %v", rate, took)
 	}
 }
 
