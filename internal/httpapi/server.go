@@ -85,13 +85,6 @@ type Server struct {
 	// answered by reference instead of copied (default RawValueMinBytes;
 	// negative: always copied; see setValue).
 	RawValueMinBytes int
-	// RequirePeerCert makes the internal endpoints answer only requests
-	// on a TLS connection whose client certificate the handshake verified
-	// against --peer-tls-ca (mutual TLS: tlsconf.PeerVerified), in place
-	// of the loopback-only rule; the cluster secret, if set, is required
-	// as well. Public endpoints need no certificate. The default value is
-	// false.
-	RequirePeerCert bool
 
 	scans     scanRegistry // range streams in flight (entities.go)
 	bodyBytes atomic.Int64 // request body buffers held, in bytes (body.go)
@@ -143,16 +136,16 @@ func (s *Server) route(ctx *fasthttp.RequestCtx) Op {
 		s.entities(ctx)
 	case rpc.BatchPath:
 		op = OpInternalBatch
-		s.internalBatch(ctx)
+		s.internal(ctx, rpc.BatchPath)
 	case rpc.StreamPath:
 		op = OpInternalScan
-		s.internalStream(ctx)
+		s.internal(ctx, rpc.StreamPath)
 	case rpc.SummaryPath:
 		op = OpInternalSummary
-		s.internalSummary(ctx)
+		s.internal(ctx, rpc.SummaryPath)
 	case rpc.MapPath:
 		op = OpInternalMap
-		s.internalMap(ctx)
+		s.internal(ctx, rpc.MapPath)
 	default:
 		op = OpOther
 		fail(ctx, badRequest("unknown path %q", ctx.Path()))

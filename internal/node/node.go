@@ -468,7 +468,8 @@ func New(cfg Config) (_ *Node, err error) {
 		RPC: &rpc.Server{
 			Replica: local, Secret: cfg.ClusterSecret, Log: log,
 			Rebuilding: n.rebuild.Rebuilding, ClusterFormed: n.probe.Formed, Maps: n.members,
-			MaxKeyBytes: cfg.MaxKeyBytes, MaxValueBytes: cfg.MaxValueBytes,
+			RequirePeerCert: certs != nil && certs.Mutual(),
+			MaxKeyBytes:     cfg.MaxKeyBytes, MaxValueBytes: cfg.MaxValueBytes,
 		},
 		Metrics: httpapi.NewMetrics(n.registry),
 		Log:     log,
@@ -482,7 +483,6 @@ func New(cfg Config) (_ *Node, err error) {
 		ScanMinRate:      cfg.ScanMinRate,
 		ScanReleaseAfter: cfg.ScanReleaseAfter,
 		RawValueMinBytes: cfg.RawValueMinBytes,
-		RequirePeerCert:  certs != nil && certs.Mutual(),
 	}
 	n.srv = &fasthttp.Server{
 		Handler:      n.api.Handler,

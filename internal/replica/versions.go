@@ -9,7 +9,7 @@ import (
 // reading the store, for most keys most of the time.
 //
 // A replica refuses an internal write older than what it holds (see
-// httpapi.internalBatch and cluster.Coordinator.Write), which needs the
+// ApplyRemote and cluster.Coordinator.Write), which needs the
 // key's current version: a Pebble lookup per replicated write, the largest
 // single cost of a replica's write path when the key's block is not in
 // Pebble's block cache. The filter is a fixed table of slots, each holding

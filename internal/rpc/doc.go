@@ -5,10 +5,15 @@
 //   - peer.go: Peer, the client of one other node, which batches the
 //     coordinator's replica calls onto it in read and write lanes;
 //   - server.go: Server, the receiving side, which validates a batch and
-//     applies it to the local replica in one store commit, refusing a
-//     write whose version is more than --max-clock-skew ahead of its clock
-//     (that write alone); it is free of any transport, and package httpapi
-//     mounts it;
+//     applies it to the local replica in one store commit
+//     (replica.ApplyRemote: a write whose version is more than
+//     --max-clock-skew ahead of its clock is refused, that write alone);
+//   - handler.go: the server side of the transport: which caller and
+//     method each internal endpoint accepts, and what it answers with
+//     which status and headers; package httpapi routes the paths to it
+//     and reads the bodies within the node's body budget;
+//   - direct.go: Direct, a peer reached in-process, the transport seam's
+//     second implementation beside Peer;
 //   - stream.go: a node's records as a stream (StreamPath), its client and
 //     its server side, for cluster-wide range scans;
 //   - summary.go: the anti-entropy summary exchange (SummaryPath): partition
@@ -18,7 +23,7 @@
 //   - epoch.go: the cluster map's epoch that every batch, ping and summary
 //     request carries (EpochHeader), which lets a node refuse calls routed
 //     by an older map (409 with its map) and hand its map to a peer that
-//     is behind; the map exchange itself (MapPath); MapHooks, through which
+//     is behind; the map exchange itself (MapPath); Maps, through which
 //     the owner of the map answers them;
 //   - clock.go: the answering node's clock on every batch answer
 //     (TimeHeader), from which Peer measures how far the peer's clock is

@@ -14,10 +14,10 @@ import (
 )
 
 // Server is the receiving side of node-to-node traffic: it serves other
-// coordinators' batches and streams against this node's replica only. It
-// knows nothing of the transport; package httpapi mounts it on BatchPath
-// and StreamPath, checks the secret with Authorized, and writes what it
-// returns.
+// coordinators' batches, summaries, map exchanges and streams against this
+// node's replica only. ServeBatch and ServeSummary know nothing of the
+// transport (Direct calls them in-process); the HTTP side of each
+// endpoint is handler.go's, which the node's HTTP server routes to.
 type Server struct {
 	// Replica stores the batches' writes by its one path for records of
 	// other nodes (replica.ApplyRemote: the clock bound, observing,
@@ -29,6 +29,12 @@ type Server struct {
 	MaxKeyBytes, MaxValueBytes int
 	// Secret, when set, must accompany every request (--cluster-secret).
 	Secret string
+	// RequirePeerCert makes the internal endpoints answer only requests
+	// on a TLS connection whose client certificate the handshake verified
+	// against --peer-tls-ca (mutual TLS: tlsconf.PeerVerified), in place
+	// of the loopback-only rule; the secret, if set, is required as well.
+	// The default value is false.
+	RequirePeerCert bool
 	// Rebuilding, when it returns true, makes reads fail: the replica is
 	// still copying its share and would answer "never written" for keys
 	// it has not copied yet (nil: never).

@@ -1,0 +1,181 @@
+package rpc
+
+import (
+	"bytes"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/dhtkv/dhtkv/internal/tlsconf"
+)
+
+// The server side of the transport: what each internal endpoint accepts
+// and answers, with which status and headers. The node's HTTP server
+// (package httpapi) routes the paths here and reads the bodies, which
+// share the public API's body budget and framing checks:
+//
+//  1. Accept answers a wrong method or a caller that is not another node,
+//     before any body is read;
+//  2. the HTTP server reads the body;
+//  3. HandleBatch, HandleSummary or HandleMap answers (StreamPath's
+//     stream is written by the HTTP server's stream writer, from
+//     OpenStream's iterator, as public scans are).
+
+// Accept answers, and returns false for, a request to an internal
+// endpoint (path) with a method it does not serve, or not from another
+// node: under mutual TLS (RequirePeerCert), on a connection with a
+// verified client certificate; otherwise with the cluster secret the
+// node requires, or, without one, from a loopback address. Under mutual
+// TLS a secret, if set, is required too.
+func (s *Server) Accept(ctx *fasthttp.RequestCtx, path string) bool {
+	switch path {
+	case BatchPath, SummaryPath:
+		if !ctx.IsPost() {
+			methodNotAllowed(ctx, "POST")
+			return false
+		}
+	case StreamPath:
+		if !ctx.IsGet() {
+			methodNotAllowed(ctx, "GET")
+			return false
+		}
+	case MapPath:
+		if !ctx.IsGet() && !ctx.IsPost() {
+			methodNotAllowed(ctx, "GET, POST")
+			return false
+		}
+	}
+	switch {
+	case s.RequirePeerCert:
+		if !tlsconf.PeerVerified(ctx.TLSConnectionState()) {
+			ctx.Error("forbidden: the internal endpoints require a client certificate from --peer-tls-ca\n", fasthttp.StatusForbidden)
+			return false
+		}
+	case s.Secret == "" && !ctx.RemoteIP().IsLoopback():
+		// Without a secret or mutual TLS nothing authenticates a peer:
+		// only this machine's may call (node/security.go).
+		ctx.Error("forbidden: without --cluster-secret-file or --peer-tls-ca the internal endpoints answer only loopback peers\n", fasthttp.StatusForbidden)
+		return false
+	}
+	if s.Authorized(ctx.Request.Header.Peek(SecretHeader)) {
+		return true
+	}
+	ctx.Error("forbidden: missing or wrong cluster secret\n", fasthttp.StatusForbidden)
+	return false
+}
+
+func methodNotAllowed(ctx *fasthttp.RequestCtx, allow string) {
+	ctx.Error("method not allowed\n", fasthttp.StatusMethodNotAllowed) // resets headers
+	ctx.Response.Header.Set(fasthttp.HeaderAllow, allow)
+}
+
+// HandleBatch answers BatchPath's request, whose body is body (read by
+// the HTTP server; nothing of it is kept). The answer is appended to the
+// response's own buffer, which fasthttp keeps with the connection's
+// response, so a batch costs no copy and no allocation once warm. An
+// empty batch is a ping: its answer says whether this node knows the
+// cluster is formed (FormedHeader).
+func (s *Server) HandleBatch(ctx *fasthttp.RequestCtx, body []byte) {
+	var num [20]byte
+	epoch := ctx.Request.Header.Peek(EpochHeader)
+	if !s.Admit(epoch) {
+		s.refuseStale(ctx)
+		return
+	}
+	buf := ctx.Response.SwapBody(nil)[:0]
+	out, err := s.ServeBatch(body, buf)
+	s.Release(epoch)
+	if err != nil {
+		ctx.Response.SwapBody(buf)
+		s.fail(ctx, err)
+		return
+	}
+	ctx.Response.Header.SetBytesV(EpochHeader, s.AppendEpoch(num[:0]))
+	ctx.Response.Header.SetBytesV(TimeHeader, s.AppendTime(num[:0]))
+	if len(body) == 0 { // a ping
+		formed, err := s.Formed()
+		if err != nil {
+			s.fail(ctx, err)
+			return
+		}
+		if formed {
+			ctx.Response.Header.Set(FormedHeader, "1")
+		}
+	}
+	setAnswer(ctx, buf, out)
+}
+
+// HandleSummary answers SummaryPath's request: an anti-entropy comparison
+// step against this node's store.
+func (s *Server) HandleSummary(ctx *fasthttp.RequestCtx, body []byte) {
+	epoch := ctx.Request.Header.Peek(EpochHeader)
+	if !s.Admit(epoch) {
+		s.refuseStale(ctx)
+		return
+	}
+	buf := ctx.Response.SwapBody(nil)[:0]
+	out, err := s.ServeSummary(body, buf)
+	s.Release(epoch)
+	if err != nil {
+		ctx.Response.SwapBody(buf)
+		s.fail(ctx, err)
+		return
+	}
+	setAnswer(ctx, buf, out)
+}
+
+// HandleMap answers MapPath's request: GET (body nil) this node's map
+// state, POST offers a map (the body).
+func (s *Server) HandleMap(ctx *fasthttp.RequestCtx, body []byte) {
+	if s.Maps == nil {
+		ctx.Error("this node serves no cluster map\n", fasthttp.StatusBadRequest)
+		return
+	}
+	if ctx.IsGet() {
+		ctx.SetBody(s.Maps.State())
+		return
+	}
+	out, err := s.Maps.Offer(body)
+	if err != nil {
+		s.fail(ctx, err)
+		return
+	}
+	ctx.SetBody(out)
+}
+
+// refuseStale answers a request routed by an older cluster map than this
+// node's: 409 with the map (epoch.go).
+func (s *Server) refuseStale(ctx *fasthttp.RequestCtx) {
+	var num [20]byte
+	ctx.Response.Header.SetBytesV(EpochHeader, s.AppendEpoch(num[:0]))
+	ctx.SetStatusCode(fasthttp.StatusConflict)
+	ctx.SetBody(s.Maps.State())
+}
+
+// fail answers a refusal (an *Error) with its status and reason, and
+// anything else as this replica's failure: 500, logged.
+func (s *Server) fail(ctx *fasthttp.RequestCtx, err error) {
+	if e, ok := IsRefusal(err); ok {
+		ctx.Error(e.Msg+"\n", e.Status)
+		return
+	}
+	s.Log.Error("request failed", "path", string(ctx.Path()), "err", err)
+	ctx.Error("internal error\n", fasthttp.StatusInternalServerError)
+}
+
+// setAnswer makes out, appended to buf (the response's own buffer, taken
+// with SwapBody), the response body. Handed to fasthttp as the body, a
+// large answer would stay with the pooled response long after it was sent
+// (one per pooled request context); it goes as a stream instead, and is
+// garbage once written, and the response keeps its small buffer.
+func setAnswer(ctx *fasthttp.RequestCtx, buf, out []byte) {
+	if cap(out) > retainAnswerBytes {
+		ctx.Response.SwapBody(buf[:0])
+		ctx.Response.SetBodyStream(bytes.NewReader(out), len(out))
+		return
+	}
+	ctx.Response.SwapBody(out)
+}
+
+// retainAnswerBytes is the largest batch answer whose buffer fasthttp may
+// keep with its pooled response for the next request.
+const retainAnswerBytes = 256 << 10
