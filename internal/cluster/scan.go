@@ -14,7 +14,7 @@ import (
 // nil: to the last key), tombstones included, from a snapshot of its
 // store. The caller must close the iterator.
 func (c *Coordinator) ScanLocal(start, end []byte) (scan.Iterator, error) {
-	it, err := c.local.Store.NewIter(start, end)
+	it, err := c.local.NewIter(start, end)
 	if err != nil {
 		return nil, fmt.Errorf("scan: %w", err)
 	}

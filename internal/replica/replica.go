@@ -107,3 +107,14 @@ func (r *Replica) DropPartition(part partition.ID) (int, error) {
 	}
 	return len(removed), nil
 }
+
+// NewIter returns this replica's records with start <= key < end (end
+// nil: to the last key), tombstones included, from a snapshot of the
+// store (store.Store.NewIter). The caller must close it.
+func (r *Replica) NewIter(start, end []byte) (*store.Iter, error) {
+	it, err := r.Store.NewIter(start, end)
+	if err != nil {
+		return nil, fmt.Errorf("replica scan: %w", err)
+	}
+	return it, nil
+}
