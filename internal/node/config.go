@@ -1,0 +1,272 @@
+package node
+
+import (
+	"fmt"
+	"log/slog"
+	"net"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/dhtkv/dhtkv/internal/antientropy"
+	"github.com/dhtkv/dhtkv/internal/cluster"
+	"github.com/dhtkv/dhtkv/internal/gc"
+	"github.com/dhtkv/dhtkv/internal/handoff"
+	"github.com/dhtkv/dhtkv/internal/hlc"
+	"github.com/dhtkv/dhtkv/internal/httpapi"
+	"github.com/dhtkv/dhtkv/internal/store"
+)
+
+// Config is everything a node is built from; cmd/dhtkv fills it from its
+// flags (the flag of each field is named in its comment), and
+// DefaultConfig holds the defaults stated here.
+type Config struct {
+	// Listen is the public API's address (--listen). The default value is
+	// 127.0.0.1:8080.
+	Listen string
+	// AdminListen is the address of pprof and /metrics (--admin-listen).
+	// The default value is empty: no admin listener.
+	AdminListen string
+	// DataDir is the Pebble directory (--data-dir). The default value is
+	// ./data/node1.
+	DataDir string
+
+	// CacheBytes is the read cache's capacity in bytes (--cache-bytes); 0
+	// disables it. The default value is 64 MiB.
+	CacheBytes int64
+	// Store configures Pebble (store.Options: --sync, --block-cache-bytes,
+	// --memtable-bytes, --l0-compaction-threshold). The default value is
+	// store.DefaultOptions().
+	Store store.Options
+
+	// MaxKeyBytes is the longest key in bytes (--max-key-bytes; 400
+	// beyond). The default value is 1024.
+	MaxKeyBytes int
+	// MaxValueBytes is the largest value in bytes (--max-value-bytes; 413
+	// beyond). The default value is 16 MiB.
+	MaxValueBytes int
+	// MaxHeaderBytes bounds the request line plus headers in bytes
+	// (--max-header-bytes; 431 beyond). The default value is 8 KiB.
+	MaxHeaderBytes int
+	// MaxInflightBodyBytes is the budget, in bytes, of the buffers holding
+	// the bodies of the requests in flight (--max-inflight-body-bytes): a
+	// body that would take them past it is refused with 503. It must hold
+	// the largest body (an internal batch: MaxValueBytes + MaxKeyBytes +
+	// 64); 0: no budget. The default value is 256 MiB.
+	MaxInflightBodyBytes int64
+
+	// ReadTimeout is the time to read a whole request, body included
+	// (--read-timeout). The default value is 30 s.
+	ReadTimeout time.Duration
+	// WriteTimeout is the time to write a whole response; a range stream
+	// instead may stall this long between writes (--write-timeout). The
+	// default value is 30 s.
+	WriteTimeout time.Duration
+	// IdleTimeout is how long an idle keep-alive connection stays open
+	// (--idle-timeout). The default value is 2 min.
+	IdleTimeout time.Duration
+	// MaxConnections caps the client connections open at once on the
+	// public listener, peers' included (--max-connections); a connection
+	// beyond it gets 503 and is closed at once. The default value is 0:
+	// derived from the descriptor limit by DefaultMaxConnections.
+	MaxConnections int
+	// MaxConnectionsPerIP caps the connections open at once from one
+	// address (--max-connections-per-ip; 429 and closed beyond it; 0: no
+	// cap). Behind a proxy every client has the proxy's address: set 0
+	// there. The default value is 1024.
+	MaxConnectionsPerIP int
+
+	// Cluster is the comma-separated list of every node's URL, the same
+	// list in the same order on every node (--cluster). It seeds the
+	// cluster map on the node's first start; from then on the map in the
+	// data directory is the source of truth and Cluster is not read. The
+	// default value is empty: a cluster of one.
+	Cluster string
+	// Join is a member's URL (--join): a node started with it and an
+	// empty data directory takes the cluster map from that member instead
+	// of seeding one from Cluster, and must be in it (dhtkvctl join, or
+	// replace, adds it). The default value is empty.
+	Join string
+	// Self is this node's URL in Cluster (--self). The default value is
+	// empty, meaning http://<Listen>.
+	Self string
+	// ClusterSecret is the shared secret node-to-node requests must carry
+	// (--cluster-secret, visible to other local users in ps; 403 without
+	// it). The default value is empty: none required, and then the node
+	// serves only loopback addresses (security.go).
+	ClusterSecret string
+	// ClusterSecretFile names a file holding ClusterSecret, one line
+	// (--cluster-secret-file; keep it mode 600). The default value is
+	// empty: none.
+	ClusterSecretFile string
+	// TLSCert names a PEM file of this node's certificate chain, leaf
+	// first (--tls-cert). With it the public listener speaks only TLS,
+	// to clients and other nodes alike, and this node calls the other
+	// nodes over TLS: every node of a cluster has TLS or none has. The
+	// --cluster URLs stay http://host:port, the nodes' names
+	// (docs/security.md). Reload reads it again. The default value is
+	// empty: plain HTTP.
+	TLSCert string
+	// TLSKey names the PEM file of TLSCert's private key (--tls-key; keep
+	// it mode 600). Given with TLSCert or not at all. The default value
+	// is empty.
+	TLSKey string
+	// PeerTLSCA names a PEM bundle of the CAs node certificates chain to
+	// (--peer-tls-ca): mutual TLS between nodes. This node then presents
+	// TLSCert when it calls another node, which must therefore allow
+	// both the serverAuth and clientAuth extended key usages, accepts a
+	// server certificate chaining to the bundle, and its internal
+	// endpoints answer only connections with a client certificate that
+	// chains to it (403 otherwise). It authenticates nodes as the
+	// cluster secret does (security.go). It needs TLSCert; Reload reads
+	// it again. The default value is empty: no mutual TLS.
+	PeerTLSCA string
+	// ReplicaTimeout is one request's deadline for its replica calls
+	// (--replica-timeout; 504 beyond). The default value is 300 ms.
+	ReplicaTimeout time.Duration
+	// MaxClockSkew is how far ahead of this node's wall clock a version
+	// from another node may be (--max-clock-skew): a replica refuses
+	// writes beyond it, and a node whose clock is off from its peers' by
+	// more refuses to coordinate writes. The default value is 5 s.
+	MaxClockSkew time.Duration
+	// Coordinator configures the request path (cluster.Options:
+	// --read-repair, --read-hedge-delay; its Timeout is ReplicaTimeout).
+	// The default value is cluster.DefaultOptions().
+	Coordinator cluster.Options
+	// Handoff configures hinted handoff (handoff.Options: --hint-window,
+	// --hint-max-bytes, --hint-replay-rate; Interval has no flag, tests
+	// shorten it; its Timeout is ReplicaTimeout). The default value is
+	// handoff.DefaultOptions().
+	Handoff handoff.Options
+	// Replicas is the replication factor: how many nodes keep each
+	// partition, the default and largest from of a request (--replicas).
+	// It seeds the cluster map, which keeps it from then on. The default
+	// value is 0: the size of the --cluster list.
+	Replicas int
+	// AntiEntropy configures anti-entropy (antientropy.Options:
+	// --ae-interval, --ae-rate, --ae-concurrency). The default value is
+	// antientropy.DefaultOptions().
+	AntiEntropy antientropy.Options
+	// MaxScans bounds the range streams in flight, public and internal
+	// (--max-scans; 429 beyond). The default value is 64.
+	MaxScans int
+	// ScanMinRate is the slowest a range stream's client may read, in
+	// bytes per second (--scan-min-rate; a piece of n bytes must be taken
+	// within 5 s + n/rate; 0: no minimum, only WriteTimeout between
+	// pieces). The default value is 16 KiB.
+	ScanMinRate int64
+	// ScanReleaseAfter is how long a range stream's write to its client
+	// may block before the stream releases its store snapshot
+	// (httpapi.Server.ScanReleaseAfter; no flag: tests compare streams
+	// that never release, -1). The default value is 0: 100 ms.
+	ScanReleaseAfter time.Duration
+	// RawValueMinBytes is the size from which a GET's value is answered by
+	// reference instead of copied (httpapi.Server.RawValueMinBytes; no
+	// flag: tests compare with copying, -1). The default value is 0:
+	// 16 KiB.
+	RawValueMinBytes int
+	// GC configures garbage collection (gc.Options: --gc-grace, whose
+	// default 0 the node turns into Handoff.Window + MaxClockSkew + 1 h;
+	// Interval has no flag, tests shorten it). The default value is
+	// gc.DefaultOptions().
+	GC gc.Options
+	// PeerConns is how many batches may be in flight to each peer at
+	// once, for reads and for writes each (--peer-conns). The default
+	// value is 1.
+	PeerConns int
+
+	// PeerDial, when set, connects to other nodes instead of plain TCP
+	// (no flag: tests route node-to-node links through faultnet with it).
+	PeerDial func(addr string, timeout time.Duration) (net.Conn, error)
+	// ClockOffset is added to the wall clock the node's versions are made
+	// from (no flag in the default build: tests skew one node's clock).
+	ClockOffset time.Duration
+
+	// Listener, when set, is served instead of listening on Listen, which
+	// stays the node's address: its name in the cluster list and in
+	// Self's default (no flag: the in-process test clusters serve
+	// fasthttputil's in-memory listeners, and route peers to them with
+	// PeerDial). Serve takes it over: Shutdown closes it.
+	Listener net.Listener
+	// AdminListener, when set, is the admin listener instead of one on
+	// AdminListen, which then need not be set (no flag, as Listener).
+	AdminListener net.Listener
+	// FS, when set, is the file system the store lives in, under DataDir
+	// (store.Options.FS; no flag: tests pass vfs.NewMem() to run without
+	// a disk). The admin listener's /snapshot, which writes to the disk,
+	// then answers 501.
+	FS vfs.FS
+
+	// Logger receives the node's logs. The default value is nil:
+	// slog.Default().
+	Logger *slog.Logger
+}
+
+// DefaultConfig returns the defaults Config documents.
+func DefaultConfig() Config {
+	return Config{
+		Listen:               "127.0.0.1:8080",
+		DataDir:              "./data/node1",
+		CacheBytes:           64 << 20,
+		Store:                store.DefaultOptions(),
+		MaxKeyBytes:          1024,
+		MaxValueBytes:        16 << 20,
+		MaxHeaderBytes:       8 << 10,
+		MaxInflightBodyBytes: 256 << 20,
+		ReadTimeout:          30 * time.Second,
+		WriteTimeout:         30 * time.Second,
+		IdleTimeout:          2 * time.Minute,
+		MaxConnectionsPerIP:  1024,
+		ReplicaTimeout:       300 * time.Millisecond,
+		MaxClockSkew:         hlc.DefaultMaxAhead,
+		Coordinator:          cluster.DefaultOptions(),
+		Handoff:              handoff.DefaultOptions(),
+		AntiEntropy:          antientropy.DefaultOptions(),
+		GC:                   gc.DefaultOptions(),
+		MaxScans:             httpapi.DefaultMaxScans,
+		ScanMinRate:          httpapi.DefaultScanMinRate,
+		PeerConns:            1,
+	}
+}
+
+// maxBatchBytes is the largest body of an internal batch: one largest
+// write carries its key, the envelope header and framing on top of the
+// value.
+func (cfg *Config) maxBatchBytes() int { return cfg.MaxValueBytes + cfg.MaxKeyBytes + 64 }
+
+// Validate checks the settings that the parts would otherwise misuse: the
+// node's own, then each part's (its Options.Validate). The command line
+// and New both call it, so a setting is refused in one place.
+func (cfg *Config) Validate() error {
+	switch {
+	case cfg.MaxKeyBytes < 1 || cfg.MaxValueBytes < 0 || cfg.MaxHeaderBytes < 1024:
+		return fmt.Errorf("limits: key %d, value %d, header %d bytes: out of range", cfg.MaxKeyBytes, cfg.MaxValueBytes, cfg.MaxHeaderBytes)
+	case cfg.ReplicaTimeout <= 0:
+		return fmt.Errorf("--replica-timeout must be positive")
+	case cfg.PeerConns < 1:
+		return fmt.Errorf("--peer-conns must be at least 1")
+	case cfg.MaxClockSkew <= 0:
+		return fmt.Errorf("--max-clock-skew must be positive")
+	case cfg.MaxConnections < 0 || cfg.MaxConnectionsPerIP < 0:
+		return fmt.Errorf("--max-connections and --max-connections-per-ip must not be negative")
+	case cfg.MaxInflightBodyBytes < 0 || cfg.MaxInflightBodyBytes > 0 && cfg.MaxInflightBodyBytes < int64(cfg.maxBatchBytes()):
+		return fmt.Errorf("--max-inflight-body-bytes %d must be 0 or hold the largest request body, %d bytes (--max-value-bytes + --max-key-bytes + 64)",
+			cfg.MaxInflightBodyBytes, cfg.maxBatchBytes())
+	case cfg.GC.Grace < 0 || cfg.GC.Grace > 0 && cfg.GC.Grace <= cfg.Handoff.Window+cfg.MaxClockSkew:
+		return fmt.Errorf("--gc-grace %v must exceed --hint-window %v plus --max-clock-skew %v: a hint still held could otherwise bring back a collected delete", cfg.GC.Grace, cfg.Handoff.Window, cfg.MaxClockSkew)
+	}
+	for _, v := range []interface{ Validate() error }{&cfg.Store, &cfg.Coordinator, &cfg.Handoff, &cfg.AntiEntropy} {
+		if err := v.Validate(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// gcGrace is GC.Grace, or its default derived from the hint window and
+// the clock skew bound (see GC).
+func (cfg *Config) gcGrace() time.Duration {
+	if cfg.GC.Grace == 0 {
+		return cfg.Handoff.Window + cfg.MaxClockSkew + time.Hour
+	}
+	return cfg.GC.Grace
+}
