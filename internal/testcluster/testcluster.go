@@ -16,6 +16,15 @@
 // a raw HTTP/1.1 client that shows the chunked encoding as it is on the
 // wire (RawGet), readers of both framings (ReadChunks, ReadBinary), and
 // generated data sets written straight into a node's store (FillStore).
+//
+// And the small helpers every test package would otherwise write again:
+// Eventually (wait for a condition, failing with what was awaited),
+// RepoRoot, DeadEndpoint (an address that refuses connections), Single (a
+// one-node cluster), NewClient and NewAPIClient (an HTTP client and a
+// package client client, both closed when the test ends), FreePorts.
+// Packages that testcluster imports (client, faultnet, node, and their
+// internal tests) cannot import it back and keep their own where they
+// need one.
 package testcluster
 
 import (
