@@ -22,9 +22,9 @@
 // RepoRoot, DeadEndpoint (an address that refuses connections), Single (a
 // one-node cluster), NewClient and NewAPIClient (an HTTP client and a
 // package client client, both closed when the test ends), FreePorts.
-// Packages that testcluster imports (client, faultnet, node, and their
-// internal tests) cannot import it back and keep their own where they
-// need one.
+// The internal tests (package x, not x_test) of packages testcluster
+// imports, such as faultnet's, cannot import it back and keep their own
+// where they need one.
 package testcluster
 
 import (
