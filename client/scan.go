@@ -38,8 +38,13 @@ func WithLimit(n int) Option { return func(o *callOptions) { o.limit = n } }
 // node refuses them, 400).
 func WithLocal() Option { return func(o *callOptions) { o.local = true } }
 
+// FirstKey is the smallest key there can be (keys are never empty): a
+// range from it holds every key. The API requires a range's start, so a
+// scan from the beginning names it (start=%00).
+const FirstKey = "\x00"
+
 // Scan returns an iterator over the live records with start <= key < end,
-// in byte order of the keys: start "" is the first key, end "" is past the
+// in byte order of the keys: start "" is FirstKey, end "" is past the
 // last one. By default the records are the cluster's, merged by key,
 // newest version winning (the API's scope=cluster): complete when at most
 // from-ack nodes fail to answer, else it yields ErrNotEnoughReplicas
@@ -59,9 +64,10 @@ func WithLocal() Option { return func(o *callOptions) { o.local = true } }
 func (c *Client) Scan(ctx context.Context, start, end string, opts ...Option) iter.Seq2[Record, error] {
 	o := callOpts(opts)
 	q := url.Values{"format": {"binary"}}
-	if start != "" { // omitted: from the first key
-		q.Set("start", start)
+	if start == "" {
+		start = FirstKey
 	}
+	q.Set("start", start)
 	if end != "" {
 		q.Set("end", end)
 	}

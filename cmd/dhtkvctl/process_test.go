@@ -69,10 +69,10 @@ func TestProcessScan(t *testing.T) {
 		query string
 		lines int
 	}{
-		{[]string{"scan", "--json"}, "scope=cluster", 6},
-		{[]string{"scan", "--json", "--limit", "2"}, "scope=cluster&limit=2", 2},
+		{[]string{"scan", "--json"}, "scope=cluster&start=%00", 6},
+		{[]string{"scan", "--json", "--limit", "2"}, "scope=cluster&start=%00&limit=2", 2},
 		{[]string{"scan", "--json", "--start", "c", "--limit", "3"}, "scope=cluster&start=c&limit=3", 3},
-		{[]string{"scan", "--json", "--local", "--end", "e"}, "end=e", 4},
+		{[]string{"scan", "--json", "--local", "--end", "e"}, "start=%00&end=e", 4},
 		{[]string{"scan", "--json", "--local", "--start", "b", "--limit", "1"}, "start=b&limit=1", 1},
 	} {
 		out, stderr, code := ctl(t, bin, append([]string{eps}, tc.args...)...)

@@ -64,7 +64,7 @@ func TestSnapshotRestore(t *testing.T) {
 	require.NoError(t, os.Rename(dir, data))
 	c.StartNode(2)
 	local := func(i int) [][2]string {
-		resp := testcluster.HTTPGet(t, c.URL(i)+"/v0/entities?format=binary")
+		resp := testcluster.HTTPGet(t, c.URL(i)+"/v0/entities?start=%00&format=binary")
 		require.Equal(t, http.StatusOK, resp.StatusCode)
 		return testcluster.ReadBinary(t, resp.Body)
 	}

@@ -30,15 +30,9 @@ const DefaultScanIdleTimeout = 30 * time.Second
 // parameter a number every client's integers hold (it fits in 32 bits).
 const MaxScanLimit = 1_000_000_000
 
-// firstKey is the start of a range whose start is omitted: the smallest
-// key there can be, since keys are never empty. It is sent on to the other
-// nodes of a cluster scan as an explicit start, which their internal
-// stream endpoint requires.
-const firstKey = "\x00"
-
 // rangeParams is the parsed query of /v0/entities.
 type rangeParams struct {
-	start, end []byte // start never empty (firstKey if omitted); end nil: to the last key; both alias the request
+	start, end []byte // start never empty; end nil: to the last key; both alias the request
 	format     scan.Format
 	limit      uint64 // at most this many live records; 0: no limit
 	cluster    bool
@@ -55,11 +49,12 @@ type rangeParams struct {
 func parseRange(raw []byte, args *fasthttp.Args, replicas, maxKey int) (rangeParams, *apiError) {
 	var p rangeParams
 	var aerr *apiError
-	p.start = []byte(firstKey)
-	if args.Has("start") {
-		if p.start, aerr = parseKey(args, "start", maxKey); aerr != nil {
-			return p, aerr
-		}
+	// The course's contract: a range has a start (absent or empty: 400).
+	// The smallest key there can be is "\x00" (start=%00), keys being
+	// never empty: a scan from the first key names it.
+	if p.start, aerr = parseKey(args, "start", maxKey); aerr != nil {
+		aerr.reason += " (the first key of the range; %00, the smallest key, scans from the beginning)"
+		return p, aerr
 	}
 	if aerr = checkQuery(raw, args, "start", "end", "limit", "format", "scope", "ack", "from"); aerr != nil {
 		return p, aerr
