@@ -25,12 +25,15 @@ test:
 	$(GO) test -race -count=1 -timeout 15m ./...
 
 # The fault scenarios (partitions, clock skew, restarts, hints, read
-# repair, anti-entropy, garbage collection, membership changes) FAULT_COUNT times each with the race detector, shuffled; a
-# history that fails is saved and its path logged. make test runs them once.
+# repair, anti-entropy, garbage collection, membership changes) FAULT_COUNT times each with the race detector, shuffled,
+# then the in-process protocol stories and tests as often; a history that
+# fails is saved and its path logged. make test runs them once.
 FAULT_COUNT ?= 20
 test-faults:
 	$(GO) test -race -count=$(FAULT_COUNT) -shuffle=on -timeout 60m \
 		-run 'TestFault|TestReadRepair|TestHint|TestRebuild|TestAntiEntropy|TestGC|TestMembership|TestRestartLoop|TestClockSurvivesRestart|TestProcessCluster' ./internal/e2e
+	$(GO) test -race -count=$(FAULT_COUNT) -shuffle=on -timeout 20m \
+		./internal/testcluster ./internal/membership ./internal/handoff
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
