@@ -2,7 +2,7 @@
 // each into a fixed number of segments, by a hash of the key.
 //
 // Partitions are the unit of placement (every key of a partition has the
-// same replicas, package cluster) and of anti-entropy (replicas compare a
+// same replicas, package placement) and of anti-entropy (replicas compare a
 // partition's summary, package store, and only then its segments and
 // keys). Their number never changes with the cluster's size, so a
 // membership change moves whole partitions and never rehashes a key; it is

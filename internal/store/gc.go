@@ -15,7 +15,7 @@ import (
 // Garbage collection
 //
 // A tombstone, or a value past its expiry, can be removed once every
-// replica has it (package cluster decides when: gc.go there); until then
+// replica has it (package gc decides when); until then
 // it must stay, or a replica that missed the delete would bring the value
 // back. This file does the removal safely against concurrent writes, and
 // keeps the horizon: the version below which this store refuses every

@@ -12,7 +12,7 @@ import (
 
 // Hints are writes this node owes another replica: a replicated write
 // that failed or timed out on that replica is kept here until it can be
-// delivered (package cluster, handoff.go). They live in the same Pebble
+// delivered (package handoff). They live in the same Pebble
 // under their own prefix, so a hint is as durable as the write it copies
 // and costs no second database:
 //
