@@ -3,8 +3,9 @@ package testcluster
 import (
 	"slices"
 
-	"github.com/dhtkv/dhtkv/internal/store"
 	"github.com/stretchr/testify/require"
+
+	"github.com/dhtkv/dhtkv/internal/store"
 )
 
 // Entry is one record of a replica, as Replica shows it.
