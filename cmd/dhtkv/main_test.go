@@ -161,6 +161,7 @@ func TestFlags(t *testing.T) {
 		{[]string{"--bogus"}, 2, "flag provided but not defined"},
 		{[]string{"--cache-bytes", "lots"}, 2, "invalid value"},
 		{[]string{"--sync=maybe"}, 2, "invalid boolean"},
+		{[]string{"--read-repair", "sometimes"}, 2, "want blocking, async or off"},
 		{[]string{"extra-arg"}, 2, "unexpected argument"},
 		{[]string{"--log-level", "loud"}, 2, "log-level"},
 		{[]string{"--log-format", "xml"}, 2, "log-format"},
