@@ -65,6 +65,7 @@ func parseFlags(args []string, stderr io.Writer) (loadgen.Config, options, error
 	fs.DurationVar(&cfg.Drain, "drain", cfg.Drain, "constant rate: how long after --duration requests scheduled inside it may still be sent late")
 	fs.Int64Var(&cfg.MaxRequests, "max-requests", 0, "hard upper bound on requests sent, warm-up included (0 = none)")
 	fs.DurationVar(&cfg.Timeout, "timeout", cfg.Timeout, "per-request timeout")
+	fs.BoolVar(&cfg.Timeline, "timeline", false, "add the latency second by second (requests, failures, p50, p99, max) to --json's output, to see stalls when they happen")
 	fs.Uint64Var(&cfg.Seed, "seed", 0, "random seed for keys and operations (0 = time-based)")
 	fs.Int64Var(&opt.fill, "fill", 0, "before the run, PUT keys k0..k<fill-1> once each with --connections workers")
 	fs.BoolVar(&opt.fillOnly, "fill-only", false, "exit after --fill without a run (prefills a server for other tools, such as the wrk scripts)")

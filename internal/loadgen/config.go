@@ -80,6 +80,9 @@ type Config struct {
 	// certificates must chain to (--tls-ca). Each connection handshakes
 	// once, when it is first used. Empty: the system's roots.
 	TLSCA string
+	// Timeline adds the run's latency second by second to the result
+	// (Result.Timeline, --timeline). Default off.
+	Timeline bool
 }
 
 // DefaultConfig returns the settings the command uses when no flag is given.

@@ -71,11 +71,17 @@ type recorder struct {
 	// first and last are the earliest and latest start (the time latency
 	// is measured from) of a recorded request, end the latest end.
 	first, last, end time.Time
+	// timeline, when kept (Config.Timeline), is the run second by second.
+	timeline *timeline
 }
 
 func newRecorder() *recorder {
 	return &recorder{hist: newHistogram()}
 }
+
+// keepTimeline makes r keep a timeline from origin (the start of the
+// measured window).
+func (r *recorder) keepTimeline(origin time.Time) { r.timeline = &timeline{origin: origin} }
 
 // record accounts for one finished request, started at start (sent, or
 // due on a constant-rate schedule) and ended at end. Responses of any
@@ -94,6 +100,21 @@ func (r *recorder) record(status int, err error, start, end time.Time) {
 		r.end = end
 	}
 	latency := end.Sub(start)
+	var sec *second
+	if r.timeline != nil {
+		if sec = r.timeline.at(start); sec != nil {
+			sec.requests++
+		}
+	}
+	if sec != nil {
+		if err != nil || status < 200 || status > 299 {
+			sec.failures++
+		}
+		// The latencies the run's histogram takes (see below).
+		if err == nil && status >= 0 && status < maxStatus || err != nil && classifyErr(err) == errTimeout {
+			_ = sec.hist.RecordValue(clampUS(latency))
+		}
+	}
 	if err != nil {
 		k := classifyErr(err)
 		if r.errs[k] == 0 {
@@ -123,13 +144,12 @@ func (r *recorder) recordBytes(in, out int) {
 }
 
 func (r *recorder) recordLatency(d time.Duration) {
-	us := d.Microseconds()
-	if us < histMinUS {
-		us = histMinUS
-	} else if us > histMaxUS {
-		us = histMaxUS
-	}
-	_ = r.hist.RecordValue(us) // cannot fail: clamped to the tracked range
+	_ = r.hist.RecordValue(clampUS(d)) // cannot fail: clamped to the tracked range
+}
+
+// clampUS is d in microseconds within the histograms' tracked range.
+func clampUS(d time.Duration) int64 {
+	return min(max(d.Microseconds(), histMinUS), histMaxUS)
 }
 
 // merge adds o's counts into r.
@@ -145,6 +165,12 @@ func (r *recorder) merge(o *recorder) {
 		r.errs[i] += n
 	}
 	r.requests += o.requests
+	if o.timeline != nil {
+		if r.timeline == nil {
+			r.timeline = &timeline{origin: o.timeline.origin}
+		}
+		r.timeline.merge(o.timeline)
+	}
 	r.bytesIn += o.bytesIn
 	r.bytesOut += o.bytesOut
 	if !o.first.IsZero() && (r.first.IsZero() || o.first.Before(r.first)) {

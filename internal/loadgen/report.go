@@ -80,6 +80,9 @@ type Result struct {
 	// window that were never sent (drain limit reached or run interrupted).
 	// It is omitted when zero so that the usual output is exactly the schema.
 	Unsent int64 `json:"unsent,omitempty"`
+	// Timeline is the run second by second (Config.Timeline; absent
+	// without it).
+	Timeline []TimelinePoint `json:"timeline,omitempty"`
 
 	cfg  Config
 	hist *hdrhistogram.Histogram
@@ -143,6 +146,7 @@ func newResult(cfg Config, rec *recorder, elapsed time.Duration, unsent int64) *
 		},
 		Spectrum: spectrum(rec.hist),
 		Unsent:   unsent,
+		Timeline: timelinePoints(rec),
 		cfg:      cfg,
 		hist:     rec.hist,
 		errText:  rec.errText,
@@ -288,4 +292,12 @@ func orDash(n int) string {
 // fmtMS renders microseconds as wrk2 does for typical server latencies.
 func fmtMS(us int64) string {
 	return fmt.Sprintf("%.2fms", float64(us)/1000)
+}
+
+// timelinePoints is rec's timeline, nil when it kept none.
+func timelinePoints(rec *recorder) []TimelinePoint {
+	if rec.timeline == nil {
+		return nil
+	}
+	return rec.timeline.points()
 }

@@ -66,6 +66,11 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	p.measureStart = p.start.Add(cfg.Warmup)
 	p.windowEnd = p.measureStart.Add(cfg.Duration)
 	p.drainEnd = p.windowEnd.Add(cfg.Drain)
+	if cfg.Timeline {
+		for _, w := range workers {
+			w.rec.keepTimeline(p.measureStart)
+		}
+	}
 
 	// Cancellation must also wake workers asleep until a far-off slot.
 	stopInterrupt := context.AfterFunc(ctx, func() {
