@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# The tail run (issue 21, point 3): a 3-node cluster (ack=2, from=3,
+# --sync=true, load spread over the nodes) held at FRACTION (default half)
+# of its own closed-loop rate for DURATION, latency measured from each
+# request's intended send time (dhtkv-load --rate), second by second
+# (--timeline). Beside each second it prints what the nodes' Pebble did in
+# it (flushes, compactions, write stalls, summed over the nodes, sampled
+# from /metrics once a second), so that a spike can be matched with its
+# cause. Only 127.0.0.1 is contacted.
+#
+#   loadtest/tail.sh                          # PUT, 60 s at half load
+#   WORKLOAD=get DURATION=90s loadtest/tail.sh
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+WORKLOAD=${WORKLOAD:-put}
+DURATION=${DURATION:-60s}
+FRACTION=${FRACTION:-0.5}
+CONNECTIONS=${CONNECTIONS:-64}
+KEYSPACE=${KEYSPACE:-100000}
+VALUE_SIZE=${VALUE_SIZE:-1024}
+PORT=${PORT:-18380}
+
+tmp=$(mktemp -d)
+pids=()
+cleanup() { kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$tmp"; }
+trap cleanup EXIT
+(cd "$ROOT" && go build -o "$tmp/dhtkv" ./cmd/dhtkv && go build -o "$tmp/dhtkv-load" ./cmd/dhtkv-load)
+
+ports=("$((PORT + 1))" "$((PORT + 2))" "$((PORT + 3))")
+cluster=$(printf 'http://127.0.0.1:%s,' "${ports[@]}")
+cluster=${cluster%,}
+for p in "${ports[@]}"; do
+  "$tmp/dhtkv" --listen "127.0.0.1:$p" --admin-listen "127.0.0.1:$((p + 10))" --data-dir "$tmp/n$p" \
+    --cluster "$cluster" >"$tmp/n$p.log" 2>&1 & pids+=($!)
+done
+for p in "${ports[@]}"; do
+  for _ in $(seq 100); do curl -sf -o /dev/null "http://127.0.0.1:$p/v0/status" && break; sleep 0.1; done
+done
+load() { # extra dhtkv-load flags...
+  "$tmp/dhtkv-load" --json --targets "$cluster" --workload "$WORKLOAD" --ack 2 --from 3 \
+    --keyspace "$KEYSPACE" --value-size "$VALUE_SIZE" --connections "$CONNECTIONS" "$@" 2>/dev/null
+}
+source "$ROOT/loadtest/settle.sh"
+load --workload put --duration 1s --fill "$KEYSPACE" >/dev/null
+settle "${ports[@]}"
+closed=$(load --duration 10s | jq -r .throughput_rps)
+settle "${ports[@]}"
+rate=$(awk -v r="$closed" -v f="$FRACTION" 'BEGIN {printf "%d", r * f}')
+
+pebble_now() { # -> "flushes compactions stalls" summed over the nodes
+  for p in "${ports[@]}"; do curl -s "http://127.0.0.1:$((p + 10))/metrics"; done |
+    awk '$1 == "dhtkv_pebble_flushes_total" {f += $2} $1 == "dhtkv_pebble_compactions_total" {c += $2}
+         $1 == "dhtkv_pebble_write_stalls_total" {s += $2} END {printf "%d %d %d", f, c, s}'
+}
+# One sample a second from the run's start: the run's second i is between
+# samples i and i+1.
+( while :; do echo "$(date +%s.%N) $(pebble_now)"; sleep 1; done ) >"$tmp/pebble" & sampler=$!
+start=$(date +%s.%N)
+out=$(load --rate "$rate" --duration "$DURATION" --timeline)
+kill "$sampler" 2>/dev/null || true
+
+echo "# $(nproc) cores, $(go version | cut -d' ' -f3), $(date -u +%FT%TZ), $WORKLOAD, closed loop $closed rps, held at $rate rps ($FRACTION) for $DURATION, $CONNECTIONS connections, keyspace $KEYSPACE, values $VALUE_SIZE B, --sync=true"
+jq -r '"requests \(.requests), failures \(.non_2xx + .errors.connect + .errors.timeout + .errors.other), unsent \(.unsent // 0); latency from the intended send time: p50 \(.latency_us["50"]) µs, p99 \(.latency_us["99"]) µs, p99.9 \(.latency_us["99.9"]) µs, max \(.latency_us["100"]) µs"' <<<"$out"
+echo
+printf "%6s %8s %9s %9s %10s %8s %8s %7s\n" second rps "p50 µs" "p99 µs" "max µs" flushes compact stalls
+jq -r '.timeline[] | "\(.second) \(.requests) \(.p50_us) \(.p99_us) \(.max_us)"' <<<"$out" |
+  awk -v start="$start" -v samples="$tmp/pebble" '
+    BEGIN { while ((getline l < samples) > 0) { split(l, a, " "); n++; t[n] = a[1]; f[n] = a[2]; c[n] = a[3]; s[n] = a[4] } }
+    function at(x, col,   i) { for (i = n; i > 0; i--) if (t[i] <= x) return col == "f" ? f[i] : col == "c" ? c[i] : s[i]; return col == "f" ? f[1] : col == "c" ? c[1] : s[1] }
+    { sec = $1; lo = start + sec; hi = lo + 1
+      printf "%6d %8d %9d %9d %10d %8d %8d %7d\n", sec, $2, $3, $4, $5, at(hi, "f") - at(lo, "f"), at(hi, "c") - at(lo, "c"), at(hi, "s") - at(lo, "s") }'
