@@ -196,7 +196,7 @@ func TestScanStallsPinNoMemory(t *testing.T) {
 		testcluster.FillStore(t, dir, records, valueSize)
 		c := testcluster.Start(t, 1, func(_ int, cfg *node.Config) {
 			cfg.DataDir = dir
-			cfg.Store.MemTableBytes = memtable
+			cfg.Store.MemTableBytes, cfg.MemTableSpread = memtable, 0 // the rounds below fill one memtable each
 			cfg.ScanReleaseAfter = releaseAfter
 			cfg.CacheBytes = 0
 			// The streams stay stalled for the whole test: neither the

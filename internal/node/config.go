@@ -6,6 +6,7 @@ import (
 	"net"
 	"time"
 
+	"github.com/cespare/xxhash/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"github.com/dhtkv/dhtkv/internal/antientropy"
@@ -38,6 +39,15 @@ type Config struct {
 	// --memtable-bytes, --l0-compaction-threshold). The default value is
 	// store.DefaultOptions().
 	Store store.Options
+	// MemTableSpread spreads the memtable size of the nodes of a cluster
+	// (--memtable-spread): a node uses Store.MemTableBytes times a factor
+	// between 1-MemTableSpread and 1+MemTableSpread, drawn from a hash of
+	// its URL (memTableBytes). Replicas receive the same writes; with
+	// memtables of one size they flush, and compact L0, in the same
+	// second, and a write then waits for two stalled replicas of three
+	// (docs/benchmarks.md, sections 14 and 15). 0: every node uses
+	// Store.MemTableBytes. The default value is 0.25.
+	MemTableSpread float64
 
 	// MaxKeyBytes is the longest key in bytes (--max-key-bytes; 400
 	// beyond). The default value is 1024.
@@ -209,6 +219,7 @@ func DefaultConfig() Config {
 		DataDir:              "./data/node1",
 		CacheBytes:           64 << 20,
 		Store:                store.DefaultOptions(),
+		MemTableSpread:       0.25,
 		MaxKeyBytes:          1024,
 		MaxValueBytes:        16 << 20,
 		MaxHeaderBytes:       8 << 10,
@@ -252,6 +263,8 @@ func (cfg *Config) Validate() error {
 	case cfg.MaxInflightBodyBytes < 0 || cfg.MaxInflightBodyBytes > 0 && cfg.MaxInflightBodyBytes < int64(cfg.maxBatchBytes()):
 		return fmt.Errorf("--max-inflight-body-bytes %d must be 0 or hold the largest request body, %d bytes (--max-value-bytes + --max-key-bytes + 64)",
 			cfg.MaxInflightBodyBytes, cfg.maxBatchBytes())
+	case cfg.MemTableSpread < 0 || cfg.MemTableSpread >= 1:
+		return fmt.Errorf("--memtable-spread %v must be in [0, 1)", cfg.MemTableSpread)
 	case cfg.GC.Grace < 0 || cfg.GC.Grace > 0 && cfg.GC.Grace <= cfg.Handoff.Window+cfg.MaxClockSkew:
 		return fmt.Errorf("--gc-grace %v must exceed --hint-window %v plus --max-clock-skew %v: a hint still held could otherwise bring back a collected delete", cfg.GC.Grace, cfg.Handoff.Window, cfg.MaxClockSkew)
 	}
@@ -270,4 +283,12 @@ func (cfg *Config) gcGrace() time.Duration {
 		return cfg.Handoff.Window + cfg.MaxClockSkew + time.Hour
 	}
 	return cfg.GC.Grace
+}
+
+// memTableBytes is the memtable size of the node at url: base times a
+// factor in [1-spread, 1+spread), the same at every start of the node (see
+// Config.MemTableSpread).
+func memTableBytes(base uint64, spread float64, url string) uint64 {
+	f := float64(xxhash.Sum64String(url)>>11) / (1 << 53) // [0, 1)
+	return uint64(float64(base) * (1 + spread*(2*f-1)))
 }

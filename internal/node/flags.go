@@ -16,6 +16,7 @@ func (cfg *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&cfg.AdminListen, "admin-listen", cfg.AdminListen, "admin `host:port` for /debug/pprof/, /metrics, /livez, /readyz, /repair, /snapshot and /cluster (off when empty)")
 	sizeflag.Var(fs, &cfg.CacheBytes, "cache-bytes", "read cache capacity, a `size` (64MiB, 1GB, bytes; 0 disables the cache)")
 	cfg.Store.RegisterFlags(fs)
+	fs.Float64Var(&cfg.MemTableSpread, "memtable-spread", cfg.MemTableSpread, "each node's memtable is --memtable-bytes times a factor within ±this fraction, fixed per node by its URL, so that replicas do not flush and compact in the same second (0: all the same)")
 	sizeflag.Var(fs, &cfg.MaxKeyBytes, "max-key-bytes", "longest key, a `size` (400 beyond)")
 	sizeflag.Var(fs, &cfg.MaxValueBytes, "max-value-bytes", "largest value, a `size` (413 beyond)")
 	sizeflag.Var(fs, &cfg.MaxHeaderBytes, "max-header-bytes", "largest request line + headers, a `size`")

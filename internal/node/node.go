@@ -136,6 +136,7 @@ func New(cfg Config) (_ *Node, err error) {
 	}()
 	storeOpts := cfg.Store
 	storeOpts.Logger, storeOpts.FS = log, cfg.FS
+	storeOpts.MemTableBytes = memTableBytes(cfg.Store.MemTableBytes, cfg.MemTableSpread, cfg.Self)
 	n.store, err = store.Open(cfg.DataDir, storeOpts)
 	if err != nil {
 		return nil, lockError(cfg.DataDir, err)
@@ -352,6 +353,7 @@ func (n *Node) Serve() error {
 	m, self := n.members.Map() // self is -1 if a newer map already put it out
 	n.log.Info("dhtkv node started", "listen", n.ln.Addr().String(), "admin", cfg.AdminListen,
 		"data_dir", cfg.DataDir, "self", cfg.Self, "node_id", self, "cluster_map", m.String(), "sync", cfg.Store.Sync,
+		"memtable_bytes", memTableBytes(cfg.Store.MemTableBytes, cfg.MemTableSpread, cfg.Self),
 		"version", buildinfo.Version(), "max_connections", cfg.MaxConnections, "max_connections_per_ip", cfg.MaxConnectionsPerIP,
 		"tls", tlsMode(n.certs))
 	return nil
