@@ -32,6 +32,7 @@ func Handler(reg *prometheus.Registry, ready func() error) http.Handler {
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	mux.Handle("/debug/pprof/rates", ProfileRatesHandler())
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	mux.HandleFunc("GET /livez", func(w http.ResponseWriter, _ *http.Request) {
 		plain(w, http.StatusOK, "ok")

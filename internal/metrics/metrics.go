@@ -8,6 +8,8 @@
 package metrics
 
 import (
+	"regexp"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
@@ -15,10 +17,15 @@ import (
 )
 
 // NewRegistry returns a registry holding the Go runtime and process
-// collectors and dhtkv_build_info.
+// collectors and dhtkv_build_info. The runtime collector adds, to its
+// default set, the distributions of GC pauses (go_gc_pauses_seconds) and
+// of the time goroutines wait to run (go_sched_latencies_seconds), from
+// runtime/metrics: a latency spike is matched with them.
 func NewRegistry() *prometheus.Registry {
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildInfo())
+	reg.MustRegister(collectors.NewGoCollector(collectors.WithGoCollectorRuntimeMetrics(
+		collectors.GoRuntimeMetricsRule{Matcher: regexp.MustCompile(`^/(gc/pauses|sched/latencies):seconds$`)},
+	)), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildInfo())
 	return reg
 }
 
