@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // stallCounter accounts for Pebble's write stalls: while one lasts, every
@@ -23,9 +24,31 @@ func (s *Store) Stalls() (count uint64, total time.Duration) {
 	return s.stalls.count.Load(), time.Duration(s.stalls.nanos.Load())
 }
 
+// jobTimes times Pebble's background jobs, the flushes and compactions
+// whose seconds a latency timeline is matched against (loadtest/tail.sh).
+type jobTimes struct {
+	flush, compaction prometheus.Histogram
+}
+
+func newJobTimes() jobTimes {
+	buckets := prometheus.ExponentialBuckets(1e-3, 2, 15) // 1 ms .. 16 s
+	return jobTimes{
+		flush: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "dhtkv_pebble_flush_duration_seconds", Buckets: buckets,
+			Help: "Wall time of each memtable flush, from its start to its result applied.",
+		}),
+		compaction: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "dhtkv_pebble_compaction_duration_seconds", Buckets: buckets,
+			Help: "Wall time of each compaction, from its start to its result applied.",
+		}),
+	}
+}
+
 // eventListener logs what an operator needs to see: write stalls (with
-// their duration) and disk operations that Pebble found slow. Pebble calls
-// these from its own goroutines; none of them blocks.
+// their duration) and disk operations that Pebble found slow; it times
+// every flush and compaction, and logs each at debug level with its
+// duration. Pebble calls these from its own goroutines; none of them
+// blocks.
 func (s *Store) eventListener(log *slog.Logger) *pebble.EventListener {
 	return &pebble.EventListener{
 		WriteStallBegin: func(info pebble.WriteStallBeginInfo) {
@@ -41,6 +64,20 @@ func (s *Store) eventListener(log *slog.Logger) *pebble.EventListener {
 			d := time.Duration(time.Now().UnixNano() - begin)
 			s.stalls.nanos.Add(int64(d))
 			log.Warn("write stall ended", "duration", d, "dir", s.dir)
+		},
+		FlushEnd: func(info pebble.FlushInfo) {
+			if info.Err != nil || info.Ingest {
+				return
+			}
+			s.jobs.flush.Observe(info.TotalDuration.Seconds())
+			log.Debug("flush", "duration", info.TotalDuration, "memtables", info.Input, "bytes", info.InputBytes)
+		},
+		CompactionEnd: func(info pebble.CompactionInfo) {
+			if info.Err != nil {
+				return
+			}
+			s.jobs.compaction.Observe(info.TotalDuration.Seconds())
+			log.Debug("compaction", "duration", info.TotalDuration, "reason", info.Reason, "output_level", info.Output.Level)
 		},
 		DiskSlow: func(info pebble.DiskSlowInfo) {
 			log.Warn("slow disk operation", "op", info.OpType.String(), "path", info.Path, "duration", info.Duration)

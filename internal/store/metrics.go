@@ -15,13 +15,14 @@ type pebbleCollector struct {
 	metrics func() *pebble.Metrics
 	stalls  func() (uint64, time.Duration)
 	iters   func() int64
+	jobs    jobTimes
 	descs   map[string]*prometheus.Desc
 }
 
 // Collector exports Pebble's metrics and the store's write stalls (count,
 // total duration), read at scrape time. Register it once per store.
 func (s *Store) Collector() prometheus.Collector {
-	pc := &pebbleCollector{metrics: s.db.Metrics, stalls: s.Stalls, iters: s.RangeIters, descs: map[string]*prometheus.Desc{}}
+	pc := &pebbleCollector{metrics: s.db.Metrics, stalls: s.Stalls, iters: s.RangeIters, jobs: s.jobs, descs: map[string]*prometheus.Desc{}}
 	for name, help := range map[string]string{
 		"dhtkv_pebble_compactions_total":         "Compactions completed.",
 		"dhtkv_pebble_compaction_debt_bytes":     "Estimated bytes to compact for the LSM to reach a stable state.",
@@ -54,6 +55,8 @@ func (p *pebbleCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range p.descs {
 		ch <- d
 	}
+	p.jobs.flush.Describe(ch)
+	p.jobs.compaction.Describe(ch)
 }
 
 func (p *pebbleCollector) Collect(ch chan<- prometheus.Metric) {
@@ -89,6 +92,8 @@ func (p *pebbleCollector) Collect(ch chan<- prometheus.Metric) {
 	n, total := p.stalls()
 	emit("dhtkv_pebble_write_stalls_total", prometheus.CounterValue, float64(n))
 	emit("dhtkv_pebble_write_stall_seconds_total", prometheus.CounterValue, total.Seconds())
+	p.jobs.flush.Collect(ch)
+	p.jobs.compaction.Collect(ch)
 }
 
 // fsyncBuckets are the upper bounds, in seconds, that the WAL fsync

@@ -136,6 +136,7 @@ type Store struct {
 	writeOpt *pebble.WriteOptions
 	keyBufs  sync.Pool // *[]byte scratch for prefixed keys on reads
 	stalls   stallCounter
+	jobs     jobTimes
 	summary  summary
 	gc       gcState
 	log      *slog.Logger
@@ -161,7 +162,7 @@ func Open(dir string, o Options) (*Store, error) {
 		Logger:                      slogLogger{o.Logger.With("component", "pebble")},
 		FS:                          o.FS, // nil: Pebble's default, the OS
 	}
-	s := &Store{dir: dir, writeOpt: pebble.NoSync, log: o.Logger}
+	s := &Store{dir: dir, writeOpt: pebble.NoSync, log: o.Logger, jobs: newJobTimes()}
 	s.summary.init()
 	popts.EventListener = s.eventListener(o.Logger.With("component", "pebble"))
 	for i := range popts.Levels {

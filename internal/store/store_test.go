@@ -11,6 +11,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
 	"github.com/dhtkv/dhtkv/internal/record"
@@ -182,4 +183,26 @@ func TestMemFSSurvivesReopen(t *testing.T) {
 	require.Equal(t, uint64(99), bound)
 	_, err = os.Stat("node1")
 	require.True(t, os.IsNotExist(err), "nothing reaches the disk")
+}
+
+// Flushes and compactions are timed: a real flush, and a compaction event,
+// each show in their histogram as the collector exports it.
+func TestJobTimes(t *testing.T) {
+	s := open(t, t.TempDir())
+	defer s.Close()
+	require.NoError(t, s.Apply([]byte("k"), &record.Record{Version: 1 << 20, Value: []byte("v")}))
+	require.NoError(t, s.db.Flush())
+	s.eventListener(slog.New(slog.DiscardHandler)).CompactionEnd(pebble.CompactionInfo{TotalDuration: 1500 * time.Millisecond})
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(s.Collector())
+	families, err := reg.Gather()
+	require.NoError(t, err)
+	got := map[string]uint64{}
+	for _, f := range families {
+		if h := f.GetMetric()[0].GetHistogram(); h != nil {
+			got[f.GetName()] = h.GetSampleCount()
+		}
+	}
+	require.GreaterOrEqual(t, got["dhtkv_pebble_flush_duration_seconds"], uint64(1), "the flush")
+	require.Equal(t, uint64(1), got["dhtkv_pebble_compaction_duration_seconds"], "the compaction")
 }
