@@ -227,9 +227,6 @@ func (c *Coordinator) Start() { c.repairs.start() }
 // partition, the largest from a request may ask.
 func (c *Coordinator) Replicas() int { return c.d.Views().Replicas }
 
-// Timeout is the per-request replica deadline.
-func (c *Coordinator) Timeout() time.Duration { return c.timeout }
-
 // Close waits for background replica calls to finish (each is bounded by
 // its request's deadline), then stops the background repairs.
 func (c *Coordinator) Close() {

@@ -30,15 +30,27 @@ type clockOffset struct {
 	at     atomic.Int64 // when measured, time.Now in Unix nanoseconds; 0: never
 }
 
-// ClockOffset returns how far the peer's clock was ahead of this node's at
-// the last exchange, and when that was; ok is false before any exchange.
-func (p *Peer) ClockOffset() (offset time.Duration, at time.Time, ok bool) {
-	ns := p.offset.at.Load()
+// measured records the peer's clock, peer, read off an exchange sent at
+// sent and answered at got (both this node's clock).
+func (o *clockOffset) measured(peer, sent, got time.Time) {
+	mid := sent.Add(got.Sub(sent) / 2)
+	o.micros.Store(peer.UnixMicro() - mid.UnixMicro())
+	o.at.Store(time.Now().UnixNano()) // local time: this clock may be the one off
+}
+
+// get returns the last offset and when it was measured; ok is false
+// before any.
+func (o *clockOffset) get() (offset time.Duration, at time.Time, ok bool) {
+	ns := o.at.Load()
 	if ns == 0 {
 		return 0, time.Time{}, false
 	}
-	return time.Duration(p.offset.micros.Load()) * time.Microsecond, time.Unix(0, ns), true
+	return time.Duration(o.micros.Load()) * time.Microsecond, time.Unix(0, ns), true
 }
+
+// ClockOffset returns how far the peer's clock was ahead of this node's at
+// the last exchange, and when that was; ok is false before any exchange.
+func (p *Peer) ClockOffset() (offset time.Duration, at time.Time, ok bool) { return p.offset.get() }
 
 // exchange sends req and measures the peer's clock from the answer.
 func (p *Peer) exchange(req *fasthttp.Request, resp *fasthttp.Response, deadline time.Time) error {
@@ -48,10 +60,7 @@ func (p *Peer) exchange(req *fasthttp.Request, resp *fasthttp.Response, deadline
 		return err
 	}
 	if peer, perr := strconv.ParseInt(string(resp.Header.Peek(TimeHeader)), 10, 64); perr == nil {
-		got := p.now()
-		mid := sent.Add(got.Sub(sent) / 2)
-		p.offset.micros.Store(peer - mid.UnixMicro())
-		p.offset.at.Store(time.Now().UnixNano()) // local time: this clock may be the one off
+		p.offset.measured(time.UnixMicro(peer), sent, p.now())
 	}
 	return nil
 }

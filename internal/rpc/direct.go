@@ -88,23 +88,13 @@ func (d *Direct) batch(body []byte, epoch uint64) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", d.URL, err)
 	}
-	// The other node's clock, against the midpoint of the call, as Peer
-	// measures it from TimeHeader.
-	theirs := d.Server.Replica.Clock.Wall()
-	mid := start.Add(d.now().Sub(start) / 2)
-	d.offset.micros.Store(theirs.Sub(mid).Microseconds())
-	d.offset.at.Store(time.Now().UnixNano())
+	// The other node's clock, as Peer reads it off TimeHeader.
+	d.offset.measured(d.Server.Replica.Clock.Wall(), start, d.now())
 	return out, nil
 }
 
 // ClockOffset is as for Peer.
-func (d *Direct) ClockOffset() (offset time.Duration, at time.Time, ok bool) {
-	ns := d.offset.at.Load()
-	if ns == 0 {
-		return 0, time.Time{}, false
-	}
-	return time.Duration(d.offset.micros.Load()) * time.Microsecond, time.Unix(0, ns), true
-}
+func (d *Direct) ClockOffset() (offset time.Duration, at time.Time, ok bool) { return d.offset.get() }
 
 // Get is as for Peer.
 func (d *Direct) Get(key []byte, epoch uint64, _ time.Time) (record.Record, bool, error) {
