@@ -49,6 +49,7 @@ func TestProfileRates(t *testing.T) {
 		require.Equal(t, http.StatusBadRequest, code, q)
 	}
 	code, rates = call(http.MethodGet, "")
+	require.Equal(t, http.StatusOK, code)
 	require.Equal(t, map[string]int{"mutex": 5, "block": 10000}, rates, "a refused change changes nothing")
 	code, _ = call(http.MethodPut, "")
 	require.Equal(t, http.StatusMethodNotAllowed, code)
