@@ -20,7 +20,10 @@ KEYSPACE=${KEYSPACE:-100000}
 VALUE_SIZE=${VALUE_SIZE:-1024}
 PORT=${PORT:-18380}
 # NODE_FLAGS_1..3: extra dhtkv flags for one node each (experiments such as
-# a different --memtable-bytes per node).
+# a different --memtable-bytes per node). NODE_ENV: environment settings
+# for every node (e.g. NODE_ENV="GOMAXPROCS=1"). RATE: hold this rate
+# instead of FRACTION of the closed-loop one, to compare two settings at
+# the same load.
 
 tmp=$(mktemp -d)
 pids=()
@@ -35,7 +38,7 @@ for i in 1 2 3; do
   p=${ports[$((i - 1))]}
   extra=NODE_FLAGS_$i
   # shellcheck disable=SC2086 # the extra flags are words
-  "$tmp/dhtkv" --listen "127.0.0.1:$p" --admin-listen "127.0.0.1:$((p + 10))" --data-dir "$tmp/n$p" \
+  env ${NODE_ENV:-} "$tmp/dhtkv" --listen "127.0.0.1:$p" --admin-listen "127.0.0.1:$((p + 10))" --data-dir "$tmp/n$p" \
     --cluster "$cluster" ${!extra:-} >"$tmp/n$p.log" 2>&1 & pids+=($!)
 done
 for p in "${ports[@]}"; do
@@ -50,7 +53,7 @@ load --workload put --duration 1s --fill "$KEYSPACE" >/dev/null
 settle "${ports[@]}"
 closed=$(load --duration 10s | jq -r .throughput_rps)
 settle "${ports[@]}"
-rate=$(awk -v r="$closed" -v f="$FRACTION" 'BEGIN {printf "%d", r * f}')
+rate=${RATE:-$(awk -v r="$closed" -v f="$FRACTION" 'BEGIN {printf "%d", r * f}')}
 
 pebble_now() { # -> "flushes compactions stalls" summed over the nodes
   for p in "${ports[@]}"; do curl -s "http://127.0.0.1:$((p + 10))/metrics"; done |
@@ -64,7 +67,7 @@ start=$(date +%s.%N)
 out=$(load --rate "$rate" --duration "$DURATION" --timeline)
 kill "$sampler" 2>/dev/null || true
 
-echo "# node flags: 1 [${NODE_FLAGS_1:-}] 2 [${NODE_FLAGS_2:-}] 3 [${NODE_FLAGS_3:-}]; memtables: $(for p in "${ports[@]}"; do grep -o 'memtable_bytes=[0-9]*' "$tmp/n$p.log" | head -1 | cut -d= -f2; done | tr '\n' ' ')"
+echo "# node env [${NODE_ENV:-}], node flags: 1 [${NODE_FLAGS_1:-}] 2 [${NODE_FLAGS_2:-}] 3 [${NODE_FLAGS_3:-}]; memtables: $(for p in "${ports[@]}"; do grep -o 'memtable_bytes=[0-9]*' "$tmp/n$p.log" | head -1 | cut -d= -f2; done | tr '\n' ' ')"
 echo "# $(nproc) cores, $(go version | cut -d' ' -f3), $(date -u +%FT%TZ), $WORKLOAD, closed loop $closed rps, held at $rate rps ($FRACTION) for $DURATION, $CONNECTIONS connections, keyspace $KEYSPACE, values $VALUE_SIZE B, --sync=true"
 jq -r '"requests \(.requests), failures \(.non_2xx + .errors.connect + .errors.timeout + .errors.other), unsent \(.unsent // 0); latency from the intended send time: p50 \(.latency_us["50"]) µs, p99 \(.latency_us["99"]) µs, p99.9 \(.latency_us["99.9"]) µs, max \(.latency_us["100"]) µs"' <<<"$out"
 echo
