@@ -50,23 +50,30 @@ fuzz:
 	$(GO) test ./internal/httpapi -run '^$$' -fuzz FuzzParseEntity -fuzztime $(FUZZTIME)
 	$(GO) test ./internal/httpapi -run '^$$' -fuzz FuzzHandler -fuzztime $(FUZZTIME)
 
-# One node, data in ./data/node1.
+# The local nodes of make run and make run-cluster: scripts/cluster.sh is
+# the recipe (found next to this Makefile, so make -f works from anywhere).
+SCRIPTS     := $(dir $(abspath $(lastword $(MAKEFILE_LIST))))scripts
+PORT        ?= 8080
+CLUSTER_ENV = PORT=$(PORT) BIN=$(BIN) $(if $(ADMIN_PORT),ADMIN_PORT=$(ADMIN_PORT)) $(if $(DATA),DATA=$(DATA))
+
+# One node on 127.0.0.1:PORT (default 8080), admin port ADMIN_PORT
+# (default PORT-2020: 6060), data in DATA/single (DATA as for
+# run-cluster: ./data, or ./data/PORT for another PORT), a directory of
+# its own: a cluster node's directory would make it wait for its peers.
+# Ctrl-C stops it.
 run: build
-	@mkdir -p data
-	exec $(BIN)/dhtkv --listen 127.0.0.1:8080 --admin-listen 127.0.0.1:6060 --data-dir ./data/node1
+	@$(CLUSTER_ENV) exec $(SCRIPTS)/cluster.sh single
 
 # Three nodes on 127.0.0.1:PORT..PORT+2 (default 8080-8082), admin ports
 # ADMIN_PORT..ADMIN_PORT+2 (default PORT-2020: 6060-6062), data, logs and
 # pid files in DATA (default ./data, or ./data/PORT for another PORT).
 # Ctrl-C stops all three; so does `make stop-cluster` with the same PORT
-# (or DATA). scripts/cluster.sh is the recipe.
-PORT ?= 8080
-CLUSTER_ENV = PORT=$(PORT) BIN=$(BIN) $(if $(ADMIN_PORT),ADMIN_PORT=$(ADMIN_PORT)) $(if $(DATA),DATA=$(DATA))
+# (or DATA).
 run-cluster: build
-	@$(CLUSTER_ENV) scripts/cluster.sh run
+	@$(CLUSTER_ENV) $(SCRIPTS)/cluster.sh run
 
 stop-cluster:
-	@$(CLUSTER_ENV) scripts/cluster.sh stop
+	@$(CLUSTER_ENV) $(SCRIPTS)/cluster.sh stop
 
 clean:
 	rm -rf $(BIN)
