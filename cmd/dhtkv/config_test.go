@@ -150,3 +150,33 @@ func TestLogFormat(t *testing.T) {
 		})
 	}
 }
+
+// A size flag's bad value, wherever it comes from, gets one line that
+// names the flag, the value, and what a size looks like.
+func TestSizeFlagErrors(t *testing.T) {
+	conf := filepath.Join(t.TempDir(), "dhtkv.conf")
+	require.NoError(t, os.WriteFile(conf, []byte("cache-bytes lots\n"), 0o600))
+	for _, tc := range []struct {
+		name string
+		args []string
+		env  map[string]string
+	}{
+		{"command line", []string{"--cache-bytes", "lots"}, nil},
+		{"environment", nil, map[string]string{"DHTKV_CACHE_BYTES": "lots"}},
+		{"config file", []string{"--config", conf}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for k, v := range tc.env {
+				t.Setenv(k, v)
+			}
+			_, err := parseFlags(tc.args, io.Discard)
+			require.Error(t, err)
+			msg := err.Error()
+			assert.Contains(t, msg, "cache-bytes", "the flag")
+			assert.Contains(t, msg, `"lots" is not a size`)
+			assert.Contains(t, msg, "64MiB", "what a size looks like")
+			assert.NotContains(t, msg, "strconv")
+			assert.NotContains(t, msg, "\n")
+		})
+	}
+}
