@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"flag"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -179,4 +180,48 @@ func TestSizeFlagErrors(t *testing.T) {
 			assert.NotContains(t, msg, "\n")
 		})
 	}
+}
+
+// An error in the --config file names the file and the line, whichever
+// way the file was named.
+func TestConfigFileErrorsNameFileAndLine(t *testing.T) {
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		name   string
+		text   string
+		viaEnv bool // DHTKV_CONFIG names the file, not --config
+		line   int
+		msg    string
+	}{
+		{"bad value", "# node 1\n\nlisten 127.0.0.1:1\ncache-bytes lots\n", false, 4, `"lots" is not a size`},
+		{"bad value, file from DHTKV_CONFIG", "listen 127.0.0.1:1\npeer-conns many\n", true, 2, `flag "peer-conns"`},
+		{"unknown name", "listen 127.0.0.1:1\n\ncache-size 1\n", false, 3, `"cache-size" not defined`},
+		{"a name without a value", "listen\n", false, 1, `"listen" has no value`},
+		{"a size without a value", "sync false\ncache-bytes\n", false, 2, `"cache-bytes" has no value`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(dir, strings.ReplaceAll(tc.name, " ", "_")+".conf")
+			require.NoError(t, os.WriteFile(path, []byte(tc.text), 0o600))
+			var args []string
+			if tc.viaEnv {
+				t.Setenv("DHTKV_CONFIG", path)
+			} else {
+				args = []string{"--config", path}
+			}
+			_, err := parseFlags(args, io.Discard)
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), fmt.Sprintf("%s:%d: ", path, tc.line))
+			assert.Contains(t, err.Error(), tc.msg)
+		})
+	}
+	// A boolean flag alone on its line is true.
+	path := filepath.Join(dir, "bool.conf")
+	require.NoError(t, os.WriteFile(path, []byte("sync\n"), 0o600))
+	s, err := parseFlags([]string{"--config", path, "--sync=false"}, io.Discard)
+	require.NoError(t, err)
+	assert.False(t, s.cfg.Store.Sync, "the command line wins")
+	require.NoError(t, os.WriteFile(path, []byte("read-repair async\nsync\n"), 0o600))
+	s, err = parseFlags([]string{"--config", path}, io.Discard)
+	require.NoError(t, err)
+	assert.True(t, s.cfg.Store.Sync)
 }

@@ -13,6 +13,7 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"flag"
@@ -21,6 +22,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -73,7 +75,7 @@ func parseFlags(args []string, stdout io.Writer) (*settings, error) {
 	err := ff.Parse(fs, args,
 		ff.WithEnvVarPrefix("DHTKV"),
 		ff.WithConfigFileFlag("config"),
-		ff.WithConfigFileParser(ff.PlainParser))
+		ff.WithConfigFileParser(configParser(fs)))
 	switch {
 	case errors.Is(err, flag.ErrHelp):
 		fmt.Fprintln(stdout, usage)
@@ -97,6 +99,42 @@ func parseFlags(args []string, stdout io.Writer) (*settings, error) {
 		return nil, err
 	}
 	return s, nil
+}
+
+// configParser is ff.PlainParser, line by line, so that an error names
+// the file (the value of --config, or DHTKV_CONFIG, when ff opens it) and
+// the line: "node1.conf:4: error setting flag ...". A flag name alone on
+// its line means true; for a flag that is not boolean, that is a missing
+// value, said so rather than "true" refused or, worse, taken (--listen
+// true).
+func configParser(fs *flag.FlagSet) ff.ConfigFileParser {
+	return func(r io.Reader, set func(name, value string) error) error {
+		file := fs.Lookup("config").Value.String()
+		sc := bufio.NewScanner(r)
+		for n := 1; sc.Scan(); n++ {
+			line := sc.Text()
+			err := ff.PlainParser(strings.NewReader(line), func(name, value string) error {
+				if f := fs.Lookup(name); f != nil && !isBoolFlag(f) && !strings.Contains(strings.TrimSpace(line), " ") {
+					return fmt.Errorf("%q has no value (only a boolean flag may stand alone)", name)
+				}
+				return set(name, value)
+			})
+			if err != nil {
+				return fmt.Errorf("%s:%d: %w", file, n, err)
+			}
+		}
+		if err := sc.Err(); err != nil {
+			return fmt.Errorf("%s: %w", file, err)
+		}
+		return nil
+	}
+}
+
+// isBoolFlag reports whether f is a boolean flag, which may be given
+// without a value.
+func isBoolFlag(f *flag.Flag) bool {
+	b, ok := f.Value.(interface{ IsBoolFlag() bool })
+	return ok && b.IsBoolFlag()
 }
 
 // newLogger returns the logger writing to w in format (text or json) at
