@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -224,4 +225,47 @@ func TestConfigFileErrorsNameFileAndLine(t *testing.T) {
 	s, err = parseFlags([]string{"--config", path}, io.Discard)
 	require.NoError(t, err)
 	assert.True(t, s.cfg.Store.Sync)
+}
+
+// A DHTKV_* variable no flag has (a misspelt one, which ff ignores) is
+// found, once, unless it is one of dhtkvctl's; the ones a flag has are
+// not.
+func TestUnknownEnvironmentVariables(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		env  map[string]string
+		want []string
+	}{
+		{"none", map[string]string{"DHTKV_CACHE_BYTES": "1MiB", "DHTKV_LOG_LEVEL": "warn", "DHTKV_CONFIG": ""}, nil},
+		{"misspelt", map[string]string{"DHTKV_CACHE_BYTE": "1MiB", "DHTKV_LISTN": "127.0.0.1:1"}, []string{"DHTKV_CACHE_BYTE", "DHTKV_LISTN"}},
+		{"empty still counts", map[string]string{"DHTKV_DATADIR": ""}, []string{"DHTKV_DATADIR"}},
+		{"dhtkvctl's", map[string]string{"DHTKV_ENDPOINTS": "127.0.0.1:8080", "DHTKV_CACERT": "ca.pem", "DHTKV_ACK": "2"}, nil},
+		{"lower case is not ff's", map[string]string{"dhtkv_listen": "x"}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for k, v := range tc.env {
+				t.Setenv(k, v)
+			}
+			s, err := parseFlags(nil, io.Discard)
+			require.NoError(t, err)
+			assert.Equal(t, tc.want, s.unknownEnv)
+		})
+	}
+}
+
+// dhtkvctl's variables, which a node does not warn about, are the ones
+// the README lists for it.
+func TestCtlEnvIsDhtkvctls(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	require.NoError(t, err)
+	i := strings.Index(string(readme), "Global flags (also after the command's name, and from")
+	require.GreaterOrEqual(t, i, 0)
+	para, _, _ := strings.Cut(string(readme[i:]), "):")
+	assert.ElementsMatch(t, regexp.MustCompile("`(DHTKV_[A-Z_]+)`").FindAllString(para, -1), func() []string {
+		var q []string
+		for _, v := range ctlEnv {
+			q = append(q, "`"+v+"`")
+		}
+		return q
+	}())
 }
