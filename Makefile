@@ -50,36 +50,47 @@ fuzz:
 	$(GO) test ./internal/httpapi -run '^$$' -fuzz FuzzParseEntity -fuzztime $(FUZZTIME)
 	$(GO) test ./internal/httpapi -run '^$$' -fuzz FuzzHandler -fuzztime $(FUZZTIME)
 
-# One node, data in ./data/node1.
+# The local nodes of make run and make run-cluster: scripts/cluster.sh is
+# the recipe (found next to this Makefile, so make -f works from anywhere).
+SCRIPTS     := $(dir $(abspath $(lastword $(MAKEFILE_LIST))))scripts
+PORT        ?= 8080
+CLUSTER_ENV = PORT=$(PORT) BIN=$(BIN) $(if $(ADMIN_PORT),ADMIN_PORT=$(ADMIN_PORT)) $(if $(DATA),DATA=$(DATA))
+
+# One node on 127.0.0.1:PORT (default 8080), admin port ADMIN_PORT
+# (default PORT-2020: 6060), data in DATA/single (DATA as for
+# run-cluster: ./data, or ./data/PORT for another PORT), a directory of
+# its own: a cluster node's directory would make it wait for its peers.
+# Ctrl-C stops it.
 run: build
-	@mkdir -p data
-	exec $(BIN)/dhtkv --listen 127.0.0.1:8080 --admin-listen 127.0.0.1:6060 --data-dir ./data/node1
+	@$(CLUSTER_ENV) exec $(SCRIPTS)/cluster.sh single
 
 # Three nodes on 127.0.0.1:PORT..PORT+2 (default 8080-8082), admin ports
 # ADMIN_PORT..ADMIN_PORT+2 (default PORT-2020: 6060-6062), data, logs and
 # pid files in DATA (default ./data, or ./data/PORT for another PORT).
 # Ctrl-C stops all three; so does `make stop-cluster` with the same PORT
-# (or DATA). scripts/cluster.sh is the recipe.
-PORT ?= 8080
-CLUSTER_ENV = PORT=$(PORT) BIN=$(BIN) $(if $(ADMIN_PORT),ADMIN_PORT=$(ADMIN_PORT)) $(if $(DATA),DATA=$(DATA))
+# (or DATA).
 run-cluster: build
-	@$(CLUSTER_ENV) scripts/cluster.sh run
+	@$(CLUSTER_ENV) $(SCRIPTS)/cluster.sh run
 
 stop-cluster:
-	@$(CLUSTER_ENV) scripts/cluster.sh stop
+	@$(CLUSTER_ENV) $(SCRIPTS)/cluster.sh stop
 
 clean:
 	rm -rf $(BIN)
 
-# Benchmarks (cmd/dhtkv-bench): make bench (full, < 30 min on 2 cores) and
-# make bench-quick (< 3 min) write docs/reports/. Each run measures the
-# in-memory baseline server (bin/dhtkv-baseline) too, and quotes dhtkv's
-# figures as a ratio to it. Extra driver flags go in BENCH_FLAGS, e.g.
+# Benchmarks (cmd/dhtkv-bench): make bench (full, < 30 min on 2 cores)
+# writes docs/reports/ (committed); make bench-quick (< 3 min, a smoke
+# test whose figures are not measurements) writes BENCH_QUICK_OUT
+# (default ./bench-quick-out, git-ignored); the driver refuses to let a
+# quick run write docs/reports/. Each run measures the in-memory baseline
+# server (bin/dhtkv-baseline) too, and quotes dhtkv's figures as a ratio
+# to it. Extra driver flags go in BENCH_FLAGS, e.g.
 # make bench BENCH_FLAGS='--only node-get,ceiling-get --keep';
 # go run ./cmd/dhtkv-bench -h lists them. make bench-wrk cross-checks the
 # baseline's figure with wrk (installs wrk if missing).
-BENCH_OUT   ?= docs/reports
-BENCH_FLAGS ?=
+BENCH_OUT       ?= docs/reports
+BENCH_QUICK_OUT ?= bench-quick-out
+BENCH_FLAGS     ?=
 
 .PHONY: bench bench-quick bench-driver bench-wrk bench-ensure-wrk
 
@@ -92,7 +103,7 @@ bench: build bench-driver
 	./$(BIN)/dhtkv-bench --out $(BENCH_OUT) --bin $(BIN) --baseline $(BIN)/dhtkv-baseline $(BENCH_FLAGS)
 
 bench-quick: build bench-driver
-	./$(BIN)/dhtkv-bench --quick --out $(BENCH_OUT) --bin $(BIN) --baseline $(BIN)/dhtkv-baseline $(BENCH_FLAGS)
+	./$(BIN)/dhtkv-bench --quick --out $(BENCH_QUICK_OUT) --bin $(BIN) --baseline $(BIN)/dhtkv-baseline $(BENCH_FLAGS)
 
 # wrk is not needed by the driver; only bench-wrk and loadtest/wrk/ use it.
 bench-ensure-wrk:

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"strings"
 )
 
 // ClusterMap is a node's cluster map (docs/membership.md): its nodes, the
@@ -120,7 +121,10 @@ func (c *Client) change(ctx context.Context, admin, path string, q url.Values) (
 	switch a.code {
 	case http.StatusAccepted:
 	case http.StatusConflict:
-		return nil, fmt.Errorf("dhtkv: %w: %s", ErrChangeRefused, reason(a.body))
+		// The node's reason starts with its own "membership change
+		// refused: ", which ErrChangeRefused says already.
+		why := strings.TrimPrefix(reason(a.body), ErrChangeRefused.Error()+": ")
+		return nil, fmt.Errorf("dhtkv: %w: %s", ErrChangeRefused, why)
 	case http.StatusBadRequest:
 		return nil, &BadRequestError{StatusCode: a.code, Reason: reason(a.body)}
 	default:

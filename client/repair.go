@@ -35,6 +35,23 @@ type Exchange struct {
 	Error string `json:"error,omitempty"`
 }
 
+// RepairState is anti-entropy's state with one peer: the JSON a node's
+// admin listener answers to GET /repair, one per peer. Last is the last
+// exchange with the peer, in POST /repair's form (its duration in
+// seconds too).
+type RepairState struct {
+	Peer string `json:"peer"`
+	// LastSuccess is when the last exchange that left nothing differing
+	// started (zero: none since the node started).
+	LastSuccess time.Time `json:"last_success"`
+	// Running is whether an exchange with the peer runs; Progress is how
+	// far it got, 0 to 1.
+	Running  bool    `json:"running"`
+	Progress float64 `json:"progress"`
+	// Last is the last exchange that ended (nil: none yet).
+	Last *Exchange `json:"last,omitempty"`
+}
+
 // Repair asks the node whose admin listener is at admin (host:port, or
 // http://host:port) to compare its data with every peer's now and exchange
 // what differs, and returns one Exchange per peer once all ended. There is

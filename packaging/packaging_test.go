@@ -415,3 +415,88 @@ func TestSystemdUnit(t *testing.T) {
 	require.NoError(t, err, "exposure above 2.0:\n%s", out)
 	assert.True(t, slices.ContainsFunc(strings.Split(string(out), "\n"), func(l string) bool { return strings.Contains(l, "Overall exposure level") }), "%s", out)
 }
+
+// installs are the files the install steps in dhtkv.service's header
+// comment put in place: destination → source, relative to the
+// repository (bin/: built by make build). Each step is an `install` command line (several may be
+// joined with &&), with a destination directory (-t DIR, or a last
+// argument ending in /, or several sources) or a destination file.
+func installs(t *testing.T, path string) map[string]string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	require.NoError(t, err)
+	out := map[string]string{}
+	for _, line := range strings.Split(string(b), "\n") {
+		comment, ok := strings.CutPrefix(line, "#")
+		if !ok {
+			continue
+		}
+		comment, _, _ = strings.Cut(comment, "#") // a remark after the command
+		for _, cmd := range strings.Split(comment, "&&") {
+			args := strings.Fields(cmd)
+			if len(args) == 0 || args[0] != "install" {
+				continue
+			}
+			var dir string
+			var srcs []string
+			for i := 1; i < len(args); i++ {
+				switch a := args[i]; {
+				case a == "-t":
+					i++
+					dir = args[i]
+				case a == "-m" || a == "-o" || a == "-g":
+					i++
+				case strings.HasPrefix(a, "-"):
+				default:
+					srcs = append(srcs, a)
+				}
+			}
+			if dir == "" && len(srcs) > 1 {
+				dest := srcs[len(srcs)-1]
+				srcs = srcs[:len(srcs)-1]
+				if len(srcs) == 1 && !strings.HasSuffix(dest, "/") {
+					out[dest] = srcs[0]
+					continue
+				}
+				dir = dest
+			}
+			for _, pattern := range srcs {
+				if strings.HasPrefix(pattern, "bin/") { // built by make build
+					out[filepath.Join(dir, filepath.Base(pattern))] = pattern
+					continue
+				}
+				matches, err := filepath.Glob(filepath.Join(root, pattern))
+				require.NoError(t, err)
+				require.NotEmpty(t, matches, "%s: install %s: no such file in the repository", path, pattern)
+				for _, m := range matches {
+					rel, err := filepath.Rel(root, m)
+					require.NoError(t, err)
+					out[filepath.Join(dir, filepath.Base(m))] = rel
+				}
+			}
+		}
+	}
+	return out
+}
+
+// The unit's Documentation= names documents that are there once the
+// unit is installed as its comment says: a file:// URI a file the install
+// steps copy from the repository.
+func TestSystemdUnitDocumentation(t *testing.T) {
+	u := parseUnit(t, "dhtkv.service")
+	installed := installs(t, "dhtkv.service")
+	require.Contains(t, installed, "/etc/systemd/system/dhtkv.service", "the install steps are parsed: %v", installed)
+	docs := strings.Fields(strings.Join(u["Unit"]["Documentation"], " "))
+	require.NotEmpty(t, docs, "the unit names its documentation")
+	for _, uri := range docs {
+		path, ok := strings.CutPrefix(uri, "file://")
+		if !ok {
+			assert.Regexp(t, `^(https?://|man:)`, uri, "a URI systemd takes")
+			continue
+		}
+		src, ok := installed[path]
+		if assert.True(t, ok, "Documentation=%s: no install step puts a file there; installed: %v", uri, installed) {
+			assert.FileExists(t, filepath.Join(root, src))
+		}
+	}
+}

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The 3-node local cluster of `make run-cluster` (scripts/cluster.sh run)
-# and `make stop-cluster` (scripts/cluster.sh stop). make passes its
-# variables through the environment:
+# and `make stop-cluster` (scripts/cluster.sh stop), and the single node
+# of `make run` (scripts/cluster.sh single). make passes its variables
+# through the environment:
 #
 #   PORT        public port of node 1; the nodes listen on PORT, PORT+1 and
 #               PORT+2 of 127.0.0.1. Default 8080.
@@ -9,9 +10,10 @@
 #               /repair); the nodes use ADMIN_PORT..ADMIN_PORT+2. Default
 #               PORT-2020, i.e. 6060 for 8080 and 21060 for 23080.
 #   DATA        directory holding node{1,2,3}/ (Pebble), node{1,2,3}.log
-#               and node{1,2,3}.pid. Default ./data for PORT 8080 and
-#               ./data/PORT for any other: a node refuses a directory of a
-#               cluster with other URLs, so each base port has its own.
+#               and node{1,2,3}.pid, and single/, the single node's data.
+#               Default ./data for PORT 8080 and ./data/PORT for any other:
+#               a node refuses a directory of a cluster with other URLs, so
+#               each base port has its own.
 #   BIN         directory of the dhtkv binary. Default ./bin.
 #
 # run starts the nodes in the background, waits until each answers
@@ -19,7 +21,10 @@
 # SIGTERM or `stop` (which stop all three), or until a node exits. It
 # refuses to start when one of the six ports is already taken, rather than
 # report a cluster that is someone else's. stop sends SIGTERM to the
-# nodes of DATA's pid files and waits for them to exit.
+# nodes of DATA's pid files and waits for them to exit. single runs one
+# node in the foreground, on PORT and ADMIN_PORT with its data in
+# DATA/single: a directory of its own, never one of the cluster's (a
+# cluster node started alone waits for its two peers and answers 504).
 set -euo pipefail
 
 PORT=${PORT:-8080}
@@ -137,8 +142,18 @@ stop() {
   die "nodes ${pids[*]} still running after 15 s"
 }
 
+# single: one node, in the foreground (Ctrl-C stops it); its own messages
+# on stderr.
+single() {
+  [[ -x $BIN/dhtkv ]] || die "$BIN/dhtkv not found (make build)"
+  mkdir -p "$DATA"
+  echo "dhtkv node on http://$HOST:$PORT, admin http://$HOST:$ADMIN_PORT/metrics, data in $DATA/single"
+  exec "$BIN/dhtkv" --listen "$HOST:$PORT" --admin-listen "$HOST:$ADMIN_PORT" --data-dir "$DATA/single"
+}
+
 case ${1:-} in
 run) run ;;
 stop) stop ;;
-*) die "usage: [PORT=8080] [ADMIN_PORT=PORT-2020] [DATA=dir] [BIN=bin] scripts/cluster.sh run|stop" ;;
+single) single ;;
+*) die "usage: [PORT=8080] [ADMIN_PORT=PORT-2020] [DATA=dir] [BIN=bin] scripts/cluster.sh run|stop|single" ;;
 esac

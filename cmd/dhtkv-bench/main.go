@@ -6,7 +6,9 @@
 // finds the saturation point of PUT, GET and mixed load with bin/dhtkv-load;
 // measures a fixed rate below it while profiling the server; and writes a
 // Markdown report with flame graphs per scenario plus a summary table in
-// docs/reports/README.md.
+// docs/reports/README.md. A quick run (--quick, make bench-quick) writes
+// to bench-quick-out/ instead, and refuses docs/reports: its figures are
+// not measurements, and the committed reports are a full run's.
 //
 // Everything runs on 127.0.0.1, and every child process is killed when the
 // driver exits or is interrupted.
@@ -96,7 +98,7 @@ func modeDefaults(quick bool) Config {
 func parseFlags(args []string) (Config, error) {
 	fs := flag.NewFlagSet("dhtkv-bench", flag.ContinueOnError)
 	quick := fs.Bool("quick", false, "small data and short runs: checks that the benchmark works (< 3 min)")
-	out := fs.String("out", "docs/reports", "directory for reports, flame graphs and the README summary")
+	out := fs.String("out", "", "directory for reports, flame graphs and the README summary (default "+fullOut+", quick "+quickOut+"; quick mode refuses "+fullOut+")")
 	bin := fs.String("bin", "bin", "directory holding dhtkv and dhtkv-load")
 	baseline := fs.String("baseline", "", "the in-memory baseline server binary, built by make build (default: dhtkv-baseline in --bin)")
 	duration := fs.Duration("duration", 0, "measured fixed-rate run (default 30s, quick 2s)")
@@ -173,12 +175,40 @@ func parseFlags(args []string) (Config, error) {
 		}
 		return filepath.Join(wd, p)
 	}
+	if *out == "" {
+		*out = fullOut
+		if cfg.Quick {
+			*out = quickOut
+		}
+	}
 	cfg.Out, cfg.Bin = abs(*out), abs(*bin)
+	if cfg.Quick && samePath(cfg.Out, filepath.Join(cfg.Repo, fullOut)) {
+		return cfg, fmt.Errorf("--quick --out %s: quick-mode figures would overwrite the committed reports of a full run (and make later builds -dirty); write them elsewhere (default %s)", *out, quickOut)
+	}
 	cfg.Baseline = filepath.Join(cfg.Bin, "dhtkv-baseline")
 	if *baseline != "" {
 		cfg.Baseline = abs(*baseline)
 	}
 	return cfg, nil
+}
+
+// The reports' directories: a full run's, committed, relative to the
+// repository; a quick run's by default, git-ignored, relative to the
+// working directory.
+const (
+	fullOut  = "docs/reports"
+	quickOut = "bench-quick-out"
+)
+
+// samePath reports whether the absolute, clean paths a and b name the same
+// directory: the same path, or, where both exist, the same file.
+func samePath(a, b string) bool {
+	if a == b {
+		return true
+	}
+	sa, errA := os.Stat(a)
+	sb, errB := os.Stat(b)
+	return errA == nil && errB == nil && os.SameFile(sa, sb)
 }
 
 // repoRoot walks up from dir to the directory holding go.mod, so that

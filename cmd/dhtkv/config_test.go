@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"encoding/json"
 	"flag"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -149,4 +151,121 @@ func TestLogFormat(t *testing.T) {
 			tc.check(t, lines[0])
 		})
 	}
+}
+
+// A size flag's bad value, wherever it comes from, gets one line that
+// names the flag, the value, and what a size looks like.
+func TestSizeFlagErrors(t *testing.T) {
+	conf := filepath.Join(t.TempDir(), "dhtkv.conf")
+	require.NoError(t, os.WriteFile(conf, []byte("cache-bytes lots\n"), 0o600))
+	for _, tc := range []struct {
+		name string
+		args []string
+		env  map[string]string
+	}{
+		{"command line", []string{"--cache-bytes", "lots"}, nil},
+		{"environment", nil, map[string]string{"DHTKV_CACHE_BYTES": "lots"}},
+		{"config file", []string{"--config", conf}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for k, v := range tc.env {
+				t.Setenv(k, v)
+			}
+			_, err := parseFlags(tc.args, io.Discard)
+			require.Error(t, err)
+			msg := err.Error()
+			assert.Contains(t, msg, "cache-bytes", "the flag")
+			assert.Contains(t, msg, `"lots" is not a size`)
+			assert.Contains(t, msg, "64MiB", "what a size looks like")
+			assert.NotContains(t, msg, "strconv")
+			assert.NotContains(t, msg, "\n")
+		})
+	}
+}
+
+// An error in the --config file names the file and the line, whichever
+// way the file was named.
+func TestConfigFileErrorsNameFileAndLine(t *testing.T) {
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		name   string
+		text   string
+		viaEnv bool // DHTKV_CONFIG names the file, not --config
+		line   int
+		msg    string
+	}{
+		{"bad value", "# node 1\n\nlisten 127.0.0.1:1\ncache-bytes lots\n", false, 4, `"lots" is not a size`},
+		{"bad value, file from DHTKV_CONFIG", "listen 127.0.0.1:1\npeer-conns many\n", true, 2, `flag "peer-conns"`},
+		{"unknown name", "listen 127.0.0.1:1\n\ncache-size 1\n", false, 3, `"cache-size" not defined`},
+		{"a name without a value", "listen\n", false, 1, `"listen" has no value`},
+		{"a size without a value", "sync false\ncache-bytes\n", false, 2, `"cache-bytes" has no value`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(dir, strings.ReplaceAll(tc.name, " ", "_")+".conf")
+			require.NoError(t, os.WriteFile(path, []byte(tc.text), 0o600))
+			var args []string
+			if tc.viaEnv {
+				t.Setenv("DHTKV_CONFIG", path)
+			} else {
+				args = []string{"--config", path}
+			}
+			_, err := parseFlags(args, io.Discard)
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), fmt.Sprintf("%s:%d: ", path, tc.line))
+			assert.Contains(t, err.Error(), tc.msg)
+		})
+	}
+	// A boolean flag alone on its line is true.
+	path := filepath.Join(dir, "bool.conf")
+	require.NoError(t, os.WriteFile(path, []byte("sync\n"), 0o600))
+	s, err := parseFlags([]string{"--config", path, "--sync=false"}, io.Discard)
+	require.NoError(t, err)
+	assert.False(t, s.cfg.Store.Sync, "the command line wins")
+	require.NoError(t, os.WriteFile(path, []byte("read-repair async\nsync\n"), 0o600))
+	s, err = parseFlags([]string{"--config", path}, io.Discard)
+	require.NoError(t, err)
+	assert.True(t, s.cfg.Store.Sync)
+}
+
+// A DHTKV_* variable no flag has (a misspelt one, which ff ignores) is
+// found, once, unless it is one of dhtkvctl's; the ones a flag has are
+// not.
+func TestUnknownEnvironmentVariables(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		env  map[string]string
+		want []string
+	}{
+		{"none", map[string]string{"DHTKV_CACHE_BYTES": "1MiB", "DHTKV_LOG_LEVEL": "warn", "DHTKV_CONFIG": ""}, nil},
+		{"misspelt", map[string]string{"DHTKV_CACHE_BYTE": "1MiB", "DHTKV_LISTN": "127.0.0.1:1"}, []string{"DHTKV_CACHE_BYTE", "DHTKV_LISTN"}},
+		{"empty still counts", map[string]string{"DHTKV_DATADIR": ""}, []string{"DHTKV_DATADIR"}},
+		{"dhtkvctl's", map[string]string{"DHTKV_ENDPOINTS": "127.0.0.1:8080", "DHTKV_CACERT": "ca.pem", "DHTKV_ACK": "2"}, nil},
+		{"lower case is not ff's", map[string]string{"dhtkv_listen": "x"}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for k, v := range tc.env {
+				t.Setenv(k, v)
+			}
+			s, err := parseFlags(nil, io.Discard)
+			require.NoError(t, err)
+			assert.Equal(t, tc.want, s.unknownEnv)
+		})
+	}
+}
+
+// dhtkvctl's variables, which a node does not warn about, are the ones
+// the README lists for it.
+func TestCtlEnvIsDhtkvctls(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	require.NoError(t, err)
+	i := strings.Index(string(readme), "Global flags (also after the command's name, and from")
+	require.GreaterOrEqual(t, i, 0)
+	para, _, _ := strings.Cut(string(readme[i:]), "):")
+	assert.ElementsMatch(t, regexp.MustCompile("`(DHTKV_[A-Z_]+)`").FindAllString(para, -1), func() []string {
+		var q []string
+		for _, v := range ctlEnv {
+			q = append(q, "`"+v+"`")
+		}
+		return q
+	}())
 }

@@ -13,6 +13,7 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"flag"
@@ -21,6 +22,8 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"slices"
+	"strings"
 	"syscall"
 	"time"
 
@@ -53,6 +56,9 @@ type settings struct {
 	logLevel  slog.Level
 	logFormat string
 	version   bool
+	// unknownEnv are the DHTKV_* variables set that name no flag (ff
+	// ignores them), sorted.
+	unknownEnv []string
 }
 
 // parseFlags reads the flags from args, then from DHTKV_* environment
@@ -73,7 +79,7 @@ func parseFlags(args []string, stdout io.Writer) (*settings, error) {
 	err := ff.Parse(fs, args,
 		ff.WithEnvVarPrefix("DHTKV"),
 		ff.WithConfigFileFlag("config"),
-		ff.WithConfigFileParser(ff.PlainParser))
+		ff.WithConfigFileParser(configParser(fs)))
 	switch {
 	case errors.Is(err, flag.ErrHelp):
 		fmt.Fprintln(stdout, usage)
@@ -87,6 +93,7 @@ func parseFlags(args []string, stdout io.Writer) (*settings, error) {
 	case fs.NArg() > 0:
 		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
+	s.unknownEnv = unknownEnv(fs, os.Environ())
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -97,6 +104,69 @@ func parseFlags(args []string, stdout io.Writer) (*settings, error) {
 		return nil, err
 	}
 	return s, nil
+}
+
+// ctlEnv are dhtkvctl's variables (its global flags), which an operator
+// may well have exported where a node starts: not dhtkv's, but not a
+// mistake either.
+var ctlEnv = []string{"DHTKV_ENDPOINTS", "DHTKV_ACK", "DHTKV_FROM", "DHTKV_TIMEOUT", "DHTKV_CACERT", "DHTKV_CERT", "DHTKV_KEY"}
+
+// unknownEnv returns the DHTKV_* variables of environ (KEY=value) that
+// name none of fs's flags (as ff names them: upper case, -, . and / as _)
+// and are not dhtkvctl's, sorted, each once.
+func unknownEnv(fs *flag.FlagSet, environ []string) []string {
+	known := map[string]bool{}
+	for _, v := range ctlEnv {
+		known[v] = true
+	}
+	fs.VisitAll(func(f *flag.Flag) {
+		known["DHTKV_"+strings.ToUpper(strings.NewReplacer("-", "_", ".", "_", "/", "_").Replace(f.Name))] = true
+	})
+	var out []string
+	for _, kv := range environ {
+		name, _, _ := strings.Cut(kv, "=")
+		if strings.HasPrefix(name, "DHTKV_") && !known[name] && !slices.Contains(out, name) {
+			out = append(out, name)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// configParser is ff.PlainParser, line by line, so that an error names
+// the file (the value of --config, or DHTKV_CONFIG, when ff opens it) and
+// the line: "node1.conf:4: error setting flag ...". A flag name alone on
+// its line means true; for a flag that is not boolean, that is a missing
+// value, said so rather than "true" refused or, worse, taken (--listen
+// true).
+func configParser(fs *flag.FlagSet) ff.ConfigFileParser {
+	return func(r io.Reader, set func(name, value string) error) error {
+		file := fs.Lookup("config").Value.String()
+		sc := bufio.NewScanner(r)
+		for n := 1; sc.Scan(); n++ {
+			line := sc.Text()
+			err := ff.PlainParser(strings.NewReader(line), func(name, value string) error {
+				if f := fs.Lookup(name); f != nil && !isBoolFlag(f) && !strings.Contains(strings.TrimSpace(line), " ") {
+					return fmt.Errorf("%q has no value (only a boolean flag may stand alone)", name)
+				}
+				return set(name, value)
+			})
+			if err != nil {
+				return fmt.Errorf("%s:%d: %w", file, n, err)
+			}
+		}
+		if err := sc.Err(); err != nil {
+			return fmt.Errorf("%s: %w", file, err)
+		}
+		return nil
+	}
+}
+
+// isBoolFlag reports whether f is a boolean flag, which may be given
+// without a value.
+func isBoolFlag(f *flag.Flag) bool {
+	b, ok := f.Value.(interface{ IsBoolFlag() bool })
+	return ok && b.IsBoolFlag()
 }
 
 // newLogger returns the logger writing to w in format (text or json) at
@@ -137,8 +207,16 @@ func run(args []string, stdout, stderr io.Writer) int {
 
 	n, err := node.Start(cfg)
 	if err != nil {
-		fmt.Fprintf(stderr, "dhtkv: %v\n", err)
+		// Still one line; a misspelt variable may be why.
+		note := ""
+		if len(s.unknownEnv) > 0 {
+			note = fmt.Sprintf(" (ignored, as no flag has their names: %s)", strings.Join(s.unknownEnv, ", "))
+		}
+		fmt.Fprintf(stderr, "dhtkv: %v%s\n", err, note)
 		return 1
+	}
+	for _, name := range s.unknownEnv {
+		cfg.Logger.Warn("environment variable ignored: no flag has its name (dhtkv -h lists them)", "name", name)
 	}
 	if nofileErr != nil {
 		// Not fatal: the cap is derived from whatever limit there is.

@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"syscall"
@@ -214,4 +216,45 @@ func TestDataDirInUse(t *testing.T) {
 	assert.Equal(t, 1, code)
 	assert.Equal(t, fmt.Sprintf("dhtkv: data directory %s is in use by another dhtkv process\n", dir), errb.String())
 	testcluster.WaitReady(t, p.base, time.Second)
+}
+
+// A DHTKV_* variable no flag has is named at start-up: once, at warn
+// level, by a node that starts; in its one line by one that does not
+// (the misspelling may be why).
+func TestUnknownEnvironmentWarning(t *testing.T) {
+	t.Setenv("DHTKV_LISTN", "127.0.0.1:1")
+	var out, errb bytes.Buffer
+	code := run([]string{"--data-dir", t.TempDir(), "--listen", "127.0.0.1:0", "--cluster", "127.0.0.1:1"}, &out, &errb)
+	assert.Equal(t, 1, code)
+	assert.Contains(t, errb.String(), "bad node URL")
+	assert.Contains(t, errb.String(), "DHTKV_LISTN")
+	assert.Equal(t, 1, strings.Count(errb.String(), "\n"), "one line: %q", errb.String())
+
+	if testing.Short() {
+		t.Skip("runs the binary: a process test; runs without -short")
+	}
+	bin := testcluster.BuildBinary(t, testcluster.RepoRoot(t))
+	logPath := filepath.Join(t.TempDir(), "stderr")
+	logFile, err := os.Create(logPath)
+	require.NoError(t, err)
+	defer logFile.Close()
+	port := testcluster.FreePorts(t, 1)[0]
+	cmd := exec.Command(bin, "--listen", fmt.Sprintf("127.0.0.1:%d", port), "--data-dir", t.TempDir())
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "DHTKV_LISTN=127.0.0.1:1", "DHTKV_ENDPOINTS=127.0.0.1:8080", "DHTKV_LOG_LEVEL=info"}
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+		}
+	})
+	testcluster.WaitReady(t, fmt.Sprintf("http://127.0.0.1:%d", port), 15*time.Second)
+	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
+	require.NoError(t, cmd.Wait())
+	logs, err := os.ReadFile(logPath)
+	require.NoError(t, err)
+	warned := regexp.MustCompile(`(?m)^.*level=WARN msg="environment variable ignored.*$`).FindAllString(string(logs), -1)
+	require.Len(t, warned, 1, "%s", logs)
+	assert.Contains(t, warned[0], "name=DHTKV_LISTN")
 }

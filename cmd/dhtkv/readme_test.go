@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"os"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -82,4 +84,35 @@ func sameDefault(help, readme string) bool {
 	h, err1 := time.ParseDuration(help)
 	r, err2 := time.ParseDuration(readme)
 	return err1 == nil && err2 == nil && h == r
+}
+
+// TestReadmeReplaceExample keeps README.md's `dhtkvctl replace` example
+// one that works as written: replace refuses a node that answers, so the
+// example says to stop it first, and the node it replaces is one the
+// example started by hand (a node of make run-cluster cannot be stopped
+// alone: scripts/cluster.sh stops all three when one exits); the new
+// machine is then started with --join.
+func TestReadmeReplaceExample(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	require.NoError(t, err)
+	lines := strings.Split(string(readme), "\n")
+	at := slices.IndexFunc(lines, func(l string) bool { return strings.HasPrefix(l, "bin/dhtkvctl replace ") })
+	require.GreaterOrEqual(t, at, 0, "README.md has a dhtkvctl replace example")
+	m := regexp.MustCompile(`^bin/dhtkvctl replace --admin \S+ (http://(\S+)) (http://(\S+))$`).FindStringSubmatch(lines[at])
+	require.NotNil(t, m, "%q", lines[at])
+	dead, deadAddr, newAddr := m[1], m[2], m[4]
+	start := at
+	for start > 0 && strings.HasPrefix(lines[start-1], "#") {
+		start--
+	}
+	comment := strings.Join(lines[start:at], " ")
+	assert.Regexp(t, `(?i)must be down|stop`, comment, "the comment above the replace says the node must be down first")
+	for _, port := range []string{"8080", "8081", "8082"} {
+		assert.NotEqual(t, "http://127.0.0.1:"+port, dead, "a node of make run-cluster cannot be stopped alone")
+	}
+	block := strings.Join(lines[:at], "\n")
+	block = block[strings.LastIndex(block, "```"):]
+	assert.Contains(t, block, "bin/dhtkv --listen "+deadAddr+" ", "the replaced node is one the example started")
+	assert.Regexp(t, `(?m)^bin/dhtkv --listen `+regexp.QuoteMeta(newAddr)+` .*--join http://`, strings.Join(lines[at:], "\n"),
+		"the new machine is started with --join after the replace")
 }

@@ -53,7 +53,7 @@ func TestTLS(t *testing.T) {
 		{name: "client certificate", args: []string{eps, cacert, "--cert", clientCert, "--key", clientKey, "put", "k", "v2"}, out: "OK\n"},
 		{name: "repair: the admin listener is plain HTTP", args: []string{cacert, "repair", "--admin", c.Node(0).AdminAddr()}, outHas: []string{"PEER"}},
 
-		{name: "no --cacert: plain HTTP to a TLS node", args: []string{eps, "get", "k"}, code: exitError, errHas: "no endpoint served the request"},
+		{name: "no --cacert: plain HTTP to a TLS node", args: []string{eps, "get", "k"}, code: exitBadRequest, errHas: "this port speaks TLS (use https://)"},
 		{name: "https without --cacert: the system's roots", args: []string{"--endpoints", c.Endpoint(0), "get", "k"}, code: exitError, errHas: "certificate signed by unknown authority"},
 		{name: "another CA", args: []string{eps, "--cacert", other.File, "get", "k"}, code: exitError, errHas: "certificate signed by unknown authority"},
 		{name: "http:// with --cacert", args: []string{"--endpoints", c.URL(0), cacert, "get", "k"}, code: exitUsage, errHas: "is http:// but a TLS configuration is given"},

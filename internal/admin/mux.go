@@ -26,8 +26,9 @@ type Parts struct {
 }
 
 // Mux returns every admin endpoint on one mux (see the package comment).
-// /repair answers the client package's types, so that dhtkvctl and the
-// Go client read what the node writes.
+// /repair answers the client package's types (client.Exchange to POST,
+// client.RepairState to GET, one exchange written alike in both), so
+// that dhtkvctl and the Go client read what the node writes.
 func Mux(p Parts) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("/", Handler(p.Registry, p.Ready))
@@ -39,18 +40,34 @@ func Mux(p Parts) http.Handler {
 			}
 			out := make([]client.Exchange, len(res))
 			for i, x := range res {
-				out[i] = client.Exchange{
-					Peer: x.Peer, Started: x.Started, DurationSeconds: x.Duration.Seconds(),
-					Partitions: x.Partitions, PartitionsDiffering: x.PartitionsDiffering, SegmentsDiffering: x.SegmentsDiffering,
-					Pulled: x.Pulled, Pushed: x.Pushed, Failed: x.Failed,
-					SummaryBytes: x.SummaryBytes, RecordBytes: x.RecordBytes, Error: x.Err,
-				}
+				out[i] = exchange(x)
 			}
 			return out
 		},
-		func() any { return p.AntiEntropy.Status() }))
+		func() any {
+			st := p.AntiEntropy.Status()
+			out := make([]client.RepairState, len(st))
+			for i, s := range st {
+				out[i] = client.RepairState{Peer: s.Peer, LastSuccess: s.LastSuccess, Running: s.Running, Progress: s.Progress}
+				if s.Last != nil {
+					x := exchange(*s.Last)
+					out[i].Last = &x
+				}
+			}
+			return out
+		}))
 	mux.Handle("/snapshot", SnapshotHandler(p.Checkpointer, p.Log))
 	mux.Handle("/cluster", p.Cluster)
 	mux.Handle("/cluster/", p.Cluster)
 	return mux
+}
+
+// exchange is x as /repair answers it.
+func exchange(x antientropy.ExchangeStats) client.Exchange {
+	return client.Exchange{
+		Peer: x.Peer, Started: x.Started, DurationSeconds: x.Duration.Seconds(),
+		Partitions: x.Partitions, PartitionsDiffering: x.PartitionsDiffering, SegmentsDiffering: x.SegmentsDiffering,
+		Pulled: x.Pulled, Pushed: x.Pushed, Failed: x.Failed,
+		SummaryBytes: x.SummaryBytes, RecordBytes: x.RecordBytes, Error: x.Err,
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
+	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -148,7 +149,13 @@ func TestMutualTLSRefusesOtherCA(t *testing.T) {
 	_, err := testcluster.NewTLSClient(t, forced).HTTP.Post(c.Endpoint(0)+rpc.BatchPath, "", nil)
 	require.ErrorContains(t, err, "tls: ", "a certificate of another CA, sent anyway, fails the handshake")
 
-	_, err = (&http.Client{Timeout: 5 * time.Second}).Post(c.URL(0)+rpc.BatchPath, "", nil)
-	require.Error(t, err, "plain HTTP to a TLS listener")
+	// Plain HTTP to a TLS listener is not served: it is told so.
+	resp, err := (&http.Client{Timeout: 5 * time.Second}).Post(c.URL(0)+rpc.BatchPath, "", nil)
+	require.NoError(t, err, "plain HTTP to a TLS listener gets an answer")
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.NoError(t, err)
+	require.Equal(t, http.StatusBadRequest, resp.StatusCode, "plain HTTP to a TLS listener: %s", body)
+	require.Contains(t, string(body), "this port speaks TLS")
 	require.True(t, strings.HasPrefix(c.Endpoint(0), "https://"))
 }

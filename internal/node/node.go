@@ -331,8 +331,9 @@ func (n *Node) Serve() error {
 		// worker within ReadTimeout and WriteTimeout (getNextProto), and
 		// RequestCtx.TLSConnectionState finds it. The limit listener
 		// underneath still counts every connection until tls.Conn's
-		// Close closes it.
-		served = tls.NewListener(ready, n.certs.ServerConfig())
+		// Close closes it. A plain HTTP request gets a 400 that says
+		// the port speaks TLS (plainhttp.go).
+		served = newTLSListener(ready, n.certs.ServerConfig(), n.log)
 	}
 	go func() {
 		err := n.srv.Serve(served)

@@ -1,13 +1,22 @@
 package node_test
 
 import (
+	"bufio"
+	"bytes"
 	"crypto/tls"
+	"io"
+	"log/slog"
 	"math/big"
 	"net"
+	"net/http"
 	"os"
+	"regexp"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
@@ -92,4 +101,74 @@ func TestMaxConnectionsWithTLS(t *testing.T) {
 		resp.Body.Close()
 		return resp.StatusCode == 200
 	}, 10*time.Second, 10*time.Millisecond, "the node serves again once the connections closed")
+}
+
+// syncBuffer is a log the node writes from its goroutines while the test
+// reads it.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// TestPlainHTTPToTLSPort: a plain HTTP request to a node that speaks TLS
+// gets a 400 saying so (not an empty reply), whatever its method; the node
+// logs it at warn level once for the client's address however often it
+// comes; and the port still serves TLS.
+func TestPlainHTTPToTLSPort(t *testing.T) {
+	t.Cleanup(func() { goleak.VerifyNone(t, goleak.IgnoreCurrent()) })
+	ca := testpki.NewCA(t, "cluster")
+	var files [2]string
+	var logs syncBuffer
+	c, _ := testcluster.Single(t, withTLS(ca, &files), func(_ int, cfg *node.Config) {
+		cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	})
+	n := c.Node(0)
+	for _, req := range []string{
+		"GET /v0/status HTTP/1.1\r\nHost: x\r\n\r\n",
+		"PUT /v0/entity?id=k HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\n\r\nv",
+		"DELETE /v0/entity?id=k HTTP/1.1\r\nHost: x\r\n\r\n",
+		"HEAD /v0/status HTTP/1.0\r\n\r\n",
+		"POST /v0/entities HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n",
+	} {
+		method, _, _ := strings.Cut(req, " ")
+		t.Run(method, func(t *testing.T) {
+			conn, err := net.DialTimeout("tcp", n.Addr(), 5*time.Second)
+			require.NoError(t, err)
+			defer conn.Close()
+			require.NoError(t, conn.SetDeadline(time.Now().Add(10*time.Second)))
+			_, err = io.WriteString(conn, req)
+			require.NoError(t, err)
+			answer, err := io.ReadAll(conn)
+			require.NoError(t, err, "the node closes the connection after its answer")
+			resp, err := http.ReadResponse(bufio.NewReader(bytes.NewReader(answer)), nil)
+			require.NoError(t, err, "an HTTP answer, not an empty reply: %q", answer)
+			defer resp.Body.Close()
+			assert.Equal(t, http.StatusBadRequest, resp.StatusCode)
+			body, err := io.ReadAll(resp.Body)
+			require.NoError(t, err)
+			assert.Contains(t, string(body), "HTTP request to an HTTPS server")
+			assert.Contains(t, string(body), "TLS")
+		})
+	}
+	warned := regexp.MustCompile(`(?m)^.*level=WARN.*HTTPS? .*client=127\.0\.0\.1.*$`).FindAllString(logs.String(), -1)
+	assert.Len(t, warned, 1, "one warning for the address within a minute; the log:\n%s", logs.String())
+
+	cl := testcluster.NewTLSClient(t, ca.ClientConfig())
+	defer cl.HTTP.CloseIdleConnections()
+	resp, err := cl.HTTP.Get("https://" + n.Addr() + "/v0/status")
+	require.NoError(t, err, "the port still speaks TLS")
+	resp.Body.Close()
+	assert.Equal(t, http.StatusOK, resp.StatusCode)
 }

@@ -4,9 +4,11 @@
 package sizeflag
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"strconv"
+	"strings"
 
 	"github.com/dustin/go-humanize"
 )
@@ -44,16 +46,43 @@ func (b byteSize[T]) String() string {
 	return Format(uint64(*b.p))
 }
 
-// Parse reads s as a size in bytes (see byteSize).
+// sizeForms is what a size looks like, for error messages.
+const sizeForms = "a size is a number of bytes (1048576) or a number and a unit: 64MiB, 1.5GiB, 1GB " +
+	"(KiB, MiB, GiB, TiB: powers of 1024; kB, MB, GB, TB: powers of 1000)"
+
+// Parse reads s as a size in bytes (see byteSize). Its errors say what is
+// wrong with s and what a size looks like; the flag package, and ff for
+// the environment and the config file, name the flag.
 func Parse[T int | int64 | uint64](s string) (T, error) {
 	n, err := humanize.ParseBytes(s)
 	if err != nil {
-		return 0, fmt.Errorf("%q is not a size (bytes, or a number and a unit such as 64MiB or 1GB): %w", s, err)
+		return 0, fmt.Errorf("%q is not a size: %s; %s", s, notASize(s, err), sizeForms)
 	}
 	if t := T(n); t < 0 || uint64(t) != n {
 		return 0, fmt.Errorf("%q is too large", s)
 	}
 	return T(n), nil
+}
+
+// notASize says why go-humanize refused s, in the terms of sizeForms:
+// its own errors name the parts of s it got to (strconv.ParseFloat:
+// parsing "" for "lots": the empty number before the unit).
+func notASize(s string, err error) string {
+	var num *strconv.NumError
+	switch unit, unknownUnit := strings.CutPrefix(err.Error(), "unhandled size name: "); {
+	case strings.TrimSpace(s) == "":
+		return "it is empty"
+	case errors.As(err, &num) && num.Num == "":
+		return "it does not start with a number"
+	case errors.As(err, &num):
+		return fmt.Sprintf("%q is not a number", num.Num)
+	case unknownUnit:
+		return fmt.Sprintf("unknown unit %q", unit)
+	case strings.HasPrefix(err.Error(), "too large"):
+		return "it is too large"
+	default:
+		return err.Error()
+	}
 }
 
 // Format writes n in the largest binary unit that divides it, else in

@@ -54,6 +54,33 @@ func TestParseSize(t *testing.T) {
 	assert.Equal(t, uint64(1)<<63, u)
 }
 
+// A value that is not a size gets an error that says what is wrong with
+// it and what a size looks like, not go-humanize's strconv error about
+// the number it found before the unit (`"lots": strconv.ParseFloat:
+// parsing ""`).
+func TestParseSizeErrors(t *testing.T) {
+	for _, tc := range []struct {
+		in, why string
+	}{
+		{"", "it is empty"},
+		{" ", "it is empty"},
+		{"lots", "it does not start with a number"},
+		{"-1", "it does not start with a number"},
+		{"MiB", "it does not start with a number"},
+		{"64XB", `unknown unit "xb"`},
+		{"1.2.3MiB", `"1.2.3" is not a number`},
+		{"16EiB", "it is too large"},
+	} {
+		_, err := Parse[int64](tc.in)
+		require.Error(t, err, "%q", tc.in)
+		msg := err.Error()
+		assert.Contains(t, msg, strconv.Quote(tc.in)+" is not a size: "+tc.why, "%q", tc.in)
+		assert.Contains(t, msg, "64MiB", "%q: what a size looks like", tc.in)
+		assert.NotContains(t, msg, "strconv", "%q", tc.in)
+		assert.NotContains(t, msg, "unhandled size name", "%q", tc.in)
+	}
+}
+
 // What -h prints as a default reads back as the same size.
 func TestFormatSize(t *testing.T) {
 	for _, tc := range []struct {
