@@ -2,6 +2,7 @@ package membership
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/dhtkv/dhtkv/internal/clustermap"
 	"github.com/dhtkv/dhtkv/internal/store"
@@ -17,6 +18,11 @@ type Bootstrap struct {
 	Join string
 	// Topology is the --cluster list, which seeds a new cluster's map.
 	Topology clustermap.Topology
+	// Listed says --cluster was given (Topology is otherwise this node
+	// alone). A data directory that holds a map seeded from another list
+	// is then refused: the list is read only when the directory is new,
+	// and a changed one would otherwise be ignored without a word.
+	Listed bool
 	// Replicas is the replication factor a seeded map gets (--replicas;
 	// 0: the list's size).
 	Replicas int
@@ -45,6 +51,9 @@ func (b Bootstrap) Map(st *store.Store) (m *clustermap.Map, self int, joined boo
 	case ok:
 		if m, err = clustermap.Decode(stored); err != nil {
 			return nil, 0, false, fmt.Errorf("data directory %s: %w", b.DataDir, err)
+		}
+		if err := b.sameList(m); err != nil {
+			return nil, 0, false, err
 		}
 		me := m.ByURL(selfURL)
 		if hasID && m.Node(id.Node) == nil {
@@ -82,4 +91,29 @@ func (b Bootstrap) Map(st *store.Store) (m *clustermap.Map, self int, joined boo
 		return nil, 0, false, err
 	}
 	return m, self, joined, nil
+}
+
+// sameList refuses a --cluster list other than the one stored's map was
+// seeded from (the cluster id is a hash of that list). Membership changes
+// since keep the id, so the list a node was first started with stays
+// valid after joins and decommissions; a node that joined has no list
+// (--join) and is not checked.
+func (b Bootstrap) sameList(stored *clustermap.Map) error {
+	if !b.Listed || b.Join != "" {
+		return nil
+	}
+	seed, err := clustermap.Seed(b.Topology.Nodes, b.Replicas)
+	if err != nil {
+		return fmt.Errorf("--cluster: %w", err)
+	}
+	if seed.Cluster == stored.Cluster {
+		return nil
+	}
+	urls := make([]string, len(stored.Nodes))
+	for i, n := range stored.Nodes {
+		urls[i] = n.URL
+	}
+	return fmt.Errorf("--cluster %s is not the list data directory %s was created with: it holds the map of cluster %016x (%s; members %s). "+
+		"--cluster is read only when the directory is new: start with the original list, change membership with dhtkvctl join, decommission or replace (docs/membership.md), or use an empty directory for a new cluster",
+		strings.Join(b.Topology.Nodes, ","), b.DataDir, stored.Cluster, stored, strings.Join(urls, ","))
 }

@@ -142,7 +142,7 @@ func New(cfg Config) (_ *Node, err error) {
 		return nil, lockError(cfg.DataDir, err)
 	}
 	cmap, self, joined, err := membership.Bootstrap{
-		DataDir: cfg.DataDir, Self: cfg.Self, Join: cfg.Join, Topology: topo, Replicas: cfg.Replicas,
+		DataDir: cfg.DataDir, Self: cfg.Self, Join: cfg.Join, Topology: topo, Listed: cfg.Cluster != "", Replicas: cfg.Replicas,
 		Fetch: func(url string) ([]byte, error) {
 			return rpc.FetchMap(url, rpc.PeerOptions{Timeout: cfg.ReplicaTimeout, Secret: cfg.ClusterSecret, Dial: cfg.PeerDial, TLS: peerTLS})
 		},
@@ -278,7 +278,31 @@ func lockError(dir string, err error) error {
 func (n *Node) Handler() fasthttp.RequestHandler { return n.api.Handler }
 
 // Start builds a node (New) and serves it (Serve).
-func Start(cfg Config) (*Node, error) {
+func Start(cfg Config) (_ *Node, err error) {
+	// The listeners first: a port that is taken fails the start before the
+	// data directory is opened, so a node that cannot serve leaves no map,
+	// identity or store behind (a retry with other flags then starts as
+	// new, not on what the failed start wrote).
+	var bound []net.Listener
+	defer func() {
+		if err != nil {
+			for _, ln := range bound {
+				ln.Close()
+			}
+		}
+	}()
+	if cfg.Listener == nil {
+		if cfg.Listener, err = net.Listen("tcp", cfg.Listen); err != nil {
+			return nil, fmt.Errorf("listen %s: %w", cfg.Listen, err)
+		}
+		bound = append(bound, cfg.Listener)
+	}
+	if cfg.AdminListener == nil && cfg.AdminListen != "" {
+		if cfg.AdminListener, err = net.Listen("tcp", cfg.AdminListen); err != nil {
+			return nil, fmt.Errorf("admin listen %s: %w", cfg.AdminListen, err)
+		}
+		bound = append(bound, cfg.AdminListener)
+	}
 	n, err := New(cfg)
 	if err != nil {
 		return nil, err
