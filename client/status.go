@@ -41,6 +41,12 @@ type Status struct {
 	// Warnings are what an operator must know about the node, one line
 	// each: the lines plain /v0/status prints after OK. Never null.
 	Warnings []string `json:"warnings"`
+	// NoQuorum says which partitions the node cannot reach a majority of
+	// the replicas of, so that requests at the default ack fail for their
+	// keys through it ("" when it reaches a majority of every partition's
+	// replicas). Its /readyz answers 503 meanwhile, and dhtkvctl status
+	// exits 1.
+	NoQuorum string `json:"no_quorum,omitempty"`
 	// Members are every node of the cluster map, by node id, this one
 	// included.
 	Members []Member `json:"members"`

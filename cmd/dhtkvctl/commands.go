@@ -190,7 +190,7 @@ func statusCmd(e *env, fs *flag.FlagSet) *ffcli.Command {
 	return &ffcli.Command{
 		Name:       "status",
 		ShortUsage: "dhtkvctl status [--members] [--json]",
-		ShortHelp:  "ask every endpoint for its status (exit 1 if one does not answer)",
+		ShortHelp:  "ask every endpoint for its status (exit 1 if one does not answer or cannot reach a quorum)",
 		LongHelp: `Each endpoint is asked for /v0/status?verbose: whether it answers, its
 version, uptime, the epoch of its cluster map (EPOCH: every member shows
 the same once a change has spread), whether it is rebuilding, how many
@@ -239,6 +239,11 @@ last that failed.`,
 				}
 				if down > 0 {
 					return fmt.Errorf("status: %d of %d endpoints did not answer", down, len(all))
+				}
+				for _, es := range all {
+					if es.Status != nil && es.Status.NoQuorum != "" {
+						return fmt.Errorf("status: %s has no quorum: %s", es.Endpoint, es.Status.NoQuorum)
+					}
 				}
 				return nil
 			})

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -58,6 +59,7 @@ func (s step) run(t *testing.T) {
 // order (the steps share the data): what scripts rely on.
 func TestCommands(t *testing.T) {
 	c := testcluster.Start(t, 3)
+	c.AwaitReady(10 * time.Second) // status below expects no warning
 	eps := "--endpoints=" + strings.Join([]string{c.URL(0), c.URL(1), c.URL(2)}, ",")
 	dir := t.TempDir()
 	file := filepath.Join(dir, "value")
@@ -122,6 +124,7 @@ func TestCommands(t *testing.T) {
 		s.run(t)
 	}
 	c.StartNode(2)
+	c.AwaitReady(10 * time.Second)
 	step{name: "status", args: []string{eps, "status"}, outHas: []string{c.URL(0), c.URL(1), c.URL(2)}}.run(t)
 
 	var out bytes.Buffer

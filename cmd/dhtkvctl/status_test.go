@@ -19,7 +19,9 @@ import (
 
 // TestStatusNeverReached: against a real node, a member it has never
 // reached (nothing listens on its port: every probe fails) is down, with
-// no success ever, in the table's UP column, in --members and in --json.
+// no success ever, in the table's UP column, in --members and in --json;
+// and as one replica of two the node cannot reach a majority (2) of any
+// partition's replicas, status exits 1 and says so.
 func TestStatusNeverReached(t *testing.T) {
 	dead := "http://" + testcluster.DeadEndpoint(t)
 	c := testcluster.Start(t, 1, func(_ int, cfg *node.Config) {
@@ -35,21 +37,24 @@ func TestStatusNeverReached(t *testing.T) {
 		return st.Members[1].Reachable != nil
 	}, 10*time.Second, 20*time.Millisecond, "the dead member's first probe ends")
 
-	step{name: "status", args: []string{eps, "status"}, check: func(t *testing.T, out string) {
+	const noQuorum = "has no quorum: 4096 of 4096 partitions have fewer than 2 of their 2 replicas reachable from here (unreachable: " + "http://"
+	step{name: "status", args: []string{eps, "status"}, code: exitError, errHas: c.URL(0) + " " + noQuorum, check: func(t *testing.T, out string) {
 		rows := table(out)
 		require.Len(t, rows, 2, out)
 		assert.Equal(t, "1/2", rows[1][6], "only the node itself is up:\n%s", out)
 	}}.run(t)
-	step{name: "status --members", args: []string{eps, "status", "--members"}, check: func(t *testing.T, out string) {
+	step{name: "status --members", args: []string{eps, "status", "--members"}, code: exitError, errHas: noQuorum, check: func(t *testing.T, out string) {
 		lines := memberLines(t, out)
 		require.Len(t, lines, 3, out)
 		assert.Regexp(t, `^`+c.URL(0)+` +`+c.URL(0)+` +up +\(itself\) +-$`, lines[1])
 		assert.Regexp(t, `^`+c.URL(0)+` +`+dead+` +down +never +\d{4}-\d\d-\d\dT\S+ .*connection refused`, lines[2])
 	}}.run(t)
 	var out bytes.Buffer
-	require.Equal(t, exitOK, run([]string{eps, "status", "--json"}, nil, &out, &out), out.String())
+	var errb bytes.Buffer
+	require.Equal(t, exitError, run([]string{eps, "status", "--json"}, nil, &out, &errb), out.String())
 	var es endpointStatus
 	require.NoError(t, json.Unmarshal(out.Bytes(), &es), out.String())
+	assert.Contains(t, es.Status.NoQuorum, "4096 of 4096 partitions")
 	assert.Equal(t, map[string]client.MemberState{c.URL(0): client.MemberUp, dead: client.MemberDown}, es.MemberStates)
 }
 

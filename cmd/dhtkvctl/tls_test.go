@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -27,6 +28,7 @@ import (
 func TestTLS(t *testing.T) {
 	ca := testpki.NewCA(t, "cluster")
 	c := testcluster.Start(t, 3, testcluster.MutualTLS(ca))
+	c.AwaitReady(10 * time.Second)
 	var hostports []string
 	for i := range 3 {
 		hostports = append(hostports, c.Config(i).Listen)

@@ -33,6 +33,9 @@ type Status interface {
 	// ClockWarning says why the node refuses to coordinate writes (its
 	// clock is off from its peers'), or "".
 	ClockWarning() string
+	// NoQuorum says which partitions lack a reachable majority of their
+	// replicas, or "" (client.Status.NoQuorum).
+	NoQuorum() string
 }
 
 // status serves GET /v0/status. Plain, it is the course's contract: 200
@@ -65,6 +68,7 @@ func (s *Server) status(ctx *fasthttp.RequestCtx) {
 		Rebuilding:    s.Status.Rebuilding(),
 		ClusterFormed: s.Status.Formed(),
 		Warnings:      append([]string{}, warnings...),
+		NoQuorum:      s.Status.NoQuorum(),
 		Members:       make([]client.Member, len(m.Nodes)),
 		Epoch:         m.Epoch,
 	}

@@ -223,10 +223,12 @@ func (s status) PeerStates() []probe.PeerState       { return s.n.probe.PeerStat
 func (s status) PendingHints() map[string]int64      { return s.n.hints.Pending() }
 func (s status) AntiEntropy() []antientropy.PeerSync { return s.n.ae.Status() }
 func (s status) ClockWarning() string                { return s.n.probe.ClockWarning() }
+func (s status) NoQuorum() string                    { return s.n.quorumProblem() }
 
 // Warnings are what an operator must know about this node, one line each
 // (empty when all is well): a clock off from the peers', a rebuild under
-// way, a peer anti-entropy has not completed an exchange with for long.
+// way, partitions without a reachable quorum, a peer anti-entropy has not
+// completed an exchange with for long.
 func (s status) Warnings() []string {
 	var ws []string
 	if w := s.n.probe.ClockWarning(); w != "" {
@@ -234,6 +236,9 @@ func (s status) Warnings() []string {
 	}
 	if s.n.rebuild.Rebuilding() {
 		ws = append(ws, "rebuilding: copying this node's share from its peers; its replica is not read until done")
+	}
+	if why := s.n.quorumProblem(); why != "" {
+		ws = append(ws, "no quorum: "+why)
 	}
 	return append(ws, s.n.ae.Warnings(time.Now())...)
 }

@@ -2,9 +2,11 @@ package node_test
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -135,4 +137,40 @@ func fetchStatus(base string) (*client.Status, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	return c.Status(ctx, base)
+}
+
+// A node that cannot reach a majority of some partition's replicas is not
+// ready, and says so in its status, while every request at the default
+// ack would fail; with one peer of two back it is ready again. (The
+// issue: with 2 of 3 peers down /v0/status said OK and /readyz 200 while
+// every PUT and GET answered 504.)
+func TestNotReadyWithoutQuorum(t *testing.T) {
+	const a, b, c3 = 0, 1, 2
+	c := testcluster.Start(t, 3, withAdmin)
+	admin := c.Node(a).AdminAddr()
+	require.Eventually(t, func() bool {
+		code, _ := probe(admin, "/readyz")
+		return code == http.StatusOK
+	}, 10*time.Second, 20*time.Millisecond, "ready once its peers answered a probe")
+	require.Empty(t, status(t, c.URL(a)).Warnings)
+
+	c.StopNode(b)
+	code, _ := probe(admin, "/readyz")
+	assert.Equal(t, http.StatusOK, code, "one replica of three down leaves a majority")
+	c.StopNode(c3)
+	require.Eventually(t, func() bool {
+		return errors.Is(c.Node(a).Ready(), node.ErrNoQuorum)
+	}, 10*time.Second, 20*time.Millisecond, "not ready once the probe finds both peers down")
+	code, body := probe(admin, "/readyz")
+	assert.Equal(t, http.StatusServiceUnavailable, code)
+	assert.Contains(t, body, "4096 of 4096 partitions have fewer than 2 of their 3 replicas reachable from here")
+	assert.Contains(t, body, c.URL(b))
+	warnings := strings.Join(status(t, c.URL(a)).Warnings, "\n")
+	assert.Contains(t, warnings, "no quorum: 4096 of 4096 partitions")
+	cl := testcluster.NewClient(t)
+	assert.Equal(t, http.StatusGatewayTimeout, cl.Put(t, c.URL(a), "k", []byte("v"), 2, 3), "what readiness predicts")
+
+	c.StartNode(b)
+	require.Eventually(t, func() bool { return c.Node(a).Ready() == nil }, 20*time.Second, 20*time.Millisecond,
+		"ready again with one peer back")
 }

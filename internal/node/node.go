@@ -394,7 +394,9 @@ var (
 // port's /readyz): nil while its store is open and its replica serves
 // reads. Otherwise the reason: ErrRebuilding while it copies its share
 // after starting with an empty data directory (package rebuild), or
-// ErrStopping once Shutdown or Close began (the store is about to close).
+// ErrStopping once Shutdown or Close began (the store is about to close),
+// or ErrNoQuorum while some partition has fewer than a majority of its
+// replicas reachable from here (quorum.go).
 // A node's store is open from New until Shutdown or Close.
 func (n *Node) Ready() error {
 	switch {
@@ -402,6 +404,9 @@ func (n *Node) Ready() error {
 		return ErrStopping
 	case n.rebuild.Rebuilding():
 		return ErrRebuilding
+	}
+	if why := n.quorumProblem(); why != "" {
+		return fmt.Errorf("%w: %s", ErrNoQuorum, why)
 	}
 	return nil
 }

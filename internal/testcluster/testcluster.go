@@ -153,6 +153,34 @@ func (c *Cluster) Node(i int) *node.Node {
 	return c.nodes[i]
 }
 
+// AwaitReady waits until every running node is ready (node.Ready): its
+// probes found a majority of each partition's replicas, which a node may
+// not yet have just after the cluster started (its first probe of a peer
+// that started after it failed).
+func (c *Cluster) AwaitReady(timeout time.Duration) {
+	c.t.Helper()
+	var why error
+	deadline := time.Now().Add(timeout)
+	for {
+		why = nil
+		for i := range c.cfgs {
+			if n := c.Node(i); n != nil {
+				if err := n.Ready(); err != nil {
+					why = fmt.Errorf("node %d: %w", i, err)
+					break
+				}
+			}
+		}
+		if why == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			c.t.Fatalf("cluster not ready after %v: %v", timeout, why)
+		}
+		time.Sleep(20 * time.Millisecond) // polling a condition: no event to wait on
+	}
+}
+
 // StartNode starts node i on its port and data directory. The port was
 // released when the node stopped; in the rare case another process took it
 // meanwhile, starting is retried briefly.

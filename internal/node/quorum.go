@@ -1,0 +1,77 @@
+package node
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/dhtkv/dhtkv/internal/partition"
+)
+
+// ErrNoQuorum: the node cannot reach a quorum of some partition's
+// replicas, so requests at the default ack (a majority of the replication
+// factor) for the keys of that partition fail, whichever node coordinates
+// them; /readyz then answers 503 so that a load balancer takes the node
+// out of its pool, and /v0/status says which replicas are missing.
+var ErrNoQuorum = errors.New("cannot reach a quorum of replicas")
+
+// quorumProblem says which partitions this node cannot serve at the
+// default ack, and why, or "" when it can serve every one. A replica
+// counts as reachable when it is this node and its replica is not
+// rebuilding, or a peer whose last probe did not fail: a peer no probe
+// has ended for since this node started counts (its first probe ends
+// within --probe-interval and timeout), so that a node does not flap to
+// not-ready at every start of a healthy cluster.
+// The replica sets are those reads use, as they decide what a client
+// sees; the default ack is a majority of the replication factor.
+func (n *Node) quorumProblem() string {
+	v := n.members.View()
+	if v == nil || v.Self < 0 {
+		return ""
+	}
+	reachable := map[string]bool{}
+	for _, st := range n.probe.PeerStates() {
+		reachable[st.URL] = !st.Probed || st.Reachable
+	}
+	up := func(id int) bool {
+		if id == v.Self {
+			return !n.rebuild.Rebuilding()
+		}
+		m := v.Map.Node(id)
+		return m != nil && reachable[m.URL]
+	}
+	sets := v.Old
+	if v.ReadNew {
+		sets = v.New
+	}
+	need := v.Replicas/2 + 1
+	short := 0
+	var missing []int
+	var buf [16]int
+	for part := range partition.ID(partition.Count) {
+		reps := sets.PartitionReplicas(part, v.Replicas, buf[:0])
+		ok := 0
+		for _, id := range reps {
+			if up(id) {
+				ok++
+			} else if !slices.Contains(missing, id) {
+				missing = append(missing, id)
+			}
+		}
+		if ok < need {
+			short++
+		}
+	}
+	if short == 0 {
+		return ""
+	}
+	urls := make([]string, 0, len(missing))
+	for _, id := range missing {
+		if m := v.Map.Node(id); m != nil {
+			urls = append(urls, m.URL)
+		}
+	}
+	return fmt.Sprintf("%d of %d partitions have fewer than %d of their %d replicas reachable from here (unreachable: %s): requests at the default ack fail for their keys",
+		short, partition.Count, need, v.Replicas, strings.Join(urls, ", "))
+}
