@@ -48,7 +48,10 @@ func TestRepairCommand(t *testing.T) {
 		assert.Empty(t, x.Error)
 		pulled += x.Pulled
 	}
-	assert.Equal(t, 20, pulled, "node 2 pulled what it missed")
+	// Node 2's own exchange at start-up may have pulled part of the 20
+	// first; the next repair finding every partition in step is what
+	// proves it holds them all.
+	assert.LessOrEqual(t, pulled, 20, "node 2 pulled at most what it missed: %s", out.String())
 
 	out.Reset()
 	require.Equal(t, exitOK, run([]string{"repair", admin}, nil, &out, &errb), errb.String())
