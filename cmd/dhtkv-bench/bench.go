@@ -246,6 +246,7 @@ func (b *Bench) runScenario(ctx context.Context, sys System, spec ScenarioSpec, 
 	r.FixedRate = FixedRate(search, b.cfg.FixedFrac)
 	fixed := base
 	fixed.Label, fixed.Rate, fixed.Duration, fixed.Warmup = "fixed", r.FixedRate, b.cfg.Duration, b.cfg.Warmup
+	fixed.Timeline = true
 
 	var profiles chan *Profiles
 	pctx, cancel := context.WithCancel(ctx)

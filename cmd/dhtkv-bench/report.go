@@ -185,6 +185,7 @@ func RenderScenario(s *ScenarioResult) string {
 			}
 			w("\n\n")
 		}
+		w("%s", timelineSection(s))
 		w("Status codes: %s; connection errors %d, timeouts %d, other errors %d.\n\n", statusLine(r.Status), r.Errors.Connect, r.Errors.Timeout, r.Errors.Other)
 		w("Command:\n\n```sh\n%s\n```\n\nOutput:\n\n```json\n%s\n```\n", s.Fixed.Command, strings.TrimSpace(s.Fixed.Stdout))
 		if e := strings.TrimSpace(s.Fixed.Stderr); e != "" {

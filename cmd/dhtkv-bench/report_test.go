@@ -40,8 +40,12 @@ func TestLoadRunnerArgs(t *testing.T) {
 	}
 	l.ack = 0
 	got = strings.Join(l.args(RunSpec{Workload: "get", Duration: time.Second, Fill: 100}), " ")
-	if strings.Contains(got, "--ack") || strings.Contains(got, "--drain") || !strings.Contains(got, "--rate 0 ") || !strings.Contains(got, "--fill 100") {
+	if strings.Contains(got, "--ack") || strings.Contains(got, "--drain") || !strings.Contains(got, "--rate 0 ") || !strings.Contains(got, "--fill 100") || strings.Contains(got, "--timeline") {
 		t.Errorf("args %s", got)
+	}
+	got = strings.Join(l.args(RunSpec{Workload: "get", Rate: 100, Duration: time.Second, Timeline: true}), " ")
+	if !strings.HasSuffix(got, " --timeline --json") {
+		t.Errorf("args with a timeline: %s", got)
 	}
 }
 
