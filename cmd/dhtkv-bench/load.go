@@ -84,6 +84,7 @@ type loadRunner struct {
 	connections int
 	ack, from   int
 	timeout     time.Duration
+	launch      Launch // pinned to the load generator's cores, or not
 	logDir      string // raw stdout/stderr of each run land here
 	prefix      string // file name prefix, the scenario name
 	seq         int
@@ -133,8 +134,12 @@ func (l *loadRunner) args(spec RunSpec) []string {
 func (l *loadRunner) Run(ctx context.Context, spec RunSpec) (*Run, error) {
 	l.seq++
 	args := l.args(spec)
-	run := &Run{Spec: spec, Command: shellJoin(append([]string{l.displayBin}, args...))}
-	cmd := exec.CommandContext(ctx, l.bin, args...)
+	run := &Run{Spec: spec, Command: l.launch.Display(l.displayBin, args)}
+	path, argv, env := l.launch.Command(l.bin, args)
+	cmd := exec.CommandContext(ctx, path, argv...)
+	if env != nil {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	setProcessGroup(cmd)
 	killGroupOnCancel(cmd)
 	var stdout, stderr bytes.Buffer

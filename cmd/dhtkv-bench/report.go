@@ -28,7 +28,9 @@ type ScenarioResult struct {
 	CeilingNote string         // why Ceiling is nil, or a caveat
 	Profiles    *ProfileArtifacts
 	Plots       *PlotArtifacts // nil until renderPlots ran
-	LoadStart   string         // load average when the scenario started and ended
+	Pinning     string         // the run's decision on pinning (Pinning.Describe)
+	Pinned      bool
+	LoadStart   string // load average when the scenario started and ended
 	LoadEnd     string
 	Err         error // the scenario failed part-way; whatever is set is still reported
 }
@@ -103,7 +105,10 @@ func RenderScenario(s *ScenarioResult) string {
 
 	w("## Machine\n\n")
 	m := s.Machine
-	w("- CPU: %d × %s (shared by the servers and the load generator)\n", m.NProc, m.CPUModel)
+	w("- CPU: %d × %s\n", m.NProc, m.CPUModel)
+	if s.Pinning != "" {
+		w("- pinning: %s\n", s.Pinning)
+	}
 	w("- memory: %s; kernel %s\n", m.MemTotal, m.Kernel)
 	w("- load average (1/5/15 min): %s when the bench started", m.LoadAvg)
 	if s.LoadStart != "" {

@@ -82,6 +82,8 @@ func sampleResult(t *testing.T) *ScenarioResult {
 		Fixed:    &Run{Command: "bin/dhtkv-load --rate 6400", Result: fixed, Stdout: sampleJSON + "\n", Stderr: "level=INFO msg=done\n"},
 		Ceiling:  &CeilingFigure{Scenario: "ceiling-get", Saturation: 32000, Upper: 40000, Fixed: fixed},
 		Profiles: &ProfileArtifacts{Node: "http://127.0.0.1:2", CPUSVG: "node-get-cpu.svg", AllocSVG: "node-get-alloc.svg", CPUTopFlat: "FLAT\n", CPUTopCum: "CUM\n", AllocTop: "ALLOC\n", Notes: []string{"a note"}},
+		Pinning:  "pinned (--pin=auto: 4 cores): servers on cores 0-1, dhtkv-load on cores 2-3 (taskset)",
+		Pinned:   true,
 	}
 }
 
@@ -107,6 +109,7 @@ func TestRenderScenario(t *testing.T) {
 		"The load generator reported: `level=INFO msg=\"fill done\" keys=100000 keys_per_s=23142`",
 		"GET check of the filled keys: 500 requests, status codes 200 × 500.",
 		`"throughput_rps":7999.5`,
+		"- pinning: pinned (--pin=auto: 4 cores): servers on cores 0-1",
 	} {
 		if !strings.Contains(md, want) {
 			t.Errorf("report lacks %q", want)
