@@ -16,6 +16,7 @@ type Bench struct {
 	cfg      Config
 	machine  Machine
 	pin      Pinning // where the servers and the load generator run
+	hz       int     // clock ticks per second of /proc/PID/stat
 	procs    *Procs
 	tmp      string
 	ceilings map[string]*CeilingFigure // by workload, filled as the baseline runs
@@ -56,6 +57,7 @@ func (b *Bench) Run(ctx context.Context) error {
 	if b.pin, err = choosePinning(b.cfg.Pin, allowedCPUs(), lookTaskset()); err != nil {
 		return err
 	}
+	b.hz = clockTicks(ctx)
 	slog.Info("placement", "pinning", b.pin.Describe())
 
 	var failed []string
@@ -264,7 +266,11 @@ func (b *Bench) runScenario(ctx context.Context, sys System, spec ScenarioSpec, 
 		}()
 	}
 	slog.Info("fixed-rate run", "scenario", spec.Name, "rate", r.FixedRate, "duration", b.cfg.Duration)
+	meter := startCPUMeter(ctx, rs.pids(), b.cfg.Warmup)
 	r.Fixed, err = runner.Run(ctx, fixed)
+	if r.CPU, r.CPUNote = b.serverCPU(meter, r.Fixed); r.CPUNote != "" {
+		slog.Warn("server cpu per request not measured", "scenario", spec.Name, "why", r.CPUNote)
+	}
 	if err != nil {
 		r.Err = fmt.Errorf("fixed-rate run: %w", errors.Join(err, rs.checkAlive()))
 		return
@@ -322,6 +328,7 @@ func (b *Bench) setupNotes() []string {
 			b.cfg.Connections, b.cfg.StepDuration, b.cfg.Duration, 100*b.cfg.FixedFrac, b.cfg.Warmup),
 		"cluster: 3 nodes on this machine, ack=2 from=3, load spread over all three",
 		"placement: " + b.pin.Describe(),
+		"server CPU/request: user+system time of a system's server processes (/proc/PID/stat, summed over the cluster's three) over the fixed-rate run, per request; node 1 of dhtkv was being profiled meanwhile, the baseline was not",
 		"ceiling: the baseline server `" + b.displayPath(b.cfg.Baseline) + "` (cmd/dhtkv-baseline): dhtkv's entity API and fasthttp settings over an in-memory map",
 	}
 	return notes

@@ -30,7 +30,9 @@ type ScenarioResult struct {
 	Plots       *PlotArtifacts // nil until renderPlots ran
 	Pinning     string         // the run's decision on pinning (Pinning.Describe)
 	Pinned      bool
-	LoadStart   string // load average when the scenario started and ended
+	CPU         *CPUUsage // the servers' CPU time over the fixed-rate run
+	CPUNote     string    // why CPU is nil
+	LoadStart   string    // load average when the scenario started and ended
 	LoadEnd     string
 	Err         error // the scenario failed part-way; whatever is set is still reported
 }
@@ -95,6 +97,7 @@ func RenderScenario(s *ScenarioResult) string {
 		w("| fixed-rate run | %s rps target (%.0f%% of %s), %s rps achieved |\n", rps(s.FixedRate), 100*s.FixedFrac,
 			map[bool]string{true: "saturation", false: "the lowest rate tried"}[s.Search != nil && s.Search.Saturation > 0], rps(r.ThroughputRPS))
 		w("| latency at the fixed rate: p50 / p99 / p99.9 | %s / %s / %s |\n", us(r.Latency.P50), us(r.Latency.P99), us(r.Latency.P999))
+		w("%s", cpuRow(s))
 	}
 	if ratio := s.Ratio(); ratio > 0 {
 		w("| ceiling (%s) saturation | %s rps |\n| ratio to ceiling | **%.2f** |\n", s.Ceiling.Scenario, rps(s.Ceiling.Saturation), ratio)
@@ -192,6 +195,7 @@ func RenderScenario(s *ScenarioResult) string {
 		}
 		w("%s", timelineSection(s))
 		w("Status codes: %s; connection errors %d, timeouts %d, other errors %d.\n\n", statusLine(r.Status), r.Errors.Connect, r.Errors.Timeout, r.Errors.Other)
+		w("%s", cpuSection(s))
 		w("Command:\n\n```sh\n%s\n```\n\nOutput:\n\n```json\n%s\n```\n", s.Fixed.Command, strings.TrimSpace(s.Fixed.Stdout))
 		if e := strings.TrimSpace(s.Fixed.Stderr); e != "" {
 			w("\nstderr:\n\n```text\n%s\n```\n", e)

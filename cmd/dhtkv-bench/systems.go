@@ -73,6 +73,15 @@ type running struct {
 	split    CoreSplit // the servers' and the generator's cores when pinned
 }
 
+// pids are the server processes' ids, for their CPU time.
+func (r *running) pids() []int {
+	pids := make([]int, len(r.procs))
+	for i, p := range r.procs {
+		pids[i] = p.PID()
+	}
+	return pids
+}
+
 func (r *running) stop() {
 	for _, p := range r.procs {
 		p.Stop(10 * time.Second)
