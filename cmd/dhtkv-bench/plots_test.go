@@ -149,7 +149,7 @@ func TestRenderPlotsForReport(t *testing.T) {
 	}
 	r.Plots = a
 	md := RenderScenario(r)
-	if !strings.Contains(md, "Latency is measured from each request's intended send time") {
+	if !strings.Contains(md, "Latency is measured from each request's intended send time") || !strings.Contains(md, "counted the same way, by the second they were due") {
 		t.Error("report has no timeline caption")
 	}
 	for _, name := range []string{a.Latency, a.Throughput, a.Timeline} {

@@ -255,6 +255,7 @@ func timelineSection(s *ScenarioResult) string {
 	b.WriteString("The fixed-rate run second by second (`dhtkv-load --timeline`): p50, p99 and the maximum latency of each second on a log scale, and the requests per second below. ")
 	b.WriteString("Latency is measured from each request's intended send time on the constant-rate schedule, not from when it was actually sent, and a request counts in the second it was due: ")
 	b.WriteString("a stall shows at its time, as the latency of every request queued behind it. ")
+	b.WriteString("The requests per second are counted the same way, by the second they were due, so at a constant rate they stay at the target unless requests were never sent or failed: a slow server shows above, as latency, not as a dip below. ")
 	b.WriteString("A second's percentiles come from a coarse histogram (within 10%); the table above has the run's exact ones.\n\n")
 	return b.String()
 }
