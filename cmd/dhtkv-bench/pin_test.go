@@ -227,3 +227,35 @@ func waitComm(p *Proc, comm string, timeout time.Duration) error {
 		}
 	}
 }
+
+// TestLoadRunnerPinned runs the load runner's command under taskset with a
+// stand-in for dhtkv-load that reports, in its JSON, the cores it may run
+// on and its GOMAXPROCS.
+func TestLoadRunnerPinned(t *testing.T) {
+	taskset := lookTaskset()
+	if taskset == "" {
+		t.Skip("taskset not installed")
+	}
+	dir := t.TempDir()
+	fake := filepath.Join(dir, "dhtkv-load")
+	script := "#!/bin/sh\n" +
+		`cpus=$(sed -n 's/^Cpus_allowed_list:[[:space:]]*//p' /proc/self/status)` + "\n" +
+		`echo "{\"mode\":\"rate\",\"dist\":\"$cpus\",\"workload\":\"$GOMAXPROCS\"}"` + "\n"
+	if err := os.WriteFile(fake, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cpus := allowedCPUs()
+	first := cpus[:1]
+	l := &loadRunner{bin: fake, displayBin: "bin/dhtkv-load", targets: []string{"http://127.0.0.1:1"}, connections: 1, timeout: time.Second,
+		launch: Launch{Taskset: taskset, Cores: first}, logDir: dir, prefix: "t"}
+	run, err := l.Run(t.Context(), RunSpec{Label: "pinned", Workload: "get", Duration: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if run.Result.Dist != formatCPUList(first) || run.Result.Workload != "1" {
+		t.Errorf("dhtkv-load ran on cores %q with GOMAXPROCS %q, want %s and 1", run.Result.Dist, run.Result.Workload, formatCPUList(first))
+	}
+	if want := "GOMAXPROCS=1 taskset -c " + formatCPUList(first) + " bin/dhtkv-load --targets"; !strings.HasPrefix(run.Command, want) {
+		t.Errorf("command %q, want it to start %q", run.Command, want)
+	}
+}
