@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -46,7 +47,7 @@ func (m *PinMode) Set(s string) error {
 		*m = v
 		return nil
 	}
-	return fmt.Errorf("%q: want auto, on or off", s)
+	return errors.New("want auto, on or off")
 }
 
 // pinFlag declares --pin on fs.
