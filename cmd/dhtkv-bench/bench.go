@@ -15,6 +15,8 @@ import (
 type Bench struct {
 	cfg      Config
 	machine  Machine
+	pin      Pinning // where the servers and the load generator run
+	hz       int     // clock ticks per second of /proc/PID/stat
 	procs    *Procs
 	tmp      string
 	ceilings map[string]*CeilingFigure // by workload, filled as the baseline runs
@@ -52,6 +54,11 @@ func (b *Bench) Run(ctx context.Context) error {
 		return fmt.Errorf("create %s: %w", b.cfg.Out, err)
 	}
 	b.machine = detectMachine(ctx, b.cfg.Repo)
+	if b.pin, err = choosePinning(b.cfg.Pin, allowedCPUs(), lookTaskset()); err != nil {
+		return err
+	}
+	b.hz = clockTicks(ctx)
+	slog.Info("placement", "pinning", b.pin.Describe())
 
 	var failed []string
 	for _, sys := range Systems() {
@@ -169,7 +176,7 @@ func (b *Bench) runSystem(ctx context.Context, sys System) []*ScenarioResult {
 		bin: filepath.Join(b.cfg.Bin, "dhtkv-load"), displayBin: b.displayPath(filepath.Join(b.cfg.Bin, "dhtkv-load")),
 		targets: rs.targets, keyspace: b.cfg.Fill, valueSize: b.cfg.ValueSize,
 		connections: b.cfg.Connections, ack: sys.Ack, from: sys.From, timeout: b.cfg.Timeout,
-		logDir: dir, prefix: sys.Name,
+		launch: b.pin.Launch(rs.split.Load), logDir: dir, prefix: sys.Name,
 	}
 	// The fill is followed by a 1 s closed-loop GET pass over the same keys,
 	// which doubles as a check that the fill is readable.
@@ -206,7 +213,7 @@ func (b *Bench) newResult(sys System, spec ScenarioSpec, rs *running, fill *Run)
 	r := &ScenarioResult{
 		Name: spec.Name, Title: spec.Title, Workload: spec.Workload, IsCeiling: sys.Ceiling,
 		Quick: b.cfg.Quick, Machine: b.machine, Threshold: b.cfg.P99Threshold, FixedFrac: b.cfg.FixedFrac,
-		FillRun: fill,
+		FillRun: fill, Pinning: b.pin.Describe(), Pinned: b.pin.Pinned,
 	}
 	if rs != nil {
 		r.Servers = rs.commands
@@ -226,7 +233,7 @@ func (b *Bench) newResult(sys System, spec ScenarioSpec, rs *running, fill *Run)
 	r.SystemNotes = append(r.SystemNotes,
 		fmt.Sprintf("load: %d connections in every run, uniform keys over the %d filled keys (every GET hits), %d B PUT bodies, %s request timeout", b.cfg.Connections, b.cfg.Fill, b.cfg.ValueSize, b.cfg.Timeout),
 		fmt.Sprintf("runs: search steps %s each, measured run %s, each after a %s warm-up; scenarios on one system run in the order get, mixed, put on the same data", b.cfg.StepDuration, b.cfg.Duration, b.cfg.Warmup),
-		"the servers and the load generator share the machine's cores, so the figures are for the pair, not the server alone")
+		"placement: "+b.pin.Placement(b.pin.Split(sys.Nodes)))
 	return r
 }
 
@@ -246,6 +253,7 @@ func (b *Bench) runScenario(ctx context.Context, sys System, spec ScenarioSpec, 
 	r.FixedRate = FixedRate(search, b.cfg.FixedFrac)
 	fixed := base
 	fixed.Label, fixed.Rate, fixed.Duration, fixed.Warmup = "fixed", r.FixedRate, b.cfg.Duration, b.cfg.Warmup
+	fixed.Timeline = true
 
 	var profiles chan *Profiles
 	pctx, cancel := context.WithCancel(ctx)
@@ -258,7 +266,11 @@ func (b *Bench) runScenario(ctx context.Context, sys System, spec ScenarioSpec, 
 		}()
 	}
 	slog.Info("fixed-rate run", "scenario", spec.Name, "rate", r.FixedRate, "duration", b.cfg.Duration)
+	meter := startCPUMeter(ctx, rs.pids(), b.cfg.Warmup)
 	r.Fixed, err = runner.Run(ctx, fixed)
+	if r.CPU, r.CPUNote = b.serverCPU(meter, r.Fixed); r.CPUNote != "" {
+		slog.Warn("server cpu per request not measured", "scenario", spec.Name, "why", r.CPUNote)
+	}
 	if err != nil {
 		r.Err = fmt.Errorf("fixed-rate run: %w", errors.Join(err, rs.checkAlive()))
 		return
@@ -315,6 +327,8 @@ func (b *Bench) setupNotes() []string {
 		fmt.Sprintf("load: `dhtkv-load`, %d connections, uniform keys; search steps %s, measured runs %s at %.0f%% of saturation, %s warm-up each",
 			b.cfg.Connections, b.cfg.StepDuration, b.cfg.Duration, 100*b.cfg.FixedFrac, b.cfg.Warmup),
 		"cluster: 3 nodes on this machine, ack=2 from=3, load spread over all three",
+		"placement: " + b.pin.Describe(),
+		"server CPU/request: user+system time of a system's server processes (/proc/PID/stat, summed over the cluster's three) over the fixed-rate run, per request; node 1 of dhtkv was being profiled meanwhile, the baseline was not",
 		"ceiling: the baseline server `" + b.displayPath(b.cfg.Baseline) + "` (cmd/dhtkv-baseline): dhtkv's entity API and fasthttp settings over an in-memory map",
 	}
 	return notes

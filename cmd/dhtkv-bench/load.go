@@ -23,9 +23,11 @@ type LoadResult = loadgen.Result
 // Latency holds percentiles in microseconds.
 type Latency = loadgen.LatencySummary
 
-// ParseLoadResult decodes dhtkv-load's JSON output. Anything but exactly one
+// ParseLoadResult decodes dhtkv-load's JSON output, with its timeline when
+// the run had --timeline (LoadResult.Timeline). Anything but exactly one
 // JSON object (ignoring surrounding whitespace) is an error, because a
-// half-written result would silently skew the saturation search.
+// half-written result would silently skew the saturation search, and so is
+// a timeline dhtkv-load cannot have written (checkTimeline).
 func ParseLoadResult(out []byte) (*LoadResult, error) {
 	dec := json.NewDecoder(bytes.NewReader(out))
 	var r LoadResult
@@ -37,6 +39,9 @@ func ParseLoadResult(out []byte) (*LoadResult, error) {
 	}
 	if r.Mode == "" {
 		return nil, errors.New("decode dhtkv-load JSON: no mode field; not a result object")
+	}
+	if err := checkTimeline(r.Timeline); err != nil {
+		return nil, fmt.Errorf("decode dhtkv-load JSON: %w", err)
 	}
 	return &r, nil
 }
@@ -50,6 +55,7 @@ type RunSpec struct {
 	Duration  time.Duration
 	Warmup    time.Duration
 	Fill      int64 // >0: PUT k0..k(Fill-1) before the run
+	Timeline  bool  // --timeline: the run second by second in the result
 }
 
 // Run is one executed dhtkv-load invocation and what it printed.
@@ -78,6 +84,7 @@ type loadRunner struct {
 	connections int
 	ack, from   int
 	timeout     time.Duration
+	launch      Launch // pinned to the load generator's cores, or not
 	logDir      string // raw stdout/stderr of each run land here
 	prefix      string // file name prefix, the scenario name
 	seq         int
@@ -115,6 +122,9 @@ func (l *loadRunner) args(spec RunSpec) []string {
 	if spec.Fill > 0 {
 		a = append(a, "--fill", strconv.FormatInt(spec.Fill, 10))
 	}
+	if spec.Timeline {
+		a = append(a, "--timeline")
+	}
 	return append(a, "--json")
 }
 
@@ -124,8 +134,12 @@ func (l *loadRunner) args(spec RunSpec) []string {
 func (l *loadRunner) Run(ctx context.Context, spec RunSpec) (*Run, error) {
 	l.seq++
 	args := l.args(spec)
-	run := &Run{Spec: spec, Command: shellJoin(append([]string{l.displayBin}, args...))}
-	cmd := exec.CommandContext(ctx, l.bin, args...)
+	run := &Run{Spec: spec, Command: l.launch.Display(l.displayBin, args)}
+	path, argv, env := l.launch.Command(l.bin, args)
+	cmd := exec.CommandContext(ctx, path, argv...)
+	if env != nil {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	setProcessGroup(cmd)
 	killGroupOnCancel(cmd)
 	var stdout, stderr bytes.Buffer

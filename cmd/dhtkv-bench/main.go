@@ -75,6 +75,7 @@ type Config struct {
 	Retries      int
 	FixedFrac    float64
 	Only         map[string]bool
+	Pin          PinMode
 }
 
 // modeDefaults are sized so `make bench` stays well under 30 minutes and
@@ -112,6 +113,7 @@ func parseFlags(args []string) (Config, error) {
 	cache := fs.Int64("cache-bytes", 0, "dhtkv --cache-bytes (default 16 MiB, quick 2 MiB)")
 	valueSize := fs.Int("value-size", 1024, "value size in bytes")
 	fixedFrac := fs.Float64("fixed-fraction", 0.8, "fixed-rate run as a fraction of the saturation point")
+	pin := pinFlag(fs)
 	only := fs.String("only", "", "comma-separated systems (ceiling for the baseline, node, node-nosync, cluster) or scenarios (e.g. node-get) to run")
 	if err := fs.Parse(args); err != nil {
 		return Config{}, err
@@ -123,6 +125,7 @@ func parseFlags(args []string) (Config, error) {
 	cfg := modeDefaults(*quick)
 	cfg.Quick, cfg.Keep, cfg.P99Threshold, cfg.Timeout = *quick, *keep, *threshold, *timeout
 	cfg.Connections, cfg.ValueSize, cfg.FixedFrac = *conns, *valueSize, *fixedFrac
+	cfg.Pin = *pin
 	for _, o := range []struct {
 		dst *time.Duration
 		v   time.Duration

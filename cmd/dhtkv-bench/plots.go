@@ -315,14 +315,16 @@ func cmpFloat(a, b float64) int {
 
 // logTicks labels a log axis at 1, 2 and 5 times each power of ten, or,
 // when that leaves fewer than three labels (a range narrower than a
-// decade), at evenly spaced values; plot.LogTicks labels powers of ten
-// only.
+// decade), at evenly spaced values, or, over more than three decades, where
+// those labels would crowd each other, at the powers of ten only, as
+// plot.LogTicks always does.
 type logTicks struct{}
 
 // Ticks implements plot.Ticker; min and max must be positive.
 func (logTicks) Ticks(min, max float64) []plot.Tick {
 	var ticks []plot.Tick
 	labelled := 0
+	wide := max/min > 1e3*1.0001
 	for e := math.Floor(math.Log10(min)); math.Pow10(int(e)) <= max; e++ {
 		base := math.Pow10(int(e))
 		for m := 1.0; m <= 9; m++ {
@@ -331,7 +333,7 @@ func (logTicks) Ticks(min, max float64) []plot.Tick {
 				continue
 			}
 			t := plot.Tick{Value: v}
-			if m == 1 || m == 2 || m == 5 {
+			if m == 1 || (!wide && (m == 2 || m == 5)) {
 				t.Label = strconv.FormatFloat(v, 'g', -1, 64)
 				labelled++
 			}
@@ -392,6 +394,12 @@ func (t inside) Ticks(min, max float64) []plot.Tick {
 // save writes p to path through a temporary file, so a failed render never
 // leaves a truncated picture that a report would link.
 func save(p *plot.Plot, path string) error {
+	return saveDrawing(path, plotWidth, plotHeight, p.Draw)
+}
+
+// saveDrawing writes a picture of width × height that drawFn draws to
+// path, as save does; drawFn may draw several plots.
+func saveDrawing(path string, width, height vg.Length, drawFn func(draw.Canvas)) error {
 	ext := filepath.Ext(path)
 	if ext == "" {
 		return fmt.Errorf("save plot %s: no extension to choose a format", path)
@@ -400,10 +408,10 @@ func save(p *plot.Plot, path string) error {
 	var c vg.CanvasSizer
 	switch ext {
 	case ".svg":
-		sc := vgsvg.New(plotWidth, plotHeight)
+		sc := vgsvg.New(width, height)
 		c, wt = sc, sc
 	case ".png":
-		ic := vgimg.PngCanvas{Canvas: vgimg.New(plotWidth, plotHeight)}
+		ic := vgimg.PngCanvas{Canvas: vgimg.New(width, height)}
 		c, wt = ic, ic
 	default:
 		return fmt.Errorf("save plot %s: unsupported format %s (svg or png)", path, ext)
@@ -411,7 +419,7 @@ func save(p *plot.Plot, path string) error {
 	// A margin, so that text measured with gonum's fonts and drawn by a
 	// viewer with others is not cut at the picture's edge.
 	m := vg.Points(6)
-	p.Draw(draw.Crop(draw.New(c), m, -m, m, -m))
+	drawFn(draw.Crop(draw.New(c), m, -m, m, -m))
 	tmp := path + ".tmp"
 	f, err := os.Create(tmp)
 	if err != nil {
@@ -437,6 +445,7 @@ func save(p *plot.Plot, path string) error {
 type PlotArtifacts struct {
 	Latency    string   // <scenario>-latency.svg: percentiles of the fixed-rate run
 	Throughput string   // <scenario>-throughput.svg: the saturation search's steps
+	Timeline   string   // <scenario>-timeline.svg: the fixed-rate run second by second
 	Notes      []string // why a plot is missing
 }
 
@@ -480,6 +489,15 @@ func renderPlots(outDir string, r *ScenarioResult) (*PlotArtifacts, error) {
 			return a, err
 		}
 		a.Throughput = thrName
+	}
+
+	name, note, err := renderTimeline(outDir, r)
+	if err != nil {
+		return a, err
+	}
+	a.Timeline = name
+	if note != "" {
+		a.Notes = append(a.Notes, note)
 	}
 	return a, nil
 }

@@ -138,16 +138,21 @@ func TestPercentileAxis(t *testing.T) {
 func TestRenderPlotsForReport(t *testing.T) {
 	dir := t.TempDir()
 	r := sampleResult(t)
+	tl := realTimeline(t)
+	r.Fixed = &Run{Spec: RunSpec{Duration: 3 * time.Second}, Result: tl, Stdout: "{}"}
 	a, err := renderPlots(dir, r)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if a.Latency != "node-get-latency.svg" || a.Throughput != "node-get-throughput.svg" || len(a.Notes) != 0 {
+	if a.Latency != "node-get-latency.svg" || a.Throughput != "node-get-throughput.svg" || a.Timeline != "node-get-timeline.svg" || len(a.Notes) != 0 {
 		t.Fatalf("artifacts %+v", a)
 	}
 	r.Plots = a
 	md := RenderScenario(r)
-	for _, name := range []string{a.Latency, a.Throughput} {
+	if !strings.Contains(md, "Latency is measured from each request's intended send time") || !strings.Contains(md, "counted the same way, by the second they were due") {
+		t.Error("report has no timeline caption")
+	}
+	for _, name := range []string{a.Latency, a.Throughput, a.Timeline} {
 		if _, err := os.Stat(filepath.Join(dir, name)); err != nil {
 			t.Error(err)
 		}
@@ -168,7 +173,7 @@ func TestRenderPlotsForReport(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if a.Latency != "" || a.Throughput != "" || len(a.Notes) != 2 {
+	if a.Latency != "" || a.Throughput != "" || a.Timeline != "" || len(a.Notes) != 3 {
 		t.Errorf("artifacts without data %+v", a)
 	}
 	if ents, _ := os.ReadDir(dir); len(ents) != 0 {
@@ -197,6 +202,7 @@ func TestLogTicks(t *testing.T) {
 		{0.8, 12, "1 2 5 10"},
 		{6.3, 19.5, "8 10 12 14 16 18"}, // under a decade: evenly spaced
 		{0.02, 0.09, "0.02 0.04 0.06 0.08"},
+		{0.08, 5000, "0.1 1 10 100 1000"}, // over three decades: powers of ten
 	} {
 		var labels []string
 		for _, tk := range (logTicks{}).Ticks(tc.min, tc.max) {

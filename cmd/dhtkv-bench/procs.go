@@ -51,6 +51,9 @@ type Proc struct {
 	waitErr error
 }
 
+// PID is the process's id.
+func (p *Proc) PID() int { return p.cmd.Process.Pid }
+
 // Exited reports whether the process has ended, and how.
 func (p *Proc) Exited() (bool, error) {
 	select {
@@ -86,13 +89,18 @@ type Procs struct {
 	list []*Proc
 }
 
-// Start launches bin with args, stdout and stderr appended to logPath.
-func (ps *Procs) Start(name, bin, displayBin string, args []string, logPath string) (*Proc, error) {
+// Start launches bin with args as launch says (pinned to cores or not),
+// stdout and stderr appended to logPath.
+func (ps *Procs) Start(name, bin, displayBin string, args []string, logPath string, launch Launch) (*Proc, error) {
 	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("open log for %s: %w", name, err)
 	}
-	cmd := exec.Command(bin, args...)
+	path, argv, env := launch.Command(bin, args)
+	cmd := exec.Command(path, argv...)
+	if env != nil {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	cmd.Stdout, cmd.Stderr = logf, logf
 	setProcessGroup(cmd)
 	if err := cmd.Start(); err != nil {
@@ -101,7 +109,7 @@ func (ps *Procs) Start(name, bin, displayBin string, args []string, logPath stri
 	}
 	p := &Proc{
 		Name:    name,
-		Command: shellJoin(append([]string{displayBin}, args...)),
+		Command: launch.Display(displayBin, args),
 		LogPath: logPath,
 		cmd:     cmd,
 		done:    make(chan struct{}),
@@ -114,7 +122,7 @@ func (ps *Procs) Start(name, bin, displayBin string, args []string, logPath stri
 	ps.mu.Lock()
 	ps.list = append(ps.list, p)
 	ps.mu.Unlock()
-	slog.Info("started", "name", name, "pid", cmd.Process.Pid, "log", logPath)
+	slog.Info("started", "name", name, "pid", cmd.Process.Pid, "cores", formatCPUList(launch.Cores), "log", logPath)
 	return p, nil
 }
 

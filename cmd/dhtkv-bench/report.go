@@ -28,7 +28,11 @@ type ScenarioResult struct {
 	CeilingNote string         // why Ceiling is nil, or a caveat
 	Profiles    *ProfileArtifacts
 	Plots       *PlotArtifacts // nil until renderPlots ran
-	LoadStart   string         // load average when the scenario started and ended
+	Pinning     string         // the run's decision on pinning (Pinning.Describe)
+	Pinned      bool
+	CPU         *CPUUsage // the servers' CPU time over the fixed-rate run
+	CPUNote     string    // why CPU is nil
+	LoadStart   string    // load average when the scenario started and ended
 	LoadEnd     string
 	Err         error // the scenario failed part-way; whatever is set is still reported
 }
@@ -93,6 +97,7 @@ func RenderScenario(s *ScenarioResult) string {
 		w("| fixed-rate run | %s rps target (%.0f%% of %s), %s rps achieved |\n", rps(s.FixedRate), 100*s.FixedFrac,
 			map[bool]string{true: "saturation", false: "the lowest rate tried"}[s.Search != nil && s.Search.Saturation > 0], rps(r.ThroughputRPS))
 		w("| latency at the fixed rate: p50 / p99 / p99.9 | %s / %s / %s |\n", us(r.Latency.P50), us(r.Latency.P99), us(r.Latency.P999))
+		w("%s", cpuRow(s))
 	}
 	if ratio := s.Ratio(); ratio > 0 {
 		w("| ceiling (%s) saturation | %s rps |\n| ratio to ceiling | **%.2f** |\n", s.Ceiling.Scenario, rps(s.Ceiling.Saturation), ratio)
@@ -103,7 +108,10 @@ func RenderScenario(s *ScenarioResult) string {
 
 	w("## Machine\n\n")
 	m := s.Machine
-	w("- CPU: %d × %s (shared by the servers and the load generator)\n", m.NProc, m.CPUModel)
+	w("- CPU: %d × %s\n", m.NProc, m.CPUModel)
+	if s.Pinning != "" {
+		w("- pinning: %s\n", s.Pinning)
+	}
 	w("- memory: %s; kernel %s\n", m.MemTotal, m.Kernel)
 	w("- load average (1/5/15 min): %s when the bench started", m.LoadAvg)
 	if s.LoadStart != "" {
@@ -185,7 +193,9 @@ func RenderScenario(s *ScenarioResult) string {
 			}
 			w("\n\n")
 		}
+		w("%s", timelineSection(s))
 		w("Status codes: %s; connection errors %d, timeouts %d, other errors %d.\n\n", statusLine(r.Status), r.Errors.Connect, r.Errors.Timeout, r.Errors.Other)
+		w("%s", cpuSection(s))
 		w("Command:\n\n```sh\n%s\n```\n\nOutput:\n\n```json\n%s\n```\n", s.Fixed.Command, strings.TrimSpace(s.Fixed.Stdout))
 		if e := strings.TrimSpace(s.Fixed.Stderr); e != "" {
 			w("\nstderr:\n\n```text\n%s\n```\n", e)

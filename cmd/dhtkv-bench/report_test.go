@@ -40,8 +40,12 @@ func TestLoadRunnerArgs(t *testing.T) {
 	}
 	l.ack = 0
 	got = strings.Join(l.args(RunSpec{Workload: "get", Duration: time.Second, Fill: 100}), " ")
-	if strings.Contains(got, "--ack") || strings.Contains(got, "--drain") || !strings.Contains(got, "--rate 0 ") || !strings.Contains(got, "--fill 100") {
+	if strings.Contains(got, "--ack") || strings.Contains(got, "--drain") || !strings.Contains(got, "--rate 0 ") || !strings.Contains(got, "--fill 100") || strings.Contains(got, "--timeline") {
 		t.Errorf("args %s", got)
+	}
+	got = strings.Join(l.args(RunSpec{Workload: "get", Rate: 100, Duration: time.Second, Timeline: true}), " ")
+	if !strings.HasSuffix(got, " --timeline --json") {
+		t.Errorf("args with a timeline: %s", got)
 	}
 }
 
@@ -78,6 +82,9 @@ func sampleResult(t *testing.T) *ScenarioResult {
 		Fixed:    &Run{Command: "bin/dhtkv-load --rate 6400", Result: fixed, Stdout: sampleJSON + "\n", Stderr: "level=INFO msg=done\n"},
 		Ceiling:  &CeilingFigure{Scenario: "ceiling-get", Saturation: 32000, Upper: 40000, Fixed: fixed},
 		Profiles: &ProfileArtifacts{Node: "http://127.0.0.1:2", CPUSVG: "node-get-cpu.svg", AllocSVG: "node-get-alloc.svg", CPUTopFlat: "FLAT\n", CPUTopCum: "CUM\n", AllocTop: "ALLOC\n", Notes: []string{"a note"}},
+		Pinning:  "pinned (--pin=auto: 4 cores): servers on cores 0-1, dhtkv-load on cores 2-3 (taskset)",
+		Pinned:   true,
+		CPU:      &CPUUsage{Procs: 1, Ticks: 1440, Hz: 100, Window: 30 * time.Second, Requests: 240000},
 	}
 }
 
@@ -103,6 +110,10 @@ func TestRenderScenario(t *testing.T) {
 		"The load generator reported: `level=INFO msg=\"fill done\" keys=100000 keys_per_s=23142`",
 		"GET check of the filled keys: 500 requests, status codes 200 × 500.",
 		`"throughput_rps":7999.5`,
+		"| server CPU per request (user+system, the server process) | 60.0 µs (0.48 cores busy) |",
+		"- pinning: pinned (--pin=auto: 4 cores): servers on cores 0-1",
+		"Server CPU: 14.40 s of user and system time (1440 ticks at 100 per second, `/proc/PID/stat`) of the server process over 30.0 s",
+		"Node 1 was being profiled",
 	} {
 		if !strings.Contains(md, want) {
 			t.Errorf("report lacks %q", want)
@@ -119,6 +130,7 @@ func TestRenderScenarioDegraded(t *testing.T) {
 	s.Ceiling, s.CeilingNote = nil, "Not measured: the ceiling was not found at /x, so no ratio is given."
 	s.Profiles = nil
 	s.Search.Saturation = 0
+	s.CPU, s.CPUNote = nil, "the run ended | early"
 	s.Err = errors.New("fixed-rate run: boom\nwith newline")
 	md := RenderScenario(s)
 	for _, want := range []string{
@@ -127,6 +139,7 @@ func TestRenderScenarioDegraded(t *testing.T) {
 		"none of the tried rates passed",
 		"| ratio to ceiling | not available: Not measured: the ceiling was not found at /x",
 		"No step passed",
+		"| server CPU per request | not measured: the run ended \\| early |",
 	} {
 		if !strings.Contains(md, want) {
 			t.Errorf("report lacks %q", want)
@@ -146,13 +159,15 @@ func TestRenderSummary(t *testing.T) {
 	ceil.Name, ceil.IsCeiling, ceil.Ceiling, ceil.Profiles = "ceiling-get", true, nil, nil
 	broken := sampleResult(t)
 	broken.Name, broken.Search, broken.Fixed, broken.Ceiling, broken.Profiles, broken.Err = "cluster-get", nil, nil, nil, nil, errors.New("x")
+	broken.CPU = nil
 	md := RenderSummary([]*ScenarioResult{ceil, node, broken}, node.Machine, false, 10*time.Millisecond, []string{"data: 100 keys"})
 	for _, want := range []string{
-		"| ceiling-get | 8000 | 8000 | 520 µs | 2.10 ms | 5.31 ms | reference | [ceiling-get.md](ceiling-get.md) | — | — |",
-		"| node-get | 8000 | 8000 | 520 µs | 2.10 ms | 5.31 ms | 0.25 | [node-get.md](node-get.md) | [svg](node-get-cpu.svg) | [svg](node-get-alloc.svg) |",
-		"| cluster-get | — | — | — | — | — | — (failed) | [cluster-get.md](cluster-get.md) | — | — |",
+		"| ceiling-get | 8000 | 8000 | 520 µs | 2.10 ms | 5.31 ms | 60.0 µs | reference | [ceiling-get.md](ceiling-get.md) | — | — |",
+		"| node-get | 8000 | 8000 | 520 µs | 2.10 ms | 5.31 ms | 60.0 µs | 0.25 | [node-get.md](node-get.md) | [svg](node-get-cpu.svg) | [svg](node-get-alloc.svg) |",
+		"| cluster-get | — | — | — | — | — | — | — (failed) | [cluster-get.md](cluster-get.md) | — | — |",
 		"- data: 100 keys",
 		"`make bench` on 2026-01-02 03:04 UTC",
+		"| node-get | 8000 | 8000 | 520 µs | 2.10 ms | 5.31 ms | 60.0 µs | 0.25 |",
 	} {
 		if !strings.Contains(md, want) {
 			t.Errorf("summary lacks %q in\n%s", want, md)

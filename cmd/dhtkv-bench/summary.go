@@ -35,8 +35,8 @@ func RenderSummary(results []*ScenarioResult, m Machine, quick bool, threshold t
 	if len(setup) > 0 {
 		w("\n")
 	}
-	w("| scenario | saturation rps | fixed-rate rps | p50 | p99 | p99.9 | vs ceiling | report | CPU | alloc |\n")
-	w("|---|---|---|---|---|---|---|---|---|---|\n")
+	w("| scenario | saturation rps | fixed-rate rps | p50 | p99 | p99.9 | server CPU/request | vs ceiling | report | CPU | alloc |\n")
+	w("|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, s := range results {
 		sat, fixed, p50, p99, p999, ratio := "—", "—", "—", "—", "—", "—"
 		if s.Search != nil && s.Search.Saturation > 0 {
@@ -59,8 +59,8 @@ func RenderSummary(results []*ScenarioResult, m Machine, quick bool, threshold t
 		if p := s.Profiles; p != nil {
 			cpu, alloc = profileLinks(p.CPUSVG, p.CPURaw), profileLinks(p.AllocSVG, p.AllocRaw)
 		}
-		w("| %s | %s | %s | %s | %s | %s | %s | [%s.md](%s.md) | %s | %s |\n",
-			s.Name, sat, fixed, p50, p99, p999, ratio, s.Name, s.Name, cpu, alloc)
+		w("| %s | %s | %s | %s | %s | %s | %s | %s | [%s.md](%s.md) | %s | %s |\n",
+			s.Name, sat, fixed, p50, p99, p999, cpuPerRequest(s.CPU), ratio, s.Name, s.Name, cpu, alloc)
 	}
 	return b.String()
 }

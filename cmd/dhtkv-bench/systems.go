@@ -70,6 +70,16 @@ type running struct {
 	targets  []string // public base URLs
 	admins   []string // admin base URLs (empty for the baseline)
 	commands []string
+	split    CoreSplit // the servers' and the generator's cores when pinned
+}
+
+// pids are the server processes' ids, for their CPU time.
+func (r *running) pids() []int {
+	pids := make([]int, len(r.procs))
+	for i, p := range r.procs {
+		pids[i] = p.PID()
+	}
+	return pids
 }
 
 func (r *running) stop() {
@@ -95,7 +105,7 @@ func (b *Bench) start(ctx context.Context, sys System, dir string) (*running, er
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("create %s: %w", dir, err)
 	}
-	r := &running{}
+	r := &running{split: b.pin.Split(sys.Nodes)}
 	if sys.Ceiling {
 		ports, err := freePorts(1)
 		if err != nil {
@@ -103,7 +113,7 @@ func (b *Bench) start(ctx context.Context, sys System, dir string) (*running, er
 		}
 		addr := "127.0.0.1:" + strconv.Itoa(ports[0])
 		args := []string{"--listen", addr}
-		p, err := b.procs.Start("baseline", b.cfg.Baseline, b.displayPath(b.cfg.Baseline), args, filepath.Join(dir, "baseline.log"))
+		p, err := b.procs.Start("baseline", b.cfg.Baseline, b.displayPath(b.cfg.Baseline), args, filepath.Join(dir, "baseline.log"), b.pin.Launch(r.split.Servers[0]))
 		if err != nil {
 			return nil, err
 		}
@@ -139,7 +149,7 @@ func (b *Bench) start(ctx context.Context, sys System, dir string) (*running, er
 		}
 		name := fmt.Sprintf("%s-node%d", sys.Name, i+1)
 		bin := filepath.Join(b.cfg.Bin, "dhtkv")
-		p, err := b.procs.Start(name, bin, b.displayPath(bin), args, filepath.Join(dir, name+".log"))
+		p, err := b.procs.Start(name, bin, b.displayPath(bin), args, filepath.Join(dir, name+".log"), b.pin.Launch(r.split.Servers[i]))
 		if err != nil {
 			r.stop()
 			return nil, err
