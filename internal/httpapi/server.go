@@ -111,9 +111,13 @@ func (s *Server) Handler(ctx *fasthttp.RequestCtx) {
 	start := ctx.Time() // fasthttp's time.Now() of this request, taken just before the handler
 	op := s.route(ctx)
 	if ctx.RequestBodyStream() != nil && ctx.Request.Header.ContentLength() != 0 {
-		// The body was not read to its end (readBody releases the stream
-		// once it was): the rest of it must never be parsed as the next
-		// request on this connection.
+		// The body was not read (readBody releases the stream once it
+		// read it, and abandons it on an error): the rest of it must
+		// never be parsed as the next request on this connection.
+		ctx.SetConnectionClose()
+	}
+	if ctx.Request.Header.ConnectionClose() {
+		// The client's wish, or a body left unread (abandonBody).
 		ctx.SetConnectionClose()
 	}
 	s.Metrics.Request(op, ctx.Response.StatusCode(), time.Since(start))
