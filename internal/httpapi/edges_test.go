@@ -1,8 +1,10 @@
 package httpapi_test
 
 import (
+	"bufio"
 	"io"
 	"net"
+	"net/http"
 	"strconv"
 	"strings"
 	"testing"
@@ -15,8 +17,9 @@ import (
 	"github.com/dhtkv/dhtkv/internal/testcluster"
 )
 
-// Request bodies cut short or framed past the limit (docs/http.md,
-// "Request bodies"), against a real node over raw sockets.
+// Request bodies cut short or framed past the limit, and bodies on
+// requests that take none (docs/http.md, "Request bodies"), against a real
+// node over raw sockets.
 
 // halfClosed writes req on a fresh connection, closes the connection's
 // write side (the client sends FIN: its body ends there), and returns all
@@ -125,3 +128,53 @@ func TestOversizedChunkRefusedAtOnce(t *testing.T) {
 	code, _ := testcluster.NewClient(t).Get(t, base, "big", 0, 0)
 	require.Equal(t, 404, code)
 }
+
+// A body on a request that takes none (GET, DELETE, a bad PUT's) is read
+// and discarded by its framing, and the connection carries on: a
+// pipelined request after it is answered too, and the body's bytes are
+// never read as a request.
+func TestIgnoredBodyDiscarded(t *testing.T) {
+	_, base := testcluster.Single(t, func(_ int, c *node.Config) { c.MaxValueBytes = 64 << 10 })
+	cl := testcluster.NewClient(t)
+	require.Equal(t, 201, cl.Put(t, base, "k", []byte("v"), 0, 0))
+	smuggled := "PUT /v0/entity?id=smuggled HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\n\r\nx"
+	big := strings.Repeat("g", 40<<10) // past fasthttp's 8 KiB read-ahead
+	for _, c := range []struct{ name, first string }{
+		{"GET with Content-Length", "GET /v0/entity?id=k HTTP/1.1\r\nHost: x\r\nContent-Length: " + strconv.Itoa(len(smuggled)) + "\r\n\r\n" + smuggled},
+		{"GET with a large Content-Length", "GET /v0/entity?id=k HTTP/1.1\r\nHost: x\r\nContent-Length: " + strconv.Itoa(len(big)) + "\r\n\r\n" + big},
+		{"GET chunked", "GET /v0/entity?id=k HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n" + strconv.FormatInt(int64(len(smuggled)), 16) + "\r\n" + smuggled + "\r\n0\r\n\r\n"},
+		{"DELETE with Content-Length", "DELETE /v0/entity?id=gone HTTP/1.1\r\nHost: x\r\nContent-Length: " + strconv.Itoa(len(smuggled)) + "\r\n\r\n" + smuggled},
+		{"PUT with a bad key", "PUT /v0/entity?id= HTTP/1.1\r\nHost: x\r\nContent-Length: " + strconv.Itoa(len(smuggled)) + "\r\n\r\n" + smuggled},
+		{"status with Content-Length", "GET /v0/status HTTP/1.1\r\nHost: x\r\nContent-Length: " + strconv.Itoa(len(smuggled)) + "\r\n\r\n" + smuggled},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			conn, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
+			require.NoError(t, err)
+			defer conn.Close()
+			require.NoError(t, conn.SetDeadline(time.Now().Add(5*time.Second)))
+			_, err = io.WriteString(conn, c.first+"GET /v0/entity?id=k HTTP/1.1\r\nHost: x\r\n\r\n")
+			require.NoError(t, err)
+			br := bufio.NewReader(conn)
+			first, err := http.ReadResponse(br, nil)
+			require.NoError(t, err)
+			_, err = io.Copy(io.Discard, first.Body)
+			require.NoError(t, err)
+			assert.False(t, first.Close, "the connection carries on")
+			second, err := http.ReadResponse(br, nil)
+			require.NoError(t, err, "the pipelined request is answered")
+			body, err := io.ReadAll(second.Body)
+			require.NoError(t, err)
+			assert.Equal(t, 200, second.StatusCode)
+			assert.Equal(t, "v", string(body))
+		})
+	}
+	// A body over the limit (64 KiB here) is not read through: the
+	// answer is the connection's last.
+	resp := exchange(t, base, "GET /v0/entity?id=k HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n7fffffff\r\n"+smuggled)
+	require.Regexp(t, `^HTTP/1.1 200 `, resp)
+	assert.Contains(t, resp, "\r\nConnection: close\r\n")
+	assert.Equal(t, 1, strings.Count(resp, "HTTP/1.1 "), "one answer only: %q", resp)
+	code, _ := cl.Get(t, base, "smuggled", 0, 0)
+	require.Equal(t, 404, code, "a body is never read as a request")
+}
+

@@ -111,16 +111,29 @@ func (s *Server) Handler(ctx *fasthttp.RequestCtx) {
 	start := ctx.Time() // fasthttp's time.Now() of this request, taken just before the handler
 	op := s.route(ctx)
 	if ctx.RequestBodyStream() != nil && ctx.Request.Header.ContentLength() != 0 {
-		// The body was not read (readBody releases the stream once it
-		// read it, and abandons it on an error): the rest of it must
-		// never be parsed as the next request on this connection.
-		ctx.SetConnectionClose()
+		s.unreadBody(ctx)
 	}
 	if ctx.Request.Header.ConnectionClose() {
 		// The client's wish, or a body left unread (abandonBody).
 		ctx.SetConnectionClose()
 	}
 	s.Metrics.Request(op, ctx.Response.StatusCode(), time.Since(start))
+}
+
+// unreadBody deals with a body the handler did not take (a GET's, a
+// refused request's; readBody releases the stream once it read the body,
+// and abandons it on an error): its rest must never be parsed as the next
+// request on the connection. It is read and dropped by its framing, at
+// most the path's body limit within the read timeout, and the connection
+// then carries on; a body that does not end within the bounds, or ends
+// cut short, closes it.
+func (s *Server) unreadBody(ctx *fasthttp.RequestCtx) {
+	h := &ctx.Request.Header
+	if discardBody(ctx.RequestBodyStream(), h.ContentLength(), s.bodyLimit(h.RequestURI())) != nil {
+		abandonBody(ctx)
+		return
+	}
+	_ = ctx.Request.CloseBodyStream()
 }
 
 // route serves the request by its path and returns its kind.

@@ -100,3 +100,33 @@ func chunkBoundary(stream io.Reader, have, limit int) (ended bool, aerr *apiErro
 	}
 	return false, nil
 }
+
+// discardBody reads and drops the rest of a body the handler did not take:
+// at most limit bytes, within the read deadline fasthttp set for the
+// request. It returns nil once the body's end was reached, so that the
+// connection can carry the next request, or why not.
+func discardBody(stream io.Reader, contentLength, limit int) *apiError {
+	buf := make([]byte, 4<<10)
+	read := 0
+	for {
+		if contentLength < 0 {
+			ended, aerr := chunkBoundary(stream, read, limit)
+			if aerr != nil || ended {
+				return aerr
+			}
+		}
+		m, err := stream.Read(buf)
+		read += m
+		switch {
+		case read > limit:
+			return tooLarge(limit)
+		case err == io.EOF && contentLength >= 0 && read == contentLength:
+			return nil
+		case err != nil:
+			// A chunked body's end is found by chunkBoundary alone; a
+			// body with a length may be cut short (fasthttp then ends
+			// it with io.EOF too).
+			return readError(err)
+		}
+	}
+}

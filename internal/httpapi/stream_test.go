@@ -89,3 +89,11 @@ func TestChunkBoundary(t *testing.T) {
 	require.NotNil(t, aerr)
 	assert.Equal(t, 400, aerr.code)
 }
+
+// discardBody drops a body by its framing and tells whether it ended
+// within the limit.
+func TestDiscardBody(t *testing.T) {
+	assert.Nil(t, discardBody(chunkedStream(t, "3\r\nabc\r\n0\r\n\r\n"), -1, 5))
+	assert.Equal(t, errIncomplete, discardBody(chunkedStream(t, "3\r\nabc\r\n"), -1, 5), "cut short")
+	assert.Equal(t, 413, discardBody(chunkedStream(t, "7fffffff\r\n"), -1, 5).code, "over the limit")
+}
