@@ -82,11 +82,12 @@ var errBudget = &apiError{fasthttp.StatusServiceUnavailable,
 // length with its last byte: a body cut short is never returned (400).
 // The caller releases what it returns once done with its bytes. On an
 // error the rest of the body is left unread: the connection closes after
-// the answer (abandonBody).
+// the answer, lingering (abandonBody).
 func (s *Server) readBody(ctx *fasthttp.RequestCtx, limit int) (requestBody, *apiError) {
 	rb, aerr := s.readStream(ctx, limit)
 	if aerr != nil {
-		abandonBody(ctx)
+		// A client that timed out is not sending: no need to linger.
+		abandonBody(ctx, aerr.code != fasthttp.StatusRequestTimeout)
 	}
 	return rb, aerr
 }
@@ -157,11 +158,15 @@ func (s *Server) readStream(ctx *fasthttp.RequestCtx, limit int) (requestBody, *
 }
 
 // abandonBody gives up on the rest of a body: the answer is the request's
-// last on its connection. The request is marked to close, and Handler has
-// the response say so once the handler answered (ctx.Error resets the
-// response's header).
-func abandonBody(ctx *fasthttp.RequestCtx) {
+// last on its connection, which then closes, lingering if asked so that a
+// client still sending reads the answer rather than a reset. The request
+// is marked to close, and Handler has the response say so once the
+// handler answered (ctx.Error resets the response's header).
+func abandonBody(ctx *fasthttp.RequestCtx, linger bool) {
 	ctx.Request.Header.SetConnectionClose()
+	if linger {
+		lingerOnClose(ctx)
+	}
 	_ = ctx.Request.CloseBodyStream()
 }
 

@@ -2,6 +2,8 @@ package httpapi_test
 
 import (
 	"bufio"
+	"bytes"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -178,3 +180,53 @@ func TestIgnoredBodyDiscarded(t *testing.T) {
 	require.Equal(t, 404, code, "a body is never read as a request")
 }
 
+// A value over --max-value-bytes sent with its body, as most clients send
+// it (without Expect: 100-continue), gets a 413 that the client can read:
+// the node answers at once, then half-closes and reads and drops what the
+// client still sends (lingering close) instead of closing with bytes
+// unread, which resets the connection and makes the client lose the
+// answer. 16 MiB, the default limit, is more than loopback's socket
+// buffers hold: before, the client's write failed with "connection reset
+// by peer", and net/http's client returned that error most times.
+func TestOverLimitAnswerReadable(t *testing.T) {
+	const limit = 16 << 20
+	_, base := testcluster.Single(t, func(_ int, c *node.Config) { c.MaxValueBytes = limit })
+	addr := strings.TrimPrefix(base, "http://")
+	reason := fmt.Sprintf("value too large: limit is %d bytes\n", limit)
+	value := bytes.Repeat([]byte("v"), limit+1)
+	for _, c := range []struct{ name, head, body string }{
+		{"Content-Length", "Content-Length: " + strconv.Itoa(limit+1) + "\r\n", string(value)},
+		{"chunked", "Transfer-Encoding: chunked\r\n", strconv.FormatInt(limit+1, 16) + "\r\n" + string(value) + "\r\n0\r\n\r\n"},
+	} {
+		t.Run("raw, whole request then the answer, "+c.name, func(t *testing.T) {
+			conn, err := net.Dial("tcp", addr)
+			require.NoError(t, err)
+			defer conn.Close()
+			require.NoError(t, conn.SetDeadline(time.Now().Add(10*time.Second)))
+			// A client that sends its whole request before it reads.
+			_, err = io.WriteString(conn, "PUT /v0/entity?id=big HTTP/1.1\r\nHost: x\r\n"+c.head+"\r\n"+c.body)
+			require.NoError(t, err, "the node reads what the client sends: no reset")
+			resp, err := io.ReadAll(conn)
+			require.NoError(t, err, "the answer, then the end of the connection: %q", resp)
+			require.Regexp(t, `^HTTP/1.1 413 `, string(resp))
+			assert.Contains(t, string(resp), "\r\nConnection: close\r\n")
+			assert.True(t, strings.HasSuffix(string(resp), "\r\n\r\n"+reason), "%q", resp)
+		})
+	}
+	t.Run("net/http", func(t *testing.T) {
+		cl := testcluster.NewClient(t)
+		for i := range 3 {
+			req, err := http.NewRequest(http.MethodPut, testcluster.EntityURL(base, "big", 0, 0), bytes.NewReader(value))
+			require.NoError(t, err)
+			resp, err := cl.HTTP.Do(req)
+			require.NoError(t, err, "try %d: the answer, not a reset", i)
+			got, err := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			require.NoError(t, err)
+			require.Equal(t, 413, resp.StatusCode)
+			require.Equal(t, reason, string(got))
+		}
+	})
+	code, _ := testcluster.NewClient(t).Get(t, base, "big", 0, 0)
+	require.Equal(t, 404, code)
+}

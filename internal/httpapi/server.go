@@ -126,11 +126,11 @@ func (s *Server) Handler(ctx *fasthttp.RequestCtx) {
 // request on the connection. It is read and dropped by its framing, at
 // most the path's body limit within the read timeout, and the connection
 // then carries on; a body that does not end within the bounds, or ends
-// cut short, closes it.
+// cut short, closes it (lingering, unless the client timed out).
 func (s *Server) unreadBody(ctx *fasthttp.RequestCtx) {
 	h := &ctx.Request.Header
-	if discardBody(ctx.RequestBodyStream(), h.ContentLength(), s.bodyLimit(h.RequestURI())) != nil {
-		abandonBody(ctx)
+	if aerr := discardBody(ctx.RequestBodyStream(), h.ContentLength(), s.bodyLimit(h.RequestURI())); aerr != nil {
+		abandonBody(ctx, aerr.code != fasthttp.StatusRequestTimeout)
 		return
 	}
 	_ = ctx.Request.CloseBodyStream()
@@ -308,6 +308,12 @@ func methodNotAllowed(ctx *fasthttp.RequestCtx, allow string) {
 func (s *Server) ErrorHandler(ctx *fasthttp.RequestCtx, err error) {
 	var small *fasthttp.ErrSmallBuffer
 	var netErr net.Error
+	// fasthttp closes the connection after this answer, with what the
+	// client still sends unread: lingering, the client reads the answer
+	// rather than a reset (but one that timed out is not sending).
+	if !errors.As(err, &netErr) || !netErr.Timeout() {
+		lingerOnClose(ctx)
+	}
 	switch {
 	case errors.Is(err, fasthttp.ErrBodyTooLarge):
 		ctx.Error(fmt.Sprintf("value too large: limit is %d bytes\n", s.Limits.MaxValueBytes), fasthttp.StatusRequestEntityTooLarge)

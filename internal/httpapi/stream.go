@@ -3,6 +3,7 @@ package httpapi
 import (
 	"bufio"
 	"io"
+	"net"
 	"reflect"
 	"strings"
 	"sync"
@@ -128,5 +129,32 @@ func discardBody(stream io.Reader, contentLength, limit int) *apiError {
 			// it with io.EOF too).
 			return readError(err)
 		}
+	}
+}
+
+// LingerCloser is a connection that can close lingering (the node's
+// listener's, internal/node/linger.go): once asked, its Close half-
+// closes it, then reads and drops what the client still sends for a
+// bounded time and number of bytes, and only then closes. Closing at once
+// with bytes unread makes the kernel reset the connection, and a client
+// still sending its body then sees the reset instead of the answer.
+type LingerCloser interface {
+	LingerOnClose()
+}
+
+// lingerOnClose asks ctx's connection, or the one a TLS connection wraps,
+// to close lingering; a connection that cannot is closed as before.
+func lingerOnClose(ctx *fasthttp.RequestCtx) {
+	c := ctx.Conn()
+	for c != nil {
+		if l, ok := c.(LingerCloser); ok {
+			l.LingerOnClose()
+			return
+		}
+		w, ok := c.(interface{ NetConn() net.Conn }) // *tls.Conn
+		if !ok {
+			return
+		}
+		c = w.NetConn()
 	}
 }
