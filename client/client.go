@@ -99,6 +99,9 @@ func New(cfg Config) (*Client, error) {
 			IdleConnTimeout:     90 * time.Second,
 			TLSClientConfig:     cfg.TLSConfig.Clone(), // nil stays nil
 			TLSHandshakeTimeout: dial,
+			// A node answers 100 Continue, or its refusal, at once; a
+			// proxy that answers neither delays a large value this long.
+			ExpectContinueTimeout: time.Second,
 		}
 		rt = c.transport
 	}
@@ -277,6 +280,17 @@ func (c *Client) roundTrip(ctx context.Context, method, path string, q url.Value
 	return answer{}, fmt.Errorf("%w: %s %s: %s", ErrUnavailable, method, path, strings.Join(failures, "; "))
 }
 
+// expectContinueBytes is the size from which a value is announced before
+// it is sent (Expect: 100-continue): a node refuses a value over its
+// --max-value-bytes from the announced length alone (413), and the value
+// is then never sent. Without it, a large value the node refuses is still
+// being sent when the answer comes, and a node that closes the connection
+// meanwhile makes the client see a reset instead of the 413 (dhtkv
+// lingers before closing, docs/http.md; a proxy in front may not), which
+// would fail over to another endpoint. Below it the extra round trip
+// costs more than sending the value does. curl's threshold is the same.
+const expectContinueBytes = 1 << 20
+
 // try sends the request to one endpoint. An answer that fails over has
 // its body read and closed even when streamed.
 func (c *Client) try(ctx context.Context, endpoint, method, path string, q url.Values, body []byte, stream bool) (answer, error) {
@@ -290,6 +304,9 @@ func (c *Client) try(ctx context.Context, endpoint, method, path string, q url.V
 	}
 	if method == http.MethodPut {
 		req.ContentLength = int64(len(body)) // an empty value is a 0-byte body, not none
+		if len(body) >= expectContinueBytes {
+			req.Header.Set("Expect", "100-continue")
+		}
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {

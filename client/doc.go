@@ -11,7 +11,7 @@
 //     key's replicas answered in time. The write may or may not have been
 //     stored by some replicas; retrying later is the caller's choice.
 //   - *BadRequestError: any other 4xx (a bad key, ack or from, a value
-//     over the node's limit), with the node's one-line reason.
+//     over the node's limit: 413), with the node's one-line reason.
 //   - ErrUnavailable: no endpoint could serve the request (see Failover);
 //     the message lists each endpoint's failure.
 //   - the context's error when it ended first.
@@ -29,7 +29,11 @@
 //     peers'. Another node may well succeed.
 //
 // It does not fail over on answers about the request or the data: 2xx,
-// 404, the other 4xx, and 504. A 504 says that fewer than ack of the key's
+// 404, the other 4xx, and 504. A value of 1 MiB or more is announced
+// before it is sent (Expect: 100-continue), so that a node refuses one
+// over its --max-value-bytes from its length alone: the 413 then comes
+// before any of the value is sent, never as a connection reset midway,
+// which would fail over. A 504 says that fewer than ack of the key's
 // replicas answered; those replicas are the same whichever node
 // coordinates, so asking another node would add load to a cluster already
 // short of replicas and, almost always, end the same way.

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/dhtkv/dhtkv/internal/buildinfo"
+	"github.com/dhtkv/dhtkv/internal/node"
 	"github.com/dhtkv/dhtkv/internal/testcluster"
 )
 
@@ -140,6 +141,28 @@ func TestCommands(t *testing.T) {
 		assert.Equal(t, c.URL(i), es.Status.Node)
 		assert.Len(t, es.Status.Members, 3)
 	}
+}
+
+// A value over the node's --max-value-bytes exits 5 with the node's 413
+// and reason, and goes to no other endpoint, even from a node that closes
+// at once (--linger-timeout 0): one byte over the default 16 MiB used to
+// come back as a connection reset, fail over to the next endpoint, and
+// exit 1.
+func TestPutValueTooLarge(t *testing.T) {
+	const limit = 16 << 20
+	c := testcluster.Start(t, 2, func(_ int, cfg *node.Config) {
+		cfg.MaxValueBytes = limit
+		cfg.LingerTimeout = 0
+	})
+	file := filepath.Join(t.TempDir(), "value")
+	require.NoError(t, os.WriteFile(file, make([]byte, limit+1), 0o600))
+	eps := "--endpoints=" + c.URL(0) + "," + c.URL(1)
+	for range 3 {
+		step{name: "put too large", args: []string{eps, "put", "--file", file, "big"}, code: exitBadRequest,
+			errHas: "bad request (413): value too large: limit is 16777216 bytes"}.run(t)
+	}
+	assert.Zero(t, c.Metric(t, 1, "dhtkv_requests_total", "op", "put"), "the other endpoint was not asked")
+	step{name: "get", args: []string{eps, "get", "big"}, code: exitNotFound, errHas: "not found"}.run(t)
 }
 
 // DHTKV_ENDPOINTS (and the other DHTKV_ variables) stand in for the global

@@ -18,7 +18,8 @@ import (
 // handler (readBodyWithStreaming), and the handlers that take a body read
 // it here, into a buffer that grows with the bytes received: doubling
 // from 16 KiB, never past the announced length, and for a chunked body
-// never past the limit plus the one byte that shows it is over.
+// never past the limit: each chunk's size is checked against it before
+// any of its bytes is read (stream.go).
 //
 // Every buffer's capacity is charged to a budget shared by the requests in
 // flight (Limits.MaxInflightBodyBytes) before it is allocated; a body that
@@ -76,11 +77,22 @@ func (s *Server) charge(b *requestBody, n int64) bool {
 var errBudget = &apiError{fasthttp.StatusServiceUnavailable,
 	"request bodies in flight exceed this node's budget (--max-inflight-body-bytes); retry later"}
 
-// readBody reads the request's body, at most limit bytes (413 beyond).
+// readBody reads the request's body, at most limit bytes (413 beyond). A
+// chunked body must end with its last chunk (chunkBoundary), one with a
+// length with its last byte: a body cut short is never returned (400).
 // The caller releases what it returns once done with its bytes. On an
-// error the body was not read to its end, and Handler closes the
-// connection after the answer.
+// error the rest of the body is left unread: the connection closes after
+// the answer, lingering (abandonBody).
 func (s *Server) readBody(ctx *fasthttp.RequestCtx, limit int) (requestBody, *apiError) {
+	rb, aerr := s.readStream(ctx, limit)
+	if aerr != nil {
+		// A client that timed out is not sending: no need to linger.
+		abandonBody(ctx, aerr.code != fasthttp.StatusRequestTimeout)
+	}
+	return rb, aerr
+}
+
+func (s *Server) readStream(ctx *fasthttp.RequestCtx, limit int) (requestBody, *apiError) {
 	stream := ctx.RequestBodyStream()
 	if stream == nil {
 		// Already in memory: a handler driven without a socket (tests,
@@ -101,7 +113,7 @@ func (s *Server) readBody(ctx *fasthttp.RequestCtx, limit int) (requestBody, *ap
 	}
 	most := n // the buffer never grows past it
 	if n < 0 {
-		most = limit + 1
+		most = limit
 	}
 	pb, _ := s.bodyPool.Get().(*bodyBuf)
 	if pb == nil {
@@ -113,6 +125,16 @@ func (s *Server) readBody(ctx *fasthttp.RequestCtx, limit int) (requestBody, *ap
 		return requestBody{}, errBudget
 	}
 	for n < 0 || len(rb.b) < n {
+		if n < 0 {
+			ended, aerr := chunkBoundary(stream, len(rb.b), limit)
+			if aerr != nil {
+				rb.release()
+				return requestBody{}, aerr
+			}
+			if ended {
+				break
+			}
+		}
 		if len(rb.b) == min(cap(rb.b), most) {
 			grown := min(max(2*cap(rb.b), initialBodyBuffer), most)
 			if !s.charge(&rb, int64(grown-cap(rb.b))) {
@@ -123,14 +145,9 @@ func (s *Server) readBody(ctx *fasthttp.RequestCtx, limit int) (requestBody, *ap
 		}
 		m, err := stream.Read(rb.b[len(rb.b):min(cap(rb.b), most)])
 		rb.b = rb.b[:len(rb.b)+m]
-		if len(rb.b) > limit {
-			rb.release()
-			return requestBody{}, tooLarge(limit)
-		}
-		if err == io.EOF && n < 0 {
-			break
-		}
-		if err != nil && (err != io.EOF || len(rb.b) < n) {
+		// A chunked body's end is found by chunkBoundary alone: a chunk's
+		// bytes end with ErrUnexpectedEOF if the connection does.
+		if err != nil && (err != io.EOF || n < 0 || len(rb.b) < n) {
 			rb.release()
 			return requestBody{}, readError(err)
 		}
@@ -140,11 +157,27 @@ func (s *Server) readBody(ctx *fasthttp.RequestCtx, limit int) (requestBody, *ap
 	return rb, nil
 }
 
+// abandonBody gives up on the rest of a body: the answer is the request's
+// last on its connection, which then closes, lingering if asked so that a
+// client still sending reads the answer rather than a reset. The request
+// is marked to close, and Handler has the response say so once the
+// handler answered (ctx.Error resets the response's header).
+func abandonBody(ctx *fasthttp.RequestCtx, linger bool) {
+	ctx.Request.Header.SetConnectionClose()
+	if linger {
+		lingerOnClose(ctx)
+	}
+	_ = ctx.Request.CloseBodyStream()
+}
+
 // readError is the answer to a body that could not be read whole.
 func readError(err error) *apiError {
 	var netErr net.Error
-	if errors.As(err, &netErr) && netErr.Timeout() {
+	switch {
+	case errors.As(err, &netErr) && netErr.Timeout():
 		return &apiError{fasthttp.StatusRequestTimeout, "request timeout: the body did not arrive within --read-timeout"}
+	case errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF):
+		return errIncomplete
 	}
 	return badRequest("incomplete or malformed body")
 }

@@ -84,6 +84,7 @@ func (s *Server) refused(ctx *fasthttp.RequestCtx) bool {
 	}
 	ctx.Error(reason+"\n", r.code)
 	ctx.SetConnectionClose()
+	lingerOnClose(ctx) // the client may be sending the body: let it read the answer
 	return true
 }
 

@@ -111,12 +111,29 @@ func (s *Server) Handler(ctx *fasthttp.RequestCtx) {
 	start := ctx.Time() // fasthttp's time.Now() of this request, taken just before the handler
 	op := s.route(ctx)
 	if ctx.RequestBodyStream() != nil && ctx.Request.Header.ContentLength() != 0 {
-		// The body was not read to its end (readBody releases the stream
-		// once it was): the rest of it must never be parsed as the next
-		// request on this connection.
+		s.unreadBody(ctx)
+	}
+	if ctx.Request.Header.ConnectionClose() {
+		// The client's wish, or a body left unread (abandonBody).
 		ctx.SetConnectionClose()
 	}
 	s.Metrics.Request(op, ctx.Response.StatusCode(), time.Since(start))
+}
+
+// unreadBody deals with a body the handler did not take (a GET's, a
+// refused request's; readBody releases the stream once it read the body,
+// and abandons it on an error): its rest must never be parsed as the next
+// request on the connection. It is read and dropped by its framing, at
+// most the path's body limit within the read timeout, and the connection
+// then carries on; a body that does not end within the bounds, or ends
+// cut short, closes it (lingering, unless the client timed out).
+func (s *Server) unreadBody(ctx *fasthttp.RequestCtx) {
+	h := &ctx.Request.Header
+	if aerr := discardBody(ctx.RequestBodyStream(), h.ContentLength(), s.bodyLimit(h.RequestURI())); aerr != nil {
+		abandonBody(ctx, aerr.code != fasthttp.StatusRequestTimeout)
+		return
+	}
+	_ = ctx.Request.CloseBodyStream()
 }
 
 // route serves the request by its path and returns its kind.
@@ -291,6 +308,12 @@ func methodNotAllowed(ctx *fasthttp.RequestCtx, allow string) {
 func (s *Server) ErrorHandler(ctx *fasthttp.RequestCtx, err error) {
 	var small *fasthttp.ErrSmallBuffer
 	var netErr net.Error
+	// fasthttp closes the connection after this answer, with what the
+	// client still sends unread: lingering, the client reads the answer
+	// rather than a reset (but one that timed out is not sending).
+	if !errors.As(err, &netErr) || !netErr.Timeout() {
+		lingerOnClose(ctx)
+	}
 	switch {
 	case errors.Is(err, fasthttp.ErrBodyTooLarge):
 		ctx.Error(fmt.Sprintf("value too large: limit is %d bytes\n", s.Limits.MaxValueBytes), fasthttp.StatusRequestEntityTooLarge)

@@ -75,6 +75,15 @@ type Config struct {
 	// IdleTimeout is how long an idle keep-alive connection stays open
 	// (--idle-timeout). The default value is 2 min.
 	IdleTimeout time.Duration
+	// LingerTimeout bounds a lingering close (--linger-timeout): a
+	// connection closed after an answer that left the request's body
+	// unread (413, 503, a malformed request) is half-closed, and what the
+	// client still sends is read and dropped for at most this long and
+	// at most twice the largest body (2 × (MaxValueBytes + MaxKeyBytes +
+	// 64) bytes: room for chunk framing and TLS records), so that the
+	// client reads the answer instead of a reset (linger.go).
+	// 0: closed at once. The default value is 5 s.
+	LingerTimeout time.Duration
 	// MaxConnections caps the client connections open at once on the
 	// public listener, peers' included (--max-connections); a connection
 	// beyond it gets 503 and is closed at once. The default value is 0:
@@ -227,6 +236,7 @@ func DefaultConfig() Config {
 		ReadTimeout:          30 * time.Second,
 		WriteTimeout:         30 * time.Second,
 		IdleTimeout:          2 * time.Minute,
+		LingerTimeout:        5 * time.Second,
 		MaxConnectionsPerIP:  1024,
 		ReplicaTimeout:       300 * time.Millisecond,
 		MaxClockSkew:         hlc.DefaultMaxAhead,
@@ -258,6 +268,8 @@ func (cfg *Config) Validate() error {
 		return fmt.Errorf("--peer-conns must be at least 1")
 	case cfg.MaxClockSkew <= 0:
 		return fmt.Errorf("--max-clock-skew must be positive")
+	case cfg.LingerTimeout < 0:
+		return fmt.Errorf("--linger-timeout must not be negative")
 	case cfg.MaxConnections < 0 || cfg.MaxConnectionsPerIP < 0:
 		return fmt.Errorf("--max-connections and --max-connections-per-ip must not be negative")
 	case cfg.MaxInflightBodyBytes < 0 || cfg.MaxInflightBodyBytes > 0 && cfg.MaxInflightBodyBytes < int64(cfg.maxBatchBytes()):

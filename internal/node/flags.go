@@ -24,6 +24,7 @@ func (cfg *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&cfg.ReadTimeout, "read-timeout", cfg.ReadTimeout, "time to read a whole request")
 	fs.DurationVar(&cfg.WriteTimeout, "write-timeout", cfg.WriteTimeout, "time to write a whole response")
 	fs.DurationVar(&cfg.IdleTimeout, "idle-timeout", cfg.IdleTimeout, "keep-alive idle time before a connection is closed")
+	fs.DurationVar(&cfg.LingerTimeout, "linger-timeout", cfg.LingerTimeout, "after an answer that leaves the request's body unread (413, 503, 400), the most time spent reading and dropping what the client still sends, at most twice the largest body, before closing, so that it reads the answer rather than a reset (0: close at once)")
 	fs.IntVar(&cfg.MaxConnections, "max-connections", cfg.MaxConnections, "most client `connections` open at once, peers' included; beyond, 503 and closed (0: the descriptor limit less a reserve for Pebble and peers, see README)")
 	fs.IntVar(&cfg.MaxConnectionsPerIP, "max-connections-per-ip", cfg.MaxConnectionsPerIP, "most `connections` open at once from one address; beyond, 429 and closed (0: no cap; behind a proxy every client has its address)")
 	fs.StringVar(&cfg.Cluster, "cluster", cfg.Cluster, "comma-separated `URLs` of all nodes, the same list on every node; seeds the cluster map at the first start only (empty: a cluster of one)")

@@ -109,6 +109,11 @@ type limitListener struct {
 	done      chan struct{} // closed by Close: ends an accept retry wait
 	closeOnce sync.Once
 
+	// lingerTimeout and lingerBytes bound a lingering close (linger.go);
+	// set before the first Accept. 0: none.
+	lingerTimeout time.Duration
+	lingerBytes   int64
+
 	mu   sync.Mutex
 	open int
 	byIP map[netip.Addr]int
@@ -240,17 +245,22 @@ func (l *limitListener) release(addr netip.Addr) {
 }
 
 // limitConn is an admitted connection; its first Close releases its
-// place.
+// place, after a lingering close if one was asked for (linger.go).
 type limitConn struct {
 	net.Conn
-	l      *limitListener
-	addr   netip.Addr
-	closed atomic.Bool
+	l         *limitListener
+	addr      netip.Addr
+	closed    atomic.Bool
+	lingering atomic.Bool
 }
 
 func (c *limitConn) Close() error {
+	first := c.closed.CompareAndSwap(false, true)
+	if first && c.lingering.Load() {
+		c.l.linger(c)
+	}
 	err := c.Conn.Close()
-	if c.closed.CompareAndSwap(false, true) {
+	if first {
 		c.l.release(c.addr)
 	}
 	return err

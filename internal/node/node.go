@@ -325,6 +325,7 @@ func (n *Node) Serve() error {
 		}
 	}
 	n.ln = newLimitListener(ln, cfg.MaxConnections, cfg.MaxConnectionsPerIP, n.certs != nil, n.registry, n.log)
+	n.ln.lingerTimeout, n.ln.lingerBytes = cfg.LingerTimeout, 2*int64(cfg.maxBatchBytes())
 	if n.adminLn = cfg.AdminListener; n.adminLn == nil && cfg.AdminListen != "" {
 		if n.adminLn, err = net.Listen("tcp", cfg.AdminListen); err != nil {
 			n.ln.Close()
