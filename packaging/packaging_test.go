@@ -258,6 +258,7 @@ func TestCompose(t *testing.T) {
 				Dockerfile string `yaml:"dockerfile"`
 			} `yaml:"build"`
 			Hostname    string            `yaml:"hostname"`
+			Restart     string            `yaml:"restart"`
 			Environment map[string]string `yaml:"environment"`
 			Ports       []string          `yaml:"ports"`
 			Volumes     []string          `yaml:"volumes"`
@@ -272,6 +273,9 @@ func TestCompose(t *testing.T) {
 	for name, s := range compose.Services {
 		assert.FileExists(t, filepath.Join(s.Build.Context, s.Build.Dockerfile), name)
 		assert.Equal(t, "..", s.Build.Context, "%s: the repository root is the build context", name)
+		// unless-stopped would restart a decommissioned node, which exits
+		// 0, in a loop.
+		assert.Equal(t, "on-failure", s.Restart, name)
 		env := []string{}
 		for k, v := range s.Environment {
 			assertEnvIsFlag(t, flags, k)
@@ -311,6 +315,10 @@ func TestCompose(t *testing.T) {
 	}
 	assert.Len(t, strings.Split(cluster, ","), 3)
 	assert.Len(t, ports, 6, "a public and an admin port per node")
+	readme, err := os.ReadFile("../README.md")
+	require.NoError(t, err)
+	assert.Contains(t, string(readme), "(umask 077; head -c 32 /dev/urandom \\| base64 > packaging/cluster-secret)",
+		"the README says how to make the secret compose needs, readable by its owner only")
 }
 
 // unit is a systemd unit file: section → key → values, in order.

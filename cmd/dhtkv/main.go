@@ -30,6 +30,7 @@ import (
 	"github.com/peterbourgon/ff/v3"
 
 	"github.com/dhtkv/dhtkv/internal/buildinfo"
+	"github.com/dhtkv/dhtkv/internal/membership"
 	"github.com/dhtkv/dhtkv/internal/node"
 )
 
@@ -205,7 +206,16 @@ func run(args []string, stdout, stderr io.Writer) int {
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
 
+	// Everything the node creates (data and snapshot directories, Pebble's
+	// files, hints, the clock bound) is its own: 0700 directories and 0600
+	// files, whatever the invoking shell's umask.
+	syscall.Umask(0o077)
 	n, err := node.Start(cfg)
+	if errors.Is(err, membership.ErrLeft) {
+		// Not a failure: the node is done (see membership.ErrLeft).
+		fmt.Fprintf(stderr, "dhtkv: %v\n", err)
+		return 0
+	}
 	if err != nil {
 		// Still one line; a misspelt variable may be why.
 		note := ""

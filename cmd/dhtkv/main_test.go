@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"fmt"
+	"io/fs"
 	"net/http"
 	"os"
 	"os/exec"
@@ -18,6 +19,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/dhtkv/dhtkv/internal/buildinfo"
+	"github.com/dhtkv/dhtkv/internal/clustermap"
+	"github.com/dhtkv/dhtkv/internal/store"
 	"github.com/dhtkv/dhtkv/internal/testcluster"
 )
 
@@ -257,4 +260,46 @@ func TestUnknownEnvironmentWarning(t *testing.T) {
 	warned := regexp.MustCompile(`(?m)^.*level=WARN msg="environment variable ignored.*$`).FindAllString(string(logs), -1)
 	require.Len(t, warned, 1, "%s", logs)
 	assert.Contains(t, warned[0], "name=DHTKV_LISTN")
+}
+
+// A decommissioned node's data directory refuses to start with exit 0, as
+// the decommission itself ends: a supervisor that restarts on failure
+// (systemd, compose) does not restart it in a loop.
+func TestDecommissionedExitsZero(t *testing.T) {
+	dir := t.TempDir()
+	st, err := store.Open(dir, store.Options{MemTableBytes: 1 << 20})
+	require.NoError(t, err)
+	m, err := clustermap.Seed([]string{"http://127.0.0.1:30096"}, 1)
+	require.NoError(t, err)
+	require.NoError(t, st.SetClusterMap(m.Encode()))
+	require.NoError(t, st.SetIdentity(store.Identity{Cluster: m.Cluster, Node: 7, Formed: true})) // not in m
+	require.NoError(t, st.Close())
+
+	var out, errb bytes.Buffer
+	code := run([]string{"--listen", "127.0.0.1:0", "--self", "http://127.0.0.1:30096", "--data-dir", dir}, &out, &errb)
+	require.Equal(t, 0, code, errb.String())
+	require.Contains(t, errb.String(), "this node left the cluster: data directory "+dir+" belongs to node 7, which was decommissioned")
+}
+
+// What the node creates is its own, whatever the umask it was started
+// with: directories 0700, files 0600 (the data directory holds every
+// value; issue 23 found 0755 and 0644).
+func TestDataFilesPrivate(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the binary: a process test; runs without -short")
+	}
+	bin := testcluster.BuildBinary(t, testcluster.RepoRoot(t))
+	dir := filepath.Join(t.TempDir(), "node")
+	p := startProc(t, bin, dir, testcluster.FreePorts(t, 1)[0])
+	require.Equal(t, http.StatusCreated, testcluster.NewClient(t).Put(t, p.base, "k", []byte("v"), 1, 1))
+	n := 0
+	require.NoError(t, filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		require.NoError(t, err)
+		info, err := d.Info()
+		require.NoError(t, err)
+		assert.Zero(t, info.Mode().Perm()&0o077, "%s is %v", path, info.Mode().Perm())
+		n++
+		return nil
+	}))
+	require.Greater(t, n, 3, "Pebble's files were looked at")
 }

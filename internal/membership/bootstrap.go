@@ -1,12 +1,19 @@
 package membership
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 
 	"github.com/dhtkv/dhtkv/internal/clustermap"
 	"github.com/dhtkv/dhtkv/internal/store"
 )
+
+// ErrLeft: the data directory belongs to a node that was decommissioned.
+// The binary exits 0 on it, as it does when the decommission ends, so that
+// a supervisor restarting on failure (systemd's Restart=on-failure,
+// compose's restart: on-failure) does not restart it in a loop.
+var ErrLeft = errors.New("this node left the cluster")
 
 // Bootstrap is what a node's first map comes from.
 type Bootstrap struct {
@@ -57,7 +64,7 @@ func (b Bootstrap) Map(st *store.Store) (m *clustermap.Map, self int, joined boo
 		}
 		me := m.ByURL(selfURL)
 		if hasID && m.Node(id.Node) == nil {
-			return nil, 0, false, fmt.Errorf("data directory %s belongs to node %d, which left the cluster (decommissioned; map %s): delete the directory to use this machine again", b.DataDir, id.Node, m)
+			return nil, 0, false, fmt.Errorf("%w: data directory %s belongs to node %d, which was decommissioned (map %s): delete the directory to use this machine again", ErrLeft, b.DataDir, id.Node, m)
 		}
 		if me == nil {
 			return nil, 0, false, fmt.Errorf("--self %s is not in the cluster map of data directory %s (%s)", selfURL, b.DataDir, m)
