@@ -23,13 +23,15 @@ PORT=${PORT:-18380}
 # a different --memtable-bytes per node). NODE_ENV: environment settings
 # for every node (e.g. NODE_ENV="GOMAXPROCS=1"). RATE: hold this rate
 # instead of FRACTION of the closed-loop one, to compare two settings at
-# the same load.
+# the same load. DHTKV: the server binary (default: built from this
+# repository), to compare two builds.
 
 tmp=$(mktemp -d)
 pids=()
 cleanup() { kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$tmp"; }
 trap cleanup EXIT
-(cd "$ROOT" && go build -o "$tmp/dhtkv" ./cmd/dhtkv && go build -o "$tmp/dhtkv-load" ./cmd/dhtkv-load)
+(cd "$ROOT" && go build -o "$tmp/dhtkv-load" ./cmd/dhtkv-load)
+if [ -n "${DHTKV:-}" ]; then cp "$DHTKV" "$tmp/dhtkv"; else (cd "$ROOT" && go build -o "$tmp/dhtkv" ./cmd/dhtkv); fi
 
 ports=("$((PORT + 1))" "$((PORT + 2))" "$((PORT + 3))")
 cluster=$(printf 'http://127.0.0.1:%s,' "${ports[@]}")
