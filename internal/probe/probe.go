@@ -188,8 +188,8 @@ func (p *Prober) judge(v *view.View, now time.Time) {
 		if peer == nil {
 			continue
 		}
-		if off, at, ok := peer.ClockOffset(); ok && now.Sub(at) < 3*p.o.Interval {
-			offsets = append(offsets, off)
+		if s, ok := peer.ClockOffset(); ok && now.Sub(s.At) < 3*p.o.Interval {
+			offsets = append(offsets, s.Offset)
 		}
 	}
 	slices.Sort(offsets)

@@ -27,8 +27,8 @@ func (p clockPeer) Ping(uint64, time.Time) (bool, error)                    { re
 func (p clockPeer) Summary([]byte, uint64, time.Time) ([]byte, error)       { return nil, nil }
 func (p clockPeer) Map([]byte, time.Time) ([]byte, error)                   { return nil, nil }
 func (p clockPeer) Close()                                                  {}
-func (p clockPeer) ClockOffset() (time.Duration, time.Time, bool) {
-	return p.offset, p.at, !p.at.IsZero()
+func (p clockPeer) ClockOffset() (view.ClockSample, bool) {
+	return view.ClockSample{Offset: p.offset, At: p.at}, !p.at.IsZero()
 }
 
 // TestJudge: this node refuses writes when the median of its peers'
