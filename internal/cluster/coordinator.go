@@ -300,9 +300,11 @@ func (c *Coordinator) get(r *routes, key []byte, ack, from int) (Result, error) 
 				p.readLat.record(end.Sub(start), end)
 			}
 			if found {
-				// Keeps clocks close; nothing is stored here, so a failure
-				// to persist the bound only costs that.
-				_ = c.clock.Observe(rec.Version)
+				// Keeps clocks close; nothing is stored here, so a version
+				// beyond the bound (refused, not observed) or a failure to
+				// persist the clock's bound only costs that. A read
+				// repair then stores it by ApplyRemote's rules, or fails.
+				_ = c.local.Observe(rec.Version)
 			}
 			return answer{rec: rec, found: found, err: err}
 		},
@@ -350,6 +352,11 @@ func (c *Coordinator) get(r *routes, key []byte, ack, from int) (Result, error) 
 //
 // A replica with a newer cluster map refuses the write, as for Get: it is
 // then routed again by the new map (with the same version).
+//
+// Clock. A replica's newer version beyond the bound of this clock cannot
+// be observed: the write is refused with ErrReplicaAhead (503), having
+// been stored in the first round below that version, where it loses to it
+// as it would have anyway.
 func (c *Coordinator) Write(key, value []byte, tombstone bool, ttl time.Duration, ack, from int) error {
 	if err := c.d.ClockCheck(); err != nil {
 		return fmt.Errorf("write: %w", err)
@@ -368,22 +375,32 @@ func (c *Coordinator) Write(key, value []byte, tombstone bool, ttl time.Duration
 	}
 }
 
+// ErrReplicaAhead refuses a write because a replica holds a version of
+// the key too far ahead of this node's clock to be observed: a node whose
+// clock ran ahead made it. The write cannot be ordered after it until
+// this clock is within --max-clock-skew of it.
+var ErrReplicaAhead = errors.New("a replica holds a version of the key too far ahead of this node's clock")
+
 func (c *Coordinator) write(r *routes, key []byte, rec *record.Record, ttl time.Duration, ack, from int) error {
 	var oldBuf, newBuf [maxReplicas]int
 	old, new := r.WriteSets(key, from, oldBuf[:0], newBuf[:0])
 	if len(old) == 1 && old[0] == r.Self && new == nil {
 		return c.localApply(r, key, rec) // the store copies key and value into its batch
 	}
-	newer, err := c.writeRound(r, key, rec, old, new, ack)
+	newer, by, err := c.writeRound(r, key, rec, old, new, ack)
 	if err == nil && newer > rec.Version {
-		if err = c.clock.Observe(newer); err != nil {
+		if err = c.local.Observe(newer); err != nil {
+			if errors.Is(err, hlc.ErrTooFarAhead) {
+				return fmt.Errorf("write: %w: %s holds version %d (%v): %w", ErrReplicaAhead, r.URL(by), newer,
+					hlc.TimeOf(newer).UTC().Format(time.RFC3339Nano), err)
+			}
 			return fmt.Errorf("write: %w", err)
 		}
 		if rec.Version, err = c.clock.Next(); err != nil {
 			return fmt.Errorf("write: %w", err)
 		}
 		rec.ExpiresAt = expiry(rec.Version, ttl)
-		_, err = c.writeRound(r, key, rec, old, new, ack)
+		_, _, err = c.writeRound(r, key, rec, old, new, ack)
 	}
 	return err
 }
@@ -401,8 +418,9 @@ func expiry(version uint64, ttl time.Duration) uint64 {
 
 // writeRound sends rec to the replicas of old and new (nil: no change
 // under way) and returns the newest version a replica refused it with (0
-// if none did). A refusal for a newer version counts as an answer.
-func (c *Coordinator) writeRound(r *routes, key []byte, rec *record.Record, old, new []int, ack int) (newer uint64, err error) {
+// if none did), and that replica. A refusal for a newer version counts as
+// an answer.
+func (c *Coordinator) writeRound(r *routes, key []byte, rec *record.Record, old, new []int, ack int) (newer uint64, by int, err error) {
 	// One immutable envelope for all remote replicas; it copies the value
 	// out of the handler's buffer.
 	env := rec.Encode()
@@ -418,11 +436,15 @@ func (c *Coordinator) writeRound(r *routes, key []byte, rec *record.Record, old,
 			}
 			return answer{rec: record.Record{Version: ver}, err: err}
 		},
-		func(a answer) { newer = max(newer, a.rec.Version) })
+		func(a answer) {
+			if a.rec.Version > newer {
+				newer, by = a.rec.Version, a.node
+			}
+		})
 	if err != nil {
-		return 0, fmt.Errorf("write: %d replicas acknowledged, need %d: %w", n, ack, err)
+		return 0, 0, fmt.Errorf("write: %d replicas acknowledged, need %d: %w", n, ack, err)
 	}
-	return newer, nil
+	return newer, by, nil
 }
 
 // errLocalRebuilding fails reads of the local replica while it rebuilds.

@@ -222,7 +222,6 @@ func (s status) Formed() bool                        { return s.n.probe.Formed()
 func (s status) PeerStates() []probe.PeerState       { return s.n.probe.PeerStates() }
 func (s status) PendingHints() map[string]int64      { return s.n.hints.Pending() }
 func (s status) AntiEntropy() []antientropy.PeerSync { return s.n.ae.Status() }
-func (s status) ClockWarning() string                { return s.n.probe.ClockWarning() }
 
 // Warnings are what an operator must know about this node, one line each
 // (empty when all is well): a clock off from the peers', a rebuild under
