@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"errors"
 	"io"
 	"log/slog"
 	"path/filepath"
@@ -33,8 +34,9 @@ func (p newerPeer) ClockOffset() (view.ClockSample, bool)                   { re
 func (p newerPeer) Close()                                                  {}
 
 // clockCoordinator is node 0 of a cluster of three whose two peers hold
-// newer (0: nothing) for every key, with a real local replica on wall.
-func clockCoordinator(t *testing.T, wall time.Time, newer uint64) *Coordinator {
+// newer (0: nothing) for every key, with a real local replica on wall,
+// and the clock checks given.
+func clockCoordinator(t *testing.T, wall time.Time, newer uint64, check, lease func() error) *Coordinator {
 	t.Helper()
 	clock, err := hlc.New(0, func() time.Time { return wall })
 	require.NoError(t, err)
@@ -45,10 +47,29 @@ func clockCoordinator(t *testing.T, wall time.Time, newer uint64) *Coordinator {
 	m, err := clustermap.Seed([]string{"http://a:1", "http://b:1", "http://c:1"}, 0)
 	require.NoError(t, err)
 	v := view.New(m, 0, "", func(string) view.Peer { return newerPeer{newer} }, wall)
-	c := New(Deps{Views: func() *view.View { return v }, Gate: openGate{}, Clock: clock, Local: local},
+	c := New(Deps{Views: func() *view.View { return v }, Gate: openGate{}, Clock: clock, Local: local, ClockCheck: check, ClockLease: lease},
 		Options{Timeout: time.Minute}, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	t.Cleanup(c.Close)
 	return c
+}
+
+// TestWriteClockChecks: a write with ack=1 needs only the clock not to be
+// off (ClockCheck); one with ack of 2 or more needs it verified
+// (ClockLease), and is refused with its error.
+func TestWriteClockChecks(t *testing.T) {
+	t.Cleanup(func() { goleak.VerifyNone(t) }) // first registered: runs after the store closed
+	errOff, errUnverified := errors.New("off"), errors.New("unverified")
+	var checked, leased int
+	c := clockCoordinator(t, time.Now(), 0,
+		func() error { checked++; return nil },
+		func() error { leased++; return errUnverified })
+	require.NoError(t, c.Write([]byte("k"), []byte("v"), false, 0, 1, 3))
+	require.Equal(t, [2]int{1, 0}, [2]int{checked, leased})
+	require.ErrorIs(t, c.Write([]byte("k"), []byte("v"), false, 0, 2, 3), errUnverified)
+	require.Equal(t, [2]int{1, 1}, [2]int{checked, leased})
+
+	c = clockCoordinator(t, time.Now(), 0, func() error { return errOff }, nil)
+	require.ErrorIs(t, c.Write([]byte("k"), []byte("v"), false, 0, 2, 3), errOff, "no ClockLease: ClockCheck")
 }
 
 // TestWriteReplicaAhead: a replica refusing a write with a version within
@@ -60,7 +81,7 @@ func TestWriteReplicaAhead(t *testing.T) {
 	t.Cleanup(func() { goleak.VerifyNone(t) }) // first registered: runs after the store closed
 	wall := time.UnixMilli(1_800_000_000_000)
 	within := hlc.VersionAt(wall.Add(3*time.Second)) | 2
-	c := clockCoordinator(t, wall, within)
+	c := clockCoordinator(t, wall, within, nil, nil)
 	// Both peers refuse both rounds: the second round's refusal is a
 	// concurrent write's, and counts as an answer.
 	require.NoError(t, c.Write([]byte("k"), []byte("v"), false, 0, 3, 3))
@@ -69,7 +90,7 @@ func TestWriteReplicaAhead(t *testing.T) {
 	require.Greater(t, e.Rec.Version, within, "the second round is above the replica's version")
 
 	ahead := hlc.VersionAt(wall.Add(30*time.Second)) | 2
-	c = clockCoordinator(t, wall, ahead)
+	c = clockCoordinator(t, wall, ahead, nil, nil)
 	err = c.Write([]byte("k"), []byte("v"), false, 0, 3, 3)
 	require.ErrorIs(t, err, ErrReplicaAhead)
 	require.ErrorIs(t, err, hlc.ErrTooFarAhead)

@@ -74,8 +74,14 @@ type Deps struct {
 	// Hints keeps the writes a replica missed (handoff.Handoff).
 	Hints Hints
 	// ClockCheck refuses to coordinate writes while this node's clock is
-	// off from its peers' (probe.Prober.Check).
+	// off from its peers' (probe.Prober.Measure, which waits for the first
+	// probe round after a start): every write.
 	ClockCheck func() error
+	// ClockLease refuses to coordinate writes with ack of 2 or more
+	// unless this node's clock is verified against a majority of the
+	// cluster (probe.Prober.Verify, which may wait for a probe round);
+	// nil: ClockCheck.
+	ClockLease func() error
 	// Rebuilding reports whether the local replica is still copying its
 	// share, and must not be read (rebuild.Rebuilder.Rebuilding).
 	Rebuilding func() bool
@@ -198,6 +204,9 @@ func New(d Deps, o Options, log *slog.Logger) *Coordinator {
 	o.EnsureDefaults()
 	if d.ClockCheck == nil {
 		d.ClockCheck = func() error { return nil }
+	}
+	if d.ClockLease == nil {
+		d.ClockLease = d.ClockCheck
 	}
 	if d.Rebuilding == nil {
 		d.Rebuilding = func() bool { return false }
@@ -353,12 +362,20 @@ func (c *Coordinator) get(r *routes, key []byte, ack, from int) (Result, error) 
 // A replica with a newer cluster map refuses the write, as for Get: it is
 // then routed again by the new map (with the same version).
 //
-// Clock. A replica's newer version beyond the bound of this clock cannot
-// be observed: the write is refused with ErrReplicaAhead (503), having
-// been stored in the first round below that version, where it loses to it
-// as it would have anyway.
+// Clock. A write with ack of 2 or more is coordinated only while this
+// node's clock is verified against a majority of the cluster (ClockLease:
+// a 503 otherwise), so that its version is within --max-clock-skew of
+// real time; one with ack=1 only while the clock is not measured off
+// (ClockCheck). A replica's newer version beyond the bound of this clock
+// cannot be observed: the write is refused with ErrReplicaAhead (503),
+// having been stored in the first round below that version, where it
+// loses to it as it would have anyway.
 func (c *Coordinator) Write(key, value []byte, tombstone bool, ttl time.Duration, ack, from int) error {
-	if err := c.d.ClockCheck(); err != nil {
+	check := c.d.ClockCheck
+	if ack > 1 {
+		check = c.d.ClockLease
+	}
+	if err := check(); err != nil {
 		return fmt.Errorf("write: %w", err)
 	}
 	version, err := c.clock.Next()
