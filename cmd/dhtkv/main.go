@@ -205,6 +205,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
+	// And SIGTERM/SIGINT: a supervisor (or a test) may stop the node as
+	// soon as it answers, before Start has returned here; the signal then
+	// waits in the channel and the node shuts down cleanly at once.
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
+	defer signal.Stop(sig)
 
 	// Everything the node creates (data and snapshot directories, Pebble's
 	// files, hints, the clock bound) is its own: 0700 directories and 0600
@@ -234,8 +240,6 @@ func run(args []string, stdout, stderr io.Writer) int {
 	} else {
 		cfg.Logger.Info("descriptor limit (soft raised to hard)", "soft_before", nofile.before, "soft", nofile.soft, "hard", nofile.hard)
 	}
-	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
 	code := 0
 	for stop := false; !stop; {
 		select {
