@@ -20,6 +20,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/dhtkv/dhtkv/client"
+	"github.com/dhtkv/dhtkv/internal/clustermap"
+	"github.com/dhtkv/dhtkv/internal/store"
 	"github.com/dhtkv/dhtkv/internal/testcluster"
 )
 
@@ -183,4 +185,47 @@ func TestRunClusterScript(t *testing.T) {
 	for i := 1; i <= 3; i++ {
 		assert.NoFileExists(t, filepath.Join(data, fmt.Sprintf("node%d.pid", i)))
 	}
+}
+
+// After the README's walkthrough decommissions node 1, make run-cluster
+// still starts: node 1 exits 0 on its directory (its node left the
+// cluster) and the script goes on with the other two. (Before, the
+// script stopped every node because node 1 exited at start.)
+func TestRunClusterAfterDecommission(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs scripts/cluster.sh: a process test; runs without -short")
+	}
+	bin := testcluster.BuildBinary(t, testcluster.RepoRoot(t))
+	base := freeBase(t)
+	data := t.TempDir()
+	urls := make([]string, 3)
+	for i := range urls {
+		urls[i] = fmt.Sprintf("http://127.0.0.1:%d", base+i)
+	}
+	// Node 1's directory as a decommission leaves it: a map of the list
+	// it was seeded from, and an identity the map no longer has.
+	st, err := store.Open(filepath.Join(data, "node1"), store.Options{MemTableBytes: 1 << 20})
+	require.NoError(t, err)
+	m, err := clustermap.Seed(urls, 3)
+	require.NoError(t, err)
+	require.NoError(t, st.SetClusterMap(m.Encode()))
+	require.NoError(t, st.SetIdentity(store.Identity{Cluster: m.Cluster, Node: 9, Formed: true}))
+	require.NoError(t, st.Close())
+
+	env := []string{"PORT=" + strconv.Itoa(base), "BIN=" + filepath.Dir(bin), "DATA=" + data, "ADMIN_PORT="}
+	run := clusterScript(t, env, "run")
+	var out, stderr bytes.Buffer
+	run.Stdout, run.Stderr = &out, &stderr
+	require.NoError(t, run.Start())
+	t.Cleanup(func() {
+		_ = clusterScript(t, env, "stop").Run()
+		_ = run.Wait()
+	})
+	testcluster.WaitReady(t, urls[1], 30*time.Second)
+	testcluster.WaitReady(t, urls[2], 30*time.Second)
+	require.Equal(t, http.StatusCreated, testcluster.NewClient(t).Put(t, urls[1], "k", []byte("v"), 2, 3),
+		"nodes 2 and 3 serve at the default quorum")
+	require.NoError(t, clusterScript(t, env, "stop").Run())
+	require.NoError(t, run.Wait(), "stderr: %s", stderr.String())
+	assert.Contains(t, out.String(), "node1 was decommissioned earlier")
 }
