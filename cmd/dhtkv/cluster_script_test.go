@@ -214,18 +214,29 @@ func TestRunClusterAfterDecommission(t *testing.T) {
 
 	env := []string{"PORT=" + strconv.Itoa(base), "BIN=" + filepath.Dir(bin), "DATA=" + data, "ADMIN_PORT="}
 	run := clusterScript(t, env, "run")
-	var out, stderr bytes.Buffer
-	run.Stdout, run.Stderr = &out, &stderr
+	outPath := filepath.Join(t.TempDir(), "out")
+	outFile, err := os.Create(outPath)
+	require.NoError(t, err)
+	defer outFile.Close()
+	var stderr bytes.Buffer
+	run.Stdout, run.Stderr = outFile, &stderr
 	require.NoError(t, run.Start())
 	t.Cleanup(func() {
 		_ = clusterScript(t, env, "stop").Run()
 		_ = run.Wait()
 	})
+	// The banner's last line: the script has checked every node.
+	require.Eventually(t, func() bool {
+		b, err := os.ReadFile(outPath)
+		return err == nil && bytes.Contains(b, []byte("stops all three"))
+	}, 60*time.Second, 20*time.Millisecond, "run-cluster started")
 	testcluster.WaitReady(t, urls[1], 30*time.Second)
 	testcluster.WaitReady(t, urls[2], 30*time.Second)
 	require.Equal(t, http.StatusCreated, testcluster.NewClient(t).Put(t, urls[1], "k", []byte("v"), 2, 3),
 		"nodes 2 and 3 serve at the default quorum")
 	require.NoError(t, clusterScript(t, env, "stop").Run())
 	require.NoError(t, run.Wait(), "stderr: %s", stderr.String())
-	assert.Contains(t, out.String(), "node1 was decommissioned earlier")
+	out, err := os.ReadFile(outPath)
+	require.NoError(t, err)
+	assert.Contains(t, string(out), "node1 was decommissioned earlier")
 }
