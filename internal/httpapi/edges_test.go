@@ -28,16 +28,7 @@ import (
 // the node sends until it closes.
 func halfClosed(t *testing.T, base, req string) string {
 	t.Helper()
-	conn, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
-	require.NoError(t, err)
-	defer conn.Close()
-	require.NoError(t, conn.SetDeadline(time.Now().Add(5*time.Second)))
-	_, err = io.WriteString(conn, req)
-	require.NoError(t, err)
-	require.NoError(t, conn.(*net.TCPConn).CloseWrite())
-	resp, err := io.ReadAll(conn)
-	require.NoError(t, err, "the node answers and closes; got %q", resp)
-	return string(resp)
+	return rawExchange(t, base, req, true)
 }
 
 // A body that ends before its framing says it does is incomplete (RFC

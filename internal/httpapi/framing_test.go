@@ -21,14 +21,24 @@ import (
 // connection open fails the test when the read deadline passes.
 func exchange(t *testing.T, base, req string) string {
 	t.Helper()
+	return rawExchange(t, base, req, false)
+}
+
+// rawExchange is exchange, closing the connection's write side after req
+// when closeWrite (the client sends FIN: a body ends there).
+func rawExchange(t *testing.T, base, req string, closeWrite bool) string {
+	t.Helper()
 	conn, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
 	require.NoError(t, err)
 	defer conn.Close()
 	require.NoError(t, conn.SetDeadline(time.Now().Add(5*time.Second)))
 	_, err = io.WriteString(conn, req)
 	require.NoError(t, err)
+	if closeWrite {
+		require.NoError(t, conn.(*net.TCPConn).CloseWrite())
+	}
 	resp, err := io.ReadAll(conn)
-	require.NoError(t, err, "the node closes the connection after its answer; got %q", resp)
+	require.NoError(t, err, "the node answers and closes the connection; got %q", resp)
 	return string(resp)
 }
 
