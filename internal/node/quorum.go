@@ -41,6 +41,13 @@ func (n *Node) quorumProblem() string {
 		m := v.Map.Node(id)
 		return m != nil && reachable[m.URL]
 	}
+	allUp := true
+	for _, m := range v.Map.Nodes {
+		allUp = allUp && up(m.ID)
+	}
+	if allUp { // the common case, without a pass over the partitions
+		return ""
+	}
 	sets := v.Old
 	if v.ReadNew {
 		sets = v.New
