@@ -41,6 +41,7 @@ func TestAntiEntropyRepairsBothWays(t *testing.T) {
 		keys = append(keys, k)
 		require.Equal(t, http.StatusCreated, cl.Put(t, c.URL(i%2), k, []byte("A"+k), 2, 3))
 	}
+	awaitNoReplicaCalls(t, c, 0, 1)
 	c.StartNode(2)
 	c.StopNode(0)
 	for i := range n {
@@ -51,6 +52,7 @@ func TestAntiEntropyRepairsBothWays(t *testing.T) {
 	for i := 0; i < n; i += 3 {
 		require.Equal(t, http.StatusAccepted, cl.Delete(t, c.URL(1), fmt.Sprintf("a%d", i), 2, 3))
 	}
+	awaitNoReplicaCalls(t, c, 1, 2)
 	c.StartNode(0)
 	before := replicaDumps(t, c, cl, keys...)
 	require.NotEmpty(t, history.CheckReplicas(before), "the replicas differ before the repair")
@@ -109,5 +111,18 @@ func TestAntiEntropyScheduled(t *testing.T) {
 	})
 	for _, v := range history.CheckReplicas(replicaDumps(t, c, cl, keys...)) {
 		t.Error(v)
+	}
+}
+
+// awaitNoReplicaCalls waits until the coordinators have no replica call
+// under way: a write's call to a stopped node ends at its deadline, and
+// one still under way when the node comes back would land there, so that
+// the node held what a repair is meant to bring.
+func awaitNoReplicaCalls(t *testing.T, c *testcluster.Cluster, coordinators ...int) {
+	t.Helper()
+	for _, i := range coordinators {
+		testcluster.Eventually(t, 10*time.Second, "no replica call under way", func() bool {
+			return testcluster.Metric(t, c.Node(i).Registry(), "dhtkv_coordinator_replica_calls_in_flight") == 0
+		})
 	}
 }
