@@ -26,7 +26,8 @@
 //     arrived (a Scan: before the stream began), or
 //   - answers 500, 502 or 503: the node failed, is shutting down, or
 //     refuses to coordinate writes because its clock is off from its
-//     peers'. Another node may well succeed.
+//     peers' or not verified by a majority of them. Another node may
+//     well succeed.
 //
 // It does not fail over on answers about the request or the data: 2xx,
 // 404, the other 4xx, and 504. A value of 1 MiB or more is announced

@@ -74,8 +74,14 @@ type Deps struct {
 	// Hints keeps the writes a replica missed (handoff.Handoff).
 	Hints Hints
 	// ClockCheck refuses to coordinate writes while this node's clock is
-	// off from its peers' (probe.Prober.Check).
+	// off from its peers' (probe.Prober.Measure, which waits for the first
+	// probe round after a start): every write.
 	ClockCheck func() error
+	// ClockLease refuses to coordinate writes with ack of 2 or more
+	// unless this node's clock is verified against a majority of the
+	// cluster (probe.Prober.Verify, which may wait for a probe round);
+	// nil: ClockCheck.
+	ClockLease func() error
 	// Rebuilding reports whether the local replica is still copying its
 	// share, and must not be read (rebuild.Rebuilder.Rebuilding).
 	Rebuilding func() bool
@@ -199,6 +205,9 @@ func New(d Deps, o Options, log *slog.Logger) *Coordinator {
 	if d.ClockCheck == nil {
 		d.ClockCheck = func() error { return nil }
 	}
+	if d.ClockLease == nil {
+		d.ClockLease = d.ClockCheck
+	}
 	if d.Rebuilding == nil {
 		d.Rebuilding = func() bool { return false }
 	}
@@ -300,9 +309,11 @@ func (c *Coordinator) get(r *routes, key []byte, ack, from int) (Result, error) 
 				p.readLat.record(end.Sub(start), end)
 			}
 			if found {
-				// Keeps clocks close; nothing is stored here, so a failure
-				// to persist the bound only costs that.
-				_ = c.clock.Observe(rec.Version)
+				// Keeps clocks close; nothing is stored here, so a version
+				// beyond the bound (refused, not observed) or a failure to
+				// persist the clock's bound only costs that. A read
+				// repair then stores it by ApplyRemote's rules, or fails.
+				_ = c.local.Observe(rec.Version)
 			}
 			return answer{rec: rec, found: found, err: err}
 		},
@@ -350,8 +361,21 @@ func (c *Coordinator) get(r *routes, key []byte, ack, from int) (Result, error) 
 //
 // A replica with a newer cluster map refuses the write, as for Get: it is
 // then routed again by the new map (with the same version).
+//
+// Clock. A write with ack of 2 or more is coordinated only while this
+// node's clock is verified against a majority of the cluster (ClockLease:
+// a 503 otherwise), so that its version is within --max-clock-skew of
+// real time; one with ack=1 only while the clock is not measured off
+// (ClockCheck). A replica's newer version beyond the bound of this clock
+// cannot be observed: the write is refused with ErrReplicaAhead (503),
+// having been stored in the first round below that version, where it
+// loses to it as it would have anyway.
 func (c *Coordinator) Write(key, value []byte, tombstone bool, ttl time.Duration, ack, from int) error {
-	if err := c.d.ClockCheck(); err != nil {
+	check := c.d.ClockCheck
+	if ack > 1 {
+		check = c.d.ClockLease
+	}
+	if err := check(); err != nil {
 		return fmt.Errorf("write: %w", err)
 	}
 	version, err := c.clock.Next()
@@ -368,22 +392,32 @@ func (c *Coordinator) Write(key, value []byte, tombstone bool, ttl time.Duration
 	}
 }
 
+// ErrReplicaAhead refuses a write because a replica holds a version of
+// the key too far ahead of this node's clock to be observed: a node whose
+// clock ran ahead made it. The write cannot be ordered after it until
+// this clock is within --max-clock-skew of it.
+var ErrReplicaAhead = errors.New("a replica holds a version of the key too far ahead of this node's clock")
+
 func (c *Coordinator) write(r *routes, key []byte, rec *record.Record, ttl time.Duration, ack, from int) error {
 	var oldBuf, newBuf [maxReplicas]int
 	old, new := r.WriteSets(key, from, oldBuf[:0], newBuf[:0])
 	if len(old) == 1 && old[0] == r.Self && new == nil {
 		return c.localApply(r, key, rec) // the store copies key and value into its batch
 	}
-	newer, err := c.writeRound(r, key, rec, old, new, ack)
+	newer, by, err := c.writeRound(r, key, rec, old, new, ack)
 	if err == nil && newer > rec.Version {
-		if err = c.clock.Observe(newer); err != nil {
+		if err = c.local.Observe(newer); err != nil {
+			if errors.Is(err, hlc.ErrTooFarAhead) {
+				return fmt.Errorf("write: %w: %s holds version %d (%v): %w", ErrReplicaAhead, r.URL(by), newer,
+					hlc.TimeOf(newer).UTC().Format(time.RFC3339Nano), err)
+			}
 			return fmt.Errorf("write: %w", err)
 		}
 		if rec.Version, err = c.clock.Next(); err != nil {
 			return fmt.Errorf("write: %w", err)
 		}
 		rec.ExpiresAt = expiry(rec.Version, ttl)
-		_, err = c.writeRound(r, key, rec, old, new, ack)
+		_, _, err = c.writeRound(r, key, rec, old, new, ack)
 	}
 	return err
 }
@@ -401,8 +435,9 @@ func expiry(version uint64, ttl time.Duration) uint64 {
 
 // writeRound sends rec to the replicas of old and new (nil: no change
 // under way) and returns the newest version a replica refused it with (0
-// if none did). A refusal for a newer version counts as an answer.
-func (c *Coordinator) writeRound(r *routes, key []byte, rec *record.Record, old, new []int, ack int) (newer uint64, err error) {
+// if none did), and that replica. A refusal for a newer version counts as
+// an answer.
+func (c *Coordinator) writeRound(r *routes, key []byte, rec *record.Record, old, new []int, ack int) (newer uint64, by int, err error) {
 	// One immutable envelope for all remote replicas; it copies the value
 	// out of the handler's buffer.
 	env := rec.Encode()
@@ -418,11 +453,15 @@ func (c *Coordinator) writeRound(r *routes, key []byte, rec *record.Record, old,
 			}
 			return answer{rec: record.Record{Version: ver}, err: err}
 		},
-		func(a answer) { newer = max(newer, a.rec.Version) })
+		func(a answer) {
+			if a.rec.Version > newer {
+				newer, by = a.rec.Version, a.node
+			}
+		})
 	if err != nil {
-		return 0, fmt.Errorf("write: %d replicas acknowledged, need %d: %w", n, ack, err)
+		return 0, 0, fmt.Errorf("write: %d replicas acknowledged, need %d: %w", n, ack, err)
 	}
-	return newer, nil
+	return newer, by, nil
 }
 
 // errLocalRebuilding fails reads of the local replica while it rebuilds.

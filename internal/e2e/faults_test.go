@@ -109,7 +109,8 @@ func replicaDumps(t *testing.T, c *testcluster.Cluster, cl *testcluster.Client, 
 
 // TestFaultFailedWriteThenHeal is a history whose reads flip forever if
 // a restart moves a clock ahead (W1 then outranks W2): W0 via A is
-// acknowledged; C restarts and is cut off; W1 via C fails (504) but C
+// acknowledged; C restarts, verifies its clock and is cut off; W1 via C
+// fails (504: within its clock lease) but C
 // stored it; W2 via A is acknowledged after W1 returned; the partition
 // heals. Every quorum read after that returns W2, reads are monotonic,
 // and one read with ack=3 leaves all replicas identical.
@@ -124,6 +125,11 @@ func TestFaultFailedWriteThenHeal(t *testing.T) {
 	require.Equal(t, http.StatusCreated, put(rec, cl, c.URL(a), "writer", key, "W0", 2, 3))
 	c.StopNode(cNode)
 	c.StartNode(cNode)
+	// C coordinates writes with ack=2 only with its clock verified by a
+	// majority: let it verify, then cut it off within the lease.
+	testcluster.Eventually(t, testcluster.WaitFor, "C's clock verified", func() bool {
+		return c.Metric(t, cNode, "dhtkv_clock_verified") == 1
+	})
 	c.Isolate(cNode)
 	require.Equal(t, http.StatusGatewayTimeout, put(rec, cl, c.URL(cNode), "writer", key, "W1", 2, 3))
 	require.Equal(t, http.StatusCreated, put(rec, cl, c.URL(a), "writer", key, "W2", 2, 3))

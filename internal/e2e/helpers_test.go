@@ -302,7 +302,10 @@ func (f *fakePeer) serve(conn net.Conn) {
 		f.mu.Lock()
 		f.served += len(ops)
 		f.mu.Unlock()
-		if _, err := fmt.Fprintf(conn, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s", len(out), out); err != nil {
+		// Its clock, as a node's answer carries it: the coordinator
+		// verifies its own against it before it writes with ack=2.
+		if _, err := fmt.Fprintf(conn, "HTTP/1.1 200 OK\r\n%s: %d\r\nContent-Length: %d\r\n\r\n%s",
+			rpc.TimeHeader, time.Now().UnixMicro(), len(out), out); err != nil {
 			return
 		}
 	}

@@ -276,8 +276,10 @@ func (s *Server) replicaError(ctx *fasthttp.RequestCtx, err error) {
 }
 
 // replicaStatus maps a coordinator failure to its status and reason: too
-// few replicas answered is the contract's 504; anything else is the
-// server's fault, logged.
+// few replicas answered, or too few peers to verify this node's clock,
+// is the contract's 504; a write refused for a clock (this node's, off
+// or not verified, or the one that made a replica's version) is 503 with
+// the reason; anything else is the server's fault, logged.
 func (s *Server) replicaStatus(path []byte, err error) (int, string) {
 	switch {
 	case errors.Is(err, cluster.ErrNotEnoughReplicas):
@@ -286,8 +288,14 @@ func (s *Server) replicaStatus(path []byte, err error) (int, string) {
 			return fasthttp.StatusGatewayTimeout, re.Error()
 		}
 		return fasthttp.StatusGatewayTimeout, "not enough replicas"
-	case errors.Is(err, probe.ErrClockSkew):
-		return fasthttp.StatusServiceUnavailable, s.Status.ClockWarning()
+	case errors.Is(err, probe.ErrTooFewPeers):
+		// Too few peers answered to verify this node's clock: as the
+		// write itself would find, not enough nodes answered.
+		return fasthttp.StatusGatewayTimeout, err.Error()
+	case errors.Is(err, probe.ErrClockSkew), errors.Is(err, probe.ErrClockUnverified), errors.Is(err, cluster.ErrReplicaAhead):
+		// A clock this node cannot vouch for, or a replica's version
+		// made by one: not the server's fault, and it says why.
+		return fasthttp.StatusServiceUnavailable, err.Error()
 	}
 	s.Log.Error("request failed", "path", string(path), "err", err)
 	return fasthttp.StatusInternalServerError, "internal error"

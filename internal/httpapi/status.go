@@ -30,9 +30,6 @@ type Status interface {
 	// PendingHints are the hint bytes held per member URL.
 	PendingHints() map[string]int64
 	AntiEntropy() []antientropy.PeerSync
-	// ClockWarning says why the node refuses to coordinate writes (its
-	// clock is off from its peers'), or "".
-	ClockWarning() string
 	// NoQuorum says which partitions lack a reachable majority of their
 	// replicas, or "" (client.Status.NoQuorum).
 	NoQuorum() string

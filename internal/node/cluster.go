@@ -85,10 +85,11 @@ func (n *Node) buildCluster(cmap *clustermap.Map, self int, joined bool, clock *
 		n.streams.Close()
 		return err
 	}
-	n.probe = probe.New(n.members.View, probe.Options{
-		MaxClockSkew: cfg.MaxClockSkew, Timeout: cfg.ReplicaTimeout,
-		Formed: id.Formed, RecordFormed: func() error { return record(func(i *store.Identity) { i.Formed = true }) },
-	}, log)
+	probeOpts := cfg.Probe
+	probeOpts.MaxClockSkew, probeOpts.Timeout, probeOpts.Wall = cfg.MaxClockSkew, cfg.ReplicaTimeout, clock.Wall
+	probeOpts.Formed = id.Formed
+	probeOpts.RecordFormed = func() error { return record(func(i *store.Identity) { i.Formed = true }) }
+	n.probe = probe.New(n.members.View, probeOpts, log)
 	n.rebuild = rebuild.New(local, n.members.View, n.streams, rebuild.Options{
 		Rebuilding: id.Rebuilding, Done: func() error { return record(func(i *store.Identity) { i.Rebuilding = false }) },
 	}, log)
@@ -104,7 +105,7 @@ func (n *Node) buildCluster(cmap *clustermap.Map, self int, joined bool, clock *
 	coordOpts.Timeout = cfg.ReplicaTimeout
 	n.coord = cluster.New(cluster.Deps{
 		Views: n.members.View, Gate: n.members, Clock: clock, Local: local, Hints: n.hints,
-		ClockCheck: n.probe.Check, Rebuilding: n.rebuild.Rebuilding, Streams: n.streams,
+		ClockCheck: n.probe.Measure, ClockLease: n.probe.Verify, Rebuilding: n.rebuild.Rebuilding, Streams: n.streams,
 	}, coordOpts, log)
 	aeOpts := cfg.AntiEntropy
 	aeOpts.Timeout, aeOpts.SummaryTimeout, aeOpts.MaxKeyBytes = cfg.ReplicaTimeout, peerOpts.SummaryTimeout, cfg.MaxKeyBytes
@@ -222,7 +223,6 @@ func (s status) Formed() bool                        { return s.n.probe.Formed()
 func (s status) PeerStates() []probe.PeerState       { return s.n.probe.PeerStates() }
 func (s status) PendingHints() map[string]int64      { return s.n.hints.Pending() }
 func (s status) AntiEntropy() []antientropy.PeerSync { return s.n.ae.Status() }
-func (s status) ClockWarning() string                { return s.n.probe.ClockWarning() }
 func (s status) NoQuorum() string                    { return s.n.quorumProblem() }
 
 // Warnings are what an operator must know about this node, one line each

@@ -15,6 +15,7 @@ import (
 	"github.com/dhtkv/dhtkv/internal/handoff"
 	"github.com/dhtkv/dhtkv/internal/hlc"
 	"github.com/dhtkv/dhtkv/internal/httpapi"
+	"github.com/dhtkv/dhtkv/internal/probe"
 	"github.com/dhtkv/dhtkv/internal/store"
 )
 
@@ -148,6 +149,11 @@ type Config struct {
 	// writes beyond it, and a node whose clock is off from its peers' by
 	// more refuses to coordinate writes. The default value is 5 s.
 	MaxClockSkew time.Duration
+	// Probe configures the pings of the peers and the clock lease
+	// (probe.Options: --clock-lease; its MaxClockSkew is MaxClockSkew,
+	// its Timeout ReplicaTimeout, its Wall the node's clock). The default
+	// value is probe.DefaultOptions().
+	Probe probe.Options
 	// Coordinator configures the request path (cluster.Options:
 	// --read-repair, --read-hedge-delay; its Timeout is ReplicaTimeout).
 	// The default value is cluster.DefaultOptions().
@@ -240,6 +246,7 @@ func DefaultConfig() Config {
 		MaxConnectionsPerIP:  1024,
 		ReplicaTimeout:       300 * time.Millisecond,
 		MaxClockSkew:         hlc.DefaultMaxAhead,
+		Probe:                probe.DefaultOptions(),
 		Coordinator:          cluster.DefaultOptions(),
 		Handoff:              handoff.DefaultOptions(),
 		AntiEntropy:          antientropy.DefaultOptions(),
@@ -280,7 +287,7 @@ func (cfg *Config) Validate() error {
 	case cfg.GC.Grace < 0 || cfg.GC.Grace > 0 && cfg.GC.Grace <= cfg.Handoff.Window+cfg.MaxClockSkew:
 		return fmt.Errorf("--gc-grace %v must exceed --hint-window %v plus --max-clock-skew %v: a hint still held could otherwise bring back a collected delete", cfg.GC.Grace, cfg.Handoff.Window, cfg.MaxClockSkew)
 	}
-	for _, v := range []interface{ Validate() error }{&cfg.Store, &cfg.Coordinator, &cfg.Handoff, &cfg.AntiEntropy} {
+	for _, v := range []interface{ Validate() error }{&cfg.Store, &cfg.Probe, &cfg.Coordinator, &cfg.Handoff, &cfg.AntiEntropy} {
 		if err := v.Validate(); err != nil {
 			return err
 		}

@@ -37,6 +37,7 @@ func (cfg *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&cfg.PeerTLSCA, "peer-tls-ca", cfg.PeerTLSCA, "PEM `file` of the CA certificates node certificates chain to: mutual TLS between nodes, internal endpoints 403 without a client certificate from it; --tls-cert must then allow serverAuth and clientAuth (reread on SIGHUP)")
 	fs.DurationVar(&cfg.ReplicaTimeout, "replica-timeout", cfg.ReplicaTimeout, "deadline of one request's replica calls (dial, write, read)")
 	fs.DurationVar(&cfg.MaxClockSkew, "max-clock-skew", cfg.MaxClockSkew, "how far ahead of this node's clock another node's versions may be; a node further off from its peers refuses to coordinate writes")
+	cfg.Probe.RegisterFlags(fs)
 	cfg.Coordinator.RegisterFlags(fs)
 	cfg.Handoff.RegisterFlags(fs)
 	fs.IntVar(&cfg.Replicas, "replicas", cfg.Replicas, "replication factor: nodes that keep each partition, the default and largest from; seeds the cluster map (0: the --cluster size)")

@@ -1,8 +1,11 @@
 package probe
 
 import (
+	"errors"
+	"fmt"
 	"io"
 	"log/slog"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -27,8 +30,8 @@ func (p clockPeer) Ping(uint64, time.Time) (bool, error)                    { re
 func (p clockPeer) Summary([]byte, uint64, time.Time) ([]byte, error)       { return nil, nil }
 func (p clockPeer) Map([]byte, time.Time) ([]byte, error)                   { return nil, nil }
 func (p clockPeer) Close()                                                  {}
-func (p clockPeer) ClockOffset() (time.Duration, time.Time, bool) {
-	return p.offset, p.at, !p.at.IsZero()
+func (p clockPeer) ClockOffset() (view.ClockSample, bool) {
+	return view.ClockSample{Offset: p.offset, At: p.at}, !p.at.IsZero()
 }
 
 // TestJudge: this node refuses writes when the median of its peers'
@@ -71,4 +74,185 @@ func TestJudge(t *testing.T) {
 			}
 		})
 	}
+}
+
+// lease tests' clocks: time.Now for the monotonic side, and this node's
+// wall clock, which a test steps.
+type fakeWall struct{ at time.Time }
+
+func (w *fakeWall) now() time.Time { return w.at }
+
+// pingPeer is a peer whose every ping measures its clock offset from
+// this node's, with err, and is counted.
+type pingPeer struct {
+	clockPeer
+	sample view.ClockSample
+	pings  *atomic.Int32
+	down   bool
+}
+
+func (p *pingPeer) Ping(uint64, time.Time) (bool, error) {
+	p.pings.Add(1)
+	if p.down {
+		return false, errors.New("down")
+	}
+	p.sample.At = time.Now()
+	return true, nil
+}
+
+func (p *pingPeer) ClockOffset() (view.ClockSample, bool) { return p.sample, !p.sample.At.IsZero() }
+
+// leaseProber is a prober of a cluster of 1+len(peers) nodes whose peers'
+// offsets are measured as given (down: a ping fails), on wall.
+func leaseProber(t *testing.T, wall *fakeWall, peers ...*pingPeer) (*Prober, *atomic.Int32) {
+	t.Helper()
+	pings := new(atomic.Int32)
+	urls := []string{"http://self:1"}
+	byURL := map[string]view.Peer{}
+	for i, p := range peers {
+		p.pings = pings
+		u := fmt.Sprintf("http://peer:%d", i+1)
+		urls = append(urls, u)
+		byURL[u] = p
+	}
+	m, err := clustermap.Seed(urls, 0)
+	require.NoError(t, err)
+	v := view.New(m, 0, urls[0], func(url string) view.Peer { return byURL[url] }, time.Now())
+	p := New(func() *view.View { return v }, Options{Wall: wall.now}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	return p, pings
+}
+
+func offsetPeer(off, err time.Duration) *pingPeer {
+	return &pingPeer{sample: view.ClockSample{Offset: off, Error: err}}
+}
+
+func downPeer() *pingPeer { return &pingPeer{down: true} }
+
+// TestLeaseNeedsAMajority: a round verifies this node's clock when, with
+// this node, a majority of the cluster measured within the bound, each
+// offset counted with its error; a cluster of one needs no round.
+func TestLeaseNeedsAMajority(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		peers    []*pingPeer
+		verified bool
+		tooFew   bool // too few peers answered to tell
+	}{
+		{"one node", nil, true, false},
+		{"two nodes agreeing", []*pingPeer{offsetPeer(time.Second, 0)}, true, false},
+		{"two nodes 30 s apart: neither vouches", []*pingPeer{offsetPeer(30*time.Second, 0)}, false, false},
+		{"two nodes, the peer down", []*pingPeer{downPeer()}, false, true},
+		{"three, one peer agrees", []*pingPeer{offsetPeer(0, 0), offsetPeer(30*time.Second, 0)}, true, false},
+		{"three, one peer agrees, one down", []*pingPeer{offsetPeer(-4*time.Second, 0), downPeer()}, true, false},
+		{"three, this clock 30 s ahead: off, which says more", []*pingPeer{offsetPeer(-30*time.Second, 0), offsetPeer(-30*time.Second, 0)}, false, false},
+		{"three, both down", []*pingPeer{downPeer(), downPeer()}, false, true},
+		{"within the bound but not with its error", []*pingPeer{offsetPeer(4900*time.Millisecond, 200*time.Millisecond), downPeer()}, false, false},
+		{"at the bound with its error", []*pingPeer{offsetPeer(-4800*time.Millisecond, 200*time.Millisecond), downPeer()}, true, false},
+		{"five, two agree", []*pingPeer{offsetPeer(0, 0), offsetPeer(time.Second, 0), downPeer(), offsetPeer(time.Minute, 0)}, true, false},
+		{"five, one agrees", []*pingPeer{offsetPeer(0, 0), downPeer(), downPeer(), offsetPeer(time.Minute, 0)}, false, false},
+		{"five, one answers", []*pingPeer{offsetPeer(0, 0), downPeer(), downPeer(), downPeer()}, false, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			wall := &fakeWall{at: time.Now()}
+			p, pings := leaseProber(t, wall, tc.peers...)
+			err := p.Verify()
+			if tc.verified {
+				require.NoError(t, err)
+			} else {
+				require.Contains(t, err.Error(), "refusing to coordinate writes")
+				if !errors.Is(err, ErrClockSkew) {
+					require.ErrorIs(t, err, ErrClockUnverified)
+					require.Contains(t, err.Error(), "with ack of 2 or more")
+				}
+				require.Equal(t, tc.tooFew, errors.Is(err, ErrTooFewPeers), "%v", err)
+			}
+			require.Equal(t, int32(len(tc.peers)), pings.Load(), "Verify waited for one round, which pinged every peer")
+		})
+	}
+}
+
+// TestLeaseLapses: a lease lets this node coordinate for Lease from its
+// round's start, with no round in between; then Verify runs a round, and
+// without a majority the node is refused, saying since when.
+func TestLeaseLapses(t *testing.T) {
+	wall := &fakeWall{at: time.Now()}
+	peer := offsetPeer(0, 0)
+	p, pings := leaseProber(t, wall, peer, downPeer())
+	require.NoError(t, p.Verify())
+	require.Equal(t, int32(2), pings.Load())
+	require.NoError(t, p.Verify(), "within the lease")
+	require.Equal(t, int32(2), pings.Load(), "no round within the lease")
+
+	// The lease's round, as if it had begun Lease ago (wall with it).
+	l := p.lease.Load()
+	p.lease.Store(&lease{start: l.start.Add(-p.o.Lease), wall: l.wall.Add(-p.o.Lease), agreed: l.agreed})
+	err := p.leaseErr(time.Now())
+	require.ErrorIs(t, err, ErrClockUnverified)
+	require.Contains(t, err.Error(), "--clock-lease 3s")
+	require.NotErrorIs(t, err, ErrTooFewPeers, "the peer answered within the lease")
+	peer.down = true
+	peer.sample.At = peer.sample.At.Add(-p.o.Lease)
+	err = p.Verify()
+	require.ErrorIs(t, err, ErrClockUnverified, "a round reached nobody: no new lease")
+	require.ErrorIs(t, err, ErrTooFewPeers)
+	require.Equal(t, int32(4), pings.Load())
+}
+
+// TestLeaseSeesAStep: within a lease, this node's clock stepping (its wall
+// reading moving unlike the monotonic clock) counts against the peers'
+// offsets at once: a step of 30 s ends the lease before any round, a step
+// that keeps every offset within the bound does not.
+func TestLeaseSeesAStep(t *testing.T) {
+	wall := &fakeWall{at: time.Now()}
+	p, _ := leaseProber(t, wall, offsetPeer(-2*time.Second, 0), downPeer())
+	require.NoError(t, p.Verify())
+	wall.at = wall.at.Add(2 * time.Second)
+	require.NoError(t, p.leaseErr(time.Now()), "2 s ahead, then 2 s more: 4 s, within the bound")
+	wall.at = wall.at.Add(30 * time.Second)
+	err := p.leaseErr(time.Now())
+	require.ErrorIs(t, err, ErrClockUnverified)
+	require.Contains(t, err.Error(), "stepped by 32s")
+	wall.at = wall.at.Add(-64 * time.Second)
+	require.ErrorIs(t, p.leaseErr(time.Now()), ErrClockUnverified, "32 s behind")
+}
+
+// TestRoundsAreShared: a caller that asks for a round after one ended
+// since it looked gets none of its own (Verify's callers share the round
+// under way).
+func TestRoundsAreShared(t *testing.T) {
+	wall := &fakeWall{at: time.Now()}
+	p, pings := leaseProber(t, wall, offsetPeer(0, 0))
+	seen := p.rounds.Load()
+	p.nextRound(seen)
+	require.Equal(t, int32(1), pings.Load())
+	p.nextRound(seen)
+	require.Equal(t, int32(1), pings.Load(), "a round ended since seen")
+	p.nextRound(p.rounds.Load())
+	require.Equal(t, int32(2), pings.Load())
+}
+
+// TestOptionsValidate: the lease must outlast a probe interval.
+func TestOptionsValidate(t *testing.T) {
+	o := DefaultOptions()
+	require.NoError(t, o.Validate())
+	require.Equal(t, 3*time.Second, o.Lease)
+	o.Lease = time.Second
+	require.ErrorContains(t, o.Validate(), "--clock-lease 1s must exceed the probe interval 1s")
+}
+
+// TestMeasureWaitsForTheFirstRound: an ack=1 write needs no lease, but a
+// node that has not measured its peers since it started measures them
+// first, so that a clock off at start-up refuses it; after the first
+// round it does not wait.
+func TestMeasureWaitsForTheFirstRound(t *testing.T) {
+	wall := &fakeWall{at: time.Now()}
+	p, pings := leaseProber(t, wall, offsetPeer(-30*time.Second, 0), offsetPeer(-30*time.Second, 0))
+	require.ErrorIs(t, p.Measure(), ErrClockSkew)
+	require.Equal(t, int32(2), pings.Load())
+	require.ErrorIs(t, p.Measure(), ErrClockSkew)
+	require.Equal(t, int32(2), pings.Load(), "no round of its own after the first")
+
+	p, pings = leaseProber(t, wall, downPeer(), downPeer())
+	require.NoError(t, p.Measure(), "nobody to tell: allowed")
+	require.Equal(t, int32(2), pings.Load())
 }

@@ -22,6 +22,34 @@ type Outcome struct {
 // Applied reports whether the write was stored.
 func (o Outcome) Applied() bool { return o.Newer == 0 && o.Refused == nil }
 
+// Versions made elsewhere
+//
+// A version another node made reaches this node's clock by this file
+// only, under one rule: a version more than the clock's bound
+// (--max-clock-skew) ahead of this node's wall clock is refused and never
+// observed (hlc.Clock.CheckAhead), so no path drags this clock, and every
+// version this node makes later, ahead. The paths, all of them:
+//
+//   - stored, by ApplyRemote: a coordinator's batch (rpc.Server), a read
+//     repair of the local replica and an anti-entropy pull
+//     (cluster.Coordinator.ApplyRemote), a hint delivered here and an
+//     anti-entropy push from a peer (both a batch), a rebuild's copy
+//     (rebuild), a membership change's copy (an anti-entropy pull);
+//   - seen and not stored, by Observe: a replica's answer to a read this
+//     node coordinates, and the newer version a replica refused one of its
+//     writes with. Record streams (cluster scans, the rebuild's reads)
+//     carry versions to clients or to ApplyRemote and observe nothing.
+//
+// A refusal leaves this node's clock where it was: the record stays
+// where it is (on the node that made it, or its coordinator's hints),
+// and is refused again until this clock is within the bound of it.
+
+// Observe advances this node's clock past v, a version another node made
+// that this node does not store (see above): ordering this node's later
+// writes after it. A version beyond the bound is refused
+// (hlc.ErrTooFarAhead) and not observed.
+func (r *Replica) Observe(v uint64) error { return r.Clock.Observe(v) }
+
 // ApplyRemote stores records whose versions another node made: a batch
 // from a coordinator, a read repair, an anti-entropy pull, a rebuild's
 // copy. It is the one path by which such a record is stored, and it holds

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
+
+	"github.com/dhtkv/dhtkv/internal/view"
 )
 
 // TimeHeader carries, on every batch answer, the answering node's clock
@@ -21,36 +23,52 @@ func (s *Server) AppendTime(dst []byte) []byte {
 	return strconv.AppendInt(dst, s.Replica.Clock.Wall().UnixMicro(), 10)
 }
 
-// clockOffset is the last measured offset of a peer's clock from this
-// node's: positive when the peer's is ahead. The measurement is the
-// peer's time minus the midpoint of the exchange, so its error is at most
-// half the round trip.
+// clockOffset is the last measurement of a peer's clock against this
+// node's: the peer's time minus the midpoint of the exchange, so its
+// error is at most half the round trip. The offset and its error are
+// packed in one word, so a reader never pairs one measurement's offset
+// with another's error: the offset in microseconds in the high
+// 64-errorBits bits (signed: ±100 days), the error in the low errorBits.
 type clockOffset struct {
-	micros atomic.Int64
+	sample atomic.Uint64
 	at     atomic.Int64 // when measured, time.Now in Unix nanoseconds; 0: never
 }
+
+// errorBits holds an error up to about a second: a measurement over a
+// round trip longer than two seconds says too little to be kept.
+const errorBits = 20
 
 // measured records the peer's clock, peer, read off an exchange sent at
 // sent and answered at got (both this node's clock).
 func (o *clockOffset) measured(peer, sent, got time.Time) {
-	mid := sent.Add(got.Sub(sent) / 2)
-	o.micros.Store(peer.UnixMicro() - mid.UnixMicro())
+	rtt := got.Sub(sent)
+	errMicros := (rtt.Microseconds() + 1) / 2
+	if rtt < 0 || errMicros >= 1<<errorBits {
+		return // the clock stepped meanwhile, or too slow to tell
+	}
+	mid := sent.Add(rtt / 2)
+	off := peer.UnixMicro() - mid.UnixMicro()
+	o.sample.Store(uint64(off)<<errorBits | uint64(errMicros))
 	o.at.Store(time.Now().UnixNano()) // local time: this clock may be the one off
 }
 
-// get returns the last offset and when it was measured; ok is false
-// before any.
-func (o *clockOffset) get() (offset time.Duration, at time.Time, ok bool) {
+// get returns the last measurement; ok is false before any.
+func (o *clockOffset) get() (s view.ClockSample, ok bool) {
 	ns := o.at.Load()
 	if ns == 0 {
-		return 0, time.Time{}, false
+		return view.ClockSample{}, false
 	}
-	return time.Duration(o.micros.Load()) * time.Microsecond, time.Unix(0, ns), true
+	w := o.sample.Load()
+	return view.ClockSample{
+		Offset: time.Duration(int64(w)>>errorBits) * time.Microsecond,
+		Error:  time.Duration(w&(1<<errorBits-1)) * time.Microsecond,
+		At:     time.Unix(0, ns),
+	}, true
 }
 
-// ClockOffset returns how far the peer's clock was ahead of this node's at
-// the last exchange, and when that was; ok is false before any exchange.
-func (p *Peer) ClockOffset() (offset time.Duration, at time.Time, ok bool) { return p.offset.get() }
+// ClockOffset returns the last measurement of the peer's clock against
+// this node's; ok is false before any exchange.
+func (p *Peer) ClockOffset() (s view.ClockSample, ok bool) { return p.offset.get() }
 
 // exchange sends req and measures the peer's clock from the answer.
 func (p *Peer) exchange(req *fasthttp.Request, resp *fasthttp.Response, deadline time.Time) error {

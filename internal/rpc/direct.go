@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/dhtkv/dhtkv/internal/record"
+	"github.com/dhtkv/dhtkv/internal/view"
 )
 
 // ErrLinkCut fails a Direct call while its link is cut.
@@ -94,7 +95,7 @@ func (d *Direct) batch(body []byte, epoch uint64) ([]byte, error) {
 }
 
 // ClockOffset is as for Peer.
-func (d *Direct) ClockOffset() (offset time.Duration, at time.Time, ok bool) { return d.offset.get() }
+func (d *Direct) ClockOffset() (s view.ClockSample, ok bool) { return d.offset.get() }
 
 // Get is as for Peer.
 func (d *Direct) Get(key []byte, epoch uint64, _ time.Time) (record.Record, bool, error) {

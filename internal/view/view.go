@@ -33,11 +33,25 @@ type Peer interface {
 	// Map offers the peer a map state (nil: only asks) and returns the
 	// peer's.
 	Map(offer []byte, deadline time.Time) ([]byte, error)
-	// ClockOffset is how far the peer's clock was ahead of this node's at
-	// the last exchange, and when; ok is false before any.
-	ClockOffset() (offset time.Duration, at time.Time, ok bool)
+	// ClockOffset is the last measurement of the peer's clock against
+	// this node's; ok is false before any.
+	ClockOffset() (s ClockSample, ok bool)
 	// Close releases the transport's connections.
 	Close()
+}
+
+// ClockSample is one measurement of a peer's clock against this node's
+// (the clock its versions are made from), read off an exchange's answer.
+type ClockSample struct {
+	// Offset is how far the peer's clock was ahead of this node's.
+	Offset time.Duration
+	// Error bounds how far Offset may be from the truth: half the
+	// exchange's round trip (the peer read its clock somewhere within
+	// it, and Offset takes the midpoint).
+	Error time.Duration
+	// At is when it was measured, by this process's time.Now (not this
+	// node's clock, which may be the one off).
+	At time.Time
 }
 
 // View is this node's picture of the cluster at one epoch. It is

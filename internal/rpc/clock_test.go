@@ -1,0 +1,42 @@
+package rpc
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestClockOffset: a measurement is the peer's time minus the exchange's
+// midpoint, with half the round trip as its error, offset and error read
+// back as one pair; an exchange whose round trip went backwards (this
+// clock stepped) or lasted over two seconds is not kept.
+func TestClockOffset(t *testing.T) {
+	var o clockOffset
+	_, ok := o.get()
+	require.False(t, ok, "nothing measured yet")
+
+	sent := time.UnixMilli(1_800_000_000_000)
+	for _, tc := range []struct {
+		peer       time.Duration // the peer's reading, from sent
+		rtt        time.Duration
+		off, error time.Duration
+	}{
+		{peer: 30*time.Second + 5*time.Millisecond, rtt: 10 * time.Millisecond, off: 30 * time.Second, error: 5 * time.Millisecond},
+		{peer: -time.Minute, rtt: 2 * time.Millisecond, off: -time.Minute - time.Millisecond, error: time.Millisecond},
+		{peer: 0, rtt: 0, off: 0, error: 0},
+		{peer: 100 * 24 * time.Hour, rtt: 3 * time.Microsecond, off: 100*24*time.Hour - time.Microsecond, error: 2 * time.Microsecond},
+	} {
+		o.measured(sent.Add(tc.peer), sent, sent.Add(tc.rtt))
+		s, ok := o.get()
+		require.True(t, ok)
+		require.Equal(t, tc.off, s.Offset, "%+v", tc)
+		require.Equal(t, tc.error, s.Error, "%+v", tc)
+	}
+	before, _ := o.get()
+	o.measured(sent, sent, sent.Add(-time.Millisecond))
+	o.measured(sent, sent, sent.Add(3*time.Second))
+	after, _ := o.get()
+	require.Equal(t, before.Offset, after.Offset, "neither kept")
+	require.Equal(t, before.Error, after.Error)
+}
