@@ -369,7 +369,10 @@ func (c *Coordinator) get(r *routes, key []byte, ack, from int) (Result, error) 
 // (ClockCheck). A replica's newer version beyond the bound of this clock
 // cannot be observed: the write is refused with ErrReplicaAhead (503),
 // having been stored in the first round below that version, where it
-// loses to it as it would have anyway.
+// loses to it as it would have anyway. A write that fails answers only
+// once its version is in the past of every clock that may coordinate
+// the next one (failLate), so that a write begun after the failure
+// answer beats it.
 func (c *Coordinator) Write(key, value []byte, tombstone bool, ttl time.Duration, ack, from int) error {
 	check := c.d.ClockCheck
 	if ack > 1 {
@@ -387,9 +390,45 @@ func (c *Coordinator) Write(key, value []byte, tombstone bool, ttl time.Duration
 		r := c.route()
 		err := c.write(r, key, &rec, ttl, ack, from)
 		if err == nil || try == 2 || c.d.Views() == r.View {
+			if err != nil && len(r.Map.Nodes) > 1 {
+				c.failLate(rec.Version)
+			}
 			return err
 		}
 	}
+}
+
+// failLate returns once version, that of a write about to answer that it
+// failed (in a cluster of more than one: a node's own versions always
+// rise), is in the past of every clock that may coordinate a later
+// write: until this node's clock reads the version's time plus the skew
+// bound (hlc.Clock.MaxAhead), and 1 ms for the version's own millisecond.
+//
+// Why. The failed write may be stored where it got to (this node, cut
+// off, or a replica whose answer came late), and last-write-wins carries
+// it wherever anti-entropy goes. A write the client begins after this
+// answer must beat it. That write's coordinator is verified (a lease, or
+// measured not off for ack=1), so with one clock off its clock is at most
+// the bound behind this one: when this one is the clock off, ahead, the
+// other is correct; when this one is correct, the other is within the
+// bound of real time. Once this clock has passed the version by the bound,
+// every such coordinator's clock is past it too, and its version is
+// higher. The wait is that of CockroachDB's commit-wait, paid only by
+// failures: a write that fails on the replica timeout has already spent
+// most of it.
+func (c *Coordinator) failLate(version uint64) {
+	bound := c.clock.MaxAhead()
+	wait := hlc.TimeOf(version).Add(bound + time.Millisecond).Sub(c.clock.Wall())
+	if wait <= 0 {
+		return
+	}
+	// The version is at most the bound ahead of this clock (every version
+	// it observed was), so the wait is at most twice the bound; a clock
+	// stepped back since would make it longer, and the lease refuses the
+	// next write then.
+	wait = min(wait, 2*bound+time.Millisecond)
+	c.m.failWait.Add(wait.Seconds())
+	time.Sleep(wait)
 }
 
 // ErrReplicaAhead refuses a write because a replica holds a version of

@@ -28,6 +28,9 @@ type coordMetrics struct {
 	// (blocking, async: the background queue) and result (ok, failed,
 	// dropped: the queue was full).
 	repairs *prometheus.CounterVec
+	// failWait is the time failed writes waited before answering, for
+	// their versions to be in every clock's past (Coordinator.failLate).
+	failWait prometheus.Counter
 }
 
 func newCoordMetrics() *coordMetrics {
@@ -57,13 +60,17 @@ func newCoordMetrics() *coordMetrics {
 			Name: "dhtkv_read_repairs_total",
 			Help: "Stale replicas written to by read repair, by mode (blocking before the reply, async in the background) and result (ok, failed, dropped when the queue was full).",
 		}, []string{"mode", "result"}),
+		failWait: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "dhtkv_coordinator_failed_write_wait_seconds_total",
+			Help: "Time failed writes waited before answering, until their version was --max-clock-skew in this node's past, so that a write begun after the failure beats it.",
+		}),
 	}
 }
 
 // register adds the instruments, and the hedge delay read at scrape time,
 // to reg.
 func (m *coordMetrics) register(reg prometheus.Registerer, hedgeDelay func() float64) {
-	reg.MustRegister(m.replicaLat, m.replicaErr, m.stragglers, m.hedgedReads, m.inFlight, m.repairs)
+	reg.MustRegister(m.replicaLat, m.replicaErr, m.stragglers, m.hedgedReads, m.inFlight, m.repairs, m.failWait)
 	if hedgeDelay != nil {
 		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "dhtkv_coordinator_read_hedge_delay_seconds",

@@ -299,7 +299,9 @@ func TestClusterSecretMismatch(t *testing.T) {
 // starts from the wall clock and the PUT below is silently lost (removing
 // the Restore call in node.New makes this test fail).
 func TestClockSurvivesRestart(t *testing.T) {
-	c := testcluster.Start(t, 1)
+	// A bound wide enough that the version is still ahead after the
+	// restart.
+	c := testcluster.Start(t, 1, func(_ int, cfg *node.Config) { cfg.MaxClockSkew = 10 * time.Second })
 	cl := testcluster.NewClient(t)
 	future := versionAt(time.Now().Add(3*time.Second), 0, 0) // within --max-clock-skew
 	require.Equal(t, http.StatusCreated, internalPut(t, cl, c.URL(0), "k", record.Record{Version: future, Value: []byte("ahead")}, ""))

@@ -147,9 +147,11 @@ func (c *Clock) Next() (uint64, error) {
 // version drags the clock, and every later version, up to it: a forged or
 // skewed one would make this node's writes lose to it for that long, and
 // one near the top of the 64-bit range would make the clock's arithmetic
-// wrap around. Clocks kept by NTP differ by milliseconds; seconds leave
-// room for a bad minute, not for a clock that is off.
-const DefaultMaxAhead = 5 * time.Second
+// wrap around. Clocks kept by NTP differ by milliseconds; 500 ms is
+// CockroachDB's default maximum offset, room for a bad minute of NTP, not
+// for a clock that is off. It is also how long a failed write waits
+// before it answers (cluster.Coordinator.Write), so it is kept small.
+const DefaultMaxAhead = 500 * time.Millisecond
 
 // ErrTooFarAhead refuses a version more than MaxAhead ahead of the wall
 // clock.

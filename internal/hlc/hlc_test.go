@@ -43,7 +43,7 @@ func TestSameMillisecondOrderedByNode(t *testing.T) {
 
 func TestObserveOrdersCausally(t *testing.T) {
 	slow, _ := New(1, func() time.Time { return time.UnixMilli(1_000) })
-	fast, _ := New(2, func() time.Time { return time.UnixMilli(4_000) })
+	fast, _ := New(2, func() time.Time { return time.UnixMilli(1_400) }) // within DefaultMaxAhead
 	v := next(t, fast)
 	require.NoError(t, slow.Observe(v))
 	require.Greater(t, next(t, slow), v, "a write after observing v is newer than v")
@@ -108,7 +108,7 @@ func TestRestoreSurvivesRestart(t *testing.T) {
 		require.LessOrEqual(t, v, persisted|MaxNodeID, "a version beyond the persisted bound")
 		highest = v
 	}
-	future := uint64(wall.Add(time.Second).UnixMilli()) << (logicalBits + nodeBits)
+	future := uint64(wall.Add(DefaultMaxAhead/2).UnixMilli()) << (logicalBits + nodeBits)
 	require.NoError(t, c.Observe(future))
 	require.GreaterOrEqual(t, persisted, future, "observed versions are covered by the bound first")
 
@@ -126,7 +126,7 @@ func TestPersistFailureStopsTheClock(t *testing.T) {
 	c.Restore(0, func(uint64) error { return errors.New("disk full") })
 	_, err := c.Next()
 	require.ErrorContains(t, err, "disk full")
-	ahead := uint64(time.Now().Add(time.Second).UnixMilli()) << (logicalBits + nodeBits)
+	ahead := uint64(time.Now().Add(DefaultMaxAhead/2).UnixMilli()) << (logicalBits + nodeBits)
 	require.ErrorContains(t, c.Observe(ahead), "disk full")
 }
 
@@ -137,7 +137,7 @@ func TestObserveRefusesFarFuture(t *testing.T) {
 	now := time.UnixMilli(1_700_000_000_000)
 	c, _ := New(1, func() time.Time { return now })
 	before := next(t, c)
-	for _, v := range []uint64{^uint64(0), uint64(now.Add(DefaultMaxAhead+time.Second).UnixMilli()) << (logicalBits + nodeBits)} {
+	for _, v := range []uint64{^uint64(0), uint64(now.Add(DefaultMaxAhead+time.Millisecond).UnixMilli()) << (logicalBits + nodeBits)} {
 		require.ErrorIs(t, c.Observe(v), ErrTooFarAhead)
 		require.ErrorIs(t, c.CheckAhead(v), ErrTooFarAhead)
 	}
@@ -146,7 +146,7 @@ func TestObserveRefusesFarFuture(t *testing.T) {
 	ms, _, _ := Parts(after)
 	require.Equal(t, now.UnixMilli(), ms, "the clock did not move to the refused versions")
 
-	inside := uint64(now.Add(DefaultMaxAhead-time.Second).UnixMilli()) << (logicalBits + nodeBits)
+	inside := uint64(now.Add(DefaultMaxAhead-time.Millisecond).UnixMilli()) << (logicalBits + nodeBits)
 	require.NoError(t, c.Observe(inside))
 	require.Greater(t, next(t, c), inside)
 }

@@ -34,6 +34,10 @@ func (p clockPeer) ClockOffset() (view.ClockSample, bool) {
 	return view.ClockSample{Offset: p.offset, At: p.at}, !p.at.IsZero()
 }
 
+// testBound is the --max-clock-skew these tests judge by, in whole
+// seconds (the default is 500 ms) so that the tables read easily.
+const testBound = 5 * time.Second
+
 // TestJudge: this node refuses writes when the median of its peers'
 // offsets (its own counting as 0) is beyond the bound; with an even count
 // the median nearer 0 is taken, and offsets older than three intervals do
@@ -64,7 +68,7 @@ func TestJudge(t *testing.T) {
 				peers[urls[i+1]] = o
 			}
 			v := view.New(m, 0, urls[0], func(url string) view.Peer { return peers[url] }, now)
-			p := New(func() *view.View { return v }, Options{Interval: time.Second}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+			p := New(func() *view.View { return v }, Options{Interval: time.Second, MaxClockSkew: testBound}, slog.New(slog.NewTextHandler(io.Discard, nil)))
 			p.judge(v, now)
 			if tc.off {
 				require.ErrorIs(t, p.Check(), ErrClockSkew)
@@ -118,7 +122,7 @@ func leaseProber(t *testing.T, wall *fakeWall, peers ...*pingPeer) (*Prober, *at
 	m, err := clustermap.Seed(urls, 0)
 	require.NoError(t, err)
 	v := view.New(m, 0, urls[0], func(url string) view.Peer { return byURL[url] }, time.Now())
-	p := New(func() *view.View { return v }, Options{Wall: wall.now}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	p := New(func() *view.View { return v }, Options{Wall: wall.now, MaxClockSkew: testBound}, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	return p, pings
 }
 
