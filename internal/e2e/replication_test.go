@@ -52,11 +52,17 @@ func TestTwoNodesUnreachableRF(t *testing.T) {
 	for down := range 2 {
 		up := 1 - down
 		c.StopNode(down)
-		require.Equal(t, http.StatusGatewayTimeout, cl.Put(t, c.URL(up), "key", []byte("v"), 2, 2))
-		code, body := cl.Get(t, c.URL(up), "key", 2, 2)
-		require.Equal(t, http.StatusGatewayTimeout, code)
-		require.Contains(t, string(body), "not enough replicas")
-		require.Equal(t, http.StatusGatewayTimeout, cl.Delete(t, c.URL(up), "key", 2, 2))
+		for _, m := range methods {
+			var body []byte
+			if m == http.MethodPut {
+				body = []byte("v")
+			}
+			code, answer := cl.Do(t, m, testcluster.EntityURL(c.URL(up), "key", 2, 2), body)
+			require.Equal(t, http.StatusGatewayTimeout, code, "%s via node %d: %s", m, up, answer)
+			if m == http.MethodGet {
+				require.Contains(t, string(answer), "not enough replicas")
+			}
+		}
 		c.StartNode(down)
 	}
 }

@@ -172,7 +172,8 @@ type Prober struct {
 	// rounds counts those that ended.
 	roundMu  sync.Mutex
 	rounds   atomic.Uint64
-	verified bool // the last round's verdict, for logging changes (under roundMu)
+	measured atomic.Int32 // how many peers the last round measured
+	verified bool         // the last round's verdict, for logging changes (under roundMu)
 
 	mu    sync.Mutex
 	peers map[string]*peerState // by URL
@@ -374,6 +375,7 @@ func (p *Prober) renew(v *view.View, start, wall time.Time) {
 			agreed = append(agreed, s)
 		}
 	}
+	p.measured.Store(int32(measured))
 	verified := len(agreed) >= need
 	switch {
 	case verified:
@@ -463,16 +465,10 @@ func (p *Prober) leaseErr(now time.Time) error {
 	}
 	err := fmt.Errorf("%s; %d of its %d peers must be within --max-clock-skew %v (measured: %s): refusing to coordinate writes with ack of 2 or more",
 		why, need, len(v.Map.Nodes)-1, p.o.MaxClockSkew, p.offsets(v, now))
-	fresh := 0
-	for _, peer := range v.Peers {
-		if peer == nil {
-			continue
-		}
-		if s, ok := peer.ClockOffset(); ok && now.Sub(s.At) < p.o.Lease {
-			fresh++
-		}
-	}
-	if fresh < need {
+	// The last round measured enough peers and they did not vouch for
+	// this clock (503), or it measured too few to tell (504), however
+	// recently other exchanges heard from them.
+	if int(p.measured.Load()) < need {
 		return fmt.Errorf("%w: %w: %w", ErrClockUnverified, ErrTooFewPeers, err)
 	}
 	return fmt.Errorf("%w: %w", ErrClockUnverified, err)

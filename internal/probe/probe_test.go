@@ -146,6 +146,7 @@ func TestLeaseNeedsAMajority(t *testing.T) {
 		{"two nodes agreeing", []*pingPeer{offsetPeer(time.Second, 0)}, true, false},
 		{"two nodes 30 s apart: neither vouches", []*pingPeer{offsetPeer(30*time.Second, 0)}, false, false},
 		{"two nodes, the peer down", []*pingPeer{downPeer()}, false, true},
+		{"two nodes, the peer down since another exchange heard it", []*pingPeer{{down: true, sample: view.ClockSample{At: time.Now()}}}, false, true},
 		{"three, one peer agrees", []*pingPeer{offsetPeer(0, 0), offsetPeer(30*time.Second, 0)}, true, false},
 		{"three, one peer agrees, one down", []*pingPeer{offsetPeer(-4*time.Second, 0), downPeer()}, true, false},
 		{"three, this clock 30 s ahead: off, which says more", []*pingPeer{offsetPeer(-30*time.Second, 0), offsetPeer(-30*time.Second, 0)}, false, false},
