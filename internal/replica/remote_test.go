@@ -39,11 +39,11 @@ func TestApplyRemote(t *testing.T) {
 		return store.Write{Key: []byte(key), Rec: &record.Record{Version: v, Value: []byte(key)}}
 	}
 	ws := []store.Write{
-		write("ahead", at(time.Minute)),      // beyond the 5 s bound
-		write("held", at(-2*time.Minute)),    // older than what is held
-		write("held", held),                  // the same write again
-		write("collected", at(-2*time.Hour)), // below the horizon
-		write("fresh", at(2*time.Second)),    // within the bound: observed
+		write("ahead", at(time.Minute)),          // beyond the 500 ms bound
+		write("held", at(-2*time.Minute)),        // older than what is held
+		write("held", held),                      // the same write again
+		write("collected", at(-2*time.Hour)),     // below the horizon
+		write("fresh", at(200*time.Millisecond)), // within the bound: observed
 	}
 	out, err := r.ApplyRemote(ws, nil)
 	require.NoError(t, err)
@@ -61,6 +61,6 @@ func TestApplyRemote(t *testing.T) {
 	}
 	next, err := clock.Next()
 	require.NoError(t, err)
-	require.Greater(t, next, at(2*time.Second), "the clock observed the highest version kept")
+	require.Greater(t, next, at(200*time.Millisecond), "the clock observed the highest version kept")
 	require.Less(t, next, at(time.Minute), "and not the one refused")
 }
