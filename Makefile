@@ -3,7 +3,7 @@ SHELL := /bin/bash
 GO    ?= go
 BIN   := bin
 
-.PHONY: all build test test-faults lint fuzz run run-cluster stop-cluster clean
+.PHONY: all build test test-faults lint fuzz run run-cluster stop-cluster run-node stop-node clean
 
 all: build
 
@@ -66,14 +66,26 @@ run: build
 
 # Three nodes on 127.0.0.1:PORT..PORT+2 (default 8080-8082), admin ports
 # ADMIN_PORT..ADMIN_PORT+2 (default PORT-2020: 6060-6062), data, logs and
-# pid files in DATA (default ./data, or ./data/PORT for another PORT).
-# Ctrl-C stops all three; so does `make stop-cluster` with the same PORT
-# (or DATA).
+# pid files in DATA (default ./data, or ./data/PORT for another PORT),
+# and every node added since with run-node (node N on PORT+N-1). Ctrl-C
+# stops them all; so does `make stop-cluster` with the same PORT (or
+# DATA).
 run-cluster: build
 	@$(CLUSTER_ENV) $(SCRIPTS)/cluster.sh run
 
 stop-cluster:
 	@$(CLUSTER_ENV) $(SCRIPTS)/cluster.sh stop
+
+# Node N of the local cluster (PORT+N-1, admin ADMIN_PORT+N-1, data in
+# DATA/nodeN), in the background: a new one takes the cluster map from a
+# running member (JOIN=url names one), after dhtkvctl join or replace
+# added it. stop-node stops it alone.
+N ?=
+run-node: build
+	@$(CLUSTER_ENV) $(if $(JOIN),JOIN=$(JOIN)) $(SCRIPTS)/cluster.sh node $(N)
+
+stop-node:
+	@$(CLUSTER_ENV) $(SCRIPTS)/cluster.sh stop-node $(N)
 
 clean:
 	rm -rf $(BIN)

@@ -1,30 +1,39 @@
 #!/usr/bin/env bash
-# The 3-node local cluster of `make run-cluster` (scripts/cluster.sh run)
-# and `make stop-cluster` (scripts/cluster.sh stop), and the single node
-# of `make run` (scripts/cluster.sh single). make passes its variables
-# through the environment:
+# The local cluster of `make run-cluster` (scripts/cluster.sh run), `make
+# stop-cluster` (stop), `make run-node N=…` and `make stop-node N=…`
+# (node N, stop-node N), and the single node of `make run` (single). make
+# passes its variables through the environment:
 #
-#   PORT        public port of node 1; the nodes listen on PORT, PORT+1 and
-#               PORT+2 of 127.0.0.1. Default 8080.
+#   PORT        public port of node 1; node N listens on PORT+N-1 of
+#               127.0.0.1 (8080, 8081, 8082 for the three first).
+#               Default 8080.
 #   ADMIN_PORT  admin port of node 1 (/metrics, pprof, /livez, /readyz,
-#               /repair); the nodes use ADMIN_PORT..ADMIN_PORT+2. Default
-#               PORT-2020, i.e. 6060 for 8080 and 21060 for 23080.
-#   DATA        directory holding node{1,2,3}/ (Pebble), node{1,2,3}.log
-#               and node{1,2,3}.pid, and single/, the single node's data.
+#               /repair); node N uses ADMIN_PORT+N-1. Default PORT-2020,
+#               i.e. 6060 for 8080 and 21060 for 23080.
+#   DATA        directory holding nodeN/ (Pebble), nodeN.log and nodeN.pid
+#               for every node, and single/, the single node's data.
 #               Default ./data for PORT 8080 and ./data/PORT for any other:
 #               a node refuses a directory of a cluster with other URLs, so
 #               each base port has its own.
 #   BIN         directory of the dhtkv binary. Default ./bin.
 #
-# run starts the nodes in the background, waits until each answers
-# /v0/status, prints the URLs it started them on, and stays until Ctrl-C,
-# SIGTERM or `stop` (which stop all three), or until a node exits. It
-# refuses to start when one of the six ports is already taken, rather than
-# report a cluster that is someone else's. stop sends SIGTERM to the
-# nodes of DATA's pid files and waits for them to exit. single runs one
-# node in the foreground, on PORT and ADMIN_PORT with its data in
-# DATA/single: a directory of its own, never one of the cluster's (a
-# cluster node started alone waits for its two peers and answers 504).
+# The cluster is what its nodes' directories hold. run starts nodes 1-3
+# (seeded from their list at the first start) and every further nodeN/ in
+# DATA (nodes that joined, or took a dead node's place, with `make
+# run-node`): each starts on its stored cluster map. A node the map no
+# longer holds (decommissioned, or replaced) exits 0 saying so, and the
+# others go on without it. run waits until each node answers /v0/status,
+# prints the URLs, and stays until Ctrl-C, SIGTERM or `stop` (which stop
+# every node of DATA), or until a node exits otherwise. It refuses to
+# start when one of the nodes' ports is already taken, rather than report
+# a cluster that is someone else's. node N starts node N in the
+# background (a new one takes the map from a running member: add it
+# first with dhtkvctl join or replace) and returns once it answers;
+# stop-node N stops it; stop stops every node with a pid file in DATA and
+# waits for them to exit. single runs one node in the foreground, on PORT
+# and ADMIN_PORT with its data in DATA/single: a directory of its own,
+# never one of the cluster's (a cluster node started alone waits for its
+# two peers and answers 504).
 set -euo pipefail
 
 PORT=${PORT:-8080}
@@ -53,13 +62,65 @@ fi
 # in_use PORT: something accepts connections on it.
 in_use() { (exec 3<>"/dev/tcp/$HOST/$1") 2>/dev/null; }
 
-run() {
-  local i port admin cluster="" pids=()
-  for i in 0 1 2; do
-    cluster+="${cluster:+,}http://$HOST:$((PORT + i))"
+url_of() { echo "http://$HOST:$((PORT + $1 - 1))"; }
+
+# members: 1 2 3 and every further N with a DATA/nodeN directory, in order.
+members() {
+  local d n
+  {
+    printf '%s\n' 1 2 3
+    for d in "$DATA"/node*/; do
+      n=${d%/}
+      n=${n##*/node}
+      [[ $n =~ ^[0-9]+$ ]] && ((n > 3)) && echo "$n"
+    done
+  } | sort -nu
+}
+
+# launch N [flags...]: node N in the background, its pid in DATA/nodeN.pid.
+launch() {
+  local i=$1
+  shift
+  "$BIN/dhtkv" --listen "$HOST:$((PORT + i - 1))" --admin-listen "$HOST:$((ADMIN_PORT + i - 1))" \
+    --data-dir "$DATA/node$i" "$@" >>"$DATA/node$i.log" 2>&1 &
+  echo $! >"$DATA/node$i.pid"
+  LAUNCHED=$!
+}
+
+# left N CODE: node N exited with CODE because the cluster map no longer
+# holds it (membership.ErrLeft, or a newer map without it): exit 0 and the
+# word in its log's last lines.
+left() { (($2 == 0)) && grep -q "decommissioned" <(tail -n 3 "$DATA/node$1.log"); }
+
+# await N PID: node N answers /v0/status (0), left the cluster (1); dies
+# when it exited otherwise or does not answer in 10 s.
+await() {
+  local code
+  for _ in $(seq 100); do
+    if ! kill -0 "$2" 2>/dev/null; then
+      code=0
+      wait "$2" 2>/dev/null || code=$?
+      rm -f "$DATA/node$1.pid"
+      left "$1" "$code" && return 1
+      die "node$1 exited at start; the end of $DATA/node$1.log: $(tail -n 3 "$DATA/node$1.log")"
+    fi
+    curl -sf -o /dev/null "$(url_of "$1")/v0/status" && return 0
+    sleep 0.1
   done
-  for port in $(seq "$PORT" $((PORT + 2))) $(seq "$ADMIN_PORT" $((ADMIN_PORT + 2))); do
-    in_use "$port" && die "port $port is in use (another cluster? try make run-cluster PORT=<another base>, or make stop-cluster PORT=$PORT)"
+  die "node$1 does not answer on $(url_of "$1") after 10 s (see $DATA/node$1.log)"
+}
+
+run() {
+  local i port cluster="" nodes=() started=() pids=()
+  read -ra nodes <<<"$(members | tr '\n' ' ')"
+  for i in 1 2 3; do
+    cluster+="${cluster:+,}$(url_of "$i")"
+  done
+  for i in "${nodes[@]}"; do
+    for port in $((PORT + i - 1)) $((ADMIN_PORT + i - 1)); do
+      ((port <= 65535)) || die "node$i's port $port is out of range"
+      in_use "$port" && die "port $port is in use (another cluster? try make run-cluster PORT=<another base>, or make stop-cluster PORT=$PORT)"
+    done
   done
   [[ -x $BIN/dhtkv ]] || die "$BIN/dhtkv not found (make build)"
   mkdir -p "$DATA"
@@ -67,65 +128,51 @@ run() {
     trap - INT TERM EXIT
     echo
     echo "stopping cluster"
-    kill -TERM "${pids[@]}" 2>/dev/null || true
-    wait || true
-    rm -f "$DATA"/node{1,2,3}.pid
+    stop >/dev/null
   }
   trap stop_all EXIT
   trap 'stop_all; exit 0' INT TERM # a requested stop is a success
-  for i in 1 2 3; do
-    "$BIN/dhtkv" --listen "$HOST:$((PORT + i - 1))" --admin-listen "$HOST:$((ADMIN_PORT + i - 1))" \
-      --data-dir "$DATA/node$i" --cluster "$cluster" >>"$DATA/node$i.log" 2>&1 &
-    pids+=($!)
-    echo $! >"$DATA/node$i.pid"
+  for i in "${nodes[@]}"; do
+    if ((i <= 3)); then
+      launch "$i" --cluster "$cluster"
+    else
+      launch "$i" # on its stored map
+    fi
+    pids[i]=$LAUNCHED
   done
-  local left=() code
-  for i in 1 2 3; do
-    port=$((PORT + i - 1))
-    for _ in $(seq 100); do
-      if ! kill -0 "${pids[i - 1]}" 2>/dev/null; then
-        code=0
-        wait "${pids[i - 1]}" || code=$?
-        # A node decommissioned earlier exits 0 on its directory
-        # (membership.ErrLeft): the others are the cluster now.
-        if ((code == 0)) && grep -q "decommissioned" <(tail -n 3 "$DATA/node$i.log"); then
-          echo "node$i was decommissioned earlier (see $DATA/node$i.log); the others go on without it"
-          left+=("$i")
-          continue 2
-        fi
-        die "node$i exited at start; the end of $DATA/node$i.log: $(tail -n 3 "$DATA/node$i.log")"
-      fi
-      curl -sf -o /dev/null "http://$HOST:$port/v0/status" && continue 2
-      sleep 0.1
-    done
-    die "node$i does not answer on http://$HOST:$port after 10 s (see $DATA/node$i.log)"
+  for i in "${nodes[@]}"; do
+    if await "$i" "${pids[i]}"; then
+      started+=("$i")
+    else
+      # Decommissioned or replaced earlier (membership.ErrLeft, or a
+      # newer map without it): the others are the cluster now.
+      echo "node$i was decommissioned or replaced earlier (see $DATA/node$i.log); the others go on without it"
+      unset "pids[i]"
+    fi
   done
-  for i in "${left[@]}"; do
-    pids[i - 1]="" # its position stays: node i is pids[i - 1]
-    rm -f "$DATA/node$i.pid"
-  done
+  ((${#started[@]} > 0)) || die "no node of $DATA is a member any more"
   echo "dhtkv cluster running:"
-  for i in 1 2 3; do
-    port=$((PORT + i - 1)) admin=$((ADMIN_PORT + i - 1))
-    echo "  node$i  http://$HOST:$port  admin http://$HOST:$admin/metrics  log $DATA/node$i.log"
+  for i in "${started[@]}"; do
+    echo "  node$i  $(url_of "$i")  admin http://$HOST:$((ADMIN_PORT + i - 1))/metrics  log $DATA/node$i.log"
   done
   echo
-  echo "try:  curl -X PUT --data-binary hello 'http://$HOST:$PORT/v0/entity?id=greeting'"
-  echo "      bin/dhtkvctl --endpoints $cluster get greeting"
-  echo "Ctrl-C (or make stop-cluster PORT=$PORT) stops all three."
+  echo "try:  curl -X PUT --data-binary hello 'http://$HOST:$((PORT + started[0] - 1))/v0/entity?id=greeting'"
+  echo "      bin/dhtkvctl --endpoints $(for i in "${started[@]}"; do printf '%s,' "$(url_of "$i")"; done | sed 's/,$//') get greeting"
+  echo "Ctrl-C (or make stop-cluster PORT=$PORT) stops every node."
   # A node decommissioned (dhtkvctl decommission, docs/membership.md)
   # exits 0 by itself: the others go on. Any other exit stops them all.
   local live exited code
-  read -ra live <<<"${pids[*]}" # the nodes running
+  live=("${pids[@]}")
   while ((${#live[@]} > 0)); do
     code=0
     wait -n -p exited "${live[@]}" || code=$?
-    for i in 1 2 3; do
-      [[ ${pids[i - 1]} == "$exited" ]] || continue
-      if ((code == 0)) && grep -q "decommissioned" <(tail -n 3 "$DATA/node$i.log"); then
+    for i in "${!pids[@]}"; do
+      [[ ${pids[i]} == "$exited" ]] || continue
+      if left "$i" "$code"; then
         echo "node$i was decommissioned and stopped; the others go on"
-        live=("${live[@]/$exited/}")
-        read -ra live <<<"${live[*]}"
+        rm -f "$DATA/node$i.pid"
+        unset "pids[i]"
+        live=("${pids[@]}")
         continue 2
       fi
     done
@@ -134,16 +181,54 @@ run() {
   done
 }
 
+# node N: start node N in the background and return once it answers. A
+# node with a directory starts on its stored map; a new one takes the map
+# from the first running member of DATA (JOIN= names another).
+node() {
+  local i=${1:-} join=${JOIN:-} f m pid
+  [[ $i =~ ^[0-9]+$ ]] && ((i >= 1)) || die "node: want N, a node number (1, 2, ...): make run-node N=4"
+  [[ -x $BIN/dhtkv ]] || die "$BIN/dhtkv not found (make build)"
+  for port in $((PORT + i - 1)) $((ADMIN_PORT + i - 1)); do
+    ((port <= 65535)) || die "node$i's port $port is out of range"
+    in_use "$port" && die "port $port is in use (node$i already running? make stop-node N=$i)"
+  done
+  mkdir -p "$DATA"
+  local flags=()
+  if [[ ! -d $DATA/node$i ]] || [[ -z $(ls -A "$DATA/node$i") ]]; then
+    if [[ -z $join ]]; then
+      for f in "$DATA"/node*.pid; do
+        [[ -f $f ]] || continue
+        m=${f##*/node}
+        m=${m%.pid}
+        curl -sf -o /dev/null "$(url_of "$m")/v0/status" && { join=$(url_of "$m"); break; }
+      done
+    fi
+    [[ -n $join ]] || die "node$i is new and no member of $DATA answers to take the cluster map from (start the cluster, or set JOIN=<a member's URL>)"
+    flags=(--join "$join")
+  fi
+  launch "$i" "${flags[@]}"
+  pid=$LAUNCHED
+  if ! await "$i" "$pid"; then
+    die "node$i left the cluster earlier (see $DATA/node$i.log): delete $DATA/node$i to use the number again"
+  fi
+  echo "node$i running: $(url_of "$i")  admin http://$HOST:$((ADMIN_PORT + i - 1))/metrics  log $DATA/node$i.log  (make stop-node N=$i stops it)"
+}
+
+# stop [N]: SIGTERM to node N's pid file, or to every node's of DATA, and
+# wait for them to exit.
 stop() {
-  local f pid pids=()
-  for f in "$DATA"/node{1,2,3}.pid; do
+  local f pid pids=() which=("$DATA"/node*.pid)
+  [[ -n ${1:-} ]] && which=("$DATA/node$1.pid")
+  for f in "${which[@]}"; do
     [[ -f $f ]] || continue
     pid=$(<"$f")
     kill -TERM "$pid" 2>/dev/null && pids+=("$pid")
     rm -f "$f"
   done
   if ((${#pids[@]} == 0)); then
-    echo "no cluster running from $DATA (PORT=$PORT)"
+    local what=cluster
+    [[ -n ${1:-} ]] && what=node$1
+    echo "no $what running from $DATA (PORT=$PORT)"
     return
   fi
   # The nodes finish their requests and close Pebble (--shutdown-timeout,
@@ -153,7 +238,7 @@ stop() {
     for pid in "${pids[@]}"; do
       kill -0 "$pid" 2>/dev/null && { sleep 0.1; continue 2; }
     done
-    echo "stopped (PORT=$PORT, data in $DATA)"
+    echo "stopped ${1:+node$1 }(PORT=$PORT, data in $DATA)"
     return
   done
   die "nodes ${pids[*]} still running after 15 s"
@@ -171,6 +256,11 @@ single() {
 case ${1:-} in
 run) run ;;
 stop) stop ;;
+node) node "${2:-}" ;;
+stop-node)
+  [[ ${2:-} =~ ^[0-9]+$ ]] || die "stop-node: want N, a node number: make stop-node N=4"
+  stop "$2"
+  ;;
 single) single ;;
-*) die "usage: [PORT=8080] [ADMIN_PORT=PORT-2020] [DATA=dir] [BIN=bin] scripts/cluster.sh run|stop|single" ;;
+*) die "usage: [PORT=8080] [ADMIN_PORT=PORT-2020] [DATA=dir] [BIN=bin] [JOIN=url] scripts/cluster.sh run|stop|node N|stop-node N|single" ;;
 esac

@@ -12,7 +12,9 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -25,15 +27,15 @@ import (
 	"github.com/dhtkv/dhtkv/internal/testcluster"
 )
 
-// freeBase returns a base port such that base..base+2 and the admin ports
-// make derives, base-2020..base-2018, are all free.
+// freeBase returns a base port such that base..base+4 and the admin ports
+// make derives, base-2020..base-2016, are all free (nodes 1-5).
 func freeBase(t *testing.T) int {
 	t.Helper()
 	for range 50 {
 		base := 22000 + rand.IntN(40000)
 		var ls []net.Listener
 		ok := true
-		for _, p := range []int{base, base + 1, base + 2, base - 2020, base - 2019, base - 2018} {
+		for _, p := range []int{base, base + 1, base + 2, base + 3, base + 4, base - 2020, base - 2019, base - 2018, base - 2017, base - 2016} {
 			l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p))
 			if err != nil {
 				ok = false
@@ -61,7 +63,7 @@ func clusterScript(t *testing.T, env []string, arg string) *exec.Cmd {
 	return cmd
 }
 
-var nodeLine = regexp.MustCompile(`^  node(\d)  (http://127\.0\.0\.1:(\d+))  admin http://127\.0\.0\.1:(\d+)/metrics  log \S+$`)
+var nodeLine = regexp.MustCompile(`^  node(\d+)  (http://127\.0\.0\.1:(\d+))  admin http://127\.0\.0\.1:(\d+)/metrics  log \S+$`)
 
 // TestRunClusterScript: make run-cluster PORT=base starts three nodes on
 // base..base+2 with the admin ports derived (base-2020...), prints the
@@ -106,7 +108,7 @@ func TestRunClusterScript(t *testing.T) {
 	go func() {
 		sc := bufio.NewScanner(pr)
 		for sc.Scan() {
-			if bytes.Contains(sc.Bytes(), []byte("stops all three")) {
+			if bytes.Contains(sc.Bytes(), []byte("stops every node")) {
 				close(started)
 			}
 			if m := nodeLine.FindStringSubmatch(sc.Text()); m != nil {
@@ -228,7 +230,7 @@ func TestRunClusterAfterDecommission(t *testing.T) {
 	// The banner's last line: the script has checked every node.
 	require.Eventually(t, func() bool {
 		b, err := os.ReadFile(outPath)
-		return err == nil && bytes.Contains(b, []byte("stops all three"))
+		return err == nil && bytes.Contains(b, []byte("stops every node"))
 	}, 60*time.Second, 20*time.Millisecond, "run-cluster started")
 	testcluster.WaitReady(t, urls[1], 30*time.Second)
 	testcluster.WaitReady(t, urls[2], 30*time.Second)
@@ -238,5 +240,115 @@ func TestRunClusterAfterDecommission(t *testing.T) {
 	require.NoError(t, run.Wait(), "stderr: %s", stderr.String())
 	out, err := os.ReadFile(outPath)
 	require.NoError(t, err)
-	assert.Contains(t, string(out), "node1 was decommissioned earlier")
+	assert.Contains(t, string(out), "node1 was decommissioned or replaced earlier")
+}
+
+// TestRunClusterFollowsItsNodes walks README.md's membership walkthrough
+// with the scripts: run-cluster, join node 4 (make run-node N=4),
+// decommission node 1, stop node 4 alone (make stop-node) and replace it
+// with node 5 (make run-node N=5); then stop-cluster stops every node,
+// the joined ones too, and run-cluster starts what the cluster has grown
+// to: nodes 2, 3 and 5, saying that 1 and 4 left, serving at the default
+// quorum. (Before, stop-cluster knew nodes 1-3 only, and run-cluster
+// never started a joined node.)
+func TestRunClusterFollowsItsNodes(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs scripts/cluster.sh: a process test; runs without -short")
+	}
+	bin := testcluster.BuildBinary(t, testcluster.RepoRoot(t))
+	base := freeBase(t)
+	data := t.TempDir()
+	url := func(n int) string { return fmt.Sprintf("http://127.0.0.1:%d", base+n-1) }
+	admin := func(n int) string { return fmt.Sprintf("127.0.0.1:%d", base-2020+n-1) }
+	env := []string{"PORT=" + strconv.Itoa(base), "BIN=" + filepath.Dir(bin), "DATA=" + data, "ADMIN_PORT="}
+	t.Cleanup(func() { _ = clusterScript(t, env, "stop").Run() })
+
+	// startCluster runs run-cluster until its banner, and returns its
+	// output file and the command.
+	startCluster := func() (string, *exec.Cmd) {
+		run := clusterScript(t, env, "run")
+		outPath := filepath.Join(t.TempDir(), "out")
+		out, err := os.Create(outPath)
+		require.NoError(t, err)
+		t.Cleanup(func() { out.Close() })
+		run.Stdout, run.Stderr = out, out
+		require.NoError(t, run.Start())
+		require.Eventually(t, func() bool {
+			b, err := os.ReadFile(outPath)
+			return err == nil && bytes.Contains(b, []byte("stops every node"))
+		}, 60*time.Second, 20*time.Millisecond, "run-cluster started")
+		return outPath, run
+	}
+	c, err := client.New(client.Config{Endpoints: []string{url(2)}})
+	require.NoError(t, err)
+	defer c.Close()
+	// change asks for a membership change and waits for its end.
+	change := func(ask func() (*client.ClusterMap, error), via int) {
+		t.Helper()
+		var err error
+		require.Eventually(t, func() bool { _, err = ask(); return err == nil }, 30*time.Second, 100*time.Millisecond, "begun: %v", err)
+		require.Eventually(t, func() bool {
+			st, err := c.Cluster(t.Context(), admin(via))
+			return err == nil && st.Map.Change == nil
+		}, 90*time.Second, 50*time.Millisecond, "the change ends")
+	}
+	script := func(args ...string) string {
+		t.Helper()
+		cmd := exec.Command(filepath.Join(testcluster.RepoRoot(t), "scripts", "cluster.sh"), args...)
+		cmd.Env = append(os.Environ(), env...)
+		out, err := cmd.CombinedOutput()
+		require.NoError(t, err, "cluster.sh %v: %s", args, out)
+		return string(out)
+	}
+
+	_, run := startCluster()
+	// The join begins (202: a node refuses while the cluster is still
+	// forming), then node 4 starts and takes the map.
+	var joinErr error
+	require.Eventually(t, func() bool {
+		_, joinErr = c.Join(t.Context(), admin(1), url(4))
+		return joinErr == nil
+	}, 30*time.Second, 100*time.Millisecond, "join begun: %v", joinErr)
+	require.Contains(t, script("node", "4"), "node4 running: "+url(4))
+	require.Eventually(t, func() bool {
+		st, err := c.Cluster(t.Context(), admin(1))
+		return err == nil && st.Map.Change == nil && slices.ContainsFunc(st.Map.Nodes, func(n client.ClusterNode) bool { return n.URL == url(4) })
+	}, 90*time.Second, 50*time.Millisecond, "the join ends")
+	change(func() (*client.ClusterMap, error) { return c.Decommission(t.Context(), admin(2), url(1)) }, 2)
+	require.Contains(t, script("stop-node", "4"), "stopped node4")
+	change(func() (*client.ClusterMap, error) { return c.Replace(t.Context(), admin(2), url(4), url(5)) }, 2)
+	require.Contains(t, script("node", "5"), "node5 running: "+url(5))
+	require.Eventually(t, func() bool {
+		st, err := c.Cluster(t.Context(), admin(5))
+		return err == nil && st.Map.Change == nil && st.Self >= 0
+	}, 90*time.Second, 50*time.Millisecond, "node 5 rebuilt")
+
+	require.Contains(t, script("stop"), "stopped")
+	require.NoError(t, run.Wait(), "run-cluster exits 0 once stopped")
+	for _, n := range []int{2, 3, 5} {
+		_, err := http.Get(url(n) + "/v0/status")
+		require.Error(t, err, "node %d stopped", n)
+	}
+
+	outPath, run := startCluster()
+	out, err := os.ReadFile(outPath)
+	require.NoError(t, err)
+	var started []string
+	for _, l := range strings.Split(string(out), "\n") {
+		if m := nodeLine.FindStringSubmatch(l); m != nil {
+			started = append(started, m[1])
+		}
+	}
+	assert.Equal(t, []string{"2", "3", "5"}, started, "%s", out)
+	assert.Contains(t, string(out), "node1 was decommissioned or replaced earlier")
+	// Node 4 starts on its old map and stops once it hears the new one,
+	// at start or soon after.
+	require.Eventually(t, func() bool {
+		b, _ := os.ReadFile(outPath)
+		return bytes.Contains(b, []byte("node4 was decommissioned"))
+	}, 30*time.Second, 50*time.Millisecond, "node 4 says it left: %s", out)
+	testcluster.WaitReady(t, url(2), 30*time.Second)
+	require.Equal(t, http.StatusCreated, testcluster.NewClient(t).Put(t, url(2), "k", []byte("v"), 2, 3))
+	require.Contains(t, script("stop"), "stopped")
+	require.NoError(t, run.Wait())
 }

@@ -5,6 +5,7 @@ import (
 	"os"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -88,31 +89,28 @@ func sameDefault(help, readme string) bool {
 
 // TestReadmeReplaceExample keeps README.md's `dhtkvctl replace` example
 // one that works as written: replace refuses a node that answers, so the
-// example says to stop it first, and the node it replaces is one the
-// example started by hand (a node of make run-cluster cannot be stopped
-// alone: scripts/cluster.sh stops all three when one exits); the new
-// machine is then started with --join.
+// example stops it first (make stop-node), and the node it replaces is
+// one the example started with make run-node; the new machine is then
+// started with make run-node, on the port its number gives (8080+N-1).
 func TestReadmeReplaceExample(t *testing.T) {
 	readme, err := os.ReadFile("../../README.md")
 	require.NoError(t, err)
 	lines := strings.Split(string(readme), "\n")
 	at := slices.IndexFunc(lines, func(l string) bool { return strings.HasPrefix(l, "bin/dhtkvctl replace ") })
 	require.GreaterOrEqual(t, at, 0, "README.md has a dhtkvctl replace example")
-	m := regexp.MustCompile(`^bin/dhtkvctl replace --admin \S+ (http://(\S+)) (http://(\S+))$`).FindStringSubmatch(lines[at])
+	m := regexp.MustCompile(`^bin/dhtkvctl replace --admin \S+ http://127\.0\.0\.1:(\d+) http://127\.0\.0\.1:(\d+)$`).FindStringSubmatch(lines[at])
 	require.NotNil(t, m, "%q", lines[at])
-	dead, deadAddr, newAddr := m[1], m[2], m[4]
-	start := at
-	for start > 0 && strings.HasPrefix(lines[start-1], "#") {
-		start--
+	node := func(port string) string {
+		p, err := strconv.Atoi(port)
+		require.NoError(t, err)
+		return strconv.Itoa(p - 8080 + 1)
 	}
-	comment := strings.Join(lines[start:at], " ")
-	assert.Regexp(t, `(?i)must be down|stop`, comment, "the comment above the replace says the node must be down first")
-	for _, port := range []string{"8080", "8081", "8082"} {
-		assert.NotEqual(t, "http://127.0.0.1:"+port, dead, "a node of make run-cluster cannot be stopped alone")
-	}
-	block := strings.Join(lines[:at], "\n")
+	dead, repl := node(m[1]), node(m[2])
+	block := strings.Join(lines[:at], "\n") + "\n"
 	block = block[strings.LastIndex(block, "```"):]
-	assert.Contains(t, block, "bin/dhtkv --listen "+deadAddr+" ", "the replaced node is one the example started")
-	assert.Regexp(t, `(?m)^bin/dhtkv --listen `+regexp.QuoteMeta(newAddr)+` .*--join http://`, strings.Join(lines[at:], "\n"),
-		"the new machine is started with --join after the replace")
+	assert.Contains(t, block, "make run-node N="+dead+"\n", "the replaced node is one the example started")
+	stopAt := strings.LastIndex(block, "make stop-node N="+dead+"\n")
+	require.GreaterOrEqual(t, stopAt, 0, "the example stops the node before it replaces it")
+	assert.Greater(t, stopAt, strings.LastIndex(block, "make run-node N="+dead+"\n"), "after it started it")
+	assert.Equal(t, "make run-node N="+repl, lines[at+1], "the new machine is started right after the replace")
 }
