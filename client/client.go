@@ -47,6 +47,16 @@ type Config struct {
 	// cannot be combined with Transport (set the TLS configuration there).
 	// The default value is nil: the system's roots for https endpoints.
 	TLSConfig *tls.Config
+	// Token is the bearer token sent with every request, to the public
+	// ports and to the admin ports alike (Authorization: Bearer TOKEN),
+	// for nodes started with --client-tokens: its role there (read, write
+	// or admin) decides what the client may do, and a call it does not
+	// allow fails with a *BadRequestError of status 401 or 403. It must
+	// be a token as the node's file holds it (RFC 6750's b64token
+	// characters). The admin ports serve plain HTTP: there the token
+	// travels in clear. The default value is empty: no Authorization
+	// header.
+	Token string
 }
 
 // Client talks to a dhtkv cluster through its endpoints. It is safe for
@@ -57,6 +67,9 @@ type Client struct {
 	http      *http.Client
 	transport *http.Transport // ours, nil with Config.Transport
 	maxRecord int
+	// authorization is the Authorization header of every request ("":
+	// none), made once.
+	authorization string
 	// preferred is the index of the endpoint tried first: the one that
 	// served the last call.
 	preferred atomic.Int32
@@ -70,6 +83,12 @@ func New(cfg Config) (*Client, error) {
 	c := &Client{maxRecord: cfg.MaxRecordBytes, scheme: "http"}
 	if c.maxRecord <= 0 {
 		c.maxRecord = 64 << 20
+	}
+	if cfg.Token != "" {
+		if i := strings.IndexFunc(cfg.Token, func(r rune) bool { return r <= ' ' || r > '~' }); i >= 0 {
+			return nil, fmt.Errorf("dhtkv client: Config.Token has %q at byte %d: a token is printable ASCII without spaces", cfg.Token[i], i)
+		}
+		c.authorization = "Bearer " + cfg.Token
 	}
 	if cfg.TLSConfig != nil {
 		if cfg.Transport != nil {
@@ -301,6 +320,9 @@ func (c *Client) try(ctx context.Context, endpoint, method, path string, q url.V
 	req, err := http.NewRequestWithContext(ctx, method, endpoint+path+"?"+q.Encode(), rd)
 	if err != nil {
 		return answer{}, err
+	}
+	if c.authorization != "" {
+		req.Header["Authorization"] = []string{c.authorization}
 	}
 	if method == http.MethodPut {
 		req.ContentLength = int64(len(body)) // an empty value is a 0-byte body, not none

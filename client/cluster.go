@@ -75,6 +75,9 @@ func (c *Client) Cluster(ctx context.Context, admin string) (*ClusterStatus, err
 	if err != nil {
 		return nil, fmt.Errorf("dhtkv: cluster status of %s: %w", ep, err)
 	}
+	if err := authRefusal(a); err != nil {
+		return nil, fmt.Errorf("dhtkv: cluster status of %s: %w", ep, err)
+	}
 	if a.code != http.StatusOK {
 		return nil, fmt.Errorf("dhtkv: cluster status of %s: %d %s", ep, a.code, reason(a.body))
 	}
@@ -125,7 +128,7 @@ func (c *Client) change(ctx context.Context, admin, path string, q url.Values) (
 		// refused: ", which ErrChangeRefused says already.
 		why := strings.TrimPrefix(reason(a.body), ErrChangeRefused.Error()+": ")
 		return nil, fmt.Errorf("dhtkv: %w: %s", ErrChangeRefused, why)
-	case http.StatusBadRequest:
+	case http.StatusBadRequest, http.StatusUnauthorized, http.StatusForbidden:
 		return nil, &BadRequestError{StatusCode: a.code, Reason: reason(a.body)}
 	default:
 		return nil, fmt.Errorf("dhtkv: %s on %s: %d %s", pathQuery, ep, a.code, reason(a.body))

@@ -3,6 +3,7 @@ package client
 import (
 	"errors"
 	"fmt"
+	"net/http"
 )
 
 var (
@@ -20,12 +21,23 @@ var (
 )
 
 // BadRequestError is a node's refusal of the request itself: a 4xx other
-// than Get's 404 (400 bad key, ack or from; 413 value too large).
+// than Get's 404 (400 bad key, ack or from; 413 value too large; 401
+// without a token the node knows, 403 with one whose role does not allow
+// the call, see Config.Token).
 type BadRequestError struct {
 	// StatusCode is the HTTP status, 400 to 499.
 	StatusCode int
 	// Reason is the node's one-line explanation.
 	Reason string
+}
+
+// authRefusal is a's refusal for want of a token (401) or of a role (403),
+// as a *BadRequestError, or nil for any other answer.
+func authRefusal(a answer) error {
+	if a.code == http.StatusUnauthorized || a.code == http.StatusForbidden {
+		return &BadRequestError{StatusCode: a.code, Reason: reason(a.body)}
+	}
+	return nil
 }
 
 func (e *BadRequestError) Error() string {

@@ -67,6 +67,9 @@ func (c *Client) Repair(ctx context.Context, admin string) ([]Exchange, error) {
 	if err != nil {
 		return nil, fmt.Errorf("dhtkv: repair by %s: %w", ep, err)
 	}
+	if err := authRefusal(a); err != nil {
+		return nil, fmt.Errorf("dhtkv: repair by %s: %w", ep, err)
+	}
 	if a.code != http.StatusOK {
 		return nil, fmt.Errorf("dhtkv: repair by %s: %d %s", ep, a.code, reason(a.body))
 	}

@@ -26,10 +26,12 @@ type Snapshot struct {
 
 // Snapshot asks the node whose admin listener is at admin (host:port, or
 // http://host:port) for a consistent checkpoint of its store in dir, a
-// path on that node's machine that must not exist yet (its parents are
-// created). There is no failover: it is that node's data. A refused
-// request (a relative or existing dir, a snapshot already running) is a
-// *BadRequestError. See README.md, Backup and restore, for what to do
+// directory on that node's machine inside its --snapshot-dir (a path
+// relative to it, or an absolute one under it) that must not exist yet
+// (its parents are created). Snapshot.Dir is where it went, absolute. There is no failover: it is that node's data. A refused
+// request (a dir outside the node's --snapshot-dir or one that exists, a
+// snapshot already running, a token missing or of a role below admin) is
+// a *BadRequestError. See README.md, Backup and restore, for what to do
 // with the directory.
 func (c *Client) Snapshot(ctx context.Context, admin, dir string) (*Snapshot, error) {
 	ep, err := normalize(admin)

@@ -137,6 +137,9 @@ func (c *Client) Status(ctx context.Context, endpoint string) (*Status, error) {
 	if err != nil {
 		return nil, fmt.Errorf("dhtkv: status of %s: %w", ep, err)
 	}
+	if err := authRefusal(a); err != nil {
+		return nil, fmt.Errorf("dhtkv: status of %s: %w", ep, err)
+	}
 	if a.code != http.StatusOK {
 		return nil, fmt.Errorf("dhtkv: status of %s: %d %s", ep, a.code, reason(a.body))
 	}

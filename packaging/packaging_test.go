@@ -281,11 +281,16 @@ func TestCompose(t *testing.T) {
 			assertEnvIsFlag(t, flags, k)
 			// ${VAR:-default} is compose's; the node sees the default.
 			v = regexp.MustCompile(`\$\{[A-Z_]+:-([^}]*)\}`).ReplaceAllString(v, "$1")
-			if k == "DHTKV_CLUSTER_SECRET_FILE" {
+			switch k {
+			case "DHTKV_CLUSTER_SECRET_FILE":
 				// compose mounts the secret there; here a file of our own.
 				assert.Equal(t, "/run/secrets/cluster_secret", v, name)
 				v = filepath.Join(t.TempDir(), "secret")
 				require.NoError(t, os.WriteFile(v, []byte("s3cret\n"), 0o600))
+			case "DHTKV_CLIENT_TOKENS":
+				// Likewise: the nodes listen on 0.0.0.0, which needs tokens.
+				assert.Equal(t, "/run/secrets/client_tokens", v, name)
+				v = testcluster.NewTokens(t).File
 			}
 			env = append(env, k+"="+v)
 		}
@@ -298,6 +303,7 @@ func TestCompose(t *testing.T) {
 		assert.Contains(t, strings.Split(cluster, ","), self, "%s: --self is a member", name)
 		assert.Equal(t, "http://"+s.Hostname+":8080", self, "%s: its hostname and port are its URL", name)
 		assert.Equal(t, "0.0.0.0:8080", s.Environment["DHTKV_LISTEN"], name)
+		assert.Contains(t, s.Environment, "DHTKV_CLIENT_TOKENS", "%s listens on 0.0.0.0: it needs client tokens", name)
 		assert.False(t, selves[self], "%s: --self %s twice", name, self)
 		selves[self] = true
 		for _, p := range s.Ports {
@@ -319,6 +325,8 @@ func TestCompose(t *testing.T) {
 	require.NoError(t, err)
 	assert.Contains(t, string(readme), "(umask 077; head -c 32 /dev/urandom \\| base64 > packaging/cluster-secret)",
 		"the README says how to make the secret compose needs, readable by its owner only")
+	assert.Contains(t, string(readme), `(umask 077; for r in read write admin; do echo "$r $(openssl rand -hex 16)"; done > packaging/client-tokens)`,
+		"the README says how to make the client tokens compose needs, readable by its owner only")
 }
 
 // unit is a systemd unit file: section → key → values, in order.
@@ -399,7 +407,9 @@ func TestSystemdUnit(t *testing.T) {
 	// The node writes its data directory and its snapshots' and nothing
 	// else; systemd creates both for the user.
 	dataDir := confValue(t, "dhtkv.conf", "data-dir")
-	assert.Equal(t, []string{dataDir + " /var/lib/dhtkv-snapshots"}, svc["ReadWritePaths"])
+	snapshotDir := confValue(t, "dhtkv.conf", "snapshot-dir") // the only place /snapshot writes
+	assert.Equal(t, "/var/lib/dhtkv-snapshots", snapshotDir)
+	assert.Equal(t, []string{dataDir + " " + snapshotDir}, svc["ReadWritePaths"])
 	assert.Equal(t, []string{"dhtkv dhtkv-snapshots"}, svc["StateDirectory"])
 	assert.Equal(t, "/var/lib/dhtkv", dataDir)
 	stop, err := time.ParseDuration(svc["TimeoutStopSec"][0])

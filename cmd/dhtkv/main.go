@@ -8,8 +8,9 @@
 // over the file (parseFlags). See README.md for every flag. SIGTERM or
 // SIGINT stops it gracefully: stop accepting, finish in-flight requests
 // (bounded by --shutdown-timeout), close Pebble, exit 0. SIGHUP rereads
-// the TLS files (--tls-cert, --tls-key, --peer-tls-ca) without a restart;
-// if they do not load, the ones in use stay and the error is logged.
+// the client token file (--client-tokens) and the TLS files (--tls-cert,
+// --tls-key, --peer-tls-ca) without a restart; a file that does not load
+// leaves what was in use, and the error is logged.
 package main
 
 import (
@@ -110,7 +111,7 @@ func parseFlags(args []string, stdout io.Writer) (*settings, error) {
 // ctlEnv are dhtkvctl's variables (its global flags), which an operator
 // may well have exported where a node starts: not dhtkv's, but not a
 // mistake either.
-var ctlEnv = []string{"DHTKV_ENDPOINTS", "DHTKV_ACK", "DHTKV_FROM", "DHTKV_TIMEOUT", "DHTKV_CACERT", "DHTKV_CERT", "DHTKV_KEY"}
+var ctlEnv = []string{"DHTKV_ENDPOINTS", "DHTKV_ACK", "DHTKV_FROM", "DHTKV_TIMEOUT", "DHTKV_CACERT", "DHTKV_CERT", "DHTKV_KEY", "DHTKV_TOKEN", "DHTKV_TOKEN_FILE"}
 
 // unknownEnv returns the DHTKV_* variables of environ (KEY=value) that
 // name none of fs's flags (as ff names them: upper case, -, . and / as _)

@@ -328,17 +328,20 @@ func printMembers(w io.Writer, all []endpointStatus) error {
 
 const snapshotHelp = `Asks the node whose admin listener is at --admin (its --admin-listen,
 not its public address) for a consistent checkpoint of its store in
---dir, a path on the node's machine that must not exist yet. On the same
-filesystem as the node's data directory the checkpoint hard-links the
-data files and takes well under a second; elsewhere it copies them: raise
---timeout (the node finishes the checkpoint even if dhtkvctl gave up
-waiting). README.md, Backup and restore, says how to restore one and
+--dir, a new directory on the node's machine inside the node's
+--snapshot-dir (default: its data directory's path with -snapshots
+appended): a path relative to it, or an absolute one under it. On the
+same filesystem as the node's data directory the checkpoint hard-links
+the data files and takes well under a second; elsewhere it copies them:
+raise --timeout (the node finishes the checkpoint even if dhtkvctl gave
+up waiting). README.md, Backup and restore, says how to restore one and
 which checkpoints must not be restored. Exit 5 when the node refuses the
-request (dir relative or existing, a snapshot already running).`
+request (dir outside --snapshot-dir or existing, a snapshot already
+running, no token of the admin role where the node has --client-tokens).`
 
 func snapshotCmd(e *env, fs *flag.FlagSet) *ffcli.Command {
 	admin := fs.String("admin", "", "the node's admin listener, `host:port`")
-	dir := fs.String("dir", "", "absolute `path`, on the node's machine, of the new directory")
+	dir := fs.String("dir", "", "`path` of the new directory on the node's machine: relative to its --snapshot-dir, or absolute inside it")
 	asJSON := fs.Bool("json", false, "print the node's answer as JSON: dir, files, bytes, duration_seconds")
 	return &ffcli.Command{
 		Name:       "snapshot",

@@ -44,13 +44,21 @@ const (
 	exitUsage             = 2 // bad flags, arguments or command
 	exitNotFound          = 3 // get: the key is absent or deleted (404)
 	exitNotEnoughReplicas = 4 // fewer than ack replicas answered (504)
-	exitBadRequest        = 5 // the node refused the request (4xx), e.g. bad ack/from, key or value too large
+	exitBadRequest        = 5 // the node refused the request (4xx), e.g. bad ack/from, key or value too large, no token (401) or a role too low (403)
 )
 
 const rootHelp = `Global flags may also be set by environment variables: DHTKV_ENDPOINTS,
-DHTKV_ACK, DHTKV_FROM, DHTKV_TIMEOUT, DHTKV_CACERT, DHTKV_CERT, DHTKV_KEY
-(a flag on the command line wins). Every command also takes the global
-flags after its name. Flags come before arguments.
+DHTKV_ACK, DHTKV_FROM, DHTKV_TIMEOUT, DHTKV_CACERT, DHTKV_CERT, DHTKV_KEY,
+DHTKV_TOKEN, DHTKV_TOKEN_FILE (a flag on the command line wins). Every
+command also takes the global flags after its name. Flags come before
+arguments.
+
+Tokens: nodes started with --client-tokens want a bearer token of a role
+that allows the command (read: get, scan; write: put, del; admin:
+snapshot, repair, join, decommission, replace; status needs none, cluster
+read). Give it in DHTKV_TOKEN or a file (--token-file, one line) rather
+than --token, which other local users see in ps. A missing token is 401
+and a role too low 403: exit 5.
 
 TLS: nodes started with --tls-cert serve only TLS. Give --cacert (the CA
 their certificates chain to; the system's roots without it) or --cert
@@ -66,7 +74,8 @@ EXIT CODES
   2  usage error
   3  not found (get)
   4  not enough replicas answered (504)
-  5  bad request (other 4xx: bad ack/from, key or value too large)`
+  5  bad request (other 4xx: bad ack/from, key or value too large,
+     401 without a token the node knows, 403 with a role too low)`
 
 func main() {
 	os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
@@ -79,6 +88,8 @@ type globals struct {
 	timeout   time.Duration
 	// TLS, etcdctl's names: the CA file, the client certificate and key.
 	cacert, cert, key string
+	// The bearer token, or the file holding it.
+	token, tokenFile string
 }
 
 // register defines the global flags on fs, all bound to g: the root's
@@ -92,6 +103,28 @@ func (g *globals) register(fs *flag.FlagSet) {
 	fs.StringVar(&g.cacert, "cacert", g.cacert, "PEM `file` of the CA certificates the nodes' TLS certificates chain to (default: the system's roots); makes the endpoints https")
 	fs.StringVar(&g.cert, "cert", g.cert, "PEM `file` of a client certificate to present over TLS (with --key)")
 	fs.StringVar(&g.key, "key", g.key, "PEM `file` of --cert's private key")
+	fs.StringVar(&g.token, "token", g.token, "bearer `token` for nodes with --client-tokens (other local users see it in ps: prefer DHTKV_TOKEN or --token-file)")
+	fs.StringVar(&g.tokenFile, "token-file", g.tokenFile, "`file` holding the bearer token, one line")
+}
+
+// bearerToken is the token the flags give: --token, or the one line of
+// --token-file ("" without either).
+func (g *globals) bearerToken() (string, error) {
+	switch {
+	case g.token != "" && g.tokenFile != "":
+		return "", usagef("--token and --token-file: give one")
+	case g.tokenFile == "":
+		return g.token, nil
+	}
+	b, err := os.ReadFile(g.tokenFile)
+	if err != nil {
+		return "", fmt.Errorf("--token-file: %w", err)
+	}
+	tok := strings.TrimSpace(string(b)) // a trailing newline, CRLF included
+	if tok == "" || strings.ContainsAny(tok, "\r\n") {
+		return "", fmt.Errorf("--token-file %s: want one non-empty line, the token", g.tokenFile)
+	}
+	return tok, nil
 }
 
 // tlsConfig is the TLS configuration the flags describe, or nil without
@@ -150,7 +183,11 @@ func (e *env) client() (*client.Client, context.Context, context.CancelFunc, err
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	c, err := client.New(client.Config{Endpoints: eps, TLSConfig: tlsConf})
+	token, err := e.g.bearerToken()
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	c, err := client.New(client.Config{Endpoints: eps, TLSConfig: tlsConf, Token: token})
 	if err != nil {
 		return nil, nil, nil, usageError{err.Error()}
 	}

@@ -26,7 +26,7 @@ import (
 //     ready's error as a one-line reason. Send client traffic only to a
 //     node whose /readyz answers 200.
 func Handler(reg *prometheus.Registry, ready func() error) http.Handler {
-	mux := http.NewServeMux()
+	mux := newMux()
 	mux.HandleFunc("/debug/pprof/", pprof.Index) // heap, allocs, goroutine, mutex, block, ...
 	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/dhtkv/dhtkv/client"
 	"github.com/dhtkv/dhtkv/internal/antientropy"
+	"github.com/dhtkv/dhtkv/internal/clientauth"
 )
 
 // Parts are what the admin endpoints serve from.
@@ -22,7 +23,14 @@ type Parts struct {
 	Checkpointer Checkpointer
 	// Cluster serves /cluster and below (membership.Service.Handler).
 	Cluster http.Handler
-	Log     *slog.Logger
+	// SnapshotDir is the directory snapshots are written inside
+	// (--snapshot-dir; absolute).
+	SnapshotDir string
+	// Tokens are the client tokens a request must carry one of, with the
+	// role need gives its method and path (auth.go); nil: client
+	// authentication off.
+	Tokens *clientauth.Tokens
+	Log    *slog.Logger
 }
 
 // Mux returns every admin endpoint on one mux (see the package comment).
@@ -30,7 +38,12 @@ type Parts struct {
 // client.RepairState to GET, one exchange written alike in both), so
 // that dhtkvctl and the Go client read what the node writes.
 func Mux(p Parts) http.Handler {
-	mux := http.NewServeMux()
+	return authorize(p.Tokens, p.Log, mux(p))
+}
+
+// mux is Mux's mux, before authorize.
+func mux(p Parts) *recordingMux {
+	mux := newMux()
 	mux.Handle("/", Handler(p.Registry, p.Ready))
 	mux.Handle("/repair", RepairHandler(
 		func(ctx context.Context) any {
@@ -56,7 +69,7 @@ func Mux(p Parts) http.Handler {
 			}
 			return out
 		}))
-	mux.Handle("/snapshot", SnapshotHandler(p.Checkpointer, p.Log))
+	mux.Handle("/snapshot", SnapshotHandler(p.Checkpointer, p.SnapshotDir, p.Log))
 	mux.Handle("/cluster", p.Cluster)
 	mux.Handle("/cluster/", p.Cluster)
 	return mux

@@ -2,11 +2,14 @@ package admin
 
 import (
 	"errors"
+	"fmt"
 	"io/fs"
 	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -29,14 +32,19 @@ type Checkpointer interface {
 //	POST /snapshot?dir=PATH   checkpoint the store into PATH; answer when
 //	                          done, with a client.Snapshot
 //
-// PATH is on the node's machine: absolute, and not yet existing. The
-// answers: 200 and the JSON; 400 for a missing or relative dir; 409 when
-// dir exists or another snapshot is running (one at a time: each pins the
-// store's files while it copies); 405 for another method; 501 when cp is
-// nil (the node's store cannot checkpoint); 500 when the checkpoint
-// failed (nothing is left in dir). The request is checked before cp, so
-// its rules hold whatever the store.
-func SnapshotHandler(cp Checkpointer, log *slog.Logger) http.Handler {
+// PATH is a new directory inside root (--snapshot-dir, an absolute path on
+// the node's machine): relative to root, or absolute and under it. It may
+// not contain "..", and no directory between root and it may be a
+// symbolic link, so that whoever may ask for a snapshot writes nowhere
+// else on the node's disk (snapshotTarget). The checkpoint creates the
+// missing directories between root and PATH, root included (0700 under
+// the node's umask). The answers: 200 and the JSON; 400 for a missing dir or
+// one that breaks those rules; 409 when dir exists or another snapshot is
+// running (one at a time: each pins the store's files while it copies);
+// 405 for another method; 501 when cp is nil (the node's store cannot
+// checkpoint); 500 when the checkpoint failed (nothing is left in dir).
+// The request is checked before cp, so its rules hold whatever the store.
+func SnapshotHandler(cp Checkpointer, root string, log *slog.Logger) http.Handler {
 	var running sync.Mutex
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodPost {
@@ -44,19 +52,10 @@ func SnapshotHandler(cp Checkpointer, log *slog.Logger) http.Handler {
 			plain(w, http.StatusMethodNotAllowed, "method not allowed: use POST")
 			return
 		}
-		dir := r.URL.Query().Get("dir")
-		switch _, err := os.Lstat(dir); {
-		case dir == "":
-			plain(w, http.StatusBadRequest, "missing dir parameter: the directory to write the snapshot to")
-			return
-		case !filepath.IsAbs(dir):
-			plain(w, http.StatusBadRequest, "dir "+dir+" is not an absolute path")
-			return
-		case err == nil:
-			plain(w, http.StatusConflict, "dir "+dir+" already exists: a snapshot goes to a new directory")
-			return
-		case !errors.Is(err, fs.ErrNotExist):
-			plain(w, http.StatusBadRequest, "dir "+dir+": "+err.Error())
+		dir, code, why := snapshotTarget(root, r.URL.Query().Get("dir"))
+		switch {
+		case why != "":
+			plain(w, code, why)
 			return
 		case cp == nil:
 			plain(w, http.StatusNotImplemented, "this node's store cannot make snapshots")
@@ -67,7 +66,6 @@ func SnapshotHandler(cp Checkpointer, log *slog.Logger) http.Handler {
 			return
 		}
 		defer running.Unlock()
-		dir = filepath.Clean(dir)
 		start := time.Now()
 		if err := cp.Checkpoint(dir); err != nil {
 			log.Error("snapshot failed", "dir", dir, "err", err)
@@ -95,4 +93,55 @@ func SnapshotHandler(cp Checkpointer, log *slog.Logger) http.Handler {
 		log.Info("snapshot written", "dir", dir, "files", s.Files, "bytes", s.Bytes, "duration", time.Since(start))
 		writeJSON(w, http.StatusOK, s)
 	})
+}
+
+// snapshotTarget is the directory a snapshot request's dir names inside
+// root, or the status and one-line reason it is refused with. root is
+// absolute and clean; it need not exist yet.
+//
+// The checks are made on the path as it is on disk now. Between them and
+// the checkpoint, only a process that can write inside root (the node's
+// own user: root is 0700) could put a symbolic link in the way.
+func snapshotTarget(root, dir string) (target string, code int, why string) {
+	bad := func(format string, args ...any) (string, int, string) {
+		return "", http.StatusBadRequest, "dir " + dir + ": " + fmt.Sprintf(format, args...)
+	}
+	if dir == "" {
+		return "", http.StatusBadRequest, "missing dir parameter: the new directory to write the snapshot to, inside --snapshot-dir " + root
+	}
+	if slices.Contains(strings.Split(filepath.ToSlash(dir), "/"), "..") {
+		return bad("must not contain ..: snapshots stay inside --snapshot-dir %s", root)
+	}
+	rel := filepath.Clean(dir)
+	if filepath.IsAbs(rel) {
+		var err error
+		if rel, err = filepath.Rel(root, rel); err != nil || rel == ".." || strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
+			return bad("outside --snapshot-dir %s: give a path inside it, or one relative to it", root)
+		}
+	}
+	if rel == "." {
+		return bad("is --snapshot-dir %s itself: a snapshot goes to a new directory inside it", root)
+	}
+	// Every directory from root down that exists already: a real
+	// directory, never a link (which could lead anywhere).
+	target = filepath.Join(root, rel)
+	parts := strings.Split(rel, string(filepath.Separator))
+	at := root
+	for i, p := range parts {
+		at = filepath.Join(at, p)
+		info, err := os.Lstat(at)
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+			return target, 0, "" // it and the rest are made by the checkpoint
+		case err != nil:
+			return bad("%v", err)
+		case info.Mode()&fs.ModeSymlink != 0:
+			return bad("%s is a symbolic link: snapshots stay inside --snapshot-dir %s", at, root)
+		case i == len(parts)-1:
+			return "", http.StatusConflict, "dir " + dir + " already exists: a snapshot goes to a new directory"
+		case !info.IsDir():
+			return bad("%s is not a directory", at)
+		}
+	}
+	return target, 0, "" // not reached: the last part exists or not
 }

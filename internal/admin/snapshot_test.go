@@ -63,9 +63,9 @@ func TestSnapshotHandler(t *testing.T) {
 		require.NoError(t, db.Set(fmt.Appendf(nil, "k%03d", i), []byte("v"), opt))
 	}
 	log := slog.New(slog.DiscardHandler)
-	srv := httptest.NewServer(SnapshotHandler(pebbleCheckpointer{db}, log))
+	base := t.TempDir() // --snapshot-dir
+	srv := httptest.NewServer(SnapshotHandler(pebbleCheckpointer{db}, base, log))
 	defer srv.Close()
-	base := t.TempDir()
 	dir := filepath.Join(base, "backups", "one") // parents are created
 
 	code, body := post(t, srv, http.MethodPost, "dir="+url.QueryEscape(dir))
@@ -90,30 +90,63 @@ func TestSnapshotHandler(t *testing.T) {
 	require.NoError(t, it.Close())
 	assert.Equal(t, 100, n, "every write before the snapshot, none after")
 
-	existing := t.TempDir()
+	// A path relative to --snapshot-dir is a path inside it.
+	code, body = post(t, srv, http.MethodPost, "dir="+url.QueryEscape("backups/two"))
+	require.Equal(t, http.StatusOK, code, body)
+	require.NoError(t, json.Unmarshal([]byte(body), &s))
+	assert.Equal(t, filepath.Join(base, "backups", "two"), s.Dir)
+	manifests, err := filepath.Glob(filepath.Join(base, "backups", "two", "MANIFEST-*"))
+	require.NoError(t, err)
+	assert.NotEmpty(t, manifests, "a Pebble directory")
+
+	existing := filepath.Join(base, "existing")
+	require.NoError(t, os.Mkdir(existing, 0o700))
+	outside := t.TempDir() // not inside --snapshot-dir
+	require.NoError(t, os.Symlink(outside, filepath.Join(base, "out")))
+	require.NoError(t, os.Symlink(existing, filepath.Join(base, "in"))) // a link that stays inside is refused too
+	require.NoError(t, os.WriteFile(filepath.Join(base, "file"), nil, 0o600))
+	esc := func(p string) string { return "dir=" + url.QueryEscape(p) }
 	for _, tc := range []struct {
 		name, method, query string
 		cp                  Checkpointer
 		code                int
 		reason              string
 	}{
-		{"GET", http.MethodGet, "dir=" + filepath.Join(base, "x"), pebbleCheckpointer{db}, 405, "use POST"},
-		{"no dir", http.MethodPost, "", pebbleCheckpointer{db}, 400, "missing dir"},
+		{"GET", http.MethodGet, esc(filepath.Join(base, "x")), pebbleCheckpointer{db}, 405, "use POST"},
+		{"no dir", http.MethodPost, "", pebbleCheckpointer{db}, 400, "missing dir parameter: the new directory to write the snapshot to, inside --snapshot-dir " + base},
 		{"empty dir", http.MethodPost, "dir=", pebbleCheckpointer{db}, 400, "missing dir"},
-		{"relative dir", http.MethodPost, "dir=backups/x", pebbleCheckpointer{db}, 400, "not an absolute path"},
-		{"existing dir", http.MethodPost, "dir=" + url.QueryEscape(existing), pebbleCheckpointer{db}, 409, "already exists"},
-		{"the last snapshot's dir", http.MethodPost, "dir=" + url.QueryEscape(dir), pebbleCheckpointer{db}, 409, "already exists"},
-		{"a store that cannot checkpoint", http.MethodPost, "dir=" + url.QueryEscape(filepath.Join(base, "y")), nil, 501, "cannot make snapshots"},
-		{"a failed checkpoint", http.MethodPost, "dir=" + url.QueryEscape(filepath.Join(base, "z")),
+		{"outside", http.MethodPost, esc(filepath.Join(outside, "x")), pebbleCheckpointer{db}, 400, "outside --snapshot-dir " + base},
+		{"a sibling sharing the prefix", http.MethodPost, esc(base + "x/y"), pebbleCheckpointer{db}, 400, "outside --snapshot-dir"},
+		{"the root", http.MethodPost, esc("/"), pebbleCheckpointer{db}, 400, "outside --snapshot-dir"},
+		{"--snapshot-dir itself", http.MethodPost, esc(base), pebbleCheckpointer{db}, 400, "is --snapshot-dir " + base + " itself"},
+		{"dot", http.MethodPost, esc("."), pebbleCheckpointer{db}, 400, "itself"},
+		{"relative ..", http.MethodPost, esc("../x"), pebbleCheckpointer{db}, 400, "must not contain .."},
+		{"relative .. deeper", http.MethodPost, esc("backups/../../x"), pebbleCheckpointer{db}, 400, "must not contain .."},
+		{".. that stays inside", http.MethodPost, esc("backups/../x"), pebbleCheckpointer{db}, 400, "must not contain .."},
+		{"absolute ..", http.MethodPost, esc(base + "/../x"), pebbleCheckpointer{db}, 400, "must not contain .."},
+		{"through a link out", http.MethodPost, esc("out/x"), pebbleCheckpointer{db}, 400, filepath.Join(base, "out") + " is a symbolic link"},
+		{"a link out", http.MethodPost, esc(filepath.Join(base, "out")), pebbleCheckpointer{db}, 400, "is a symbolic link"},
+		{"through a link in", http.MethodPost, esc("in/x"), pebbleCheckpointer{db}, 400, "is a symbolic link"},
+		{"through a file", http.MethodPost, esc("file/x"), pebbleCheckpointer{db}, 400, filepath.Join(base, "file") + " is not a directory"},
+		{"existing dir", http.MethodPost, esc(existing), pebbleCheckpointer{db}, 409, "already exists"},
+		{"existing dir, relative", http.MethodPost, esc("existing"), pebbleCheckpointer{db}, 409, "already exists"},
+		{"the last snapshot's dir", http.MethodPost, esc(dir), pebbleCheckpointer{db}, 409, "already exists"},
+		{"a store that cannot checkpoint", http.MethodPost, esc(filepath.Join(base, "y")), nil, 501, "cannot make snapshots"},
+		{"a failed checkpoint", http.MethodPost, esc(filepath.Join(base, "z")),
 			checkpointerFunc(func(string) error { return errors.New("disk full") }), 500, "snapshot failed: disk full"},
 	} {
-		srv := httptest.NewServer(SnapshotHandler(tc.cp, log))
+		srv := httptest.NewServer(SnapshotHandler(tc.cp, base, log))
 		code, body := post(t, srv, tc.method, tc.query)
 		srv.Close()
 		assert.Equal(t, tc.code, code, "%s: %s", tc.name, body)
 		assert.Contains(t, body, tc.reason, tc.name)
 		assert.Equal(t, 1, strings.Count(body, "\n"), "%s: one line", tc.name)
 	}
+	entries, err := os.ReadDir(outside)
+	require.NoError(t, err)
+	assert.Empty(t, entries, "nothing written outside --snapshot-dir")
+	_, err = os.Stat(filepath.Join(filepath.Dir(base), "x"))
+	assert.ErrorIs(t, err, os.ErrNotExist)
 	_, err = os.Stat(filepath.Join(base, "y"))
 	assert.ErrorIs(t, err, os.ErrNotExist)
 }
@@ -130,9 +163,9 @@ func TestSnapshotOneAtATime(t *testing.T) {
 		})
 		return os.Mkdir(dir, 0o700)
 	})
-	srv := httptest.NewServer(SnapshotHandler(cp, slog.New(slog.DiscardHandler)))
-	defer srv.Close()
 	base := t.TempDir()
+	srv := httptest.NewServer(SnapshotHandler(cp, base, slog.New(slog.DiscardHandler)))
+	defer srv.Close()
 	first := make(chan error, 1)
 	go func() {
 		resp, err := srv.Client().Post(srv.URL+"/snapshot?dir="+url.QueryEscape(filepath.Join(base, "a")), "", nil)

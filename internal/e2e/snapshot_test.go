@@ -39,8 +39,10 @@ func TestSnapshotRestore(t *testing.T) {
 	defer ctl.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	dir := filepath.Join(t.TempDir(), "snapshots", "node3")
-	snap, err := ctl.Snapshot(ctx, c.Node(2).AdminAddr(), dir)
+	// A name inside the node's --snapshot-dir, by default beside its data
+	// directory.
+	dir := filepath.Join(c.Config(2).DataDir+"-snapshots", "node3")
+	snap, err := ctl.Snapshot(ctx, c.Node(2).AdminAddr(), "node3")
 	if err != nil && strings.Contains(err.Error(), ": 501 ") {
 		t.Skipf("the store cannot checkpoint yet (store.Store.Checkpoint): %v", err)
 	}

@@ -26,6 +26,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/dhtkv/dhtkv/internal/clientauth"
 	"github.com/dhtkv/dhtkv/internal/cluster"
 	"github.com/dhtkv/dhtkv/internal/probe"
 	"github.com/dhtkv/dhtkv/internal/rpc"
@@ -85,6 +86,10 @@ type Server struct {
 	// answered by reference instead of copied (default RawValueMinBytes;
 	// negative: always copied; see setValue).
 	RawValueMinBytes int
+	// Tokens are the client tokens a request must carry one of, with the
+	// role its path and method need (auth.go); nil: client authentication
+	// off, every request served.
+	Tokens *clientauth.Tokens
 
 	scans     scanRegistry // range streams in flight (entities.go)
 	bodyBytes atomic.Int64 // request body buffers held, in bytes (body.go)
@@ -139,6 +144,14 @@ func (s *Server) unreadBody(ctx *fasthttp.RequestCtx) {
 // route serves the request by its path and returns its kind.
 func (s *Server) route(ctx *fasthttp.RequestCtx) Op {
 	if s.refused(ctx) {
+		return OpOther
+	}
+	r, known := access[string(ctx.Path())]
+	if !known {
+		fail(ctx, badRequest("unknown path %q", ctx.Path()))
+		return OpOther
+	}
+	if !s.authorized(ctx, r) {
 		return OpOther
 	}
 	var op Op

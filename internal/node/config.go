@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/cespare/xxhash/v2"
@@ -141,6 +143,22 @@ type Config struct {
 	// cluster secret does (security.go). It needs TLSCert; Reload reads
 	// it again. The default value is empty: no mutual TLS.
 	PeerTLSCA string
+	// ClientTokens names the file of the bearer tokens clients must send,
+	// each with its role: read, write or admin (--client-tokens; the
+	// format is package clientauth's; keep it mode 600). With it every
+	// public request but /v0/status and the internal endpoints, and every
+	// admin request but /livez, /readyz and /metrics, needs a token whose
+	// role allows it (401 without one, 403 with one too low); Reload reads
+	// it again. The default value is empty: no client authentication,
+	// and then the node serves only loopback addresses (security.go).
+	ClientTokens string
+	// SnapshotDir is the directory the admin port's /snapshot writes
+	// inside, and nowhere else (--snapshot-dir; a request names a new
+	// directory in it). The default value is empty, meaning DataDir with
+	// "-snapshots" appended: a sibling of the data directory, on the same
+	// filesystem, so that Pebble hard-links the sstables instead of
+	// copying them.
+	SnapshotDir string
 	// ReplicaTimeout is one request's deadline for its replica calls
 	// (--replica-timeout; 504 beyond). The default value is 300 ms.
 	ReplicaTimeout time.Duration
@@ -284,6 +302,8 @@ func (cfg *Config) Validate() error {
 			cfg.MaxInflightBodyBytes, cfg.maxBatchBytes())
 	case cfg.MemTableSpread < 0 || cfg.MemTableSpread >= 1:
 		return fmt.Errorf("--memtable-spread %v must be in [0, 1)", cfg.MemTableSpread)
+	case cfg.SnapshotDir != "" && (within(cfg.SnapshotDir, cfg.DataDir) || within(cfg.DataDir, cfg.SnapshotDir)):
+		return fmt.Errorf("--snapshot-dir %s and --data-dir %s: one is inside the other; snapshots go beside the store's files, not among them", cfg.SnapshotDir, cfg.DataDir)
 	case cfg.GC.Grace < 0 || cfg.GC.Grace > 0 && cfg.GC.Grace <= cfg.Handoff.Window+cfg.MaxClockSkew:
 		return fmt.Errorf("--gc-grace %v must exceed --hint-window %v plus --max-clock-skew %v: a hint still held could otherwise bring back a collected delete", cfg.GC.Grace, cfg.Handoff.Window, cfg.MaxClockSkew)
 	}
@@ -293,6 +313,31 @@ func (cfg *Config) Validate() error {
 		}
 	}
 	return nil
+}
+
+// snapshotDir is SnapshotDir, or its default beside DataDir, absolute.
+func (cfg *Config) snapshotDir() (string, error) {
+	dir := cfg.SnapshotDir
+	if dir == "" {
+		dir = filepath.Clean(cfg.DataDir) + "-snapshots"
+	}
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return "", fmt.Errorf("--snapshot-dir: %w", err)
+	}
+	return abs, nil
+}
+
+// within reports whether path is dir or inside it, compared as absolute,
+// clean paths (symbolic links are not followed).
+func within(path, dir string) bool {
+	p, err1 := filepath.Abs(path)
+	d, err2 := filepath.Abs(dir)
+	if err1 != nil || err2 != nil {
+		return false
+	}
+	rel, err := filepath.Rel(d, p)
+	return err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator))
 }
 
 // gcGrace is GC.Grace, or its default derived from the hint window and

@@ -13,7 +13,7 @@ import (
 func (cfg *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&cfg.Listen, "listen", cfg.Listen, "public API address `host:port`")
 	fs.StringVar(&cfg.DataDir, "data-dir", cfg.DataDir, "Pebble data `directory`")
-	fs.StringVar(&cfg.AdminListen, "admin-listen", cfg.AdminListen, "admin `host:port` for /debug/pprof/, /metrics, /livez, /readyz, /repair, /snapshot and /cluster (off when empty)")
+	fs.StringVar(&cfg.AdminListen, "admin-listen", cfg.AdminListen, "admin `host:port` for /debug/pprof/, /metrics, /livez, /readyz, /repair, /snapshot and /cluster (off when empty; non-loopback needs --client-tokens)")
 	sizeflag.Var(fs, &cfg.CacheBytes, "cache-bytes", "read cache capacity, a `size` (64MiB, 1GB, bytes; 0 disables the cache)")
 	cfg.Store.RegisterFlags(fs)
 	fs.Float64Var(&cfg.MemTableSpread, "memtable-spread", cfg.MemTableSpread, "each node's memtable is --memtable-bytes times a factor within ±this fraction, fixed per node by its URL, so that replicas do not flush and compact in the same second (0: all the same)")
@@ -35,6 +35,8 @@ func (cfg *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&cfg.TLSCert, "tls-cert", cfg.TLSCert, "PEM `file` of this node's certificate chain, leaf first: the public listener then speaks only TLS, to clients and nodes, and this node calls the others over TLS (all nodes or none; reread on SIGHUP)")
 	fs.StringVar(&cfg.TLSKey, "tls-key", cfg.TLSKey, "PEM `file` of --tls-cert's private key (mode 600; reread on SIGHUP)")
 	fs.StringVar(&cfg.PeerTLSCA, "peer-tls-ca", cfg.PeerTLSCA, "PEM `file` of the CA certificates node certificates chain to: mutual TLS between nodes, internal endpoints 403 without a client certificate from it; --tls-cert must then allow serverAuth and clientAuth (reread on SIGHUP)")
+	fs.StringVar(&cfg.ClientTokens, "client-tokens", cfg.ClientTokens, "`file` of client bearer tokens, one a line: ROLE TOKEN, the role read, write or admin (mode 600; reread on SIGHUP); requests then need a token of their role (401, 403); without it every --listen and --admin-listen address must be loopback")
+	fs.StringVar(&cfg.SnapshotDir, "snapshot-dir", cfg.SnapshotDir, "`directory` the admin port's /snapshot writes inside, and nowhere else (default <data-dir>-snapshots)")
 	fs.DurationVar(&cfg.ReplicaTimeout, "replica-timeout", cfg.ReplicaTimeout, "deadline of one request's replica calls (dial, write, read)")
 	fs.DurationVar(&cfg.MaxClockSkew, "max-clock-skew", cfg.MaxClockSkew, "how far ahead of this node's clock another node's versions may be; a node further off from its peers refuses to coordinate writes")
 	cfg.Probe.RegisterFlags(fs)

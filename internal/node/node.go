@@ -25,6 +25,7 @@ import (
 	"github.com/dhtkv/dhtkv/internal/antientropy"
 	"github.com/dhtkv/dhtkv/internal/buildinfo"
 	"github.com/dhtkv/dhtkv/internal/cache"
+	"github.com/dhtkv/dhtkv/internal/clientauth"
 	"github.com/dhtkv/dhtkv/internal/cluster"
 	"github.com/dhtkv/dhtkv/internal/clustermap"
 	"github.com/dhtkv/dhtkv/internal/gc"
@@ -62,7 +63,8 @@ type Node struct {
 	streams  *rpc.StreamClient
 	registry *prometheus.Registry
 	api      *httpapi.Server
-	certs    *tlsconf.Certs // nil without TLS
+	certs    *tlsconf.Certs     // nil without TLS
+	tokens   *clientauth.Tokens // nil without client authentication
 
 	// checkpoints is nil when the store cannot checkpoint (snapshot.go).
 	checkpoints *checkpoints
@@ -120,11 +122,26 @@ func New(cfg Config) (_ *Node, err error) {
 	if err := checkExposure(cfg, topo.Nodes); err != nil {
 		return nil, err
 	}
+	if err := checkClientExposure(cfg); err != nil {
+		return nil, err
+	}
+	tokens, tokensWarning, err := loadTokens(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if tokensWarning != "" {
+		log.Warn(tokensWarning)
+	}
+	snapshotDir, err := cfg.snapshotDir()
+	if err != nil {
+		return nil, err
+	}
+	cfg.SnapshotDir = snapshotDir
 	now := time.Now
 	if cfg.ClockOffset != 0 {
 		now = func() time.Time { return time.Now().Add(cfg.ClockOffset) }
 	}
-	n := &Node{cfg: cfg, log: log, certs: certs, registry: metrics.NewRegistry(), served: make(chan error, 1), failed: make(chan error, 1), leftCh: make(chan struct{}, 1)}
+	n := &Node{cfg: cfg, log: log, certs: certs, tokens: tokens, registry: metrics.NewRegistry(), served: make(chan error, 1), failed: make(chan error, 1), leftCh: make(chan struct{}, 1)}
 	var peerTLS *tls.Config
 	if certs != nil {
 		peerTLS = certs.ClientConfig()
@@ -228,6 +245,7 @@ func New(cfg Config) (_ *Node, err error) {
 		ScanMinRate:      cfg.ScanMinRate,
 		ScanReleaseAfter: cfg.ScanReleaseAfter,
 		RawValueMinBytes: cfg.RawValueMinBytes,
+		Tokens:           tokens,
 	}
 	n.srv = &fasthttp.Server{
 		Handler:      n.api.Handler,
@@ -335,7 +353,7 @@ func (n *Node) Serve() error {
 	if n.adminLn != nil {
 		mux := admin.Mux(admin.Parts{
 			Registry: n.registry, Ready: n.Ready, AntiEntropy: n.ae, Checkpointer: n.checkpointer(),
-			Cluster: n.members.Handler(n.admissible), Log: n.log,
+			Cluster: n.members.Handler(n.admissible), SnapshotDir: cfg.SnapshotDir, Tokens: n.tokens, Log: n.log,
 		})
 		n.adminSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 		go func() {
@@ -381,7 +399,7 @@ func (n *Node) Serve() error {
 		"data_dir", cfg.DataDir, "self", cfg.Self, "node_id", self, "cluster_map", m.String(), "sync", cfg.Store.Sync,
 		"memtable_bytes", memTableBytes(cfg.Store.MemTableBytes, cfg.MemTableSpread, cfg.Self),
 		"version", buildinfo.Version(), "max_connections", cfg.MaxConnections, "max_connections_per_ip", cfg.MaxConnectionsPerIP,
-		"tls", tlsMode(n.certs))
+		"tls", tlsMode(n.certs), "client_tokens", n.tokens != nil)
 	return nil
 }
 

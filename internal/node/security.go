@@ -1,11 +1,14 @@
 package node
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"net/url"
 	"os"
 	"strings"
+
+	"github.com/dhtkv/dhtkv/internal/clientauth"
 )
 
 // Secure by default (docs/security.md): node-to-node requests can carry
@@ -69,6 +72,87 @@ func checkExposure(cfg Config, members []string) error {
 		if err != nil || !loopbackHostPort(u.Host) {
 			return fmt.Errorf("refusing cluster member %s: %s", m, why)
 		}
+	}
+	return nil
+}
+
+// Clients are held to the same rule (docs/security.md): without client
+// tokens (--client-tokens) a node refuses to start when its public or admin
+// listener is not on a loopback address, since whoever reaches them could
+// read, write and delete every key, and change the cluster's membership.
+
+// loadTokens reads cfg.ClientTokens, if given: nil without it. A file
+// others may read is accepted, with a warning in the returned string.
+func loadTokens(cfg Config) (_ *clientauth.Tokens, warning string, err error) {
+	if cfg.ClientTokens == "" {
+		return nil, "", nil
+	}
+	tokens, err := clientauth.Load(cfg.ClientTokens)
+	if err != nil {
+		return nil, "", fmt.Errorf("--client-tokens: %w", err)
+	}
+	return tokens, tokensWarning(cfg.ClientTokens), nil
+}
+
+// tokensWarning is a warning when the token file is readable by other
+// users.
+func tokensWarning(path string) string {
+	if mode, open := readableByOthers(path); open {
+		return fmt.Sprintf("--client-tokens %s is readable by other users (mode %v): chmod 600 it", path, mode)
+	}
+	return ""
+}
+
+// checkClientExposure refuses, without client tokens, a public or admin
+// listener address (--listen, --admin-listen) that is not loopback. As for
+// checkExposure, a listener a test hands over (Config.Listener,
+// AdminListener) is judged by those addresses, its name.
+func checkClientExposure(cfg Config) error {
+	if cfg.ClientTokens != "" {
+		return nil
+	}
+	const why = "without --client-tokens, whoever reaches it may read, write and delete every key (and, on the admin port, change the cluster's membership), so it must be a loopback address (docs/security.md)"
+	if !loopbackHostPort(cfg.Listen) {
+		return fmt.Errorf("refusing to listen on %s: %s", cfg.Listen, why)
+	}
+	if cfg.AdminListen != "" && !loopbackHostPort(cfg.AdminListen) {
+		return fmt.Errorf("refusing the admin listener on %s: %s", cfg.AdminListen, why)
+	}
+	return nil
+}
+
+// Reload reads the client token file (--client-tokens) and the TLS files
+// (--tls-cert, --tls-key, --peer-tls-ca) again, each of those the node
+// was started with, and puts what it read in use: the tokens for every
+// later request, the certificates for every new connection (connections
+// already open keep the ones they were opened with). A file that fails to
+// load changes nothing of its kind: the tokens, or the certificates, in
+// use stay, and the error is logged and returned (both errors if both
+// fail). Client authentication or TLS cannot be turned on or off by a
+// reload: that takes a restart. cmd/dhtkv calls it on SIGHUP; it is safe
+// to call at any time from any goroutine.
+func (n *Node) Reload() error {
+	if n.tokens == nil && n.certs == nil {
+		n.log.Info("reload: no client tokens and no TLS files, nothing to reload")
+		return nil
+	}
+	return errors.Join(n.reloadTokens(), n.reloadTLS())
+}
+
+// reloadTokens reads the client token file again (Reload), if there is
+// one.
+func (n *Node) reloadTokens() error {
+	if n.tokens == nil {
+		return nil
+	}
+	if err := n.tokens.Reload(); err != nil {
+		n.log.Error("client token reload failed; the tokens in use stay", "err", err)
+		return fmt.Errorf("reload client tokens: %w", err)
+	}
+	read, write, admin := n.tokens.Count()
+	n.log.Info("client tokens reloaded", "file", n.tokens.Path(), "read", read, "write", write, "admin", admin)
+	if w := tokensWarning(n.tokens.Path()); w != "" {
+		n.log.Warn(w)
 	}
 	return nil
 }

@@ -1,9 +1,11 @@
 package node
 
 import (
+	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -77,12 +79,77 @@ func TestLoadSecret(t *testing.T) {
 	}
 }
 
+// TestCheckClientExposure: without client tokens, a public or admin
+// listener off loopback is refused, whatever authenticates the nodes;
+// with them, any address is served.
+func TestCheckClientExposure(t *testing.T) {
+	for _, tc := range []struct {
+		name, listen, admin, tokens string
+		err                         string
+	}{
+		{"local", "127.0.0.1:8080", "127.0.0.1:6060", "", ""},
+		{"local, no admin listener", "[::1]:8080", "", "", ""},
+		{"public port on all interfaces", ":8080", "127.0.0.1:6060", "", "refusing to listen on :8080: without --client-tokens"},
+		{"public port on an address", "10.0.0.1:8080", "", "", "refusing to listen on 10.0.0.1:8080: without --client-tokens"},
+		{"admin port on all interfaces", "127.0.0.1:8080", "0.0.0.0:6060", "", "refusing the admin listener on 0.0.0.0:6060: without --client-tokens"},
+		{"both, with tokens", "0.0.0.0:8080", "0.0.0.0:6060", "tokens", ""},
+	} {
+		err := checkClientExposure(Config{Listen: tc.listen, AdminListen: tc.admin, ClientTokens: tc.tokens})
+		if tc.err == "" {
+			require.NoError(t, err, tc.name)
+		} else {
+			require.ErrorContains(t, err, tc.err, tc.name)
+			require.ErrorContains(t, err, "so it must be a loopback address (docs/security.md)", tc.name)
+		}
+	}
+}
+
+// clientTokens writes a client token file and returns its path.
+func clientTokens(t *testing.T) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "tokens")
+	require.NoError(t, os.WriteFile(p, []byte("admin admin-token-0123456789\n"), 0o600))
+	return p
+}
+
+// TestNewRefusesExposedNodeWithoutTokens: node.New applies the clients'
+// rule after the nodes' one: node authentication alone does not lift it,
+// a token file does; one that does not load, or is readable by others,
+// is said so.
+func TestNewRefusesExposedNodeWithoutTokens(t *testing.T) {
+	var logs strings.Builder
+	cfg := DefaultConfig()
+	cfg.DataDir = filepath.Join(t.TempDir(), "d")
+	cfg.Listen = "0.0.0.0:0"
+	cfg.ClusterSecret = "s3cret"
+	cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	_, err := New(cfg)
+	require.ErrorContains(t, err, "refusing to listen on 0.0.0.0:0: without --client-tokens")
+
+	cfg.ClientTokens = filepath.Join(t.TempDir(), "absent")
+	_, err = New(cfg)
+	require.ErrorContains(t, err, "--client-tokens: client tokens: open "+cfg.ClientTokens)
+
+	cfg.ClientTokens = clientTokens(t)
+	require.NoError(t, os.WriteFile(cfg.ClientTokens, []byte("admin admin-token-0123456789\nadmin admin-token-0123456789\n"), 0o600))
+	_, err = New(cfg)
+	require.EqualError(t, err, "--client-tokens: "+cfg.ClientTokens+":2: the token of line 1 again: a token appears once, with one role")
+
+	cfg.ClientTokens = clientTokens(t)
+	require.NoError(t, os.Chmod(cfg.ClientTokens, 0o644))
+	n, err := New(cfg)
+	require.NoError(t, err)
+	require.NoError(t, n.Close())
+	require.Contains(t, logs.String(), "is readable by other users (mode -rw-r--r--): chmod 600 it")
+}
+
 // TestNewRefusesExposedNodeWithoutSecret: node.New itself applies the
 // rule, and a secret file lifts it.
 func TestNewRefusesExposedNodeWithoutSecret(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.DataDir = filepath.Join(t.TempDir(), "d")
 	cfg.Listen = "0.0.0.0:0"
+	cfg.ClientTokens = clientTokens(t)
 	_, err := New(cfg)
 	require.ErrorContains(t, err, "refusing to listen on 0.0.0.0:0")
 
@@ -101,6 +168,7 @@ func TestNewServesExposedNodeWithMutualTLS(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.DataDir = filepath.Join(t.TempDir(), "d")
 	cfg.Listen = "0.0.0.0:0"
+	cfg.ClientTokens = clientTokens(t)
 	cfg.TLSCert, cfg.TLSKey, _ = ca.Issue("node")
 	_, err := New(cfg)
 	require.ErrorContains(t, err, "refusing to listen on 0.0.0.0:0", "TLS without --peer-tls-ca authenticates no node")

@@ -50,18 +50,15 @@ func tlsMode(certs *tlsconf.Certs) string {
 	return "on"
 }
 
-// Reload reads the TLS files (--tls-cert, --tls-key, --peer-tls-ca) again
-// and makes them the ones every new connection uses, accepted or made to
-// another node; connections already open keep the certificates they were
-// opened with. A reload that fails (a file missing or unreadable, a key
-// that does not match its certificate, a certificate expired or not from
-// --peer-tls-ca) changes nothing: the error is logged and returned.
-// Without TLS it logs that there is nothing to reload and returns nil.
-// cmd/dhtkv calls it on SIGHUP; it is safe to call at any time from any
-// goroutine.
-func (n *Node) Reload() error {
+// reloadTLS reads the TLS files (--tls-cert, --tls-key, --peer-tls-ca)
+// again and makes them the ones every new connection uses, accepted or
+// made to another node; connections already open keep the certificates
+// they were opened with. A reload that fails (a file missing or
+// unreadable, a key that does not match its certificate, a certificate
+// expired or not from --peer-tls-ca) changes nothing: the error is logged
+// and returned. Without TLS it returns nil.
+func (n *Node) reloadTLS() error {
 	if n.certs == nil {
-		n.log.Info("reload: TLS is off, nothing to reload")
 		return nil
 	}
 	if err := n.certs.Reload(); err != nil {
