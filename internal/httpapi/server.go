@@ -117,7 +117,11 @@ func (s *Server) Handler(ctx *fasthttp.RequestCtx) {
 		// The client's wish, or a body left unread (abandonBody).
 		ctx.SetConnectionClose()
 	}
-	s.Metrics.Request(op, ctx.Response.StatusCode(), time.Since(start))
+	code := ctx.Response.StatusCode()
+	if code >= 400 && ctx.IsHead() {
+		headReason(&ctx.Response)
+	}
+	s.Metrics.Request(op, code, time.Since(start))
 }
 
 // unreadBody deals with a body the handler did not take (a GET's, a
@@ -170,17 +174,22 @@ func (s *Server) route(ctx *fasthttp.RequestCtx) Op {
 	return op
 }
 
+// entity serves /v0/entity. GET and HEAD answer the same headers (HEAD
+// without the body; fasthttp drops it and keeps the Content-Length set
+// here): the value's metadata (setMeta) and its length.
 func (s *Server) entity(ctx *fasthttp.RequestCtx) Op {
 	var op Op
 	switch {
 	case ctx.IsGet():
 		op = OpGet
+	case ctx.IsHead():
+		op = OpHead
 	case ctx.IsPut():
 		op = OpPut
 	case ctx.IsDelete():
 		op = OpDelete
 	default:
-		methodNotAllowed(ctx, "GET, PUT, DELETE")
+		methodNotAllowed(ctx, "GET, HEAD, PUT, DELETE")
 		return OpOther
 	}
 	p, aerr := parseEntity(ctx.URI().QueryString(), ctx.QueryArgs(), s.Coord.Replicas(), s.Limits.MaxKeyBytes)
@@ -192,18 +201,29 @@ func (s *Server) entity(ctx *fasthttp.RequestCtx) Op {
 	if aerr == nil && ttl > 0 && op != OpPut {
 		aerr = badRequest("ttl applies to PUT only")
 	}
+	if aerr == nil {
+		aerr = checkPreconditions(&ctx.Request.Header, op)
+	}
 	if aerr != nil {
 		fail(ctx, aerr)
 		return op
 	}
 	switch op {
-	case OpGet:
+	case OpGet, OpHead:
 		res, err := s.Coord.Get(p.key, p.ack, p.from)
 		switch {
 		case err != nil:
 			s.replicaError(ctx, err)
 		case res.Live():
-			s.setValue(ctx, res.Rec.Value)
+			setMeta(&ctx.Response.Header, &res.Rec, time.Now())
+			switch {
+			case notModified(ctx.Request.Header.PeekBytes(headerIfNoneMatch), res.Rec.Version):
+				ctx.SetStatusCode(fasthttp.StatusNotModified)
+			case op == OpHead:
+				ctx.Response.Header.SetContentLength(len(res.Rec.Value))
+			default:
+				s.setValue(ctx, res.Rec.Value)
+			}
 		default:
 			ctx.Error("not found\n", fasthttp.StatusNotFound)
 		}
