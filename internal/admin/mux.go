@@ -22,7 +22,9 @@ type Parts struct {
 	Checkpointer Checkpointer
 	// Cluster serves /cluster and below (membership.Service.Handler).
 	Cluster http.Handler
-	Log     *slog.Logger
+	// LogLevel serves /log-level (nil: 501, the level is fixed).
+	LogLevel *slog.LevelVar
+	Log      *slog.Logger
 }
 
 // Mux returns every admin endpoint on one mux (see the package comment).
@@ -57,6 +59,7 @@ func Mux(p Parts) http.Handler {
 			return out
 		}))
 	mux.Handle("/snapshot", SnapshotHandler(p.Checkpointer, p.Log))
+	mux.Handle("/log-level", LogLevelHandler(p.LogLevel, p.Log))
 	mux.Handle("/cluster", p.Cluster)
 	mux.Handle("/cluster/", p.Cluster)
 	return mux

@@ -85,6 +85,8 @@ type Server struct {
 	// answered by reference instead of copied (default RawValueMinBytes;
 	// negative: always copied; see setValue).
 	RawValueMinBytes int
+	// AccessLog configures the access log (accesslog.go; off by default).
+	AccessLog AccessLogOptions
 
 	scans     scanRegistry // range streams in flight (entities.go)
 	bodyBytes atomic.Int64 // request body buffers held, in bytes (body.go)
@@ -109,7 +111,8 @@ const (
 // Handler is the fasthttp request handler.
 func (s *Server) Handler(ctx *fasthttp.RequestCtx) {
 	start := ctx.Time() // fasthttp's time.Now() of this request, taken just before the handler
-	op := s.route(ctx)
+	var info reqInfo    // for the access log; on the stack
+	op := s.route(ctx, &info)
 	if ctx.RequestBodyStream() != nil && ctx.Request.Header.ContentLength() != 0 {
 		s.unreadBody(ctx)
 	}
@@ -121,7 +124,11 @@ func (s *Server) Handler(ctx *fasthttp.RequestCtx) {
 	if code >= 400 && ctx.IsHead() {
 		headReason(&ctx.Response)
 	}
-	s.Metrics.Request(op, code, time.Since(start))
+	elapsed := time.Since(start)
+	s.Metrics.Request(op, code, elapsed)
+	if s.sampled() {
+		s.logAccess(ctx, op, &info, elapsed)
+	}
 }
 
 // unreadBody deals with a body the handler did not take (a GET's, a
@@ -141,14 +148,14 @@ func (s *Server) unreadBody(ctx *fasthttp.RequestCtx) {
 }
 
 // route serves the request by its path and returns its kind.
-func (s *Server) route(ctx *fasthttp.RequestCtx) Op {
+func (s *Server) route(ctx *fasthttp.RequestCtx, info *reqInfo) Op {
 	if s.refused(ctx) {
 		return OpOther
 	}
 	var op Op
 	switch string(ctx.Path()) {
 	case pathEntity:
-		op = s.entity(ctx)
+		op = s.entity(ctx, info)
 	case pathStatus:
 		op = OpStatus
 		s.status(ctx)
@@ -177,7 +184,7 @@ func (s *Server) route(ctx *fasthttp.RequestCtx) Op {
 // entity serves /v0/entity. GET and HEAD answer the same headers (HEAD
 // without the body; fasthttp drops it and keeps the Content-Length set
 // here): the value's metadata (setMeta) and its length.
-func (s *Server) entity(ctx *fasthttp.RequestCtx) Op {
+func (s *Server) entity(ctx *fasthttp.RequestCtx, info *reqInfo) Op {
 	var op Op
 	switch {
 	case ctx.IsGet():
@@ -197,6 +204,7 @@ func (s *Server) entity(ctx *fasthttp.RequestCtx) Op {
 		fail(ctx, aerr)
 		return op
 	}
+	info.key, info.ack, info.from = p.key, p.ack, p.from
 	ttl, aerr := parseTTL(ctx.QueryArgs(), ctx.Request.Header.Peek(TTLHeader))
 	if aerr == nil && ttl > 0 && op != OpPut {
 		aerr = badRequest("ttl applies to PUT only")

@@ -228,6 +228,7 @@ func New(cfg Config) (_ *Node, err error) {
 		ScanMinRate:      cfg.ScanMinRate,
 		ScanReleaseAfter: cfg.ScanReleaseAfter,
 		RawValueMinBytes: cfg.RawValueMinBytes,
+		AccessLog:        cfg.AccessLog,
 	}
 	n.srv = &fasthttp.Server{
 		Handler:      n.api.Handler,
@@ -335,7 +336,7 @@ func (n *Node) Serve() error {
 	if n.adminLn != nil {
 		mux := admin.Mux(admin.Parts{
 			Registry: n.registry, Ready: n.Ready, AntiEntropy: n.ae, Checkpointer: n.checkpointer(),
-			Cluster: n.members.Handler(n.admissible), Log: n.log,
+			Cluster: n.members.Handler(n.admissible), LogLevel: cfg.LogLevel, Log: n.log,
 		})
 		n.adminSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 		go func() {
