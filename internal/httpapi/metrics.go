@@ -76,6 +76,30 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	return m
 }
 
+// Register adds the gauges of what the server holds against its caps,
+// read at scrape time: request body buffers against
+// --max-inflight-body-bytes, range streams against --max-scans.
+func (s *Server) Register(reg prometheus.Registerer) {
+	reg.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "dhtkv_request_body_bytes",
+			Help: "Bytes of the buffers holding the bodies of requests in flight (charged against --max-inflight-body-bytes; 503 beyond).",
+		}, func() float64 { return float64(s.bodyBytes.Load()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "dhtkv_request_body_max_bytes",
+			Help: "The budget of request body buffers (--max-inflight-body-bytes); 0: none.",
+		}, func() float64 { return float64(s.Limits.MaxInflightBodyBytes) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "dhtkv_scans_open",
+			Help: "Range streams in flight, public and internal (429 beyond --max-scans).",
+		}, func() float64 { return float64(s.scans.open()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "dhtkv_scans_max",
+			Help: "The cap on range streams in flight (--max-scans).",
+		}, func() float64 { return float64(s.maxScans()) }),
+	)
+}
+
 // Request records one answered request.
 func (m *Metrics) Request(op Op, code int, elapsed time.Duration) {
 	m.latency[op].Observe(elapsed.Seconds())

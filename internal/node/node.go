@@ -230,6 +230,7 @@ func New(cfg Config) (_ *Node, err error) {
 		RawValueMinBytes: cfg.RawValueMinBytes,
 		AccessLog:        cfg.AccessLog,
 	}
+	n.api.Register(n.registry)
 	n.srv = &fasthttp.Server{
 		Handler:      n.api.Handler,
 		ErrorHandler: n.api.ErrorHandler,
