@@ -48,10 +48,11 @@ var preconditions = []string{fasthttp.HeaderIfMatch, fasthttp.HeaderIfNoneMatch,
 // and a write whose client meant "only if unchanged" or "only if absent"
 // that went through anyway would be the lost update the client guarded
 // against. A malformed If-None-Match is refused on a read too.
-func checkPreconditions(h *fasthttp.RequestHeader, op Op) *apiError {
+// ifNoneMatch is the request's If-None-Match, read once by the caller.
+func checkPreconditions(h *fasthttp.RequestHeader, op Op, ifNoneMatch []byte) *apiError {
 	if op == OpGet || op == OpHead {
-		if v := h.PeekBytes(headerIfNoneMatch); v != nil && !validETagList(v) {
-			return badRequest(`If-None-Match %q: want *, or "etag" values (W/ allowed) separated by commas`, v)
+		if ifNoneMatch != nil && !validETagList(ifNoneMatch) {
+			return badRequest(`If-None-Match %q: want *, or "etag" values (W/ allowed) separated by commas`, ifNoneMatch)
 		}
 		return nil
 	}
@@ -70,18 +71,19 @@ func checkPreconditions(h *fasthttp.RequestHeader, op Op) *apiError {
 // asks again, with If-None-Match, before using it (without it a cache may
 // serve the value heuristically fresh after it changed). It allocates
 // nothing: the values are formatted on the stack and copied into the
-// response's header buffer.
-func setMeta(h *fasthttp.ResponseHeader, rec *record.Record, now time.Time) {
+// response's header buffer. h must not have these headers yet: they are
+// added, not set (no search for an existing one on the GET path).
+func setMeta(h *fasthttp.ResponseHeader, rec *record.Record) {
 	var buf [32]byte
-	h.SetCanonical(headerETag, appendETag(buf[:0], rec.Version))
-	h.SetCanonical(headerCacheControl, noCache)
+	h.AddBytesKV(headerETag, appendETag(buf[:0], rec.Version))
+	h.AddBytesKV(headerCacheControl, noCache)
 	if rec.ExpiresAt == 0 {
 		return
 	}
 	exp := time.UnixMilli(int64(rec.ExpiresAt)).UTC()
-	h.SetCanonical(headerExpiresAt, exp.AppendFormat(buf[:0], "2006-01-02T15:04:05.000Z07:00"))
-	left := (exp.Sub(now) + time.Second - 1) / time.Second // rounded up: 1 s or more while live
-	h.SetCanonical(headerTTL, strconv.AppendInt(buf[:0], int64(max(left, 1)), 10))
+	h.AddBytesKV(headerExpiresAt, exp.AppendFormat(buf[:0], "2006-01-02T15:04:05.000Z07:00"))
+	left := (time.Until(exp) + time.Second - 1) / time.Second // rounded up: 1 s or more while live
+	h.AddBytesKV(headerTTL, strconv.AppendInt(buf[:0], int64(max(left, 1)), 10))
 }
 
 // appendETag appends version's entity tag: the decimal version, quoted.

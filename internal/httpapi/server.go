@@ -209,8 +209,9 @@ func (s *Server) entity(ctx *fasthttp.RequestCtx, info *reqInfo) Op {
 	if aerr == nil && ttl > 0 && op != OpPut {
 		aerr = badRequest("ttl applies to PUT only")
 	}
+	ifNoneMatch := ctx.Request.Header.PeekBytes(headerIfNoneMatch)
 	if aerr == nil {
-		aerr = checkPreconditions(&ctx.Request.Header, op)
+		aerr = checkPreconditions(&ctx.Request.Header, op, ifNoneMatch)
 	}
 	if aerr != nil {
 		fail(ctx, aerr)
@@ -223,9 +224,9 @@ func (s *Server) entity(ctx *fasthttp.RequestCtx, info *reqInfo) Op {
 		case err != nil:
 			s.replicaError(ctx, err)
 		case res.Live():
-			setMeta(&ctx.Response.Header, &res.Rec, time.Now())
+			setMeta(&ctx.Response.Header, &res.Rec)
 			switch {
-			case notModified(ctx.Request.Header.PeekBytes(headerIfNoneMatch), res.Rec.Version):
+			case notModified(ifNoneMatch, res.Rec.Version):
 				ctx.SetStatusCode(fasthttp.StatusNotModified)
 			case op == OpHead:
 				ctx.Response.Header.SetContentLength(len(res.Rec.Value))
