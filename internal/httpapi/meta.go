@@ -48,7 +48,9 @@ var preconditions = []string{fasthttp.HeaderIfMatch, fasthttp.HeaderIfNoneMatch,
 // and a write whose client meant "only if unchanged" or "only if absent"
 // that went through anyway would be the lost update the client guarded
 // against. A malformed If-None-Match is refused on a read too.
-// ifNoneMatch is the request's If-None-Match, read once by the caller.
+//
+// ifNoneMatch is the request's If-None-Match (nil: none), which the caller
+// reads once for this check and notModified.
 func checkPreconditions(h *fasthttp.RequestHeader, op Op, ifNoneMatch []byte) *apiError {
 	if op == OpGet || op == OpHead {
 		if ifNoneMatch != nil && !validETagList(ifNoneMatch) {
