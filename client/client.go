@@ -169,6 +169,7 @@ type callOptions struct {
 	ack, from int
 	limit     int
 	local     bool
+	ttl       time.Duration
 }
 
 // WithAck sets how many replicas must answer (the API's ack; 1 <= ack <=
@@ -179,6 +180,13 @@ func WithAck(n int) Option { return func(o *callOptions) { o.ack = n } }
 // from; at most the cluster size). The default is the node's: the
 // cluster size.
 func WithFrom(n int) Option { return func(o *callOptions) { o.from = n } }
+
+// WithTTL makes a Put's value expire d after the write (the API's ttl):
+// from then on it reads as absent, as if deleted. d is a whole number of
+// seconds from 1 s (Put refuses another before sending anything); a node
+// refuses more than ten years with a *BadRequestError. The other calls
+// ignore it. Stat reports the time left.
+func WithTTL(d time.Duration) Option { return func(o *callOptions) { o.ttl = d } }
 
 func (o *callOptions) query(q url.Values) {
 	if o.ack > 0 {
@@ -215,7 +223,8 @@ func (c *Client) Get(ctx context.Context, key string, opts ...Option) ([]byte, e
 	return nil, a.err(http.MethodGet)
 }
 
-// Put stores value under key once ack replicas have stored it.
+// Put stores value under key once ack replicas have stored it; WithTTL
+// makes it expire.
 func (c *Client) Put(ctx context.Context, key string, value []byte, opts ...Option) error {
 	return c.write(ctx, http.MethodPut, key, value, http.StatusCreated, opts)
 }
@@ -230,6 +239,12 @@ func (c *Client) write(ctx context.Context, method, key string, value []byte, wa
 	o := callOpts(opts)
 	q := url.Values{"id": {key}}
 	o.query(q)
+	if o.ttl != 0 && method == http.MethodPut {
+		if o.ttl < time.Second || o.ttl%time.Second != 0 {
+			return fmt.Errorf("dhtkv: ttl %v: want a whole number of seconds, 1s or more", o.ttl)
+		}
+		q.Set("ttl", strconv.FormatInt(int64(o.ttl/time.Second), 10))
+	}
 	a, err := c.roundTrip(ctx, method, "/v0/entity", q, value, false)
 	if err != nil {
 		return err
@@ -244,6 +259,7 @@ func (c *Client) write(ctx context.Context, method, key string, value []byte, wa
 type answer struct {
 	endpoint string
 	code     int
+	header   http.Header
 	body     []byte         // the whole body (not streamed)
 	resp     *http.Response // streamed: the open response, the caller closes its body
 }
@@ -334,7 +350,7 @@ func (c *Client) try(ctx context.Context, endpoint, method, path string, q url.V
 	if err != nil {
 		return answer{}, unwrapURLError(err)
 	}
-	a := answer{endpoint: endpoint, code: resp.StatusCode}
+	a := answer{endpoint: endpoint, code: resp.StatusCode, header: resp.Header}
 	if stream && resp.StatusCode == http.StatusOK {
 		a.resp = resp
 		return a, nil
@@ -342,6 +358,11 @@ func (c *Client) try(ctx context.Context, endpoint, method, path string, q url.V
 	defer resp.Body.Close()
 	if a.body, err = io.ReadAll(resp.Body); err != nil {
 		return answer{}, fmt.Errorf("reading the answer: %w", err)
+	}
+	if method == http.MethodHead && len(a.body) == 0 {
+		// An answer to HEAD has no body: a node puts its reason in a
+		// header instead.
+		a.body = []byte(resp.Header.Get(errorHeader))
 	}
 	return a, nil
 }

@@ -1,12 +1,14 @@
 // Package client is the Go client of dhtkv, the Dynamo-style key-value
-// store: Get, Put, Delete and Scan against a cluster through any of its
-// nodes, with the per-request replication (ack of from) of the HTTP API,
-// failover across several endpoints, and typed errors for the answers a
-// program acts on. It uses only the standard library's net/http.
+// store: Get, Put (WithTTL to expire), Delete, Stat (a key's version,
+// size and expiry without its value) and Scan against a cluster through
+// any of its nodes, with the per-request replication (ack of from) of
+// the HTTP API, failover across several endpoints, and typed errors for
+// the answers a program acts on. It uses only the standard library's net/http.
 //
 // # Errors
 //
-//   - ErrNotFound: GET answered 404, the key is absent or deleted.
+//   - ErrNotFound: GET (Get) or HEAD (Stat) answered 404, the key is
+//     absent, deleted or expired.
 //   - ErrNotEnoughReplicas: the node answered 504, fewer than ack of the
 //     key's replicas answered in time. The write may or may not have been
 //     stored by some replicas; retrying later is the caller's choice.

@@ -45,6 +45,26 @@ func ExampleClient_Put() {
 	// Output: hello
 }
 
+func ExampleClient_Stat() {
+	c, err := client.New(client.Config{Endpoints: []string{endpoint}})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	// A session that expires in an hour unless written again.
+	if err := c.Put(ctx, "session", []byte("token"), client.WithTTL(time.Hour)); err != nil {
+		log.Fatal(err)
+	}
+	m, err := c.Stat(ctx, "session") // the version, size and expiry, not the value
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(m.Size, m.TTL > 59*time.Minute, m.Version > 0)
+	// Output: 5 true true
+}
+
 func ExampleClient_Get() {
 	c, err := client.New(client.Config{Endpoints: []string{endpoint}})
 	if err != nil {

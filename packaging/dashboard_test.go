@@ -242,11 +242,7 @@ func TestGrafanaDashboard(t *testing.T) {
 	}
 	assert.Subset(t, vars, []string{"datasource:datasource", "query:instance"})
 
-	var all []panel
-	for _, p := range d.Panels {
-		all = append(all, p)
-		all = append(all, p.Panels...)
-	}
+	all := allPanels(d)
 	ids := map[int]bool{}
 	var exprs []string
 	for _, p := range all {
@@ -265,7 +261,10 @@ func TestGrafanaDashboard(t *testing.T) {
 	}
 	joined := strings.Join(exprs, "\n")
 	for _, want := range []string{"dhtkv_requests_total", "dhtkv_request_duration_seconds_bucket", "dhtkv_replica_failures_total",
-		"dhtkv_hints_", "dhtkv_antientropy_", "dhtkv_gc_", "dhtkv_cache_", "dhtkv_pebble_"} {
+		"dhtkv_hints_", "dhtkv_antientropy_", "dhtkv_gc_", "dhtkv_cache_", "dhtkv_pebble_",
+		"dhtkv_cluster_map_epoch", "dhtkv_cluster_members", "dhtkv_membership_change_stage", "dhtkv_membership_moved_records_total",
+		"dhtkv_connections_open", "dhtkv_connections_max", "dhtkv_connections_refused_total",
+		"dhtkv_request_body_bytes", "dhtkv_scans_open", "dhtkv_hints_max_bytes"} {
 		assert.Contains(t, joined, want, "the dashboard shows %s", want)
 	}
 
@@ -305,6 +304,150 @@ func TestGrafanaDashboard(t *testing.T) {
 		}
 		for _, l := range grouping {
 			assert.Contains(t, labels, l, "%s: groups by %q, which none of its metrics has", e, l)
+		}
+	}
+}
+
+// loadDashboard reads packaging/grafana-dashboard.json.
+func loadDashboard(t *testing.T) dashboard {
+	t.Helper()
+	b, err := os.ReadFile("grafana-dashboard.json")
+	require.NoError(t, err)
+	var d dashboard
+	require.NoError(t, json.Unmarshal(b, &d))
+	return d
+}
+
+// allPanels lists d's panels, those of collapsed rows included.
+func allPanels(d dashboard) []panel {
+	var all []panel
+	for _, p := range d.Panels {
+		all = append(all, p)
+		all = append(all, p.Panels...)
+	}
+	return all
+}
+
+// panelMetrics maps each metric the dashboard's queries read, histogram
+// series by their histogram's name, to the titles of the panels that read
+// it.
+func panelMetrics(t *testing.T, d dashboard) map[string][]string {
+	t.Helper()
+	out := map[string][]string{}
+	for _, p := range allPanels(d) {
+		for _, tg := range p.Targets {
+			refs, _ := promRefs(tg.Expr)
+			for _, r := range refs {
+				name := r.metric
+				for _, suffix := range []string{"_bucket", "_count", "_sum"} {
+					name = strings.TrimSuffix(name, suffix)
+				}
+				if !slices.Contains(out[name], p.Title) {
+					out[name] = append(out[name], p.Title)
+				}
+			}
+		}
+	}
+	return out
+}
+
+// Every dhtkv metric a panel reads is defined in the code: its name, as a
+// string, is in a Go file of the module that is not a test; the go_ and
+// process_ ones come from client_golang's collectors, which
+// internal/metrics registers. A panel on a metric that was renamed or
+// never written fails here, naming the panel, before any node runs.
+func TestDashboardMetricsInCode(t *testing.T) {
+	d := loadDashboard(t)
+	var src strings.Builder
+	err := filepath.WalkDir(root, func(path string, e os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if e.IsDir() && (e.Name() == ".git" || e.Name() == "packaging" || e.Name() == "docs") {
+			return filepath.SkipDir
+		}
+		if e.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		b, err := os.ReadFile(path)
+		src.Write(b)
+		return err
+	})
+	require.NoError(t, err)
+	code := src.String()
+	require.Contains(t, code, "collectors.NewGoCollector(")
+	require.Contains(t, code, "collectors.NewProcessCollector(")
+	for name, panels := range panelMetrics(t, d) {
+		switch {
+		case strings.HasPrefix(name, "go_"), strings.HasPrefix(name, "process_"):
+			continue // client_golang's collectors
+		case !strings.HasPrefix(name, "dhtkv_"):
+			t.Errorf("%v read %s, which is not a dhtkv metric", panels, name)
+		case !strings.Contains(code, `"`+name+`"`):
+			t.Errorf("%v read %s, which no Go file of the module defines", panels, name)
+		}
+	}
+}
+
+// notBeforeExchange are the metrics a panel reads that a node exports for
+// a peer only once it has run an anti-entropy exchange with it: before,
+// there is no true value (no success time, no differences found, no
+// progress). exported, after traffic, checks that they then appear.
+var notBeforeExchange = map[string]bool{
+	"dhtkv_antientropy_last_success_timestamp_seconds": true,
+	"dhtkv_antientropy_partitions_differing":           true,
+	"dhtkv_antientropy_exchange_progress_ratio":        true,
+}
+
+// A fresh cluster, before any request, exports every series the dashboard
+// reads, on every node (but notBeforeExchange): panels show zeros, not
+// "No data", until something happens. The counter vectors are the point:
+// a vector exports nothing until a child is made, so each of them must
+// make its known label values at the start (every peer's hints stored,
+// replayed and dropped for each reason; each scan abort reason; read
+// repairs; anti-entropy; connection refusals; each peer's replica calls).
+func TestDashboardHasDataBeforeTraffic(t *testing.T) {
+	d := loadDashboard(t)
+	c := testcluster.Start(t, 3)
+	wantSeries := map[string]int{ // on each node of 3: its 2 peers
+		"dhtkv_hints_stored_total":          2,
+		"dhtkv_hints_replayed_total":        2,
+		"dhtkv_hints_dropped_total":         2 * 4, // window, cap, error, left
+		"dhtkv_hints_pending_bytes":         2,
+		"dhtkv_scan_aborts_total":           4,
+		"dhtkv_read_repairs_total":          5,
+		"dhtkv_antientropy_exchanges_total": 2,
+		"dhtkv_antientropy_keys_total":      3,
+		"dhtkv_antientropy_bytes_total":     2,
+		"dhtkv_connections_refused_total":   2,
+		"dhtkv_replica_failures_total":      2 * 2 * 2, // peer, get/put, timeout/error
+	}
+	metrics := panelMetrics(t, d)
+	for name := range wantSeries {
+		require.Contains(t, metrics, name, "a panel reads %s", name)
+	}
+	for i := range c.Size() {
+		families, err := c.Node(i).Registry().Gather()
+		require.NoError(t, err)
+		series := map[string][]*dto.Metric{}
+		for _, f := range families {
+			series[f.GetName()] = f.GetMetric()
+		}
+		for name, panels := range metrics {
+			if notBeforeExchange[name] {
+				continue
+			}
+			assert.NotEmpty(t, series[name], "node %d exports no %s before traffic: %v would say No data", i, name, panels)
+		}
+		for name, n := range wantSeries {
+			assert.Len(t, series[name], n, "node %d: %s", i, name)
+			for _, m := range series[name] {
+				if name == "dhtkv_replica_failures_total" || name == "dhtkv_hints_pending_bytes" ||
+					strings.HasPrefix(name, "dhtkv_hints_") || name == "dhtkv_scan_aborts_total" {
+					v := m.GetCounter().GetValue() + m.GetGauge().GetValue()
+					assert.Zero(t, v, "node %d: %s %v before traffic", i, name, m.GetLabel())
+				}
+			}
 		}
 	}
 }

@@ -172,8 +172,8 @@ func isBoolFlag(f *flag.Flag) bool {
 }
 
 // newLogger returns the logger writing to w in format (text or json) at
-// level and above.
-func newLogger(w io.Writer, format string, level slog.Level) (*slog.Logger, error) {
+// level and above (a slog.Level, or a *slog.LevelVar to change later).
+func newLogger(w io.Writer, format string, level slog.Leveler) (*slog.Logger, error) {
 	opts := &slog.HandlerOptions{Level: level}
 	switch format {
 	case "text":
@@ -197,7 +197,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 0
 	}
 	cfg := s.cfg
-	cfg.Logger, _ = newLogger(stderr, s.logFormat, s.logLevel) // checked by parseFlags
+	// A level the admin listener's /log-level changes while the node runs.
+	cfg.LogLevel = new(slog.LevelVar)
+	cfg.LogLevel.Set(s.logLevel)
+	cfg.Logger, _ = newLogger(stderr, s.logFormat, cfg.LogLevel) // checked by parseFlags
 	// Before the node derives its connection cap from the limit; logged
 	// once it started, so that a refused configuration stays one line.
 	nofile, nofileErr := raiseNoFile()

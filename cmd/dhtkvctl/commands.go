@@ -3,10 +3,13 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -64,11 +67,45 @@ func keyCmd(e *env, fs *flag.FlagSet, name, help string, do func(ctx context.Con
 	}
 }
 
+const getHelp = `Without --meta, the value's exact bytes (no newline added). With --meta,
+the value is not sent (a HEAD request) and one line per field is printed
+instead:
+
+  version     the write's version (the HTTP ETag): unique per write, higher
+              for a later write of the key
+  size        the value's length in bytes
+  expires_at  when a value written with --ttl expires (RFC 3339, UTC), or
+              "never"
+  ttl         the whole seconds left until then, rounded up (omitted with
+              "never")
+
+An absent, deleted or expired key exits 3 either way.`
+
 func getCmd(e *env, fs *flag.FlagSet) *ffcli.Command {
-	return keyCmd(e, fs, "get", "write KEY's value to stdout, exactly its bytes (exit 3 if absent)",
+	meta := fs.Bool("meta", false, "print the key's version, size and expiry instead of its value (the value is not transferred)")
+	cmd := keyCmd(e, fs, "get", "write KEY's value to stdout, exactly its bytes, or with --meta its version, size and expiry (exit 3 if absent)",
 		func(ctx context.Context, c *client.Client, key string) ([]byte, error) {
-			return c.Get(ctx, key, e.options()...)
+			if !*meta {
+				return c.Get(ctx, key, e.options()...)
+			}
+			m, err := c.Stat(ctx, key, e.options()...)
+			if err != nil {
+				return nil, err
+			}
+			return formatMeta(m), nil
 		})
+	cmd.ShortUsage = "dhtkvctl get [--meta] KEY"
+	cmd.LongHelp = getHelp
+	return cmd
+}
+
+// formatMeta is get --meta's output (getHelp).
+func formatMeta(m client.Meta) []byte {
+	out := fmt.Appendf(nil, "version %d\nsize %d\n", m.Version, m.Size)
+	if m.ExpiresAt.IsZero() {
+		return append(out, "expires_at never\n"...)
+	}
+	return fmt.Appendf(out, "expires_at %s\nttl %s\n", m.ExpiresAt.UTC().Format("2006-01-02T15:04:05.000Z07:00"), m.TTL)
 }
 
 func delCmd(e *env, fs *flag.FlagSet) *ffcli.Command {
@@ -78,11 +115,43 @@ func delCmd(e *env, fs *flag.FlagSet) *ffcli.Command {
 		})
 }
 
+// ttlFlag is put's --ttl: a duration in Go's syntax (90s, 1h30m) or a
+// bare number of seconds, as the API's ttl takes it; whole seconds, 1 s
+// or more.
+type ttlFlag struct{ d time.Duration }
+
+func (f *ttlFlag) String() string {
+	if f == nil || f.d == 0 {
+		return ""
+	}
+	return f.d.String()
+}
+
+func (f *ttlFlag) Set(s string) error {
+	d, err := time.ParseDuration(s)
+	if n, nerr := strconv.ParseInt(s, 10, 64); nerr == nil {
+		d, err = time.Duration(n)*time.Second, nil
+		if n > int64(math.MaxInt64/time.Second) {
+			err = errors.New("too long")
+		}
+	}
+	switch {
+	case err != nil:
+		return fmt.Errorf("want a duration (60s, 1h30m) or a number of seconds: %w", err)
+	case d < time.Second || d%time.Second != 0:
+		return fmt.Errorf("%v: want whole seconds, 1s or more", d)
+	}
+	f.d = d
+	return nil
+}
+
 func putCmd(e *env, fs *flag.FlagSet) *ffcli.Command {
 	file := fs.String("file", "", "read the value from this `path`")
+	var ttl ttlFlag
+	fs.Var(&ttl, "ttl", "expire the value after this `duration` (60s, 1h30m, or seconds: 60); whole seconds, up to ten years (default: never)")
 	return &ffcli.Command{
 		Name:       "put",
-		ShortUsage: "dhtkvctl put [--file PATH] KEY [VALUE]",
+		ShortUsage: "dhtkvctl put [--file PATH] [--ttl DURATION] KEY [VALUE]",
 		ShortHelp:  "store a value: VALUE, the file's bytes, or stdin when neither is given",
 		FlagSet:    fs,
 		Exec: func(_ context.Context, args []string) error {
@@ -105,7 +174,11 @@ func putCmd(e *env, fs *flag.FlagSet) *ffcli.Command {
 				}
 			}
 			return e.call("put", args[0], func(ctx context.Context, c *client.Client) ([]byte, error) {
-				return []byte(ok), c.Put(ctx, args[0], value, e.options()...)
+				opts := e.options()
+				if ttl.d > 0 {
+					opts = append(opts, client.WithTTL(ttl.d))
+				}
+				return []byte(ok), c.Put(ctx, args[0], value, opts...)
 			})
 		},
 	}

@@ -1,8 +1,8 @@
 // Command dhtkvctl is the command-line client of dhtkv, in the style of
 // etcdctl and redis-cli, built on package client:
 //
-//	dhtkvctl [global flags] get KEY
-//	dhtkvctl [global flags] put [--file PATH] KEY [VALUE]
+//	dhtkvctl [global flags] get [--meta] KEY
+//	dhtkvctl [global flags] put [--file PATH] [--ttl DURATION] KEY [VALUE]
 //	dhtkvctl [global flags] del KEY
 //	dhtkvctl [global flags] scan [--start KEY] [--end KEY] [--limit N] [--keys-only] [--json] [--local]
 //	dhtkvctl [global flags] status [--members] [--json]

@@ -2,7 +2,8 @@
 // on the public port: net/http/pprof under /debug/pprof/, Prometheus
 // metrics at /metrics, the liveness and readiness probes /livez and
 // /readyz, the anti-entropy trigger /repair (repair.go), the backup
-// trigger /snapshot (snapshot.go) and membership's /cluster endpoints;
+// trigger /snapshot (snapshot.go), the run-time log level /log-level
+// (loglevel.go) and membership's /cluster endpoints;
 // Mux puts them on one mux (mux.go).
 package admin
 

@@ -13,18 +13,18 @@ import (
 //   - open: /livez, /readyz and /metrics, which load balancers,
 //     orchestrators and Prometheus poll; they hold no key or value and
 //     change nothing;
-//   - read: GET and HEAD of /cluster and /repair, the cluster map and the
-//     anti-entropy state;
+//   - read: GET and HEAD of /cluster, /repair and /log-level, the cluster
+//     map, the anti-entropy state and the log level;
 //   - admin: everything else: membership changes (POST /cluster/join,
 //     /cluster/decommission, /cluster/replace), POST /snapshot, POST
-//     /repair, and all of /debug/pprof/ (a profile costs CPU, rates
+//     /repair, PUT /log-level, and all of /debug/pprof/ (a profile costs CPU, rates
 //     switches the profiles, cmdline shows the node's flags), and any path
 //     added without a rule here.
 func need(method, path string) clientauth.Role {
 	switch path {
 	case "/livez", "/readyz", "/metrics":
 		return clientauth.None
-	case "/cluster", "/repair":
+	case "/cluster", "/repair", "/log-level":
 		if method == http.MethodGet || method == http.MethodHead {
 			return clientauth.Read
 		}

@@ -62,6 +62,7 @@ func TestAccessEveryEndpoint(t *testing.T) {
 		"/debug/pprof/rates":   {admin, admin, []string{"/debug/pprof/rates"}},
 		"/repair":              {read, admin, []string{"/repair"}},
 		"/snapshot":            {admin, admin, []string{"/snapshot"}},
+		"/log-level":           {read, admin, []string{"/log-level"}},
 		"/cluster":             {read, admin, []string{"/cluster"}},
 		"/cluster/":            {admin, admin, []string{"/cluster/join", "/cluster/decommission", "/cluster/replace", "/cluster/other"}},
 	}

@@ -30,7 +30,9 @@ type Parts struct {
 	// role need gives its method and path (auth.go); nil: client
 	// authentication off.
 	Tokens *clientauth.Tokens
-	Log    *slog.Logger
+	// LogLevel serves /log-level (nil: 501, the level is fixed).
+	LogLevel *slog.LevelVar
+	Log      *slog.Logger
 }
 
 // Mux returns every admin endpoint on one mux (see the package comment).
@@ -70,6 +72,7 @@ func mux(p Parts) *recordingMux {
 			return out
 		}))
 	mux.Handle("/snapshot", SnapshotHandler(p.Checkpointer, p.SnapshotDir, p.Log))
+	mux.Handle("/log-level", LogLevelHandler(p.LogLevel, p.Log))
 	mux.Handle("/cluster", p.Cluster)
 	mux.Handle("/cluster/", p.Cluster)
 	return mux

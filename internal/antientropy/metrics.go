@@ -19,7 +19,7 @@ type metrics struct {
 }
 
 func newMetrics() *metrics {
-	return &metrics{
+	m := &metrics{
 		exchanges: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "dhtkv_antientropy_exchanges_total",
 			Help: "Anti-entropy exchanges this node started, by result (ok: nothing left differing; failed).",
@@ -50,6 +50,21 @@ func newMetrics() *metrics {
 			Help: "How far the running (or last) exchange with a peer got, 0 to 1.",
 		}, []string{"peer"}),
 	}
+	// The counters' label values are known: exported from the start, at
+	// 0, so that panels show 0 before the first exchange, not "No data".
+	// The per-peer gauges appear with a peer's first exchange: before it
+	// there is nothing true to report (no success time, no differences
+	// found).
+	for _, r := range []string{"ok", "failed"} {
+		m.exchanges.WithLabelValues(r)
+	}
+	for _, d := range []string{"pulled", "pushed", "failed"} {
+		m.keys.WithLabelValues(d)
+	}
+	for _, k := range []string{"summary", "records"} {
+		m.bytes.WithLabelValues(k)
+	}
+	return m
 }
 
 func (m *metrics) register(reg prometheus.Registerer) {

@@ -220,13 +220,17 @@ func New(d Deps, o Options, log *slog.Logger) *Coordinator {
 }
 
 // Register adds the instruments, and the hedge delay read at scrape time,
-// to reg.
+// to reg. The installed view's peers get their per-peer instruments here
+// (route), so that their replica-call series are exported, at 0, before
+// the first request; a peer that joins later gets them at the first
+// request routed by a map that has it.
 func (c *Coordinator) Register(reg prometheus.Registerer) {
 	var delay func() float64
 	if c.hedgeDelay > 0 {
 		delay = func() float64 { return c.readHedgeDelay(time.Now()).Seconds() }
 	}
 	c.m.register(reg, delay)
+	c.route()
 }
 
 // Start runs the background read repairs.

@@ -34,7 +34,7 @@ type coordMetrics struct {
 }
 
 func newCoordMetrics() *coordMetrics {
-	return &coordMetrics{
+	m := &coordMetrics{
 		replicaLat: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "dhtkv_replica_request_duration_seconds",
 			Help:    "Coordinator fan-out latency of one replica call, by peer and operation.",
@@ -65,6 +65,13 @@ func newCoordMetrics() *coordMetrics {
 			Help: "Time failed writes waited before answering, until their version was --max-clock-skew in this node's past, so that a write begun after the failure beats it.",
 		}),
 	}
+	// Every mode and result read repair counts is exported from the
+	// start, at 0, so that the dashboard's panel shows 0 before the
+	// first repair rather than "No data".
+	for _, mr := range [][2]string{{"blocking", "ok"}, {"blocking", "failed"}, {"async", "ok"}, {"async", "failed"}, {"async", "dropped"}} {
+		m.repairs.WithLabelValues(mr[0], mr[1])
+	}
+	return m
 }
 
 // register adds the instruments, and the hedge delay read at scrape time,

@@ -117,6 +117,9 @@ type Handoff struct {
 	log     *slog.Logger
 	m       *metrics
 	work    *worker.Group
+	// exported is the view whose peers' series exportPeers last created
+	// (Start, then the delivery loop only).
+	exported *view.View
 
 	mu      sync.Mutex
 	pending map[int]int64 // hint bytes per target
@@ -149,11 +152,46 @@ func New(st *store.Store, views func() *view.View, dropped func(target int), o O
 	return h, nil
 }
 
-// Register adds the instruments to reg.
-func (h *Handoff) Register(reg prometheus.Registerer) { h.m.register(reg) }
+// Register adds the instruments to reg, and the cap on one peer's hints
+// (dhtkv_hints_max_bytes, --hint-max-bytes) for dashboards to draw
+// dhtkv_hints_pending_bytes against.
+func (h *Handoff) Register(reg prometheus.Registerer) {
+	h.m.register(reg)
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "dhtkv_hints_max_bytes",
+		Help: "The most bytes of hints kept for one peer (--hint-max-bytes); beyond, hints are dropped (reason cap).",
+	}, func() float64 { return float64(h.o.MaxBytes) }))
+}
 
 // Start runs the delivery loop; Close stops it.
-func (h *Handoff) Start() { h.work.Tick(h.o.Interval, h.round) }
+func (h *Handoff) Start() {
+	h.exportPeers()
+	h.work.Tick(h.o.Interval, h.round)
+}
+
+// dropReasons are the label values of dhtkv_hints_dropped_total's reason.
+var dropReasons = []string{"window", "cap", "error", "left"}
+
+// exportPeers creates the series of every peer of the installed view, at
+// 0, if not done for this view yet: a panel of hints shows every peer at
+// 0 before its first hint rather than "No data". A peer that joins gets
+// them within a round of the loop.
+func (h *Handoff) exportPeers() {
+	v := h.views()
+	if v == h.exported {
+		return
+	}
+	h.exported = v
+	for _, id := range v.Others() {
+		peer := v.URL(id)
+		h.m.stored.WithLabelValues(peer)
+		h.m.replayed.WithLabelValues(peer)
+		h.m.pending.WithLabelValues(peer)
+		for _, r := range dropReasons {
+			h.m.dropped.WithLabelValues(peer, r)
+		}
+	}
+}
 
 // Add keeps a hint of the write env under key for target, whose replica
 // call failed. It runs on the replica call's goroutine; key and env are
@@ -195,6 +233,7 @@ func (h *Handoff) addPending(target int, n int64) int64 {
 
 // round offers every target its hints.
 func (h *Handoff) round(context.Context) {
+	h.exportPeers()
 	h.mu.Lock()
 	var targets []int
 	for target := range h.pending {

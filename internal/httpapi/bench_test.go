@@ -21,13 +21,16 @@ import (
 // newBenchServer builds a single node the way the binary does (node.New),
 // without a listener, and returns its handler: benchmarks measure our code
 // and fasthttp's request handling but no sockets.
-func newBenchServer(b testing.TB, sync bool, cacheBytes int64) fasthttp.RequestHandler {
+func newBenchServer(b testing.TB, sync bool, cacheBytes int64, opts ...func(*node.Config)) fasthttp.RequestHandler {
 	cfg := node.DefaultConfig()
 	cfg.DataDir = b.TempDir()
 	cfg.Store.Sync = sync
 	cfg.CacheBytes = cacheBytes
 	cfg.MaxValueBytes = 1 << 20
 	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	for _, o := range opts {
+		o(&cfg)
+	}
 	n, err := node.New(cfg)
 	require.NoError(b, err)
 	b.Cleanup(func() { require.NoError(b, n.Close()) })
@@ -89,6 +92,38 @@ func BenchmarkGetHit(b *testing.B) {
 		if do(s, ctx, "GET", u[i%nKeys], nil) != 200 {
 			b.Fatal("not 200")
 		}
+	}
+}
+
+// BenchmarkGetHitAccessLog is BenchmarkGetHit with the access log
+// (--access-log-sample) off, sampling 1 in 100, and logging every request
+// as JSON (to io.Discard: the cost of making the line, not of the disk).
+// Off, the request path pays one comparison and allocates nothing.
+func BenchmarkGetHitAccessLog(b *testing.B) {
+	for _, tc := range []struct {
+		name   string
+		sample float64
+	}{{"off", 0}, {"sample=0.01", 0.01}, {"sample=1", 1}} {
+		b.Run(tc.name, func(b *testing.B) {
+			s := newBenchServer(b, false, 64<<20, func(cfg *node.Config) {
+				cfg.AccessLog.Sample = tc.sample
+				cfg.Logger = slog.New(slog.NewJSONHandler(io.Discard, nil))
+			})
+			u := uris("k")
+			fill(b, s, u, make([]byte, 1024))
+			ctx := newCtx()
+			for _, x := range u { // warm the cache
+				do(s, ctx, "GET", x, nil)
+			}
+			b.ReportAllocs()
+			b.SetBytes(1024)
+			b.ResetTimer()
+			for i := 0; b.Loop(); i++ {
+				if do(s, ctx, "GET", u[i%nKeys], nil) != 200 {
+					b.Fatal("not 200")
+				}
+			}
+		})
 	}
 }
 

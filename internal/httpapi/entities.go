@@ -337,6 +337,13 @@ func (r *scanRegistry) register(conn net.Conn, hijacked bool, max int) (*scanStr
 	return st, nil
 }
 
+// open is the number of streams in flight.
+func (r *scanRegistry) open() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.streams)
+}
+
 // unregister removes a stream; it is called once per registered stream.
 func (r *scanRegistry) unregister(st *scanStream) {
 	st.cancel()

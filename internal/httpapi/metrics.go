@@ -24,17 +24,18 @@ const (
 	OpInternalScan
 	OpInternalSummary
 	OpInternalMap
+	OpHead
 	OpOther
 	nOps
 )
 
-var opNames = [nOps]string{"get", "put", "delete", "status", "scan", "internal_batch", "internal_scan", "internal_summary", "internal_map", "other"}
+var opNames = [nOps]string{"get", "put", "delete", "status", "scan", "internal_batch", "internal_scan", "internal_summary", "internal_map", "head", "other"}
 
 func (o Op) String() string { return opNames[o] }
 
 // codes are the statuses the API answers with; others are counted through
 // the slow path.
-var codes = []int{200, 201, 202, 400, 403, 404, 405, 409, 413, 500, 503, 504}
+var codes = []int{200, 201, 202, 304, 400, 403, 404, 405, 409, 413, 500, 503, 504}
 
 // Metrics are the request instruments. The counters the hot path touches
 // are resolved once into arrays indexed by operation and status, so a
@@ -73,6 +74,30 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		reg.MustRegister(m.requests, lat)
 	}
 	return m
+}
+
+// Register adds the gauges of what the server holds against its caps,
+// read at scrape time: request body buffers against
+// --max-inflight-body-bytes, range streams against --max-scans.
+func (s *Server) Register(reg prometheus.Registerer) {
+	reg.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "dhtkv_request_body_bytes",
+			Help: "Bytes of the buffers holding the bodies of requests in flight (charged against --max-inflight-body-bytes; 503 beyond).",
+		}, func() float64 { return float64(s.bodyBytes.Load()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "dhtkv_request_body_max_bytes",
+			Help: "The budget of request body buffers (--max-inflight-body-bytes); 0: none.",
+		}, func() float64 { return float64(s.Limits.MaxInflightBodyBytes) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "dhtkv_scans_open",
+			Help: "Range streams in flight, public and internal (429 beyond --max-scans).",
+		}, func() float64 { return float64(s.scans.open()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "dhtkv_scans_max",
+			Help: "The cap on range streams in flight (--max-scans).",
+		}, func() float64 { return float64(s.maxScans()) }),
+	)
 }
 
 // Request records one answered request.

@@ -90,6 +90,8 @@ type Server struct {
 	// role its path and method need (auth.go); nil: client authentication
 	// off, every request served.
 	Tokens *clientauth.Tokens
+	// AccessLog configures the access log (accesslog.go; off by default).
+	AccessLog AccessLogOptions
 
 	scans     scanRegistry // range streams in flight (entities.go)
 	bodyBytes atomic.Int64 // request body buffers held, in bytes (body.go)
@@ -114,7 +116,8 @@ const (
 // Handler is the fasthttp request handler.
 func (s *Server) Handler(ctx *fasthttp.RequestCtx) {
 	start := ctx.Time() // fasthttp's time.Now() of this request, taken just before the handler
-	op := s.route(ctx)
+	var info reqInfo    // for the access log; on the stack
+	op := s.route(ctx, &info)
 	if ctx.RequestBodyStream() != nil && ctx.Request.Header.ContentLength() != 0 {
 		s.unreadBody(ctx)
 	}
@@ -122,7 +125,15 @@ func (s *Server) Handler(ctx *fasthttp.RequestCtx) {
 		// The client's wish, or a body left unread (abandonBody).
 		ctx.SetConnectionClose()
 	}
-	s.Metrics.Request(op, ctx.Response.StatusCode(), time.Since(start))
+	code := ctx.Response.StatusCode()
+	if code >= 400 && ctx.IsHead() {
+		headReason(&ctx.Response)
+	}
+	elapsed := time.Since(start)
+	s.Metrics.Request(op, code, elapsed)
+	if s.sampled() {
+		s.logAccess(ctx, op, &info, elapsed)
+	}
 }
 
 // unreadBody deals with a body the handler did not take (a GET's, a
@@ -142,7 +153,7 @@ func (s *Server) unreadBody(ctx *fasthttp.RequestCtx) {
 }
 
 // route serves the request by its path and returns its kind.
-func (s *Server) route(ctx *fasthttp.RequestCtx) Op {
+func (s *Server) route(ctx *fasthttp.RequestCtx, info *reqInfo) Op {
 	if s.refused(ctx) {
 		return OpOther
 	}
@@ -157,7 +168,7 @@ func (s *Server) route(ctx *fasthttp.RequestCtx) Op {
 	var op Op
 	switch string(ctx.Path()) {
 	case pathEntity:
-		op = s.entity(ctx)
+		op = s.entity(ctx, info)
 	case pathStatus:
 		op = OpStatus
 		s.status(ctx)
@@ -183,17 +194,22 @@ func (s *Server) route(ctx *fasthttp.RequestCtx) Op {
 	return op
 }
 
-func (s *Server) entity(ctx *fasthttp.RequestCtx) Op {
+// entity serves /v0/entity. GET and HEAD answer the same headers (HEAD
+// without the body; fasthttp drops it and keeps the Content-Length set
+// here): the value's metadata (setMeta) and its length.
+func (s *Server) entity(ctx *fasthttp.RequestCtx, info *reqInfo) Op {
 	var op Op
 	switch {
 	case ctx.IsGet():
 		op = OpGet
+	case ctx.IsHead():
+		op = OpHead
 	case ctx.IsPut():
 		op = OpPut
 	case ctx.IsDelete():
 		op = OpDelete
 	default:
-		methodNotAllowed(ctx, "GET, PUT, DELETE")
+		methodNotAllowed(ctx, "GET, HEAD, PUT, DELETE")
 		return OpOther
 	}
 	p, aerr := parseEntity(ctx.URI().QueryString(), ctx.QueryArgs(), s.Coord.Replicas(), s.Limits.MaxKeyBytes)
@@ -201,22 +217,35 @@ func (s *Server) entity(ctx *fasthttp.RequestCtx) Op {
 		fail(ctx, aerr)
 		return op
 	}
+	info.key, info.ack, info.from = p.key, p.ack, p.from
 	ttl, aerr := parseTTL(ctx.QueryArgs(), ctx.Request.Header.Peek(TTLHeader))
 	if aerr == nil && ttl > 0 && op != OpPut {
 		aerr = badRequest("ttl applies to PUT only")
+	}
+	ifNoneMatch := ctx.Request.Header.PeekBytes(headerIfNoneMatch)
+	if aerr == nil {
+		aerr = checkPreconditions(&ctx.Request.Header, op, ifNoneMatch)
 	}
 	if aerr != nil {
 		fail(ctx, aerr)
 		return op
 	}
 	switch op {
-	case OpGet:
+	case OpGet, OpHead:
 		res, err := s.Coord.Get(p.key, p.ack, p.from)
 		switch {
 		case err != nil:
 			s.replicaError(ctx, err)
 		case res.Live():
-			s.setValue(ctx, res.Rec.Value)
+			setMeta(&ctx.Response.Header, &res.Rec)
+			switch {
+			case notModified(ifNoneMatch, res.Rec.Version):
+				ctx.SetStatusCode(fasthttp.StatusNotModified)
+			case op == OpHead:
+				ctx.Response.Header.SetContentLength(len(res.Rec.Value))
+			default:
+				s.setValue(ctx, res.Rec.Value)
+			}
 		default:
 			ctx.Error("not found\n", fasthttp.StatusNotFound)
 		}

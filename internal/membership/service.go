@@ -99,7 +99,40 @@ func New(m *clustermap.Map, self int, local *replica.Replica, o Options, log *sl
 }
 
 // Register adds the instruments to reg.
-func (s *Service) Register(reg prometheus.Registerer) { s.m.register(reg) }
+//
+// Besides its own instruments it exports, from the installed map, the
+// cluster's size (dhtkv_cluster_members) and the stage of the membership
+// change under way (dhtkv_membership_change_stage: 0 none, 1 write-both,
+// 2 stream, 3 read-new), so that a dashboard shows a change's progress.
+func (s *Service) Register(reg prometheus.Registerer) {
+	s.m.register(reg)
+	reg.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "dhtkv_cluster_members",
+			Help: "Nodes in the cluster map this node has installed.",
+		}, func() float64 { return float64(len(s.View().Map.Nodes)) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "dhtkv_membership_change_stage",
+			Help: "The stage of the membership change under way in the installed cluster map: 0 none, 1 write-both, 2 stream, 3 read-new.",
+		}, func() float64 { return float64(changeStage(s.View().Map.Change)) }),
+	)
+}
+
+// changeStage numbers a change's stage for dhtkv_membership_change_stage.
+func changeStage(c *clustermap.Change) int {
+	if c == nil {
+		return 0
+	}
+	switch c.Stage {
+	case clustermap.WriteBoth:
+		return 1
+	case clustermap.Stream:
+		return 2
+	case clustermap.ReadNew:
+		return 3
+	}
+	return 0
+}
 
 // Start does what the installed map asks of this node (afterInstall).
 func (s *Service) Start() { s.afterInstall(s.View()) }

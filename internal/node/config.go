@@ -240,9 +240,19 @@ type Config struct {
 	// then answers 501.
 	FS vfs.FS
 
+	// AccessLog configures the access log (httpapi.AccessLogOptions:
+	// --access-log-sample). The default value is
+	// httpapi.DefaultAccessLogOptions(): off.
+	AccessLog httpapi.AccessLogOptions
+
 	// Logger receives the node's logs. The default value is nil:
 	// slog.Default().
 	Logger *slog.Logger
+	// LogLevel, when set, is the level of Logger's handler, which the
+	// admin listener's /log-level reads and changes at run time (no flag:
+	// cmd/dhtkv makes it from --log-level). The default value is nil:
+	// /log-level answers 501, the level being fixed.
+	LogLevel *slog.LevelVar
 }
 
 // DefaultConfig returns the defaults Config documents.
@@ -272,6 +282,7 @@ func DefaultConfig() Config {
 		MaxScans:             httpapi.DefaultMaxScans,
 		ScanMinRate:          httpapi.DefaultScanMinRate,
 		PeerConns:            1,
+		AccessLog:            httpapi.DefaultAccessLogOptions(),
 	}
 }
 
@@ -307,7 +318,7 @@ func (cfg *Config) Validate() error {
 	case cfg.GC.Grace < 0 || cfg.GC.Grace > 0 && cfg.GC.Grace <= cfg.Handoff.Window+cfg.MaxClockSkew:
 		return fmt.Errorf("--gc-grace %v must exceed --hint-window %v plus --max-clock-skew %v: a hint still held could otherwise bring back a collected delete", cfg.GC.Grace, cfg.Handoff.Window, cfg.MaxClockSkew)
 	}
-	for _, v := range []interface{ Validate() error }{&cfg.Store, &cfg.Probe, &cfg.Coordinator, &cfg.Handoff, &cfg.AntiEntropy} {
+	for _, v := range []interface{ Validate() error }{&cfg.Store, &cfg.Probe, &cfg.Coordinator, &cfg.Handoff, &cfg.AntiEntropy, &cfg.AccessLog} {
 		if err := v.Validate(); err != nil {
 			return err
 		}

@@ -13,7 +13,7 @@ import (
 func (cfg *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&cfg.Listen, "listen", cfg.Listen, "public API address `host:port`")
 	fs.StringVar(&cfg.DataDir, "data-dir", cfg.DataDir, "Pebble data `directory`")
-	fs.StringVar(&cfg.AdminListen, "admin-listen", cfg.AdminListen, "admin `host:port` for /debug/pprof/, /metrics, /livez, /readyz, /repair, /snapshot and /cluster (off when empty; non-loopback needs --client-tokens)")
+	fs.StringVar(&cfg.AdminListen, "admin-listen", cfg.AdminListen, "admin `host:port` for /debug/pprof/, /metrics, /livez, /readyz, /repair, /snapshot, /cluster and /log-level (off when empty; non-loopback needs --client-tokens)")
 	sizeflag.Var(fs, &cfg.CacheBytes, "cache-bytes", "read cache capacity, a `size` (64MiB, 1GB, bytes; 0 disables the cache)")
 	cfg.Store.RegisterFlags(fs)
 	fs.Float64Var(&cfg.MemTableSpread, "memtable-spread", cfg.MemTableSpread, "each node's memtable is --memtable-bytes times a factor within ±this fraction, fixed per node by its URL, so that replicas do not flush and compact in the same second (0: all the same)")
@@ -47,5 +47,6 @@ func (cfg *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&cfg.MaxScans, "max-scans", cfg.MaxScans, "range `streams` in flight, public and internal together; beyond, 429")
 	sizeflag.Var(fs, &cfg.ScanMinRate, "scan-min-rate", "slowest a range stream's client may read, a `size` per second: a piece of n bytes must be taken within 5s + n/rate, else the stream is aborted (0: no minimum)")
 	cfg.GC.RegisterFlags(fs)
+	cfg.AccessLog.RegisterFlags(fs)
 	fs.IntVar(&cfg.PeerConns, "peer-conns", cfg.PeerConns, "batches in flight to each peer at once, for reads and for writes each (one connection each)")
 }

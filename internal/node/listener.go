@@ -144,11 +144,20 @@ func newLimitListener(inner net.Listener, maxConns, perIP int, tlsAbove bool, re
 			}),
 		},
 	}
+	for _, reason := range []string{refusedMax, refusedPerIP} {
+		l.instr.refused.WithLabelValues(reason) // exported at 0 before the first refusal
+	}
 	if reg != nil {
 		reg.MustRegister(l.instr.refused, l.instr.retries, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "dhtkv_connections_open",
 			Help: "Client connections accepted on the public listener and not yet closed.",
-		}, func() float64 { return float64(l.Open()) }))
+		}, func() float64 { return float64(l.Open()) }), prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "dhtkv_connections_max",
+			Help: "The cap on client connections open at once (--max-connections, or the one derived from the descriptor limit); 0: no cap.",
+		}, func() float64 { return float64(l.maxConns) }), prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "dhtkv_connections_per_ip_max",
+			Help: "The cap on connections open at once from one address (--max-connections-per-ip); 0: no cap.",
+		}, func() float64 { return float64(l.perIP) }))
 	}
 	return l
 }

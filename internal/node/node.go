@@ -246,7 +246,9 @@ func New(cfg Config) (_ *Node, err error) {
 		ScanReleaseAfter: cfg.ScanReleaseAfter,
 		RawValueMinBytes: cfg.RawValueMinBytes,
 		Tokens:           tokens,
+		AccessLog:        cfg.AccessLog,
 	}
+	n.api.Register(n.registry)
 	n.srv = &fasthttp.Server{
 		Handler:      n.api.Handler,
 		ErrorHandler: n.api.ErrorHandler,
@@ -353,7 +355,7 @@ func (n *Node) Serve() error {
 	if n.adminLn != nil {
 		mux := admin.Mux(admin.Parts{
 			Registry: n.registry, Ready: n.Ready, AntiEntropy: n.ae, Checkpointer: n.checkpointer(),
-			Cluster: n.members.Handler(n.admissible), SnapshotDir: cfg.SnapshotDir, Tokens: n.tokens, Log: n.log,
+			Cluster: n.members.Handler(n.admissible), SnapshotDir: cfg.SnapshotDir, Tokens: n.tokens, LogLevel: cfg.LogLevel, Log: n.log,
 		})
 		n.adminSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 		go func() {

@@ -31,6 +31,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Iterators released by range streams whose client stopped reading (a write blocked past the release threshold, 100 ms by default).",
 		}),
 	}
+	// Every reason is exported from the start, at 0: a panel or an
+	// alert on a reason that never happened shows 0, not "No data".
+	for _, reason := range []string{AbortClientGone, AbortClientTimeout, AbortSourceError, AbortShutdown} {
+		m.Aborts.WithLabelValues(reason)
+	}
 	if reg != nil {
 		reg.MustRegister(m.Aborts, m.Records, m.Releases)
 	}
