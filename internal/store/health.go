@@ -17,6 +17,25 @@ import (
 // bounds) and finds ack among the other replicas.
 var ErrInsufficientStorage = errors.New("insufficient storage")
 
+// Refusal is a write the store refused: an error wrapping
+// ErrInsufficientStorage, whose text is the one-line reason, as a client
+// or another node is told it. Callers wrap it in their context; errors.As
+// finds it again (Reason).
+type Refusal struct{ err error }
+
+func (r *Refusal) Error() string { return r.err.Error() }
+func (r *Refusal) Unwrap() error { return r.err }
+
+// Reason is the one-line reason of the refusal within err, without the
+// context callers wrapped it in, or err's text if it holds none.
+func Reason(err error) string {
+	var r *Refusal
+	if errors.As(err, &r) {
+		return r.Error()
+	}
+	return err.Error()
+}
+
 // ErrStoreFailed is why a store that failed a write refuses every write
 // since (Failure): Pebble treats an error writing or syncing its WAL or
 // MANIFEST as fatal, and the database it leaves cannot be written again
@@ -60,7 +79,7 @@ func (s *Store) Failure() error {
 // returns the refusal that every write gets from now on. It logs the
 // first failure, with what the operator sees and does.
 func (s *Store) fail(cause error) error {
-	f := &failure{cause: cause, refusal: fmt.Errorf("%w: %w: %w", ErrInsufficientStorage, ErrStoreFailed, cause)}
+	f := &failure{cause: cause, refusal: &Refusal{fmt.Errorf("%w: %w: %w", ErrInsufficientStorage, ErrStoreFailed, cause)}}
 	if s.health.failed.CompareAndSwap(nil, f) {
 		s.log.Error("the store failed a write: writes are refused from now on (507), reads are served, /readyz answers 503; "+
 			"restart the node once the disk is sound (docs/storage.md)", "dir", s.dir, "err", cause)

@@ -565,6 +565,16 @@ func (s *Store) admit(n int) error {
 // before it takes a client's write.
 func (s *Store) CheckWrite() error { return s.admit(0) }
 
+// Writable is CheckWrite without counting a refusal: for work that asks
+// before it tries, and skips what would be refused (anti-entropy's
+// pulls).
+func (s *Store) Writable() error {
+	if err := s.Failure(); err != nil {
+		return err
+	}
+	return s.guard.admit(0)
+}
+
 // Checkpoint writes a consistent copy of the store (records, hints, the
 // anti-entropy index, the identity, the clock bound and the GC horizon) as
 // of one instant into dir, which must not exist (its parents are
