@@ -165,3 +165,34 @@ func TestFaultDiskFullNode(t *testing.T) {
 		require.Equal(t, 0.0, testcluster.Metric(t, reg, "dhtkv_disk_full"))
 	})
 }
+
+// A node that lost its disk rebuilds onto a volume below
+// --min-free-space: it copies nothing (every batch is refused), stays
+// rebuilding and unready, and finishes by itself once space is back.
+func TestFaultDiskFullRebuild(t *testing.T) {
+	testcluster.InBubble(t, func(t *testing.T) {
+		vol := &fakeVolume{free: 10 << 20, total: 1000 << 20}
+		c := testcluster.StartInMemory(t, 3)
+		c.AwaitFormed(10 * time.Second)
+		cl := c.Client()
+		for i := range 20 {
+			require.Equal(t, http.StatusCreated, cl.Put(t, c.URL(0), fmt.Sprintf("k%02d", i), []byte("v"), 3, 3))
+		}
+		c.StopNode(2)
+		c.WipeNode(2)
+		c.Reconfigure(2, func(cfg *node.Config) { cfg.StatFS = vol.statfs })
+		c.StartNode(2)
+		time.Sleep(5 * time.Second) // five of the rebuild's retries, on the bubble's clock
+		require.True(t, c.Node(2).Rebuilding(), "nothing copied onto a full volume")
+		require.Error(t, c.Node(2).Ready())
+		for _, e := range c.Replica(2) {
+			require.False(t, strings.HasPrefix(e.Key, "k"), "the full node stored %s", e.Key)
+		}
+		vol.setFree(500 << 20)
+		c.Await(30*time.Second, "the rebuild", func() (bool, string) {
+			err := c.Node(2).Ready()
+			return err == nil, fmt.Sprint(err)
+		})
+		require.Equal(t, c.Replica(0), c.Replica(2))
+	})
+}
