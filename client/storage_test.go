@@ -20,7 +20,7 @@ func TestClientFailsOverOn507(t *testing.T) {
 	var fullCalls, okCalls atomic.Int32
 	full := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		fullCalls.Add(1)
-		http.Error(w, "insufficient storage: the data volume of /d has 1 MiB free of 1 GiB", http.StatusInsufficientStorage)
+		http.Error(w, "insufficient storage: the data volume has 1 MiB free of 1 GiB", http.StatusInsufficientStorage)
 	}))
 	defer full.Close()
 	ok := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -37,7 +37,7 @@ func TestClientFailsOverOn507(t *testing.T) {
 	err := testcluster.NewAPIClient(t, full.URL, full.URL).Put(ctx, "k", []byte("v"))
 	require.ErrorIs(t, err, client.ErrUnavailable)
 	require.ErrorIs(t, err, client.ErrInsufficientStorage)
-	require.Contains(t, err.Error(), "507 insufficient storage: the data volume of /d has 1 MiB free of 1 GiB")
+	require.Contains(t, err.Error(), "507 insufficient storage: the data volume has 1 MiB free of 1 GiB")
 
 	err = testcluster.NewAPIClient(t, full.URL, testcluster.DeadEndpoint(t)).Put(ctx, "k", []byte("v"))
 	require.ErrorIs(t, err, client.ErrUnavailable)

@@ -67,7 +67,7 @@ func TestFaultDiskFullNode(t *testing.T) {
 		require.Equal(t, http.StatusInsufficientStorage, code)
 		reason := strings.TrimSpace(string(body))
 		require.NotContains(t, reason, "\n")
-		require.Contains(t, reason, "insufficient storage: the data volume of /node3 has 20 MiB free of 1000 MiB, below --min-free-space 5% (50 MiB): writes are refused until 62 MiB are free")
+		require.Contains(t, reason, "insufficient storage: the data volume has 20 MiB free of 1000 MiB, below --min-free-space 5% (50 MiB): writes are refused until 62 MiB are free")
 		code, _ = cl.Do(t, http.MethodDelete, testcluster.EntityURL(c.URL(full), "before0", 1, 3), nil)
 		require.Equal(t, http.StatusInsufficientStorage, code)
 

@@ -51,7 +51,7 @@ func TestServeBatchNoSpace(t *testing.T) {
 	r, rest, err := nextResult(answer)
 	require.NoError(t, err)
 	require.Equal(t, byte(ResNoSpace), r.code)
-	require.Contains(t, r.msg, "insufficient storage: the data volume of /db has 10 MiB free of 1000 MiB, below --min-free-space 10%")
+	require.Contains(t, r.msg, "insufficient storage: the data volume has 10 MiB free of 1000 MiB, below --min-free-space 10%")
 	r, _, err = nextResult(rest)
 	require.NoError(t, err)
 	require.Equal(t, byte(ResFound), r.code, "the batch's read is served")

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -27,13 +28,16 @@ func (r *Refusal) Error() string { return r.err.Error() }
 func (r *Refusal) Unwrap() error { return r.err }
 
 // Reason is the one-line reason of the refusal within err, without the
-// context callers wrapped it in, or err's text if it holds none.
+// context callers wrapped it in, or err's text if it holds none; only
+// its first line, should a cause it quotes have more.
 func Reason(err error) string {
+	msg := err.Error()
 	var r *Refusal
 	if errors.As(err, &r) {
-		return r.Error()
+		msg = r.Error()
 	}
-	return err.Error()
+	line, _, _ := strings.Cut(msg, "\n")
+	return line
 }
 
 // ErrStoreFailed is why a store that failed a write refuses every write

@@ -129,8 +129,8 @@ func (g *spaceGuard) read() *spaceReading {
 		}
 	}
 	if r.full {
-		r.refusal = &Refusal{fmt.Errorf("%w: the data volume of %s has %s free of %s, below --min-free-space %s (%s): writes are refused until %s are free",
-			ErrInsufficientStorage, g.dir, iBytes(r.free), iBytes(r.total), g.min, iBytes(r.min), iBytes(r.resume))}
+		r.refusal = &Refusal{fmt.Errorf("%w: the data volume has %s free of %s, below --min-free-space %s (%s): writes are refused until %s are free",
+			ErrInsufficientStorage, iBytes(r.free), iBytes(r.total), g.min, iBytes(r.min), iBytes(r.resume))}
 	}
 	g.written.Store(0)
 	g.cur.Store(r)
@@ -158,8 +158,8 @@ func (g *spaceGuard) markFull(why string) {
 	r := *g.cur.Load()
 	r.at = time.Now()
 	r.full = true
-	r.refusal = &Refusal{fmt.Errorf("%w: the data volume of %s is full (%s): writes are refused until %s are free",
-		ErrInsufficientStorage, g.dir, why, iBytes(r.resume))}
+	r.refusal = &Refusal{fmt.Errorf("%w: the data volume is full (%s): writes are refused until %s are free",
+		ErrInsufficientStorage, why, iBytes(r.resume))}
 	g.cur.Store(&r)
 }
 
