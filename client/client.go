@@ -284,7 +284,8 @@ func reason(body []byte) string {
 // failsOver says whether a status is the endpoint's failure, which
 // another endpoint may not have (see the package's Failover).
 func failsOver(code int) bool {
-	return code == http.StatusInternalServerError || code == http.StatusBadGateway || code == http.StatusServiceUnavailable
+	return code == http.StatusInternalServerError || code == http.StatusBadGateway || code == http.StatusServiceUnavailable ||
+		code == http.StatusInsufficientStorage
 }
 
 // roundTrip sends the request to the preferred endpoint, and to the next
@@ -295,6 +296,7 @@ func (c *Client) roundTrip(ctx context.Context, method, path string, q url.Value
 	n := len(c.endpoints)
 	first := int(c.preferred.Load())
 	failures := make([]string, 0, n)
+	full := 0 // endpoints that answered 507
 	for i := range n {
 		idx := (first + i) % n
 		a, err := c.try(ctx, c.endpoints[idx], method, path, q, body, stream)
@@ -309,8 +311,14 @@ func (c *Client) roundTrip(ctx context.Context, method, path string, q url.Value
 		}
 		if err == nil {
 			err = fmt.Errorf("%d %s", a.code, reason(a.body))
+			if a.code == http.StatusInsufficientStorage {
+				full++
+			}
 		}
 		failures = append(failures, c.endpoints[idx]+": "+err.Error())
+	}
+	if full == n {
+		return answer{}, fmt.Errorf("%w: %w: %s %s: %s", ErrUnavailable, ErrInsufficientStorage, method, path, strings.Join(failures, "; "))
 	}
 	return answer{}, fmt.Errorf("%w: %s %s: %s", ErrUnavailable, method, path, strings.Join(failures, "; "))
 }

@@ -15,7 +15,9 @@
 //   - *BadRequestError: any other 4xx (a bad key, ack or from, a value
 //     over the node's limit: 413), with the node's one-line reason.
 //   - ErrUnavailable: no endpoint could serve the request (see Failover);
-//     the message lists each endpoint's failure.
+//     the message lists each endpoint's failure. With it
+//     ErrInsufficientStorage when every endpoint refused a write with
+//     507: their disks are below --min-free-space, or failed.
 //   - the context's error when it ended first.
 //
 // # Failover
@@ -28,8 +30,9 @@
 //     arrived (a Scan: before the stream began), or
 //   - answers 500, 502 or 503: the node failed, is shutting down, or
 //     refuses to coordinate writes because its clock is off from its
-//     peers' or not verified by a majority of them. Another node may
-//     well succeed.
+//     peers' or not verified by a majority of them; or 507: its own disk
+//     is full or failed, so it refuses to coordinate writes. Another
+//     node may well succeed.
 //
 // It does not fail over on answers about the request or the data: 2xx,
 // 404, the other 4xx, and 504. A value of 1 MiB or more is announced

@@ -18,6 +18,11 @@ var (
 	// ErrUnavailable is returned, wrapped with every endpoint's failure,
 	// when no endpoint served a call.
 	ErrUnavailable = errors.New("dhtkv: no endpoint served the request")
+	// ErrInsufficientStorage is returned, with ErrUnavailable, when every
+	// endpoint refused a write with 507 Insufficient Storage: their data
+	// volumes are below --min-free-space, or their stores failed a write.
+	// Nothing was stored.
+	ErrInsufficientStorage = errors.New("dhtkv: insufficient storage")
 )
 
 // BadRequestError is a node's refusal of the request itself: a 4xx other

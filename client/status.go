@@ -47,10 +47,43 @@ type Status struct {
 	// replicas). Its /readyz answers 503 meanwhile, and dhtkvctl status
 	// exits 1.
 	NoQuorum string `json:"no_quorum,omitempty"`
+	// Disk is the node's data volume and whether its store takes writes
+	// (absent from a node that does not report it).
+	Disk *Disk `json:"disk,omitempty"`
 	// Members are every node of the cluster map, by node id, this one
 	// included.
 	Members []Member `json:"members"`
 }
+
+// Disk is a node's data volume as the node last read it, and the state
+// of its store's writes. A node refuses PUT and DELETE, and replica
+// writes, with 507 Insufficient Storage while Full or StoreError.
+type Disk struct {
+	// Dir is the node's data directory.
+	Dir string `json:"dir"`
+	// FreeBytes and TotalBytes are the volume's bytes available to the
+	// node and its size; MinFreeBytes is its --min-free-space, below
+	// which writes are refused, and ResumeFreeBytes the free space at
+	// which they are taken again. All absent when the volume cannot be
+	// read.
+	FreeBytes       uint64 `json:"free_bytes,omitempty"`
+	TotalBytes      uint64 `json:"total_bytes,omitempty"`
+	MinFreeBytes    uint64 `json:"min_free_bytes,omitempty"`
+	ResumeFreeBytes uint64 `json:"resume_free_bytes,omitempty"`
+	// Full: writes are refused for want of space.
+	Full bool `json:"full"`
+	// StoreError is why the store failed a write, if it did: writes are
+	// refused until the node restarts.
+	StoreError string `json:"store_error,omitempty"`
+	// Ballast is the path of the emergency ballast file on the node's
+	// machine, and BallastBytes its size (0: there is none now):
+	// deleting it frees that much at once.
+	Ballast      string `json:"ballast,omitempty"`
+	BallastBytes uint64 `json:"ballast_bytes"`
+}
+
+// RefusesWrites reports whether the node refuses writes (507) now.
+func (d *Disk) RefusesWrites() bool { return d != nil && (d.Full || d.StoreError != "") }
 
 // Member is one node of the cluster as the answering node sees it.
 type Member struct {

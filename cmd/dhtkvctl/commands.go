@@ -263,7 +263,7 @@ func statusCmd(e *env, fs *flag.FlagSet) *ffcli.Command {
 	return &ffcli.Command{
 		Name:       "status",
 		ShortUsage: "dhtkvctl status [--members] [--json]",
-		ShortHelp:  "ask every endpoint for its status (exit 1 if one does not answer or cannot reach a quorum)",
+		ShortHelp:  "ask every endpoint for its status (exit 1 if one does not answer, cannot reach a quorum or refuses writes)",
 		LongHelp: `Each endpoint is asked for /v0/status?verbose: whether it answers, its
 version, uptime, the epoch of its cluster map (EPOCH: every member shows
 the same once a change has spread), whether it is rebuilding, how many
@@ -271,8 +271,14 @@ members of its cluster are up as it sees them (UP, itself included, of
 all), the hints it holds for members that missed writes (HINTS), when its
 anti-entropy last
 completed an exchange with every peer (SYNCED: the oldest of its peers'
-last complete exchanges; "never" if one has none yet), and its warnings (a clock off
+last complete exchanges; "never" if one has none yet), its data volume
+(DISK: the share of it free; "full" while it refuses writes (507) for
+having less than its --min-free-space free, "failed" once its store
+failed a write, until it restarts), and its warnings (a full disk and
+the emergency ballast whose deletion frees space at once, a clock off
 from its peers', a rebuild, a peer not compared for two intervals).
+It exits 1 when an endpoint does not answer, has no quorum, or refuses
+writes.
 
 A member is up when it answered the endpoint's last probe; down when that
 probe failed; unknown when the endpoint has not reached it since it
@@ -318,6 +324,16 @@ last that failed.`,
 						return fmt.Errorf("status: %s has no quorum: %s", es.Endpoint, es.Status.NoQuorum)
 					}
 				}
+				for _, es := range all {
+					if es.Status == nil || !es.Status.Disk.RefusesWrites() {
+						continue
+					}
+					why := "its data volume is below --min-free-space"
+					if d := es.Status.Disk; d.StoreError != "" {
+						why = d.StoreError
+					}
+					return fmt.Errorf("status: %s refuses writes (507): %s", es.Endpoint, why)
+				}
 				return nil
 			})
 		},
@@ -335,10 +351,10 @@ func printStatus(w io.Writer, all []endpointStatus, asJSON bool) error {
 		return nil
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ENDPOINT\tREACHABLE\tVERSION\tUPTIME\tEPOCH\tREBUILDING\tUP\tHINTS\tSYNCED\tWARNINGS")
+	fmt.Fprintln(tw, "ENDPOINT\tREACHABLE\tVERSION\tUPTIME\tEPOCH\tREBUILDING\tUP\tHINTS\tSYNCED\tDISK\tWARNINGS")
 	for _, es := range all {
 		if es.Status == nil {
-			fmt.Fprintf(tw, "%s\tno\t-\t-\t-\t-\t-\t-\t-\t%s\n", es.Endpoint, es.Error)
+			fmt.Fprintf(tw, "%s\tno\t-\t-\t-\t-\t-\t-\t-\t-\t%s\n", es.Endpoint, es.Error)
 			continue
 		}
 		st := es.Status
@@ -364,9 +380,26 @@ func printStatus(w io.Writer, all []endpointStatus, asJSON bool) error {
 		if synced == "" {
 			synced = "-" // a cluster of one
 		}
-		fmt.Fprintf(tw, "%s\tyes\t%s\t%s\t%d\t%t\t%d/%d\t%s\t%s\t%s\n", es.Endpoint, st.Version, uptime, st.Epoch, st.Rebuilding, up, len(st.Members), strings.ReplaceAll(humanize.IBytes(uint64(hints)), " ", ""), synced, warnings)
+		fmt.Fprintf(tw, "%s\tyes\t%s\t%s\t%d\t%t\t%d/%d\t%s\t%s\t%s\t%s\n", es.Endpoint, st.Version, uptime, st.Epoch, st.Rebuilding, up, len(st.Members), strings.ReplaceAll(humanize.IBytes(uint64(hints)), " ", ""), synced, diskCell(st.Disk), warnings)
 	}
 	return tw.Flush()
+}
+
+// diskCell is the DISK column: the share of the node's data volume free,
+// or why it refuses writes ("full", "failed"), or "-" when it does not
+// say.
+func diskCell(d *client.Disk) string {
+	switch {
+	case d == nil:
+		return "-"
+	case d.StoreError != "":
+		return "failed"
+	case d.Full:
+		return "full"
+	case d.TotalBytes == 0:
+		return "-"
+	}
+	return fmt.Sprintf("%d%%", d.FreeBytes*100/d.TotalBytes)
 }
 
 // printMembers writes the --members table: each endpoint's members, their

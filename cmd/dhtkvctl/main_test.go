@@ -109,7 +109,7 @@ func TestCommands(t *testing.T) {
 			check: func(t *testing.T, out string) {
 				rows := table(out)
 				require.Len(t, rows, 4, out)
-				assert.Equal(t, []string{"ENDPOINT", "REACHABLE", "VERSION", "UPTIME", "EPOCH", "REBUILDING", "UP", "HINTS", "SYNCED", "WARNINGS"}, rows[0])
+				assert.Equal(t, []string{"ENDPOINT", "REACHABLE", "VERSION", "UPTIME", "EPOCH", "REBUILDING", "UP", "HINTS", "SYNCED", "DISK", "WARNINGS"}, rows[0])
 				for i, want := range []string{"yes", "yes", "no"} {
 					assert.Equal(t, c.URL(i), rows[i+1][0], out)
 					assert.Equal(t, want, rows[i+1][1], out)
@@ -118,7 +118,8 @@ func TestCommands(t *testing.T) {
 				// stopped; no anti-entropy exchange ran (the test cluster's
 				// --ae-interval is 0).
 				assert.Regexp(t, `^[123]/3$`, rows[1][6])
-				assert.Equal(t, []string{buildinfo.Version(), "1", "false", "0B", "never", "-"}, []string{rows[1][2], rows[1][4], rows[1][5], rows[1][7], rows[1][8], rows[1][9]})
+				assert.Equal(t, []string{buildinfo.Version(), "1", "false", "0B", "never", "-"}, []string{rows[1][2], rows[1][4], rows[1][5], rows[1][7], rows[1][8], rows[1][10]})
+				assert.Regexp(t, `^\d+%$`, rows[1][9], "DISK: the share of the volume free")
 				assert.Contains(t, out, "connection refused")
 			}},
 	} {

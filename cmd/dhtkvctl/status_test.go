@@ -148,3 +148,49 @@ func TestMemberState(t *testing.T) {
 		assert.Equal(t, up, table(b.String())[1][6], tc.name)
 	}
 }
+
+// A node whose disk is full, or whose store failed, shows it in the DISK
+// column and its warning, and status exits 1 saying it refuses writes; a
+// node with room shows the share free. A server stands in for each.
+func TestStatusDisk(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		disk    *client.Disk
+		warning string
+		cell    string
+		errHas  string
+	}{
+		{"room", &client.Disk{FreeBytes: 40 << 30, TotalBytes: 100 << 30}, "", "40%", ""},
+		{"no report", nil, "", "-", ""},
+		{"full", &client.Disk{FreeBytes: 3 << 30, TotalBytes: 100 << 30, Full: true, Ballast: "/d/EMERGENCY_BALLAST", BallastBytes: 1 << 30},
+			"disk full: ...; deleting the emergency ballast /d/EMERGENCY_BALLAST frees 1.0 GiB at once", "full",
+			"refuses writes (507): its data volume is below --min-free-space"},
+		{"failed", &client.Disk{FreeBytes: 40 << 30, TotalBytes: 100 << 30, StoreError: "insufficient storage: the store failed a write: EIO"},
+			"store failed a write (EIO): ...", "failed", "refuses writes (507): insufficient storage: the store failed a write: EIO"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st := client.Status{Node: "http://127.0.0.1:1", Version: "v1", Warnings: []string{}, Disk: tc.disk,
+				Members: []client.Member{{URL: "http://127.0.0.1:1", Self: true}}}
+			if tc.warning != "" {
+				st.Warnings = []string{tc.warning}
+			}
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Content-Type", "application/json")
+				_ = json.NewEncoder(w).Encode(st)
+			}))
+			defer srv.Close()
+			code := exitOK
+			if tc.errHas != "" {
+				code = exitError
+			}
+			step{name: tc.name, args: []string{"--endpoints=" + srv.URL, "status"}, code: code, errHas: tc.errHas, check: func(t *testing.T, out string) {
+				rows := table(out)
+				assert.Equal(t, "DISK", rows[0][9])
+				assert.Equal(t, tc.cell, rows[1][9], out)
+				if tc.warning != "" {
+					assert.Contains(t, out, tc.warning)
+				}
+			}}.run(t)
+		})
+	}
+}

@@ -84,6 +84,13 @@ type Options struct {
 	// MaxKeyBytes bounds the keys a peer's segment lists may carry (the
 	// node's --max-key-bytes; default 1024).
 	MaxKeyBytes int
+	// Writable reports whether this node's store takes writes now
+	// (store.Store.Writable: not while its volume is below
+	// --min-free-space, nor once it failed a write); nil: always. A pull
+	// is not tried while it does not, since its record would be refused,
+	// and the exchange ends with the keys left differing, to be compared
+	// again at the next one.
+	Writable func() error
 }
 
 // DefaultOptions returns the defaults the fields document, an hour's

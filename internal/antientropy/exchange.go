@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/dhtkv/dhtkv/internal/partition"
@@ -133,6 +134,10 @@ type transfer struct {
 
 	mu sync.Mutex
 	st *ExchangeStats
+	// peerFull is set once the peer refused a push for want of storage
+	// (store.ErrInsufficientStorage): the exchange's other pushes are
+	// not sent, and are left differing.
+	peerFull atomic.Bool
 }
 
 type transferJob struct {
@@ -240,6 +245,11 @@ func (x *transfer) throttle(n int) error {
 
 // pull reads key from the peer and applies it here.
 func (x *transfer) pull(key []byte) (int, error) {
+	if w := x.a.o.Writable; w != nil {
+		if err := w(); err != nil {
+			return 0, fmt.Errorf("pull %q: %w", key, err)
+		}
+	}
 	rec, found, err := x.v.Peers[x.peer].Get(key, x.v.Epoch(), time.Now().Add(x.a.o.Timeout))
 	if err != nil {
 		return 0, err
@@ -258,6 +268,9 @@ func (x *transfer) pull(key []byte) (int, error) {
 
 // push writes this node's record of key to the peer.
 func (x *transfer) push(key []byte) (int, error) {
+	if x.peerFull.Load() {
+		return 0, fmt.Errorf("push %q: %w: the peer refused an earlier push for want of storage", key, store.ErrInsufficientStorage)
+	}
 	e, err := x.a.local.Get(key)
 	if err != nil {
 		return 0, err
@@ -271,6 +284,9 @@ func (x *transfer) push(key []byte) (int, error) {
 		return 0, err
 	}
 	if _, err := x.v.Peers[x.peer].Apply(key, env, x.v.Epoch(), time.Now().Add(x.a.o.Timeout)); err != nil {
+		if errors.Is(err, store.ErrInsufficientStorage) {
+			x.peerFull.Store(true)
+		}
 		return 0, err
 	}
 	return len(key) + len(env), nil

@@ -88,6 +88,13 @@ type Deps struct {
 	// Streams opens other nodes' record streams, for cluster scans
 	// (rpc.StreamClient).
 	Streams Streams
+	// Writable refuses to coordinate writes while this node's store
+	// takes none (store.Store.CheckWrite: its volume is below
+	// --min-free-space, or it failed a write), with an error wrapping
+	// store.ErrInsufficientStorage: such a node could store neither its
+	// own replica's copy nor the hints of the replicas that miss it, and
+	// a client's retry through another node can succeed.
+	Writable func() error
 }
 
 // Gate admits local replica calls routed at an epoch: Admit true must be
@@ -210,6 +217,9 @@ func New(d Deps, o Options, log *slog.Logger) *Coordinator {
 	}
 	if d.Rebuilding == nil {
 		d.Rebuilding = func() bool { return false }
+	}
+	if d.Writable == nil {
+		d.Writable = func() error { return nil }
 	}
 	c := &Coordinator{
 		d: d, clock: d.Clock, local: d.Local, m: newCoordMetrics(), timeout: o.Timeout, hedgeDelay: o.HedgeDelay,
@@ -377,7 +387,13 @@ func (c *Coordinator) get(r *routes, key []byte, ack, from int) (Result, error) 
 // once its version is in the past of every clock that may coordinate
 // the next one (failLate), so that a write begun after the failure
 // answer beats it.
+//
+// Storage. A node whose store takes no writes (Deps.Writable) refuses
+// to coordinate one, before it makes a version.
 func (c *Coordinator) Write(key, value []byte, tombstone bool, ttl time.Duration, ack, from int) error {
+	if err := c.d.Writable(); err != nil {
+		return fmt.Errorf("write: %w", err)
+	}
 	check := c.d.ClockCheck
 	if ack > 1 {
 		check = c.d.ClockLease

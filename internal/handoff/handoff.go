@@ -231,9 +231,14 @@ func (h *Handoff) addPending(target int, n int64) int64 {
 	return h.pending[target]
 }
 
-// round offers every target its hints.
+// round offers every target its hints. A store that failed a write
+// (store.Store.Failure) delivers none: it could not delete a delivered
+// hint, and would send the same ones again every round.
 func (h *Handoff) round(context.Context) {
 	h.exportPeers()
+	if h.store.Failure() != nil {
+		return
+	}
 	h.mu.Lock()
 	var targets []int
 	for target := range h.pending {

@@ -30,6 +30,7 @@ import (
 	"github.com/dhtkv/dhtkv/internal/cluster"
 	"github.com/dhtkv/dhtkv/internal/probe"
 	"github.com/dhtkv/dhtkv/internal/rpc"
+	"github.com/dhtkv/dhtkv/internal/store"
 )
 
 // Limits bounds what a request may carry.
@@ -321,9 +322,13 @@ func (s *Server) replicaError(ctx *fasthttp.RequestCtx, err error) {
 // few replicas answered, or too few peers to verify this node's clock,
 // is the contract's 504; a write refused for a clock (this node's, off
 // or not verified, or the one that made a replica's version) is 503 with
-// the reason; anything else is the server's fault, logged.
+// the reason; a write this node's store cannot take now (its disk below
+// --min-free-space, or failed) is 507 with the reason; anything else is
+// the server's fault, logged.
 func (s *Server) replicaStatus(path []byte, err error) (int, string) {
 	switch {
+	case errors.Is(err, store.ErrInsufficientStorage):
+		return fasthttp.StatusInsufficientStorage, store.Reason(err)
 	case errors.Is(err, cluster.ErrNotEnoughReplicas):
 		var re *cluster.ReplicasError
 		if errors.As(err, &re) {

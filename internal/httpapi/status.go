@@ -35,6 +35,12 @@ type Status interface {
 	NoQuorum() string
 }
 
+// DiskStatus is what a Status that also reports the node's data volume
+// implements (client.Status.Disk; package node's does).
+type DiskStatus interface {
+	Disk() *client.Disk
+}
+
 // status serves GET /v0/status. Plain, it is the course's contract: 200
 // and "OK", then one "warning: ..." line per thing an operator must know
 // (Status.Warnings). With the verbose parameter (any value, or
@@ -71,6 +77,9 @@ func (s *Server) status(ctx *fasthttp.RequestCtx) {
 	}
 	if ch := m.Change; ch != nil {
 		st.Change = fmt.Sprintf("%s of %s at stage %s", ch.Kind, selfURL(m, ch.Node), ch.Stage)
+	}
+	if d, ok := s.Status.(DiskStatus); ok {
+		st.Disk = d.Disk()
 	}
 	reachable := true
 	index := map[string]int{}

@@ -2,10 +2,13 @@ package node
 
 import (
 	"context"
+
 	"crypto/tls"
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/dhtkv/dhtkv/client"
 
 	"github.com/dhtkv/dhtkv/internal/antientropy"
 	"github.com/dhtkv/dhtkv/internal/cluster"
@@ -106,9 +109,11 @@ func (n *Node) buildCluster(cmap *clustermap.Map, self int, joined bool, clock *
 	n.coord = cluster.New(cluster.Deps{
 		Views: n.members.View, Gate: n.members, Clock: clock, Local: local, Hints: n.hints,
 		ClockCheck: n.probe.Measure, ClockLease: n.probe.Verify, Rebuilding: n.rebuild.Rebuilding, Streams: n.streams,
+		Writable: n.store.CheckWrite,
 	}, coordOpts, log)
 	aeOpts := cfg.AntiEntropy
 	aeOpts.Timeout, aeOpts.SummaryTimeout, aeOpts.MaxKeyBytes = cfg.ReplicaTimeout, peerOpts.SummaryTimeout, cfg.MaxKeyBytes
+	aeOpts.Writable = n.store.Writable
 	ae = antientropy.New(local, n.members.View, n.coord.ApplyRemote, n.rebuild.Rebuilding, aeOpts, log)
 	n.ae = ae
 	gcOpts := cfg.GC
@@ -226,11 +231,13 @@ func (s status) AntiEntropy() []antientropy.PeerSync { return s.n.ae.Status() }
 func (s status) NoQuorum() string                    { return s.n.quorumProblem() }
 
 // Warnings are what an operator must know about this node, one line each
-// (empty when all is well): a clock off from the peers', a rebuild under
-// way, partitions without a reachable quorum, a peer anti-entropy has not
-// completed an exchange with for long.
+// (empty when all is well): a store that failed a write or a data volume
+// below --min-free-space (and how to free space at once), a clock off
+// from the peers', a rebuild under way, partitions without a reachable
+// quorum, a peer anti-entropy has not completed an exchange with for
+// long.
 func (s status) Warnings() []string {
-	var ws []string
+	ws := s.n.store.Warnings()
 	if w := s.n.probe.ClockWarning(); w != "" {
 		ws = append(ws, w)
 	}
@@ -241,4 +248,20 @@ func (s status) Warnings() []string {
 		ws = append(ws, "no quorum: "+why)
 	}
 	return append(ws, s.n.ae.Warnings(time.Now())...)
+}
+
+// Disk is the data volume and the store's writes (httpapi.DiskStatus).
+func (s status) Disk() *client.Disk {
+	sp := s.n.store.Space()
+	d := &client.Disk{Dir: sp.Dir, Full: sp.Full, BallastBytes: sp.BallastBytes}
+	if sp.Known {
+		d.FreeBytes, d.TotalBytes, d.MinFreeBytes, d.ResumeFreeBytes = sp.Free, sp.Total, sp.MinFree, sp.ResumeAt
+	}
+	if sp.BallastBytes > 0 {
+		d.Ballast = sp.Ballast
+	}
+	if err := s.n.store.Failure(); err != nil {
+		d.StoreError = err.Error()
+	}
+	return d
 }

@@ -39,8 +39,9 @@ type Config struct {
 	// disables it. The default value is 64 MiB.
 	CacheBytes int64
 	// Store configures Pebble (store.Options: --sync, --block-cache-bytes,
-	// --memtable-bytes, --l0-compaction-threshold). The default value is
-	// store.DefaultOptions().
+	// --memtable-bytes, --l0-compaction-threshold, --wal-min-sync-interval)
+	// and the data volume's guard (--min-free-space, --ballast-size). The
+	// default value is store.DefaultOptions().
 	Store store.Options
 	// MemTableSpread spreads the memtable size of the nodes of a cluster
 	// (--memtable-spread): a node uses Store.MemTableBytes times a factor
@@ -239,6 +240,11 @@ type Config struct {
 	// a disk). The admin listener's /snapshot, which writes to the disk,
 	// then answers 501.
 	FS vfs.FS
+	// StatFS, when set, reports the data volume's space instead of
+	// statfs(2) (store.Options.StatFS; no flag: tests give a node a
+	// volume that fills). With FS set and no StatFS, the volume is not
+	// guarded: a MemFS has no statfs.
+	StatFS func(dir string) (vfs.DiskUsage, error)
 
 	// AccessLog configures the access log (httpapi.AccessLogOptions:
 	// --access-log-sample). The default value is

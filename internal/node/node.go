@@ -152,7 +152,7 @@ func New(cfg Config) (_ *Node, err error) {
 		}
 	}()
 	storeOpts := cfg.Store
-	storeOpts.Logger, storeOpts.FS = log, cfg.FS
+	storeOpts.Logger, storeOpts.FS, storeOpts.StatFS = log, cfg.FS, cfg.StatFS
 	storeOpts.MemTableBytes = memTableBytes(cfg.Store.MemTableBytes, cfg.MemTableSpread, cfg.Self)
 	n.store, err = store.Open(cfg.DataDir, storeOpts)
 	if err != nil {
@@ -416,8 +416,12 @@ var (
 // reads. Otherwise the reason: ErrRebuilding while it copies its share
 // after starting with an empty data directory (package rebuild), or
 // ErrStopping once Shutdown or Close began (the store is about to close),
-// or ErrNoQuorum while some partition has fewer than a majority of its
-// replicas reachable from here (quorum.go).
+// or the store's failure (store.ErrStoreFailed: a write or sync failed,
+// and it takes no writes until a restart), or ErrNoQuorum while some
+// partition has fewer than a majority of its replicas reachable from
+// here (quorum.go). A volume below --min-free-space leaves the node
+// ready: it serves reads, and a client's write it refuses with 507 goes
+// to another node (the client fails over).
 // A node's store is open from New until Shutdown or Close.
 func (n *Node) Ready() error {
 	switch {
@@ -425,6 +429,9 @@ func (n *Node) Ready() error {
 		return ErrStopping
 	case n.rebuild.Rebuilding():
 		return ErrRebuilding
+	}
+	if err := n.store.Failure(); err != nil {
+		return err
 	}
 	if why := n.quorumProblem(); why != "" {
 		return fmt.Errorf("%w: %s", ErrNoQuorum, why)

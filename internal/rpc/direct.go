@@ -135,6 +135,8 @@ func (d *Direct) Apply(key, env []byte, epoch uint64, _ time.Time) (uint64, erro
 		return r.version, nil
 	case r.code == ResRefused:
 		return 0, fmt.Errorf("apply to %s: %w: %s", d.URL, ErrRefused, r.msg)
+	case r.code == ResNoSpace:
+		return 0, fmt.Errorf("apply to %s: %w", d.URL, storageError{r.msg})
 	case r.code == ResError:
 		return 0, fmt.Errorf("apply to %s: replica error: %s", d.URL, r.msg)
 	}

@@ -584,6 +584,10 @@ func (p *Peer) sendOnce(batch []*call, req *fasthttp.Request, resp *fasthttp.Res
 			c.finish(fmt.Errorf("%w: %s", ErrRefused, r.msg))
 			continue
 		}
+		if r.code == ResNoSpace && c.kind == OpWrite {
+			c.finish(storageError{r.msg})
+			continue
+		}
 		if r.code == ResOverLimit && c.kind == OpRead {
 			again = append(again, c) // the answer was full: in the next batch
 			continue

@@ -141,8 +141,13 @@ func (s *Server) ServeBatch(body, out []byte) ([]byte, error) {
 		}
 	}
 	var applyErr error
+	noSpace := false
 	if len(sc.writes) > 0 {
-		if sc.outcomes, applyErr = s.Replica.ApplyRemote(sc.writes, sc.outcomes); applyErr != nil {
+		sc.outcomes, applyErr = s.Replica.ApplyRemote(sc.writes, sc.outcomes)
+		// A store that takes no writes now says so once, as its state
+		// changes, not at every batch.
+		noSpace = errors.Is(applyErr, store.ErrInsufficientStorage)
+		if applyErr != nil && !noSpace {
 			s.Log.Error("internal batch", "writes", len(sc.writes), "err", applyErr)
 		}
 	}
@@ -161,6 +166,8 @@ func (s *Server) ServeBatch(body, out []byte) ([]byte, error) {
 				out = AppendResultRefused(out, o.Refused.Error())
 			case o.Newer != 0:
 				out = AppendResultNewer(out, o.Newer)
+			case noSpace:
+				out = AppendResultNoSpace(out, store.Reason(applyErr))
 			case applyErr != nil:
 				out = AppendResultError(out, "store write failed")
 			default:

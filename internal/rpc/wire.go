@@ -4,6 +4,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+
+	"github.com/dhtkv/dhtkv/internal/store"
 )
 
 // BatchPath is where nodes send each other replica reads and writes, many
@@ -41,6 +43,13 @@ import (
 //	                               its byte limit (Server.MaxAnswerBytes;
 //	                               the first read is always done): ask
 //	                               again in another batch
+//	's' uvarint length, message    write: not stored, the replica takes
+//	                               no writes now (its data volume is below
+//	                               --min-free-space, or its store failed a
+//	                               write: store.ErrInsufficientStorage); it
+//	                               counts as no answer, and the write is
+//	                               worth a hint: the replica takes writes
+//	                               again once it has space
 //
 // A malformed batch (bad framing, a key out of limits, a bad envelope, a
 // version 0) is refused as a whole with 400
@@ -60,6 +69,7 @@ const (
 	ResError     = 'e'
 	ResRefused   = 'r'
 	ResOverLimit = 'l'
+	ResNoSpace   = 's'
 )
 
 // MaxBatchOps bounds the operations in one batch; a replica refuses more.
@@ -148,6 +158,18 @@ func AppendResultRefused(dst []byte, msg string) []byte {
 	return appendMessage(dst, ResRefused, msg)
 }
 
+// AppendResultNoSpace appends a write the replica does not take now.
+func AppendResultNoSpace(dst []byte, msg string) []byte {
+	return appendMessage(dst, ResNoSpace, msg)
+}
+
+// storageError is a replica's ResNoSpace, as its caller gets it: it is
+// store.ErrInsufficientStorage, and says the replica's reason.
+type storageError struct{ reason string }
+
+func (e storageError) Error() string        { return e.reason }
+func (e storageError) Is(target error) bool { return target == store.ErrInsufficientStorage }
+
 func appendMessage(dst []byte, code byte, msg string) []byte {
 	dst = append(dst, code)
 	dst = binary.AppendUvarint(dst, uint64(len(msg)))
@@ -180,7 +202,7 @@ func nextResult(buf []byte) (r batchResult, rest []byte, err error) {
 		return r, rest[8:], nil
 	case ResFound:
 		r.envelope, rest, ok = cutChunk(rest)
-	case ResError, ResRefused:
+	case ResError, ResRefused, ResNoSpace:
 		var msg []byte
 		msg, rest, ok = cutChunk(rest)
 		r.msg = string(msg)

@@ -111,6 +111,8 @@ func printAnswer(buf []byte) string {
 			fmt.Fprintf(&b, "refused result: %s\n", r.msg)
 		case ResOverLimit:
 			b.WriteString("over the answer's limit: ask again\n")
+		case ResNoSpace:
+			fmt.Fprintf(&b, "no space result: %s\n", r.msg)
 		}
 		buf = rest
 	}

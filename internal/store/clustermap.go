@@ -30,7 +30,7 @@ func (s *Store) ClusterMap() (m []byte, ok bool, err error) {
 
 // SetClusterMap durably records the cluster map m.
 func (s *Store) SetClusterMap(m []byte) error {
-	if err := s.db.Set([]byte(clusterMapKey), m, pebble.Sync); err != nil {
+	if err := s.write(func() error { return s.db.Set([]byte(clusterMapKey), m, pebble.Sync) }); err != nil {
 		return fmt.Errorf("write cluster map in %s: %w", s.dir, err)
 	}
 	return nil
@@ -70,7 +70,7 @@ func (s *Store) DropPartition(part partition.ID) (removed [][]byte, err error) {
 				return removed, fmt.Errorf("drop partition %d: %w", part, err)
 			}
 		}
-		err = s.db.Apply(b, pebble.NoSync) // lost by a crash: dropped again at the next start
+		err = s.write(func() error { return s.db.Apply(b, pebble.NoSync) }) // lost by a crash: dropped again at the next start
 		b.Close()
 		if err != nil {
 			return removed, fmt.Errorf("drop partition %d in %s: %w", part, s.dir, err)
@@ -101,12 +101,12 @@ func (s *Store) CleanupPending() (bool, error) {
 
 // SetCleanupPending durably sets or clears the cleanup marker.
 func (s *Store) SetCleanupPending(pending bool) error {
-	var err error
-	if pending {
-		err = s.db.Set([]byte(cleanupKey), nil, pebble.Sync)
-	} else {
-		err = s.db.Delete([]byte(cleanupKey), pebble.Sync)
-	}
+	err := s.write(func() error {
+		if pending {
+			return s.db.Set([]byte(cleanupKey), nil, pebble.Sync)
+		}
+		return s.db.Delete([]byte(cleanupKey), pebble.Sync)
+	})
 	if err != nil {
 		return fmt.Errorf("write cleanup marker in %s: %w", s.dir, err)
 	}

@@ -45,7 +45,8 @@ func newJobTimes() jobTimes {
 }
 
 // eventListener logs what an operator needs to see: write stalls (with
-// their duration) and disk operations that Pebble found slow; it times
+// their duration), disk operations that Pebble found slow, and the errors
+// of its background work (Store.backgroundError); it times
 // every flush and compaction, and logs each at debug level with its
 // duration. Pebble calls these from its own goroutines; none of them
 // blocks.
@@ -82,5 +83,6 @@ func (s *Store) eventListener(log *slog.Logger) *pebble.EventListener {
 		DiskSlow: func(info pebble.DiskSlowInfo) {
 			log.Warn("slow disk operation", "op", info.OpType.String(), "path", info.Path, "duration", info.Duration)
 		},
+		BackgroundError: func(err error) { s.backgroundError(log, err) },
 	}
 }

@@ -123,7 +123,7 @@ func (s *Store) Collect(cands []Candidate, horizon uint64) (removed [][]byte, er
 	if b.Empty() {
 		return nil, nil
 	}
-	if err := s.db.Apply(b, pebble.Sync); err != nil {
+	if err := s.write(func() error { return s.db.Apply(b, pebble.Sync) }); err != nil {
 		return nil, fmt.Errorf("collect %d records in %s: %w", len(removed), s.dir, err)
 	}
 	if horizon > s.gc.horizon.Load() {

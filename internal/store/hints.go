@@ -49,7 +49,10 @@ func (s *Store) AddHint(h Hint) error {
 	if !ok || h.Target < 0 || h.Target > 255 {
 		return fmt.Errorf("add hint for node %d: %w", h.Target, record.ErrCorrupt)
 	}
-	if err := s.db.Set(hintKey(h.Target, v, h.Key), h.Envelope, s.writeOpt); err != nil {
+	if err := s.admit(h.Size()); err != nil {
+		return fmt.Errorf("add hint for node %d: %w", h.Target, err)
+	}
+	if err := s.write(func() error { return s.db.Set(hintKey(h.Target, v, h.Key), h.Envelope, s.writeOpt) }); err != nil {
 		return fmt.Errorf("add hint for node %d: %w", h.Target, err)
 	}
 	return nil
@@ -124,7 +127,7 @@ func (s *Store) DeleteHints(hs []Hint) error {
 			return fmt.Errorf("delete hints: %w", err)
 		}
 	}
-	if err := s.db.Apply(b, s.writeOpt); err != nil {
+	if err := s.write(func() error { return s.db.Apply(b, s.writeOpt) }); err != nil {
 		return fmt.Errorf("delete %d hints: %w", len(hs), err)
 	}
 	return nil

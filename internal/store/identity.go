@@ -52,7 +52,7 @@ func (s *Store) SetIdentity(id Identity) error {
 	if id.Formed {
 		v[9] |= 2
 	}
-	if err := s.db.Set([]byte(identityKey), v, pebble.Sync); err != nil {
+	if err := s.write(func() error { return s.db.Set([]byte(identityKey), v, pebble.Sync) }); err != nil {
 		return fmt.Errorf("write identity in %s: %w", s.dir, err)
 	}
 	return nil

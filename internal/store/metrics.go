@@ -12,6 +12,7 @@ import (
 // explain latency under write load: compaction debt, L0 shape, memtables,
 // WAL and disk usage.
 type pebbleCollector struct {
+	store   *Store
 	metrics func() *pebble.Metrics
 	stalls  func() (uint64, time.Duration)
 	iters   func() int64
@@ -22,7 +23,7 @@ type pebbleCollector struct {
 // Collector exports Pebble's metrics and the store's write stalls (count,
 // total duration), read at scrape time. Register it once per store.
 func (s *Store) Collector() prometheus.Collector {
-	pc := &pebbleCollector{metrics: s.db.Metrics, stalls: s.Stalls, iters: s.RangeIters, jobs: s.jobs, descs: map[string]*prometheus.Desc{}}
+	pc := &pebbleCollector{store: s, metrics: s.db.Metrics, stalls: s.Stalls, iters: s.RangeIters, jobs: s.jobs, descs: map[string]*prometheus.Desc{}}
 	for name, help := range map[string]string{
 		"dhtkv_pebble_compactions_total":         "Compactions completed.",
 		"dhtkv_pebble_compaction_debt_bytes":     "Estimated bytes to compact for the LSM to reach a stable state.",
@@ -45,9 +46,19 @@ func (s *Store) Collector() prometheus.Collector {
 		"dhtkv_pebble_wal_fsync_seconds":         "Latency of the WAL's fsyncs (each covers every commit waiting for it).",
 		"dhtkv_pebble_write_stalls_total":        "Write stalls begun: commits wait while memtables or L0 are full.",
 		"dhtkv_pebble_write_stall_seconds_total": "Total duration of ended write stalls.",
+		"dhtkv_pebble_background_errors_total":   "Errors of Pebble's background work (flushes, compactions), which it retries.",
+		"dhtkv_disk_free_bytes":                  "Free bytes of the data directory's volume available to the node, at the last reading (statfs).",
+		"dhtkv_disk_total_bytes":                 "Size of the data directory's volume in bytes, at the last reading.",
+		"dhtkv_disk_min_free_bytes":              "Free bytes below which the node refuses writes (--min-free-space of the volume).",
+		"dhtkv_disk_full":                        "1 while the node refuses writes because its data volume is below --min-free-space (or Pebble met ENOSPC), else 0.",
+		"dhtkv_disk_ballast_bytes":               "Size of the emergency ballast file in the data directory (0: none; delete it to free its space).",
+		"dhtkv_store_failed":                     "1 once the store failed a write (an I/O error on the WAL, a sync, the MANIFEST): writes refused, /readyz 503 until restart.",
 	} {
 		pc.descs[name] = prometheus.NewDesc(name, help, nil, nil)
 	}
+	pc.descs["dhtkv_store_writes_refused_total"] = prometheus.NewDesc("dhtkv_store_writes_refused_total",
+		"Writes the store refused (a client's write at its coordinator, a replica write, a hint), by reason: disk_full (below --min-free-space) or store_failed.",
+		[]string{"reason"}, nil)
 	return pc
 }
 
@@ -60,10 +71,29 @@ func (p *pebbleCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (p *pebbleCollector) Collect(ch chan<- prometheus.Metric) {
-	pm := p.metrics()
 	emit := func(name string, t prometheus.ValueType, v float64) {
 		ch <- prometheus.MustNewConstMetric(p.descs[name], t, v)
 	}
+	s := p.store
+	sp := s.Space()
+	if sp.Known {
+		emit("dhtkv_disk_free_bytes", prometheus.GaugeValue, float64(sp.Free))
+		emit("dhtkv_disk_total_bytes", prometheus.GaugeValue, float64(sp.Total))
+		emit("dhtkv_disk_min_free_bytes", prometheus.GaugeValue, float64(sp.MinFree))
+	}
+	emit("dhtkv_disk_full", prometheus.GaugeValue, b2f(sp.Full))
+	emit("dhtkv_disk_ballast_bytes", prometheus.GaugeValue, float64(sp.BallastBytes))
+	emit("dhtkv_store_failed", prometheus.GaugeValue, b2f(s.Failure() != nil))
+	ch <- prometheus.MustNewConstMetric(p.descs["dhtkv_store_writes_refused_total"], prometheus.CounterValue, float64(s.health.refusedFull.Load()), "disk_full")
+	ch <- prometheus.MustNewConstMetric(p.descs["dhtkv_store_writes_refused_total"], prometheus.CounterValue, float64(s.health.refusedFailed.Load()), "store_failed")
+	emit("dhtkv_pebble_background_errors_total", prometheus.CounterValue, float64(s.health.background.Load()))
+	if s.Failure() != nil {
+		// Pebble's metrics take the database's mutex, which a fatal error
+		// may have left held for good (slogLogger.Fatalf): a scrape must
+		// not hang on it.
+		return
+	}
+	pm := p.metrics()
 	emit("dhtkv_pebble_compactions_total", prometheus.CounterValue, float64(pm.Compact.Count))
 	emit("dhtkv_pebble_compaction_debt_bytes", prometheus.GaugeValue, float64(pm.Compact.EstimatedDebt))
 	emit("dhtkv_pebble_flushes_total", prometheus.CounterValue, float64(pm.Flush.Count))
@@ -94,6 +124,13 @@ func (p *pebbleCollector) Collect(ch chan<- prometheus.Metric) {
 	emit("dhtkv_pebble_write_stall_seconds_total", prometheus.CounterValue, total.Seconds())
 	p.jobs.flush.Collect(ch)
 	p.jobs.compaction.Collect(ch)
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // fsyncBuckets are the upper bounds, in seconds, that the WAL fsync

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/dhtkv/dhtkv/internal/record"
+	"github.com/dhtkv/dhtkv/internal/sizeflag"
 )
 
 func TestOptionsValidate(t *testing.T) {
@@ -26,6 +27,12 @@ func TestOptionsValidate(t *testing.T) {
 		{"sync interval 100ms", func(o *Options) { o.WALMinSyncInterval = 100 * time.Millisecond }, ""},
 		{"negative sync interval", func(o *Options) { o.WALMinSyncInterval = -time.Microsecond }, "--wal-min-sync-interval -1µs: must be between 0 and 100ms"},
 		{"sync interval too long", func(o *Options) { o.WALMinSyncInterval = time.Second }, "--wal-min-sync-interval 1s: must be between 0 and 100ms"},
+		{"no free-space guard", func(o *Options) { o.MinFreeSpace = sizeflag.Amount{} }, ""},
+		{"free space as a size", func(o *Options) { o.MinFreeSpace = sizeflag.Amount{Bytes: 1 << 40} }, ""},
+		{"free space most of the volume", func(o *Options) { o.MinFreeSpace = sizeflag.Amount{Percent: 80} }, "--min-free-space 80%: a percentage must be below 80%"},
+		{"no ballast", func(o *Options) { o.Ballast = sizeflag.Amount{} }, ""},
+		{"ballast 10%", func(o *Options) { o.Ballast = sizeflag.Amount{Percent: 10} }, ""},
+		{"ballast 11%", func(o *Options) { o.Ballast = sizeflag.Amount{Percent: 11} }, "--ballast-size 11%: a percentage must be at most 10%"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			o := DefaultOptions()

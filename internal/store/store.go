@@ -91,6 +91,30 @@ type Options struct {
 	// during the fsync anyway, and a wait would only cost latency
 	// (closed loop at 8 connections on 2 cores: 30% fewer PUT/s).
 	WALMinSyncInterval time.Duration
+	// MinFreeSpace is the free space, a size or a percentage of the data
+	// volume, below which the store refuses the writes that grow it,
+	// records and hints, with ErrInsufficientStorage (--min-free-space;
+	// DefaultOptions: 5%, Elasticsearch's flood stage; 0 turns the guard
+	// off, and EnsureDefaults leaves it so). Writes resume once free
+	// space is back above it by a quarter of it (space.go). Leave room
+	// for what Pebble still writes after: the memtables already written
+	// (up to 4 × MemTableBytes, flushed) and a compaction's output.
+	MinFreeSpace sizeflag.Amount
+	// Ballast is the size of the emergency ballast file made in the data
+	// directory at Open (BallastFile; --ballast-size), a size or a
+	// percentage of the volume, a percentage at most 1 GiB
+	// (DefaultOptions: 1%, CockroachDB's default; 0: none, and any
+	// ballast there is removed). Deleting it frees its space at once.
+	Ballast sizeflag.Amount
+	// StatFS reports the usage of the volume holding a directory (no
+	// flag: tests inject a volume's state). The default value is nil:
+	// FS's GetDiskUsage, statfs(2) on the operating system's file
+	// system; a file system that has none (vfs.NewMem()) is not guarded.
+	StatFS func(dir string) (vfs.DiskUsage, error)
+	// SpaceCheckInterval is how old the last reading of the volume's
+	// free space may be before a write, a status or a scrape reads it
+	// again (no flag). The default value is 1 s.
+	SpaceCheckInterval time.Duration
 	Logger             *slog.Logger
 	// FS is the file system Pebble keeps the store in (default nil: the
 	// operating system's, vfs.Default). Tests pass vfs.NewMem() to run a
@@ -106,7 +130,10 @@ const MemTableStopWrites = 4
 
 // DefaultOptions returns the defaults the fields document, Sync on.
 func DefaultOptions() Options {
-	o := Options{Sync: true, BlockCacheBytes: 64 << 20, MemTableBytes: 16 << 20, L0CompactionThreshold: 16}
+	o := Options{
+		Sync: true, BlockCacheBytes: 64 << 20, MemTableBytes: 16 << 20, L0CompactionThreshold: 16,
+		MinFreeSpace: sizeflag.Amount{Percent: 5}, Ballast: sizeflag.Amount{Percent: 1},
+	}
 	if runtime.GOMAXPROCS(0) == 1 {
 		o.WALMinSyncInterval = onePSyncInterval
 	}
@@ -126,6 +153,8 @@ func (o *Options) RegisterFlags(fs *flag.FlagSet) {
 	sizeflag.Var(fs, &o.MemTableBytes, "memtable-bytes", "Pebble memtable, a `size` (up to 4 in memory)")
 	fs.IntVar(&o.L0CompactionThreshold, "l0-compaction-threshold", o.L0CompactionThreshold, "L0 sublevels that trigger a compaction into the level below (writes stall at 4x)")
 	fs.DurationVar(&o.WALMinSyncInterval, "wal-min-sync-interval", o.WALMinSyncInterval, "least time between two WAL fsyncs; writes arriving meanwhile share the next one (0: none)")
+	sizeflag.AmountVar(fs, &o.MinFreeSpace, "min-free-space", "free space of the data volume, a `size or percentage`, below which PUT, DELETE and replica writes are refused with 507 until it is back above it by a quarter (0: off)")
+	sizeflag.AmountVar(fs, &o.Ballast, "ballast-size", "emergency ballast file made in the data directory at start-up, a `size or percentage` of the volume (a percentage at most 1GiB); delete it to free its space at once (0: none)")
 }
 
 // Validate refuses the settings Pebble would misuse.
@@ -137,6 +166,10 @@ func (o *Options) Validate() error {
 		return errors.New("--l0-compaction-threshold must be at least 1")
 	case o.WALMinSyncInterval < 0 || o.WALMinSyncInterval > 100*time.Millisecond:
 		return fmt.Errorf("--wal-min-sync-interval %v: must be between 0 and 100ms", o.WALMinSyncInterval)
+	case o.MinFreeSpace.Percent >= 80:
+		return fmt.Errorf("--min-free-space %v: a percentage must be below 80%%", o.MinFreeSpace)
+	case o.Ballast.Percent > 10:
+		return fmt.Errorf("--ballast-size %v: a percentage must be at most 10%%", o.Ballast)
 	}
 	return nil
 }
@@ -153,6 +186,9 @@ func (o *Options) EnsureDefaults() {
 	if o.L0CompactionThreshold <= 0 {
 		o.L0CompactionThreshold = 16
 	}
+	if o.SpaceCheckInterval <= 0 {
+		o.SpaceCheckInterval = time.Second
+	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
@@ -161,26 +197,45 @@ func (o *Options) EnsureDefaults() {
 // Store is a Pebble database holding record envelopes. It is safe for
 // concurrent use.
 type Store struct {
-	db       *pebble.DB
-	dir      string
-	writeOpt *pebble.WriteOptions
-	keyBufs  sync.Pool // *[]byte scratch for prefixed keys on reads
-	stalls   stallCounter
-	jobs     jobTimes
-	summary  summary
-	gc       gcState
-	log      *slog.Logger
+	db  *pebble.DB
+	dir string
+	// fs is the file system the store is in (Options.FS), as given: Pebble
+	// writes through a wrapper of it that calls onDiskFull.
+	fs        vfs.FS
+	guard     *spaceGuard
+	health    health
+	opening   atomic.Bool   // in Open: Pebble's Fatalf panics, and Open recovers it
+	closeWait time.Duration // how long Close waits for Pebble once the store failed
+	writeOpt  *pebble.WriteOptions
+	keyBufs   sync.Pool // *[]byte scratch for prefixed keys on reads
+	stalls    stallCounter
+	jobs      jobTimes
+	summary   summary
+	gc        gcState
+	log       *slog.Logger
 	// iters counts the Iters holding a Pebble iterator (open and not
 	// released): each pins the memtables and sstables of its snapshot.
 	iters atomic.Int64
 }
 
-// Open opens (creating if needed) the store in dir.
+// Open opens (creating if needed) the store in dir, and makes its
+// emergency ballast (ballast.go) if it has none.
 func Open(dir string, o Options) (*Store, error) {
 	o.EnsureDefaults()
 	cache := pebble.NewCache(o.BlockCacheBytes)
 	defer cache.Unref() // the DB holds its own reference
 
+	fsys := o.FS
+	if fsys == nil {
+		fsys = vfs.Default
+	}
+	s := &Store{dir: dir, fs: fsys, writeOpt: pebble.NoSync, log: o.Logger, jobs: newJobTimes(), closeWait: closeWaitAfterFailure}
+	statfs := o.StatFS
+	if statfs == nil {
+		statfs = fsys.GetDiskUsage
+	}
+	s.guard = newSpaceGuard(dir, statfs, o.MinFreeSpace, o.SpaceCheckInterval, o.Logger)
+	pebbleLog := o.Logger.With("component", "pebble")
 	popts := &pebble.Options{
 		Cache:                       cache,
 		FormatMajorVersion:          FormatMajorVersion,
@@ -189,15 +244,17 @@ func Open(dir string, o Options) (*Store, error) {
 		L0CompactionThreshold:       o.L0CompactionThreshold,
 		L0StopWritesThreshold:       4 * o.L0CompactionThreshold,
 		Merger:                      lwwMerger,
-		Logger:                      slogLogger{o.Logger.With("component", "pebble")},
-		FS:                          o.FS, // nil: Pebble's default, the OS
+		Logger:                      slogLogger{l: pebbleLog, fail: s.fail, opening: s.opening.Load},
+		// Every write Pebble makes that meets ENOSPC calls onDiskFull,
+		// then is tried once more; one that fails still fails the store
+		// at once (fileError).
+		FS: watchFS{FS: vfs.OnDiskFull(fsys, s.onDiskFull), onError: s.fileError},
 	}
 	if d := o.WALMinSyncInterval; d > 0 {
 		popts.WALMinSyncInterval = func() time.Duration { return d }
 	}
-	s := &Store{dir: dir, writeOpt: pebble.NoSync, log: o.Logger, jobs: newJobTimes()}
 	s.summary.init()
-	popts.EventListener = s.eventListener(o.Logger.With("component", "pebble"))
+	popts.EventListener = s.eventListener(pebbleLog)
 	for i := range popts.Levels {
 		// Point reads of absent keys are common (GET of a never-written
 		// key, first write of a key): a bloom filter on every level, L0
@@ -205,31 +262,73 @@ func Open(dir string, o Options) (*Store, error) {
 		popts.Levels[i].FilterPolicy = bloom.FilterPolicy(10)
 		popts.Levels[i].FilterType = pebble.TableFilter
 	}
-	db, err := pebble.Open(dir, popts)
-	if err != nil {
-		return nil, fmt.Errorf("open store %s: %w", dir, err)
-	}
-	s.db = db
 	s.keyBufs.New = func() any { b := make([]byte, 0, 64); return &b }
 	if o.Sync {
 		s.writeOpt = pebble.Sync
 	}
+	if err := s.open(popts); err != nil {
+		return nil, err
+	}
+	r := s.guard.reading()
+	if err := s.ensureBallast(ballastBytes(o.Ballast, r.total), r); err != nil {
+		s.log.Warn("no emergency ballast", "err", err)
+	}
+	return s, nil
+}
+
+// open opens Pebble and checks what it holds. A fatal error of Pebble's
+// meanwhile (a MANIFEST it cannot write on a full disk) fails the Open
+// instead of the process (slogLogger.Fatalf).
+func (s *Store) open(popts *pebble.Options) (err error) {
+	s.opening.Store(true)
+	defer s.opening.Store(false)
+	defer func() {
+		if r := recover(); r != nil {
+			f, ok := r.(fatalError)
+			if !ok {
+				panic(r)
+			}
+			err = fmt.Errorf("open store %s: %w", s.dir, f.err)
+		}
+	}()
+	db, err := pebble.Open(s.dir, popts)
+	if err != nil {
+		return fmt.Errorf("open store %s: %w", s.dir, err)
+	}
+	s.db = db
 	if err := s.checkLayout(); err != nil {
 		db.Close()
-		return nil, err
+		return err
 	}
 	if err := s.loadHorizon(); err != nil {
 		db.Close()
-		return nil, err
+		return err
 	}
-	return s, nil
+	return nil
+}
+
+// onDiskFull runs when a write of Pebble's met ENOSPC, before Pebble
+// tries it once more; writes through Pebble's file system wait
+// meanwhile. The volume is full whatever the guard last read, so the
+// guard refuses writes from now on (until the volume is back above its
+// resume threshold), and the ballast goes, so that the write tried
+// again, and the flushes and compactions after it, find room.
+func (s *Store) onDiskFull() {
+	freed := s.removeBallast()
+	why := "ENOSPC"
+	if freed > 0 {
+		why = fmt.Sprintf("ENOSPC; the emergency ballast was removed, freeing %s", iBytes(freed))
+	}
+	s.guard.markFull(why)
+	s.log.Error("disk full: Pebble met ENOSPC; writes are refused (507) until space is freed", "dir", s.dir,
+		"ballast_removed_bytes", freed)
 }
 
 func (s *Store) checkLayout() error {
 	v, closer, err := s.db.Get([]byte(layoutKey))
 	switch {
 	case errors.Is(err, pebble.ErrNotFound):
-		if err := s.db.Set([]byte(layoutKey), []byte(layoutVersion), pebble.Sync); err != nil {
+		if err := s.write(func() error { return s.db.Set([]byte(layoutKey), []byte(layoutVersion), pebble.Sync) }); err != nil {
 			return fmt.Errorf("open store %s: write layout: %w", s.dir, err)
 		}
 		return nil
@@ -267,20 +366,52 @@ func (s *Store) ClockBound() (uint64, error) {
 // synced: the bound must be on disk before any version above the previous
 // one is used.
 func (s *Store) SetClockBound(bound uint64) error {
-	if err := s.db.Set([]byte(clockKey), binary.BigEndian.AppendUint64(nil, bound), pebble.Sync); err != nil {
+	if err := s.write(func() error {
+		return s.db.Set([]byte(clockKey), binary.BigEndian.AppendUint64(nil, bound), pebble.Sync)
+	}); err != nil {
 		return fmt.Errorf("write clock bound in %s: %w", s.dir, err)
 	}
 	return nil
 }
 
 // Close flushes nothing extra (the WAL already holds every write) and
-// releases the database.
+// releases the database. A store that failed (Failure) is closed only as
+// far as Pebble manages within closeWait: a fatal error can leave it
+// holding a lock its Close waits for, and then it is left to the
+// process's exit, which loses nothing the disk had.
 func (s *Store) Close() error {
-	if err := s.db.Close(); err != nil {
-		return fmt.Errorf("close store %s: %w", s.dir, err)
+	failure := s.Failure()
+	if failure == nil {
+		if err := s.db.Close(); err != nil {
+			return fmt.Errorf("close store %s: %w", s.dir, err)
+		}
+		return nil
 	}
-	return nil
+	done := make(chan error, 1)
+	go func() {
+		defer func() {
+			if r := recover(); r != nil {
+				done <- fmt.Errorf("pebble panicked: %v", r)
+			}
+		}()
+		done <- s.db.Close()
+	}()
+	t := time.NewTimer(s.closeWait)
+	defer t.Stop()
+	select {
+	case err := <-done:
+		if err != nil {
+			return fmt.Errorf("close store %s after it failed (%v): %w", s.dir, failure, err)
+		}
+		return nil
+	case <-t.C:
+		return fmt.Errorf("close store %s: Pebble did not close within %v after the store failed (%v); left to the process's exit", s.dir, s.closeWait, failure)
+	}
 }
+
+// closeWaitAfterFailure is Store.closeWait: how long Close waits for
+// Pebble to close a store that failed.
+const closeWaitAfterFailure = 5 * time.Second
 
 // lookup reads key's stored envelope and hands it to fn, which must not
 // keep it: the bytes belong to Pebble until lookup returns. found is false
@@ -355,6 +486,9 @@ type Write struct {
 // commit, and with Sync one shared fsync. The batch is atomic; two writes
 // of one key resolve by version like any others.
 func (s *Store) ApplyBatch(ws []Write) error {
+	if err := s.admit(batchBytes(ws)); err != nil {
+		return fmt.Errorf("apply batch of %d: %w", len(ws), err)
+	}
 	// Shared with other writers, exclusive with a collection, which
 	// reads a record and deletes it only if it is still what it read.
 	s.gc.mu.RLock()
@@ -376,7 +510,7 @@ func (s *Store) ApplyBatch(ws []Write) error {
 	if n == 0 {
 		return nil
 	}
-	if err := s.db.Apply(b, s.writeOpt); err != nil {
+	if err := s.write(func() error { return s.db.Apply(b, s.writeOpt) }); err != nil {
 		return fmt.Errorf("apply batch of %d: %w", len(ws), err)
 	}
 	for _, w := range ws { // after the commit: see summary.touch
@@ -400,16 +534,45 @@ func addMerge(b *pebble.Batch, key []byte, rec *record.Record, arrived uint64) (
 	return addIndex(b, key, indexEntryOf(rec, arrived))
 }
 
-type slogLogger struct{ l *slog.Logger }
-
-func (l slogLogger) Infof(format string, args ...any) { l.l.Debug(fmt.Sprintf(format, args...)) }
-func (l slogLogger) Errorf(format string, args ...any) {
-	l.l.Error(fmt.Sprintf(format, args...))
+// batchBytes is about what ws adds to the store: keys, values, the
+// envelopes' and index entries' few bytes.
+func batchBytes(ws []Write) int {
+	n := 0
+	for _, w := range ws {
+		n += 2*len(w.Key) + len(w.Rec.Value) + 48
+	}
+	return n
 }
-func (l slogLogger) Fatalf(format string, args ...any) {
-	// Pebble calls Fatalf on unrecoverable corruption; it expects no return.
-	l.l.Error(fmt.Sprintf(format, args...))
-	panic(fmt.Sprintf(format, args...))
+
+// admit lets a write that grows the store by about n bytes go to Pebble,
+// or refuses it (ErrInsufficientStorage): the store failed a write, or
+// its volume is below --min-free-space (space.go). It counts refusals.
+func (s *Store) admit(n int) error {
+	if err := s.Failure(); err != nil {
+		s.health.refusedFailed.Add(1)
+		return err
+	}
+	if err := s.guard.admit(n); err != nil {
+		s.health.refusedFull.Add(1)
+		return err
+	}
+	return nil
+}
+
+// CheckWrite reports whether the store takes writes now, as a write of
+// a record would find it: nil, or the reason it refuses them (wrapping
+// ErrInsufficientStorage), counted as a refused write. A coordinator asks
+// before it takes a client's write.
+func (s *Store) CheckWrite() error { return s.admit(0) }
+
+// Writable is CheckWrite without counting a refusal: for work that asks
+// before it tries, and skips what would be refused (anti-entropy's
+// pulls).
+func (s *Store) Writable() error {
+	if err := s.Failure(); err != nil {
+		return err
+	}
+	return s.guard.admit(0)
 }
 
 // Checkpoint writes a consistent copy of the store (records, hints, the
@@ -418,6 +581,10 @@ func (l slogLogger) Fatalf(format string, args ...any) {
 // created), on the store's file system (Options.FS). The copy hard-links the sstables where the file system allows,
 // so it costs little space until the store compacts them away.
 func (s *Store) Checkpoint(dir string) error {
+	if err := s.Failure(); err != nil {
+		// Its WAL flush would wait on a commit pipeline the failure may have stopped.
+		return fmt.Errorf("checkpoint of %s: %w", s.dir, err)
+	}
 	if err := s.db.Checkpoint(dir, pebble.WithFlushedWAL()); err != nil {
 		return fmt.Errorf("checkpoint of %s in %s: %w", s.dir, dir, err)
 	}

@@ -216,7 +216,7 @@ const upgradeBatch = 4096
 // Open starts again from scratch.
 func (s *Store) buildIndex(from string) error {
 	s.log.Info("upgrading the data directory: building the anti-entropy index", "dir", s.dir, "layout", from)
-	if err := s.db.DeleteRange([]byte{indexPrefix}, []byte{indexPrefix + 1}, pebble.Sync); err != nil {
+	if err := s.write(func() error { return s.db.DeleteRange([]byte{indexPrefix}, []byte{indexPrefix + 1}, pebble.Sync) }); err != nil {
 		return fmt.Errorf("upgrade %s: %w", s.dir, err)
 	}
 	it, err := s.NewIter(nil, nil)
@@ -227,7 +227,7 @@ func (s *Store) buildIndex(from string) error {
 	b := s.db.NewBatch()
 	n := 0
 	commit := func() error {
-		err := s.db.Apply(b, pebble.Sync)
+		err := s.write(func() error { return s.db.Apply(b, pebble.Sync) })
 		b.Close()
 		b = s.db.NewBatch()
 		return err

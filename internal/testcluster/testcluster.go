@@ -55,6 +55,7 @@ import (
 	"github.com/dhtkv/dhtkv/client"
 	"github.com/dhtkv/dhtkv/internal/faultnet"
 	"github.com/dhtkv/dhtkv/internal/node"
+	"github.com/dhtkv/dhtkv/internal/sizeflag"
 	"github.com/dhtkv/dhtkv/internal/testpki"
 )
 
@@ -94,6 +95,11 @@ func start(t testing.TB, ports []int, opts []Option) *Cluster {
 		cfg.CacheBytes = 8 << 20
 		cfg.Store.BlockCacheBytes = 8 << 20
 		cfg.Store.MemTableBytes = 4 << 20
+		// The nodes share the test machine's disk with every other test:
+		// no ballast (1 GiB each by default), and a guard that refuses
+		// writes only when the disk is all but full.
+		cfg.Store.Ballast = sizeflag.Amount{}
+		cfg.Store.MinFreeSpace = sizeflag.Amount{Bytes: 16 << 20}
 		cfg.ReplicaTimeout = 500 * time.Millisecond
 		// Anti-entropy only when a test asks (Repair, or an Option setting
 		// AEInterval): a scheduled exchange would repair what a test of
