@@ -16,6 +16,8 @@
 #               a node refuses a directory of a cluster with other URLs, so
 #               each base port has its own.
 #   BIN         directory of the dhtkv binary. Default ./bin.
+#   BALLAST     each cluster node's --ballast-size (docs/storage.md).
+#               Default 64MiB.
 #
 # The cluster is what its nodes' directories hold. run starts nodes 1-3
 # (seeded from their list at the first start) and every further nodeN/ in
@@ -81,8 +83,11 @@ members() {
 launch() {
   local i=$1
   shift
+  # A local cluster's nodes share one disk: a 64 MiB emergency ballast
+  # each (BALLAST=), not the production default of 1% of the volume (up
+  # to 1 GiB each).
   "$BIN/dhtkv" --listen "$HOST:$((PORT + i - 1))" --admin-listen "$HOST:$((ADMIN_PORT + i - 1))" \
-    --data-dir "$DATA/node$i" "$@" >>"$DATA/node$i.log" 2>&1 &
+    --data-dir "$DATA/node$i" --ballast-size "${BALLAST:-64MiB}" "$@" >>"$DATA/node$i.log" 2>&1 &
   echo $! >"$DATA/node$i.pid"
   LAUNCHED=$!
 }
