@@ -54,8 +54,22 @@ DURATION=$WARMUP load http://127.0.0.1:18480 get 0 0 >/dev/null
 DURATION=$WARMUP load "$cluster" get 2 3 >/dev/null
 ticks() { local t=0; for n in "$@"; do t=$((t + $(awk '{print $14 + $15}' "/proc/${pid[$n]}/stat"))); done; echo $t; }
 hz=$(getconf CLK_TCK)
+# settle waits (at most 30 s) until every server is idle, below 3% of a
+# core over a second: the flushes and compactions a run leaves behind are
+# its own cost, not the next run's (a GET run right after the cluster's
+# PUT run was charged for three nodes' compactions).
+settle() {
+  local t0 t1
+  for _ in $(seq 30); do
+    t0=$(ticks node c1 c2 c3)
+    sleep 1
+    t1=$(ticks node c1 c2 c3)
+    (((t1 - t0) * 100 < 3 * hz)) && return
+  done
+}
 measure() { # label targets workload ack from nodes...
   local before after out
+  settle
   before=$(ticks "${@:6}")
   out=$(load "$2" "$3" "$4" "$5")
   after=$(ticks "${@:6}")
