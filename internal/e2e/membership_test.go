@@ -18,10 +18,12 @@ import (
 	"github.com/dhtkv/dhtkv/client"
 	"github.com/dhtkv/dhtkv/internal/clustermap"
 	"github.com/dhtkv/dhtkv/internal/history"
+	"github.com/dhtkv/dhtkv/internal/hlc"
 	"github.com/dhtkv/dhtkv/internal/membership"
 	"github.com/dhtkv/dhtkv/internal/node"
 	"github.com/dhtkv/dhtkv/internal/partition"
 	"github.com/dhtkv/dhtkv/internal/placement"
+	"github.com/dhtkv/dhtkv/internal/record"
 	"github.com/dhtkv/dhtkv/internal/testcluster"
 )
 
@@ -341,6 +343,85 @@ func TestMembershipReplaceDeadNode(t *testing.T) {
 	// id it lost (two nodes would issue versions with one id).
 	c.StartNode(2)
 	c.AwaitLeft(t, 2, 30*time.Second)
+}
+
+// TestMembershipReplaceHoldsOnlyItsPartitions: with a replication factor
+// below the cluster size, the machine that replaces a dead node copies
+// only the partitions the node holds, and ends holding exactly them:
+// every key on exactly its replicas. (Before, the rebuild copied every
+// peer's whole stream, and the new node kept about a quarter of the keys
+// on partitions it is not a replica of, never updated afterwards.)
+func TestMembershipReplaceHoldsOnlyItsPartitions(t *testing.T) {
+	c := testcluster.Start(t, 4, func(_ int, cfg *nodeConfig) { cfg.Replicas = 3 })
+	cl := testcluster.NewClient(t)
+	const keys = 400
+	for k := range keys {
+		require.Equal(t, http.StatusCreated, cl.Put(t, c.URL(k%4), fmt.Sprintf("p%d", k), []byte("v"), 3, 3))
+	}
+	c.StopNode(3)
+	testcluster.Eventually(t, 10*time.Second, "node 3 seen down", func() bool {
+		for _, ps := range c.Node(0).PeerStates() {
+			if ps.URL == c.URL(3) {
+				return ps.Probed && !ps.Reachable
+			}
+		}
+		return false
+	})
+	fresh := c.AddNode(t, 0)
+	cl0, admin := adminOf(t, c, 0)
+	_, err := cl0.Replace(t.Context(), admin, c.URL(3), c.URL(fresh))
+	require.NoError(t, err)
+	c.StartNode(fresh)
+	testcluster.Eventually(t, 30*time.Second, "rebuilt", func() bool { return !c.Node(fresh).Rebuilding() })
+	m := c.AwaitStable(t, 30*time.Second)
+	require.Equal(t, 3, m.ByURL(c.URL(fresh)).ID, "the new machine is node 3")
+	owned := 0
+	for k := range keys {
+		key := fmt.Sprintf("p%d", k)
+		require.Equal(t, replicaURLs(m, key), holderURLs(t, c, cl, key), "key %s held by exactly its replicas", key)
+		if slices.Contains(replicaURLs(m, key), c.URL(fresh)) {
+			owned++
+		}
+	}
+	t.Logf("the new machine is a replica of %d of %d keys", owned, keys)
+	require.Less(t, owned, keys, "the test needs keys the new machine does not hold")
+}
+
+// TestMembershipStartDropsRecordsOutsideItsPartitions: a record a node
+// holds outside its partitions (as the rebuild of an earlier release left
+// on a replacement, about a quarter of its keys) is dropped when the node
+// starts with no change under way; its own records stay.
+func TestMembershipStartDropsRecordsOutsideItsPartitions(t *testing.T) {
+	c := testcluster.Start(t, 3, func(_ int, cfg *nodeConfig) { cfg.Replicas = 2 })
+	cl := testcluster.NewClient(t)
+	m, _ := c.Node(0).Members().Map()
+	var own, stray []string
+	for k := 0; len(own) < 20 || len(stray) < 20; k++ {
+		key := fmt.Sprintf("s%d", k)
+		if slices.Contains(replicaURLs(m, key), c.URL(0)) {
+			own = append(own, key)
+		} else {
+			stray = append(stray, key)
+		}
+	}
+	rec := record.Record{Version: hlc.VersionAt(time.Now()) | 1, Value: []byte("v")}
+	for _, key := range append(slices.Clone(own), stray...) {
+		require.Equal(t, http.StatusCreated, internalPut(t, cl, c.URL(0), key, rec, ""))
+	}
+	c.StopNode(0)
+	c.StartNode(0)
+	testcluster.Eventually(t, 10*time.Second, "the records outside node 0's partitions dropped", func() bool {
+		for _, key := range stray {
+			if code, _ := internalGet(t, cl, c.URL(0), key, ""); code != http.StatusNotFound {
+				return false
+			}
+		}
+		return true
+	})
+	for _, key := range own {
+		code, _ := internalGet(t, cl, c.URL(0), key, "")
+		require.Equal(t, http.StatusOK, code, "key %s of its own partitions", key)
+	}
 }
 
 type nodeConfig = node.Config
