@@ -19,10 +19,12 @@
 // older map, of a partition this node may have dropped since, is stored.
 //
 // Reading and applying overlap: one goroutine decodes the next batch from
-// the stream while the caller's applies the last. The copy is throttled to
-// Options.Rate bytes a second over every copy of the node together; a
-// throttled copy stops reading, and the sender's stream waits on the
-// socket.
+// the stream while two others apply the last ones, whose commits then
+// share the WAL's fsyncs and overlap one's building with another's
+// commit (the order of the applies does not matter: last-write-wins).
+// The reading is throttled to Options.Rate bytes a second over every copy
+// of the node together: a throttled copy stops reading, and the sender's
+// stream waits on the socket.
 //
 // Why not Pebble's sstable ingestion: an ingested file sits above every
 // write already in the memtables, so an ingested record older than a write
@@ -41,6 +43,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -122,9 +125,12 @@ type Stats struct {
 	// for, and their key and envelope bytes.
 	Records int
 	Bytes   int64
-	// Applied records were stored; the others were older than what this
-	// node holds, below its horizon, or Refused.
+	// Applied records were stored.
 	Applied int
+	// Older records were older than what this node holds (a write that
+	// arrived during the copy), or below its garbage-collection horizon:
+	// kept out.
+	Older int
 	// Refused records had versions too far ahead of this node's clock
 	// (replica.Outcome.Refused): left where they are.
 	Refused int
@@ -138,6 +144,7 @@ func (s *Stats) Add(o Stats) {
 	s.Records += o.Records
 	s.Bytes += o.Bytes
 	s.Applied += o.Applied
+	s.Older += o.Older
 	s.Refused += o.Refused
 	s.Foreign += o.Foreign
 }
@@ -165,6 +172,9 @@ func New(local *replica.Replica, streams Streams, gate Gate, o Options, log *slo
 	}
 }
 
+// appliers is how many batches of one copy are applied at once.
+const appliers = 2
+
 // batchBytes is the batch size for rate: a sixteenth of a second of it,
 // between 64 KiB and 1 MiB. A larger batch makes fewer commits, but the
 // stream is not read while a batch waits for the rate, and a sender cuts
@@ -190,11 +200,12 @@ func (c *Copier) Copy(ctx context.Context, url string, epoch uint64, parts *part
 	}
 	defer it.Close()
 
-	// Two batches: the reader fills one while the other is applied.
-	full := make(chan *batch, 1)
-	free := make(chan *batch, 2)
-	free <- &batch{}
-	free <- &batch{}
+	// The reader fills a batch while up to appliers others are applied.
+	full := make(chan *batch, appliers)
+	free := make(chan *batch, appliers+1)
+	for range appliers + 1 {
+		free <- &batch{}
+	}
 	var read Stats // the reader's counts, read once it is done
 	var readErr error
 	done := make(chan struct{})
@@ -214,6 +225,9 @@ func (c *Copier) Copy(ctx context.Context, url string, epoch uint64, parts *part
 			if len(b.buf) < c.batch {
 				continue
 			}
+			if c.throttle(ctx, len(b.buf)) != nil {
+				return
+			}
 			select {
 			case full <- b:
 			case <-ctx.Done():
@@ -226,7 +240,7 @@ func (c *Copier) Copy(ctx context.Context, url string, epoch uint64, parts *part
 			}
 		}
 		// What came before an error is applied too: it is as good as any.
-		if readErr = it.Err(); len(b.spans) > 0 {
+		if readErr = it.Err(); len(b.spans) > 0 && c.throttle(ctx, len(b.buf)) == nil {
 			select {
 			case full <- b:
 			case <-ctx.Done():
@@ -234,21 +248,40 @@ func (c *Copier) Copy(ctx context.Context, url string, epoch uint64, parts *part
 		}
 	}()
 
+	var mu sync.Mutex // guards st and applyErr
 	var st Stats
 	var applyErr error
-	for b := range full {
-		if applyErr == nil {
-			if applyErr = c.apply(ctx, epoch, b, &st); applyErr != nil {
-				cancel() // the reader stops; the batches it still hands are dropped
+	var wg sync.WaitGroup
+	for range appliers {
+		wg.Go(func() {
+			for b := range full {
+				mu.Lock()
+				failed := applyErr != nil
+				mu.Unlock()
+				if !failed {
+					var bs Stats
+					err := c.apply(epoch, b, &bs)
+					mu.Lock()
+					st.Add(bs)
+					if err != nil && applyErr == nil {
+						applyErr = err
+						cancel() // the reader stops; the batches it still hands are dropped
+					}
+					mu.Unlock()
+				}
+				b.reset()
+				free <- b
 			}
-		}
-		b.reset()
-		free <- b
+		})
 	}
+	wg.Wait()
 	<-done
 	st.Records, st.Bytes, st.Foreign = read.Records, read.Bytes, read.Foreign
 	c.m.bytes.Add(float64(st.Bytes))
-	c.m.records.Add(float64(st.Applied))
+	c.m.records.WithLabelValues("stored").Add(float64(st.Applied))
+	c.m.records.WithLabelValues("older").Add(float64(st.Older))
+	c.m.records.WithLabelValues("refused").Add(float64(st.Refused))
+	c.m.records.WithLabelValues("foreign").Add(float64(st.Foreign))
 	if st.Refused > 0 {
 		c.log.Warn("copy: records left out, their versions too far ahead of this node's clock", "peer", url, "records", st.Refused)
 	}
@@ -264,10 +297,11 @@ func (c *Copier) Copy(ctx context.Context, url string, epoch uint64, parts *part
 	return st, ctx.Err()
 }
 
-// apply throttles, then stores b through ApplyRemote under the gate.
-func (c *Copier) apply(ctx context.Context, epoch uint64, b *batch, st *Stats) error {
+// throttle waits until the rate allows n more bytes.
+func (c *Copier) throttle(ctx context.Context, n int) error {
 	start := time.Now()
-	for n := len(b.buf); n > 0; {
+	defer func() { c.m.throttled.Add(time.Since(start).Seconds()) }()
+	for n > 0 {
 		chunk := min(n, c.limit.Burst())
 		if err := c.limit.WaitN(ctx, chunk); err != nil {
 			// The wait would outlast ctx's deadline (the chunk is within
@@ -277,7 +311,11 @@ func (c *Copier) apply(ctx context.Context, epoch uint64, b *batch, st *Stats) e
 		}
 		n -= chunk
 	}
-	c.m.throttled.Add(time.Since(start).Seconds())
+	return nil
+}
+
+// apply stores b through ApplyRemote under the gate.
+func (c *Copier) apply(epoch uint64, b *batch, st *Stats) error {
 	if err := b.prepare(); err != nil {
 		return err
 	}
@@ -294,7 +332,9 @@ func (c *Copier) apply(ctx context.Context, epoch uint64, b *batch, st *Stats) e
 		switch {
 		case o.Refused != nil:
 			st.Refused++
-		case o.Applied():
+		case o.Newer != 0:
+			st.Older++
+		default:
 			st.Applied++
 		}
 	}
@@ -346,7 +386,7 @@ func (b *batch) reset() {
 // metrics are the copies' instruments.
 type metrics struct {
 	bytes     prometheus.Counter
-	records   prometheus.Counter
+	records   *prometheus.CounterVec
 	throttled prometheus.Counter
 }
 
@@ -356,10 +396,10 @@ func newMetrics() *metrics {
 			Name: "dhtkv_copy_bytes_total",
 			Help: "Record bytes (keys and envelopes) received by partition copies: membership moves and rebuilds.",
 		}),
-		records: prometheus.NewCounter(prometheus.CounterOpts{
+		records: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "dhtkv_copy_records_total",
-			Help: "Records stored by partition copies (the others were older than what this node held).",
-		}),
+			Help: "Records received by partition copies, by outcome: stored; older than what this node held (or below its horizon) and kept out; refused, too far ahead of its clock; foreign, of a partition not asked for, dropped.",
+		}, []string{"outcome"}),
 		throttled: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "dhtkv_copy_throttled_seconds_total",
 			Help: "Seconds partition copies waited for --move-rate.",

@@ -225,6 +225,7 @@ func TestCopy(t *testing.T) {
 				require.Equal(t, "written meanwhile", held[es[first].key])
 				require.Len(t, held, asked)
 				require.Equal(t, asked-1, st.Applied)
+				require.Equal(t, 1, st.Older)
 			case tc.ahead:
 				require.NotContains(t, held, es[first].key)
 				require.Len(t, held, asked-1)
