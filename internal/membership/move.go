@@ -199,6 +199,11 @@ func (mv *mover) copyGained(ctx context.Context, v *view.View) {
 				if ctx.Err() != nil {
 					return
 				}
+				if errors.Is(err, partcopy.ErrStale) {
+					// A newer map is installed: what it asks replaces this.
+					s.log.Warn("membership: a newer cluster map stopped the copy of gained partitions", "epoch", v.Map.Epoch)
+					return
+				}
 				s.log.Warn("membership: streaming partitions from a replica failed; trying again", "peer", v.URL(r), "err", err)
 				continue
 			}
