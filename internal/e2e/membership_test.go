@@ -268,6 +268,7 @@ func TestMembershipWritesDuringStream(t *testing.T) {
 		(to - from).Round(time.Millisecond), writes, older[1], len(rec.History().Ops), l.failed.Load())
 	require.GreaterOrEqual(t, to-from, time.Second, "the throttle holds the stream stage")
 	require.Positive(t, writes, "writes acknowledged during the stream")
+	require.NotEqual(t, "0", string(older[1]), "the stream brought records older than the node's, which it kept out")
 	checkAfterChange(t, c, cl, rec, l, m, 0, 1, 2, joiner)
 }
 
