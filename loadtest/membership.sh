@@ -5,13 +5,19 @@
 # requests (10% PUT) with ack=2 from=3 through every member. Prints, per
 # phase: how long the change took, the records and bytes copied against
 # the ideal (what the gaining nodes hold of the moved partitions), the
-# time per GiB, and what the clients saw (errors, p50/p99/max) next to a
-# baseline run of the same load without a change.
+# time per GiB, the rate the join streamed at (record bytes over the
+# stream stage, and over the whole change), and what the clients saw
+# (errors, p50/p99/max) next to a baseline run of the same load without a
+# change.
 #
 #   loadtest/membership.sh                     # N=1000000 VALUE_SIZE=100 RATE=2000
 #   N=200000 LOAD_S=40 loadtest/membership.sh
+#   N=1000000 VALUE_SIZE=1024 MOVE_RATE=1GiB JOIN_ONLY=1 loadtest/membership.sh  # the join at disk speed
+#   N=20000 VALUE_SIZE=1024 MOVE_RATE=1GiB JOIN_ONLY=1 LOAD_S=10 loadtest/membership.sh  # the same in seconds
 #   KEEP=1 loadtest/membership.sh              # keep the nodes' logs and data
 #
+# MOVE_RATE is the nodes' --move-rate (default theirs, 24MiB); JOIN_ONLY=1
+# skips the decommission.
 # Only 127.0.0.1 is contacted (ports 1868x, admin 1869x); every wait is
 # bounded by WAIT_S seconds.
 set -euo pipefail
@@ -20,7 +26,8 @@ N=${N:-1000000}
 VALUE_SIZE=${VALUE_SIZE:-100}
 RATE=${RATE:-2000}
 LOAD_S=${LOAD_S:-60}     # each load run; a change starts 5 s into its run
-AE_RATE=${AE_RATE:-64MiB} # --ae-rate: the copy's throttle
+AE_RATE=${AE_RATE:-64MiB} # --ae-rate: the throttle of the comparison after a change's stream
+MOVE_RATE=${MOVE_RATE:-}  # --move-rate: the stream's throttle (empty: the default)
 WAIT_S=${WAIT_S:-1800}
 CONNECTIONS=${CONNECTIONS:-32}
 
@@ -47,7 +54,7 @@ start_node() { # i flags...
   local i=$1
   shift
   "$tmp/dhtkv" --listen "127.0.0.1:$(port "$i")" --admin-listen "127.0.0.1:$(admin "$i")" \
-    --data-dir "$tmp/node$i" --ae-rate "$AE_RATE" --ae-interval 0 "$@" >>"$tmp/node$i.log" 2>&1 &
+    --data-dir "$tmp/node$i" --ae-rate "$AE_RATE" --ae-interval 0 ${MOVE_RATE:+--move-rate "$MOVE_RATE"} "$@" >>"$tmp/node$i.log" 2>&1 &
   pid[$i]=$!
 }
 wait_up() { # i
@@ -119,6 +126,21 @@ echo "join load: $(summary join)"
 rec_bytes=$((VALUE_SIZE + 8 + 10 + 10)) # value, key k<n> (~8), record header and framing (~20)
 awk -v m="$moved_bytes" -v h="$h4" -v r="$rec_bytes" -v s="$(cat "$tmp/join.secs")" \
   'BEGIN {ideal = h * r; printf "join bytes: moved/ideal = %.2f (ideal %.0f MiB: records node 4 holds x %d B); %.0f s per GiB moved\n", m / ideal, ideal / 1048576, r, s / (m / 1073741824)}'
+# The stream stage as node 4 logged it: the bytes its partition streams
+# carried (keys and record envelopes) and the time they took.
+copied=$(grep 'membership: partitions copied' "$tmp/node4.log" | tail -1)
+streamed_bytes=$(sed -n 's/.* streamed_bytes=\([0-9]*\).*/\1/p' <<<"$copied")
+streamed_in=$(sed -n 's/.* streamed_in=\([0-9.hms]*\).*/\1/p' <<<"$copied")
+took=$(sed -n 's/.* took=\([0-9.hms]*\).*/\1/p' <<<"$copied")
+secs() { # a Go duration (1m2.5s, 850ms, 3.2s) -> seconds
+  awk -v d="$1" 'BEGIN {s = 0; if (d ~ /ms$/) {sub(/ms$/, "", d); print d / 1000; exit}
+    if (match(d, /^[0-9]+h/)) {s += substr(d, 1, RLENGTH - 1) * 3600; d = substr(d, RLENGTH + 1)}
+    if (match(d, /^[0-9]+m/)) {s += substr(d, 1, RLENGTH - 1) * 60; d = substr(d, RLENGTH + 1)}
+    sub(/s$/, "", d); print s + d}'
+}
+awk -v b="$streamed_bytes" -v st="$(secs "$streamed_in")" -v t="$(secs "$took")" -v c="$(cat "$tmp/join.secs")" \
+  'BEGIN {printf "join stream: %.0f MB of records streamed in %.1f s: %.1f MB/s (the whole copy, with the comparison after it: %.1f s, %.1f MB/s; the whole change: %.1f s, %.1f MB/s)\n", b / 1e6, st, b / 1e6 / st, t, b / 1e6 / t, c, b / 1e6 / c}'
+if [ "${JOIN_ONLY:-}" ]; then exit 0; fi
 
 # Decommission node 1, driven by node 2, under load through nodes 2-4.
 before=$(metric dhtkv_membership_moved_bytes_total 2 3 4)

@@ -1,7 +1,8 @@
 // Package antientropy compares this node's data with each peer's that
 // shares partitions with it, and exchanges the records that differ
 // (anti-entropy), on a schedule, on demand, and for the partitions a
-// membership change moves to this node (pulling only).
+// membership change moves to this node, after they were streamed from one
+// of their replicas (pulling only).
 //
 // Read repair fixes only keys that are read, and hints only writes whose
 // coordinator lived to deliver them within the window. Anti-entropy is
@@ -147,10 +148,11 @@ const (
 	// exchange asked for by soon.
 	aeRetry = time.Minute
 	// aeWorkers is how many replica calls one exchange keeps in flight
-	// (the peer client batches them); moveWorkers, one that copies
-	// partitions a node gains (a pull-only Exchange), which pulls every record of
-	// them: more calls in flight make larger batches and let Pebble
-	// group more of the local commits under one fsync.
+	// (the peer client batches them); moveWorkers, one that compares
+	// partitions a node gains after their stream (a pull-only Exchange),
+	// which pulls what the stream's source lacked, usually a few records:
+	// more calls in flight make larger batches and let Pebble group more
+	// of the local commits under one fsync.
 	aeWorkers   = 32
 	moveWorkers = 128
 	// aePartitionsPerRequest and aeSegmentsPerRequest bound the summary

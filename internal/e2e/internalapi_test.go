@@ -16,6 +16,7 @@ import (
 
 	"github.com/dhtkv/dhtkv/internal/hlc"
 	"github.com/dhtkv/dhtkv/internal/node"
+	"github.com/dhtkv/dhtkv/internal/partition"
 	"github.com/dhtkv/dhtkv/internal/record"
 	"github.com/dhtkv/dhtkv/internal/rpc"
 	"github.com/dhtkv/dhtkv/internal/testcluster"
@@ -329,5 +330,56 @@ func TestRestartLoopKeepsVersionsNearTheWallClock(t *testing.T) {
 		last = rec.Version
 		ms, _, _ := hlc.Parts(rec.Version)
 		require.LessOrEqual(t, ms-wall, hlc.PersistWindow.Milliseconds(), "restart %d: version %d ms ahead of the wall clock", i, ms-wall)
+	}
+}
+
+// TestInternalStreamParts: a record stream that names partitions carries
+// every record of them, tombstones included, in key order, and nothing of
+// the others; parts that do not parse are a 400 with the reason.
+func TestInternalStreamParts(t *testing.T) {
+	c := testcluster.Start(t, 1)
+	cl := testcluster.NewClient(t)
+	var keys []string
+	for k := range 200 {
+		key := "p" + strconv.Itoa(k)
+		keys = append(keys, key)
+		require.Equal(t, http.StatusCreated, cl.Put(t, c.URL(0), key, []byte("v"), 1, 1))
+	}
+	require.Equal(t, http.StatusAccepted, cl.Delete(t, c.URL(0), keys[0], 1, 1))
+	parts := &partition.Set{}
+	for _, key := range keys[:100] {
+		p, _ := partition.Of([]byte(key))
+		parts.Add(p)
+	}
+	var want []string
+	for _, key := range keys {
+		if parts.HasKey([]byte(key)) {
+			want = append(want, key)
+		}
+	}
+	slices.Sort(want)
+	require.Less(t, len(want), len(keys), "some keys are of other partitions")
+
+	sc := rpc.NewStreamClient(rpc.StreamOptions{OpenTimeout: time.Second, IdleTimeout: 5 * time.Second, MaxKey: 1024, MaxEnvelope: 1 << 20})
+	defer sc.Close()
+	it, err := sc.OpenParts(t.Context(), c.URL(0), 0, parts)
+	require.NoError(t, err)
+	var got []string
+	tombstones := 0
+	for it.Next() {
+		got = append(got, string(it.Key()))
+		if it.Record().Tombstone {
+			tombstones++
+		}
+	}
+	require.NoError(t, it.Err())
+	require.NoError(t, it.Close())
+	require.Equal(t, want, got)
+	require.Equal(t, 1, tombstones, "the deleted key comes as a tombstone")
+
+	for _, bad := range []string{"", "xyz", parts.String() + "A", "%2B" + parts.String()[1:]} {
+		code, body := cl.Do(t, http.MethodGet, c.URL(0)+"/v0/internal/entities?start=%00&parts="+bad, nil)
+		require.Equal(t, http.StatusBadRequest, code, "parts %q", bad)
+		require.Contains(t, string(body), "partition set")
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/http"
+	"regexp"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -18,10 +19,13 @@ import (
 	"github.com/dhtkv/dhtkv/client"
 	"github.com/dhtkv/dhtkv/internal/clustermap"
 	"github.com/dhtkv/dhtkv/internal/history"
+	"github.com/dhtkv/dhtkv/internal/hlc"
 	"github.com/dhtkv/dhtkv/internal/membership"
 	"github.com/dhtkv/dhtkv/internal/node"
+	"github.com/dhtkv/dhtkv/internal/partcopy"
 	"github.com/dhtkv/dhtkv/internal/partition"
 	"github.com/dhtkv/dhtkv/internal/placement"
+	"github.com/dhtkv/dhtkv/internal/record"
 	"github.com/dhtkv/dhtkv/internal/testcluster"
 )
 
@@ -154,8 +158,18 @@ func TestMembershipJoinThenDecommissionUnderLoad(t *testing.T) {
 	l.end()
 	t.Logf("%d operations, %d failed requests", len(rec.History().Ops), l.failed.Load())
 
+	checkAfterChange(t, c, cl, rec, l, m, 1, 2, joiner)
+}
+
+// checkAfterChange checks the end of a membership change under l's load
+// (ended), whose final map is m, with members live: the history holds no
+// stale read; after a repair every key's replicas agree; every key reads back its
+// last acknowledged write (or a write in doubt after it) and is held by
+// exactly its replicas under m.
+func checkAfterChange(t *testing.T, c *testcluster.Cluster, cl *testcluster.Client, rec *history.Recorder, l *membershipLoad, m *clustermap.Map, live ...int) {
+	t.Helper()
 	checkHistory(t, rec)
-	for _, i := range []int{1, 2, joiner} {
+	for _, i := range live {
 		c.Repair(t, i)
 	}
 	var all []string
@@ -164,22 +178,22 @@ func TestMembershipJoinThenDecommissionUnderLoad(t *testing.T) {
 			all = append(all, loadKey(w, k))
 		}
 	}
-	dumps := map[string]map[string][]byte{}
-	for _, i := range []int{1, 2, joiner} {
-		d := map[string][]byte{}
-		for _, k := range all {
-			if code, r := internalGet(t, cl, c.URL(i), k, ""); code == http.StatusOK {
+	for _, k := range all {
+		dumps := map[string]map[string][]byte{} // the key's replicas under m
+		for _, url := range replicaURLs(m, k) {
+			d := map[string][]byte{}
+			if code, r := internalGet(t, cl, url, k, ""); code == http.StatusOK {
 				d[k] = r.Encode()
 			}
+			dumps[url] = d
 		}
-		dumps[c.URL(i)] = d
-	}
-	for _, v := range history.CheckReplicas(dumps) {
-		t.Error(v)
+		for _, v := range history.CheckReplicas(dumps) {
+			t.Error(v)
+		}
 	}
 	final := map[string]history.Final{}
 	for _, key := range all {
-		code, body := cl.Get(t, c.URL(1), key, 3, 3)
+		code, body := cl.Get(t, c.URL(live[0]), key, 3, 3)
 		require.Contains(t, []int{http.StatusOK, http.StatusNotFound}, code, key)
 		final[key] = history.Final{Found: code == http.StatusOK, Value: string(body)}
 		require.Equal(t, replicaURLs(m, key), holderURLs(t, c, cl, key), "key %s held by exactly its replicas", key)
@@ -189,6 +203,73 @@ func TestMembershipJoinThenDecommissionUnderLoad(t *testing.T) {
 	for _, v := range violations {
 		t.Error(v)
 	}
+}
+
+// TestMembershipWritesDuringStream: a join whose partition stream is
+// throttled to --move-rate's least (1 MiB/s) takes seconds, while clients
+// write and read (ack=2, from=3) the keys it copies, through every
+// member. Their keys sort after the bulk the stream carries first, so the
+// stream reaches them after write-both has put newer versions of them on
+// the new node, from a snapshot older than those: the copy must keep the
+// newer ones (partcopy's "older" records). No acknowledged write is lost,
+// no read is stale, the replicas agree and every key ends on exactly its
+// replicas.
+func TestMembershipWritesDuringStream(t *testing.T) {
+	c := testcluster.Start(t, 3, func(_ int, cfg *nodeConfig) {
+		cfg.Move.Rate = partcopy.MinRate
+		cfg.AdminListen = "127.0.0.1:0"
+	})
+	cl := testcluster.NewClient(t)
+	// About 2.5 MB, 3/4 of which the 4th node gains: ~1.8 s at 1 MiB/s.
+	bulk := bytes.Repeat([]byte("x"), 4096)
+	for k := range 600 {
+		require.Equal(t, http.StatusCreated, cl.Put(t, c.URL(k%3), fmt.Sprintf("b%04d", k), bulk, 3, 3))
+	}
+	rec := history.NewRecorder()
+	rec.KeepOnFailure(t, "")
+	l := &membershipLoad{rec: rec, cl: cl, keys: 50, workers: 4}
+	l.setURLs(c.URL(0), c.URL(1), c.URL(2))
+	l.preload(t, c.URL(0))
+	l.start()
+	waitOps(t, rec, 100)
+
+	joiner := c.AddNode(t, 0)
+	c.Join(t, 1, joiner)
+	l.setURLs(c.URL(0), c.URL(1), c.URL(2), c.URL(joiner))
+	var from, to time.Duration // the stream stage, on the recorder's clock
+	testcluster.Eventually(t, 60*time.Second, "the joiner's stream stage ends", func() bool {
+		jm, _ := c.Node(joiner).Members().Map()
+		stream := jm.Change != nil && jm.Change.Stage == clustermap.Stream
+		switch {
+		case stream && from == 0:
+			from = rec.Now()
+		case !stream && from != 0:
+			to = rec.Now()
+			return true
+		}
+		return false
+	})
+	m := c.AwaitStable(t, 60*time.Second)
+	require.Len(t, m.Nodes, 4)
+	waitOps(t, rec, 100)
+	l.end()
+
+	writes := 0
+	for _, op := range rec.History().Ops {
+		if op.Kind == history.Write && op.Outcome == history.OK && op.Call >= from && op.Return <= to {
+			writes++
+		}
+	}
+	code, body := cl.Do(t, http.MethodGet, "http://"+c.Node(joiner).AdminAddr()+"/metrics", nil)
+	require.Equal(t, http.StatusOK, code)
+	older := regexp.MustCompile(`(?m)^dhtkv_copy_records_total\{outcome="older"\} (\S+)$`).FindSubmatch(body)
+	require.NotNil(t, older)
+	t.Logf("stream stage %v; %d writes acknowledged within it; %s copied records kept out as older than the node's; %d operations, %d failed requests",
+		(to - from).Round(time.Millisecond), writes, older[1], len(rec.History().Ops), l.failed.Load())
+	require.GreaterOrEqual(t, to-from, time.Second, "the throttle holds the stream stage")
+	require.Positive(t, writes, "writes acknowledged during the stream")
+	require.NotEqual(t, "0", string(older[1]), "the stream brought records older than the node's, which it kept out")
+	checkAfterChange(t, c, cl, rec, l, m, 0, 1, 2, joiner)
 }
 
 // TestMembershipJoinMovesOnlyItsShare: with a replication factor below
@@ -341,6 +422,85 @@ func TestMembershipReplaceDeadNode(t *testing.T) {
 	// id it lost (two nodes would issue versions with one id).
 	c.StartNode(2)
 	c.AwaitLeft(t, 2, 30*time.Second)
+}
+
+// TestMembershipReplaceHoldsOnlyItsPartitions: with a replication factor
+// below the cluster size, the machine that replaces a dead node copies
+// only the partitions the node holds, and ends holding exactly them:
+// every key on exactly its replicas. (Before, the rebuild copied every
+// peer's whole stream, and the new node kept about a quarter of the keys
+// on partitions it is not a replica of, never updated afterwards.)
+func TestMembershipReplaceHoldsOnlyItsPartitions(t *testing.T) {
+	c := testcluster.Start(t, 4, func(_ int, cfg *nodeConfig) { cfg.Replicas = 3 })
+	cl := testcluster.NewClient(t)
+	const keys = 400
+	for k := range keys {
+		require.Equal(t, http.StatusCreated, cl.Put(t, c.URL(k%4), fmt.Sprintf("p%d", k), []byte("v"), 3, 3))
+	}
+	c.StopNode(3)
+	testcluster.Eventually(t, 10*time.Second, "node 3 seen down", func() bool {
+		for _, ps := range c.Node(0).PeerStates() {
+			if ps.URL == c.URL(3) {
+				return ps.Probed && !ps.Reachable
+			}
+		}
+		return false
+	})
+	fresh := c.AddNode(t, 0)
+	cl0, admin := adminOf(t, c, 0)
+	_, err := cl0.Replace(t.Context(), admin, c.URL(3), c.URL(fresh))
+	require.NoError(t, err)
+	c.StartNode(fresh)
+	testcluster.Eventually(t, 30*time.Second, "rebuilt", func() bool { return !c.Node(fresh).Rebuilding() })
+	m := c.AwaitStable(t, 30*time.Second)
+	require.Equal(t, 3, m.ByURL(c.URL(fresh)).ID, "the new machine is node 3")
+	owned := 0
+	for k := range keys {
+		key := fmt.Sprintf("p%d", k)
+		require.Equal(t, replicaURLs(m, key), holderURLs(t, c, cl, key), "key %s held by exactly its replicas", key)
+		if slices.Contains(replicaURLs(m, key), c.URL(fresh)) {
+			owned++
+		}
+	}
+	t.Logf("the new machine is a replica of %d of %d keys", owned, keys)
+	require.Less(t, owned, keys, "the test needs keys the new machine does not hold")
+}
+
+// TestMembershipStartDropsRecordsOutsideItsPartitions: a record a node
+// holds outside its partitions (as the rebuild of an earlier release left
+// on a replacement, about a quarter of its keys) is dropped when the node
+// starts with no change under way; its own records stay.
+func TestMembershipStartDropsRecordsOutsideItsPartitions(t *testing.T) {
+	c := testcluster.Start(t, 3, func(_ int, cfg *nodeConfig) { cfg.Replicas = 2 })
+	cl := testcluster.NewClient(t)
+	m, _ := c.Node(0).Members().Map()
+	var own, stray []string
+	for k := 0; len(own) < 20 || len(stray) < 20; k++ {
+		key := fmt.Sprintf("s%d", k)
+		if slices.Contains(replicaURLs(m, key), c.URL(0)) {
+			own = append(own, key)
+		} else {
+			stray = append(stray, key)
+		}
+	}
+	rec := record.Record{Version: hlc.VersionAt(time.Now()) | 1, Value: []byte("v")}
+	for _, key := range append(slices.Clone(own), stray...) {
+		require.Equal(t, http.StatusCreated, internalPut(t, cl, c.URL(0), key, rec, ""))
+	}
+	c.StopNode(0)
+	c.StartNode(0)
+	testcluster.Eventually(t, 10*time.Second, "the records outside node 0's partitions dropped", func() bool {
+		for _, key := range stray {
+			if code, _ := internalGet(t, cl, c.URL(0), key, ""); code != http.StatusNotFound {
+				return false
+			}
+		}
+		return true
+	})
+	for _, key := range own {
+		code, _ := internalGet(t, cl, c.URL(0), key, "")
+		require.Equal(t, http.StatusOK, code, "key %s of its own partitions", key)
+	}
 }
 
 type nodeConfig = node.Config

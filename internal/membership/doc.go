@@ -14,7 +14,10 @@
 //  2. the driver hands each stage's map to every member (barrier), each
 //     of which installs it by Service.Offer behind the gate;
 //  3. in the stream stage each gaining node's mover copies its partitions
-//     (a pull-only anti-entropy exchange) and reports the stage moved;
+//     (a partition stream from one old replica, package partcopy, then a
+//     pull-only anti-entropy exchange with each other one) and reports
+//     the stage moved;
 //  4. the driver advances the stage; once the change is over, every node's
-//     mover drops the partitions it no longer holds.
+//     mover drops the partitions it no longer holds (as it does at every
+//     start with no change under way).
 package membership

@@ -18,7 +18,9 @@ import (
 	"github.com/dhtkv/dhtkv/internal/clustermap"
 	"github.com/dhtkv/dhtkv/internal/hlc"
 	"github.com/dhtkv/dhtkv/internal/membership"
+	"github.com/dhtkv/dhtkv/internal/partcopy"
 	"github.com/dhtkv/dhtkv/internal/partition"
+	"github.com/dhtkv/dhtkv/internal/placement"
 	"github.com/dhtkv/dhtkv/internal/replica"
 	"github.com/dhtkv/dhtkv/internal/rpc"
 	"github.com/dhtkv/dhtkv/internal/store"
@@ -37,11 +39,14 @@ type cluster struct {
 	members map[string]*membership.Service
 	mu      sync.Mutex
 	copied  map[string][]int // by node URL: the old replicas it copied gained partitions from
+	// by node URL, then partition: the old replicas it streamed the
+	// partition from or compared it with
+	covered map[string]map[partition.ID][]int
 }
 
 func newCluster(t *testing.T) *cluster {
 	return &cluster{t: t, servers: map[string]*rpc.Server{}, links: map[[2]string]*rpc.Direct{},
-		members: map[string]*membership.Service{}, copied: map[string][]int{}}
+		members: map[string]*membership.Service{}, copied: map[string][]int{}, covered: map[string]map[partition.ID][]int{}}
 }
 
 // server returns the server of the node at url, made empty the first time
@@ -87,6 +92,7 @@ func (c *cluster) start(m *clustermap.Map, url string) *membership.Service {
 			defer c.mu.Unlock()
 			return c.link(url, to, maps)
 		},
+		Copy:     copier{c, url},
 		Exchange: copier{c, url},
 		Timeout:  100 * time.Millisecond,
 	}, log)
@@ -105,23 +111,51 @@ func (c *cluster) start(m *clustermap.Map, url string) *membership.Service {
 	return s
 }
 
-// copier records which old replicas a gaining node copied from.
+// copier records which old replicas a gaining node streamed or compared
+// which partitions with; a cut link fails either, as it would the real
+// stream or exchange.
 type copier struct {
 	c   *cluster
 	url string
 }
 
-func (x copier) Exchange(_ context.Context, v *view.View, peer int, _ []partition.ID, pullOnly bool) (antientropy.ExchangeStats, error) {
+func (x copier) Copy(_ context.Context, url string, epoch uint64, parts *partition.Set) (partcopy.Stats, error) {
+	v := x.c.member(x.url).View()
+	peer := v.Map.ByURL(url).ID
+	if _, err := v.Peers[peer].Ping(epoch, time.Now().Add(time.Second)); err != nil {
+		return partcopy.Stats{}, err
+	}
+	x.record(peer, parts.IDs())
+	return partcopy.Stats{}, nil
+}
+
+func (x copier) Exchange(_ context.Context, v *view.View, peer int, parts []partition.ID, pullOnly bool) (antientropy.ExchangeStats, error) {
 	if !pullOnly {
 		return antientropy.ExchangeStats{}, fmt.Errorf("a move pulls only")
 	}
 	if _, err := v.Peers[peer].Ping(v.Epoch(), time.Now().Add(time.Second)); err != nil {
-		return antientropy.ExchangeStats{}, err // a cut link fails the copy, as an exchange would
+		return antientropy.ExchangeStats{}, err
 	}
-	x.c.mu.Lock()
-	x.c.copied[x.url] = append(x.c.copied[x.url], peer)
-	x.c.mu.Unlock()
+	x.record(peer, parts)
 	return antientropy.ExchangeStats{}, nil
+}
+
+func (x copier) record(peer int, parts []partition.ID) {
+	x.c.mu.Lock()
+	defer x.c.mu.Unlock()
+	x.c.copied[x.url] = append(x.c.copied[x.url], peer)
+	if x.c.covered[x.url] == nil {
+		x.c.covered[x.url] = map[partition.ID][]int{}
+	}
+	for _, p := range parts {
+		x.c.covered[x.url][p] = append(x.c.covered[x.url][p], peer)
+	}
+}
+
+func (c *cluster) member(url string) *membership.Service {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.members[url]
 }
 
 // stable waits until every member has installed one map with no change
@@ -195,4 +229,21 @@ func TestJoinThroughItsStages(t *testing.T) {
 	c.mu.Unlock()
 	require.Contains(t, sources, 1, "node 2 is an old replica of some gained partition")
 	require.NotContains(t, sources, joinerID)
+	// Every partition it gained was streamed from or compared with every
+	// one of its old replicas, once each.
+	gains := placement.Of(first).Gains(joinerID)
+	want := map[partition.ID][]int{}
+	for r, ps := range gains {
+		for _, p := range ps {
+			want[p] = append(want[p], r)
+		}
+	}
+	c.mu.Lock()
+	covered := c.covered["http://n4:1"]
+	c.mu.Unlock()
+	require.Len(t, covered, len(want))
+	for p, rs := range want {
+		got := slices.Sorted(slices.Values(covered[p]))
+		require.Equal(t, slices.Sorted(slices.Values(rs)), got, "partition %d", p)
+	}
 }

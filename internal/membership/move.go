@@ -3,48 +3,66 @@ package membership
 import (
 	"context"
 	"errors"
+	"maps"
+	"slices"
 	"sync"
 	"time"
 
 	"github.com/dhtkv/dhtkv/internal/antientropy"
 	"github.com/dhtkv/dhtkv/internal/clustermap"
+	"github.com/dhtkv/dhtkv/internal/partcopy"
 	"github.com/dhtkv/dhtkv/internal/partition"
 	"github.com/dhtkv/dhtkv/internal/view"
 )
 
-// Exchanger copies the records of parts that peer holds and this node
-// lacks, routed by v: an anti-entropy exchange pulling only
+// Exchanger compares partitions with a replica of their old set and pulls
+// the records that differ: an anti-entropy exchange pulling only
 // (antientropy.Service.Exchange).
 type Exchanger interface {
 	Exchange(ctx context.Context, v *view.View, peer int, parts []partition.ID, pullOnly bool) (antientropy.ExchangeStats, error)
+}
+
+// Copier copies every record of some partitions from another node in one
+// stream, routed by the map of epoch (partcopy.Copier.Copy).
+type Copier interface {
+	Copy(ctx context.Context, url string, epoch uint64, parts *partition.Set) (partcopy.Stats, error)
 }
 
 // mover does what a new cluster map asks of this node's data
 // (clustermap.Stage):
 //
 //   - in a change's stream stage, it copies every partition this node
-//     gains from every replica of the partition's old set, by anti-entropy
-//     exchanges restricted to those partitions and pulling only; then it
-//     reports the stage's epoch as moved (State.Moved), which the
-//     change's driver waits for. Every replica of the old set, because a
-//     write acknowledged before the change may be on ack of them only.
-//     A restart in this stage copies again: an exchange moves only what
-//     differs.
-//   - once a change is over, it deletes the partitions this node no
-//     longer holds. A marker in the store makes a restart finish it.
+//     gains from every replica of the partition's old set, then reports
+//     the stage's epoch as moved (State.Moved), which the change's driver
+//     waits for. Every replica of the old set, because a write
+//     acknowledged before the change may be on ack of them only. Each
+//     partition is streamed whole from one of them (planCopy: as few
+//     sources as cover every partition, since each reads its whole store
+//     to pick out the partitions asked for), then compared with each of
+//     the others by an anti-entropy exchange that pulls only what differs:
+//     a few records, those the first source missed. A restart in this
+//     stage copies again.
+//   - once a change is over, and when the node starts with no change under
+//     way, it deletes the partitions this node does not hold: those it
+//     gave away, and any record left outside its partitions (by an
+//     earlier release's rebuild, which copied every peer's whole store).
+//     A marker in the store makes a restart finish a change's.
 //
-// A newer map cancels the running job and starts the next one.
+// A newer map cancels the running job; the next one starts once the
+// cancelled one has returned, so that a drop of a partition by an older
+// map never runs beside a copy into it.
 type mover struct {
 	s      *Service
 	mu     sync.Mutex
 	cancel context.CancelFunc // the running job's; nil when none
+	prev   chan struct{}      // closed when the last job started has returned
 	closed bool
 	done   sync.WaitGroup
 	last   *view.View // the last view updated to
 }
 
 // moveRetry is the wait before copying from a replica again after a
-// failed exchange.
+// failed copy or exchange.
 const moveRetry = 2 * time.Second
 
 // update starts what v asks.
@@ -64,10 +82,9 @@ func (mv *mover) update(v *view.View) {
 		// A change just ended (install marked the cleanup pending).
 		job = func(ctx context.Context) { mv.cleanup(ctx, v) }
 	case v.Map.Change == nil && prev == nil:
-		if pending, err := mv.s.local.Store.CleanupPending(); err != nil || !pending {
-			return
-		}
-		job = func(ctx context.Context) { mv.cleanup(ctx, v) } // a restart's
+		// A start: drop what a cleanup left, and any record outside
+		// this node's partitions.
+		job = func(ctx context.Context) { mv.cleanup(ctx, v) }
 	default:
 		return
 	}
@@ -76,10 +93,18 @@ func (mv *mover) update(v *view.View) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	mv.cancel = cancel
+	before, done := mv.prev, make(chan struct{})
+	mv.prev = done
 	mv.done.Add(1)
 	go func() {
 		defer mv.done.Done()
-		job(ctx)
+		defer close(done)
+		if before != nil {
+			<-before
+		}
+		if ctx.Err() == nil {
+			job(ctx)
+		}
 	}()
 }
 
@@ -93,8 +118,59 @@ func (mv *mover) close() {
 	mv.done.Wait()
 }
 
+// planCopy chooses, for the partitions a node gains (from: by old replica,
+// the partitions to copy from it), the source each partition is streamed
+// from whole (bulk) and the replicas each is compared with afterwards
+// (rest). The sources are as few as cover every partition, chosen
+// greedily: the replica with the most partitions not yet covered first
+// (the lowest id of equals). A source reads its whole store to stream
+// some partitions of it, so fewer sources read less.
+func planCopy(from map[int][]partition.ID) (bulk map[int]*partition.Set, rest map[int][]partition.ID) {
+	bulk, rest = map[int]*partition.Set{}, map[int][]partition.ID{}
+	left := map[partition.ID]bool{}
+	sources := make([]int, 0, len(from))
+	for r, ps := range from {
+		sources = append(sources, r)
+		for _, p := range ps {
+			left[p] = true
+		}
+	}
+	slices.Sort(sources)
+	for len(left) > 0 {
+		best, most := -1, 0
+		for _, r := range sources {
+			n := 0
+			for _, p := range from[r] {
+				if left[p] {
+					n++
+				}
+			}
+			if n > most {
+				best, most = r, n
+			}
+		}
+		set := &partition.Set{}
+		for _, p := range from[best] {
+			if left[p] {
+				set.Add(p)
+				delete(left, p)
+			}
+		}
+		bulk[best] = set
+	}
+	for _, r := range sources {
+		for _, p := range from[r] {
+			if !bulk[r].Has(p) {
+				rest[r] = append(rest[r], p)
+			}
+		}
+	}
+	return bulk, rest
+}
+
 // copyGained copies the partitions this node gains in v's change from
-// each of their old replicas, until every copy succeeded or ctx ends.
+// each of their old replicas (see mover), until every copy succeeded or
+// ctx ends.
 func (mv *mover) copyGained(ctx context.Context, v *view.View) {
 	s := mv.s
 	from := v.Gains(v.Self)
@@ -102,19 +178,46 @@ func (mv *mover) copyGained(ctx context.Context, v *view.View) {
 		s.moved.Store(v.Map.Epoch)
 		return
 	}
-	gained := map[partition.ID]bool{} // each has several sources
-	for _, ps := range from {
-		for _, p := range ps {
-			gained[p] = true
+	bulk, rest := planCopy(from)
+	parts := 0
+	for _, set := range bulk {
+		parts += set.Len()
+	}
+	start := time.Now()
+	var copied partcopy.Stats
+	var total antientropy.ExchangeStats
+	s.log.Info("membership: copying the partitions this node gains", "epoch", v.Map.Epoch, "partitions", parts,
+		"streamed_from", len(bulk), "compared_with", len(rest))
+	// 1. Each partition streamed whole from one replica.
+	for len(bulk) > 0 {
+		for _, r := range slices.Sorted(maps.Keys(bulk)) {
+			st, err := s.o.Copy.Copy(ctx, v.URL(r), v.Epoch(), bulk[r])
+			copied.Add(st)
+			s.m.moveRecords.Add(float64(st.Records))
+			s.m.moveBytes.Add(float64(st.Bytes))
+			if err != nil {
+				if ctx.Err() != nil {
+					return
+				}
+				if errors.Is(err, partcopy.ErrStale) {
+					// A newer map is installed: what it asks replaces this.
+					s.log.Warn("membership: a newer cluster map stopped the copy of gained partitions", "epoch", v.Map.Epoch)
+					return
+				}
+				s.log.Warn("membership: streaming partitions from a replica failed; trying again", "peer", v.URL(r), "err", err)
+				continue
+			}
+			delete(bulk, r)
+		}
+		if len(bulk) > 0 && !sleepCtx(ctx, moveRetry) {
+			return
 		}
 	}
-	parts := len(gained)
-	start := time.Now()
-	var total antientropy.ExchangeStats
-	s.log.Info("membership: copying the partitions this node gains", "epoch", v.Map.Epoch, "partitions", parts, "sources", len(from))
-	for len(from) > 0 {
-		for r, ps := range from {
-			st, err := s.o.Exchange.Exchange(ctx, v, r, ps, true)
+	streamed := time.Since(start)
+	// 2. Compared with every other replica of their old set.
+	for len(rest) > 0 {
+		for _, r := range slices.Sorted(maps.Keys(rest)) {
+			st, err := s.o.Exchange.Exchange(ctx, v, r, rest[r], true)
 			total.Pulled += st.Pulled
 			total.RecordBytes += st.RecordBytes
 			total.SummaryBytes += st.SummaryBytes
@@ -124,41 +227,57 @@ func (mv *mover) copyGained(ctx context.Context, v *view.View) {
 				if ctx.Err() != nil {
 					return
 				}
-				s.log.Warn("membership: copy from a replica failed; trying again", "peer", v.URL(r), "err", err)
+				s.log.Warn("membership: comparing partitions with a replica failed; trying again", "peer", v.URL(r), "err", err)
 				continue
 			}
-			delete(from, r)
+			delete(rest, r)
 		}
-		if len(from) == 0 {
-			break
-		}
-		select {
-		case <-ctx.Done():
+		if len(rest) > 0 && !sleepCtx(ctx, moveRetry) {
 			return
-		case <-time.After(moveRetry):
 		}
 	}
 	s.moved.Store(v.Map.Epoch)
-	s.log.Info("membership: partitions copied", "epoch", v.Map.Epoch, "records", total.Pulled,
-		"record_bytes", total.RecordBytes, "summary_bytes", total.SummaryBytes, "took", time.Since(start).Round(time.Millisecond))
+	s.log.Info("membership: partitions copied", "epoch", v.Map.Epoch,
+		"streamed_records", copied.Records, "streamed_bytes", copied.Bytes, "stored", copied.Applied, "streamed_in", streamed.Round(time.Millisecond),
+		"pulled_records", total.Pulled, "pulled_bytes", total.RecordBytes, "summary_bytes", total.SummaryBytes,
+		"took", time.Since(start).Round(time.Millisecond))
+}
+
+// sleepCtx waits d, or less if ctx ends first (false).
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
 }
 
 // cleanup deletes every partition this node does not hold in v, then
-// clears the store's pending-cleanup marker.
+// clears the store's pending-cleanup marker. A partition this node never
+// held costs one seek of the index (store.Held).
 func (mv *mover) cleanup(ctx context.Context, v *view.View) {
 	s := mv.s
+	pending, err := s.local.Store.CleanupPending()
+	if err != nil {
+		s.log.Error("membership: read the pending cleanup; dropping anyway", "err", err)
+		pending = true
+	}
+	held, err := s.local.Store.Held(func(p partition.ID) bool { return !v.Holds(p, v.Self) })
+	if err != nil {
+		s.log.Error("membership: find the partitions to drop; dropped at the next start", "err", err)
+		return
+	}
 	removed, parts := 0, 0
-	for p := range partition.Count {
+	for _, part := range held {
 		if ctx.Err() != nil {
 			return
 		}
-		part := partition.ID(p)
-		if v.Holds(part, v.Self) {
-			continue
-		}
 		n, err := s.local.DropPartition(part)
 		if err != nil {
-			s.log.Error("membership: drop a partition no longer held; dropped at the next start", "partition", p, "err", err)
+			s.log.Error("membership: drop a partition no longer held; dropped at the next start", "partition", part, "err", err)
 			return
 		}
 		removed += n
@@ -166,9 +285,13 @@ func (mv *mover) cleanup(ctx context.Context, v *view.View) {
 			parts++
 		}
 	}
-	if err := s.local.Store.SetCleanupPending(false); err != nil && !errors.Is(err, context.Canceled) {
-		s.log.Error("clear the pending cleanup", "err", err)
+	if pending {
+		if err := s.local.Store.SetCleanupPending(false); err != nil && !errors.Is(err, context.Canceled) {
+			s.log.Error("clear the pending cleanup", "err", err)
+		}
 	}
 	s.m.moveDropped.Add(float64(removed))
-	s.log.Info("membership: dropped the partitions no longer held", "epoch", v.Map.Epoch, "partitions", parts, "records", removed)
+	if pending || removed > 0 {
+		s.log.Info("membership: dropped the partitions not held", "epoch", v.Map.Epoch, "partitions", parts, "records", removed)
+	}
 }

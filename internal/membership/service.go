@@ -25,9 +25,11 @@ type Options struct {
 	// what it meets (rpc.PeerOptions.Maps); it is called once per URL
 	// for the service's life. Required.
 	Dial func(url string, maps rpc.Maps) view.Peer
-	// Exchange copies partitions from a replica of their old set
-	// (antientropy.Service.Exchange, pulling only): the mover's copy.
-	// Required before Start.
+	// Copy streams partitions whole from a replica of their old set
+	// (partcopy.Copier.Copy), and Exchange compares them with the others
+	// afterwards (antientropy.Service.Exchange, pulling only): the
+	// mover's copy. Both required before Start.
+	Copy     Copier
 	Exchange Exchanger
 	// Installed is called with every view installed, the first at Start
 	// (default: nothing); anti-entropy schedules new peers with it.

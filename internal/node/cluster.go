@@ -17,6 +17,7 @@ import (
 	"github.com/dhtkv/dhtkv/internal/handoff"
 	"github.com/dhtkv/dhtkv/internal/hlc"
 	"github.com/dhtkv/dhtkv/internal/membership"
+	"github.com/dhtkv/dhtkv/internal/partcopy"
 	"github.com/dhtkv/dhtkv/internal/partition"
 	"github.com/dhtkv/dhtkv/internal/probe"
 	"github.com/dhtkv/dhtkv/internal/rebuild"
@@ -60,10 +61,12 @@ func (n *Node) buildCluster(cmap *clustermap.Map, self int, joined bool, clock *
 		MaxEnvelope: cfg.MaxValueBytes + record.HeaderSize,
 	})
 
-	// Membership and anti-entropy need each other: the mover copies by
-	// anti-entropy exchanges, and anti-entropy routes by membership's
-	// views. Neither calls the other before Start.
+	// Membership, the copier and anti-entropy need each other: the mover
+	// copies by partition streams and anti-entropy exchanges, the copier
+	// applies under membership's gate, and anti-entropy routes by
+	// membership's views. None calls another before Start.
 	var ae *antientropy.Service
+	var copier *partcopy.Copier
 	var err error
 	n.members, err = membership.New(cmap, self, local, membership.Options{
 		Dial: func(url string, maps rpc.Maps) view.Peer {
@@ -71,6 +74,9 @@ func (n *Node) buildCluster(cmap *clustermap.Map, self int, joined bool, clock *
 			o.Maps = maps
 			return rpc.NewPeer(url, o, rpcMetrics)
 		},
+		Copy: copyFunc(func(ctx context.Context, url string, epoch uint64, parts *partition.Set) (partcopy.Stats, error) {
+			return copier.Copy(ctx, url, epoch, parts)
+		}),
 		Exchange: exchangeFunc(func(ctx context.Context, v *view.View, peer int, parts []partition.ID, pullOnly bool) (antientropy.ExchangeStats, error) {
 			return ae.Exchange(ctx, v, peer, parts, pullOnly)
 		}),
@@ -82,6 +88,7 @@ func (n *Node) buildCluster(cmap *clustermap.Map, self int, joined bool, clock *
 		n.streams.Close()
 		return err
 	}
+	copier = partcopy.New(local, n.streams, n.members, cfg.Move, log)
 	id, record, err := n.claimIdentity(cmap, self, joined)
 	if err != nil {
 		n.members.Close()
@@ -93,7 +100,7 @@ func (n *Node) buildCluster(cmap *clustermap.Map, self int, joined bool, clock *
 	probeOpts.Formed = id.Formed
 	probeOpts.RecordFormed = func() error { return record(func(i *store.Identity) { i.Formed = true }) }
 	n.probe = probe.New(n.members.View, probeOpts, log)
-	n.rebuild = rebuild.New(local, n.members.View, n.streams, rebuild.Options{
+	n.rebuild = rebuild.New(n.members.View, copier, rebuild.Options{
 		Rebuilding: id.Rebuilding, Done: func() error { return record(func(i *store.Identity) { i.Rebuilding = false }) },
 	}, log)
 	hintOpts := cfg.Handoff
@@ -121,6 +128,7 @@ func (n *Node) buildCluster(cmap *clustermap.Map, self int, joined bool, clock *
 	n.gc = gc.New(local, n.members.View, ae.SyncedSince, n.rebuild.Rebuilding, gcOpts, log)
 
 	n.members.Register(n.registry)
+	copier.Register(n.registry)
 	n.probe.Register(n.registry)
 	n.hints.Register(n.registry)
 	n.coord.Register(n.registry)
@@ -149,6 +157,13 @@ func (n *Node) closeCluster() {
 	n.probe.Close()
 	n.members.Close()
 	n.streams.Close()
+}
+
+// copyFunc makes a function a membership.Copier.
+type copyFunc func(ctx context.Context, url string, epoch uint64, parts *partition.Set) (partcopy.Stats, error)
+
+func (f copyFunc) Copy(ctx context.Context, url string, epoch uint64, parts *partition.Set) (partcopy.Stats, error) {
+	return f(ctx, url, epoch, parts)
 }
 
 // exchangeFunc makes a function a membership.Exchanger.

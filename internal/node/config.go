@@ -17,6 +17,7 @@ import (
 	"github.com/dhtkv/dhtkv/internal/handoff"
 	"github.com/dhtkv/dhtkv/internal/hlc"
 	"github.com/dhtkv/dhtkv/internal/httpapi"
+	"github.com/dhtkv/dhtkv/internal/partcopy"
 	"github.com/dhtkv/dhtkv/internal/probe"
 	"github.com/dhtkv/dhtkv/internal/store"
 )
@@ -191,6 +192,11 @@ type Config struct {
 	// --ae-interval, --ae-rate, --ae-concurrency). The default value is
 	// antientropy.DefaultOptions().
 	AntiEntropy antientropy.Options
+	// Move configures the bulk copies of partitions into this node when a
+	// membership change gives it some or it rebuilds its share
+	// (partcopy.Options: --move-rate). The default value is
+	// partcopy.DefaultOptions().
+	Move partcopy.Options
 	// MaxScans bounds the range streams in flight, public and internal
 	// (--max-scans; 429 beyond). The default value is 64.
 	MaxScans int
@@ -284,6 +290,7 @@ func DefaultConfig() Config {
 		Coordinator:          cluster.DefaultOptions(),
 		Handoff:              handoff.DefaultOptions(),
 		AntiEntropy:          antientropy.DefaultOptions(),
+		Move:                 partcopy.DefaultOptions(),
 		GC:                   gc.DefaultOptions(),
 		MaxScans:             httpapi.DefaultMaxScans,
 		ScanMinRate:          httpapi.DefaultScanMinRate,
@@ -324,7 +331,7 @@ func (cfg *Config) Validate() error {
 	case cfg.GC.Grace < 0 || cfg.GC.Grace > 0 && cfg.GC.Grace <= cfg.Handoff.Window+cfg.MaxClockSkew:
 		return fmt.Errorf("--gc-grace %v must exceed --hint-window %v plus --max-clock-skew %v: a hint still held could otherwise bring back a collected delete", cfg.GC.Grace, cfg.Handoff.Window, cfg.MaxClockSkew)
 	}
-	for _, v := range []interface{ Validate() error }{&cfg.Store, &cfg.Probe, &cfg.Coordinator, &cfg.Handoff, &cfg.AntiEntropy, &cfg.AccessLog} {
+	for _, v := range []interface{ Validate() error }{&cfg.Store, &cfg.Probe, &cfg.Coordinator, &cfg.Handoff, &cfg.AntiEntropy, &cfg.AccessLog, &cfg.Move} {
 		if err := v.Validate(); err != nil {
 			return err
 		}

@@ -3,60 +3,57 @@
 // reads.
 //
 // A node listed in a cluster that starts with an empty data directory (a
-// wiped or replaced disk) must not answer reads as an authoritative empty
-// replica: its "never written" would count as an answer, and with the
-// replicas that hold a key down or stale, quorum reads would answer 404
-// for acknowledged writes. So such a node first copies its share: it
-// streams every peer's records (the stream of cluster-wide scans, tombstones
-// included) and applies them, newest version winning as for any write.
-// Meanwhile:
+// wiped or replaced disk) must not answer reads as an empty replica: its
+// "never written" would count as an answer, and with the replicas that
+// hold a key down or stale, quorum reads would answer 404 for
+// acknowledged writes. So such a node first copies its share: from every
+// peer it streams the records of the partitions both hold (package
+// partcopy: the peer leaves out the others, so the node stores nothing
+// outside its partitions) and applies them, newest version winning as for
+// any write. Meanwhile:
 //
 //   - its replica takes writes as usual (it must not miss new ones), but
 //     refuses reads, locally and from other coordinators, so a read is
 //     served by the other replicas (spares are asked at once);
-//   - its stream is refused to cluster scans, which then count it as a
-//     node that did not answer;
+//   - its stream is refused to cluster scans and to other nodes' copies,
+//     which then count it as a node that did not answer;
 //   - /v0/status says "rebuilding".
 //
-// The node serves reads once every peer's stream was copied to its end; a
-// peer that does not answer is tried again every retry interval. Every
-// peer is needed: an acknowledged write may be on this node and on a
-// single other one. The state is in the data directory's identity
-// (store.Identity), so a node that stops while rebuilding resumes at its
-// next start. Records are copied to the node whatever the requests' from
-// (every node holds every key at the default from, which is the cluster
-// size); copying a key to a node a smaller from did not pick only costs
-// its space.
+// The node serves reads once every peer it shares partitions with was
+// copied to its stream's end; a peer that does not answer is tried again
+// every retry interval. Every such peer is needed: an acknowledged write
+// may be on this node and on a single other one. Each copy is routed by
+// the cluster map of its start (the partitions both hold in it, old set
+// or new set while a change is under way) and stops when a newer map is
+// installed, then runs again by the new one. The state is in the data
+// directory's identity (store.Identity), so a node that stops while
+// rebuilding resumes at its next start.
 package rebuild
 
 import (
-	"bytes"
 	"context"
-	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
 	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/dhtkv/dhtkv/internal/record"
-	"github.com/dhtkv/dhtkv/internal/replica"
-	"github.com/dhtkv/dhtkv/internal/scan"
-	"github.com/dhtkv/dhtkv/internal/store"
+	"github.com/dhtkv/dhtkv/internal/partcopy"
+	"github.com/dhtkv/dhtkv/internal/partition"
 	"github.com/dhtkv/dhtkv/internal/view"
 	"github.com/dhtkv/dhtkv/internal/worker"
 )
-
-// rebuildBatch bounds the records applied in one store commit.
-const rebuildBatch = 256
 
 // rebuildRetry is how long a rebuild waits before asking again the peers
 // whose stream failed.
 const rebuildRetry = time.Second
 
-// Streams opens another node's record stream (rpc.StreamClient.Open).
-type Streams interface {
-	Open(ctx context.Context, url string, epoch uint64, start, end []byte) (scan.Iterator, error)
+// Copier copies every record of some partitions from another node,
+// routed by the map of epoch (partcopy.Copier.Copy).
+type Copier interface {
+	Copy(ctx context.Context, url string, epoch uint64, parts *partition.Set) (partcopy.Stats, error)
 }
 
 // Options configures a rebuild.
@@ -72,9 +69,8 @@ type Options struct {
 // Rebuilder copies the share of one node. Its methods are safe for
 // concurrent use.
 type Rebuilder struct {
-	local      *replica.Replica
 	views      func() *view.View
-	streams    Streams
+	copier     Copier
 	o          Options
 	rebuilding atomic.Bool
 	log        *slog.Logger
@@ -82,11 +78,11 @@ type Rebuilder struct {
 	work       *worker.Group
 }
 
-// New returns the rebuild of local from the peers of the views views
-// returns, whose streams it opens with streams. Start starts it when
-// o.Rebuilding.
-func New(local *replica.Replica, views func() *view.View, streams Streams, o Options, log *slog.Logger) *Rebuilder {
-	r := &Rebuilder{local: local, views: views, streams: streams, o: o, log: log, m: newMetrics(), work: worker.New()}
+// New returns the rebuild of this node's replica from the peers of the
+// views views returns, whose partitions copier copies into it. Start
+// starts it when o.Rebuilding.
+func New(views func() *view.View, copier Copier, o Options, log *slog.Logger) *Rebuilder {
+	r := &Rebuilder{views: views, copier: copier, o: o, log: log, m: newMetrics(), work: worker.New()}
 	if o.Rebuilding {
 		r.rebuilding.Store(true)
 		r.m.rebuilding.Set(1)
@@ -144,8 +140,8 @@ func (r *Rebuilder) Start() {
 // Close stops a rebuild under way.
 func (r *Rebuilder) Close() { r.work.Stop() }
 
-// copyPeers streams every peer's records into the local replica until all
-// were copied (true) or ctx ends (false).
+// copyPeers copies from every peer the partitions this node shares with
+// it until all were copied (true) or ctx ends (false).
 func (r *Rebuilder) copyPeers(ctx context.Context) bool {
 	pending := map[int]bool{}
 	for _, i := range r.views().Others() {
@@ -154,18 +150,27 @@ func (r *Rebuilder) copyPeers(ctx context.Context) bool {
 	r.log.Info("rebuilding: copying this node's share from its peers before serving reads", "peers", len(pending))
 	for {
 		v := r.views()
-		for i := range pending {
+		for _, i := range slices.Sorted(maps.Keys(pending)) {
 			if v.Peers[i] == nil { // it left the cluster meanwhile
 				delete(pending, i)
 				continue
 			}
-			n, err := r.copyFrom(ctx, v.URL(i))
-			r.m.records.Add(float64(n))
-			if err != nil {
-				r.log.Warn("rebuild: copy from a peer failed; trying again", "peer", v.URL(i), "copied", n, "err", err)
+			shared := v.Shared(v.Self, i)
+			if len(shared) == 0 {
+				delete(pending, i)
 				continue
 			}
-			r.log.Info("rebuild: copied a peer's records", "peer", v.URL(i), "records", n)
+			st, err := r.copier.Copy(ctx, v.URL(i), v.Epoch(), partition.SetOf(shared...))
+			r.m.records.Add(float64(st.Records))
+			if err != nil {
+				if ctx.Err() != nil {
+					return false
+				}
+				r.log.Warn("rebuild: copy from a peer failed; trying again", "peer", v.URL(i), "copied", st.Records, "err", err)
+				continue
+			}
+			r.log.Info("rebuild: copied the partitions shared with a peer", "peer", v.URL(i), "partitions", len(shared),
+				"records", st.Records, "bytes", st.Bytes, "stored", st.Applied)
 			delete(pending, i)
 		}
 		if len(pending) == 0 {
@@ -175,62 +180,6 @@ func (r *Rebuilder) copyPeers(ctx context.Context) bool {
 			return false
 		}
 	}
-}
-
-// copyFrom applies peer i's whole stream to the local replica and returns
-// how many records it applied.
-func (r *Rebuilder) copyFrom(ctx context.Context, url string) (int, error) {
-	it, err := r.streams.Open(ctx, url, r.views().Epoch(), []byte{0}, nil) // "\x00": every non-empty key
-	if err != nil {
-		return 0, err
-	}
-	defer it.Close()
-	var writes []store.Write
-	var recs []record.Record
-	var outcomes []replica.Outcome
-	applied := 0
-	flush := func() error {
-		if len(writes) == 0 {
-			return nil
-		}
-		for j := range writes {
-			writes[j].Rec = &recs[j] // recs no longer grows: the pointers hold
-		}
-		// As for any replicated write (replica.ApplyRemote): a version too
-		// far ahead of this clock is left out, as a replica refuses it.
-		var err error
-		if outcomes, err = r.local.ApplyRemote(writes, outcomes); err != nil {
-			return err
-		}
-		for _, o := range outcomes {
-			switch {
-			case o.Refused != nil:
-				r.log.Warn("rebuild: record left out", "peer", url, "err", o.Refused)
-			case o.Applied():
-				applied++
-			}
-		}
-		writes, recs = writes[:0], recs[:0]
-		return nil
-	}
-	for it.Next() {
-		env := bytes.Clone(it.Envelope()) // the stream reuses its buffers
-		rec, err := record.Decode(env)
-		if err != nil {
-			return applied, err
-		}
-		writes = append(writes, store.Write{Key: bytes.Clone(it.Key())})
-		recs = append(recs, rec)
-		if len(writes) == rebuildBatch {
-			if err := flush(); err != nil {
-				return applied, err
-			}
-		}
-	}
-	if err := it.Err(); err != nil {
-		return applied, fmt.Errorf("stream from %s: %w", url, err)
-	}
-	return applied, flush()
 }
 
 // metrics are the rebuild's instruments.
@@ -249,7 +198,7 @@ func newMetrics() *metrics {
 		}),
 		records: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "dhtkv_rebuild_records_total",
-			Help: "Records copied from peers by rebuilds.",
+			Help: "Records received from peers by rebuilds (of the partitions this node holds).",
 		}),
 	}
 }

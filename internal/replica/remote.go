@@ -33,11 +33,12 @@ func (o Outcome) Applied() bool { return o.Newer == 0 && o.Refused == nil }
 //   - stored, by ApplyRemote: a coordinator's batch (rpc.Server), a read
 //     repair of the local replica and an anti-entropy pull
 //     (cluster.Coordinator.ApplyRemote), a hint delivered here and an
-//     anti-entropy push from a peer (both a batch), a rebuild's copy
-//     (rebuild), a membership change's copy (an anti-entropy pull);
+//     anti-entropy push from a peer (both a batch), a partition copy
+//     (partcopy: a membership change's stream or a rebuild's) and the
+//     comparison after a change's stream (an anti-entropy pull);
 //   - seen and not stored, by Observe: a replica's answer to a read this
 //     node coordinates, and the newer version a replica refused one of its
-//     writes with. Record streams (cluster scans, the rebuild's reads)
+//     writes with. Record streams (cluster scans, partition copies)
 //     carry versions to clients or to ApplyRemote and observe nothing.
 //
 // A refusal leaves this node's clock where it was: the record stays
@@ -51,7 +52,7 @@ func (o Outcome) Applied() bool { return o.Newer == 0 && o.Refused == nil }
 func (r *Replica) Observe(v uint64) error { return r.Clock.Observe(v) }
 
 // ApplyRemote stores records whose versions another node made: a batch
-// from a coordinator, a read repair, an anti-entropy pull, a rebuild's
+// from a coordinator, a read repair, an anti-entropy pull, a partition
 // copy. It is the one path by which such a record is stored, and it holds
 // these rules, in this order:
 //

@@ -15,7 +15,8 @@
 //   - direct.go: Direct, a peer reached in-process, the transport seam's
 //     second implementation beside Peer;
 //   - stream.go: a node's records as a stream (StreamPath), its client and
-//     its server side, for cluster-wide range scans;
+//     its server side, for cluster-wide range scans and, restricted to
+//     some partitions, for partition copies (package partcopy);
 //   - summary.go: the anti-entropy summary exchange (SummaryPath): partition
 //     and segment hashes, then the (key, version) lists of the segments
 //     that differ, never a value; the records themselves then travel in

@@ -14,21 +14,26 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/dhtkv/dhtkv/internal/partition"
 	"github.com/dhtkv/dhtkv/internal/scan"
 	"github.com/dhtkv/dhtkv/internal/store"
 )
 
 // StreamPath streams a node's own records, tombstones included, in the
-// binary framing (package scan) with record envelopes as values. It is
-// what a coordinator merges for a cluster-wide range scan; see
-// docs/range-scans.md.
+// binary framing (package scan) with record envelopes as values, in key
+// order, in the key range [start, end): what a coordinator merges for a
+// cluster-wide range scan (docs/range-scans.md). With parts (partition.Set's
+// text) it carries only the records of those partitions, and nothing of
+// the others: what a node copies in bulk when a membership change gives it
+// partitions or it rebuilds its share (package partcopy).
 //
-//	GET /v0/internal/entities?start=S[&end=E] → 200 + binary-framed envelopes
+//	GET /v0/internal/entities?start=S[&end=E][&parts=P] → 200 + binary-framed envelopes
 const StreamPath = "/v0/internal/entities"
 
-// OpenStream opens the local store's records in the range a StreamPath
-// query asks for. The caller streams them in scan.FormatInternal and must
-// close the iterator. A bad query is an *Error.
+// OpenStream opens the local store's records that a StreamPath query asks
+// for: a key range, of some partitions only if it names them. The caller streams them in
+// scan.FormatInternal and must close the iterator. A bad query is an
+// *Error.
 func (s *Server) OpenStream(query *fasthttp.Args) (*store.Iter, error) {
 	if s.Rebuilding != nil && s.Rebuilding() {
 		return nil, refuse(http.StatusServiceUnavailable, errRebuilding)
@@ -42,6 +47,13 @@ func (s *Server) OpenStream(query *fasthttp.Args) (*store.Iter, error) {
 		if end, err = s.streamKey(query, "end"); err != nil {
 			return nil, err
 		}
+	}
+	if query.Has("parts") {
+		parts, err := partition.ParseSet(query.Peek("parts"))
+		if err != nil {
+			return nil, refuse(http.StatusBadRequest, "parts: %v", err)
+		}
+		return s.Replica.Store.NewPartitionIter(start, end, parts)
 	}
 	return s.Replica.Store.NewIter(start, end)
 }
@@ -137,10 +149,24 @@ func (c *StreamClient) Close() { c.tr.CloseIdleConnections() }
 // only the other node's own records, whatever the placement, and the
 // caller merges every node's.
 func (c *StreamClient) Open(ctx context.Context, baseURL string, epoch uint64, start, end []byte) (scan.Iterator, error) {
-	u := transportURL(baseURL, c.o.TLS) + StreamPath + "?start=" + url.QueryEscape(string(start))
+	q := "start=" + url.QueryEscape(string(start))
 	if end != nil {
-		u += "&end=" + url.QueryEscape(string(end))
+		q += "&end=" + url.QueryEscape(string(end))
 	}
+	return c.open(ctx, baseURL, epoch, q)
+}
+
+// OpenParts starts the internal stream of every record of parts on the
+// node at baseURL, as Open does a range (every non-empty key). The node
+// leaves out the records of other partitions; one of a release without
+// partition streams ignores parts and sends its whole store, which the
+// caller must filter (partcopy does).
+func (c *StreamClient) OpenParts(ctx context.Context, baseURL string, epoch uint64, parts *partition.Set) (scan.Iterator, error) {
+	return c.open(ctx, baseURL, epoch, "start=%00&parts="+parts.String())
+}
+
+func (c *StreamClient) open(ctx context.Context, baseURL string, epoch uint64, query string) (scan.Iterator, error) {
+	u := transportURL(baseURL, c.o.TLS) + StreamPath + "?" + query
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
 		return nil, fmt.Errorf("open scan on %s: %w", baseURL, err)

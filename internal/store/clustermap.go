@@ -1,6 +1,8 @@
 package store
 
 import (
+	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"slices"
@@ -81,6 +83,34 @@ func (s *Store) DropPartition(part partition.ID) (removed [][]byte, err error) {
 }
 
 var errChunkFull = errors.New("chunk full")
+
+// Held returns the partitions of which the store holds any record, in
+// increasing order, asking only those for which want is true: one index
+// seek each, on one iterator (a membership cleanup asks for the
+// partitions a node does not hold, most of them empty).
+func (s *Store) Held(want func(partition.ID) bool) ([]partition.ID, error) {
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: []byte{indexPrefix}, UpperBound: []byte{indexPrefix + 1}})
+	if err != nil {
+		return nil, fmt.Errorf("index of %s: %w", s.dir, err)
+	}
+	var out []partition.ID
+	var seek [3]byte
+	seek[0] = indexPrefix
+	for p := range partition.Count {
+		part := partition.ID(p)
+		if !want(part) {
+			continue
+		}
+		binary.BigEndian.PutUint16(seek[1:], uint16(part))
+		if it.SeekGE(seek[:]) && bytes.HasPrefix(it.Key(), seek[:]) {
+			out = append(out, part)
+		}
+	}
+	if err := errors.Join(it.Error(), it.Close()); err != nil {
+		return nil, fmt.Errorf("index of %s: %w", s.dir, err)
+	}
+	return out, nil
+}
 
 // cleanupKey marks a cleanup of partitions no longer held as pending
 // (membership/move.go): set before it starts, deleted when it ends.

@@ -6,6 +6,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 
+	"github.com/dhtkv/dhtkv/internal/partition"
 	"github.com/dhtkv/dhtkv/internal/record"
 )
 
@@ -41,6 +42,9 @@ type Iter struct {
 	closed   bool   // Close was called
 	released bool   // Release closed it; Next reopens it
 	held     []byte // key and envelope of the current record, kept across a Release
+	// parts, when not nil, leaves out every record of the partitions
+	// not in it (NewPartitionIter).
+	parts *partition.Set
 }
 
 var dataUpper = []byte{dataPrefix + 1}
@@ -60,6 +64,23 @@ func (s *Store) NewIter(start, end []byte) (*Iter, error) {
 	if err := it.open(); err != nil {
 		return nil, err
 	}
+	return it, nil
+}
+
+// NewPartitionIter returns an iterator over the records with start <= key
+// < end (as NewIter) of the partitions in parts, in key order like any
+// Iter: a walk of the range that leaves the others out before it reads
+// their values. Partitions are hashed
+// over the keyspace, so no key range holds one alone; the walk reads
+// every key, and costs little more than NewIter's once the set covers a
+// good part of the store (a membership change's gains, a node's share).
+// parts is not copied and must not change while the Iter is used.
+func (s *Store) NewPartitionIter(start, end []byte, parts *partition.Set) (*Iter, error) {
+	it, err := s.NewIter(start, end)
+	if err != nil {
+		return nil, err
+	}
+	it.parts = parts
 	return it, nil
 }
 
@@ -86,6 +107,9 @@ func (s *Iter) Next() bool {
 	if s.first {
 		ok, s.first = s.it.First(), false
 	} else {
+		ok = s.it.Next()
+	}
+	for ok && s.parts != nil && !s.wanted(s.it.Key()) {
 		ok = s.it.Next()
 	}
 	if !ok {
@@ -117,6 +141,12 @@ func (s *Iter) Next() bool {
 	}
 	s.env = env
 	return true
+}
+
+// wanted reports whether the record at prefixed key pk is in the Iter's
+// partitions (a key outside the data prefix is wanted: Next refuses it).
+func (s *Iter) wanted(pk []byte) bool {
+	return len(pk) == 0 || pk[0] != dataPrefix || s.parts.HasKey(pk[1:])
 }
 
 // reopen opens a new Pebble iterator after a Release, starting just after

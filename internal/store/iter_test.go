@@ -2,10 +2,12 @@ package store
 
 import (
 	"fmt"
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/dhtkv/dhtkv/internal/partition"
 	"github.com/dhtkv/dhtkv/internal/record"
 )
 
@@ -117,4 +119,54 @@ func TestIterReleaseEdges(t *testing.T) {
 	require.NoError(t, it.Close())
 	require.False(t, it.Next(), "closed")
 	require.EqualValues(t, 0, s.RangeIters())
+}
+
+// TestPartitionIter: a partition iterator shows every record of its
+// partitions, tombstones included, in key order, and nothing of the
+// others; across a Release too.
+func TestPartitionIter(t *testing.T) {
+	s := open(t, t.TempDir())
+	defer s.Close()
+	want := map[string]bool{}
+	var parts []partition.ID
+	for i := range 400 {
+		key := fmt.Sprintf("k%03d", i)
+		var value []byte
+		if i%7 != 0 {
+			value = []byte("v")
+		}
+		put(t, s, key, 1, value)
+		if p, _ := partition.Of([]byte(key)); i%3 == 0 {
+			parts = append(parts, p)
+		}
+	}
+	set := partition.SetOf(parts...)
+	for i := range 400 {
+		key := fmt.Sprintf("k%03d", i)
+		if set.HasKey([]byte(key)) {
+			want[key] = true
+		}
+	}
+	it, err := s.NewPartitionIter(nil, nil, set)
+	require.NoError(t, err)
+	defer it.Close()
+	var got []string
+	for it.Next() {
+		got = append(got, string(it.Key()))
+		if len(got) == 10 {
+			require.NoError(t, it.Release())
+		}
+	}
+	require.NoError(t, it.Err())
+	require.Len(t, got, len(want))
+	require.True(t, slices.IsSorted(got))
+	for _, k := range got {
+		require.True(t, want[k], "key %s of another partition", k)
+	}
+
+	empty, err := s.NewPartitionIter(nil, nil, partition.SetOf())
+	require.NoError(t, err)
+	require.False(t, empty.Next())
+	require.NoError(t, empty.Err())
+	require.NoError(t, empty.Close())
 }

@@ -1,14 +1,21 @@
 package testcluster
 
 import (
+	"bytes"
 	"fmt"
 	"io"
 	"net/http"
+	"regexp"
+	"strconv"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/dhtkv/dhtkv/internal/clustermap"
+	"github.com/dhtkv/dhtkv/internal/node"
+	"github.com/dhtkv/dhtkv/internal/partcopy"
 )
 
 // The plumbing on the wall clock: three nodes in memory replicate a
@@ -102,5 +109,55 @@ func TestMemLinkDelay(t *testing.T) {
 		require.Equal(t, "delay 1s", c.Link(0, 2).Mode())
 		c.Heal()
 		require.Equal(t, "pass", c.Link(0, 2).Mode())
+	})
+}
+
+// A join's partition streams keep to --move-rate on the bubble's clock:
+// three nodes (1 replica: no comparison after the streams, which is slow
+// under -race) hold 4 MiB of records, the 4th gains a quarter of the
+// partitions and streams them from their three owners at 1 MiB/s. Every
+// other step is instant on the fake clock (in-memory links, no delay), so
+// from the stream stage's install to the joiner's report that it copied
+// them takes the bytes streamed over the rate, less the limiter's initial
+// burst (one 64 KiB batch), to the test's polling interval.
+func TestInMemoryJoinKeepsMoveRate(t *testing.T) {
+	InBubble(t, func(t *testing.T) {
+		c := StartInMemory(t, 3, func(_ int, cfg *node.Config) { cfg.Move.Rate, cfg.Replicas = partcopy.MinRate, 1 })
+		cl := c.Client()
+		value := bytes.Repeat([]byte("v"), 16<<10)
+		for k := range 256 {
+			require.Equal(t, http.StatusCreated, cl.Put(t, c.URL(0), fmt.Sprintf("k%03d", k), value, 1, 1))
+		}
+		j := c.AddNode(0)
+		require.Equal(t, http.StatusAccepted, c.Join(0, j))
+		c.StartNode(j)
+		// Polled every 10 ms of the fake clock: a condition polled every
+		// 2 ms wakes the bubble 500 times over the stream, slow under -race.
+		const poll = 10 * time.Millisecond
+		var from time.Time
+		var epoch uint64
+		for deadline := time.Now().Add(time.Minute); ; time.Sleep(poll) {
+			require.True(t, time.Now().Before(deadline), "the joiner did not copy its partitions within a minute")
+			m, _ := c.Node(j).Members().Map()
+			if m.Change != nil && m.Change.Stage == clustermap.Stream && from.IsZero() {
+				from, epoch = time.Now(), m.Epoch
+			}
+			if !from.IsZero() && c.Node(j).Members().Moved() >= epoch {
+				break
+			}
+		}
+		took := time.Since(from)
+		c.AwaitStable(time.Minute)
+
+		code, body := cl.Do(t, http.MethodGet, c.AdminURL(j)+"/metrics", nil)
+		require.Equal(t, http.StatusOK, code)
+		match := regexp.MustCompile(`(?m)^dhtkv_copy_bytes_total (\S+)$`).FindSubmatch(body)
+		require.NotNil(t, match)
+		streamed, err := strconv.ParseFloat(string(match[1]), 64)
+		require.NoError(t, err)
+		want := time.Duration((streamed - 64<<10) / partcopy.MinRate * float64(time.Second))
+		t.Logf("streamed %.0f bytes in %v (want %v)", streamed, took, want)
+		require.Greater(t, streamed, 0.8e6, "about a quarter of 4 MiB")
+		require.InDelta(t, want.Seconds(), took.Seconds(), poll.Seconds()*1.01, "to the polling interval")
 	})
 }
