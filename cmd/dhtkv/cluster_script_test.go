@@ -56,8 +56,8 @@ func freeBase(t *testing.T) int {
 
 // clusterScript runs scripts/cluster.sh (the recipe of make run-cluster
 // and make stop-cluster) with the built binary and env.
-func clusterScript(t *testing.T, env []string, arg string) *exec.Cmd {
-	cmd := exec.Command(filepath.Join(testcluster.RepoRoot(t), "scripts", "cluster.sh"), arg)
+func clusterScript(t *testing.T, env []string, args ...string) *exec.Cmd {
+	cmd := exec.Command(filepath.Join(testcluster.RepoRoot(t), "scripts", "cluster.sh"), args...)
 	cmd.Env = append(os.Environ(), env...)
 	cmd.Dir = t.TempDir()
 	return cmd
@@ -294,9 +294,7 @@ func TestRunClusterFollowsItsNodes(t *testing.T) {
 	}
 	script := func(args ...string) string {
 		t.Helper()
-		cmd := exec.Command(filepath.Join(testcluster.RepoRoot(t), "scripts", "cluster.sh"), args...)
-		cmd.Env = append(os.Environ(), env...)
-		out, err := cmd.CombinedOutput()
+		out, err := clusterScript(t, env, args...).CombinedOutput()
 		require.NoError(t, err, "cluster.sh %v: %s", args, out)
 		return string(out)
 	}
