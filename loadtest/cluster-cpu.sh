@@ -8,7 +8,8 @@
 # repository), so that two builds can be compared in one sitting.
 # NODE_FLAGS are given to every server: by default a read cache that
 # holds every key (--cache-bytes 512MiB for the 100k keys of 1 KiB), as
-# in the highload issue's tables; NODE_FLAGS= measures the default 64 MiB
+# in the highload issue's tables, filled by reading every key on every
+# replica before each GET run; NODE_FLAGS= measures the default 64 MiB
 # cache, where most GETs miss and a quorum read pays two Pebble lookups.
 # Only 127.0.0.1 is contacted.
 #
@@ -46,12 +47,15 @@ load() { # targets workload ack from [extra]
 }
 load http://127.0.0.1:18480 put 0 0 --fill "$KEYSPACE" >/dev/null
 load "$cluster" put 2 3 --fill "$KEYSPACE" >/dev/null
-# A write invalidates its key's cache entry, so only reads warm the cache:
-# a GET pass of WARMUP (default 20 s, about three reads per key here)
-# before anything is measured, else most of the first GET run misses.
-WARMUP=${WARMUP:-20s}
-DURATION=$WARMUP load http://127.0.0.1:18480 get 0 0 >/dev/null
-DURATION=$WARMUP load "$cluster" get 2 3 >/dev/null
+# A write invalidates its key's cache entry, so only reads fill the cache,
+# and a random GET run fills it slowly (after as many reads as keys, about
+# 63% of them are cached; a cluster's misses, which read Pebble, were
+# charged to its quorum reads, and a PUT run just before empties much of
+# it): before each GET run, every key is read once on every replica
+# (--read-all, ack=from=3 on the cluster).
+warm() { # targets ack from
+  load "$1" get "$2" "$3" --read-all "$KEYSPACE" --fill-only >/dev/null
+}
 ticks() { local t=0; for n in "$@"; do t=$((t + $(awk '{print $14 + $15}' "/proc/${pid[$n]}/stat"))); done; echo $t; }
 hz=$(getconf CLK_TCK)
 # settle waits (at most 30 s) until every server is idle, below 3% of a
@@ -80,6 +84,8 @@ echo "# $(nproc) cores, $(date -u +%FT%TZ), server $DHTKV ${NODE_FLAGS}, $CONNEC
 for r in $(seq "$ROUNDS"); do
   measure node-put http://127.0.0.1:18480 put 0 0 node
   measure cluster-put "$cluster" put 2 3 c1 c2 c3
+  warm http://127.0.0.1:18480 0 0
   measure node-get http://127.0.0.1:18480 get 0 0 node
+  warm "$cluster" 3 3
   measure cluster-get "$cluster" get 2 3 c1 c2 c3
 done

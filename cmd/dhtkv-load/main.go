@@ -37,6 +37,7 @@ func main() {
 // options are the flags that are not part of loadgen.Config.
 type options struct {
 	fill     int64
+	readAll  int64
 	fillOnly bool
 	output   loadgen.Output
 }
@@ -68,7 +69,8 @@ func parseFlags(args []string, stderr io.Writer) (loadgen.Config, options, error
 	fs.BoolVar(&cfg.Timeline, "timeline", false, "add the latency second by second (requests, failures, p50, p99, max) to --json's output, to see stalls when they happen")
 	fs.Uint64Var(&cfg.Seed, "seed", 0, "random seed for keys and operations (0 = time-based)")
 	fs.Int64Var(&opt.fill, "fill", 0, "before the run, PUT keys k0..k<fill-1> once each with --connections workers")
-	fs.BoolVar(&opt.fillOnly, "fill-only", false, "exit after --fill without a run (prefills a server for other tools, such as the wrk scripts)")
+	fs.Int64Var(&opt.readAll, "read-all", 0, "before the run (after --fill), GET keys k0..k<read-all-1> once each with --connections workers, so that the read caches hold them (with --ack and --from at the replication factor, every replica's)")
+	fs.BoolVar(&opt.fillOnly, "fill-only", false, "exit after --fill and --read-all without a run (prefills a server for other tools, such as the wrk scripts)")
 	output := fs.String("output", string(loadgen.OutputText), "report `format`: text (wrk2's summary), wrk2 (text and wrk2 --latency's detailed percentile spectrum), json (one object, dhtkv-load's schema) or vegeta (vegeta report -type=json's object)")
 	asJSON := fs.Bool("json", false, "short for --output json")
 
@@ -101,8 +103,11 @@ func parseFlags(args []string, stderr io.Writer) (loadgen.Config, options, error
 	if opt.fill < 0 || opt.fill > loadgen.MaxFill {
 		return cfg, opt, fmt.Errorf("--fill %d: must be in [0, %d]", opt.fill, loadgen.MaxFill)
 	}
-	if opt.fillOnly && opt.fill == 0 {
-		return cfg, opt, errors.New("--fill-only needs --fill N")
+	if opt.readAll < 0 || opt.readAll > loadgen.MaxFill {
+		return cfg, opt, fmt.Errorf("--read-all %d: must be in [0, %d]", opt.readAll, loadgen.MaxFill)
+	}
+	if opt.fillOnly && opt.fill == 0 && opt.readAll == 0 {
+		return cfg, opt, errors.New("--fill-only needs --fill N or --read-all N")
 	}
 	return cfg, opt, cfg.Validate()
 }
@@ -141,9 +146,19 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 		log.Info("fill done", "keys", res.Keys, "elapsed", res.Elapsed.Round(1e6).String(),
 			"keys_per_s", fmt.Sprintf("%.0f", res.Rate()), "retried", res.Retried)
-		if opt.fillOnly {
-			return 0
+	}
+	if opt.readAll > 0 {
+		log.Info("read-all starting", "keys", opt.readAll, "connections", cfg.Connections)
+		res, err := loadgen.ReadAll(ctx, cfg, opt.readAll)
+		if err != nil {
+			log.Error("read-all failed", "err", err, "retried", res.Retried)
+			return 1
 		}
+		log.Info("read-all done", "keys", res.Keys, "elapsed", res.Elapsed.Round(1e6).String(),
+			"keys_per_s", fmt.Sprintf("%.0f", res.Rate()), "retried", res.Retried)
+	}
+	if opt.fillOnly {
+		return 0
 	}
 
 	res, err := loadgen.Run(ctx, cfg)

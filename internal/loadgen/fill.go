@@ -53,6 +53,23 @@ func (f FillResult) Rate() float64 {
 // if any key did not get a 2xx answer in the end: a partly filled store
 // would make the next run misleading.
 func Fill(ctx context.Context, cfg Config, n int64) (FillResult, error) {
+	return pass(ctx, cfg, n, opPut)
+}
+
+// ReadAll GETs keys k0..k(n-1) exactly once each, with cfg's ack/from,
+// targets and connections, so that the read caches of the replicas it
+// reaches hold them before a measured GET run: a random GET run warms a
+// cache only slowly (after as many reads as keys it holds about 63% of
+// them) and a cluster's misses, which read the store, would be charged
+// to its quorum reads. With ack and from equal to the replication factor
+// every replica reads every key. A 404 is an answer like a 200 (the key
+// was never written); the retries and failures are Fill's.
+func ReadAll(ctx context.Context, cfg Config, n int64) (FillResult, error) {
+	return pass(ctx, cfg, n, opGet)
+}
+
+// pass sends o for keys k0..k(n-1) once each (see Fill).
+func pass(ctx context.Context, cfg Config, n int64, o op) (FillResult, error) {
 	if n <= 0 || n > MaxFill {
 		return FillResult{}, fmt.Errorf("fill %d: must be in [1, %d]", n, MaxFill)
 	}
@@ -88,12 +105,15 @@ func Fill(ctx context.Context, cfg Config, n int64) (FillResult, error) {
 				uri := w.gen.uriFor(uint64(k))
 				for attempt := 1; ; attempt++ {
 					sent := time.Now()
-					status, err := w.do(opPut, uri)
+					status, err := w.do(o, uri)
 					if attempt < fillAttempts && retryable(status, err) {
 						retried.Add(1)
 						continue
 					}
-					w.done(opPut, status, err, sent)
+					if o == opGet && status == fasthttp.StatusNotFound {
+						status = fasthttp.StatusOK // absent is an answer
+					}
+					w.done(o, status, err, sent)
 					break
 				}
 			}
@@ -124,8 +144,8 @@ func Fill(ctx context.Context, cfg Config, n int64) (FillResult, error) {
 		return res, fmt.Errorf("fill interrupted after %d of %d keys: %w", res.Keys, n, err)
 	}
 	if failed := total.failures(); failed > 0 {
-		return res, fmt.Errorf("fill: %d of %d PUTs failed (non-2xx %d, connect %d, timeout %d, other %d)",
-			failed, n, res.Non2xx, res.Errors.Connect, res.Errors.Timeout, res.Errors.Other)
+		return res, fmt.Errorf("fill: %d of %d %ss failed (non-2xx %d, connect %d, timeout %d, other %d)",
+			failed, n, o, res.Non2xx, res.Errors.Connect, res.Errors.Timeout, res.Errors.Other)
 	}
 	return res, nil
 }

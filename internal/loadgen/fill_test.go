@@ -95,3 +95,33 @@ func TestFillRetriesGatewayTimeouts(t *testing.T) {
 	res, _ = Fill(context.Background(), testConfig(target), 5)
 	eq(t, int64(0), res.Retried, "retried")
 }
+
+// ReadAll GETs every key once; a key never written (404) is an answer,
+// a 503 is retried and then a failure, as in Fill.
+func TestReadAllReadsEachKeyOnce(t *testing.T) {
+	l := newRequestLog()
+	target := startServer(t, func(ctx *fasthttp.RequestCtx) {
+		l.add(ctx)
+		if strings.HasPrefix(string(ctx.QueryArgs().Peek("id")), "k7") {
+			ctx.SetStatusCode(fasthttp.StatusNotFound)
+		}
+	})
+	cfg := testConfig(target, target)
+	cfg.Connections = 4
+	const n = 500
+	res, err := ReadAll(context.Background(), cfg, n)
+	noErr(t, err)
+	eq(t, int64(n), res.Keys, "keys")
+	eq(t, map[string]int{"GET": n}, l.methods, "methods")
+	eq(t, n, len(l.keys), "distinct keys")
+	for i := range n {
+		eq(t, 1, l.keys[fmt.Sprintf("k%d", i)], "reads of k%d", i)
+	}
+
+	busy := startServer(t, func(ctx *fasthttp.RequestCtx) { ctx.SetStatusCode(fasthttp.StatusServiceUnavailable) })
+	res, err = ReadAll(context.Background(), testConfig(busy), 10)
+	if err == nil || !strings.Contains(err.Error(), "10 of 10 GETs failed") {
+		t.Errorf("read-all answered by 503s: err = %v", err)
+	}
+	eq(t, int64(10), res.Non2xx, "non-2xx")
+}

@@ -15,6 +15,16 @@ const (
 	opDelete
 )
 
+func (o op) String() string {
+	switch o {
+	case opGet:
+		return "GET"
+	case opPut:
+		return "PUT"
+	}
+	return "DELETE"
+}
+
 // keyGen draws key numbers in [0, keyspace). Each worker owns one: neither
 // rand.Rand nor rand.Zipf is safe for concurrent use, and sharing one behind a
 // lock would serialise the hot path.
