@@ -27,19 +27,23 @@ import (
 // Shape of one request (Get and Write share it, see fanOut):
 //
 //  1. placement picks the key's first `from` replicas;
-//  2. each remote replica is called in its own goroutine, which sends its
-//     answer on a channel buffered for every replica, so a goroutine that
-//     finishes after the coordinator has answered never blocks (writes
-//     call all `from` replicas at once; reads call `ack` of them first and
-//     the others on a failure or after --read-hedge-delay, see fanOut);
+//  2. each remote replica's call is started (view.Go: queued on the peer's
+//     batching lanes, no goroutine per call) and comes back on a channel
+//     of the request's, with room for every call, so that a call that
+//     ends after the coordinator has answered never blocks its sender
+//     (writes call all `from` replicas at once; reads call `ack` of them
+//     first and the others on a failure or after --read-hedge-delay, see
+//     fanOut);
 //  3. the local replica, if in the set, is served in-process on the
 //     calling goroutine while the remote calls are in flight;
 //  4. the coordinator returns as soon as `ack` replicas have answered, or as
 //     soon as so many failed that `ack` is out of reach;
-//  5. stragglers finish in the background, bounded by the request deadline
-//     that every remote call carries; Close waits for them.
+//  5. stragglers are received in the background by one goroutine of the
+//     request's (a failed write's hint is stored there), bounded by the
+//     request deadline that every remote call carries; Close waits for
+//     them.
 //
-// Remote goroutines never see the handler's RequestCtx or its buffers: they
+// Remote calls never see the handler's RequestCtx or its buffers: they
 // get a copy of the key and of the encoded record, read-only.
 type Coordinator struct {
 	d          Deps
@@ -54,6 +58,7 @@ type Coordinator struct {
 	inflight   sync.WaitGroup
 
 	routes  atomic.Pointer[routes]
+	fans    sync.Pool // *fan, fanOut's calls (fanout.go)
 	peersMu sync.Mutex
 	peers   map[string]*peer // by URL: a peer's instruments outlive views
 }
@@ -314,22 +319,24 @@ func (c *Coordinator) get(r *routes, key []byte, ack, from int) (Result, error) 
 	na := 0
 	n, err := c.fanOut(r, deadline, key, reps, nil, ack, ack,
 		func(k []byte) answer { return c.localGet(r, k) },
-		func(i int, k []byte, deadline time.Time) answer {
+		func(i int, call *view.Call) {
+			call.Epoch = r.Epoch()
+			view.Go(r.peers[i].client, call)
+		},
+		func(i int, call *view.Call, sent time.Time) answer {
 			p := r.peers[i]
-			start := time.Now()
-			rec, found, err := p.client.Get(k, r.Epoch(), deadline)
-			end := p.reads.observe(start, err)
-			if err == nil {
-				p.readLat.record(end.Sub(start), end)
+			p.reads.observe(sent, call.Ended, call.Err)
+			if call.Err == nil {
+				p.readLat.record(call.Ended.Sub(sent), call.Ended)
 			}
-			if found {
+			if call.Found {
 				// Keeps clocks close; nothing is stored here, so a version
 				// beyond the bound (refused, not observed) or a failure to
 				// persist the clock's bound only costs that. A read
 				// repair then stores it by ApplyRemote's rules, or fails.
-				_ = c.local.Observe(rec.Version)
+				_ = c.local.Observe(call.Rec.Version)
 			}
-			return answer{rec: rec, found: found, err: err}
+			return answer{rec: call.Rec, found: call.Found, err: call.Err}
 		},
 		func(a answer) {
 			if na < len(answered) {
@@ -502,15 +509,16 @@ func (c *Coordinator) writeRound(r *routes, key []byte, rec *record.Record, old,
 	env := rec.Encode()
 	n, err := c.fanOut(r, time.Now().Add(c.timeout), key, old, new, ack, len(old)+len(new),
 		func(k []byte) answer { return answer{err: c.localApply(r, k, rec)} },
-		func(i int, k []byte, deadline time.Time) answer {
-			p := r.peers[i]
-			start := time.Now()
-			ver, err := p.client.Apply(k, env, r.Epoch(), deadline)
-			p.writes.observe(start, err)
-			if err != nil && !rpc.IsRefused(err) && !errors.Is(err, rpc.ErrStaleEpoch) && c.d.Hints != nil {
-				c.d.Hints.Add(i, k, env) // k and env are this request's own copies
+		func(i int, call *view.Call) {
+			call.Env, call.Epoch = env, r.Epoch()
+			view.Go(r.peers[i].client, call)
+		},
+		func(i int, call *view.Call, sent time.Time) answer {
+			r.peers[i].writes.observe(sent, call.Ended, call.Err)
+			if err := call.Err; err != nil && !rpc.IsRefused(err) && !errors.Is(err, rpc.ErrStaleEpoch) && c.d.Hints != nil {
+				c.d.Hints.Add(i, call.Key, env) // the request's own copies
 			}
-			return answer{rec: record.Record{Version: ver}, err: err}
+			return answer{rec: record.Record{Version: call.Newer}, err: call.Err}
 		},
 		func(a answer) {
 			if a.rec.Version > newer {

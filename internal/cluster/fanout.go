@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/dhtkv/dhtkv/internal/rpc"
+	"github.com/dhtkv/dhtkv/internal/view"
 )
 
 // ErrNotEnoughReplicas is returned when fewer than ack replicas answered
@@ -75,12 +76,24 @@ func failureReason(err error) string {
 // and start a spare as soon as one fails, and all the spares once
 // hedgeDelay has passed without ack answers. Every remote call costs a
 // client and a server request, so this halves the work of a GET
-// ack=2/from=3 without changing its answers or its failure semantics: a dead replica still fails over at once, a slow one after
-// hedgeDelay. hedgeDelay 0 starts everything at once, like a write.
+// ack=2/from=3 without changing its answers or its failure semantics: a
+// dead replica still fails over at once, a slow one after hedgeDelay.
+// hedgeDelay 0 starts everything at once, like a write.
+//
+// Remote calls are started, not waited for: remote(n, call) starts call
+// to node n (view.Go; call's Key, Deadline, Tag and Done are set), and
+// the call comes back on one channel of the request's, where finish
+// turns it into an answer. No goroutine runs per call: a request that
+// needs one remote replica wakes its own goroutine once, when the answer
+// is in. Calls still out when fanOut returns (stragglers) are received
+// and finished by one goroutine of the request's, so that what finish
+// does (a write's hint for a replica that failed, the latency metrics)
+// happens for every call; Close waits for it.
 func (c *Coordinator) fanOut(
 	r *routes, deadline time.Time, key []byte, old, new []int, ack, initial int,
 	local func(key []byte) answer,
-	remote func(node int, key []byte, deadline time.Time) answer,
+	remote func(node int, call *view.Call),
+	finish func(node int, call *view.Call, sent time.Time) answer,
 	merge func(answer),
 ) (int, error) {
 	var repBuf [2 * maxReplicas]int
@@ -116,9 +129,9 @@ func (c *Coordinator) fanOut(
 		return failed[0] > len(old)-ack || (new != nil && failed[1] > len(new)-ack)
 	}
 	now := time.Now()
-	k := bytes.Clone(key) // the goroutines outlive the handler's buffer
-	results := make(chan answer, len(reps))
-	next, runLocal := 0, false
+	f := c.newFan(len(reps))
+	k := bytes.Clone(key) // the calls outlive the handler's buffer
+	next, runLocal, out := 0, false, 0
 	launch := func(count int) {
 		for ; count > 0 && next < len(reps); count-- {
 			n := reps[next]
@@ -129,18 +142,25 @@ func (c *Coordinator) fanOut(
 			}
 			c.inflight.Add(1)
 			c.m.inFlight.Inc()
-			go func() {
-				defer c.inflight.Done()
-				a := remote(n, k, deadline)
-				a.node = n
-				results <- a // never blocks: buffered for all
-				c.m.inFlight.Dec()
-			}()
+			call := &f.calls[out]
+			*call = view.Call{Key: k, Deadline: deadline, Tag: out, Done: f.results}
+			f.nodes[out], f.sent[out] = n, time.Now()
+			out++
+			remote(n, call)
 		}
+	}
+	// receive finishes a call that came back.
+	receive := func(call *view.Call) answer {
+		n := f.nodes[call.Tag]
+		a := finish(n, call, f.sent[call.Tag])
+		a.node = n
+		c.m.inFlight.Dec()
+		c.inflight.Done()
+		return a
 	}
 	launch(initial)
 
-	succeeded, answered := 0, 0
+	succeeded, answered, received := 0, 0, 0
 	var firstErr error
 	var failures []ReplicaFailure // only built when a call fails
 	timedOut := false
@@ -191,8 +211,9 @@ func (c *Coordinator) fanOut(
 	wait:
 		for !done() && !hopeless() {
 			select {
-			case a := <-results:
-				take(a)
+			case call := <-f.results:
+				received++
+				take(receive(call))
 			case <-timer.C:
 				if !hedging {
 					if firstErr == nil {
@@ -213,6 +234,7 @@ func (c *Coordinator) fanOut(
 	if next > answered {
 		c.m.stragglers.Add(float64(next - answered))
 	}
+	c.finishLater(f, out-received, receive)
 	if !done() {
 		pending := "no answer yet when ack was out of reach"
 		if timedOut {
@@ -227,4 +249,52 @@ func (c *Coordinator) fanOut(
 		return succeeded, &ReplicasError{Answered: succeeded, Need: ack, Asked: next, BothSets: new != nil, Failed: failures}
 	}
 	return succeeded, nil
+}
+
+// fan is one request's remote calls, and the channel they come back on:
+// pooled, since every request with a remote replica needs one, and
+// returned once every call it started has come back.
+type fan struct {
+	calls   []view.Call
+	nodes   []int           // each call's replica
+	sent    []time.Time     // when each call started, for its latency
+	results chan *view.Call // room for every call: a peer never blocks on it
+}
+
+// pooledFan is the size of the fans kept for reuse: a larger fan out (a
+// replication factor above maxReplicas) gets a fan of its own.
+const pooledFan = 2 * maxReplicas
+
+func (c *Coordinator) newFan(n int) *fan {
+	if n <= pooledFan {
+		if f, ok := c.fans.Get().(*fan); ok {
+			return f
+		}
+		n = pooledFan
+	}
+	return &fan{calls: make([]view.Call, n), nodes: make([]int, n), sent: make([]time.Time, n), results: make(chan *view.Call, n)}
+}
+
+// finishLater receives and finishes the pending calls of f that fanOut
+// did not wait for, on a goroutine of their own, and then recycles f;
+// with none pending it recycles f at once.
+func (c *Coordinator) finishLater(f *fan, pending int, receive func(*view.Call) answer) {
+	recycle := func() {
+		if len(f.calls) == pooledFan {
+			clear(f.calls) // no references to the request's memory
+			c.fans.Put(f)
+		}
+	}
+	if pending == 0 {
+		recycle()
+		return
+	}
+	c.inflight.Add(1)
+	go func() {
+		defer c.inflight.Done()
+		for range pending {
+			receive(<-f.results)
+		}
+		recycle()
+	}()
 }

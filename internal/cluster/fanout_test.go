@@ -9,6 +9,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
+
+	"github.com/dhtkv/dhtkv/internal/view"
 )
 
 // TestFanOut checks the rules of fanOut against replicas that answer as a
@@ -77,7 +79,14 @@ func TestFanOut(t *testing.T) {
 			merged := 0
 			n, err := c.fanOut(c.routes.Load(), time.Now().Add(time.Minute), []byte("k"), tc.reps, nil, tc.ack, tc.initial,
 				func([]byte) answer { return reply(self) },
-				func(node int, _ []byte, _ time.Time) answer { return reply(node) },
+				func(node int, call *view.Call) {
+					go func() {
+						a := reply(node)
+						call.Found, call.Err = a.found, a.err
+						call.Done <- call
+					}()
+				},
+				func(_ int, call *view.Call, _ time.Time) answer { return answer{found: call.Found, err: call.Err} },
 				func(answer) { merged++ })
 			close(release)
 			c.inflight.Wait()

@@ -22,7 +22,7 @@ type coordMetrics struct {
 	// hedgedReads counts reads that asked their spare replicas because the
 	// first ack replicas had not all answered within the hedge delay.
 	hedgedReads prometheus.Counter
-	// inFlight is the number of replica goroutines running.
+	// inFlight is the number of replica calls started and not yet finished.
 	inFlight prometheus.Gauge
 	// repairs counts replicas written to by read repair, by mode
 	// (blocking, async: the background queue) and result (ok, failed,
@@ -54,7 +54,7 @@ func newCoordMetrics() *coordMetrics {
 		}),
 		inFlight: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "dhtkv_coordinator_replica_calls_in_flight",
-			Help: "Replica call goroutines currently running.",
+			Help: "Replica calls started and not yet finished.",
 		}),
 		repairs: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "dhtkv_read_repairs_total",
@@ -101,10 +101,8 @@ func (m *coordMetrics) calls(peer, op string) callMetrics {
 	}
 }
 
-// observe records one replica call that started at start and returns the
-// time it ended.
-func (cm callMetrics) observe(start time.Time, err error) time.Time {
-	end := time.Now()
+// observe records one replica call that started at start and ended at end.
+func (cm callMetrics) observe(start, end time.Time, err error) {
 	cm.latency.Observe(end.Sub(start).Seconds())
 	switch {
 	case err == nil:
@@ -113,5 +111,4 @@ func (cm callMetrics) observe(start time.Time, err error) time.Time {
 	default:
 		cm.errs.Inc()
 	}
-	return end
 }

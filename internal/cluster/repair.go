@@ -115,10 +115,12 @@ func (c *Coordinator) readRepair(r *routes, key []byte, best *record.Record, ans
 	need := ack - holders
 	n, err := c.fanOut(r, deadline, key, targets, nil, need, len(targets),
 		func(k []byte) answer { return answer{err: c.applyRepair(r.View, k, env)} },
-		func(i int, k []byte, deadline time.Time) answer {
-			_, err := r.peers[i].client.Apply(k, env, r.Epoch(), deadline)
-			return answer{err: err}
-		}, nil)
+		func(i int, call *view.Call) {
+			call.Env, call.Epoch = env, r.Epoch()
+			view.Go(r.peers[i].client, call)
+		},
+		func(_ int, call *view.Call, _ time.Time) answer { return answer{err: call.Err} },
+		nil)
 	c.m.repairs.WithLabelValues("blocking", "ok").Add(float64(n))
 	if err != nil {
 		c.m.repairs.WithLabelValues("blocking", "failed").Add(float64(len(targets) - n))

@@ -22,6 +22,7 @@ import (
 	"github.com/dhtkv/dhtkv/internal/record"
 	"github.com/dhtkv/dhtkv/internal/rpc"
 	"github.com/dhtkv/dhtkv/internal/testcluster"
+	"github.com/dhtkv/dhtkv/internal/view"
 )
 
 // TestPeerBatchesConcurrentCalls: 64 goroutines writing through one peer
@@ -336,4 +337,58 @@ func TestBatchAnswerBounded(t *testing.T) {
 	for err := range errs {
 		require.NoError(t, err)
 	}
+}
+
+// TestPeerGoFinishesOnDone: calls started with Go, writes and reads of
+// present and absent keys, come back on the one channel given, each once,
+// with Get's and Apply's outcomes; calls started on a closed peer come back
+// at once, failed.
+func TestPeerGoFinishesOnDone(t *testing.T) {
+	c := testcluster.Start(t, 1)
+	p := rpc.NewPeer(c.URL(0), rpc.PeerOptions{Timeout: 5 * time.Second}, nil)
+	version := versionAt(time.Now(), 0, 9)
+	const n = 50
+	done := make(chan *view.Call, 2*n)
+	calls := make([]view.Call, 2*n)
+	deadline := time.Now().Add(5 * time.Second)
+	for i := range n {
+		key := fmt.Appendf(nil, "go-%d", i)
+		calls[i] = view.Call{Key: key, Env: (&record.Record{Version: version, Value: key}).Encode(), Deadline: deadline, Tag: i, Done: done}
+		p.Go(&calls[i])
+	}
+	for range n {
+		call := <-done
+		require.NoError(t, call.Err, "write %d", call.Tag)
+		require.Zero(t, call.Newer)
+		require.False(t, call.Ended.IsZero())
+	}
+	for i := range n {
+		key := fmt.Appendf(nil, "go-%d", i)
+		if i%2 == 1 {
+			key = fmt.Appendf(nil, "absent-%d", i)
+		}
+		calls[n+i] = view.Call{Key: key, Deadline: deadline, Tag: n + i, Done: done}
+		p.Go(&calls[n+i])
+	}
+	for range n {
+		call := <-done
+		require.NoError(t, call.Err, "read %d", call.Tag)
+		i := call.Tag - n
+		require.Equal(t, i%2 == 0, call.Found, "read %d", i)
+		if call.Found {
+			require.Equal(t, fmt.Sprintf("go-%d", i), string(call.Rec.Value))
+			require.Equal(t, version, call.Rec.Version)
+		}
+	}
+	require.Empty(t, done, "every call came back once")
+
+	// A peer that holds a newer version answers the write with it.
+	older := view.Call{Key: []byte("go-0"), Env: (&record.Record{Version: version - 1<<22}).Encode(), Deadline: deadline, Done: done}
+	p.Go(&older)
+	require.Equal(t, version, (<-done).Newer)
+
+	p.Close()
+	late := view.Call{Key: []byte("late"), Deadline: deadline, Done: done}
+	p.Go(&late)
+	require.ErrorIs(t, (<-done).Err, rpc.ErrPeerClosed)
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/dhtkv/dhtkv/internal/record"
+	"github.com/dhtkv/dhtkv/internal/view"
 )
 
 // SecretHeader carries --cluster-secret on internal requests.
@@ -323,13 +324,16 @@ func classify(err error) error {
 }
 
 // call is one replica operation waiting for a sender. Calls are pooled:
-// the waiter owns it again once done has fired.
+// the waiter owns it again once done has fired. A call started by Go
+// (ext set) has no waiter: finish completes ext and recycles the call.
 type call struct {
+	p        *Peer
 	kind     byte
 	key      []byte
 	envelope []byte // writes
 	epoch    uint64 // the cluster map's the call was routed by
 	deadline time.Time
+	ext      *view.Call // Go's call, finished on its Done; nil for Get and Apply
 
 	// Set by the sender before it signals done.
 	res batchResult
@@ -345,7 +349,7 @@ func (p *Peer) newCall(kind byte, key, envelope []byte, epoch uint64, deadline t
 	if !ok {
 		c = &call{done: make(chan struct{}, 1)}
 	}
-	*c = call{kind: kind, key: key, envelope: envelope, epoch: epoch, deadline: deadline, done: c.done}
+	*c = call{p: p, kind: kind, key: key, envelope: envelope, epoch: epoch, deadline: deadline, done: c.done}
 	return c
 }
 
@@ -354,31 +358,64 @@ func (p *Peer) putCall(c *call) {
 	p.calls.Put(c)
 }
 
+// enqueue hands c to its lane's senders; an error means it was not
+// queued, and c is still the caller's.
+func (p *Peer) enqueue(c *call) error {
+	p.start.Do(p.startSenders)
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	if p.closed {
+		return ErrPeerClosed
+	}
+	select {
+	case p.lanes[laneOf(c.kind)] <- c: // c belongs to the senders until it is finished
+		return nil
+	default:
+		return fmt.Errorf("%w: %d calls already queued", ErrTimeout, queueLen)
+	}
+}
+
 // do enqueues c and waits for its result.
 func (p *Peer) do(c *call) {
-	p.start.Do(p.startSenders)
-	var err error
-	p.mu.RLock()
-	if p.closed {
-		err = ErrPeerClosed
-	} else {
-		select {
-		case p.lanes[laneOf(c.kind)] <- c: // c belongs to the senders until done fires
-		default:
-			err = fmt.Errorf("%w: %d calls already queued", ErrTimeout, queueLen)
-		}
-	}
-	p.mu.RUnlock()
-	if err != nil {
+	if err := p.enqueue(c); err != nil {
 		c.err = err
 		return
 	}
 	<-c.done
 }
 
+// finish ends c with err (nil: c.res holds the answer): it wakes c's
+// waiter, or completes Go's call.
 func (c *call) finish(err error) {
 	c.err = err
-	c.done <- struct{}{}
+	if c.ext == nil {
+		c.done <- struct{}{}
+		return
+	}
+	vc, p := c.ext, c.p
+	if vc.Env == nil {
+		vc.Rec, vc.Found, vc.Err = p.readResult(c)
+	} else {
+		vc.Newer, vc.Err = p.writeResult(c)
+	}
+	vc.Ended = time.Now()
+	p.putCall(c)
+	vc.Done <- vc // has room: see view.Call
+}
+
+// Go starts vc (view.Starter): it queues like Get's and Apply's calls,
+// and the sender that finishes it sends it on vc.Done, so that a caller
+// of several replicas needs no goroutine per call.
+func (p *Peer) Go(vc *view.Call) {
+	var kind byte = OpRead
+	if vc.Env != nil {
+		kind = OpWrite
+	}
+	c := p.newCall(kind, vc.Key, vc.Env, vc.Epoch, vc.Deadline)
+	c.ext = vc
+	if err := p.enqueue(c); err != nil {
+		c.finish(err)
+	}
 }
 
 // Get fetches key's record from the peer. found is false when the peer has
@@ -389,6 +426,11 @@ func (p *Peer) Get(key []byte, epoch uint64, deadline time.Time) (rec record.Rec
 	c := p.newCall(OpRead, key, nil, epoch, deadline)
 	defer p.putCall(c)
 	p.do(c)
+	return p.readResult(c)
+}
+
+// readResult is a finished read call's outcome, as Get returns it.
+func (p *Peer) readResult(c *call) (rec record.Record, found bool, err error) {
 	switch {
 	case c.err != nil:
 		return record.Record{}, false, fmt.Errorf("get from %s: %w", p.url, c.err)
@@ -409,6 +451,11 @@ func (p *Peer) Apply(key, envelope []byte, epoch uint64, deadline time.Time) (ne
 	c := p.newCall(OpWrite, key, envelope, epoch, deadline)
 	defer p.putCall(c)
 	p.do(c)
+	return p.writeResult(c)
+}
+
+// writeResult is a finished write call's outcome, as Apply returns it.
+func (p *Peer) writeResult(c *call) (newer uint64, err error) {
 	switch {
 	case c.err != nil:
 		return 0, fmt.Errorf("apply to %s: %w", p.url, c.err)
