@@ -19,10 +19,15 @@ build:
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/dhtkv-load ./cmd/dhtkv-load
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/dhtkv-baseline ./cmd/dhtkv-baseline
 
-# The whole suite, with the race detector, as CI runs it.
+# The whole suite, with the race detector, as CI runs it; then the
+# Kubernetes manifests rendered and checked by deploy/kubernetes/validate,
+# a module of its own (the server's go.mod stays without the Kubernetes
+# API packages; the go command fetches them from the module proxy).
+K8S_VALIDATE := deploy/kubernetes/validate
 test:
 	$(GO) vet ./...
 	$(GO) test -race -count=1 -timeout 15m ./...
+	cd $(K8S_VALIDATE) && $(GO) vet ./... && $(GO) test -race -count=1 -timeout 5m ./...
 
 # The fault scenarios (partitions, clock skew, restarts, hints, read
 # repair, anti-entropy, garbage collection, membership changes) FAULT_COUNT times each with the race detector, shuffled,
@@ -39,8 +44,10 @@ lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	cd $(K8S_VALIDATE) && $(GO) vet ./...
 	@if $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2 -version >/dev/null 2>&1; then \
-		$(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...; \
+		$(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./... && \
+		(cd $(K8S_VALIDATE) && $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...); \
 	else echo "staticcheck not available from the module proxy; skipped"; fi
 
 # Fuzz the request parser, then the whole handler, for FUZZTIME each (default 30s).

@@ -90,3 +90,38 @@ func TestDataDirOfAnotherNodeIsRefused(t *testing.T) {
 	_, err := node.Start(cfg)
 	require.ErrorContains(t, err, "belongs to node 1")
 }
+
+// TestRebuildWipedSeedAfterChange: a node started with the --cluster list
+// it was seeded from, on an empty directory, after the cluster changed
+// (a join: the members are at a higher epoch). It seeds the list's map
+// again, learns at once from the peers it pings that it lost its disk,
+// and installs their newer map on the way; it must then rebuild under
+// its identity, not crash (installing a map before the node's parts
+// existed called anti-entropy through a nil pointer), and every write
+// must read back through it from all three replicas. A Kubernetes seed
+// pod whose volume was lost starts exactly so (docs/kubernetes.md).
+func TestRebuildWipedSeedAfterChange(t *testing.T) {
+	c := testcluster.Start(t, 3)
+	cl := testcluster.NewClient(t)
+	for i := range 3 {
+		testcluster.Eventually(t, 10*time.Second, "cluster formed", func() bool { return c.Metric(t, i, "dhtkv_cluster_formed") == 1 })
+	}
+	const n = 200
+	for i := range n {
+		require.Equal(t, http.StatusCreated, cl.Put(t, c.URL(i%3), fmt.Sprintf("ws%d", i), []byte(fmt.Sprint(i)), 3, 3))
+	}
+	c.Join(t, 0, c.AddNode(t, 0))
+	m := c.AwaitStable(t, 30*time.Second)
+	require.Greater(t, m.Epoch, uint64(1))
+	const seed = 1
+	c.StopNode(seed)
+	c.WipeNode(seed)
+	c.StartNode(seed)
+	testcluster.Eventually(t, 30*time.Second, "the wiped seed rebuilt on the current map", func() bool {
+		mine, _ := c.Node(seed).Members().Map()
+		return !c.Node(seed).Rebuilding() && mine.Epoch == m.Epoch
+	})
+	for i := range n {
+		expectValue(t, cl, c.URL(seed), fmt.Sprintf("ws%d", i), 3, 3, fmt.Sprint(i))
+	}
+}

@@ -70,6 +70,13 @@ type Service struct {
 	mover   *mover
 	moved   atomic.Uint64 // the last stream stage whose partitions are copied here
 	left    sync.Once
+	// started is set by Start. A map installed before it (a peer answers
+	// the node's start-up pings with a newer one) is only stored: what it
+	// asks of the node waits for Start, which acts on the view installed
+	// by then. The node builds the parts afterInstall calls (Copy,
+	// Exchange, Installed) after the service, so acting earlier would
+	// call them before they exist.
+	started atomic.Bool
 
 	view      atomic.Pointer[view.View]
 	gate      sync.RWMutex // readers: admitted calls; writer: install
@@ -136,8 +143,12 @@ func changeStage(c *clustermap.Change) int {
 	return 0
 }
 
-// Start does what the installed map asks of this node (afterInstall).
-func (s *Service) Start() { s.afterInstall(s.View()) }
+// Start does what the installed map asks of this node (afterInstall),
+// and from then on what every map installed asks.
+func (s *Service) Start() {
+	s.started.Store(true)
+	s.afterInstall(s.View())
+}
 
 // Close stops the driver, the moves and the hand-overs, then closes the
 // peers' transports.
@@ -282,7 +293,11 @@ func (s *Service) install(m *clustermap.Map) (bool, error) {
 	s.installMu.Unlock()
 	s.m.epoch.Set(float64(m.Epoch))
 	s.log.Info("cluster map installed", "map", m.String(), "was", cur.Map.Epoch)
-	s.afterInstall(next)
+	// An install that races Start acts twice on the latest view, which
+	// each step of afterInstall takes (a move or cleanup started again).
+	if s.started.Load() {
+		s.afterInstall(next)
+	}
 	return true, nil
 }
 
