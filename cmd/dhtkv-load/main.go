@@ -137,24 +137,21 @@ func run(args []string, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
-	if opt.fill > 0 {
-		log.Info("fill starting", "keys", opt.fill, "connections", cfg.Connections)
-		res, err := loadgen.Fill(ctx, cfg, opt.fill)
+	for _, pre := range []struct {
+		name string
+		keys int64
+		pass func(context.Context, loadgen.Config, int64) (loadgen.FillResult, error)
+	}{{"fill", opt.fill, loadgen.Fill}, {"read-all", opt.readAll, loadgen.ReadAll}} {
+		if pre.keys == 0 {
+			continue
+		}
+		log.Info(pre.name+" starting", "keys", pre.keys, "connections", cfg.Connections)
+		res, err := pre.pass(ctx, cfg, pre.keys)
 		if err != nil {
-			log.Error("fill failed", "err", err, "retried", res.Retried)
+			log.Error(pre.name+" failed", "err", err, "retried", res.Retried)
 			return 1
 		}
-		log.Info("fill done", "keys", res.Keys, "elapsed", res.Elapsed.Round(1e6).String(),
-			"keys_per_s", fmt.Sprintf("%.0f", res.Rate()), "retried", res.Retried)
-	}
-	if opt.readAll > 0 {
-		log.Info("read-all starting", "keys", opt.readAll, "connections", cfg.Connections)
-		res, err := loadgen.ReadAll(ctx, cfg, opt.readAll)
-		if err != nil {
-			log.Error("read-all failed", "err", err, "retried", res.Retried)
-			return 1
-		}
-		log.Info("read-all done", "keys", res.Keys, "elapsed", res.Elapsed.Round(1e6).String(),
+		log.Info(pre.name+" done", "keys", res.Keys, "elapsed", res.Elapsed.Round(1e6).String(),
 			"keys_per_s", fmt.Sprintf("%.0f", res.Rate()), "retried", res.Retried)
 	}
 	if opt.fillOnly {

@@ -70,15 +70,19 @@ func ReadAll(ctx context.Context, cfg Config, n int64) (FillResult, error) {
 
 // pass sends o for keys k0..k(n-1) once each (see Fill).
 func pass(ctx context.Context, cfg Config, n int64, o op) (FillResult, error) {
+	name := "fill"
+	if o == opGet {
+		name = "read-all"
+	}
 	if n <= 0 || n > MaxFill {
-		return FillResult{}, fmt.Errorf("fill %d: must be in [1, %d]", n, MaxFill)
+		return FillResult{}, fmt.Errorf("%s %d: must be in [1, %d]", name, n, MaxFill)
 	}
 	if err := cfg.Validate(); err != nil {
 		return FillResult{}, err
 	}
 	workers, err := newWorkers(&cfg, seedOf(&cfg))
 	if err != nil {
-		return FillResult{}, fmt.Errorf("fill: set up workers: %w", err)
+		return FillResult{}, fmt.Errorf("%s: set up workers: %w", name, err)
 	}
 	defer func() {
 		for _, w := range workers {
@@ -141,11 +145,11 @@ func pass(ctx context.Context, cfg Config, n int64, o op) (FillResult, error) {
 		}
 	}
 	if err := ctx.Err(); err != nil {
-		return res, fmt.Errorf("fill interrupted after %d of %d keys: %w", res.Keys, n, err)
+		return res, fmt.Errorf("%s interrupted after %d of %d keys: %w", name, res.Keys, n, err)
 	}
 	if failed := total.failures(); failed > 0 {
-		return res, fmt.Errorf("fill: %d of %d %ss failed (non-2xx %d, connect %d, timeout %d, other %d)",
-			failed, n, o, res.Non2xx, res.Errors.Connect, res.Errors.Timeout, res.Errors.Other)
+		return res, fmt.Errorf("%s: %d of %d %ss failed (non-2xx %d, connect %d, timeout %d, other %d)",
+			name, failed, n, o, res.Non2xx, res.Errors.Connect, res.Errors.Timeout, res.Errors.Other)
 	}
 	return res, nil
 }
