@@ -3,7 +3,10 @@ package store
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"maps"
+	"math/rand/v2"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"testing"
@@ -11,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/dhtkv/dhtkv/internal/partition"
+	"github.com/dhtkv/dhtkv/internal/record"
 )
 
 // TestHeldAndDropPartition: Held finds exactly the partitions asked about
@@ -199,4 +203,59 @@ func TestDropPartitionResumes(t *testing.T) {
 			require.True(t, found(k), "%s of partition %d kept", k, part)
 		}
 	}
+}
+
+// BenchmarkDropPartition: dropping partitions of 256 records of 1 KiB (a
+// 1M-record store's share) among 64k others, one at a time without a
+// pace: the cost a record that --drop-rate spreads over time (the walk of
+// the index, two point deletes, the commit; not the cache's invalidation,
+// which is the replica's). Each partition is dropped once up to 128
+// iterations (-benchtime 128x); beyond, again after a refill, over the
+// tombstones of its last drop.
+func BenchmarkDropPartition(b *testing.B) {
+	s, err := Open(filepath.Join(b.TempDir(), "db"), Options{Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(b, err)
+	defer s.Close()
+	rng := rand.New(rand.NewPCG(1, 2))
+	value := func() []byte {
+		v := make([]byte, 1024)
+		for i := range v {
+			v[i] = byte(rng.Uint32())
+		}
+		return v
+	}
+	const parts, size = 128, 256
+	want := map[partition.ID]int{}
+	for p := range parts {
+		want[partition.ID(p*(partition.Count/parts))] = size
+	}
+	byPart := keysIn("b", want)
+	var others []Write
+	for i := 0; len(others) < 1<<16; i++ {
+		key := fmt.Appendf(nil, "o%08d", i)
+		if p, _ := partition.Of(key); want[p] == 0 {
+			others = append(others, Write{Key: key, Rec: &record.Record{Version: 1 << 40, Value: value()}})
+		}
+	}
+	for i := 0; i < len(others); i += 4096 {
+		require.NoError(b, s.ApplyBatch(others[i:min(i+4096, len(others))]))
+	}
+	round, n := 0, 0
+	for b.Loop() {
+		b.StopTimer()
+		part := partition.ID((round % parts) * (partition.Count / parts))
+		var ws []Write
+		for _, k := range byPart[part] {
+			ws = append(ws, Write{Key: []byte(k), Rec: &record.Record{Version: 1<<40 + uint64(round), Value: value()}})
+		}
+		round++
+		require.NoError(b, s.ApplyBatch(ws))
+		b.StartTimer()
+		removed, err := s.DropPartition(b.Context(), part, nil, nil)
+		if err != nil || removed != len(ws) {
+			b.Fatalf("dropped %d of %d: %v", removed, len(ws), err)
+		}
+		n += removed
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(n), "ns/record")
 }
