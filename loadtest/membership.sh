@@ -94,39 +94,60 @@ load() { # name targets [dhtkv-load flags...] -> dhtkv-load JSON in $tmp/$name.j
   shift 2
   echo "load average before $name: $(loadavg)"
   "$tmp/dhtkv-load" --targets "$targets" --workload mixed --read-ratio 0.9 --keyspace "$N" --value-size "$VALUE_SIZE" \
-    --rate "$RATE" --duration "${LOAD_S}s" --ack 2 --from 3 --connections "$CONNECTIONS" --json "$@" >"$tmp/$name.json" 2>"$tmp/$name.log" || true
+    --rate "$RATE" --duration "${LOAD_S}s" --ack 2 --from 3 --connections "$CONNECTIONS" --json "$@" >"$tmp/$name.json" 2>"$tmp/$name.log" &
+  echo $! >"$tmp/generator.pid"
+  wait $! || true
   echo "load average after $name: $(loadavg)"
 }
-sample() { # node... -> one line: time, change stage at node 1, load average, then per node "dropped compactions stalls cpu_ticks"
+sample() { # node... -> one line: time, change stage at node 1, load average, machine busy and generator CPU ticks, then per node "dropped compactions stalls jobs debt cpu_ticks"
   local i out
   for i in "$@"; do curl -s -m 1 "http://127.0.0.1:$(admin "$i")/metrics" >"$tmp/metrics$i" 2>/dev/null & done
   wait
   out="$(now) $(awk '$1 == "dhtkv_membership_change_stage" {s = $2} END {print s == "" ? "?" : s}' "$tmp/metrics1") $(cut -d' ' -f1 /proc/loadavg)"
+  out+=" $(awk '$1 == "cpu" {print $2 + $3 + $4 + $7 + $8 + $9}' /proc/stat)"
+  out+=" $(awk '{print $14 + $15}' "/proc/$(cat "$tmp/generator.pid" 2>/dev/null)/stat" 2>/dev/null || echo 0)"
   for i in "$@"; do
     out+=" $(awk '$1 == "dhtkv_membership_dropped_records_total" {d = $2} $1 == "dhtkv_pebble_compactions_total" {c = $2}
-           $1 == "dhtkv_pebble_write_stalls_total" {s = $2} END {printf "%d %d %d", d, c, s}' "$tmp/metrics$i")"
+           $1 == "dhtkv_pebble_write_stalls_total" {s = $2} $1 == "dhtkv_pebble_background_jobs" {j = $2}
+           $1 == "dhtkv_pebble_compaction_debt_bytes" {b = $2} END {printf "%d %d %d %d %d", d, c, s, j, b}' "$tmp/metrics$i")"
     out+=" $(awk '{print $14 + $15}' "/proc/${pid[$i]}/stat" 2>/dev/null || echo 0)"
   done
   echo "$out"
 }
+lsm() { # node... -> each node's L0 files and sublevels, and compaction debt
+  local i
+  for i in "$@"; do
+    curl -s -m 5 "http://127.0.0.1:$(admin "$i")/metrics" | awk -v i="$i" '$1 == "dhtkv_pebble_l0_files" {f = $2}
+      $1 == "dhtkv_pebble_l0_sublevels" {s = $2} $1 == "dhtkv_pebble_compaction_debt_bytes" {d = $2}
+      END {printf "node %d: L0 %d files in %d sublevels, compaction debt %.0f MB; ", i, f, s, d / 1048576}'
+  done
+  echo
+}
 timeline() { # name -> the run second by second beside the nodes' samples ($tmp/$name.samples, $tmp/$name.start)
-  echo "$1 second by second. stage: node 1's change stage (0 none, 1 write-both, 2 stream, 3 read-new); dropped, compact, stalls: records dropped, Pebble compactions and write stalls of nodes 1-3 together; cpu: CPU seconds of the four servers together; load: the 1-minute load average. The node columns are interpolated from samples about a second apart:"
-  printf "%6s %6s %5s %9s %9s %10s %5s %8s %7s %6s %5s %5s\n" second rps fail "p50 ms" "p99 ms" "max ms" stage dropped compact stalls cpu load
+  echo "$1 second by second. stage: node 1's change stage (0 none, 1 write-both, 2 stream, 3 read-new); dropped, compact, stalls: records dropped, Pebble compactions ended and write stalls begun, nodes 1-3 together; jobs: their flushes and compactions in progress and debt: their compaction debt (MB), at the second's end; CPU seconds used in the second by the four servers together (cpu), by dhtkv-load (gen), and by everything else on the machine (other: neighbours; $(nproc) cores in all); load: the 1-minute load average. The node and CPU columns are interpolated from samples about a second apart:"
+  printf "%6s %6s %5s %9s %9s %10s %5s %8s %7s %6s %4s %6s %5s %5s %5s %5s\n" second rps fail "p50 ms" "p99 ms" "max ms" stage dropped compact stalls jobs debt cpu gen other load
   jq -r '.timeline[] | "\(.second) \(.requests) \(.failures) \(.p50_us) \(.p99_us) \(.max_us)"' "$tmp/$1.json" |
     awk -v start="$(cat "$tmp/$1.start")" -v samples="$tmp/$1.samples" -v hz="$(getconf CLK_TCK)" '
       BEGIN { while ((getline l < samples) > 0) { m = split(l, a, " "); n++; t[n] = a[1]; st[n] = a[2]; la[n] = a[3]
-                v[n, "d"] = 0; v[n, "c"] = 0; v[n, "s"] = 0; v[n, "u"] = 0
-                for (j = 4; j + 3 <= m; j += 4) {
-                  if (j < 16) { v[n, "d"] += a[j]; v[n, "c"] += a[j + 1]; v[n, "s"] += a[j + 2] }
-                  v[n, "u"] += a[j + 3] / hz } } }
+                split("d c s j b u", cols, " "); for (q in cols) v[n, cols[q]] = 0
+                v[n, "busy"] = a[4] / hz; v[n, "g"] = a[5] / hz
+                for (j = 6; j + 5 <= m; j += 6) {
+                  if (j < 24) { v[n, "d"] += a[j]; v[n, "c"] += a[j + 1]; v[n, "s"] += a[j + 2]; v[n, "j"] += a[j + 3]; v[n, "b"] += a[j + 4] }
+                  v[n, "u"] += a[j + 5] / hz } } }
       function at(x, col,   i, f) { # col at time x, linear between the samples around it
         if (x <= t[1]) return v[1, col]
         for (i = 2; i <= n; i++) if (t[i] >= x) { f = (x - t[i - 1]) / (t[i] - t[i - 1]); return v[i - 1, col] + f * (v[i, col] - v[i - 1, col]) }
         return v[n, col] }
       function near(x,   i) { for (i = n; i > 1; i--) if (t[i] <= x) return i; return 1 }
-      { lo = start + $1; hi = lo + 1; k = near(hi)
-        printf "%6d %6d %5d %9.1f %9.1f %10.1f %5s %8d %7.1f %6.1f %5.1f %5s\n", $1, $2, $3, $4 / 1000, $5 / 1000, $6 / 1000,
-          st[k], at(hi, "d") - at(lo, "d"), at(hi, "c") - at(lo, "c"), at(hi, "s") - at(lo, "s"), at(hi, "u") - at(lo, "u"), la[k] }'
+      function d(col) { return at(hi, col) - at(lo, col) }
+      { lo = start + $1; hi = lo + 1; k = near(hi); other = d("busy") - d("u") - d("g")
+        printf "%6d %6d %5d %9.1f %9.1f %10.1f %5s %8d %7.1f %6.1f %4d %6.0f %5.2f %5.2f %5.2f %5s\n", $1, $2, $3, $4 / 1000, $5 / 1000, $6 / 1000,
+          st[k], d("d"), d("c"), d("s"), v[k, "j"], v[k, "b"] / 1048576, d("u"), d("g"), other < 0 ? 0 : other, la[k] }'
+}
+neighbours() { # name -> the CPU that processes other than this run's took during it, from $tmp/$name.samples
+  awk -v hz="$(getconf CLK_TCK)" -v cores="$(nproc)" '{ m = split($0, a, " "); mine = a[5]; for (j = 11; j <= m; j += 6) mine += a[j]
+      if (NR == 1) { t0 = a[1]; b0 = a[4]; m0 = mine } t1 = a[1]; b1 = a[4]; m1 = mine; l += a[3]; n++ }
+    END { if (n < 2) exit; printf "other processes used %.2f of %d cores on average (load average %.1f)", (b1 - b0 - (m1 - m0)) / hz / (t1 - t0), cores, l / n }' "$tmp/$1.samples"
 }
 summary() { # name -> requests, failures (non-2xx other than 404, transport errors), latencies
   jq -r '"\(.requests) requests, \((.status | to_entries | map(select(.key != "200" and .key != "201" and .key != "404") | .value) | add // 0) + .errors.connect + .errors.timeout + .errors.other) failed, status \(.status | tostring), p50 \(.latency_us."50" / 1000) ms, p99 \(.latency_us."99" / 1000) ms, max \(.latency_us."100" / 1000) ms"' "$tmp/$1.json" 2>/dev/null ||
@@ -150,9 +171,13 @@ t0=$(now)
 "$tmp/dhtkv-load" --targets "$cluster" --fill "$N" --fill-only --keyspace "$N" --value-size "$VALUE_SIZE" \
   --ack 3 --from 3 --connections "$CONNECTIONS" 2>"$tmp/fill.log" || { cat "$tmp/fill.log" >&2; exit 1; }
 echo "filled $N keys of $VALUE_SIZE bytes in $(since "$t0") s"
+echo "LSM after the fill: $(lsm 1 2 3)"
 
+(while :; do sample 1 2 3; sleep 1; done) >"$tmp/baseline3.samples" &
+sampler=$!
 load baseline3 "$cluster"
-echo "baseline (3 nodes, no change): $(summary baseline3)"
+kill "$sampler" 2>/dev/null || true
+echo "baseline (3 nodes, no change): $(summary baseline3); $(neighbours baseline3)"
 
 # Join: node 4 starts with --join after the change began.
 start_join() {
@@ -165,6 +190,7 @@ joiner=$!
 # Node 4 starts once the join began (it must be in the map), in this shell,
 # so that cleanup stops it.
 until curl -s -m 5 "http://127.0.0.1:$(admin 1)/cluster" | jq -e '.map.change != null' >/dev/null; do sleep 0.1; done
+echo "LSM before the join: $(lsm 1 2 3)"
 start_node 4 --join "$(url 1)"
 (while :; do sample 1 2 3 4; sleep 1; done) >"$tmp/join.samples" &
 sampler=$!
@@ -177,9 +203,10 @@ moved_bytes=$(metric dhtkv_membership_moved_bytes_total 4)
 others=$(metric dhtkv_membership_moved_records_total 1 2 3)
 h4=$(held 4)
 echo "join: $(cat "$tmp/join.secs") s; node 4 copied $moved_rec records, $moved_bytes bytes; holds $h4 records; the original nodes copied $others"
-echo "join load: $(summary join)"
+echo "join load: $(summary join); $(neighbours join)"
 grep -h 'membership: dropped the partitions not held' "$tmp"/node[123].log | sed 's/^/join drop: /' || true
 timeline join
+echo "LSM after the join's load: $(lsm 1 2 3)"
 rec_bytes=$((VALUE_SIZE + 8 + 10 + 10)) # value, key k<n> (~8), record header and framing (~20)
 awk -v m="$moved_bytes" -v h="$h4" -v r="$rec_bytes" -v s="$(cat "$tmp/join.secs")" \
   'BEGIN {ideal = h * r; printf "join bytes: moved/ideal = %.2f (ideal %.0f MiB: records node 4 holds x %d B); %.0f s per GiB moved\n", m / ideal, ideal / 1048576, r, s / (m / 1073741824)}'

@@ -265,9 +265,9 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 // cleanup deletes every partition this node does not hold in v, at the
 // pace of mv.pace, then clears the store's pending-cleanup marker. A
 // partition this node never held costs one seek of the index
-// (store.Held). Cancelled (a newer map), it leaves the marker set and the
-// records not yet dropped indexed: the next cleanup, by the next map
-// without a change or at the next start, drops them.
+// (store.Held). Cancelled (a newer map, Close), it leaves the marker set
+// and the records not yet dropped indexed: the next cleanup, by the next
+// map without a change or at the next start, drops them.
 func (mv *mover) cleanup(ctx context.Context, v *view.View) {
 	s := mv.s
 	pending, err := s.local.Store.CleanupPending()
@@ -290,7 +290,7 @@ func (mv *mover) cleanup(ctx context.Context, v *view.View) {
 			parts++
 		}
 		if ctx.Err() != nil {
-			s.log.Info("membership: drop of the partitions not held stopped by a newer map; finished later", "epoch", v.Map.Epoch,
+			s.log.Info("membership: drop of the partitions not held stopped (a newer map, or the node stops); finished later", "epoch", v.Map.Epoch,
 				"partitions", parts, "records", removed, "took", time.Since(start).Round(time.Millisecond))
 			return
 		}

@@ -41,8 +41,10 @@ func (s *Store) SetClusterMap(m []byte) error {
 }
 
 // DropChunk is the most records DropPartition deletes in one batch, and
-// so the most it asks of its Pacer at once: at a pace of 20,000 records a
-// second, about 20 commits a second of 2,048 point deletes each.
+// so the most it asks of its Pacer at once: small enough that a pace of
+// 20,000 records a second is at least 20 even steps a second (more where
+// a partition holds fewer records than a chunk: about 250 each at 1M
+// records a node).
 const DropChunk = 1024
 
 // Pacer paces a drop: WaitN returns once n more records may be deleted,
@@ -63,10 +65,10 @@ type Pacer interface {
 // pace (nil: none), so that a drop of many records is spread over time
 // instead of taking the cores and the disk from requests in a burst;
 // after each commit it calls dropped (nil: nothing) with the batch's keys,
-// for the caller's cache. Once ctx ends it returns ctx's error, with the
-// records of the batches committed deleted and the others untouched: the
-// index entries left name exactly the records still to drop, so a later
-// call finishes.
+// for the caller's cache. Once ctx ends it returns ctx's error (or pace's,
+// which ends the drop too), with the records of the batches committed
+// deleted and the others untouched: the index entries left name exactly
+// the records still to drop, so a later call finishes.
 //
 // It ends once a walk of the whole partition's index found nothing: a
 // write racing with the drop may be deleted too, which is what is wanted
