@@ -16,10 +16,22 @@
 #   N=20000 VALUE_SIZE=1024 MOVE_RATE=1GiB JOIN_ONLY=1 LOAD_S=10 loadtest/membership.sh  # the same in seconds
 #   KEEP=1 loadtest/membership.sh              # keep the nodes' logs and data
 #
-# MOVE_RATE is the nodes' --move-rate (default theirs, 24MiB); JOIN_ONLY=1
-# skips the decommission.
-# Only 127.0.0.1 is contacted (ports 1868x, admin 1869x); every wait is
-# bounded by WAIT_S seconds.
+# MOVE_RATE is the nodes' --move-rate (default theirs, 24MiB); DROP_RATE
+# their --drop-rate (default theirs); NODE_FLAGS extra flags for every
+# node; JOIN_ONLY=1 skips the decommission. DHTKV: the server binary
+# (default: built from this repository), to compare two builds in one
+# sitting.
+#
+# The join's run is printed second by second (dhtkv-load --timeline), each
+# second beside what the nodes did in it, sampled from their /metrics once
+# a second: the change's stage at node 1, the records the original nodes
+# dropped (mover.cleanup), their Pebble compactions and write stalls, the
+# CPU seconds the four servers used, and the machine's load average, so
+# that a stall can be matched with the drop or the compactions after it.
+# The load average is printed before and after each load run too: on a
+# shared machine, figures from a busy one are not comparable.
+# Only 127.0.0.1 is contacted (ports PORT+1..4, admin PORT+11..14; PORT
+# defaults to 18680); every wait is bounded by WAIT_S seconds.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 N=${N:-1000000}
@@ -28,8 +40,10 @@ RATE=${RATE:-2000}
 LOAD_S=${LOAD_S:-60}     # each load run; a change starts 5 s into its run
 AE_RATE=${AE_RATE:-64MiB} # --ae-rate: the throttle of the comparison after a change's stream
 MOVE_RATE=${MOVE_RATE:-}  # --move-rate: the stream's throttle (empty: the default)
+DROP_RATE=${DROP_RATE:-}  # --drop-rate: the drop's pace after a change (empty: the default)
 WAIT_S=${WAIT_S:-1800}
 CONNECTIONS=${CONNECTIONS:-32}
+PORT=${PORT:-18680}       # nodes listen on PORT+i, their admin listeners on PORT+10+i
 
 tmp=$(mktemp -d)
 declare -A pid=()
@@ -41,11 +55,11 @@ cleanup() {
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
-(cd "$ROOT" && go build -o "$tmp/dhtkv" ./cmd/dhtkv && go build -o "$tmp/dhtkv-load" ./cmd/dhtkv-load &&
-  go build -o "$tmp/dhtkvctl" ./cmd/dhtkvctl)
+(cd "$ROOT" && go build -o "$tmp/dhtkv-load" ./cmd/dhtkv-load && go build -o "$tmp/dhtkvctl" ./cmd/dhtkvctl)
+if [ -n "${DHTKV:-}" ]; then cp "$DHTKV" "$tmp/dhtkv"; else (cd "$ROOT" && go build -o "$tmp/dhtkv" ./cmd/dhtkv); fi
 
-port() { echo $((18680 + $1)); }
-admin() { echo $((18690 + $1)); }
+port() { echo $((PORT + $1)); }
+admin() { echo $((PORT + 10 + $1)); }
 url() { echo "http://127.0.0.1:$(port "$1")"; }
 now() { date +%s.%N; }
 since() { awk -v a="$1" -v b="$(now)" 'BEGIN {printf "%.1f", b - a}'; }
@@ -54,7 +68,8 @@ start_node() { # i flags...
   local i=$1
   shift
   "$tmp/dhtkv" --listen "127.0.0.1:$(port "$i")" --admin-listen "127.0.0.1:$(admin "$i")" \
-    --data-dir "$tmp/node$i" --ae-rate "$AE_RATE" --ae-interval 0 ${MOVE_RATE:+--move-rate "$MOVE_RATE"} "$@" >>"$tmp/node$i.log" 2>&1 &
+    --data-dir "$tmp/node$i" --ae-rate "$AE_RATE" --ae-interval 0 ${MOVE_RATE:+--move-rate "$MOVE_RATE"} \
+    ${DROP_RATE:+--drop-rate "$DROP_RATE"} ${NODE_FLAGS:-} "$@" >>"$tmp/node$i.log" 2>&1 &
   pid[$i]=$!
 }
 wait_up() { # i
@@ -73,9 +88,66 @@ metric() { # name node... -> the samples summed
 held() { # node -> records in its store (local scan count from the stream's end marker)
   curl -sf -m 600 "$(url "$1")/v0/entities?start=k&end=l&format=json" | wc -l
 }
-load() { # name targets -> dhtkv-load JSON in $tmp/$name.json
-  "$tmp/dhtkv-load" --targets "$2" --workload mixed --read-ratio 0.9 --keyspace "$N" --value-size "$VALUE_SIZE" \
-    --rate "$RATE" --duration "${LOAD_S}s" --ack 2 --from 3 --connections "$CONNECTIONS" --json >"$tmp/$1.json" 2>"$tmp/$1.log" || true
+loadavg() { cut -d' ' -f1-3 /proc/loadavg; }
+load() { # name targets [dhtkv-load flags...] -> dhtkv-load JSON in $tmp/$name.json
+  local name=$1 targets=$2
+  shift 2
+  echo "load average before $name: $(loadavg)"
+  "$tmp/dhtkv-load" --targets "$targets" --workload mixed --read-ratio 0.9 --keyspace "$N" --value-size "$VALUE_SIZE" \
+    --rate "$RATE" --duration "${LOAD_S}s" --ack 2 --from 3 --connections "$CONNECTIONS" --json "$@" >"$tmp/$name.json" 2>"$tmp/$name.log" &
+  echo $! >"$tmp/generator.pid"
+  wait $! || true
+  echo "load average after $name: $(loadavg)"
+}
+sample() { # node... -> one line: time, change stage at node 1, load average, machine busy and generator CPU ticks, then per node "dropped compactions stalls jobs debt cpu_ticks"
+  local i out
+  for i in "$@"; do curl -s -m 1 "http://127.0.0.1:$(admin "$i")/metrics" >"$tmp/metrics$i" 2>/dev/null & done
+  wait
+  out="$(now) $(awk '$1 == "dhtkv_membership_change_stage" {s = $2} END {print s == "" ? "?" : s}' "$tmp/metrics1") $(cut -d' ' -f1 /proc/loadavg)"
+  out+=" $(awk '$1 == "cpu" {print $2 + $3 + $4 + $7 + $8 + $9}' /proc/stat)"
+  out+=" $(awk '{print $14 + $15}' "/proc/$(cat "$tmp/generator.pid" 2>/dev/null)/stat" 2>/dev/null || echo 0)"
+  for i in "$@"; do
+    out+=" $(awk '$1 == "dhtkv_membership_dropped_records_total" {d = $2} $1 == "dhtkv_pebble_compactions_total" {c = $2}
+           $1 == "dhtkv_pebble_write_stalls_total" {s = $2} $1 == "dhtkv_pebble_background_jobs" {j = $2}
+           $1 == "dhtkv_pebble_compaction_debt_bytes" {b = $2} END {printf "%d %d %d %d %d", d, c, s, j, b}' "$tmp/metrics$i")"
+    out+=" $(awk '{print $14 + $15}' "/proc/${pid[$i]}/stat" 2>/dev/null || echo 0)"
+  done
+  echo "$out"
+}
+lsm() { # node... -> each node's L0 files and sublevels, and compaction debt
+  local i
+  for i in "$@"; do
+    curl -s -m 5 "http://127.0.0.1:$(admin "$i")/metrics" | awk -v i="$i" '$1 == "dhtkv_pebble_l0_files" {f = $2}
+      $1 == "dhtkv_pebble_l0_sublevels" {s = $2} $1 == "dhtkv_pebble_compaction_debt_bytes" {d = $2}
+      END {printf "node %d: L0 %d files in %d sublevels, compaction debt %.0f MB; ", i, f, s, d / 1048576}'
+  done
+  echo
+}
+timeline() { # name -> the run second by second beside the nodes' samples ($tmp/$name.samples, $tmp/$name.start)
+  echo "$1 second by second. stage: node 1's change stage (0 none, 1 write-both, 2 stream, 3 read-new); dropped, compact, stalls: records dropped, Pebble compactions ended and write stalls begun, nodes 1-3 together; jobs: their flushes and compactions in progress and debt: their compaction debt (MB), at the second's end; CPU seconds used in the second by the four servers together (cpu), by dhtkv-load (gen), and by everything else on the machine (other: neighbours; $(nproc) cores in all); load: the 1-minute load average. The node and CPU columns are interpolated from samples about a second apart:"
+  printf "%6s %6s %5s %9s %9s %10s %5s %8s %7s %6s %4s %6s %5s %5s %5s %5s\n" second rps fail "p50 ms" "p99 ms" "max ms" stage dropped compact stalls jobs debt cpu gen other load
+  jq -r '.timeline[] | "\(.second) \(.requests) \(.failures) \(.p50_us) \(.p99_us) \(.max_us)"' "$tmp/$1.json" |
+    awk -v start="$(cat "$tmp/$1.start")" -v samples="$tmp/$1.samples" -v hz="$(getconf CLK_TCK)" '
+      BEGIN { while ((getline l < samples) > 0) { m = split(l, a, " "); n++; t[n] = a[1]; st[n] = a[2]; la[n] = a[3]
+                split("d c s j b u", cols, " "); for (q in cols) v[n, cols[q]] = 0
+                v[n, "busy"] = a[4] / hz; v[n, "g"] = a[5] / hz
+                for (j = 6; j + 5 <= m; j += 6) {
+                  if (j < 24) { v[n, "d"] += a[j]; v[n, "c"] += a[j + 1]; v[n, "s"] += a[j + 2]; v[n, "j"] += a[j + 3]; v[n, "b"] += a[j + 4] }
+                  v[n, "u"] += a[j + 5] / hz } } }
+      function at(x, col,   i, f) { # col at time x, linear between the samples around it
+        if (x <= t[1]) return v[1, col]
+        for (i = 2; i <= n; i++) if (t[i] >= x) { f = (x - t[i - 1]) / (t[i] - t[i - 1]); return v[i - 1, col] + f * (v[i, col] - v[i - 1, col]) }
+        return v[n, col] }
+      function near(x,   i) { for (i = n; i > 1; i--) if (t[i] <= x) return i; return 1 }
+      function d(col) { return at(hi, col) - at(lo, col) }
+      { lo = start + $1; hi = lo + 1; k = near(hi); other = d("busy") - d("u") - d("g")
+        printf "%6d %6d %5d %9.1f %9.1f %10.1f %5s %8d %7.1f %6.1f %4d %6.0f %5.2f %5.2f %5.2f %5s\n", $1, $2, $3, $4 / 1000, $5 / 1000, $6 / 1000,
+          st[k], d("d"), d("c"), d("s"), v[k, "j"], v[k, "b"] / 1048576, d("u"), d("g"), other < 0 ? 0 : other, la[k] }'
+}
+neighbours() { # name -> the CPU that processes other than this run's took during it, from $tmp/$name.samples
+  awk -v hz="$(getconf CLK_TCK)" -v cores="$(nproc)" '{ m = split($0, a, " "); mine = a[5]; for (j = 11; j <= m; j += 6) mine += a[j]
+      if (NR == 1) { t0 = a[1]; b0 = a[4]; m0 = mine } t1 = a[1]; b1 = a[4]; m1 = mine; l += a[3]; n++ }
+    END { if (n < 2) exit; printf "other processes used %.2f of %d cores on average (load average %.1f)", (b1 - b0 - (m1 - m0)) / hz / (t1 - t0), cores, l / n }' "$tmp/$1.samples"
 }
 summary() { # name -> requests, failures (non-2xx other than 404, transport errors), latencies
   jq -r '"\(.requests) requests, \((.status | to_entries | map(select(.key != "200" and .key != "201" and .key != "404") | .value) | add // 0) + .errors.connect + .errors.timeout + .errors.other) failed, status \(.status | tostring), p50 \(.latency_us."50" / 1000) ms, p99 \(.latency_us."99" / 1000) ms, max \(.latency_us."100" / 1000) ms"' "$tmp/$1.json" 2>/dev/null ||
@@ -99,9 +171,13 @@ t0=$(now)
 "$tmp/dhtkv-load" --targets "$cluster" --fill "$N" --fill-only --keyspace "$N" --value-size "$VALUE_SIZE" \
   --ack 3 --from 3 --connections "$CONNECTIONS" 2>"$tmp/fill.log" || { cat "$tmp/fill.log" >&2; exit 1; }
 echo "filled $N keys of $VALUE_SIZE bytes in $(since "$t0") s"
+echo "LSM after the fill: $(lsm 1 2 3)"
 
+(while :; do sample 1 2 3; sleep 1; done) >"$tmp/baseline3.samples" &
+sampler=$!
 load baseline3 "$cluster"
-echo "baseline (3 nodes, no change): $(summary baseline3)"
+kill "$sampler" 2>/dev/null || true
+echo "baseline (3 nodes, no change): $(summary baseline3); $(neighbours baseline3)"
 
 # Join: node 4 starts with --join after the change began.
 start_join() {
@@ -114,15 +190,23 @@ joiner=$!
 # Node 4 starts once the join began (it must be in the map), in this shell,
 # so that cleanup stops it.
 until curl -s -m 5 "http://127.0.0.1:$(admin 1)/cluster" | jq -e '.map.change != null' >/dev/null; do sleep 0.1; done
+echo "LSM before the join: $(lsm 1 2 3)"
 start_node 4 --join "$(url 1)"
-load join "$cluster"
+(while :; do sample 1 2 3 4; sleep 1; done) >"$tmp/join.samples" &
+sampler=$!
+now >"$tmp/join.start"
+load join "$cluster" --timeline
+kill "$sampler" 2>/dev/null || true
 wait "$joiner"
 moved_rec=$(metric dhtkv_membership_moved_records_total 4)
 moved_bytes=$(metric dhtkv_membership_moved_bytes_total 4)
 others=$(metric dhtkv_membership_moved_records_total 1 2 3)
 h4=$(held 4)
 echo "join: $(cat "$tmp/join.secs") s; node 4 copied $moved_rec records, $moved_bytes bytes; holds $h4 records; the original nodes copied $others"
-echo "join load: $(summary join)"
+echo "join load: $(summary join); $(neighbours join)"
+grep -h 'membership: dropped the partitions not held' "$tmp"/node[123].log | sed 's/^/join drop: /' || true
+timeline join
+echo "LSM after the join's load: $(lsm 1 2 3)"
 rec_bytes=$((VALUE_SIZE + 8 + 10 + 10)) # value, key k<n> (~8), record header and framing (~20)
 awk -v m="$moved_bytes" -v h="$h4" -v r="$rec_bytes" -v s="$(cat "$tmp/join.secs")" \
   'BEGIN {ideal = h * r; printf "join bytes: moved/ideal = %.2f (ideal %.0f MiB: records node 4 holds x %d B); %.0f s per GiB moved\n", m / ideal, ideal / 1048576, r, s / (m / 1073741824)}'

@@ -26,6 +26,7 @@ import (
 	"github.com/dhtkv/dhtkv/internal/partition"
 	"github.com/dhtkv/dhtkv/internal/placement"
 	"github.com/dhtkv/dhtkv/internal/record"
+	"github.com/dhtkv/dhtkv/internal/store"
 	"github.com/dhtkv/dhtkv/internal/testcluster"
 )
 
@@ -514,3 +515,74 @@ func adminOf(t *testing.T, c *testcluster.Cluster, i int) (*client.Client, strin
 }
 
 func jsonDecode(r io.Reader, v any) error { return json.NewDecoder(r).Decode(v) }
+
+// TestMembershipDropPacedResumes: after a join each old replica drops the
+// partitions it gave away at --drop-rate (on a synctest bubble's clock);
+// a node stopped in the middle of its drop drops the rest when it starts
+// again, and every node ends holding exactly the keys of its partitions
+// under the new map.
+func TestMembershipDropPacedResumes(t *testing.T) {
+	// Each old node gives away about 1,500 keys: 2 s past the first
+	// chunk's burst.
+	const keys, dropRate = 18000, 250
+	testcluster.InBubble(t, func(t *testing.T) {
+		c := testcluster.StartInMemory(t, 3, func(_ int, cfg *node.Config) {
+			cfg.Replicas, cfg.Membership.DropRate = 1, dropRate // 1: no comparison after the stream, slow under -race
+		})
+		before, _ := c.Node(0).Members().Map()
+		p := placement.New(before.Nodes)
+		v := hlc.VersionAt(time.Now().Add(-time.Minute)) | 1
+		ws := make([][]store.Write, 3)
+		for k := range keys {
+			key := fmt.Appendf(nil, "d%d", k)
+			owner := c.Index(before.Node(p.Replicas(key, 1, nil)[0]).URL)
+			ws[owner] = append(ws[owner], store.Write{Key: key, Rec: &record.Record{Version: v, Value: []byte("v")}})
+		}
+		for i := range 3 { // as writes would have left them
+			require.NoError(t, c.Node(i).Store().ApplyBatch(ws[i]))
+		}
+		j := c.AddNode(0)
+		require.Equal(t, http.StatusAccepted, c.Join(0, j))
+		c.StartNode(j)
+
+		c.Await(time.Minute, "the change's end at node 0", func() (bool, string) {
+			m, _ := c.Node(0).Members().Map()
+			return m.Change == nil, fmt.Sprintf("change %v", m.Change)
+		})
+		m, _ := c.Node(0).Members().Map()
+		p = placement.New(m.Nodes)
+		owners := make([][]int, keys) // by key, the ids of its replicas
+		for k := range keys {
+			owners[k] = p.Replicas(fmt.Appendf(nil, "d%d", k), m.Replicas, nil)
+		}
+		own := func(i int) (n int) {
+			id := m.ByURL(c.URL(i)).ID
+			for k := range keys {
+				if slices.Contains(owners[k], id) {
+					n++
+				}
+			}
+			return n
+		}
+		require.Greater(t, len(ws[0])-own(0), store.DropChunk+dropRate/2, "the test needs a drop that lasts past its burst")
+		stoppedAt := len(c.Replica(0))
+		require.Greater(t, stoppedAt, own(0), "node 0 is stopped in the middle of its drop")
+		require.Less(t, stoppedAt, len(ws[0]), "node 0 began its drop")
+		require.True(t, c.Node(0).Members().CleanupPending())
+		c.StopNode(0)
+		c.StartNode(0)
+		c.AwaitStable(time.Minute)
+		for i := range 4 {
+			id := m.ByURL(c.URL(i)).ID
+			entries := c.Replica(i)
+			for _, e := range entries {
+				var k int
+				_, err := fmt.Sscanf(e.Key, "d%d", &k)
+				require.NoError(t, err)
+				require.Contains(t, owners[k], id, "node %d holds %s outside its partitions", i, e.Key)
+			}
+			require.Len(t, entries, own(i), "node %d holds every key of its partitions", i)
+		}
+		t.Logf("node 0 stopped holding %d records, %d of them its own; dropped the rest after its start", stoppedAt, own(0))
+	})
+}

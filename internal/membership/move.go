@@ -8,6 +8,8 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/time/rate"
+
 	"github.com/dhtkv/dhtkv/internal/antientropy"
 	"github.com/dhtkv/dhtkv/internal/clustermap"
 	"github.com/dhtkv/dhtkv/internal/partcopy"
@@ -46,7 +48,11 @@ type Copier interface {
 //     way, it deletes the partitions this node does not hold: those it
 //     gave away, and any record left outside its partitions (by an
 //     earlier release's rebuild, which copied every peer's whole store).
-//     A marker in the store makes a restart finish a change's.
+//     A marker in the store makes a restart finish a change's. The
+//     deletes are paced by pace (Options.DropRate), shared by every drop
+//     of the service's life: a join gives away a quarter of each old
+//     replica's records, and deleted in a burst they took the node's
+//     cores and disk from requests for more than a second.
 //
 // A newer map cancels the running job; the next one starts once the
 // cancelled one has returned, so that a drop of a partition by an older
@@ -58,7 +64,8 @@ type mover struct {
 	prev   chan struct{}      // closed when the last job started has returned
 	closed bool
 	done   sync.WaitGroup
-	last   *view.View // the last view updated to
+	last   *view.View    // the last view updated to
+	pace   *rate.Limiter // the drops' records a second; burst store.DropChunk
 }
 
 // moveRetry is the wait before copying from a replica again after a
@@ -255,9 +262,12 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 	}
 }
 
-// cleanup deletes every partition this node does not hold in v, then
-// clears the store's pending-cleanup marker. A partition this node never
-// held costs one seek of the index (store.Held).
+// cleanup deletes every partition this node does not hold in v, at the
+// pace of mv.pace, then clears the store's pending-cleanup marker. A
+// partition this node never held costs one seek of the index
+// (store.Held). Cancelled (a newer map, Close), it leaves the marker set
+// and the records not yet dropped indexed: the next cleanup, by the next
+// map without a change or at the next start, drops them.
 func (mv *mover) cleanup(ctx context.Context, v *view.View) {
 	s := mv.s
 	pending, err := s.local.Store.CleanupPending()
@@ -270,19 +280,23 @@ func (mv *mover) cleanup(ctx context.Context, v *view.View) {
 		s.log.Error("membership: find the partitions to drop; dropped at the next start", "err", err)
 		return
 	}
+	start := time.Now()
 	removed, parts := 0, 0
 	for _, part := range held {
+		n, err := s.local.DropPartition(ctx, part, mv.pace)
+		removed += n
+		s.m.moveDropped.Add(float64(n))
+		if n > 0 {
+			parts++
+		}
 		if ctx.Err() != nil {
+			s.log.Info("membership: drop of the partitions not held stopped (a newer map, or the node stops); finished later", "epoch", v.Map.Epoch,
+				"partitions", parts, "records", removed, "took", time.Since(start).Round(time.Millisecond))
 			return
 		}
-		n, err := s.local.DropPartition(part)
 		if err != nil {
 			s.log.Error("membership: drop a partition no longer held; dropped at the next start", "partition", part, "err", err)
 			return
-		}
-		removed += n
-		if n > 0 {
-			parts++
 		}
 	}
 	if pending {
@@ -290,8 +304,8 @@ func (mv *mover) cleanup(ctx context.Context, v *view.View) {
 			s.log.Error("clear the pending cleanup", "err", err)
 		}
 	}
-	s.m.moveDropped.Add(float64(removed))
 	if pending || removed > 0 {
-		s.log.Info("membership: dropped the partitions not held", "epoch", v.Map.Epoch, "partitions", parts, "records", removed)
+		s.log.Info("membership: dropped the partitions not held", "epoch", v.Map.Epoch, "partitions", parts, "records", removed,
+			"took", time.Since(start).Round(time.Millisecond))
 	}
 }

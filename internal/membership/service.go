@@ -3,6 +3,7 @@ package membership
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -10,10 +11,12 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/time/rate"
 
 	"github.com/dhtkv/dhtkv/internal/clustermap"
 	"github.com/dhtkv/dhtkv/internal/replica"
 	"github.com/dhtkv/dhtkv/internal/rpc"
+	"github.com/dhtkv/dhtkv/internal/store"
 	"github.com/dhtkv/dhtkv/internal/view"
 	"github.com/dhtkv/dhtkv/internal/worker"
 )
@@ -40,10 +43,46 @@ type Options struct {
 	// Timeout is the deadline of one map exchange with a member, plus a
 	// second (the node's --replica-timeout; default 300 ms).
 	Timeout time.Duration
+	// DropRate is the most records a second this node deletes when it
+	// drops the partitions it no longer holds after a change, or records
+	// it holds outside its partitions at a start (--drop-rate; default
+	// DefaultDropRate). A drop's cost is per record, whatever its size:
+	// two point deletes (the record and its index entry), the cache's
+	// invalidation, and two tombstones to compact later; unpaced, the
+	// quarter of a node's records that a join takes from it went in a
+	// burst that held requests for more than a second.
+	DropRate int
+}
+
+// DefaultDropRate is DropRate's default, in records a second.
+const DefaultDropRate = 20000
+
+// DefaultOptions returns the defaults of the fields that have flags.
+func DefaultOptions() Options {
+	o := Options{}
+	o.EnsureDefaults()
+	return o
+}
+
+// Validate refuses settings that cannot work.
+func (o *Options) Validate() error {
+	if o.DropRate < 0 {
+		return fmt.Errorf("--drop-rate %d: must be a positive number of records a second", o.DropRate)
+	}
+	return nil
+}
+
+// RegisterFlags defines the flags of the fields, with their current values
+// as defaults.
+func (o *Options) RegisterFlags(fs *flag.FlagSet) {
+	fs.IntVar(&o.DropRate, "drop-rate", o.DropRate, "most `records` a second this node deletes when it drops the partitions a membership change took from it, or at a start any record it holds outside its partitions")
 }
 
 // EnsureDefaults fills the zero fields with their defaults.
 func (o *Options) EnsureDefaults() {
+	if o.DropRate == 0 {
+		o.DropRate = DefaultDropRate
+	}
 	if o.Timeout <= 0 {
 		o.Timeout = 300 * time.Millisecond
 	}
@@ -92,6 +131,9 @@ type Service struct {
 // Start acts on the map (a change under way, a cleanup pending).
 func New(m *clustermap.Map, self int, local *replica.Replica, o Options, log *slog.Logger) (*Service, error) {
 	o.EnsureDefaults()
+	if err := o.Validate(); err != nil {
+		return nil, err
+	}
 	n := m.Node(self)
 	if n == nil {
 		return nil, fmt.Errorf("node %d is not in the cluster map (%s)", self, m)
@@ -101,7 +143,7 @@ func New(m *clustermap.Map, self int, local *replica.Replica, o Options, log *sl
 		peers: map[string]view.Peer{}, pushed: map[string]uint64{},
 	}
 	s.driver = newDriver(s)
-	s.mover = &mover{s: s}
+	s.mover = &mover{s: s, pace: rate.NewLimiter(rate.Limit(o.DropRate), store.DropChunk)}
 	s.view.Store(s.newView(m, self))
 	s.m.epoch.Set(float64(m.Epoch))
 	return s, nil

@@ -68,22 +68,22 @@ func (n *Node) buildCluster(cmap *clustermap.Map, self int, joined bool, clock *
 	var ae *antientropy.Service
 	var copier *partcopy.Copier
 	var err error
-	n.members, err = membership.New(cmap, self, local, membership.Options{
-		Dial: func(url string, maps rpc.Maps) view.Peer {
-			o := peerOpts
-			o.Maps = maps
-			return rpc.NewPeer(url, o, rpcMetrics)
-		},
-		Copy: copyFunc(func(ctx context.Context, url string, epoch uint64, parts *partition.Set) (partcopy.Stats, error) {
-			return copier.Copy(ctx, url, epoch, parts)
-		}),
-		Exchange: exchangeFunc(func(ctx context.Context, v *view.View, peer int, parts []partition.ID, pullOnly bool) (antientropy.ExchangeStats, error) {
-			return ae.Exchange(ctx, v, peer, parts, pullOnly)
-		}),
-		Installed: func(v *view.View) { ae.Members(v) },
-		OnLeft:    n.left,
-		Timeout:   cfg.ReplicaTimeout,
-	}, log)
+	memberOpts := cfg.Membership
+	memberOpts.Dial = func(url string, maps rpc.Maps) view.Peer {
+		o := peerOpts
+		o.Maps = maps
+		return rpc.NewPeer(url, o, rpcMetrics)
+	}
+	memberOpts.Copy = copyFunc(func(ctx context.Context, url string, epoch uint64, parts *partition.Set) (partcopy.Stats, error) {
+		return copier.Copy(ctx, url, epoch, parts)
+	})
+	memberOpts.Exchange = exchangeFunc(func(ctx context.Context, v *view.View, peer int, parts []partition.ID, pullOnly bool) (antientropy.ExchangeStats, error) {
+		return ae.Exchange(ctx, v, peer, parts, pullOnly)
+	})
+	memberOpts.Installed = func(v *view.View) { ae.Members(v) }
+	memberOpts.OnLeft = n.left
+	memberOpts.Timeout = cfg.ReplicaTimeout
+	n.members, err = membership.New(cmap, self, local, memberOpts, log)
 	if err != nil {
 		n.streams.Close()
 		return err

@@ -17,6 +17,7 @@ import (
 	"github.com/dhtkv/dhtkv/internal/handoff"
 	"github.com/dhtkv/dhtkv/internal/hlc"
 	"github.com/dhtkv/dhtkv/internal/httpapi"
+	"github.com/dhtkv/dhtkv/internal/membership"
 	"github.com/dhtkv/dhtkv/internal/partcopy"
 	"github.com/dhtkv/dhtkv/internal/probe"
 	"github.com/dhtkv/dhtkv/internal/store"
@@ -197,6 +198,13 @@ type Config struct {
 	// (partcopy.Options: --move-rate). The default value is
 	// partcopy.DefaultOptions().
 	Move partcopy.Options
+	// Membership configures this node's cluster membership
+	// (membership.Options: --drop-rate, the pace of the drop of the
+	// partitions a change took away). Its Dial, Copy, Exchange,
+	// Installed, OnLeft and Timeout have no flag: the node sets them (the
+	// Timeout is ReplicaTimeout). The default value is
+	// membership.DefaultOptions().
+	Membership membership.Options
 	// MaxScans bounds the range streams in flight, public and internal
 	// (--max-scans; 429 beyond). The default value is 64.
 	MaxScans int
@@ -291,6 +299,7 @@ func DefaultConfig() Config {
 		Handoff:              handoff.DefaultOptions(),
 		AntiEntropy:          antientropy.DefaultOptions(),
 		Move:                 partcopy.DefaultOptions(),
+		Membership:           membership.DefaultOptions(),
 		GC:                   gc.DefaultOptions(),
 		MaxScans:             httpapi.DefaultMaxScans,
 		ScanMinRate:          httpapi.DefaultScanMinRate,
@@ -331,7 +340,7 @@ func (cfg *Config) Validate() error {
 	case cfg.GC.Grace < 0 || cfg.GC.Grace > 0 && cfg.GC.Grace <= cfg.Handoff.Window+cfg.MaxClockSkew:
 		return fmt.Errorf("--gc-grace %v must exceed --hint-window %v plus --max-clock-skew %v: a hint still held could otherwise bring back a collected delete", cfg.GC.Grace, cfg.Handoff.Window, cfg.MaxClockSkew)
 	}
-	for _, v := range []interface{ Validate() error }{&cfg.Store, &cfg.Probe, &cfg.Coordinator, &cfg.Handoff, &cfg.AntiEntropy, &cfg.AccessLog, &cfg.Move} {
+	for _, v := range []interface{ Validate() error }{&cfg.Store, &cfg.Probe, &cfg.Coordinator, &cfg.Handoff, &cfg.AntiEntropy, &cfg.AccessLog, &cfg.Move, &cfg.Membership} {
 		if err := v.Validate(); err != nil {
 			return err
 		}

@@ -5,6 +5,7 @@
 package replica
 
 import (
+	"context"
 	"fmt"
 
 	"github.com/dhtkv/dhtkv/internal/cache"
@@ -95,17 +96,20 @@ func (r *Replica) Collect(cands []store.Candidate, horizon uint64) (int, error) 
 	return len(removed), nil
 }
 
-// DropPartition deletes partition part's records here and from the cache
-// (see store.Store.DropPartition) and returns how many.
-func (r *Replica) DropPartition(part partition.ID) (int, error) {
-	removed, err := r.Store.DropPartition(part)
-	for _, k := range removed {
-		r.Cache.Invalidate(k)
-	}
+// DropPartition deletes partition part's records here, paced by pace,
+// and from the cache batch by batch (see store.Store.DropPartition), and
+// returns how many; once ctx ends it returns ctx's error, having dropped
+// some.
+func (r *Replica) DropPartition(ctx context.Context, part partition.ID, pace store.Pacer) (int, error) {
+	removed, err := r.Store.DropPartition(ctx, part, pace, func(keys [][]byte) {
+		for _, k := range keys {
+			r.Cache.Invalidate(k)
+		}
+	})
 	if err != nil {
-		return len(removed), fmt.Errorf("replica drop partition: %w", err)
+		return removed, fmt.Errorf("replica drop partition: %w", err)
 	}
-	return len(removed), nil
+	return removed, nil
 }
 
 // NewIter returns this replica's records with start <= key < end (end

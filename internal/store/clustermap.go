@@ -2,6 +2,7 @@ package store
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -10,6 +11,7 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 
 	"github.com/dhtkv/dhtkv/internal/partition"
+	"github.com/dhtkv/dhtkv/internal/record"
 )
 
 // clusterMapKey holds the cluster map (clustermap.Map, encoded); it sorts
@@ -38,36 +40,74 @@ func (s *Store) SetClusterMap(m []byte) error {
 	return nil
 }
 
-// dropChunk is how many records DropPartition deletes per batch.
-const dropChunk = 1024
+// DropChunk is the most records DropPartition deletes in one batch, and
+// so the most it asks of its Pacer at once: small enough that a pace of
+// 20,000 records a second is at least 20 even steps a second (more where
+// a partition holds fewer records than a chunk: about 250 each at 1M
+// records a node).
+const DropChunk = 1024
+
+// Pacer paces a drop: WaitN returns once n more records may be deleted,
+// or with ctx's error once ctx ends (golang.org/x/time/rate.Limiter, with
+// a burst of at least DropChunk).
+type Pacer interface {
+	WaitN(ctx context.Context, n int) error
+}
 
 // DropPartition deletes every record of partition part, and its index
-// entries, and returns the keys deleted (for the caller's cache). It is
-// for a partition this node no longer holds after a membership change;
-// writes racing with it may be deleted too, which is what is wanted. The
-// space comes back with compaction.
-func (s *Store) DropPartition(part partition.ID) (removed [][]byte, err error) {
+// entries, and returns how many records it deleted. It is for a partition
+// this node no longer holds after a membership change.
+//
+// It walks the partition's index in chunks of at most DropChunk keys and
+// deletes each chunk's data and index keys in one batch (two point
+// deletes a record), applied without fsync: a crash loses some, which the
+// caller drops again at the next start. Before each batch it waits for
+// pace (nil: none), so that a drop of many records is spread over time
+// instead of taking the cores and the disk from requests in a burst;
+// after each commit it calls dropped (nil: nothing) with the batch's keys,
+// for the caller's cache. Once ctx ends it returns ctx's error (or pace's,
+// which ends the drop too), with the records of the batches committed
+// deleted and the others untouched: the index entries left name exactly
+// the records still to drop, so a later call finishes.
+//
+// It ends once a walk of the whole partition's index found nothing: a
+// write racing with the drop may be deleted too, which is what is wanted
+// (a write routed here by the next change's write-both stage is on the
+// old replicas as well, and that change's copy brings it back). A data
+// key and its index entry are always deleted together, never the index
+// alone: a data key without an index entry would be invisible to
+// anti-entropy, garbage collection and every later drop. The space comes
+// back with compaction.
+func (s *Store) DropPartition(ctx context.Context, part partition.ID, pace Pacer, dropped func(keys [][]byte)) (removed int, err error) {
+	// Partitions stop at 0x0fff: part+1 does not carry out of two bytes.
+	lower := []byte{indexPrefix, byte(part >> 8), byte(part)}
+	upper := []byte{indexPrefix, byte((part + 1) >> 8), byte(part + 1)}
+	// found counts the records this walk of the index found so far.
+	from, found := lower, 0
 	for {
-		var keys [][]byte
-		err := s.SegmentEntries(part, -1, func(_ uint8, key []byte, _ IndexEntry) error {
-			keys = append(keys, slices.Clone(key))
-			if len(keys) == dropChunk {
-				return errChunkFull
-			}
-			return nil
-		})
-		if err != nil && !errors.Is(err, errChunkFull) {
+		if err := ctx.Err(); err != nil {
 			return removed, err
 		}
+		keys, ikeys, err := s.indexKeys(from, upper, DropChunk)
+		if err != nil {
+			return removed, fmt.Errorf("drop partition %d in %s: %w", part, s.dir, err)
+		}
 		if len(keys) == 0 {
-			return removed, nil
+			if found == 0 {
+				return removed, nil
+			}
+			from, found = lower, 0 // walk again: writes that raced behind the cursor
+			continue
+		}
+		found += len(keys)
+		if pace != nil {
+			if err := pace.WaitN(ctx, len(keys)); err != nil {
+				return removed, err
+			}
 		}
 		b := s.db.NewBatch()
-		for _, k := range keys {
-			_, seg := partition.Of(k)
-			ik := make([]byte, indexKeyLen(k))
-			putIndexKey(ik, part, seg, k)
-			if err := errors.Join(b.Delete(append([]byte{dataPrefix}, k...), nil), b.Delete(ik, nil)); err != nil {
+		for i, k := range keys {
+			if err := errors.Join(b.Delete(append([]byte{dataPrefix}, k...), nil), b.Delete(ikeys[i], nil)); err != nil {
 				b.Close()
 				return removed, fmt.Errorf("drop partition %d: %w", part, err)
 			}
@@ -78,11 +118,39 @@ func (s *Store) DropPartition(part partition.ID) (removed [][]byte, err error) {
 			return removed, fmt.Errorf("drop partition %d in %s: %w", part, s.dir, err)
 		}
 		s.summary.touch(part)
-		removed = append(removed, keys...)
+		removed += len(keys)
+		if dropped != nil {
+			dropped(keys)
+		}
+		if len(keys) < DropChunk {
+			from, found = lower, 0 // this walk reached the partition's end
+			continue
+		}
+		// The next chunk starts just after this one's last index key.
+		from = append(slices.Clone(ikeys[len(ikeys)-1]), 0)
 	}
 }
 
-var errChunkFull = errors.New("chunk full")
+// indexKeys returns up to max keys of the index between lower (included)
+// and upper, in order: the user keys and their index keys, each its own
+// copy.
+func (s *Store) indexKeys(lower, upper []byte, max int) (keys, ikeys [][]byte, err error) {
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
+	if err != nil {
+		return nil, nil, err
+	}
+	for ok := it.First(); ok && len(keys) < max; ok = it.Next() {
+		k := it.Key()
+		if len(k) < 4 {
+			it.Close()
+			return nil, nil, fmt.Errorf("index key %q: %w", k, record.ErrCorrupt)
+		}
+		ik := slices.Clone(k)
+		ikeys = append(ikeys, ik)
+		keys = append(keys, ik[4:len(ik):len(ik)])
+	}
+	return keys, ikeys, errors.Join(it.Error(), it.Close())
+}
 
 // Held returns the partitions of which the store holds any record, in
 // increasing order, asking only those for which want is true: one index

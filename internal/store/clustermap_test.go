@@ -1,14 +1,20 @@
 package store
 
 import (
+	"context"
 	"fmt"
+	"log/slog"
 	"maps"
+	"math/rand/v2"
+	"path/filepath"
 	"slices"
+	"strconv"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/dhtkv/dhtkv/internal/partition"
+	"github.com/dhtkv/dhtkv/internal/record"
 )
 
 // TestHeldAndDropPartition: Held finds exactly the partitions asked about
@@ -42,9 +48,9 @@ func TestHeldAndDropPartition(t *testing.T) {
 	}
 
 	victim := held[0]
-	removed, err := s.DropPartition(victim)
+	removed, err := s.DropPartition(t.Context(), victim, nil, nil)
 	require.NoError(t, err)
-	require.Len(t, removed, len(byPart[victim]))
+	require.Equal(t, len(byPart[victim]), removed)
 	after, err := s.Held(all)
 	require.NoError(t, err)
 	require.Equal(t, held[1:], after)
@@ -58,4 +64,198 @@ func TestHeldAndDropPartition(t *testing.T) {
 		require.NoError(t, err)
 		require.False(t, found, "%s dropped", key)
 	}
+}
+
+// keysIn returns, for each partition in want, want[p] keys of it (and
+// nothing of others), found by trying keys named prefix<n> in order.
+func keysIn(prefix string, want map[partition.ID]int) map[partition.ID][]string {
+	got := map[partition.ID][]string{}
+	left := 0
+	for _, n := range want {
+		left += n
+	}
+	buf := []byte(prefix)
+	for i := 0; left > 0; i++ {
+		buf = strconv.AppendInt(buf[:len(prefix)], int64(i), 10)
+		p, _ := partition.Of(buf)
+		if len(got[p]) < want[p] {
+			got[p] = append(got[p], string(buf))
+			left--
+		}
+	}
+	return got
+}
+
+// pacer is a store.Pacer that records what it is asked, and calls hook
+// (when set) with the number of the call, from 1, before answering.
+type pacer struct {
+	asked []int
+	hook  func(call int) error
+}
+
+func (p *pacer) WaitN(ctx context.Context, n int) error {
+	p.asked = append(p.asked, n)
+	if p.hook != nil {
+		if err := p.hook(len(p.asked)); err != nil {
+			return err
+		}
+	}
+	return ctx.Err()
+}
+
+// TestDropPartitionResumes: a drop of a partition larger than a chunk asks
+// its pacer for each chunk's records before deleting them; stopped by its
+// context after the first chunk, it has deleted exactly that chunk (keys
+// and index entries together: the records left are still found by Held
+// and the index) and a second drop deletes the rest, and a record written
+// during it after its walk read the index (a second walk finds it). The partitions on
+// either side, whose index keys border the dropped one's, and every
+// other, keep every record.
+func TestDropPartitionResumes(t *testing.T) {
+	s := open(t, t.TempDir())
+	defer s.Close()
+	const victim = partition.ID(0x0800)
+	size := DropChunk + DropChunk/2
+	byPart := keysIn("d", map[partition.ID]int{victim - 1: 20, victim: size, victim + 1: 20})
+	for i := range 200 {
+		k := fmt.Sprintf("o%d", i)
+		if p, _ := partition.Of([]byte(k)); p != victim {
+			byPart[p] = append(byPart[p], k)
+		}
+	}
+	for _, keys := range byPart {
+		for i, k := range keys {
+			var value []byte
+			if i%7 != 0 { // some tombstones: a drop deletes them too
+				value = []byte("v")
+			}
+			put(t, s, k, 10, value)
+		}
+	}
+	found := func(key string) bool {
+		t.Helper()
+		_, ok, err := s.Version([]byte(key))
+		require.NoError(t, err)
+		return ok
+	}
+	indexed := func(part partition.ID) int {
+		t.Helper()
+		n := 0
+		require.NoError(t, s.SegmentEntries(part, -1, func(uint8, []byte, IndexEntry) error { n++; return nil }))
+		return n
+	}
+
+	ctx, cancel := context.WithCancel(t.Context())
+	var dropped []string
+	p := &pacer{hook: func(call int) error {
+		if call == 2 {
+			cancel()
+		}
+		return nil
+	}}
+	removed, err := s.DropPartition(ctx, victim, p, func(keys [][]byte) {
+		for _, k := range keys {
+			dropped = append(dropped, string(k))
+		}
+	})
+	require.ErrorIs(t, err, context.Canceled)
+	require.Equal(t, []int{DropChunk, size - DropChunk}, p.asked, "each chunk's records asked of the pacer before it is deleted")
+	require.Equal(t, DropChunk, removed)
+	require.Len(t, dropped, DropChunk)
+	gone := map[string]bool{}
+	for _, k := range dropped {
+		gone[k] = true
+		require.False(t, found(k), "%s dropped", k)
+	}
+	for _, k := range byPart[victim] {
+		require.Equal(t, !gone[k], found(k), "%s: dropped exactly when reported", k)
+	}
+	require.Equal(t, size-DropChunk, indexed(victim), "the records left are indexed")
+	held, err := s.Held(func(q partition.ID) bool { return q == victim })
+	require.NoError(t, err)
+	require.Equal(t, []partition.ID{victim}, held)
+
+	// The drop again, and a write of a key the first one dropped while
+	// it runs, after its walk read the index.
+	p = &pacer{hook: func(call int) error {
+		if call == 1 {
+			put(t, s, dropped[0], 11, []byte("again"))
+		}
+		return nil
+	}}
+	removed, err = s.DropPartition(t.Context(), victim, p, nil)
+	require.NoError(t, err)
+	require.Equal(t, size-DropChunk+1, removed)
+	require.Equal(t, []int{size - DropChunk, 1}, p.asked, "the rest, then what a second walk found")
+	for _, k := range byPart[victim] {
+		require.False(t, found(k), "%s dropped", k)
+	}
+	require.Zero(t, indexed(victim))
+	held, err = s.Held(func(q partition.ID) bool { return q == victim })
+	require.NoError(t, err)
+	require.Empty(t, held)
+	for part, keys := range byPart {
+		if part == victim {
+			continue
+		}
+		require.Equal(t, len(keys), indexed(part), "partition %d keeps its index", part)
+		for _, k := range keys {
+			require.True(t, found(k), "%s of partition %d kept", k, part)
+		}
+	}
+}
+
+// BenchmarkDropPartition: dropping partitions of 256 records of 1 KiB (a
+// 1M-record store's share) among 64k others, one at a time without a
+// pace: the cost a record that --drop-rate spreads over time (the walk of
+// the index, two point deletes, the commit; not the cache's invalidation,
+// which is the replica's). Each partition is dropped once up to 128
+// iterations (-benchtime 128x); beyond, again after a refill, over the
+// tombstones of its last drop.
+func BenchmarkDropPartition(b *testing.B) {
+	s, err := Open(filepath.Join(b.TempDir(), "db"), Options{Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(b, err)
+	defer s.Close()
+	rng := rand.New(rand.NewPCG(1, 2))
+	value := func() []byte {
+		v := make([]byte, 1024)
+		for i := range v {
+			v[i] = byte(rng.Uint32())
+		}
+		return v
+	}
+	const parts, size = 128, 256
+	want := map[partition.ID]int{}
+	for p := range parts {
+		want[partition.ID(p*(partition.Count/parts))] = size
+	}
+	byPart := keysIn("b", want)
+	var others []Write
+	for i := 0; len(others) < 1<<16; i++ {
+		key := fmt.Appendf(nil, "o%08d", i)
+		if p, _ := partition.Of(key); want[p] == 0 {
+			others = append(others, Write{Key: key, Rec: &record.Record{Version: 1 << 40, Value: value()}})
+		}
+	}
+	for i := 0; i < len(others); i += 4096 {
+		require.NoError(b, s.ApplyBatch(others[i:min(i+4096, len(others))]))
+	}
+	round, n := 0, 0
+	for b.Loop() {
+		b.StopTimer()
+		part := partition.ID((round % parts) * (partition.Count / parts))
+		var ws []Write
+		for _, k := range byPart[part] {
+			ws = append(ws, Write{Key: []byte(k), Rec: &record.Record{Version: 1<<40 + uint64(round), Value: value()}})
+		}
+		round++
+		require.NoError(b, s.ApplyBatch(ws))
+		b.StartTimer()
+		removed, err := s.DropPartition(b.Context(), part, nil, nil)
+		if err != nil || removed != len(ws) {
+			b.Fatalf("dropped %d of %d: %v", removed, len(ws), err)
+		}
+		n += removed
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(n), "ns/record")
 }
