@@ -15,6 +15,8 @@
 #   N=1000000 VALUE_SIZE=1024 MOVE_RATE=1GiB JOIN_ONLY=1 loadtest/membership.sh  # the join at disk speed
 #   N=20000 VALUE_SIZE=1024 MOVE_RATE=1GiB JOIN_ONLY=1 LOAD_S=10 loadtest/membership.sh  # the same in seconds
 #   KEEP=1 loadtest/membership.sh              # keep the nodes' logs and data
+#   DHTKV=/tmp/dhtkv-main N=1000000 VALUE_SIZE=1024 JOIN_ONLY=1 loadtest/membership.sh  # A/B: one build, then
+#   DHTKV=/tmp/dhtkv-drop N=1000000 VALUE_SIZE=1024 JOIN_ONLY=1 loadtest/membership.sh  # the other (docs/benchmarks.md section 19)
 #
 # MOVE_RATE is the nodes' --move-rate (default theirs, 24MiB); DROP_RATE
 # their --drop-rate (default theirs); NODE_FLAGS extra flags for every
@@ -25,11 +27,14 @@
 # The join's run is printed second by second (dhtkv-load --timeline), each
 # second beside what the nodes did in it, sampled from their /metrics once
 # a second: the change's stage at node 1, the records the original nodes
-# dropped (mover.cleanup), their Pebble compactions and write stalls, the
-# CPU seconds the four servers used, and the machine's load average, so
-# that a stall can be matched with the drop or the compactions after it.
-# The load average is printed before and after each load run too: on a
-# shared machine, figures from a busy one are not comparable.
+# dropped (mover.cleanup), their Pebble compactions, flushes and
+# compactions in progress, compaction debt and write stalls, the CPU
+# seconds the four servers used, the generator's, and everything else's
+# on the machine (from /proc/stat, less this run's processes: about ±0.3
+# core), so that a stall can be matched with the drop, the compactions
+# after it, or a neighbour. Each load run also says how many cores other
+# processes took on average, and the load average before and after it:
+# on a shared machine, figures from a busy one are not comparable.
 # Only 127.0.0.1 is contacted (ports PORT+1..4, admin PORT+11..14; PORT
 # defaults to 18680); every wait is bounded by WAIT_S seconds.
 set -euo pipefail
