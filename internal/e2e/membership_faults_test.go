@@ -465,3 +465,51 @@ func strays(t *testing.T, c *testcluster.InMemory, m *clustermap.Map, members []
 		t.Logf("%s: node %d holds %d records outside its partitions and %d hints", when, i, n, hints)
 	}
 }
+
+// TestMembershipFaultClockBehindCopyWaits: with one replica a partition
+// has one old replica and no comparison after the stream, so the stream
+// alone must bring every record. A joining node whose clock is 30 s
+// behind leaves out of its copy every record written in the last 30 s
+// (too far ahead of its clock to be stored). The copy must not count as
+// done then: the change waits in its stream stage until the clock is
+// right, and then every key reads back. (It used to report the copy
+// done, the old replicas dropped what they gave away, and the keys the
+// node gained were lost.)
+func TestMembershipFaultClockBehindCopyWaits(t *testing.T) {
+	testcluster.InBubble(t, func(t *testing.T) {
+		c := testcluster.StartInMemory(t, 3, func(_ int, cfg *node.Config) { cfg.Replicas = 1 })
+		c.AwaitFormed(time.Minute)
+		cl := c.Client()
+		const keys = 200
+		for k := range keys {
+			time.Sleep(time.Millisecond)
+			require.Equal(t, http.StatusCreated, cl.Put(t, c.URL(k%3), fmt.Sprintf("cb%d", k), []byte("v"), 1, 1))
+		}
+		j := c.AddNode(0)
+		c.StepClock(j, -30*time.Second)
+		require.Equal(t, http.StatusAccepted, c.Join(1, j))
+		c.StartNode(j)
+		c.Await(time.Minute, "the stream stage", func() (bool, string) {
+			m, _ := c.Node(1).Members().Map()
+			return m.Change != nil && m.Change.Stage == clustermap.Stream, m.String()
+		})
+		time.Sleep(10 * time.Second) // many copies at 1 MiB/s and more
+		m, _ := c.Node(1).Members().Map()
+		require.NotNil(t, m.Change, "the change waits for the clock")
+		require.Equal(t, clustermap.Stream, m.Change.Stage, "the change waits for the clock: %s", m)
+		c.StepClock(j, 0)
+		final := c.AwaitStable(2 * time.Minute)
+		require.Len(t, final.Nodes, 4)
+		gained := 0
+		for k := range keys {
+			key := fmt.Sprintf("cb%d", k)
+			code, body := cl.Get(t, c.URL(j), key, 1, 1)
+			require.Equal(t, http.StatusOK, code, "key %s", key)
+			require.Equal(t, "v", string(body))
+			if slices.Contains(replicaURLs(final, key), c.URL(j)) {
+				gained++
+			}
+		}
+		require.Positive(t, gained, "the joining node gained keys")
+	})
+}
