@@ -166,10 +166,13 @@ type faultCase struct {
 	hold time.Duration
 }
 
-// Node roles of the runs (faultCase): in a join, node 1 drives, node 3
-// joins and gains partitions whose old replicas are 0, 1 and 2; in a
-// decommission of node 0, node 2 drives and node 3 gains partitions
-// whose old replicas are 0, 1 and 2.
+// The bulk the runs start with, stored on every replica (seedBulk):
+// about 2.4 MB of it moves in a change, 2.4 s at --move-rate's least, so
+// that the stream stage lasts while the fault is on. The nodes' roles
+// (faultCase): in a join, node 1 drives, node 3 joins and gains
+// partitions whose old replicas are 0, 1 and 2; in a decommission of
+// node 0, node 2 drives and nodes 1, 2 and 3 gain its partitions (node 3
+// those whose old replicas are 0, 1 and 2).
 const (
 	bulkRecords = 800
 	bulkValue   = 4 << 10
