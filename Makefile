@@ -35,7 +35,7 @@ test:
 # fails is saved and its path logged. make test runs them once. The
 # membership changes under partitions, clock steps and slow links
 # (TestMembershipFault*) run every case, MEMBERSHIP_FAULT_COUNT times
-# (about 2.5 min a time on 2 cores); make test runs one case of each.
+# (3-3.5 min a time on 2 shared cores); make test runs one case of each.
 FAULT_COUNT ?= 20
 MEMBERSHIP_FAULT_COUNT ?= 3
 test-faults:
