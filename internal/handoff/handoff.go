@@ -24,6 +24,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -34,6 +35,7 @@ import (
 
 	"github.com/dhtkv/dhtkv/internal/clustermap"
 	"github.com/dhtkv/dhtkv/internal/hlc"
+	"github.com/dhtkv/dhtkv/internal/partition"
 	"github.com/dhtkv/dhtkv/internal/store"
 	"github.com/dhtkv/dhtkv/internal/view"
 	"github.com/dhtkv/dhtkv/internal/worker"
@@ -256,7 +258,18 @@ func (h *Handoff) round(context.Context) {
 //
 // A node that left the cluster gets none: its hints are dropped (it holds
 // no partition any more, and the records reached the new replicas by the
-// move). The hints are read by the view current at each slice.
+// move). Nor does a member that no longer receives the hint's partition
+// (placement.Sets.Receives): a change moved it away while the hint
+// waited, and the node dropped it at the change's end; delivered, the
+// record would stay there outside its partitions, never updated again
+// (no write, repair or exchange reaches it), and a later change handing
+// the partition back would bring the old value back. Such a hint
+// carries nothing to repair either: the write reached the new set's
+// replicas, or failed. The hints are read by the view current at each
+// slice, and sent with its epoch: a target that installed a newer map
+// refuses them, and the next slice reads them by that map; one that
+// applies them at this epoch drops them with the partition if a newer
+// map moves it.
 func (h *Handoff) deliver(target int) {
 	peer := h.views().URL(target)
 	var cursor *store.Hint // the last hint handled: the next slice starts past it
@@ -284,8 +297,18 @@ func (h *Handoff) deliver(target int) {
 			h.forget(target, batch, "left")
 			batch = nil
 		}
+		var moved []store.Hint
+		batch = slices.DeleteFunc(batch, func(hint store.Hint) bool {
+			part, _ := partition.Of(hint.Key)
+			if v.Receives(part, target) {
+				return false
+			}
+			moved = append(moved, hint)
+			return true
+		})
+		h.forget(target, moved, "moved")
 		if len(batch) == 0 {
-			if len(expired) == 0 {
+			if len(expired) == 0 && len(moved) == 0 {
 				return
 			}
 			continue
@@ -339,9 +362,12 @@ func (h *Handoff) forget(target int, hs []store.Hint, reason string) {
 		size += int64(hint.Size())
 	}
 	h.m.pending.WithLabelValues(peer).Set(float64(h.addPending(target, -size)))
-	if reason == "" {
+	switch reason {
+	case "":
 		h.m.replayed.WithLabelValues(peer).Add(float64(len(hs)))
-	} else {
+	case "moved": // nothing to repair: the target no longer holds them
+		h.m.dropped.WithLabelValues(peer, reason).Add(float64(len(hs)))
+	default:
 		h.m.dropped.WithLabelValues(peer, reason).Add(float64(len(hs)))
 		h.dropped(target)
 	}

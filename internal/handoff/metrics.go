@@ -21,7 +21,7 @@ func newMetrics() *metrics {
 		}, []string{"peer"}),
 		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "dhtkv_hints_dropped_total",
-			Help: "Hints not kept or not delivered, by peer and reason (window: older than --hint-window; cap: over --hint-max-bytes; error: the store failed; left: the peer left the cluster). Anti-entropy repairs what they carried.",
+			Help: "Hints not kept or not delivered, by peer and reason (window: older than --hint-window; cap: over --hint-max-bytes; error: the store failed; left: the peer left the cluster; moved: a membership change moved the hint's partition away from the peer). Anti-entropy repairs what they carried, but for moved, which carry nothing the peer holds.",
 		}, []string{"peer", "reason"}),
 		pending: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "dhtkv_hints_pending_bytes",

@@ -3,6 +3,7 @@ package membership
 import (
 	"context"
 	"errors"
+	"fmt"
 	"maps"
 	"slices"
 	"sync"
@@ -178,6 +179,15 @@ func planCopy(from map[int][]partition.ID) (bulk map[int]*partition.Set, rest ma
 // copyGained copies the partitions this node gains in v's change from
 // each of their old replicas (see mover), until every copy succeeded or
 // ctx ends.
+//
+// A stream succeeded only if it stored or kept out as older every record
+// it brought: a record refused because its version is too far ahead of
+// this node's clock (the clock is behind) is not here, and with one
+// replica no comparison follows to find it, so the old replica would
+// drop the only copy of an acknowledged write at the change's end. The
+// stream is tried again until this clock is right; the change waits in
+// its stream stage meanwhile, as for a node that is down
+// (TestMembershipFaultClockBehindCopyWaits).
 func (mv *mover) copyGained(ctx context.Context, v *view.View) {
 	s := mv.s
 	from := v.Gains(v.Self)
@@ -202,6 +212,9 @@ func (mv *mover) copyGained(ctx context.Context, v *view.View) {
 			copied.Add(st)
 			s.m.moveRecords.Add(float64(st.Records))
 			s.m.moveBytes.Add(float64(st.Bytes))
+			if err == nil && st.Refused > 0 {
+				err = fmt.Errorf("%d records left out, too far ahead of this node's clock (is it behind?)", st.Refused)
+			}
 			if err != nil {
 				if ctx.Err() != nil {
 					return

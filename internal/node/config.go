@@ -239,6 +239,13 @@ type Config struct {
 	// ClockOffset is added to the wall clock the node's versions are made
 	// from (no flag in the default build: tests skew one node's clock).
 	ClockOffset time.Duration
+	// WallClock, when set, is the wall clock the node's versions are made
+	// from and its peers' clocks are measured against, instead of
+	// time.Now; ClockOffset is added to it. No flag: the in-process test
+	// clusters step a running node's clock with it, as a wrong NTP source
+	// or an operator's date command steps a host's, which a fixed
+	// ClockOffset set at start cannot show.
+	WallClock func() time.Time
 
 	// Listener, when set, is served instead of listening on Listen, which
 	// stays the node's address: its name in the cluster list and in

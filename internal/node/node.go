@@ -138,8 +138,12 @@ func New(cfg Config) (_ *Node, err error) {
 	}
 	cfg.SnapshotDir = snapshotDir
 	now := time.Now
-	if cfg.ClockOffset != 0 {
-		now = func() time.Time { return time.Now().Add(cfg.ClockOffset) }
+	if cfg.WallClock != nil {
+		now = cfg.WallClock
+	}
+	if off := cfg.ClockOffset; off != 0 {
+		wall := now
+		now = func() time.Time { return wall().Add(off) }
 	}
 	n := &Node{cfg: cfg, log: log, certs: certs, tokens: tokens, registry: metrics.NewRegistry(), served: make(chan error, 1), failed: make(chan error, 1), leftCh: make(chan struct{}, 1)}
 	var peerTLS *tls.Config

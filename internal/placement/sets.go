@@ -68,6 +68,20 @@ func (s *Sets) Holds(part partition.ID, node int) bool {
 	return slices.Contains(s.Old.PartitionReplicas(part, s.Replicas, buf[:0]), node)
 }
 
+// Receives reports whether node is a replica of part in the old set or,
+// while a change is under way, in the new set: whether a write of the
+// partition is sent to it now. A node that receives none holds none of
+// the partition once the change under way (if any) is over, so nothing
+// may be written to it any more (a late hint would be kept outside its
+// partitions, never updated again).
+func (s *Sets) Receives(part partition.ID, node int) bool {
+	var buf [maxSet]int
+	if slices.Contains(s.Old.PartitionReplicas(part, s.Replicas, buf[:0]), node) {
+		return true
+	}
+	return s.Moving && slices.Contains(s.New.PartitionReplicas(part, s.Replicas, buf[:0]), node)
+}
+
 // OldReplicas appends the ids of part's replicas in the old set to dst.
 func (s *Sets) OldReplicas(part partition.ID, dst []int) []int {
 	return s.Old.PartitionReplicas(part, s.Replicas, dst)

@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/dhtkv/dhtkv/internal/clustermap"
+	"github.com/dhtkv/dhtkv/internal/partition"
 )
 
 // The stages route as clustermap.Stage says: reads by the old set until
@@ -60,4 +61,37 @@ func TestSetsRouteByStage(t *testing.T) {
 			}
 		}
 	}
+}
+
+// Receives is membership of a write's targets: a node receives a
+// partition's writes while it is a replica of the old set or, during a
+// change, of the new set; once the change is over (the new set is the
+// map's only set) a node that gave the partition away receives none.
+func TestSetsReceives(t *testing.T) {
+	urls := []string{"http://127.0.0.1:1", "http://127.0.0.1:2", "http://127.0.0.1:3"}
+	m, err := clustermap.Seed(urls, 2)
+	require.NoError(t, err)
+	join, err := m.BeginJoin("http://127.0.0.1:4", 0)
+	require.NoError(t, err)
+	done := join
+	for done.Change != nil {
+		done, err = done.Advance()
+		require.NoError(t, err)
+	}
+	during, after := Of(join), Of(done)
+	checked := 0
+	for p := range partition.Count {
+		part := partition.ID(p)
+		old := during.Old.PartitionReplicas(part, 2, nil)
+		new := during.New.PartitionReplicas(part, 2, nil)
+		for node := range 4 {
+			inOld, inNew := slices.Contains(old, node), slices.Contains(new, node)
+			require.Equal(t, inOld || inNew, during.Receives(part, node), "partition %d, node %d, during the change", p, node)
+			require.Equal(t, inNew, after.Receives(part, node), "partition %d, node %d, after it", p, node)
+			if inOld && !inNew {
+				checked++ // gave it away: receives it during the change only
+			}
+		}
+	}
+	require.Positive(t, checked, "the join moves partitions away from old replicas")
 }

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -43,7 +44,8 @@ import (
 // its data (a restart); WipeNode gives it an empty one (a lost disk).
 //
 // Clock: a node's clock is the process's, shifted by its
-// node.Config.ClockOffset (Reconfigure, then a restart). Run in a
+// node.Config.ClockOffset (Reconfigure, then a restart) and by the step
+// StepClock sets while it runs. Run in a
 // testing/synctest bubble (InBubble), that is the bubble's fake clock:
 // it starts at 2000-01-01 00:00 UTC and moves only when every goroutine
 // of the bubble is blocked, jumping to the next timer due, so timeouts,
@@ -92,6 +94,9 @@ type memNode struct {
 	addr  string // public address, host:port (cfg.Listen)
 	admin string // admin address, host:port
 	fs    vfs.FS // kept across a stop; replaced by WipeNode
+	// step is how far StepClock moved the node's clock from the
+	// process's, in nanoseconds; kept across restarts, as a host's clock.
+	step atomic.Int64
 
 	// While running (all nil while stopped):
 	n       *node.Node
@@ -244,6 +249,9 @@ func (c *InMemory) startNode(i int) error {
 	adminLn.SetLocalAddr(tcpAddr(m.admin))
 	cfg.Listener, cfg.AdminListener, cfg.FS = ln, adminLn, m.fs
 	cfg.PeerDial = func(addr string, _ time.Duration) (net.Conn, error) { return c.dialFrom(i, addr) }
+	if cfg.WallClock == nil {
+		cfg.WallClock = func() time.Time { return time.Now().Add(time.Duration(m.step.Load())) }
+	}
 	n, err := node.New(cfg)
 	if err != nil {
 		ln.Close()
@@ -291,6 +299,15 @@ func (c *InMemory) StopNode(i int) {
 	for _, l := range c.linksOf(i) {
 		l.closeConns()
 	}
+}
+
+// StepClock sets node i's clock to offset from the process's (the
+// bubble's), at once, whether it runs or not: a host's clock stepped
+// while the node serves, as a wrong NTP source or a date command would,
+// which the node sees only through its clock (its monotonic time is the
+// process's). 0 puts it right again. It adds to the node's ClockOffset.
+func (c *InMemory) StepClock(i int, offset time.Duration) {
+	c.member(i).step.Store(int64(offset))
 }
 
 // WipeNode gives stopped node i an empty file system: its disk was lost.
