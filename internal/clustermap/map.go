@@ -311,6 +311,30 @@ func (m *Map) Advance() (*Map, error) {
 	return n, n.Validate()
 }
 
+// ErrPastReadNew refuses to abort a change that reached read-new.
+var ErrPastReadNew = errors.New("the change reached read-new: reads use the new set, so it can only complete")
+
+// Abort returns the map that ends the change under way with the old set:
+// a joining node is out of the map again (its id is not given back:
+// NextID stays), a leaving node stays a member. A change is aborted only
+// before read-new: until then every node reads the old set, which every
+// write of every stage reaches, so a node still at the stage before and a
+// node at the aborted map read and write compatibly. Once a node may read
+// the new set (read-new), writes made under the old set alone could be
+// missed by its reads: the change can then only complete.
+func (m *Map) Abort() (*Map, error) {
+	if m.Change == nil {
+		return nil, errors.New("no change under way")
+	}
+	if m.Change.Stage == ReadNew {
+		return nil, ErrPastReadNew
+	}
+	n := m.next()
+	n.Nodes = slices.Clone(m.Old())
+	n.Change = nil
+	return n, n.Validate()
+}
+
 // Replace returns the map in which node id is reached at url instead: a
 // new, empty machine takes the identity of a dead one and rebuilds its
 // data from the other replicas (placement does not change).

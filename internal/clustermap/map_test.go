@@ -135,3 +135,48 @@ func TestDecodeRefuses(t *testing.T) {
 		require.ErrorContains(t, err, tc.want, tc.name)
 	}
 }
+
+// Abort ends a change with the old set, one epoch on, before read-new
+// only; the aborted joiner's id is not given again.
+func TestAbort(t *testing.T) {
+	m := seed3(t)
+	_, err := m.Abort()
+	require.Error(t, err, "nothing to abort")
+	for _, tc := range []struct {
+		name   string
+		begin  func(*Map) (*Map, error)
+		stages int // advances before the abort
+		ok     bool
+		nodes  []int
+	}{
+		{"join at write-both", func(m *Map) (*Map, error) { return m.BeginJoin("http://127.0.0.1:8083", 0) }, 0, true, []int{0, 1, 2}},
+		{"join at stream", func(m *Map) (*Map, error) { return m.BeginJoin("http://127.0.0.1:8083", 0) }, 1, true, []int{0, 1, 2}},
+		{"join at read-new", func(m *Map) (*Map, error) { return m.BeginJoin("http://127.0.0.1:8083", 0) }, 2, false, nil},
+		{"decommission at write-both", func(m *Map) (*Map, error) { return m.BeginDecommission(2, 0) }, 0, true, []int{0, 1, 2}},
+		{"decommission at stream", func(m *Map) (*Map, error) { return m.BeginDecommission(2, 0) }, 1, true, []int{0, 1, 2}},
+		{"decommission at read-new", func(m *Map) (*Map, error) { return m.BeginDecommission(2, 0) }, 2, false, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := tc.begin(m)
+			require.NoError(t, err)
+			for range tc.stages {
+				c, err = c.Advance()
+				require.NoError(t, err)
+			}
+			a, err := c.Abort()
+			if !tc.ok {
+				require.ErrorIs(t, err, ErrPastReadNew)
+				return
+			}
+			require.NoError(t, err)
+			require.Nil(t, a.Change)
+			require.Equal(t, c.Epoch+1, a.Epoch)
+			var ids []int
+			for _, n := range a.Nodes {
+				ids = append(ids, n.ID)
+			}
+			require.Equal(t, tc.nodes, ids)
+			require.Equal(t, c.NextID, a.NextID, "an aborted joiner's id is never given again")
+		})
+	}
+}

@@ -1,0 +1,456 @@
+package maplog
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/dhtkv/dhtkv/internal/clustermap"
+)
+
+// Op names a command of the log.
+type Op string
+
+const (
+	// OpSeed puts the first map in the log: a new cluster's (seeded from
+	// --cluster) or, on upgrade, a data directory's stored map.
+	OpSeed Op = "seed"
+	// OpJoin begins adding the node at URL; the log gives it its id.
+	OpJoin Op = "join"
+	// OpDecommission begins removing Node.
+	OpDecommission Op = "decommission"
+	// OpReplace makes the new machine at URL take dead Node's identity.
+	OpReplace Op = "replace"
+	// OpAbort ends the change under way with the old set.
+	OpAbort Op = "abort"
+	// OpAck is Node's report that it installed the map of Epoch.
+	OpAck Op = "ack"
+	// OpCopied is Node's report that it copied every partition it gains
+	// in the stream stage of Epoch.
+	OpCopied Op = "copied"
+	// OpAddr records Node's log address (where the group reaches it).
+	OpAddr Op = "addr"
+)
+
+// Command is one entry of the log. Commands that change the map are a
+// compare-and-set on its epoch: one made from epoch E applies only if the
+// log's map is still at E, so of two requests made from the same map
+// exactly one is accepted and the other is refused with the map it lost
+// to, whatever the order they reach the leader in.
+type Command struct {
+	Op Op `json:"op"`
+	// ID names the request, so that a request sent again after an
+	// uncertain outcome (the leader lost its office before answering) is
+	// answered with the outcome of the first: a change that was applied
+	// answers accepted, not "the map moved on". Set by the requester,
+	// unique; empty for acks.
+	ID string `json:"id,omitempty"`
+	// Epoch is, for a change (join, decommission, replace, abort), the
+	// epoch of the map it was made from; for ack and copied, the epoch
+	// the node installed or copied at.
+	Epoch uint64 `json:"epoch,omitempty"`
+	// Node is the node decommissioned or replaced, or the one that
+	// reports (ack, copied, addr).
+	Node int `json:"node"`
+	// From is the member that asked for the change (the map's
+	// Change.Driver, informational under the log).
+	From int `json:"from"`
+	// URL is a joining node's, or a replacing machine's, node URL.
+	URL string `json:"url,omitempty"`
+	// Addr is the node's log address (join, replace, addr).
+	Addr string `json:"addr,omitempty"`
+	// Map and Addrs are a seed's map and its members' log addresses.
+	Map   *clustermap.Map `json:"map,omitempty"`
+	Addrs map[int]string  `json:"addrs,omitempty"`
+}
+
+// Result is a command's outcome, as the log applied it.
+type Result struct {
+	Accepted bool `json:"accepted"`
+	// Reason says why a command was refused.
+	Reason string `json:"reason,omitempty"`
+	// Map is the log's map after the command: the map a refused request
+	// lost to, or the one an accepted command made.
+	Map *clustermap.Map `json:"map,omitempty"`
+	// Node is, for an accepted join, the id the log gave the node.
+	Node int `json:"node"`
+	// Index is the log entry's index.
+	Index uint64 `json:"index"`
+}
+
+// Outcome is how a change ended.
+type Outcome struct {
+	ID      string `json:"id,omitempty"` // the request's Command.ID
+	Kind    Op     `json:"kind"`
+	Node    int    `json:"node"`
+	Began   uint64 `json:"began"` // the epoch of its first map
+	Ended   uint64 `json:"ended"` // the epoch of the map without it
+	Aborted bool   `json:"aborted,omitempty"`
+}
+
+// State is the replicated state: the map and the bookkeeping of the
+// change under way. It is a value once published (the FSM replaces it
+// whole), so readers share it without copying.
+type State struct {
+	Map *clustermap.Map `json:"map,omitempty"`
+	// Acks is each member's highest epoch reported installed (OpAck).
+	Acks map[int]uint64 `json:"acks,omitempty"`
+	// Copied is each member's highest stream epoch reported copied.
+	Copied map[int]uint64 `json:"copied,omitempty"`
+	// Addrs are the members' log addresses.
+	Addrs map[int]string `json:"addrs,omitempty"`
+	// Changed is set once the log has changed a seeded map: from then on
+	// a seed is refused (before, a stored map with a higher epoch, from
+	// a node that saw more of the old protocol, replaces the seed).
+	Changed bool `json:"changed,omitempty"`
+	// Current is the outcome of the change under way so far (Ended 0).
+	Current *Outcome `json:"current,omitempty"`
+	// Last is the last change that ended.
+	Last *Outcome `json:"last,omitempty"`
+}
+
+func (s *State) clone() *State {
+	n := *s
+	n.Acks = maps.Clone(s.Acks)
+	n.Copied = maps.Clone(s.Copied)
+	n.Addrs = maps.Clone(s.Addrs)
+	if n.Acks == nil {
+		n.Acks = map[int]uint64{}
+	}
+	if n.Copied == nil {
+		n.Copied = map[int]uint64{}
+	}
+	if n.Addrs == nil {
+		n.Addrs = map[int]string{}
+	}
+	return &n
+}
+
+// Waiting returns the members whose acknowledgement the map's next step
+// waits for: those that have not reported installing its epoch (and, in
+// the stream stage, copying their gains), except skip (-1: none).
+func (s *State) Waiting(skip int) []int {
+	var out []int
+	if s.Map == nil {
+		return nil
+	}
+	for _, n := range s.Map.Nodes {
+		if n.ID == skip {
+			continue
+		}
+		if s.Acks[n.ID] < s.Map.Epoch {
+			out = append(out, n.ID)
+		} else if c := s.Map.Change; c != nil && c.Stage == clustermap.Stream && s.Copied[n.ID] < s.Map.Epoch {
+			out = append(out, n.ID)
+		}
+	}
+	return out
+}
+
+// fsm is the raft.FSM over State. Apply, Snapshot and Restore are called
+// by raft's FSM goroutine one at a time; readers take the current state
+// under mu and are told of a new one by closing changed.
+type fsm struct {
+	mu      sync.Mutex
+	state   *State
+	changed chan struct{} // closed and replaced when a new state is applied
+}
+
+func newFSM() *fsm {
+	return &fsm{state: (&State{}).clone(), changed: make(chan struct{})}
+}
+
+// current returns the state and a channel closed once a newer state is
+// applied (a map, or an acknowledgement the next step may wait for).
+func (f *fsm) current() (*State, <-chan struct{}) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.state, f.changed
+}
+
+func (f *fsm) publish(s *State) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.state = s
+	close(f.changed)
+	f.changed = make(chan struct{})
+}
+
+// Apply implements raft.FSM: it returns a *Result. A command that does
+// not decode is refused, not a panic: an entry is in every member's log
+// for ever, and a member that could not apply it could never start.
+func (f *fsm) Apply(l *raft.Log) any {
+	var c Command
+	if err := json.Unmarshal(l.Data, &c); err != nil {
+		cur, _ := f.current()
+		return &Result{Reason: fmt.Sprintf("bad command: %v", err), Map: cur.Map, Index: l.Index}
+	}
+	cur, _ := f.current()
+	next, res := apply(cur, &c)
+	res.Index = l.Index
+	if next != nil {
+		f.publish(next)
+	}
+	return res
+}
+
+// apply is the rules: it returns the next state (nil: unchanged) and the
+// command's result. It only reads cur.
+func apply(cur *State, c *Command) (*State, *Result) {
+	refuse := func(format string, args ...any) (*State, *Result) {
+		return nil, &Result{Reason: fmt.Sprintf(format, args...), Map: cur.Map}
+	}
+	m := cur.Map
+	if c.Op == OpSeed {
+		return applySeed(cur, c)
+	}
+	if m == nil {
+		return refuse("the log has no map yet: seed it first")
+	}
+	// A request sent again after an uncertain outcome: answer with the
+	// outcome of the first.
+	if c.ID != "" {
+		for _, o := range []*Outcome{cur.Current, cur.Last} {
+			if o != nil && o.ID == c.ID {
+				return nil, &Result{Accepted: true, Map: m, Node: o.Node}
+			}
+		}
+	}
+	switch c.Op {
+	case OpAck, OpCopied:
+		if m.Node(c.Node) == nil {
+			return refuse("node %d is not a member", c.Node)
+		}
+		if c.Epoch > m.Epoch {
+			return refuse("epoch %d is not in the log (the log is at %d)", c.Epoch, m.Epoch)
+		}
+		n := cur.clone()
+		if c.Op == OpAck {
+			n.Acks[c.Node] = max(n.Acks[c.Node], c.Epoch)
+		} else {
+			n.Copied[c.Node] = max(n.Copied[c.Node], c.Epoch)
+		}
+		advance(n)
+		return n, &Result{Accepted: true, Map: n.Map}
+	case OpAddr:
+		if m.Node(c.Node) == nil {
+			return refuse("node %d is not a member", c.Node)
+		}
+		if c.Addr == "" {
+			return refuse("empty log address")
+		}
+		n := cur.clone()
+		n.Addrs[c.Node] = c.Addr
+		return n, &Result{Accepted: true, Map: m}
+	case OpJoin, OpDecommission, OpReplace, OpAbort:
+	default:
+		return refuse("unknown command %q", c.Op)
+	}
+	// A change: compare-and-set on the epoch.
+	if c.Epoch != m.Epoch {
+		return refuse("the map moved on: the request was made at epoch %d, the log is at %s", c.Epoch, m)
+	}
+	if c.Op != OpAbort && m.Node(c.From) == nil {
+		return refuse("the requester, node %d, is not a member", c.From)
+	}
+	if c.Op == OpAbort {
+		a, err := m.Abort()
+		if err != nil {
+			return refuse("%v", err)
+		}
+		n := cur.clone()
+		o := n.current()
+		o.Ended, o.Aborted = a.Epoch, true
+		n.Map, n.Current, n.Last, n.Changed = a, nil, &o, true
+		n.forgetLeft()
+		return n, &Result{Accepted: true, Map: a, Node: o.Node}
+	}
+	// A change begins only once every member (but a replaced, dead one)
+	// has installed the current map: the stages that follow assume every
+	// node is at most one stage behind.
+	skip := -1
+	if c.Op == OpReplace {
+		skip = c.Node
+	}
+	if w := cur.Waiting(skip); len(w) > 0 && m.Change == nil {
+		return refuse("nodes %v have not acknowledged %s yet: try again", w, m)
+	}
+	var next *clustermap.Map
+	var err error
+	subject := c.Node
+	switch c.Op {
+	case OpJoin:
+		subject = m.NextID
+		next, err = m.BeginJoin(c.URL, c.From)
+	case OpDecommission:
+		next, err = m.BeginDecommission(c.Node, c.From)
+	case OpReplace:
+		next, err = m.Replace(c.Node, c.URL)
+	}
+	if err != nil {
+		return refuse("%v", err)
+	}
+	n := cur.clone()
+	n.Map, n.Changed = next, true
+	o := &Outcome{ID: c.ID, Kind: c.Op, Node: subject, Began: next.Epoch}
+	if c.Op == OpReplace {
+		// No stages: the change is over as it begins. The new machine
+		// has not installed anything yet.
+		delete(n.Acks, c.Node)
+		delete(n.Copied, c.Node)
+		o.Ended = next.Epoch
+		n.Last = o
+	} else {
+		n.Current = o
+	}
+	if c.Addr != "" {
+		n.Addrs[subject] = c.Addr
+	} else if c.Op == OpReplace {
+		delete(n.Addrs, c.Node)
+	}
+	return n, &Result{Accepted: true, Map: next, Node: subject}
+}
+
+// applySeed puts the first map in the log, or replaces a seed the log has
+// not changed by one of the same cluster with a higher epoch (upgrade: the
+// nodes' stored maps may differ, the newest is the truth).
+func applySeed(cur *State, c *Command) (*State, *Result) {
+	if c.Map == nil {
+		return nil, &Result{Reason: "seed without a map", Map: cur.Map}
+	}
+	if err := c.Map.Validate(); err != nil {
+		return nil, &Result{Reason: err.Error(), Map: cur.Map}
+	}
+	if m := cur.Map; m != nil {
+		switch {
+		case cur.Changed:
+			return nil, &Result{Reason: fmt.Sprintf("the log holds %s already and has changed it", m), Map: m}
+		case m.Cluster != c.Map.Cluster:
+			return nil, &Result{Reason: fmt.Sprintf("the log holds cluster %d, the seed is of cluster %d", m.Cluster, c.Map.Cluster), Map: m}
+		case c.Map.Epoch <= m.Epoch:
+			return nil, &Result{Reason: fmt.Sprintf("the log holds %s already", m), Map: m}
+		}
+	}
+	n := cur.clone()
+	n.Map = c.Map
+	for id, a := range c.Addrs {
+		if c.Map.Node(id) != nil && a != "" {
+			n.Addrs[id] = a
+		}
+	}
+	if ch := c.Map.Change; ch != nil {
+		// A stored map caught mid-change: the log takes the change on.
+		n.Current = &Outcome{Kind: Op(ch.Kind), Node: ch.Node, Began: c.Map.Epoch}
+	}
+	n.forgetLeft()
+	return n, &Result{Accepted: true, Map: c.Map}
+}
+
+// advance moves the change under way to its next stage once every member
+// of the stage has acknowledged it (and, in the stream stage, reported
+// its copy complete). Acknowledgements name the epoch the member
+// installed from this log, whose epochs form one chain, so an
+// acknowledgement of a later epoch covers the earlier ones.
+func advance(s *State) {
+	m := s.Map
+	if m.Change == nil || len(s.Waiting(-1)) > 0 {
+		return
+	}
+	next, err := m.Advance()
+	if err != nil {
+		return // Advance only fails on a map that does not validate: none is in the log
+	}
+	s.Map = next
+	if next.Change == nil {
+		o := s.current()
+		o.Ended = next.Epoch
+		s.Last, s.Current = &o, nil
+		s.forgetLeft()
+	}
+}
+
+// current returns a copy of the outcome of the change under way.
+func (s *State) current() Outcome {
+	if s.Current != nil {
+		return *s.Current
+	}
+	c := s.Map.Change
+	return Outcome{Kind: Op(c.Kind), Node: c.Node}
+}
+
+// forgetLeft drops the bookkeeping of nodes no longer in the map.
+func (s *State) forgetLeft() {
+	for _, m := range []map[int]uint64{s.Acks, s.Copied} {
+		for id := range m {
+			if s.Map.Node(id) == nil {
+				delete(m, id)
+			}
+		}
+	}
+	for id := range s.Addrs {
+		if s.Map.Node(id) == nil {
+			delete(s.Addrs, id)
+		}
+	}
+}
+
+// Snapshot implements raft.FSM: the state as JSON. State is a value, so
+// the snapshot holds it without a copy.
+func (f *fsm) Snapshot() (raft.FSMSnapshot, error) {
+	s, _ := f.current()
+	return &fsmSnapshot{s: s}, nil
+}
+
+// Restore implements raft.FSM: the state of a snapshot replaces the
+// current one whole.
+func (f *fsm) Restore(rc io.ReadCloser) error {
+	defer rc.Close()
+	var s State
+	if err := json.NewDecoder(rc).Decode(&s); err != nil {
+		return fmt.Errorf("maplog: restore snapshot: %w", err)
+	}
+	if s.Map != nil {
+		if err := s.Map.Validate(); err != nil {
+			return fmt.Errorf("maplog: restore snapshot: %w", err)
+		}
+	}
+	f.publish(s.clone())
+	return nil
+}
+
+type fsmSnapshot struct{ s *State }
+
+func (s *fsmSnapshot) Persist(sink raft.SnapshotSink) error {
+	if err := json.NewEncoder(sink).Encode(s.s); err != nil {
+		return errors.Join(fmt.Errorf("maplog: persist snapshot: %w", err), sink.Cancel())
+	}
+	return sink.Close()
+}
+
+func (s *fsmSnapshot) Release() {}
+
+// String is a one-line summary of a result, for logs and errors.
+func (r *Result) String() string {
+	var b strings.Builder
+	if r.Accepted {
+		b.WriteString("accepted")
+	} else {
+		b.WriteString("refused: " + r.Reason)
+	}
+	if r.Map != nil {
+		fmt.Fprintf(&b, " (map %s)", r.Map)
+	}
+	return b.String()
+}
+
+// sortedIDs returns a map's keys in order.
+func sortedIDs[V any](m map[int]V) []int {
+	return slices.Sorted(maps.Keys(m))
+}

@@ -1,0 +1,134 @@
+package maplog
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/cockroachdb/datadriven"
+	"github.com/hashicorp/raft"
+	"github.com/stretchr/testify/require"
+
+	"github.com/dhtkv/dhtkv/internal/clustermap"
+)
+
+// TestRules runs the datadriven cases of testdata/rules_*: the FSM's rules,
+// one command a directive, applied to the state the file's earlier
+// directives left. Directives (arguments key=value):
+//
+//	seed nodes=N [epoch=E] [cluster=C]   the map of N nodes on 127.0.0.1:8080...
+//	join epoch=E from=F url=U [id=ID]
+//	decommission epoch=E from=F node=N [id=ID]
+//	replace epoch=E from=F node=N url=U [id=ID]
+//	abort epoch=E [id=ID]
+//	ack node=N epoch=E | ack-all epoch=E [except=N]
+//	copied node=N epoch=E | copied-all epoch=E
+//	garbage                              an entry that does not decode
+//
+// The output is the result (accepted, with the map and the node the
+// command is about, or refused with the reason), then the nodes the map's
+// next step waits for and the last change's outcome. Rewrite after a
+// deliberate change with go test ./internal/maplog -run TestRules -rewrite.
+func TestRules(t *testing.T) {
+	datadriven.Walk(t, "testdata", func(t *testing.T, path string) {
+		if !strings.Contains(path, "rules_") {
+			return
+		}
+		f := newFSM()
+		index := uint64(0)
+		datadriven.RunTest(t, path, func(t *testing.T, d *datadriven.TestData) string {
+			arg := func(key string) (int, bool) {
+				if !d.HasArg(key) {
+					return 0, false
+				}
+				var v int
+				d.ScanArgs(t, key, &v)
+				return v, true
+			}
+			num := func(key string) int {
+				v, ok := arg(key)
+				if !ok {
+					d.Fatalf(t, "%s needs %s=", d.Cmd, key)
+				}
+				return v
+			}
+			str := func(key string) string {
+				var v string
+				if d.HasArg(key) {
+					d.ScanArgs(t, key, &v)
+				}
+				return v
+			}
+			var cmds []Command
+			switch d.Cmd {
+			case "seed":
+				urls := make([]string, num("nodes"))
+				for i := range urls {
+					urls[i] = fmt.Sprintf("http://127.0.0.1:%d", 8080+i)
+				}
+				m, err := clustermap.Seed(urls, 0)
+				require.NoError(t, err)
+				if e, ok := arg("epoch"); ok {
+					m.Epoch = uint64(e)
+				}
+				if c, ok := arg("cluster"); ok {
+					m.Cluster = uint64(c)
+				}
+				cmds = append(cmds, Command{Op: OpSeed, Map: m})
+			case "join", "decommission", "replace", "abort":
+				node, _ := arg("node")
+				from, _ := arg("from")
+				cmds = append(cmds, Command{Op: Op(d.Cmd), ID: str("id"), Epoch: uint64(num("epoch")), From: from, Node: node, URL: str("url")})
+			case "ack", "copied":
+				cmds = append(cmds, Command{Op: Op(d.Cmd), Node: num("node"), Epoch: uint64(num("epoch"))})
+			case "ack-all", "copied-all":
+				except, ok := arg("except")
+				for _, n := range f.state.Map.Nodes {
+					if ok && n.ID == except {
+						continue
+					}
+					cmds = append(cmds, Command{Op: Op(strings.TrimSuffix(d.Cmd, "-all")), Node: n.ID, Epoch: uint64(num("epoch"))})
+				}
+			case "garbage":
+			default:
+				d.Fatalf(t, "unknown directive %q", d.Cmd)
+			}
+			var out []string
+			entries := make([][]byte, 0, len(cmds))
+			for _, c := range cmds {
+				b, err := json.Marshal(c)
+				require.NoError(t, err)
+				entries = append(entries, b)
+			}
+			if d.Cmd == "garbage" {
+				entries = append(entries, []byte("{not json"))
+			}
+			var res *Result
+			for _, b := range entries {
+				index++
+				res = f.Apply(&raft.Log{Index: index, Data: b}).(*Result)
+				if !res.Accepted {
+					break
+				}
+			}
+			if res.Accepted {
+				line := "accepted: " + res.Map.String()
+				if d.Cmd == "join" || d.Cmd == "decommission" || d.Cmd == "replace" || d.Cmd == "abort" {
+					line += fmt.Sprintf("; node %d", res.Node)
+				}
+				out = append(out, line)
+			} else {
+				out = append(out, "refused: "+res.Reason)
+			}
+			s := f.state
+			if s.Map != nil {
+				out = append(out, fmt.Sprintf("map: %s; next id %d; waiting for %v", s.Map, s.Map.NextID, s.Waiting(-1)))
+			}
+			if s.Last != nil {
+				out = append(out, fmt.Sprintf("last: %s of node %d, epochs %d-%d, aborted %t", s.Last.Kind, s.Last.Node, s.Last.Began, s.Last.Ended, s.Last.Aborted))
+			}
+			return strings.Join(out, "\n")
+		})
+	})
+}

@@ -1,0 +1,680 @@
+// Package maplog keeps the cluster map on a Raft log (hashicorp/raft):
+// every membership change, every node id and every stage advance is an
+// entry of one log, applied in the same order on every member, so that
+// two changes asked at once are serialized (one accepted, the other
+// refused with the map it lost to) and never silently dropped
+// (docs/membership.md, "The map on a consensus log").
+//
+// The pieces: Store (the log, vote and snapshots, in a Pebble instance of
+// their own), the FSM's rules (fsm.go: every change a compare-and-set on
+// the map's epoch, ids given by the log, a stage advanced only by the
+// acknowledgements of every member of it), Network (a raft.StreamLayer
+// whose connections authenticate both ends, and which carries proposals
+// forwarded to the leader) and Log (this file: opening, starting,
+// proposing, watching the map, and the voting group's upkeep).
+//
+// Only the map goes through the log: the data path stays leaderless.
+package maplog
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/hashicorp/raft"
+
+	"github.com/dhtkv/dhtkv/internal/clustermap"
+)
+
+// Options configures a node's log. Zero fields take the defaults the
+// fields document.
+type Options struct {
+	// Voters is the size of the voting group (--maplog-voters; 3 or 5,
+	// default 3). With fewer members every member votes, rounded down to
+	// an odd number; the other members follow the log as non-voters.
+	Voters int
+	// HeartbeatTimeout and ElectionTimeout are raft's (default 1 s each):
+	// how long a follower goes without the leader before it stands.
+	HeartbeatTimeout, ElectionTimeout time.Duration
+	// LeaderLeaseTimeout is how long a leader keeps office without
+	// reaching a quorum (default 500 ms; at most HeartbeatTimeout).
+	LeaderLeaseTimeout time.Duration
+	// CommitTimeout is how long the leader waits before it heartbeats
+	// an entry's commit (default 50 ms).
+	CommitTimeout time.Duration
+	// ApplyTimeout bounds how long a proposal waits to be committed and
+	// applied (--maplog-apply-timeout; default 10 s).
+	ApplyTimeout time.Duration
+	// SnapshotThreshold is how many entries past the last snapshot make
+	// the next one (default 1024), TrailingLogs how many entries a
+	// snapshot leaves in the log for followers that lag (default 1024).
+	SnapshotThreshold, TrailingLogs uint64
+	// SnapshotInterval is how often the threshold is checked (default
+	// 30 s).
+	SnapshotInterval time.Duration
+	// RetainSnapshots is how many snapshots are kept (default 2).
+	RetainSnapshots int
+	// MaxSnapshotBytes bounds a snapshot a peer may send (default 64 MiB;
+	// a map of 256 nodes is about 30 KiB).
+	MaxSnapshotBytes int64
+	// MaxCommandBytes bounds a command, proposed or forwarded (default
+	// 1 MiB).
+	MaxCommandBytes int
+	// HandshakeTimeout bounds a connection's authentication (default 5 s).
+	HandshakeTimeout time.Duration
+	// MaxPending bounds the connections handshaking or being answered at
+	// once (--maplog-max-pending; default 64).
+	MaxPending int
+	// RebalanceInterval is how often the leader checks the voting group
+	// besides after every change (default 2 s).
+	RebalanceInterval time.Duration
+}
+
+// DefaultOptions returns the defaults the fields document.
+func DefaultOptions() Options {
+	var o Options
+	o.EnsureDefaults()
+	return o
+}
+
+// EnsureDefaults sets every zero field to its default.
+func (o *Options) EnsureDefaults() {
+	def := func(d *time.Duration, v time.Duration) {
+		if *d <= 0 {
+			*d = v
+		}
+	}
+	if o.Voters <= 0 {
+		o.Voters = 3
+	}
+	def(&o.HeartbeatTimeout, time.Second)
+	def(&o.ElectionTimeout, time.Second)
+	def(&o.LeaderLeaseTimeout, 500*time.Millisecond)
+	def(&o.CommitTimeout, 50*time.Millisecond)
+	def(&o.ApplyTimeout, 10*time.Second)
+	def(&o.SnapshotInterval, 30*time.Second)
+	def(&o.HandshakeTimeout, 5*time.Second)
+	def(&o.RebalanceInterval, 2*time.Second)
+	if o.SnapshotThreshold == 0 {
+		o.SnapshotThreshold = 1024
+	}
+	if o.TrailingLogs == 0 {
+		o.TrailingLogs = 1024
+	}
+	if o.RetainSnapshots <= 0 {
+		o.RetainSnapshots = 2
+	}
+	if o.MaxSnapshotBytes <= 0 {
+		o.MaxSnapshotBytes = 64 << 20
+	}
+	if o.MaxCommandBytes <= 0 {
+		o.MaxCommandBytes = 1 << 20
+	}
+	if o.MaxPending <= 0 {
+		o.MaxPending = 64
+	}
+}
+
+// Validate checks the options after EnsureDefaults.
+func (o *Options) Validate() error {
+	if o.Voters != 3 && o.Voters != 5 {
+		return fmt.Errorf("--maplog-voters %d: want 3 or 5", o.Voters)
+	}
+	if o.LeaderLeaseTimeout > o.HeartbeatTimeout {
+		return fmt.Errorf("maplog: leader lease %v exceeds the heartbeat timeout %v", o.LeaderLeaseTimeout, o.HeartbeatTimeout)
+	}
+	return nil
+}
+
+// RegisterFlags defines the flags of the fields that have one, with their
+// current values as defaults.
+func (o *Options) RegisterFlags(fs *flag.FlagSet) {
+	fs.IntVar(&o.Voters, "maplog-voters", o.Voters, "members that vote on the cluster map's log (3 or 5); the others follow it")
+	fs.DurationVar(&o.ApplyTimeout, "maplog-apply-timeout", o.ApplyTimeout, "how long a membership change waits for the log to commit it")
+	fs.IntVar(&o.MaxPending, "maplog-max-pending", o.MaxPending, "connections to the log's port handshaking or being answered at once; more are closed")
+}
+
+// voterCount is how many of n members vote: Voters, or n if fewer,
+// rounded down to an odd number (an even group tolerates no more
+// failures than the odd one below it, and needs one more for a quorum).
+func voterCount(voters, n int) int {
+	k := min(voters, n)
+	if k > 1 && k%2 == 0 {
+		k--
+	}
+	return k
+}
+
+// ServerID is the raft id of node id: its map id in decimal.
+func ServerID(id int) raft.ServerID { return raft.ServerID(strconv.Itoa(id)) }
+
+func nodeOf(s raft.ServerID) (int, bool) {
+	id, err := strconv.Atoi(string(s))
+	return id, err == nil
+}
+
+// NotLeaderError is a proposal made on a member that is not the leader.
+// LeaderAddr is the leader's log address, empty while none is known.
+type NotLeaderError struct {
+	LeaderID   int
+	LeaderAddr string
+}
+
+func (e *NotLeaderError) Error() string {
+	if e.LeaderAddr == "" {
+		return "maplog: not the leader, and no leader is known now"
+	}
+	return fmt.Sprintf("maplog: not the leader; the leader is node %d at %s", e.LeaderID, e.LeaderAddr)
+}
+
+// Log is one node's replica of the cluster map's log. Open opens its
+// stores; Start starts raft; Close stops it.
+type Log struct {
+	o     Options
+	self  int
+	log   *slog.Logger
+	store *Store
+	fsm   *fsm
+	trans raft.Transport
+	fwd   Forwarder // nil: proposals are not forwarded
+	r     *raft.Raft
+
+	obsCh chan raft.Observation
+	obs   *raft.Observer
+	stop  chan struct{}
+	wg    sync.WaitGroup
+
+	mu      sync.Mutex
+	failing map[raft.ServerID]bool // peers the leader's heartbeats fail to reach
+}
+
+// Open opens the log of node self under dir on fs (a Pebble instance
+// of its own; vfs.Default, or vfs.NewMem in tests). trans carries raft's
+// RPCs (NewTCPTransport over a Network, or raft's in-memory transport in
+// tests); fwd, when set, carries proposals forwarded to the leader (the
+// Network, which is closed with the log). It
+// starts nothing.
+func Open(fs vfs.FS, dir string, self int, trans raft.Transport, fwd Forwarder, o Options, log *slog.Logger) (*Log, error) {
+	o.EnsureDefaults()
+	if err := o.Validate(); err != nil {
+		return nil, err
+	}
+	st, err := OpenStore(fs, dir, o.RetainSnapshots, o.MaxSnapshotBytes, log)
+	if err != nil {
+		return nil, err
+	}
+	return &Log{
+		o: o, self: self, log: log.With("component", "maplog"), store: st, fsm: newFSM(),
+		trans: trans, fwd: fwd, stop: make(chan struct{}),
+		failing: map[raft.ServerID]bool{},
+	}, nil
+}
+
+// NewTCPTransport is raft's network transport over n.
+func NewTCPTransport(n *Network, log *slog.Logger) raft.Transport {
+	return raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
+		Stream:  n,
+		MaxPool: 3,
+		Timeout: 10 * time.Second,
+		Logger:  newHCLog(log),
+	})
+}
+
+// HasState reports whether the log was started before (it has a term, an
+// entry or a snapshot): a node with state never bootstraps again.
+func (l *Log) HasState() (bool, error) {
+	return raft.HasExistingState(l.store, l.store, l.store)
+}
+
+// Start starts raft: the latest snapshot is restored into the map at
+// once, the entries after it are applied once a leader confirms them.
+func (l *Log) Start() error {
+	cfg := raft.DefaultConfig()
+	cfg.LocalID = ServerID(l.self)
+	cfg.HeartbeatTimeout = l.o.HeartbeatTimeout
+	cfg.ElectionTimeout = l.o.ElectionTimeout
+	cfg.LeaderLeaseTimeout = l.o.LeaderLeaseTimeout
+	cfg.CommitTimeout = l.o.CommitTimeout
+	cfg.SnapshotThreshold = l.o.SnapshotThreshold
+	cfg.TrailingLogs = l.o.TrailingLogs
+	cfg.SnapshotInterval = l.o.SnapshotInterval
+	cfg.Logger = newHCLog(l.log)
+	r, err := raft.NewRaft(cfg, l.fsm, l.store, l.store, l.store, l.trans)
+	if err != nil {
+		return fmt.Errorf("maplog: start raft: %w", err)
+	}
+	l.r = r
+	if l.fwd != nil {
+		l.fwd.ServeForwarded(l.answerForwarded)
+	}
+	l.obsCh = make(chan raft.Observation, 64)
+	l.obs = raft.NewObserver(l.obsCh, false, func(o *raft.Observation) bool {
+		switch o.Data.(type) {
+		case raft.LeaderObservation, raft.FailedHeartbeatObservation, raft.ResumedHeartbeatObservation, raft.PeerObservation:
+			return true
+		}
+		return false
+	})
+	r.RegisterObserver(l.obs)
+	l.wg.Go(l.maintain)
+	return nil
+}
+
+// Server is a member of the voting group's configuration.
+type Server struct {
+	ID   int
+	Addr string
+}
+
+// Bootstrap makes the group's first configuration of a new cluster:
+// the servers (every seed, each bootstrapping with the same list, which
+// hashicorp/raft requires) by id, the first voterCount of them voters and
+// the rest non-voters. A log with state ignores it: bootstrap happens
+// once, whatever the restarts.
+func (l *Log) Bootstrap(servers []Server) error {
+	servers = slices.Clone(servers)
+	slices.SortFunc(servers, func(a, b Server) int { return a.ID - b.ID })
+	k := voterCount(l.o.Voters, len(servers))
+	var conf raft.Configuration
+	for i, s := range servers {
+		suffrage := raft.Nonvoter
+		if i < k {
+			suffrage = raft.Voter
+		}
+		conf.Servers = append(conf.Servers, raft.Server{Suffrage: suffrage, ID: ServerID(s.ID), Address: raft.ServerAddress(s.Addr)})
+	}
+	if i := slices.IndexFunc(servers, func(s Server) bool { return s.ID == l.self }); i < 0 || i >= k {
+		// Only voters bootstrap (raft refuses a non-voter); a non-voter
+		// waits for the leader to reach it.
+		return nil
+	}
+	err := l.r.BootstrapCluster(conf).Error()
+	if errors.Is(err, raft.ErrCantBootstrap) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("maplog: bootstrap: %w", err)
+	}
+	return nil
+}
+
+// Close stops raft and closes the stores and the network.
+func (l *Log) Close() error {
+	var errs []error
+	if l.r != nil {
+		close(l.stop)
+		l.wg.Wait()
+		l.r.DeregisterObserver(l.obs)
+		if err := l.r.Shutdown().Error(); err != nil {
+			errs = append(errs, fmt.Errorf("maplog: shut raft down: %w", err))
+		}
+	}
+	if c, ok := l.trans.(raft.WithClose); ok {
+		errs = append(errs, c.Close())
+	}
+	if c, ok := l.fwd.(interface{ Close() error }); ok {
+		errs = append(errs, c.Close())
+	}
+	errs = append(errs, l.store.Close())
+	return errors.Join(errs...)
+}
+
+// State returns the log's state as this replica has applied it.
+func (l *Log) State() *State {
+	s, _ := l.fsm.current()
+	return s
+}
+
+// Map returns the map as this replica has applied it (nil before the
+// seed).
+func (l *Log) Map() *clustermap.Map { return l.State().Map }
+
+// Watch returns the state and a channel closed once a newer state is
+// applied.
+func (l *Log) Watch() (*State, <-chan struct{}) { return l.fsm.current() }
+
+// Leader returns the leader's node id and log address (-1, "" when none
+// is known).
+func (l *Log) Leader() (int, string) {
+	addr, id := l.r.LeaderWithID()
+	n, ok := nodeOf(id)
+	if !ok || addr == "" {
+		return -1, ""
+	}
+	return n, string(addr)
+}
+
+// IsLeader reports whether this replica leads.
+func (l *Log) IsLeader() bool { return l.r.State() == raft.Leader }
+
+// Propose applies c if this replica leads and returns its result: the
+// real outcome, accepted or refused with the reason. On another replica
+// it returns a *NotLeaderError naming the leader.
+func (l *Log) Propose(ctx context.Context, c Command) (*Result, error) {
+	b, err := json.Marshal(c)
+	if err != nil {
+		return nil, fmt.Errorf("maplog: encode %s: %w", c.Op, err)
+	}
+	return l.propose(ctx, b)
+}
+
+func (l *Log) propose(ctx context.Context, b []byte) (*Result, error) {
+	if len(b) > l.o.MaxCommandBytes {
+		return nil, fmt.Errorf("maplog: command of %d bytes over the limit of %d", len(b), l.o.MaxCommandBytes)
+	}
+	if l.r.State() != raft.Leader {
+		return nil, l.notLeader()
+	}
+	timeout := l.o.ApplyTimeout
+	if d, ok := ctx.Deadline(); ok {
+		timeout = min(timeout, time.Until(d))
+	}
+	f := l.r.Apply(b, timeout)
+	if err := f.Error(); err != nil {
+		if errors.Is(err, raft.ErrNotLeader) {
+			return nil, l.notLeader()
+		}
+		return nil, fmt.Errorf("maplog: propose: %w", err)
+	}
+	res, ok := f.Response().(*Result)
+	if !ok {
+		return nil, fmt.Errorf("maplog: propose: unexpected response %T", f.Response())
+	}
+	return res, nil
+}
+
+func (l *Log) notLeader() error {
+	id, addr := l.Leader()
+	return &NotLeaderError{LeaderID: id, LeaderAddr: addr}
+}
+
+// answerForwarded answers a proposal forwarded by another member.
+func (l *Log) answerForwarded(ctx context.Context, b []byte) []byte {
+	var c Command
+	var rep forwardReply
+	if err := json.Unmarshal(b, &c); err != nil {
+		rep.Err = fmt.Sprintf("bad command: %v", err)
+	} else if res, err := l.propose(ctx, b); err != nil {
+		var nl *NotLeaderError
+		if errors.As(err, &nl) {
+			rep.Leader = nl.LeaderAddr
+		}
+		rep.Err = err.Error()
+	} else {
+		rep.Result = res
+	}
+	out, _ := json.Marshal(rep)
+	return out
+}
+
+// isChange reports whether op changes the map (and so gets an ID).
+func isChange(op Op) bool {
+	switch op {
+	case OpJoin, OpDecommission, OpReplace, OpAbort, OpSeed:
+		return true
+	}
+	return false
+}
+
+// Submit proposes c until the log answers or ctx ends: on a replica that
+// does not lead it forwards c to the leader (with a Network), and it
+// tries again while there is no leader or the leader loses its office.
+// A change is given an ID first, so that a retry after an uncertain
+// outcome is answered with the first attempt's outcome.
+func (l *Log) Submit(ctx context.Context, c Command) (*Result, error) {
+	if c.ID == "" && isChange(c.Op) {
+		var b [12]byte
+		_, _ = rand.Read(b[:])
+		c.ID = hex.EncodeToString(b[:])
+	}
+	b, err := json.Marshal(c)
+	if err != nil {
+		return nil, fmt.Errorf("maplog: encode %s: %w", c.Op, err)
+	}
+	if len(b) > l.o.MaxCommandBytes {
+		return nil, fmt.Errorf("maplog: %s of %d bytes over the limit of %d", c.Op, len(b), l.o.MaxCommandBytes)
+	}
+	wait := max(l.o.HeartbeatTimeout/10, 10*time.Millisecond)
+	for {
+		res, err := l.propose(ctx, b)
+		if err == nil {
+			return res, nil
+		}
+		var nl *NotLeaderError
+		switch {
+		case errors.Is(err, raft.ErrRaftShutdown):
+			return nil, err
+		case errors.As(err, &nl) && nl.LeaderAddr != "" && l.fwd != nil:
+			out, ferr := l.fwd.Forward(ctx, nl.LeaderAddr, b)
+			var rep forwardReply
+			if ferr == nil {
+				ferr = json.Unmarshal(out, &rep)
+			}
+			switch {
+			case ferr != nil:
+				err = ferr
+			case rep.Result != nil:
+				return rep.Result, nil
+			default:
+				err = errors.New(rep.Err)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("maplog: %s not answered: %w (last: %w)", c.Op, ctx.Err(), err)
+		case <-time.After(wait):
+		}
+	}
+}
+
+// Ack reports that this node installed the map of epoch.
+func (l *Log) Ack(ctx context.Context, epoch uint64) (*Result, error) {
+	return l.Submit(ctx, Command{Op: OpAck, Node: l.self, Epoch: epoch})
+}
+
+// Copied reports that this node copied its gains at the stream epoch.
+func (l *Log) Copied(ctx context.Context, epoch uint64) (*Result, error) {
+	return l.Submit(ctx, Command{Op: OpCopied, Node: l.self, Epoch: epoch})
+}
+
+// AwaitOutcome waits until the change the request id began has ended
+// (completed or aborted), as this replica applies the log.
+func (l *Log) AwaitOutcome(ctx context.Context, id string) (*Outcome, error) {
+	for {
+		s, changed := l.Watch()
+		if s.Last != nil && s.Last.ID == id {
+			o := *s.Last
+			return &o, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("maplog: change %s not ended: %w", id, ctx.Err())
+		case <-changed:
+		}
+	}
+}
+
+// Configuration returns the voting group's configuration as committed.
+func (l *Log) Configuration() ([]raft.Server, error) {
+	f := l.r.GetConfiguration()
+	if err := f.Error(); err != nil {
+		return nil, fmt.Errorf("maplog: configuration: %w", err)
+	}
+	return f.Configuration().Servers, nil
+}
+
+// AddVoter makes node id at addr a voter (leader only).
+func (l *Log) AddVoter(id int, addr string) error {
+	return wrapConf("add voter", id, l.r.AddVoter(ServerID(id), raft.ServerAddress(addr), 0, l.o.ApplyTimeout).Error())
+}
+
+// AddNonvoter makes node id at addr a non-voter, or updates its address
+// (leader only).
+func (l *Log) AddNonvoter(id int, addr string) error {
+	return wrapConf("add non-voter", id, l.r.AddNonvoter(ServerID(id), raft.ServerAddress(addr), 0, l.o.ApplyTimeout).Error())
+}
+
+// Demote makes voter id a non-voter (leader only).
+func (l *Log) Demote(id int) error {
+	return wrapConf("demote", id, l.r.DemoteVoter(ServerID(id), 0, l.o.ApplyTimeout).Error())
+}
+
+// Remove takes node id out of the group (leader only). A removed node's
+// vote requests are refused by every member (hashicorp/raft refuses a
+// candidate not in its configuration), so it cannot disrupt the group.
+func (l *Log) Remove(id int) error {
+	return wrapConf("remove", id, l.r.RemoveServer(ServerID(id), 0, l.o.ApplyTimeout).Error())
+}
+
+func wrapConf(what string, id int, err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("maplog: %s node %d: %w", what, id, err)
+}
+
+// maintain runs the leader's upkeep of the voting group: after every map
+// change, leadership change or heartbeat news, and every
+// RebalanceInterval.
+func (l *Log) maintain() {
+	t := time.NewTicker(l.o.RebalanceInterval)
+	defer t.Stop()
+	for {
+		_, changed := l.Watch()
+		select {
+		case <-l.stop:
+			return
+		case <-changed:
+		case o := <-l.obsCh:
+			l.mu.Lock()
+			switch d := o.Data.(type) {
+			case raft.FailedHeartbeatObservation:
+				l.failing[d.PeerID] = true
+			case raft.ResumedHeartbeatObservation:
+				delete(l.failing, d.PeerID)
+			case raft.LeaderObservation:
+				clear(l.failing) // a new leader's heartbeats tell afresh
+			}
+			l.mu.Unlock()
+		case <-t.C:
+		}
+		if l.IsLeader() {
+			if err := l.Rebalance(); err != nil && !errors.Is(err, raft.ErrNotLeader) {
+				l.log.Warn("maplog: rebalance the voting group", "err", err)
+			}
+		}
+	}
+}
+
+// Rebalance makes the group's configuration follow the map (leader only):
+// a node that left the map leaves the group, a member with a log address
+// joins it as a non-voter, and the voters are kept at voterCount: while
+// fewer vote, the reachable non-voter with the lowest id is promoted
+// (before anyone is demoted, so the group never shrinks below a quorum of
+// reachable voters by this step); while more vote, a voter the leader's
+// heartbeats fail to reach is demoted first, else the highest id. A
+// leader that left the map hands its office to another voter first.
+func (l *Log) Rebalance() error {
+	st := l.State()
+	if st.Map == nil {
+		return nil
+	}
+	servers, err := l.Configuration()
+	if err != nil {
+		return err
+	}
+	l.mu.Lock()
+	failing := make(map[raft.ServerID]bool, len(l.failing))
+	for k, v := range l.failing {
+		failing[k] = v
+	}
+	l.mu.Unlock()
+	inConf := map[int]raft.Server{}
+	for _, s := range servers {
+		id, ok := nodeOf(s.ID)
+		if !ok || st.Map.Node(id) == nil {
+			if s.ID == ServerID(l.self) {
+				return l.r.LeadershipTransfer().Error()
+			}
+			if err := l.r.RemoveServer(s.ID, 0, l.o.ApplyTimeout).Error(); err != nil {
+				return fmt.Errorf("maplog: remove %s, not in the map: %w", s.ID, err)
+			}
+			continue
+		}
+		inConf[id] = s
+	}
+	for _, n := range st.Map.Nodes {
+		addr := st.Addrs[n.ID]
+		if addr == "" {
+			continue
+		}
+		if s, ok := inConf[n.ID]; ok && string(s.Address) == addr {
+			continue
+		}
+		if s, ok := inConf[n.ID]; ok && s.Suffrage == raft.Voter {
+			// A replaced node's new address: keep its vote.
+			if err := l.AddVoter(n.ID, addr); err != nil {
+				return err
+			}
+		} else if err := l.AddNonvoter(n.ID, addr); err != nil {
+			return err
+		}
+		inConf[n.ID] = raft.Server{ID: ServerID(n.ID), Address: raft.ServerAddress(addr), Suffrage: inConf[n.ID].Suffrage}
+	}
+	var voters, healthy []int
+	var candidates []int
+	for _, id := range sortedIDs(inConf) {
+		s := inConf[id]
+		switch {
+		case s.Suffrage == raft.Voter:
+			voters = append(voters, id)
+			if !failing[s.ID] {
+				healthy = append(healthy, id)
+			}
+		case !failing[s.ID]:
+			candidates = append(candidates, id)
+		}
+	}
+	k := voterCount(l.o.Voters, len(inConf))
+	for len(healthy) < k && len(candidates) > 0 {
+		id := candidates[0]
+		candidates = candidates[1:]
+		if err := l.AddVoter(id, string(inConf[id].Address)); err != nil {
+			return err
+		}
+		voters = append(voters, id)
+		healthy = append(healthy, id)
+	}
+	for len(voters) > k {
+		victim := -1
+		for _, id := range voters {
+			if failing[ServerID(id)] && id != l.self {
+				victim = id
+				break
+			}
+		}
+		if victim < 0 {
+			for _, id := range slices.Backward(voters) {
+				if id != l.self {
+					victim = id
+					break
+				}
+			}
+		}
+		if err := l.Demote(victim); err != nil {
+			return err
+		}
+		voters = slices.DeleteFunc(voters, func(id int) bool { return id == victim })
+	}
+	return nil
+}
