@@ -213,7 +213,8 @@ func (s *Server) entity(ctx *fasthttp.RequestCtx, info *reqInfo) Op {
 		methodNotAllowed(ctx, "GET, HEAD, PUT, DELETE")
 		return OpOther
 	}
-	p, aerr := parseEntity(ctx.URI().QueryString(), ctx.QueryArgs(), s.Coord.Replicas(), s.Limits.MaxKeyBytes)
+	replicas, maxAck := s.Coord.Factors()
+	p, aerr := parseEntity(ctx.URI().QueryString(), ctx.QueryArgs(), replicas, maxAck, s.Limits.MaxKeyBytes)
 	if aerr != nil {
 		fail(ctx, aerr)
 		return op
