@@ -251,14 +251,15 @@ func (c *Coordinator) Register(reg prometheus.Registerer) {
 // Start runs the background read repairs.
 func (c *Coordinator) Start() { c.repairs.start() }
 
-// Factors returns the largest from and the largest ack a request may ask,
-// from one view: the replication factor twice, but during a replicas
-// change, where from may be the larger of the two sets' factors (each set
-// is asked for at most its own) and ack at most the smaller (a write needs
-// ack replicas of each set). See placement.Sets.
-func (c *Coordinator) Factors() (from, ack int) {
+// Factors returns the largest from, and the largest ack a write and a read
+// may ask, from one view: the replication factor three times, but during a
+// replicas change, where from may be the larger of the two sets' factors
+// (each set is asked for at most its own), a write's ack at most the
+// smaller (it needs ack replicas of each set) and a read's at most the
+// factor of the set it reads at the stage. See placement.Sets.
+func (c *Coordinator) Factors() (from, writeAck, readAck int) {
 	v := c.d.Views()
-	return v.Replicas, v.MaxAck
+	return v.Replicas, v.MaxAck, v.ReadFactor()
 }
 
 // Close waits for background replica calls to finish (each is bounded by

@@ -68,6 +68,11 @@ func TestMembershipReplicasChangeUnderLoad(t *testing.T) {
 		code, body = c.Client().Do(t, http.MethodPut, testcluster.EntityURL(c.URL(2), "m0-0", 3, 0), []byte("x"))
 		require.Equal(t, http.StatusBadRequest, code)
 		require.Contains(t, string(body), "ack=3 exceeds 2: the replication factor is changing between 2 and 3")
+		// So is a read's until read-new: it asks the old set, of 2 (the
+		// stream stage lasts seconds of the bubble's clock; this takes none).
+		code, body = c.Client().Do(t, http.MethodGet, testcluster.EntityURL(c.URL(0), "m0-0", 3, 3), nil)
+		require.Equal(t, http.StatusBadRequest, code)
+		require.Contains(t, string(body), "ack=3 exceeds 2")
 		code, body = c.Client().Do(t, http.MethodPost, c.AdminURL(0)+"/cluster/replicas?n=1", nil)
 		require.Equal(t, http.StatusConflict, code, "one change at a time: %s", body)
 		grown := c.AwaitStable(2 * time.Minute)

@@ -134,10 +134,11 @@ func parseEntity(raw []byte, args *fasthttp.Args, replicas, maxAck, maxKey int) 
 //
 // replicas and maxAck are the coordinator's Factors: the same but while a
 // replicas change is under way, where replicas is the larger of the two
-// sets' factors and maxAck the smaller, since a write needs ack replicas
-// of each set (placement.Sets). The default ack is then cut to maxAck
-// (it differs only in a change to or from factor 1, which the docs
-// describe); an ack asked above it is refused, not cut.
+// sets' factors and maxAck, for a write, the smaller (a write needs ack
+// replicas of each set) and, for a read, the factor of the set it reads
+// (placement.Sets). The default ack is then cut to maxAck (a change to or
+// from factor 1 is the one where this happens, docs/membership.md); an
+// ack asked above it is refused, not cut.
 func parseReplication(args *fasthttp.Args, replicas, maxAck int) (ack, from int, _ *apiError) {
 	from = replicas
 	if args.Has("from") {
