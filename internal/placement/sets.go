@@ -35,9 +35,9 @@ type Sets struct {
 	// Replicas is the largest from a request may ask: the larger factor.
 	// Each set is asked for at most its own factor of them.
 	Replicas int
-	// MaxAck is the largest ack a request may ask: the smaller factor,
-	// since a write must have ack replicas of each set (and a read of the
-	// set it reads, either of them by the stage).
+	// MaxAck is the largest ack a write may ask: the smaller factor,
+	// since a write must have ack replicas of each set. A read asks one
+	// set, and may ask up to its factor (ReadFactor).
 	MaxAck int
 }
 
