@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 )
 
@@ -29,13 +30,15 @@ type ClusterNode struct {
 }
 
 // Change is a membership change under way: Kind "join" or
-// "decommission" of node Node, at Stage "write-both", "stream" or
-// "read-new", driven by node Driver.
+// "decommission" of node Node, or "replicas" (the replication factor
+// changing to Replicas; Node is then the driver), at Stage "write-both",
+// "stream" or "read-new", driven by node Driver.
 type Change struct {
-	Kind   string `json:"kind"`
-	Node   int    `json:"node"`
-	Stage  string `json:"stage"`
-	Driver int    `json:"driver"`
+	Kind     string `json:"kind"`
+	Node     int    `json:"node"`
+	Stage    string `json:"stage"`
+	Driver   int    `json:"driver"`
+	Replicas int    `json:"replicas,omitempty"`
 }
 
 // NodeURL returns the URL of node id, or "" when the map has none.
@@ -109,6 +112,14 @@ func (c *Client) Decommission(ctx context.Context, admin, nodeURL string) (*Clus
 // data.
 func (c *Client) Replace(ctx context.Context, admin, deadURL, newURL string) (*ClusterMap, error) {
 	return c.change(ctx, admin, "/cluster/replace", url.Values{"node": {deadURL}, "with": {newURL}})
+}
+
+// SetReplicas asks the node whose admin listener is at admin to begin
+// changing the replication factor to n (from 1 to the number of nodes):
+// the nodes that gain partitions copy them, and those that lose some drop
+// them at the end, through the stages of a join.
+func (c *Client) SetReplicas(ctx context.Context, admin string, n int) (*ClusterMap, error) {
+	return c.change(ctx, admin, "/cluster/replicas", url.Values{"n": {strconv.Itoa(n)}})
 }
 
 func (c *Client) change(ctx context.Context, admin, path string, q url.Values) (*ClusterMap, error) {

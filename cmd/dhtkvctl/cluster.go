@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"strconv"
 	"text/tabwriter"
 	"time"
 
@@ -24,13 +25,19 @@ its --admin-listen), which drives them (docs/membership.md):
                         stops by itself
   replace DEAD NEW      give a dead node's identity to a new, empty machine
                         at NEW; start it with --join: it rebuilds the data
+  replicas N            change the replication factor to N (1 to the number
+                        of nodes) over the same nodes: growing copies each
+                        partition to its next-ranked node, shrinking drops
+                        it from its last-ranked one at the end; while it
+                        runs a request's ack is at most the smaller factor
+                        (docs/membership.md)
   cluster               print the cluster map and the change under way
 
-join and decommission wait until the change is complete (every stage, the
-partitions copied), printing each stage, unless --no-wait; --wait-timeout
-bounds the wait (the change goes on without the command). Exit 1 when the
-change is refused (another one runs, a member does not answer) or the
-wait times out.`
+join, decommission and replicas wait until the change is complete (every
+stage, the partitions copied), printing each stage, unless --no-wait;
+--wait-timeout bounds the wait (the change goes on without the command).
+Exit 1 when the change is refused (another one runs, a member does not
+answer, the factor is out of range or unchanged) or the wait times out.`
 
 // membershipFlags are the flags of the membership commands.
 type membershipFlags struct {
@@ -141,7 +148,9 @@ func waitChange(w io.Writer, c *client.Client, admin string, from uint64, timeou
 
 func describeMap(m *client.ClusterMap) string {
 	s := fmt.Sprintf("epoch %d, %d nodes, replication factor %d", m.Epoch, len(m.Nodes), m.Replicas)
-	if ch := m.Change; ch != nil {
+	if ch := m.Change; ch != nil && ch.Kind == "replicas" {
+		s += fmt.Sprintf(", changing to %d at stage %s", ch.Replicas, ch.Stage)
+	} else if ch != nil {
 		s += fmt.Sprintf(", %s of %s at stage %s", ch.Kind, m.NodeURL(ch.Node), ch.Stage)
 	} else {
 		s += ", no change under way"
@@ -183,6 +192,14 @@ func membershipCmds(e *env, fs func(string) *flag.FlagSet) []*ffcli.Command {
 		changeCmd(e, fs("replace"), "replace", "DEAD-URL NEW-URL", "give a dead node's identity to a new machine", 2,
 			func(ctx context.Context, c *client.Client, admin string, args []string) (*client.ClusterMap, error) {
 				return c.Replace(ctx, admin, args[0], args[1])
+			}),
+		changeCmd(e, fs("replicas"), "replicas", "N", "change the replication factor to N", 1,
+			func(ctx context.Context, c *client.Client, admin string, args []string) (*client.ClusterMap, error) {
+				n, err := strconv.Atoi(args[0])
+				if err != nil || n < 1 {
+					return nil, usagef("replicas takes the new replication factor, a whole number from 1 to the number of nodes, got %q", args[0])
+				}
+				return c.SetReplicas(ctx, admin, n)
 			}),
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/dhtkv/dhtkv/client"
+	"github.com/dhtkv/dhtkv/internal/node"
 	"github.com/dhtkv/dhtkv/internal/testcluster"
 )
 
@@ -73,5 +74,36 @@ func TestMembershipCommands(t *testing.T) {
 		code, body := cl.Get(t, c.URL(joiner), fmt.Sprintf("j%d", i), 2, 2)
 		require.Equal(t, http.StatusOK, code)
 		require.Equal(t, "v", string(body))
+	}
+}
+
+// dhtkvctl replicas: a bad N is a usage error, a factor the map refuses
+// is exit 1 with the reason, and a change from 2 to 3 on a real 3-node
+// cluster waits through every stage and leaves every key on all three.
+func TestReplicasCommand(t *testing.T) {
+	c := testcluster.Start(t, 3, func(_ int, cfg *node.Config) { cfg.Replicas = 2 })
+	cl := testcluster.NewClient(t)
+	for i := range 30 {
+		require.Equal(t, http.StatusCreated, cl.Put(t, c.URL(0), fmt.Sprintf("r%d", i), []byte("v"), 2, 2))
+	}
+	admin := "--admin=" + c.Node(1).AdminAddr()
+	for _, s := range []step{
+		{name: "no N", args: []string{"replicas", admin}, code: exitUsage, errHas: "takes 1 arguments"},
+		{name: "not a number", args: []string{"replicas", admin, "three"}, code: exitUsage, errHas: `a whole number from 1 to the number of nodes, got "three"`},
+		{name: "zero", args: []string{"replicas", admin, "0"}, code: exitUsage, errHas: "got \"0\""},
+		{name: "above the nodes", args: []string{"replicas", admin, "4"}, code: exitError, errHas: "replication factor 4 out of range: from 1 to the number of nodes, 3"},
+		{name: "unchanged", args: []string{"replicas", admin, "2"}, code: exitError, errHas: "the replication factor is 2 already"},
+		{name: "help", args: []string{"replicas", "-h"}, outHas: []string{"replicas N", "smaller factor"}},
+		{name: "grow", args: []string{"replicas", admin, "3"}, outHas: []string{"replicas begun: epoch 2, 3 nodes, replication factor 2, changing to 3 at stage write-both", "stage stream", "3 nodes, replication factor 3, no change under way"}},
+	} {
+		s.run(t)
+	}
+	c.AwaitStable(t, 30*time.Second)
+	for i := range 30 {
+		for n := range 3 { // ack=3: every node is a replica now
+			code, body := cl.Get(t, c.URL(n), fmt.Sprintf("r%d", i), 3, 3)
+			require.Equal(t, http.StatusOK, code)
+			require.Equal(t, "v", string(body))
+		}
 	}
 }

@@ -75,7 +75,10 @@ func (c *Coordinator) Scan(ctx context.Context, start, end []byte, ack, from int
 		}
 		open = append(open, it)
 	}
-	if err := checkQuorum(len(failed), ack, from); err != nil {
+	// A key's replicas in the set read are at most that set's factor (a
+	// replicas change makes the sets' factors differ): from is cut to it,
+	// as for a Get (placement.Sets.ReadReplicas).
+	if err := checkQuorum(len(failed), ack, min(from, v.ReadFactor())); err != nil {
 		for _, it := range open {
 			it.Close()
 		}

@@ -45,6 +45,11 @@ type Kind string
 const (
 	Join         Kind = "join"         // Node takes its share of partitions
 	Decommission Kind = "decommission" // Node hands its partitions to the others, then leaves
+	// Replicas changes the replication factor to Change.Replicas over
+	// the same nodes: each partition's new replicas are the first
+	// Change.Replicas of its rendezvous ranking, so growing adds the next
+	// ranked node to each partition and shrinking drops the last.
+	Replicas Kind = "replicas"
 )
 
 // Stage is how far a change has gone. Each stage is one epoch; a stage is
@@ -76,9 +81,15 @@ const (
 
 // Change is a membership change under way.
 type Change struct {
-	Kind  Kind  `json:"kind"`
-	Node  int   `json:"node"` // the node joining or leaving
+	Kind Kind `json:"kind"`
+	// Node is the node joining or leaving; for a replicas change, which
+	// moves no node, the driver (so that it always names a member).
+	Node  int   `json:"node"`
 	Stage Stage `json:"stage"`
+	// Replicas is, for a replicas change, the new set's replication
+	// factor (the map's Replicas stays the old set's until the change is
+	// over); 0 for the other kinds, whose sets share the map's factor.
+	Replicas int `json:"replicas,omitempty"`
 	// Driver is the node that runs the change (the one the operator asked);
 	// it resumes the change after a restart.
 	Driver int `json:"driver"`
@@ -91,8 +102,10 @@ type Map struct {
 	Cluster uint64 `json:"cluster"`
 	// Epoch increases with every change of the map.
 	Epoch uint64 `json:"epoch"`
-	// Replicas is the replication factor, fixed when the map is seeded
-	// (--replicas). While the cluster has fewer nodes, every node holds
+	// Replicas is the replication factor, set when the map is seeded
+	// (--replicas) and changed only by a replicas change (BeginReplicas),
+	// at its end; during one it is the old set's factor (NewReplicas is
+	// the new set's). While the cluster has fewer nodes, every node holds
 	// every partition.
 	Replicas int `json:"replicas"`
 	// Nodes are the members, ordered by ID, including a node joining or
@@ -174,8 +187,15 @@ func (m *Map) Validate() error {
 		urls[n.URL] = true
 	}
 	if c := m.Change; c != nil {
-		if c.Kind != Join && c.Kind != Decommission {
+		if c.Kind != Join && c.Kind != Decommission && c.Kind != Replicas {
 			return fmt.Errorf("cluster map: unknown change %q", c.Kind)
+		}
+		if c.Kind == Replicas {
+			if c.Replicas < 1 || c.Replicas > len(m.Nodes) || c.Replicas == m.Replicas {
+				return fmt.Errorf("cluster map: replicas change from %d to %d over %d nodes", m.Replicas, c.Replicas, len(m.Nodes))
+			}
+		} else if c.Replicas != 0 {
+			return fmt.Errorf("cluster map: %s change with a replication factor %d", c.Kind, c.Replicas)
 		}
 		if c.Stage != WriteBoth && c.Stage != Stream && c.Stage != ReadNew {
 			return fmt.Errorf("cluster map: unknown stage %q", c.Stage)
@@ -227,6 +247,16 @@ func (m *Map) New() []Node {
 	return without(m.Nodes, m.Change.Node)
 }
 
+// NewReplicas returns the replication factor of the placement after the
+// change under way: the change's for a replicas change, else the map's
+// (which is then both sets').
+func (m *Map) NewReplicas() int {
+	if m.Change != nil && m.Change.Kind == Replicas {
+		return m.Change.Replicas
+	}
+	return m.Replicas
+}
+
 func without(nodes []Node, id int) []Node {
 	out := make([]Node, 0, len(nodes))
 	for _, n := range nodes {
@@ -256,7 +286,7 @@ var ErrBusy = errors.New("another membership change is under way")
 // driven by node driver.
 func (m *Map) BeginJoin(url string, driver int) (*Map, error) {
 	if m.Change != nil {
-		return nil, fmt.Errorf("%w: %s of node %d, stage %s", ErrBusy, m.Change.Kind, m.Change.Node, m.Change.Stage)
+		return nil, fmt.Errorf("%w: %s", ErrBusy, m.Change.describe())
 	}
 	u, err := NormalizeURL(url)
 	if err != nil {
@@ -279,7 +309,7 @@ func (m *Map) BeginJoin(url string, driver int) (*Map, error) {
 // driven by node driver.
 func (m *Map) BeginDecommission(id, driver int) (*Map, error) {
 	if m.Change != nil {
-		return nil, fmt.Errorf("%w: %s of node %d, stage %s", ErrBusy, m.Change.Kind, m.Change.Node, m.Change.Stage)
+		return nil, fmt.Errorf("%w: %s", ErrBusy, m.Change.describe())
 	}
 	if m.Node(id) == nil {
 		return nil, fmt.Errorf("node %d is not a member", id)
@@ -290,6 +320,39 @@ func (m *Map) BeginDecommission(id, driver int) (*Map, error) {
 	n := m.next()
 	n.Change = &Change{Kind: Decommission, Node: id, Stage: WriteBoth, Driver: driver}
 	return n, n.Validate()
+}
+
+// BeginReplicas returns the map in which the replication factor starts
+// changing to n, driven by node driver. The nodes stay; each partition's
+// replica list in the new set is the first n of its ranking over them
+// (package placement), so the change moves only the partitions' n-th
+// ranked replicas (growing: copied to them in the stream stage; shrinking:
+// dropped by them at the end). It is refused during another change, for
+// the factor the map has (nothing to do), and outside 1 ≤ n ≤ nodes.
+func (m *Map) BeginReplicas(n, driver int) (*Map, error) {
+	if m.Change != nil {
+		return nil, fmt.Errorf("%w: %s", ErrBusy, m.Change.describe())
+	}
+	if n < 1 || n > len(m.Nodes) {
+		return nil, fmt.Errorf("replication factor %d out of range: from 1 to the number of nodes, %d", n, len(m.Nodes))
+	}
+	if n == m.Replicas {
+		return nil, fmt.Errorf("the replication factor is %d already", n)
+	}
+	if m.Node(driver) == nil {
+		return nil, fmt.Errorf("driver node %d is not a member", driver)
+	}
+	next := m.next()
+	next.Change = &Change{Kind: Replicas, Node: driver, Stage: WriteBoth, Driver: driver, Replicas: n}
+	return next, next.Validate()
+}
+
+// describe names the change for errors and logs.
+func (c *Change) describe() string {
+	if c.Kind == Replicas {
+		return fmt.Sprintf("replicas change to %d, stage %s", c.Replicas, c.Stage)
+	}
+	return fmt.Sprintf("%s of node %d, stage %s", c.Kind, c.Node, c.Stage)
 }
 
 // Advance returns the map of the change's next stage: the last stage
@@ -306,6 +369,7 @@ func (m *Map) Advance() (*Map, error) {
 		n.Change.Stage = ReadNew
 	case ReadNew:
 		n.Nodes = slices.Clone(m.New())
+		n.Replicas = m.NewReplicas()
 		n.Change = nil
 	}
 	return n, n.Validate()
@@ -340,7 +404,7 @@ func (m *Map) Abort() (*Map, error) {
 // data from the other replicas (placement does not change).
 func (m *Map) Replace(id int, url string) (*Map, error) {
 	if m.Change != nil {
-		return nil, fmt.Errorf("%w: %s of node %d, stage %s", ErrBusy, m.Change.Kind, m.Change.Node, m.Change.Stage)
+		return nil, fmt.Errorf("%w: %s", ErrBusy, m.Change.describe())
 	}
 	u, err := NormalizeURL(url)
 	if err != nil {
@@ -383,7 +447,11 @@ func (m *Map) String() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "epoch %d, %d nodes", m.Epoch, len(m.Nodes))
 	if c := m.Change; c != nil {
-		fmt.Fprintf(&b, ", %s of node %d at stage %s", c.Kind, c.Node, c.Stage)
+		if c.Kind == Replicas {
+			fmt.Fprintf(&b, ", replication factor %d to %d at stage %s", m.Replicas, c.Replicas, c.Stage)
+		} else {
+			fmt.Fprintf(&b, ", %s of node %d at stage %s", c.Kind, c.Node, c.Stage)
+		}
 	}
 	return b.String()
 }

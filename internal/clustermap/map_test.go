@@ -180,3 +180,116 @@ func TestAbort(t *testing.T) {
 		})
 	}
 }
+
+// A replicas change keeps the nodes, carries the new factor through the
+// three stages (the map's own factor staying the old set's), and sets it
+// at the end; both directions, and bounds at both ends.
+func TestReplicasStages(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		seedR, n int
+	}{
+		{"grow 2 to 3", 2, 3},
+		{"shrink 3 to 2", 3, 2},
+		{"shrink to 1", 2, 1},
+		{"grow 1 to all", 1, 3},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m, err := Seed(urls3, tc.seedR)
+			require.NoError(t, err)
+			c, err := m.BeginReplicas(tc.n, 1)
+			require.NoError(t, err)
+			require.Equal(t, &Change{Kind: Replicas, Node: 1, Stage: WriteBoth, Driver: 1, Replicas: tc.n}, c.Change)
+			require.Equal(t, m.Nodes, c.Old())
+			require.Equal(t, m.Nodes, c.New())
+			var stages []Stage
+			for c.Change != nil {
+				stages = append(stages, c.Change.Stage)
+				require.Equal(t, tc.seedR, c.Replicas, "the old set's factor until the end")
+				require.Equal(t, tc.n, c.NewReplicas())
+				back, err := Decode(c.Encode())
+				require.NoError(t, err)
+				require.Equal(t, c, back)
+				c, err = c.Advance()
+				require.NoError(t, err)
+			}
+			require.Equal(t, []Stage{WriteBoth, Stream, ReadNew}, stages)
+			require.Equal(t, uint64(5), c.Epoch)
+			require.Equal(t, tc.n, c.Replicas)
+			require.Equal(t, tc.n, c.NewReplicas())
+			require.Equal(t, m.Nodes, c.Nodes)
+			require.Equal(t, m.NextID, c.NextID)
+		})
+	}
+}
+
+// BeginReplicas refuses what cannot be done, with the reason; and a
+// change of another kind is refused while a replicas change is under way.
+func TestReplicasRefused(t *testing.T) {
+	m, err := Seed(urls3, 2)
+	require.NoError(t, err)
+	busy, err := m.BeginReplicas(3, 0)
+	require.NoError(t, err)
+	join, err := m.BeginJoin("http://127.0.0.1:9000", 0)
+	require.NoError(t, err)
+	for _, tc := range []struct {
+		name string
+		try  func() (*Map, error)
+		want string
+	}{
+		{"zero", func() (*Map, error) { return m.BeginReplicas(0, 0) }, "out of range: from 1 to the number of nodes, 3"},
+		{"negative", func() (*Map, error) { return m.BeginReplicas(-1, 0) }, "out of range"},
+		{"more than the nodes", func() (*Map, error) { return m.BeginReplicas(4, 0) }, "replication factor 4 out of range"},
+		{"the same factor", func() (*Map, error) { return m.BeginReplicas(2, 0) }, "the replication factor is 2 already"},
+		{"a stranger drives", func() (*Map, error) { return m.BeginReplicas(3, 7) }, "driver node 7 is not a member"},
+		{"during a join", func() (*Map, error) { return join.BeginReplicas(3, 0) }, "another membership change is under way: join of node 3, stage write-both"},
+		{"during a replicas change", func() (*Map, error) { return busy.BeginReplicas(1, 0) }, "another membership change is under way: replicas change to 3, stage write-both"},
+		{"join during it", func() (*Map, error) { return busy.BeginJoin("http://127.0.0.1:9001", 0) }, "another membership change"},
+		{"decommission during it", func() (*Map, error) { return busy.BeginDecommission(1, 0) }, "another membership change"},
+		{"replace during it", func() (*Map, error) { return busy.Replace(1, "http://127.0.0.1:9001") }, "another membership change"},
+	} {
+		_, err := tc.try()
+		require.ErrorContains(t, err, tc.want, tc.name)
+	}
+	require.Equal(t, "epoch 2, 3 nodes, replication factor 2 to 3 at stage write-both", busy.String())
+}
+
+// Validate refuses a replicas change whose factor cannot be, and a factor
+// on a change of another kind.
+func TestReplicasDecodeRefuses(t *testing.T) {
+	const nodes = `"nodes":[{"id":0,"url":"http://a:1"},{"id":1,"url":"http://b:1"}]`
+	for _, tc := range []struct{ name, json, want string }{
+		{"factor 0", `{"epoch":2,"replicas":1,"next_id":2,` + nodes + `,"change":{"kind":"replicas","node":0,"stage":"stream","driver":0,"replicas":0}}`, "replicas change from 1 to 0 over 2 nodes"},
+		{"above the nodes", `{"epoch":2,"replicas":1,"next_id":2,` + nodes + `,"change":{"kind":"replicas","node":0,"stage":"stream","driver":0,"replicas":3}}`, "replicas change from 1 to 3"},
+		{"unchanged", `{"epoch":2,"replicas":2,"next_id":2,` + nodes + `,"change":{"kind":"replicas","node":0,"stage":"stream","driver":0,"replicas":2}}`, "replicas change from 2 to 2"},
+		{"on a join", `{"epoch":2,"replicas":1,"next_id":2,` + nodes + `,"change":{"kind":"join","node":1,"stage":"stream","driver":0,"replicas":2}}`, "join change with a replication factor 2"},
+		{"unknown kind", `{"epoch":2,"replicas":1,"next_id":2,` + nodes + `,"change":{"kind":"shuffle","node":1,"stage":"stream","driver":0}}`, "unknown change"},
+	} {
+		_, err := Decode([]byte(tc.json))
+		require.ErrorContains(t, err, tc.want, tc.name)
+	}
+}
+
+// Abort of a replicas change keeps the old factor, before read-new only.
+func TestAbortReplicas(t *testing.T) {
+	m, err := Seed(urls3, 2)
+	require.NoError(t, err)
+	for stages, ok := range []bool{true, true, false} {
+		c, err := m.BeginReplicas(3, 0)
+		require.NoError(t, err)
+		for range stages {
+			c, err = c.Advance()
+			require.NoError(t, err)
+		}
+		a, err := c.Abort()
+		if !ok {
+			require.ErrorIs(t, err, ErrPastReadNew, "at %s", c.Change.Stage)
+			continue
+		}
+		require.NoError(t, err, "at %s", c.Change.Stage)
+		require.Nil(t, a.Change)
+		require.Equal(t, 2, a.Replicas)
+		require.Equal(t, m.Nodes, a.Nodes)
+		require.Equal(t, c.Epoch+1, a.Epoch)
+	}
+}

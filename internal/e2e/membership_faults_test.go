@@ -52,6 +52,10 @@ type memLoad struct {
 	workers int
 	keys    int // per worker
 	pace    time.Duration
+	// defaults: every request leaves ack and from to the node's defaults
+	// (a majority of the replication factor, which a replicas change
+	// moves), preload included; otherwise the fixed ones above.
+	defaults bool
 
 	mu    sync.Mutex
 	via   []int       // guarded by mu
@@ -82,7 +86,11 @@ func (l *memLoad) preload(t *testing.T) {
 		for k := range l.keys {
 			time.Sleep(time.Millisecond)
 			key := loadKey(w, k)
-			require.Equal(t, http.StatusCreated, l.put(0, fmt.Sprintf("writer%d", w), key, key+"-init", 3))
+			ack := 3
+			if l.defaults {
+				ack = 0
+			}
+			require.Equal(t, http.StatusCreated, l.put(0, fmt.Sprintf("writer%d", w), key, key+"-init", ack))
 		}
 	}
 }
@@ -92,7 +100,11 @@ func (l *memLoad) preload(t *testing.T) {
 // answer but 201 and 4xx leaves it in doubt.
 func (l *memLoad) put(via int, client, key, value string, ack int) int {
 	p := l.rec.Write(client, key, value)
-	code, body, err := do(l.cl, http.MethodPut, testcluster.EntityURL(l.c.URL(via), key, ack, 3), []byte(value))
+	from := 3
+	if l.defaults {
+		ack, from = 0, 0
+	}
+	code, body, err := do(l.cl, http.MethodPut, testcluster.EntityURL(l.c.URL(via), key, ack, from), []byte(value))
 	switch {
 	case code == http.StatusCreated:
 		p.OK()
@@ -132,7 +144,11 @@ func (l *memLoad) start() {
 					l.put(via, fmt.Sprintf("writer%d", w), key, fmt.Sprintf("%s-%d", key, n), 2)
 				} else {
 					key := loadKey(r.IntN(l.workers), r.IntN(l.keys))
-					l.count(get(l.rec, l.cl, l.c.URL(via), fmt.Sprintf("reader%d", w), key, 2, 3))
+					ack, from := 2, 3
+					if l.defaults {
+						ack, from = 0, 0
+					}
+					l.count(get(l.rec, l.cl, l.c.URL(via), fmt.Sprintf("reader%d", w), key, ack, from))
 				}
 			}
 		})
@@ -336,7 +352,7 @@ func (r *faultRun) check(m *clustermap.Map) {
 	}
 	final := map[string]history.Final{}
 	for _, key := range l.allKeys() {
-		code, body := l.cl.Get(t, c.URL(r.members[0]), key, 3, 3)
+		code, body := l.cl.Get(t, c.URL(r.members[0]), key, m.Replicas, m.Replicas) // every replica
 		require.Contains(t, []int{http.StatusOK, http.StatusNotFound}, code, key)
 		final[key] = history.Final{Found: code == http.StatusOK, Value: string(body)}
 	}

@@ -46,7 +46,7 @@ type rangeParams struct {
 // whole number from 1 to MaxScanLimit; format and scope are closed sets;
 // ack/from follow the entity rules and only mean something with
 // scope=cluster; no other parameter (checkQuery).
-func parseRange(raw []byte, args *fasthttp.Args, replicas, maxKey int) (rangeParams, *apiError) {
+func parseRange(raw []byte, args *fasthttp.Args, replicas, maxAck, maxKey int) (rangeParams, *apiError) {
 	var p rangeParams
 	var aerr *apiError
 	// The course's contract: a range has a start (absent or empty: 400).
@@ -97,7 +97,7 @@ func parseRange(raw []byte, args *fasthttp.Args, replicas, maxKey int) (rangePar
 	}
 	// Same rules and defaults as /v0/entity: from = cluster size, ack =
 	// majority of from.
-	if p.ack, p.from, aerr = parseReplication(args, replicas); aerr != nil {
+	if p.ack, p.from, aerr = parseReplication(args, replicas, maxAck); aerr != nil {
 		return p, aerr
 	}
 	return p, nil
@@ -109,7 +109,8 @@ func (s *Server) entities(ctx *fasthttp.RequestCtx) {
 		methodNotAllowed(ctx, "GET")
 		return
 	}
-	p, aerr := parseRange(ctx.URI().QueryString(), ctx.QueryArgs(), s.Coord.Replicas(), s.Limits.MaxKeyBytes)
+	replicas, _, maxAck := s.Coord.Factors() // a scan reads
+	p, aerr := parseRange(ctx.URI().QueryString(), ctx.QueryArgs(), replicas, maxAck, s.Limits.MaxKeyBytes)
 	if aerr != nil {
 		fail(ctx, aerr)
 		return

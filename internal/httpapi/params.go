@@ -112,7 +112,7 @@ func parseKey(args *fasthttp.Args, name string, maxKey int) ([]byte, *apiError) 
 // parseEntity reads id, ack and from from the query, raw as sent and
 // parsed into args; any other parameter is an error (checkQuery) but ttl,
 // which the handler reads (parseTTL).
-func parseEntity(raw []byte, args *fasthttp.Args, replicas, maxKey int) (entityParams, *apiError) {
+func parseEntity(raw []byte, args *fasthttp.Args, replicas, maxAck, maxKey int) (entityParams, *apiError) {
 	key, aerr := parseKey(args, "id", maxKey)
 	if aerr != nil {
 		return entityParams{}, aerr
@@ -120,7 +120,7 @@ func parseEntity(raw []byte, args *fasthttp.Args, replicas, maxKey int) (entityP
 	if aerr := checkQuery(raw, args, "id", "ack", "from", "ttl"); aerr != nil {
 		return entityParams{}, aerr
 	}
-	ack, from, aerr := parseReplication(args, replicas)
+	ack, from, aerr := parseReplication(args, replicas, maxAck)
 	if aerr != nil {
 		return entityParams{}, aerr
 	}
@@ -130,8 +130,16 @@ func parseEntity(raw []byte, args *fasthttp.Args, replicas, maxKey int) (entityP
 // parseReplication reads ack and from: from defaults to the replication
 // factor (--replicas, the cluster size unless set),
 // ack to a majority of from (from/2+1); both must be numbers with
-// 1 <= ack <= from <= replicas.
-func parseReplication(args *fasthttp.Args, replicas int) (ack, from int, _ *apiError) {
+// 1 <= ack <= from <= replicas and ack <= maxAck.
+//
+// replicas and maxAck are the coordinator's Factors: the same but while a
+// replicas change is under way, where replicas is the larger of the two
+// sets' factors and maxAck, for a write, the smaller (a write needs ack
+// replicas of each set) and, for a read, the factor of the set it reads
+// (placement.Sets). The default ack is then cut to maxAck (a change to or
+// from factor 1 is the one where this happens, docs/membership.md); an
+// ack asked above it is refused, not cut.
+func parseReplication(args *fasthttp.Args, replicas, maxAck int) (ack, from int, _ *apiError) {
 	from = replicas
 	if args.Has("from") {
 		n, err := parsePositive(args.Peek("from"))
@@ -143,7 +151,7 @@ func parseReplication(args *fasthttp.Args, replicas int) (ack, from int, _ *apiE
 		}
 		from = n
 	}
-	ack = from/2 + 1
+	ack = min(from/2+1, maxAck)
 	if args.Has("ack") {
 		n, err := parsePositive(args.Peek("ack"))
 		if err != nil {
@@ -151,6 +159,9 @@ func parseReplication(args *fasthttp.Args, replicas int) (ack, from int, _ *apiE
 		}
 		if n > from {
 			return 0, 0, badRequest("ack=%d exceeds from=%d", n, from)
+		}
+		if n > maxAck {
+			return 0, 0, badRequest("ack=%d exceeds %d: the replication factor is changing between %d and %d, and a request needs ack replicas of both sets (ack at most %d until the change is over)", n, maxAck, maxAck, replicas, maxAck)
 		}
 		ack = n
 	}

@@ -28,7 +28,7 @@ func FuzzParseEntity(f *testing.F) {
 		}
 		var args fasthttp.Args
 		args.Parse(query)
-		p, aerr := parseEntity([]byte(query), &args, size, 1024)
+		p, aerr := parseEntity([]byte(query), &args, size, size, 1024)
 		if aerr != nil {
 			if aerr.code != 400 || aerr.reason == "" {
 				t.Fatalf("bad error %d %q", aerr.code, aerr.reason)
@@ -145,7 +145,7 @@ func TestParseRange(t *testing.T) {
 	} {
 		var args fasthttp.Args
 		args.Parse(tc.query)
-		p, aerr := parseRange([]byte(tc.query), &args, 3, 8)
+		p, aerr := parseRange([]byte(tc.query), &args, 3, 3, 8)
 		if tc.err != "" {
 			require.NotNil(t, aerr, tc.query)
 			require.Equal(t, 400, aerr.code, tc.query)
@@ -158,5 +158,43 @@ func TestParseRange(t *testing.T) {
 			got.end = string(p.end)
 		}
 		require.Equal(t, tc.want, got, tc.query)
+	}
+}
+
+// TestParseReplicationDuringReplicasChange: while the replication factor
+// changes (replicas is the larger factor, maxAck the smaller), from may
+// reach the larger, ack only the smaller; the default ack is a majority of
+// from cut to the smaller. Outside a change both bounds are the factor.
+func TestParseReplicationDuringReplicasChange(t *testing.T) {
+	for _, tc := range []struct {
+		query            string
+		replicas, maxAck int
+		ack, from        int
+		err              string
+	}{
+		{"", 3, 3, 2, 3, ""},
+		{"", 3, 2, 2, 3, ""},       // 2 to 3 or 3 to 2: the majority of 3 fits both sets
+		{"from=2", 3, 2, 2, 2, ""}, // both sets' first 2
+		{"ack=2&from=3", 3, 2, 2, 3, ""},
+		{"ack=3", 3, 2, 0, 0, "ack=3 exceeds 2: the replication factor is changing between 2 and 3"},
+		{"ack=3&from=3", 3, 2, 0, 0, "ack at most 2 until the change is over"},
+		{"", 2, 1, 1, 2, ""}, // 2 to 1 or 1 to 2: the majority of 2 is cut to 1
+		{"ack=2", 2, 1, 0, 0, "ack=2 exceeds 1"},
+		{"from=4", 3, 2, 0, 0, "from=4 exceeds the replication factor 3"},
+		{"ack=3", 3, 3, 3, 3, ""},
+	} {
+		var args fasthttp.Args
+		args.Parse(tc.query)
+		ack, from, aerr := parseReplication(&args, tc.replicas, tc.maxAck)
+		if tc.err != "" {
+			require.NotNil(t, aerr, tc.query)
+			require.Equal(t, 400, aerr.code)
+			require.Contains(t, aerr.reason, tc.err)
+			require.NotContains(t, aerr.reason, "\n")
+			continue
+		}
+		require.Nil(t, aerr, "%s: %v", tc.query, aerr)
+		require.Equal(t, tc.ack, ack, tc.query)
+		require.Equal(t, tc.from, from, tc.query)
 	}
 }

@@ -213,7 +213,11 @@ func (s *Server) entity(ctx *fasthttp.RequestCtx, info *reqInfo) Op {
 		methodNotAllowed(ctx, "GET, HEAD, PUT, DELETE")
 		return OpOther
 	}
-	p, aerr := parseEntity(ctx.URI().QueryString(), ctx.QueryArgs(), s.Coord.Replicas(), s.Limits.MaxKeyBytes)
+	replicas, maxAck, readAck := s.Coord.Factors()
+	if op == OpGet || op == OpHead {
+		maxAck = readAck // a read asks one set; a write's bound (both sets) is never above it
+	}
+	p, aerr := parseEntity(ctx.URI().QueryString(), ctx.QueryArgs(), replicas, maxAck, s.Limits.MaxKeyBytes)
 	if aerr != nil {
 		fail(ctx, aerr)
 		return op

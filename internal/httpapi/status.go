@@ -75,7 +75,9 @@ func (s *Server) status(ctx *fasthttp.RequestCtx) {
 		Members:       make([]client.Member, len(m.Nodes)),
 		Epoch:         m.Epoch,
 	}
-	if ch := m.Change; ch != nil {
+	if ch := m.Change; ch != nil && ch.Kind == clustermap.Replicas {
+		st.Change = fmt.Sprintf("replication factor %d to %d at stage %s", m.Replicas, ch.Replicas, ch.Stage)
+	} else if ch != nil {
 		st.Change = fmt.Sprintf("%s of %s at stage %s", ch.Kind, selfURL(m, ch.Node), ch.Stage)
 	}
 	if d, ok := s.Status.(DiskStatus); ok {

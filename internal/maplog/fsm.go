@@ -30,6 +30,9 @@ const (
 	OpReplace Op = "replace"
 	// OpAbort ends the change under way with the old set.
 	OpAbort Op = "abort"
+	// OpReplicas begins changing the replication factor to Replicas
+	// (clustermap.Map.BeginReplicas); From drives it.
+	OpReplicas Op = "replicas"
 	// OpAck is Node's report that it installed the map of Epoch.
 	OpAck Op = "ack"
 	// OpCopied is Node's report that it copied every partition it gains
@@ -52,7 +55,7 @@ type Command struct {
 	// answers accepted, not "the map moved on". Set by the requester,
 	// unique; empty for acks.
 	ID string `json:"id,omitempty"`
-	// Epoch is, for a change (join, decommission, replace, abort), the
+	// Epoch is, for a change (join, decommission, replace, abort, replicas), the
 	// epoch of the map it was made from; for ack and copied, the epoch
 	// the node installed or copied at.
 	Epoch uint64 `json:"epoch,omitempty"`
@@ -66,6 +69,8 @@ type Command struct {
 	URL string `json:"url,omitempty"`
 	// Addr is the node's log address (join, replace, addr).
 	Addr string `json:"addr,omitempty"`
+	// Replicas is a replicas change's new replication factor.
+	Replicas int `json:"replicas,omitempty"`
 	// Map and Addrs are a seed's map and its members' log addresses.
 	Map   *clustermap.Map `json:"map,omitempty"`
 	Addrs map[int]string  `json:"addrs,omitempty"`
@@ -249,7 +254,7 @@ func apply(cur *State, c *Command) (*State, *Result) {
 		n := cur.clone()
 		n.Addrs[c.Node] = c.Addr
 		return n, &Result{Accepted: true, Map: m}
-	case OpJoin, OpDecommission, OpReplace, OpAbort:
+	case OpJoin, OpDecommission, OpReplace, OpAbort, OpReplicas:
 	default:
 		return refuse("unknown command %q", c.Op)
 	}
@@ -293,6 +298,9 @@ func apply(cur *State, c *Command) (*State, *Result) {
 		next, err = m.BeginDecommission(c.Node, c.From)
 	case OpReplace:
 		next, err = m.Replace(c.Node, c.URL)
+	case OpReplicas:
+		subject = c.From // the map's Change.Node: a replicas change moves no node
+		next, err = m.BeginReplicas(c.Replicas, c.From)
 	}
 	if err != nil {
 		return refuse("%v", err)

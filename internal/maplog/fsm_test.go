@@ -17,11 +17,13 @@ import (
 // one command a directive, applied to the state the file's earlier
 // directives left. Directives (arguments key=value):
 //
-//	seed nodes=N [epoch=E] [cluster=C]   the map of N nodes on 127.0.0.1:8080...
+//	seed nodes=N [epoch=E] [cluster=C] [replicas=R]   the map of N nodes on 127.0.0.1:8080...
 //	join epoch=E from=F url=U [id=ID]
 //	decommission epoch=E from=F node=N [id=ID]
 //	replace epoch=E from=F node=N url=U [id=ID]
 //	abort epoch=E [id=ID]
+//	replicas epoch=E from=F n=N [id=ID]    change the factor to N
+//	factor                               print the map's factor (old and new set's)
 //	ack node=N epoch=E | ack-all epoch=E [except=N]
 //	copied node=N epoch=E | copied-all epoch=E
 //	garbage                              an entry that does not decode
@@ -67,7 +69,8 @@ func TestRules(t *testing.T) {
 				for i := range urls {
 					urls[i] = fmt.Sprintf("http://127.0.0.1:%d", 8080+i)
 				}
-				m, err := clustermap.Seed(urls, 0)
+				r, _ := arg("replicas")
+				m, err := clustermap.Seed(urls, r)
 				require.NoError(t, err)
 				if e, ok := arg("epoch"); ok {
 					m.Epoch = uint64(e)
@@ -80,6 +83,11 @@ func TestRules(t *testing.T) {
 				node, _ := arg("node")
 				from, _ := arg("from")
 				cmds = append(cmds, Command{Op: Op(d.Cmd), ID: str("id"), Epoch: uint64(num("epoch")), From: from, Node: node, URL: str("url")})
+			case "replicas":
+				from, _ := arg("from")
+				cmds = append(cmds, Command{Op: OpReplicas, ID: str("id"), Epoch: uint64(num("epoch")), From: from, Replicas: num("n")})
+			case "factor":
+				return fmt.Sprintf("replicas %d, new set %d", f.state.Map.Replicas, f.state.Map.NewReplicas())
 			case "ack", "copied":
 				cmds = append(cmds, Command{Op: Op(d.Cmd), Node: num("node"), Epoch: uint64(num("epoch"))})
 			case "ack-all", "copied-all":
@@ -114,7 +122,7 @@ func TestRules(t *testing.T) {
 			}
 			if res.Accepted {
 				line := "accepted: " + res.Map.String()
-				if d.Cmd == "join" || d.Cmd == "decommission" || d.Cmd == "replace" || d.Cmd == "abort" {
+				if d.Cmd == "join" || d.Cmd == "decommission" || d.Cmd == "replace" || d.Cmd == "abort" || d.Cmd == "replicas" {
 					line += fmt.Sprintf("; node %d", res.Node)
 				}
 				out = append(out, line)

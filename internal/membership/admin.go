@@ -5,15 +5,17 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
 
 	"github.com/dhtkv/dhtkv/internal/clustermap"
 )
 
 // Handler serves the admin port's /cluster: GET answers the
 // cluster map and what the change this node drives waits for; POST
-// /cluster/join?node=URL, /cluster/decommission?node=URL and
-// /cluster/replace?node=URL&with=URL begin a change (202 with the first
-// map; 409 with the reason when it cannot begin). admissible refuses a
+// /cluster/join?node=URL, /cluster/decommission?node=URL,
+// /cluster/replace?node=URL&with=URL and /cluster/replicas?n=N begin a
+// change (202 with the first map; 409 with the reason when it cannot
+// begin; 400 for a missing or malformed parameter). admissible refuses a
 // node URL this node's security settings do not let join (nil: any).
 func (s *Service) Handler(admissible func(url string) error) http.Handler {
 	if admissible == nil {
@@ -43,13 +45,23 @@ func (s *Service) Handler(admissible func(url string) error) http.Handler {
 			return
 		}
 		q := r.URL.Query()
+		var m *clustermap.Map
+		var err error
+		if r.URL.Path == "/cluster/replicas" {
+			n, perr := parseFactor(q.Get("n"))
+			if perr != nil {
+				refuse(http.StatusBadRequest, perr)
+				return
+			}
+			m, err = s.SetReplicas(n)
+			answer(reply, refuse, m, err)
+			return
+		}
 		node := q.Get("node")
 		if node == "" {
 			refuse(http.StatusBadRequest, errors.New("missing node=URL"))
 			return
 		}
-		var m *clustermap.Map
-		var err error
 		switch r.URL.Path {
 		case "/cluster/join":
 			if err = s.admissible(admissible, node); err == nil {
@@ -67,18 +79,37 @@ func (s *Service) Handler(admissible func(url string) error) http.Handler {
 				m, err = s.Replace(node, with)
 			}
 		default:
-			refuse(http.StatusNotFound, fmt.Errorf("unknown path %s: /cluster, /cluster/join, /cluster/decommission, /cluster/replace", r.URL.Path))
+			refuse(http.StatusNotFound, fmt.Errorf("unknown path %s: /cluster, /cluster/join, /cluster/decommission, /cluster/replace, /cluster/replicas", r.URL.Path))
 			return
 		}
-		switch {
-		case errors.Is(err, ErrChangeRefused):
-			refuse(http.StatusConflict, err)
-		case err != nil:
-			refuse(http.StatusInternalServerError, err)
-		default:
-			reply(http.StatusAccepted, m)
-		}
+		answer(reply, refuse, m, err)
 	})
+}
+
+// answer replies to a change's request: 202 with its first map, 409 when
+// it was refused, 500 when this node failed to install it.
+func answer(reply func(int, any), refuse func(int, error), m *clustermap.Map, err error) {
+	switch {
+	case errors.Is(err, ErrChangeRefused):
+		refuse(http.StatusConflict, err)
+	case err != nil:
+		refuse(http.StatusInternalServerError, err)
+	default:
+		reply(http.StatusAccepted, m)
+	}
+}
+
+// parseFactor reads /cluster/replicas' n: a whole number from 1 to
+// MaxNodeID+1 (the map then bounds it by its number of nodes, a 409).
+func parseFactor(raw string) (int, error) {
+	if raw == "" {
+		return 0, errors.New("missing n=N, the new replication factor")
+	}
+	n, err := strconv.Atoi(raw)
+	if err != nil || n < 1 || n > clustermap.MaxNodeID+1 {
+		return 0, fmt.Errorf("bad n=%q: want the new replication factor, a whole number from 1 to the number of nodes", raw)
+	}
+	return n, nil
 }
 
 // admissible checks that a node URL may join: it parses, and check lets it.

@@ -125,7 +125,7 @@ func (d *driver) run() {
 			}
 			if d.barrier(next, nodes) {
 				d.setStatus("done: %s", next)
-				s.log.Info("membership: change complete", "kind", ch.Kind, "node", v.URL(ch.Node), "map", next.String())
+				s.log.Info("membership: change complete", "kind", ch.Kind, "node", v.URL(ch.Node), "replicas", next.Replicas, "map", next.String())
 			}
 			return
 		}
@@ -324,6 +324,25 @@ func (s *Service) Decommission(url string) (*clustermap.Map, error) {
 		return nil, err
 	}
 	m, err := v.Map.BeginDecommission(n.ID, v.Self)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrChangeRefused, err)
+	}
+	return s.begin(v, m)
+}
+
+// SetReplicas begins changing the replication factor to n (from 1 to the
+// number of nodes, not the current one) over the same nodes: in the
+// stream stage each node copies the partitions it gains (growing: those
+// of which it is the newly counted replica), writes reach both sets
+// meanwhile, and at the end each node drops the partitions it no longer
+// holds (shrinking). It goes through the stages of a join
+// (clustermap.Stage), driven by this node.
+func (s *Service) SetReplicas(n int) (*clustermap.Map, error) {
+	v := s.View()
+	if err := s.agree(v, -1); err != nil {
+		return nil, err
+	}
+	m, err := v.Map.BeginReplicas(n, v.Self)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrChangeRefused, err)
 	}

@@ -9,8 +9,9 @@
 //
 // Where a membership change goes through the code, in order:
 //
-//  1. Service.Join (or Decommission, Replace) checks every member agrees,
-//     and installs the change's first map here; this node drives it;
+//  1. Service.Join (or Decommission, SetReplicas, Replace) checks every
+//     member agrees, and installs the change's first map here; this node
+//     drives it;
 //  2. the driver hands each stage's map to every member (barrier), each
 //     of which installs it by Service.Offer behind the gate;
 //  3. in the stream stage each gaining node's mover copies its partitions

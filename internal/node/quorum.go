@@ -52,12 +52,13 @@ func (n *Node) quorumProblem() string {
 	if v.ReadNew {
 		sets = v.New
 	}
-	need := v.Replicas/2 + 1
+	factor := v.ReadFactor() // the read set's: they differ in a replicas change
+	need := factor/2 + 1
 	short := 0
 	var missing []int
 	var buf [16]int
 	for part := range partition.ID(partition.Count) {
-		reps := sets.PartitionReplicas(part, v.Replicas, buf[:0])
+		reps := sets.PartitionReplicas(part, factor, buf[:0])
 		ok := 0
 		for _, id := range reps {
 			if up(id) {
@@ -80,5 +81,5 @@ func (n *Node) quorumProblem() string {
 		}
 	}
 	return fmt.Sprintf("%d of %d partitions have fewer than %d of their %d replicas reachable from here (unreachable: %s): requests at the default ack fail for their keys",
-		short, partition.Count, need, v.Replicas, strings.Join(urls, ", "))
+		short, partition.Count, need, factor, strings.Join(urls, ", "))
 }

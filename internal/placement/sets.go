@@ -14,6 +14,14 @@ import (
 // Invariant: while a change is under way a write must reach ack replicas of
 // both sets, and a read asks the old set until the stage read-new; so a
 // read always meets a replica that took every acknowledged write.
+//
+// Each set has its own replication factor (OldFactor, NewFactor): they
+// differ during a replicas change (clustermap.Replicas), where the new set
+// is the same nodes with the new factor. Every question about a set (its
+// replicas of a partition, what a node holds, receives or gains) is
+// answered with that set's factor, and a request's from is cut to it:
+// asking a set for more replicas than its factor would send writes to, and
+// read from, nodes that do not hold the partition.
 type Sets struct {
 	// Old places partitions before the change under way, New after it.
 	Old, New *Placement
@@ -21,8 +29,16 @@ type Sets struct {
 	Moving bool
 	// ReadNew: the change reached read-new, and reads use the new set.
 	ReadNew bool
-	// Replicas is the replication factor, at most the smaller set's size.
+	// OldFactor and NewFactor are the sets' replication factors, each at
+	// most its set's size: the map's Replicas and NewReplicas.
+	OldFactor, NewFactor int
+	// Replicas is the largest from a request may ask: the larger factor.
+	// Each set is asked for at most its own factor of them.
 	Replicas int
+	// MaxAck is the largest ack a write may ask: the smaller factor,
+	// since a write must have ack replicas of each set. A read asks one
+	// set, and may ask up to its factor (ReadFactor).
+	MaxAck int
 }
 
 // Of derives the sets of m.
@@ -32,26 +48,39 @@ func Of(m *clustermap.Map) *Sets {
 		s.Moving = true
 		s.ReadNew = ch.Stage == clustermap.ReadNew
 	}
-	s.Replicas = min(m.Replicas, s.Old.Size(), s.New.Size())
+	s.OldFactor = min(m.Replicas, s.Old.Size())
+	s.NewFactor = min(m.NewReplicas(), s.New.Size())
+	s.Replicas = max(s.OldFactor, s.NewFactor)
+	s.MaxAck = min(s.OldFactor, s.NewFactor)
 	return s
 }
 
-// ReadReplicas appends the ids of the first from replicas of key that a
-// read asks: the old set's until the change under way reaches read-new.
-func (s *Sets) ReadReplicas(key []byte, from int, dst []int) []int {
+// ReadFactor is the replication factor of the set reads use at the map's
+// stage.
+func (s *Sets) ReadFactor() int {
 	if s.ReadNew {
-		return s.New.Replicas(key, from, dst)
+		return s.NewFactor
 	}
-	return s.Old.Replicas(key, from, dst)
+	return s.OldFactor
 }
 
-// WriteSets returns the first from replicas of key in the old set and,
-// while a change is under way, in the new set (nil otherwise). A write
-// must reach ack replicas of each.
+// ReadReplicas appends the ids of the first from replicas of key that a
+// read asks (at most the set's factor): the old set's until the change
+// under way reaches read-new.
+func (s *Sets) ReadReplicas(key []byte, from int, dst []int) []int {
+	if s.ReadNew {
+		return s.New.Replicas(key, min(from, s.NewFactor), dst)
+	}
+	return s.Old.Replicas(key, min(from, s.OldFactor), dst)
+}
+
+// WriteSets returns the first from replicas of key (at most each set's
+// factor) in the old set and, while a change is under way, in the new set
+// (nil otherwise). A write must reach ack replicas of each.
 func (s *Sets) WriteSets(key []byte, from int, oldBuf, newBuf []int) (old, new []int) {
-	old = s.Old.Replicas(key, from, oldBuf)
+	old = s.Old.Replicas(key, min(from, s.OldFactor), oldBuf)
 	if s.Moving {
-		new = s.New.Replicas(key, from, newBuf)
+		new = s.New.Replicas(key, min(from, s.NewFactor), newBuf)
 	}
 	return old, new
 }
@@ -65,7 +94,7 @@ const maxSet = 8
 // which a map that has no change any more calls old.
 func (s *Sets) Holds(part partition.ID, node int) bool {
 	var buf [maxSet]int
-	return slices.Contains(s.Old.PartitionReplicas(part, s.Replicas, buf[:0]), node)
+	return slices.Contains(s.Old.PartitionReplicas(part, s.OldFactor, buf[:0]), node)
 }
 
 // Receives reports whether node is a replica of part in the old set or,
@@ -76,15 +105,15 @@ func (s *Sets) Holds(part partition.ID, node int) bool {
 // partitions, never updated again).
 func (s *Sets) Receives(part partition.ID, node int) bool {
 	var buf [maxSet]int
-	if slices.Contains(s.Old.PartitionReplicas(part, s.Replicas, buf[:0]), node) {
+	if slices.Contains(s.Old.PartitionReplicas(part, s.OldFactor, buf[:0]), node) {
 		return true
 	}
-	return s.Moving && slices.Contains(s.New.PartitionReplicas(part, s.Replicas, buf[:0]), node)
+	return s.Moving && slices.Contains(s.New.PartitionReplicas(part, s.NewFactor, buf[:0]), node)
 }
 
 // OldReplicas appends the ids of part's replicas in the old set to dst.
 func (s *Sets) OldReplicas(part partition.ID, dst []int) []int {
-	return s.Old.PartitionReplicas(part, s.Replicas, dst)
+	return s.Old.PartitionReplicas(part, s.OldFactor, dst)
 }
 
 // Shared returns the partitions of which both nodes a and b are replicas,
@@ -93,8 +122,8 @@ func (s *Sets) Shared(a, b int) []partition.ID {
 	var out []partition.ID
 	var oldBuf, newBuf [maxSet]int
 	for p := range partition.Count {
-		old := s.Old.PartitionReplicas(partition.ID(p), s.Replicas, oldBuf[:0])
-		new := s.New.PartitionReplicas(partition.ID(p), s.Replicas, newBuf[:0])
+		old := s.Old.PartitionReplicas(partition.ID(p), s.OldFactor, oldBuf[:0])
+		new := s.New.PartitionReplicas(partition.ID(p), s.NewFactor, newBuf[:0])
 		has := func(n int) bool { return slices.Contains(old, n) || slices.Contains(new, n) }
 		if has(a) && has(b) {
 			out = append(out, partition.ID(p))
@@ -112,8 +141,8 @@ func (s *Sets) Gains(node int) map[int][]partition.ID {
 	var oldBuf, newBuf [maxSet]int
 	for p := range partition.Count {
 		part := partition.ID(p)
-		old := s.Old.PartitionReplicas(part, s.Replicas, oldBuf[:0])
-		new := s.New.PartitionReplicas(part, s.Replicas, newBuf[:0])
+		old := s.Old.PartitionReplicas(part, s.OldFactor, oldBuf[:0])
+		new := s.New.PartitionReplicas(part, s.NewFactor, newBuf[:0])
 		if !slices.Contains(new, node) || slices.Contains(old, node) {
 			continue
 		}
@@ -130,8 +159,8 @@ func (s *Sets) Gainers() []int {
 	var oldBuf, newBuf [maxSet]int
 	seen := map[int]bool{}
 	for p := range partition.Count {
-		old := s.Old.PartitionReplicas(partition.ID(p), s.Replicas, oldBuf[:0])
-		for _, n := range s.New.PartitionReplicas(partition.ID(p), s.Replicas, newBuf[:0]) {
+		old := s.Old.PartitionReplicas(partition.ID(p), s.OldFactor, oldBuf[:0])
+		for _, n := range s.New.PartitionReplicas(partition.ID(p), s.NewFactor, newBuf[:0]) {
 			if !seen[n] && !slices.Contains(old, n) {
 				seen[n] = true
 				out = append(out, n)

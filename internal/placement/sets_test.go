@@ -95,3 +95,89 @@ func TestSetsReceives(t *testing.T) {
 	}
 	require.Positive(t, checked, "the join moves partitions away from old replicas")
 }
+
+// A replicas change keeps the nodes: each partition's new replicas are the
+// first n of its ranking over them, so growing 2 to 3 makes each
+// partition's third-ranked node gain it (copied from its two old
+// replicas), and shrinking 3 to 2 gains nothing and leaves the third-ranked
+// node holding it no more once the change is over. Every question about a
+// set is answered with that set's factor.
+func TestSetsReplicasChange(t *testing.T) {
+	urls := []string{"http://127.0.0.1:1", "http://127.0.0.1:2", "http://127.0.0.1:3", "http://127.0.0.1:4"}
+	for _, tc := range []struct {
+		name          string
+		from, to      int
+		gainers       []int
+		maxAck, maxRF int
+	}{
+		{"grow 2 to 3", 2, 3, []int{0, 1, 2, 3}, 2, 3},
+		{"shrink 3 to 2", 3, 2, nil, 2, 3},
+		{"grow 1 to 4", 1, 4, []int{0, 1, 2, 3}, 1, 4},
+		{"shrink 2 to 1", 2, 1, nil, 1, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m, err := clustermap.Seed(urls, tc.from)
+			require.NoError(t, err)
+			c, err := m.BeginReplicas(tc.to, 0)
+			require.NoError(t, err)
+			all := New(m.Nodes)
+			for stage := range 3 {
+				s := Of(c)
+				require.True(t, s.Moving)
+				require.Equal(t, stage == 2, s.ReadNew)
+				require.Equal(t, tc.from, s.OldFactor)
+				require.Equal(t, tc.to, s.NewFactor)
+				require.Equal(t, tc.maxRF, s.Replicas)
+				require.Equal(t, tc.maxAck, s.MaxAck)
+				require.Equal(t, map[bool]int{false: tc.from, true: tc.to}[stage == 2], s.ReadFactor())
+				require.Equal(t, tc.gainers, s.Gainers())
+				gained := map[partition.ID]int{}
+				for node := range 4 {
+					for r, parts := range s.Gains(node) {
+						for _, p := range parts {
+							gained[p]++
+							require.True(t, s.Holds(p, r), "partition %d copied from its old replica %d", p, r)
+							require.False(t, s.Holds(p, node))
+						}
+					}
+				}
+				for p := range partition.Count {
+					part := partition.ID(p)
+					ranking := all.PartitionReplicas(part, 4, nil)
+					require.Equal(t, ranking[:tc.from], s.OldReplicas(part, nil))
+					require.Equal(t, ranking[:tc.to], s.New.PartitionReplicas(part, s.NewFactor, nil))
+					if tc.to > tc.from {
+						// Each gainer of part copies it from every old replica.
+						require.Equal(t, (tc.to-tc.from)*tc.from, gained[part], "partition %d", p)
+					} else {
+						require.Zero(t, gained[part])
+					}
+					for i, n := range ranking {
+						require.Equal(t, i < max(tc.from, tc.to), s.Receives(part, n), "partition %d rank %d", p, i)
+					}
+				}
+				key := []byte("some key")
+				part, _ := partition.Of(key)
+				ranking := all.PartitionReplicas(part, 4, nil)
+				old, new := s.WriteSets(key, tc.maxRF, nil, nil)
+				require.Equal(t, ranking[:tc.from], old, "a set is asked for at most its own factor")
+				require.Equal(t, ranking[:tc.to], new)
+				require.Equal(t, ranking[:map[bool]int{false: tc.from, true: tc.to}[stage == 2]], s.ReadReplicas(key, tc.maxRF, nil))
+				c, err = c.Advance()
+				require.NoError(t, err)
+			}
+			// Over: the new factor is every set's, and the nodes that lost
+			// partitions hold them no more (what the mover drops).
+			s := Of(c)
+			require.False(t, s.Moving)
+			require.Equal(t, tc.to, s.OldFactor)
+			require.Equal(t, tc.to, s.NewFactor)
+			for p := range partition.Count {
+				ranking := all.PartitionReplicas(partition.ID(p), 4, nil)
+				for i, n := range ranking {
+					require.Equal(t, i < tc.to, s.Holds(partition.ID(p), n))
+				}
+			}
+		})
+	}
+}

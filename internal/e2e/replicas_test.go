@@ -1,0 +1,127 @@
+package e2e_test
+
+import (
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/dhtkv/dhtkv/internal/clustermap"
+	"github.com/dhtkv/dhtkv/internal/history"
+	"github.com/dhtkv/dhtkv/internal/node"
+	"github.com/dhtkv/dhtkv/internal/partcopy"
+	"github.com/dhtkv/dhtkv/internal/placement"
+	"github.com/dhtkv/dhtkv/internal/testcluster"
+)
+
+// TestMembershipReplicasChangeUnderLoad: a 4-node cluster at replication
+// factor 2, holding bulk records and under a steady load of writes and
+// reads at the nodes' default ack and from (recorded into a history), is
+// changed to factor 3 and then back to 2 through POST /cluster/replicas.
+// While it grows, an ack above the smaller factor is refused with a 400
+// that says why. Once it has grown, every node records factor 3 and every
+// key is on its three replicas before any anti-entropy (the stream stage
+// copied each partition to its third-ranked node); once it has shrunk,
+// every node records factor 2, no node holds a key it is not one of the
+// two replicas of, and the history has no lost acknowledged write, no
+// stale read and every key reads back its last acknowledged write
+// (faultRun.check).
+func TestMembershipReplicasChangeUnderLoad(t *testing.T) {
+	testcluster.InBubble(t, func(t *testing.T) {
+		c := testcluster.StartInMemory(t, 4, func(_ int, cfg *node.Config) {
+			cfg.Replicas = 2
+			cfg.Move.Rate = partcopy.MinRate // the stream stage lasts while the load runs
+			cfg.Handoff.Interval = 200 * time.Millisecond
+		})
+		c.AwaitFormed(time.Minute)
+		seedBulk(t, c)
+		rec := history.NewRecorder()
+		rec.KeepOnFailure(t, "")
+		l := &memLoad{c: c, cl: c.Client(), rec: rec, workers: 4, keys: 12, pace: 20 * time.Millisecond, codes: map[int]int{}, defaults: true}
+		all := []int{0, 1, 2, 3}
+		r := &faultRun{t: t, c: c, load: l, members: all}
+		l.setVia(all...)
+		l.preload(t)
+		l.start()
+		time.Sleep(time.Second)
+
+		change := func(via, n int) *clustermap.Map {
+			code, body := c.Client().Do(t, http.MethodPost, fmt.Sprintf("%s/cluster/replicas?n=%d", c.AdminURL(via), n), nil)
+			require.Equal(t, http.StatusAccepted, code, "%s", body)
+			m := c.AwaitStable(2 * time.Minute)
+			for _, i := range all {
+				nm, _ := c.Node(i).Members().Map()
+				require.Equal(t, n, nm.Replicas, "node %d records the new factor", i)
+				require.Equal(t, m.Epoch, nm.Epoch)
+			}
+			return m
+		}
+
+		// Grow to 3, asked of node 1. While the change is under way, an
+		// ack of 3 cannot be had from the old set of 2: refused, clearly.
+		code, body := c.Client().Do(t, http.MethodPost, c.AdminURL(1)+"/cluster/replicas?n=3", nil)
+		require.Equal(t, http.StatusAccepted, code, "%s", body)
+		// The driver hands the change's first map to the others; a node
+		// that has not installed it yet still bounds ack by factor 2 alone.
+		c.Await(time.Minute, "the change installed everywhere", func() (bool, string) {
+			for _, i := range all {
+				if m, _ := c.Node(i).Members().Map(); m.Change == nil {
+					return false, fmt.Sprintf("node %d at %s", i, m)
+				}
+			}
+			return true, ""
+		})
+		code, body = c.Client().Do(t, http.MethodPut, testcluster.EntityURL(c.URL(2), "m0-0", 3, 0), []byte("x"))
+		require.Equal(t, http.StatusBadRequest, code)
+		require.Contains(t, string(body), "ack=3 exceeds 2: the replication factor is changing between 2 and 3")
+		// So is a read's until read-new: it asks the old set, of 2 (the
+		// stream stage lasts seconds of the bubble's clock; this takes none).
+		m0, _ := c.Node(0).Members().Map()
+		require.NotEqual(t, clustermap.ReadNew, m0.Change.Stage, "the stream stage outlasts a request")
+		code, body = c.Client().Do(t, http.MethodGet, testcluster.EntityURL(c.URL(0), "m0-0", 3, 3), nil)
+		require.Equal(t, http.StatusBadRequest, code)
+		require.Contains(t, string(body), "ack=3 exceeds 2")
+		code, body = c.Client().Do(t, http.MethodPost, c.AdminURL(0)+"/cluster/replicas?n=1", nil)
+		require.Equal(t, http.StatusConflict, code, "one change at a time: %s", body)
+		grown := c.AwaitStable(2 * time.Minute)
+		require.Equal(t, 3, grown.Replicas)
+		for _, i := range all {
+			nm, _ := c.Node(i).Members().Map()
+			require.Equal(t, 3, nm.Replicas, "node %d records the new factor", i)
+		}
+		// Before any anti-entropy: each key on its three replicas.
+		p := placement.New(grown.Nodes)
+		keys := l.allKeys()
+		for k := range bulkRecords {
+			keys = append(keys, fmt.Sprintf("bulk%04d", k))
+		}
+		held := map[string][]int{}
+		for _, i := range all {
+			for _, e := range c.Replica(i) {
+				held[e.Key] = append(held[e.Key], grown.ByURL(c.URL(i)).ID)
+			}
+		}
+		var missing []string
+		for _, key := range keys {
+			want := slices.Sorted(slices.Values(p.Replicas([]byte(key), 3, nil)))
+			if got := slices.Sorted(slices.Values(held[key])); !slices.Equal(want, got) {
+				missing = append(missing, fmt.Sprintf("%s on %v, replicas %v", key, got, want))
+			}
+		}
+		require.Empty(t, missing, "after growing to 3, before anti-entropy: %s", strings.Join(missing, "; "))
+		time.Sleep(time.Second) // load at factor 3
+
+		// Back to 2, asked of node 3: the third-ranked replicas drop
+		// their partitions at the end.
+		m := change(3, 2)
+		require.Equal(t, 2, m.Replicas)
+		strays(t, c, m, all, "at the change's end")
+		time.Sleep(time.Second) // load on the final map
+		l.end()
+		r.check(m)
+	})
+}
