@@ -13,7 +13,10 @@ import (
 // cluster map and what the change this node drives waits for; POST
 // /cluster/join?node=URL, /cluster/decommission?node=URL and
 // /cluster/replace?node=URL&with=URL begin a change (202 with the first
-// map; 409 with the reason when it cannot begin). admissible refuses a
+// map; 409 with the reason when it cannot begin); a join may name the new
+// node's log address (&log=host:port). POST /cluster/abort ends the
+// change under way (202 with the map without it; 409 when the log
+// refuses, or without a log). admissible refuses a
 // node URL this node's security settings do not let join (nil: any).
 func (s *Service) Handler(admissible func(url string) error) http.Handler {
 	if admissible == nil {
@@ -43,6 +46,18 @@ func (s *Service) Handler(admissible func(url string) error) http.Handler {
 			return
 		}
 		q := r.URL.Query()
+		if r.URL.Path == "/cluster/abort" {
+			m, err := s.Abort()
+			switch {
+			case errors.Is(err, ErrChangeRefused):
+				refuse(http.StatusConflict, err)
+			case err != nil:
+				refuse(http.StatusInternalServerError, err)
+			default:
+				reply(http.StatusAccepted, m)
+			}
+			return
+		}
 		node := q.Get("node")
 		if node == "" {
 			refuse(http.StatusBadRequest, errors.New("missing node=URL"))
@@ -53,7 +68,7 @@ func (s *Service) Handler(admissible func(url string) error) http.Handler {
 		switch r.URL.Path {
 		case "/cluster/join":
 			if err = s.admissible(admissible, node); err == nil {
-				m, err = s.Join(node)
+				m, err = s.Join(node, q.Get("log"))
 			}
 		case "/cluster/decommission":
 			m, err = s.Decommission(node)
@@ -67,7 +82,7 @@ func (s *Service) Handler(admissible func(url string) error) http.Handler {
 				m, err = s.Replace(node, with)
 			}
 		default:
-			refuse(http.StatusNotFound, fmt.Errorf("unknown path %s: /cluster, /cluster/join, /cluster/decommission, /cluster/replace", r.URL.Path))
+			refuse(http.StatusNotFound, fmt.Errorf("unknown path %s: /cluster, /cluster/join, /cluster/decommission, /cluster/replace, /cluster/abort", r.URL.Path))
 			return
 		}
 		switch {
