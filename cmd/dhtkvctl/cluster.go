@@ -17,9 +17,9 @@ import (
 const membershipHelp = `Membership changes are asked of one member's admin listener (--admin,
 its --admin-listen), which drives them (docs/membership.md):
 
-  join URL              add the node at URL; then start it with --join
-                        naming a member (started before, it exits: it is
-                        not in the map yet)
+  join URL              add the node at URL, and start it with --join
+                        naming a member, before or after (started before,
+                        it waits for the join: --join-wait)
   decommission URL      move the node's partitions to the others; it then
                         stops by itself
   replace DEAD NEW      give a dead node's identity to a new, empty machine
