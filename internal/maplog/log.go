@@ -433,9 +433,7 @@ func isChange(op Op) bool {
 // outcome is answered with the first attempt's outcome.
 func (l *Log) Submit(ctx context.Context, c Command) (*Result, error) {
 	if c.ID == "" && isChange(c.Op) {
-		var b [12]byte
-		_, _ = rand.Read(b[:])
-		c.ID = hex.EncodeToString(b[:])
+		c.ID = requestID()
 	}
 	b, err := json.Marshal(c)
 	if err != nil {
@@ -475,6 +473,60 @@ func (l *Log) Submit(ctx context.Context, c Command) (*Result, error) {
 		case <-time.After(wait):
 		}
 	}
+}
+
+// SubmitVia proposes c through the log at addr, a member's log address:
+// the route of a node outside the voting group's configuration (a node
+// being joined, registering its address with OpAddr, or one whose
+// replica knows no leader yet), which cannot learn the leader from its
+// own replica. A member that does not lead answers with the leader's
+// address, which the next try goes to; it tries again until the log
+// answers or ctx ends. It needs a Forwarder (a Network).
+func (l *Log) SubmitVia(ctx context.Context, addr string, c Command) (*Result, error) {
+	if l.fwd == nil {
+		return nil, errors.New("maplog: no network to reach another member's log")
+	}
+	if c.ID == "" && isChange(c.Op) {
+		c.ID = requestID()
+	}
+	b, err := json.Marshal(c)
+	if err != nil {
+		return nil, fmt.Errorf("maplog: encode %s: %w", c.Op, err)
+	}
+	if len(b) > l.o.MaxCommandBytes {
+		return nil, fmt.Errorf("maplog: %s of %d bytes over the limit of %d", c.Op, len(b), l.o.MaxCommandBytes)
+	}
+	wait := max(l.o.HeartbeatTimeout/10, 10*time.Millisecond)
+	to := addr
+	for {
+		out, err := l.fwd.Forward(ctx, to, b)
+		var rep forwardReply
+		if err == nil {
+			err = json.Unmarshal(out, &rep)
+		}
+		switch {
+		case err != nil:
+			to = addr // the leader named may be gone: ask the member again
+		case rep.Result != nil:
+			return rep.Result, nil
+		case rep.Leader != "":
+			to, err = rep.Leader, errors.New(rep.Err)
+		default:
+			to, err = addr, errors.New(rep.Err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("maplog: %s through %s not answered: %w (last: %w)", c.Op, addr, ctx.Err(), err)
+		case <-time.After(wait):
+		}
+	}
+}
+
+// requestID is a new change's Command.ID: 96 random bits.
+func requestID() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
 }
 
 // Ack reports that this node installed the map of epoch.
