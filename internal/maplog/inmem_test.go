@@ -3,12 +3,16 @@ package maplog
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 	"github.com/valyala/fasthttp/fasthttputil"
 
@@ -123,3 +127,93 @@ func TestNetworkInMemory(t *testing.T) {
 	require.False(t, res.Accepted)
 	require.Contains(t, res.Reason, "the map moved on")
 }
+
+// gauges gathers reg's single-value metrics by name.
+func gauges(t *testing.T, reg *prometheus.Registry) map[string]float64 {
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	out := map[string]float64{}
+	for _, mf := range mfs {
+		m := mf.GetMetric()[0]
+		switch {
+		case m.GetGauge() != nil:
+			out[mf.GetName()] = m.GetGauge().GetValue()
+		case m.GetCounter() != nil:
+			out[mf.GetName()] = m.GetCounter().GetValue()
+		}
+	}
+	return out
+}
+
+// The log's instruments tell a healthy group of three: one leader, three
+// voters everywhere, every replica applied the last entry and heard from
+// the leader just now; refused connections are counted, and warned of
+// once per interval however many come.
+func TestLogMetrics(t *testing.T) {
+	o := fastOptions()
+	var warnings atomic.Int64
+	counting := slog.New(countingHandler{n: &warnings})
+	var nets []*Network
+	var servers []Server
+	for i := range 3 {
+		n, err := Listen("127.0.0.1:0", Auth{Secret: "right"}, o, counting)
+		require.NoError(t, err)
+		nets = append(nets, n)
+		servers = append(servers, Server{ID: i, Addr: n.Addr().String()})
+	}
+	var logs []*Log
+	var regs []*prometheus.Registry
+	for i, n := range nets {
+		l, err := Open(vfs.NewMem(), "log", i, NewTCPTransport(n, quiet), n, o, quiet)
+		require.NoError(t, err)
+		require.NoError(t, l.Start())
+		n.Start()
+		t.Cleanup(func() { require.NoError(t, l.Close()) })
+		require.NoError(t, l.Bootstrap(servers))
+		reg := prometheus.NewRegistry()
+		l.Register(reg)
+		logs, regs = append(logs, l), append(regs, reg)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	m, err := clustermap.Seed([]string{urlOf(0), urlOf(1), urlOf(2)}, 3)
+	require.NoError(t, err)
+	res, err := logs[0].Submit(ctx, Command{Op: OpSeed, Map: m})
+	require.NoError(t, err)
+	require.True(t, res.Accepted)
+	require.Eventually(t, func() bool {
+		leaders := 0.0
+		for _, reg := range regs {
+			g := gauges(t, reg)
+			if g["dhtkv_maplog_voters"] != 3 || g["dhtkv_maplog_applied_index"] < float64(res.Index) ||
+				g["dhtkv_maplog_last_contact_seconds"] < 0 || g["dhtkv_maplog_last_contact_seconds"] > 1 {
+				return false
+			}
+			leaders += g["dhtkv_maplog_leader"]
+		}
+		return leaders == 1
+	}, 10*time.Second, 10*time.Millisecond)
+
+	wrong, err := Listen("127.0.0.1:0", Auth{Secret: "wrong"}, o, quiet)
+	require.NoError(t, err)
+	defer wrong.Close()
+	for range 5 {
+		_, err := wrong.Dial(raftAddr(nets[0].Addr().String()), time.Second)
+		require.Error(t, err)
+	}
+	require.Eventually(t, func() bool { return gauges(t, regs[0])["dhtkv_maplog_refused_connections_total"] == 5 }, 5*time.Second, 5*time.Millisecond)
+	require.Equal(t, int64(1), warnings.Load(), "one warning for five refusals within the interval")
+}
+
+// countingHandler counts the warnings of refused connections.
+type countingHandler struct{ n *atomic.Int64 }
+
+func (h countingHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h countingHandler) Handle(_ context.Context, r slog.Record) error {
+	if r.Level == slog.LevelWarn && strings.Contains(r.Message, "connection refused") {
+		h.n.Add(1)
+	}
+	return nil
+}
+func (h countingHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h countingHandler) WithGroup(string) slog.Handler      { return h }

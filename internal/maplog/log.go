@@ -32,6 +32,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/hashicorp/raft"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/dhtkv/dhtkv/internal/clustermap"
 )
@@ -553,6 +554,64 @@ func (l *Log) AwaitOutcome(ctx context.Context, id string) (*Outcome, error) {
 			return nil, fmt.Errorf("maplog: change %s not ended: %w", id, ctx.Err())
 		case <-changed:
 		}
+	}
+}
+
+// Register adds the log's instruments to reg: what an operator needs to
+// tell a healthy group (docs/membership.md). Call it once, after Start.
+//
+//   - dhtkv_maplog_leader: 1 while this replica leads;
+//   - dhtkv_maplog_voters: voters in the configuration this replica has
+//     (the group's size; below the target, a voter is missing);
+//   - dhtkv_maplog_applied_index: the last entry applied here (replicas
+//     far behind the leader's are lagging);
+//   - dhtkv_maplog_last_contact_seconds: time since this follower last
+//     heard from a leader (0 on the leader, -1 before any contact);
+//   - dhtkv_maplog_refused_connections_total: connections to the log's
+//     port refused for failing authentication (with a Network).
+func (l *Log) Register(reg prometheus.Registerer) {
+	gauge := func(name, help string, f func() float64) prometheus.Collector {
+		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, f)
+	}
+	reg.MustRegister(
+		gauge("dhtkv_maplog_leader", "1 while this node leads the cluster map's log.", func() float64 {
+			if l.IsLeader() {
+				return 1
+			}
+			return 0
+		}),
+		gauge("dhtkv_maplog_voters", "Voters in the cluster map's log configuration as this node has it.", func() float64 {
+			servers, err := l.Configuration()
+			if err != nil {
+				return 0
+			}
+			v := 0
+			for _, s := range servers {
+				if s.Suffrage == raft.Voter {
+					v++
+				}
+			}
+			return float64(v)
+		}),
+		gauge("dhtkv_maplog_applied_index", "The last entry of the cluster map's log applied on this node.", func() float64 {
+			return float64(l.r.AppliedIndex())
+		}),
+		gauge("dhtkv_maplog_last_contact_seconds", "Seconds since this node last heard from the log's leader (0 on the leader; -1 before any contact).", func() float64 {
+			if l.IsLeader() {
+				return 0
+			}
+			t := l.r.LastContact()
+			if t.IsZero() {
+				return -1
+			}
+			return time.Since(t).Seconds()
+		}),
+	)
+	if n, ok := l.fwd.(*Network); ok {
+		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "dhtkv_maplog_refused_connections_total",
+			Help: "Connections to the cluster map's log port refused for failing authentication.",
+		}, func() float64 { return float64(n.Refused()) }))
 	}
 }
 

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+	"golang.org/x/time/rate"
 
 	"github.com/dhtkv/dhtkv/internal/tlsconf"
 )
@@ -58,6 +59,10 @@ const (
 	verdictOK = 'K'
 )
 
+// refusedLogEvery is the least time between two warnings of refused
+// connections.
+const refusedLogEvery = 10 * time.Second
+
 // ErrRefused is a connection the other end did not authenticate.
 var ErrRefused = errors.New("maplog: the peer refused this node's authentication")
 
@@ -83,8 +88,10 @@ type Network struct {
 	// apply answers a forwarded proposal (set by the Log that uses this
 	// network; nil: proposals are refused).
 	apply atomic.Pointer[func(ctx context.Context, cmd []byte) []byte]
-	// Refused counts connections refused for failing authentication.
-	refused atomic.Int64
+	// Refused counts connections refused for failing authentication;
+	// refusedLog paces their warnings.
+	refused    atomic.Int64
+	refusedLog rate.Sometimes
 	// open is every connection of this network not closed yet, accepted
 	// or dialed, keyed by the TCP connection: Close closes them all.
 	// raft's transport closes neither its pooled connections nor the
@@ -157,10 +164,11 @@ func NewNetwork(ln net.Listener, advertise string, dial Dialer, auth Auth, o Opt
 	o.EnsureDefaults()
 	return &Network{
 		ln: ln, addr: advertised(advertise), dialer: dial, auth: auth, o: o, log: log,
-		conns:  make(chan net.Conn),
-		sem:    make(chan struct{}, o.MaxPending),
-		closed: make(chan struct{}),
-		open:   map[net.Conn]struct{}{},
+		refusedLog: rate.Sometimes{Interval: refusedLogEvery},
+		conns:      make(chan net.Conn),
+		sem:        make(chan struct{}, o.MaxPending),
+		closed:     make(chan struct{}),
+		open:       map[net.Conn]struct{}{},
 	}
 }
 
@@ -213,8 +221,13 @@ func (n *Network) acceptLoop() {
 func (n *Network) serve(raw net.Conn) {
 	c, kind, err := n.handshakeAccept(raw)
 	if err != nil {
-		n.refused.Add(1)
-		n.log.Warn("maplog: connection refused", "from", raw.RemoteAddr().String(), "err", err)
+		total := n.refused.Add(1)
+		// At most one warning per refusedLogEvery: a peer of another
+		// cluster (or a scanner) retrying would otherwise fill the log.
+		n.refusedLog.Do(func() {
+			n.log.Warn("maplog: connection refused (more are counted in dhtkv_maplog_refused_connections_total, one warning per 10s)",
+				"from", raw.RemoteAddr().String(), "err", err, "refused_total", total)
+		})
 		n.untrack(raw)
 		raw.Close()
 		return
