@@ -145,6 +145,51 @@ func TestLoggedJoin(t *testing.T) {
 	require.False(t, last.Aborted)
 	require.Equal(t, final.Epoch, last.Ended)
 	require.Equal(t, final.Epoch, c.member("http://n4:1").Epoch())
+
+	// A decommission through the log runs to its end: the gainers report
+	// their copies, and the node that left installs the last map (out).
+	_, err = c.member("http://n4:1").Decommission(urls[0])
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		last := logs[urls[1]].State().Last
+		return last != nil && last.Kind == maplog.OpDecommission && !last.Aborted
+	}, 20*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool {
+		_, self := c.member(urls[0]).Map()
+		return self < 0
+	}, 20*time.Second, 10*time.Millisecond, "the node decommissioned learns it is out")
+	require.Nil(t, logs[urls[1]].Map().ByURL(urls[0]))
+}
+
+// A dead node replaced through the log: the log does not wait for its
+// acknowledgement, and every other member installs the map that names
+// the new machine; a node that answers is not replaced.
+func TestLoggedReplaceDeadNode(t *testing.T) {
+	urls := []string{"http://n1:1", "http://n2:1", "http://n3:1"}
+	c, logs := loggedCluster(t, urls)
+	c.settled(logs[urls[0]], 3)
+	_, err := c.member(urls[0]).Replace(urls[2], "http://n9:1")
+	require.ErrorIs(t, err, membership.ErrChangeRefused)
+	require.ErrorContains(t, err, "answers")
+
+	// Node 3 dies: every link to it is cut.
+	c.mu.Lock()
+	for k, d := range c.links {
+		if k[1] == urls[2] {
+			d.Cut(true)
+		}
+	}
+	c.mu.Unlock()
+	m, err := c.member(urls[0]).Replace(urls[2], "http://n9:1")
+	require.NoError(t, err)
+	require.Equal(t, 2, m.ByURL("http://n9:1").ID, "the dead node's id")
+	require.Nil(t, m.ByURL(urls[2]))
+	require.Eventually(t, func() bool {
+		return c.member(urls[0]).Epoch() == m.Epoch && c.member(urls[1]).Epoch() == m.Epoch
+	}, 10*time.Second, 10*time.Millisecond)
+	last := logs[urls[1]].State().Last
+	require.Equal(t, maplog.OpReplace, last.Kind)
+	require.Equal(t, m.Epoch, last.Ended)
 }
 
 // A join and a decommission asked of two members at the same moment,
