@@ -24,6 +24,8 @@ its --admin-listen), which drives them (docs/membership.md):
                         stops by itself
   replace DEAD NEW      give a dead node's identity to a new, empty machine
                         at NEW; start it with --join: it rebuilds the data
+  abort                 end the change under way with the old set of nodes
+                        (before its read-new stage; needs the map's log)
   cluster               print the cluster map and the change under way
 
 join and decommission wait until the change is complete (every stage, the
@@ -75,7 +77,7 @@ func clusterCmd(e *env, fs *flag.FlagSet) *ffcli.Command {
 
 func changeCmd(e *env, fs *flag.FlagSet, name, usage, short string, nargs int,
 	begin func(ctx context.Context, c *client.Client, admin string, args []string) (*client.ClusterMap, error)) *ffcli.Command {
-	f := newMembershipFlags(fs, name != "replace")
+	f := newMembershipFlags(fs, name != "replace" && name != "abort")
 	return &ffcli.Command{
 		Name: name, ShortUsage: "dhtkvctl " + name + " --admin HOST:PORT " + usage, ShortHelp: short,
 		LongHelp: membershipHelp, FlagSet: fs,
@@ -93,7 +95,11 @@ func changeCmd(e *env, fs *flag.FlagSet, name, usage, short string, nargs int,
 			if err != nil {
 				return fmt.Errorf("%s: %w", name, err)
 			}
-			fmt.Fprintf(e.stdout, "%s begun: %s\n", name, describeMap(m))
+			verb := "begun"
+			if name == "abort" {
+				verb = "done"
+			}
+			fmt.Fprintf(e.stdout, "%s %s: %s\n", name, verb, describeMap(m))
 			if f.noWait == nil || *f.noWait {
 				return nil
 			}
@@ -157,6 +163,13 @@ func printCluster(w io.Writer, st *client.ClusterStatus, asJSON bool) error {
 	if st.Driver != "" {
 		fmt.Fprintf(w, "driver: %s\n", st.Driver)
 	}
+	if o := st.Last; o != nil {
+		how := "completed"
+		if o.Aborted {
+			how = "aborted"
+		}
+		fmt.Fprintf(w, "last change: %s of node %d, epochs %d-%d, %s\n", o.Kind, o.Node, o.Began, o.Ended, how)
+	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tURL\tSELF")
 	for _, n := range st.Map.Nodes {
@@ -183,6 +196,10 @@ func membershipCmds(e *env, fs func(string) *flag.FlagSet) []*ffcli.Command {
 		changeCmd(e, fs("replace"), "replace", "DEAD-URL NEW-URL", "give a dead node's identity to a new machine", 2,
 			func(ctx context.Context, c *client.Client, admin string, args []string) (*client.ClusterMap, error) {
 				return c.Replace(ctx, admin, args[0], args[1])
+			}),
+		changeCmd(e, fs("abort"), "abort", "", "end the membership change under way with the old set of nodes", 0,
+			func(ctx context.Context, c *client.Client, admin string, _ []string) (*client.ClusterMap, error) {
+				return c.Abort(ctx, admin)
 			}),
 	}
 }
