@@ -60,6 +60,23 @@ type ClusterStatus struct {
 	Self   int         `json:"self"`
 	Moved  uint64      `json:"moved"`
 	Driver string      `json:"driver,omitempty"`
+	// On a node that keeps the map on its log: the members whose
+	// acknowledgement the change's next step waits for, and how the last
+	// change ended.
+	Waiting []int          `json:"waiting,omitempty"`
+	Last    *ChangeOutcome `json:"last,omitempty"`
+}
+
+// ChangeOutcome is how a membership change ended, as the map's log
+// recorded it: its kind and node, the epochs of its first map and of the
+// map without it, and whether it was aborted.
+type ChangeOutcome struct {
+	ID      string `json:"id,omitempty"`
+	Kind    string `json:"kind"`
+	Node    int    `json:"node"`
+	Began   uint64 `json:"began"`
+	Ended   uint64 `json:"ended"`
+	Aborted bool   `json:"aborted,omitempty"`
 }
 
 // ErrChangeRefused is a membership change a node would not begin (another
@@ -120,6 +137,15 @@ func (c *Client) Replace(ctx context.Context, admin, deadURL, newURL string) (*C
 // them at the end, through the stages of a join.
 func (c *Client) SetReplicas(ctx context.Context, admin string, n int) (*ClusterMap, error) {
 	return c.change(ctx, admin, "/cluster/replicas", url.Values{"n": {strconv.Itoa(n)}})
+}
+
+// Abort asks the node whose admin listener is at admin to end the
+// membership change under way with the old set of nodes, which the map's
+// log allows before the change's read-new stage; it returns the map
+// without the change. Refused (ErrChangeRefused, with the reason) past
+// that stage, with no change under way, or on a node without the log.
+func (c *Client) Abort(ctx context.Context, admin string) (*ClusterMap, error) {
+	return c.change(ctx, admin, "/cluster/abort", url.Values{})
 }
 
 func (c *Client) change(ctx context.Context, admin, path string, q url.Values) (*ClusterMap, error) {

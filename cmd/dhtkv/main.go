@@ -220,7 +220,17 @@ func run(args []string, stdout, stderr io.Writer) int {
 	// files, hints, the clock bound) is its own: 0700 directories and 0600
 	// files, whatever the invoking shell's umask.
 	syscall.Umask(0o077)
-	n, err := node.Start(cfg)
+	// A stop asked while the node waits to be joined (--join-wait) ends
+	// the wait: the signal is in sig as well, and the wait's end is not a
+	// failure.
+	startCtx, startDone := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	n, err := node.StartContext(startCtx, cfg)
+	stopped := startCtx.Err() != nil
+	startDone()
+	if err != nil && stopped {
+		fmt.Fprintf(stderr, "dhtkv: %v\n", err)
+		return 0
+	}
 	if errors.Is(err, membership.ErrLeft) {
 		// Not a failure: the node is done (see membership.ErrLeft).
 		fmt.Fprintf(stderr, "dhtkv: %v\n", err)

@@ -18,9 +18,9 @@ import (
 const membershipHelp = `Membership changes are asked of one member's admin listener (--admin,
 its --admin-listen), which drives them (docs/membership.md):
 
-  join URL              add the node at URL; then start it with --join
-                        naming a member (started before, it exits: it is
-                        not in the map yet)
+  join URL              add the node at URL, and start it with --join
+                        naming a member, before or after (started before,
+                        it waits for the join: --join-wait)
   decommission URL      move the node's partitions to the others; it then
                         stops by itself
   replace DEAD NEW      give a dead node's identity to a new, empty machine
@@ -31,6 +31,8 @@ its --admin-listen), which drives them (docs/membership.md):
                         it from its last-ranked one at the end; while it
                         runs a request's ack is at most the smaller factor
                         (docs/membership.md)
+  abort                 end the change under way with the old set of nodes
+                        (before its read-new stage; needs the map's log)
   cluster               print the cluster map and the change under way
 
 join, decommission and replicas wait until the change is complete (every
@@ -82,7 +84,7 @@ func clusterCmd(e *env, fs *flag.FlagSet) *ffcli.Command {
 
 func changeCmd(e *env, fs *flag.FlagSet, name, usage, short string, nargs int,
 	begin func(ctx context.Context, c *client.Client, admin string, args []string) (*client.ClusterMap, error)) *ffcli.Command {
-	f := newMembershipFlags(fs, name != "replace")
+	f := newMembershipFlags(fs, name != "replace" && name != "abort")
 	return &ffcli.Command{
 		Name: name, ShortUsage: "dhtkvctl " + name + " --admin HOST:PORT " + usage, ShortHelp: short,
 		LongHelp: membershipHelp, FlagSet: fs,
@@ -100,7 +102,11 @@ func changeCmd(e *env, fs *flag.FlagSet, name, usage, short string, nargs int,
 			if err != nil {
 				return fmt.Errorf("%s: %w", name, err)
 			}
-			fmt.Fprintf(e.stdout, "%s begun: %s\n", name, describeMap(m))
+			verb := "begun"
+			if name == "abort" {
+				verb = "done"
+			}
+			fmt.Fprintf(e.stdout, "%s %s: %s\n", name, verb, describeMap(m))
 			if f.noWait == nil || *f.noWait {
 				return nil
 			}
@@ -166,6 +172,13 @@ func printCluster(w io.Writer, st *client.ClusterStatus, asJSON bool) error {
 	if st.Driver != "" {
 		fmt.Fprintf(w, "driver: %s\n", st.Driver)
 	}
+	if o := st.Last; o != nil {
+		how := "completed"
+		if o.Aborted {
+			how = "aborted"
+		}
+		fmt.Fprintf(w, "last change: %s of node %d, epochs %d-%d, %s\n", o.Kind, o.Node, o.Began, o.Ended, how)
+	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tURL\tSELF")
 	for _, n := range st.Map.Nodes {
@@ -200,6 +213,10 @@ func membershipCmds(e *env, fs func(string) *flag.FlagSet) []*ffcli.Command {
 					return nil, usagef("replicas takes the new replication factor, a whole number from 1 to the number of nodes, got %q", args[0])
 				}
 				return c.SetReplicas(ctx, admin, n)
+			}),
+		changeCmd(e, fs("abort"), "abort", "", "end the membership change under way with the old set of nodes", 0,
+			func(ctx context.Context, c *client.Client, admin string, _ []string) (*client.ClusterMap, error) {
+				return c.Abort(ctx, admin)
 			}),
 	}
 }

@@ -32,6 +32,8 @@ func TestMembershipCommands(t *testing.T) {
 		{name: "no URL", args: []string{"join", admin}, code: exitUsage, errHas: "takes 1 arguments"},
 		{name: "help", args: []string{"join", "-h"}, outHas: []string{"--admin", "--join", "decommission"}},
 		{name: "not a member", args: []string{"decommission", admin, "http://127.0.0.1:1"}, code: exitError, errHas: "not a member"},
+		{name: "abort takes no URL", args: []string{"abort", admin, "http://127.0.0.1:1"}, code: exitUsage, errHas: "takes 0 arguments"},
+		{name: "abort without the map's log", args: []string{"abort", admin}, code: exitError, errHas: "runs without the cluster map's log"},
 	} {
 		s.run(t)
 	}

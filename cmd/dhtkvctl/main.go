@@ -13,6 +13,7 @@
 //	dhtkvctl [global flags] decommission --admin HOST:PORT [--no-wait] URL
 //	dhtkvctl [global flags] replace --admin HOST:PORT DEAD-URL NEW-URL
 //	dhtkvctl [global flags] replicas --admin HOST:PORT [--no-wait] N
+//	dhtkvctl [global flags] abort --admin HOST:PORT
 //
 // Its exit codes are a contract for scripts (see usage below and
 // README.md).
@@ -56,9 +57,9 @@ arguments.
 
 Tokens: nodes started with --client-tokens want a bearer token of a role
 that allows the command (read: get, scan; write: put, del; admin:
-snapshot, repair, join, decommission, replace, replicas; status needs
-none, cluster read). Give it in DHTKV_TOKEN or a file (--token-file, one
-line) rather than --token, which other local users see in ps. A missing token is 401
+snapshot, repair, join, decommission, replace, replicas, abort; status
+needs none, cluster read). Give it in DHTKV_TOKEN or a file (--token-file,
+one line) rather than --token, which other local users see in ps. A missing token is 401
 and a role too low 403: exit 5.
 
 TLS: nodes started with --tls-cert serve only TLS. Give --cacert (the CA

@@ -586,3 +586,41 @@ func TestMembershipDropPacedResumes(t *testing.T) {
 		t.Logf("node 0 stopped holding %d records, %d of them its own; dropped the rest after its start", stoppedAt, own(0))
 	})
 }
+
+// TestMembershipNodeStartedBeforeJoin: a new node started with --join
+// before dhtkvctl join waits for the change (issue 24: it exited 1, "not
+// in the cluster map"), then takes its share like a node started after.
+func TestMembershipNodeStartedBeforeJoin(t *testing.T) {
+	c := testcluster.Start(t, 3, func(_ int, cfg *nodeConfig) { cfg.Replicas = 2 })
+	cl := testcluster.NewClient(t)
+	for k := range 200 {
+		require.Equal(t, http.StatusCreated, cl.Put(t, c.URL(k%3), fmt.Sprintf("b%d", k), []byte("v"), 2, 2))
+	}
+	joiner := c.AddNode(t, 0)
+	started := c.StartNodeWaiting(t, joiner)
+	// It asks the member every JoinPoll: three polls without the change,
+	// and it still waits.
+	select {
+	case err := <-started:
+		t.Fatalf("node %d started before it was joined: %v", joiner, err)
+	case <-time.After(3 * membership.JoinPoll):
+	}
+	admin, addr := adminOf(t, c, 0)
+	_, err := admin.Join(t.Context(), addr, c.URL(joiner))
+	require.NoError(t, err)
+	select {
+	case err := <-started:
+		require.NoError(t, err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("the node did not start after the join")
+	}
+	m := c.AwaitStable(t, 60*time.Second)
+	require.Len(t, m.Nodes, 4)
+	require.Equal(t, 3, m.ByURL(c.URL(joiner)).ID)
+	for k := range 200 {
+		key := fmt.Sprintf("b%d", k)
+		code, body := cl.Get(t, c.URL(joiner), key, 2, 2)
+		require.Equal(t, http.StatusOK, code, key)
+		require.Equal(t, "v", string(body))
+	}
+}

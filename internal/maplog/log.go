@@ -32,6 +32,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/hashicorp/raft"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/dhtkv/dhtkv/internal/clustermap"
 )
@@ -433,9 +434,7 @@ func isChange(op Op) bool {
 // outcome is answered with the first attempt's outcome.
 func (l *Log) Submit(ctx context.Context, c Command) (*Result, error) {
 	if c.ID == "" && isChange(c.Op) {
-		var b [12]byte
-		_, _ = rand.Read(b[:])
-		c.ID = hex.EncodeToString(b[:])
+		c.ID = requestID()
 	}
 	b, err := json.Marshal(c)
 	if err != nil {
@@ -477,6 +476,60 @@ func (l *Log) Submit(ctx context.Context, c Command) (*Result, error) {
 	}
 }
 
+// SubmitVia proposes c through the log at addr, a member's log address:
+// the route of a node outside the voting group's configuration (a node
+// being joined, registering its address with OpAddr, or one whose
+// replica knows no leader yet), which cannot learn the leader from its
+// own replica. A member that does not lead answers with the leader's
+// address, which the next try goes to; it tries again until the log
+// answers or ctx ends. It needs a Forwarder (a Network).
+func (l *Log) SubmitVia(ctx context.Context, addr string, c Command) (*Result, error) {
+	if l.fwd == nil {
+		return nil, errors.New("maplog: no network to reach another member's log")
+	}
+	if c.ID == "" && isChange(c.Op) {
+		c.ID = requestID()
+	}
+	b, err := json.Marshal(c)
+	if err != nil {
+		return nil, fmt.Errorf("maplog: encode %s: %w", c.Op, err)
+	}
+	if len(b) > l.o.MaxCommandBytes {
+		return nil, fmt.Errorf("maplog: %s of %d bytes over the limit of %d", c.Op, len(b), l.o.MaxCommandBytes)
+	}
+	wait := max(l.o.HeartbeatTimeout/10, 10*time.Millisecond)
+	to := addr
+	for {
+		out, err := l.fwd.Forward(ctx, to, b)
+		var rep forwardReply
+		if err == nil {
+			err = json.Unmarshal(out, &rep)
+		}
+		switch {
+		case err != nil:
+			to = addr // the leader named may be gone: ask the member again
+		case rep.Result != nil:
+			return rep.Result, nil
+		case rep.Leader != "":
+			to, err = rep.Leader, errors.New(rep.Err)
+		default:
+			to, err = addr, errors.New(rep.Err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("maplog: %s through %s not answered: %w (last: %w)", c.Op, addr, ctx.Err(), err)
+		case <-time.After(wait):
+		}
+	}
+}
+
+// requestID is a new change's Command.ID: 96 random bits.
+func requestID() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
 // Ack reports that this node installed the map of epoch.
 func (l *Log) Ack(ctx context.Context, epoch uint64) (*Result, error) {
 	return l.Submit(ctx, Command{Op: OpAck, Node: l.self, Epoch: epoch})
@@ -501,6 +554,64 @@ func (l *Log) AwaitOutcome(ctx context.Context, id string) (*Outcome, error) {
 			return nil, fmt.Errorf("maplog: change %s not ended: %w", id, ctx.Err())
 		case <-changed:
 		}
+	}
+}
+
+// Register adds the log's instruments to reg: what an operator needs to
+// tell a healthy group (docs/membership.md). Call it once, after Start.
+//
+//   - dhtkv_maplog_leader: 1 while this replica leads;
+//   - dhtkv_maplog_voters: voters in the configuration this replica has
+//     (the group's size; below the target, a voter is missing);
+//   - dhtkv_maplog_applied_index: the last entry applied here (replicas
+//     far behind the leader's are lagging);
+//   - dhtkv_maplog_last_contact_seconds: time since this follower last
+//     heard from a leader (0 on the leader, -1 before any contact);
+//   - dhtkv_maplog_refused_connections_total: connections to the log's
+//     port refused for failing authentication (with a Network).
+func (l *Log) Register(reg prometheus.Registerer) {
+	gauge := func(name, help string, f func() float64) prometheus.Collector {
+		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, f)
+	}
+	reg.MustRegister(
+		gauge("dhtkv_maplog_leader", "1 while this node leads the cluster map's log.", func() float64 {
+			if l.IsLeader() {
+				return 1
+			}
+			return 0
+		}),
+		gauge("dhtkv_maplog_voters", "Voters in the cluster map's log configuration as this node has it.", func() float64 {
+			servers, err := l.Configuration()
+			if err != nil {
+				return 0
+			}
+			v := 0
+			for _, s := range servers {
+				if s.Suffrage == raft.Voter {
+					v++
+				}
+			}
+			return float64(v)
+		}),
+		gauge("dhtkv_maplog_applied_index", "The last entry of the cluster map's log applied on this node.", func() float64 {
+			return float64(l.r.AppliedIndex())
+		}),
+		gauge("dhtkv_maplog_last_contact_seconds", "Seconds since this node last heard from the log's leader (0 on the leader; -1 before any contact).", func() float64 {
+			if l.IsLeader() {
+				return 0
+			}
+			t := l.r.LastContact()
+			if t.IsZero() {
+				return -1
+			}
+			return time.Since(t).Seconds()
+		}),
+	)
+	if n, ok := l.fwd.(*Network); ok {
+		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "dhtkv_maplog_refused_connections_total",
+			Help: "Connections to the cluster map's log port refused for failing authentication.",
+		}, func() float64 { return float64(n.Refused()) }))
 	}
 }
 

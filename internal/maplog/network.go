@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+	"golang.org/x/time/rate"
 
 	"github.com/dhtkv/dhtkv/internal/tlsconf"
 )
@@ -58,6 +59,10 @@ const (
 	verdictOK = 'K'
 )
 
+// refusedLogEvery is the least time between two warnings of refused
+// connections.
+const refusedLogEvery = 10 * time.Second
+
 // ErrRefused is a connection the other end did not authenticate.
 var ErrRefused = errors.New("maplog: the peer refused this node's authentication")
 
@@ -70,6 +75,8 @@ var ErrRefused = errors.New("maplog: the peer refused this node's authentication
 // that is not a member holds nothing else of the node.
 type Network struct {
 	ln     net.Listener
+	addr   net.Addr // advertised: where peers reach this network
+	dialer Dialer
 	auth   Auth
 	o      Options
 	log    *slog.Logger
@@ -81,8 +88,10 @@ type Network struct {
 	// apply answers a forwarded proposal (set by the Log that uses this
 	// network; nil: proposals are refused).
 	apply atomic.Pointer[func(ctx context.Context, cmd []byte) []byte]
-	// Refused counts connections refused for failing authentication.
-	refused atomic.Int64
+	// Refused counts connections refused for failing authentication;
+	// refusedLog paces their warnings.
+	refused    atomic.Int64
+	refusedLog rate.Sometimes
 	// open is every connection of this network not closed yet, accepted
 	// or dialed, keyed by the TCP connection: Close closes them all.
 	// raft's transport closes neither its pooled connections nor the
@@ -126,20 +135,41 @@ func (c *tracked) Close() error {
 	return c.Conn.Close() // a *tls.Conn closes raw too
 }
 
-// Listen binds addr (host:port). Nothing is accepted before Start.
+// Dialer opens a connection to a peer's log address (host:port) within
+// timeout: a TCP dial, or in tests one over an in-memory link that a test
+// can cut (the shape of node.Config.PeerDial).
+type Dialer func(addr string, timeout time.Duration) (net.Conn, error)
+
+// Listen binds addr (host:port) over TCP and advertises the address
+// bound (a wildcard host is advertised as such: bind a reachable host, or
+// use NewNetwork). Nothing is accepted before Start.
 func Listen(addr string, auth Auth, o Options, log *slog.Logger) (*Network, error) {
-	o.EnsureDefaults()
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("maplog: listen %s: %w", addr, err)
 	}
+	return NewNetwork(ln, ln.Addr().String(), func(addr string, timeout time.Duration) (net.Conn, error) {
+		return net.DialTimeout("tcp", addr, timeout)
+	}, auth, o, log), nil
+}
+
+// NewNetwork is a Network that accepts on ln, is reached by its peers at
+// advertise (host:port: what raft tells them as this node's address, and
+// the address of a leader they forward proposals to), and dials peers
+// with dial: Listen's over TCP, or an in-memory cluster's listener and
+// links. It owns ln (Close closes it). Nothing is accepted before Start.
+// Without TLS or a secret only loopback TCP peers are accepted, so an
+// in-memory listener needs one of them.
+func NewNetwork(ln net.Listener, advertise string, dial Dialer, auth Auth, o Options, log *slog.Logger) *Network {
+	o.EnsureDefaults()
 	return &Network{
-		ln: ln, auth: auth, o: o, log: log,
-		conns:  make(chan net.Conn),
-		sem:    make(chan struct{}, o.MaxPending),
-		closed: make(chan struct{}),
-		open:   map[net.Conn]struct{}{},
-	}, nil
+		ln: ln, addr: advertised(advertise), dialer: dial, auth: auth, o: o, log: log,
+		refusedLog: rate.Sometimes{Interval: refusedLogEvery},
+		conns:      make(chan net.Conn),
+		sem:        make(chan struct{}, o.MaxPending),
+		closed:     make(chan struct{}),
+		open:       map[net.Conn]struct{}{},
+	}
 }
 
 // Start accepts connections until Close.
@@ -191,8 +221,13 @@ func (n *Network) acceptLoop() {
 func (n *Network) serve(raw net.Conn) {
 	c, kind, err := n.handshakeAccept(raw)
 	if err != nil {
-		n.refused.Add(1)
-		n.log.Warn("maplog: connection refused", "from", raw.RemoteAddr().String(), "err", err)
+		total := n.refused.Add(1)
+		// At most one warning per refusedLogEvery: a peer of another
+		// cluster (or a scanner) retrying would otherwise fill the log.
+		n.refusedLog.Do(func() {
+			n.log.Warn("maplog: connection refused (more are counted in dhtkv_maplog_refused_connections_total, one warning per 10s)",
+				"from", raw.RemoteAddr().String(), "err", err, "refused_total", total)
+		})
 		n.untrack(raw)
 		raw.Close()
 		return
@@ -267,8 +302,7 @@ func (n *Network) handshakeAccept(raw net.Conn) (net.Conn, byte, error) {
 
 // dial connects to addr and authenticates both ways.
 func (n *Network) dial(addr string, kind byte, timeout time.Duration) (net.Conn, error) {
-	d := net.Dialer{Timeout: timeout}
-	raw, err := d.Dial("tcp", addr)
+	raw, err := n.dialer(addr, timeout)
 	if err != nil {
 		return nil, fmt.Errorf("maplog: dial %s: %w", addr, err)
 	}
@@ -375,8 +409,14 @@ func (n *Network) Close() error {
 	return err
 }
 
-// Addr implements raft.StreamLayer.
-func (n *Network) Addr() net.Addr { return n.ln.Addr() }
+// Addr implements raft.StreamLayer: the advertised address.
+func (n *Network) Addr() net.Addr { return n.addr }
+
+// advertised is an advertised host:port as a net.Addr.
+type advertised string
+
+func (a advertised) Network() string { return "tcp" }
+func (a advertised) String() string  { return string(a) }
 
 // Dial implements raft.StreamLayer.
 func (n *Network) Dial(addr raft.ServerAddress, timeout time.Duration) (net.Conn, error) {

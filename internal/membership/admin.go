@@ -15,7 +15,10 @@ import (
 // /cluster/join?node=URL, /cluster/decommission?node=URL,
 // /cluster/replace?node=URL&with=URL and /cluster/replicas?n=N begin a
 // change (202 with the first map; 409 with the reason when it cannot
-// begin; 400 for a missing or malformed parameter). admissible refuses a
+// begin; 400 for a missing or malformed parameter); a join may name the
+// new node's log address (&log=host:port). POST /cluster/abort ends the
+// change under way (202 with the map without it; 409 when the log
+// refuses, or without a log). admissible refuses a
 // node URL this node's security settings do not let join (nil: any).
 func (s *Service) Handler(admissible func(url string) error) http.Handler {
 	if admissible == nil {
@@ -47,13 +50,18 @@ func (s *Service) Handler(admissible func(url string) error) http.Handler {
 		q := r.URL.Query()
 		var m *clustermap.Map
 		var err error
-		if r.URL.Path == "/cluster/replicas" {
+		switch r.URL.Path {
+		case "/cluster/replicas":
 			n, perr := parseFactor(q.Get("n"))
 			if perr != nil {
 				refuse(http.StatusBadRequest, perr)
 				return
 			}
 			m, err = s.SetReplicas(n)
+			answer(reply, refuse, m, err)
+			return
+		case "/cluster/abort":
+			m, err = s.Abort()
 			answer(reply, refuse, m, err)
 			return
 		}
@@ -65,7 +73,7 @@ func (s *Service) Handler(admissible func(url string) error) http.Handler {
 		switch r.URL.Path {
 		case "/cluster/join":
 			if err = s.admissible(admissible, node); err == nil {
-				m, err = s.Join(node)
+				m, err = s.Join(node, q.Get("log"))
 			}
 		case "/cluster/decommission":
 			m, err = s.Decommission(node)
@@ -79,7 +87,7 @@ func (s *Service) Handler(admissible func(url string) error) http.Handler {
 				m, err = s.Replace(node, with)
 			}
 		default:
-			refuse(http.StatusNotFound, fmt.Errorf("unknown path %s: /cluster, /cluster/join, /cluster/decommission, /cluster/replace, /cluster/replicas", r.URL.Path))
+			refuse(http.StatusNotFound, fmt.Errorf("unknown path %s: /cluster, /cluster/join, /cluster/decommission, /cluster/replace, /cluster/replicas, /cluster/abort", r.URL.Path))
 			return
 		}
 		answer(reply, refuse, m, err)

@@ -1,9 +1,12 @@
 package membership
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
+	"time"
 
 	"github.com/dhtkv/dhtkv/internal/clustermap"
 	"github.com/dhtkv/dhtkv/internal/store"
@@ -35,7 +38,18 @@ type Bootstrap struct {
 	Replicas int
 	// Fetch asks the member at url for its State (rpc.FetchMap).
 	Fetch func(url string) ([]byte, error)
+	// Wait is how long a node started with Join waits for the change
+	// that adds it (node.Config.JoinWait; 0: not at all), asking the
+	// member again every JoinPoll; Ctx ends the wait early (the process
+	// is asked to stop; nil: never), and Log tells the operator.
+	Wait time.Duration
+	Ctx  context.Context
+	Log  *slog.Logger
 }
+
+// JoinPoll is how often a node waiting to be joined asks the member for
+// its map again.
+const JoinPoll = 500 * time.Millisecond
 
 // Map returns the cluster map the node starts with, and its id in it: the
 // map in st; else, with Join, the member's (joined is then true); else one
@@ -74,20 +88,11 @@ func (b Bootstrap) Map(st *store.Store) (m *clustermap.Map, self int, joined boo
 		if hasID {
 			return nil, 0, false, fmt.Errorf("--join: data directory %s already belongs to node %d of cluster %016x", b.DataDir, id.Node, id.Cluster)
 		}
-		ans, err := b.Fetch(b.Join)
+		me, theirs, err := b.awaitJoined(selfURL)
 		if err != nil {
-			return nil, 0, false, fmt.Errorf("--join: %w", err)
+			return nil, 0, false, err
 		}
-		theirs, err := ParseState(ans)
-		if err != nil {
-			return nil, 0, false, fmt.Errorf("--join: the cluster map from %s: %w", b.Join, err)
-		}
-		m = theirs.Map
-		me := m.ByURL(selfURL)
-		if me == nil {
-			return nil, 0, false, fmt.Errorf("--join: %s is not in the cluster map of %s (%s): add it first with dhtkvctl join %s (or replace)", selfURL, b.Join, m, selfURL)
-		}
-		self, joined = me.ID, true
+		m, self, joined = theirs, me.ID, true
 	default:
 		if m, err = clustermap.Seed(b.Topology.Nodes, b.Replicas); err != nil {
 			return nil, 0, false, fmt.Errorf("--cluster: %w", err)
@@ -98,6 +103,48 @@ func (b Bootstrap) Map(st *store.Store) (m *clustermap.Map, self int, joined boo
 		return nil, 0, false, err
 	}
 	return m, self, joined, nil
+}
+
+// awaitJoined fetches the member's map until it names selfURL, for up to
+// Wait: a node may be started before the change that adds it. A member
+// that does not answer, or answers a map without this node, is asked
+// again; the last answer is the error once Wait is over.
+func (b Bootstrap) awaitJoined(selfURL string) (*clustermap.Node, *clustermap.Map, error) {
+	ctx := b.Ctx
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	log := b.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	deadline := time.Now().Add(b.Wait)
+	logged := time.Time{}
+	for {
+		var err error
+		ans, ferr := b.Fetch(b.Join)
+		if ferr != nil {
+			err = fmt.Errorf("--join: %w", ferr)
+		} else if theirs, perr := ParseState(ans); perr != nil {
+			err = fmt.Errorf("--join: the cluster map from %s: %w", b.Join, perr)
+		} else if me := theirs.Map.ByURL(selfURL); me != nil {
+			return me, theirs.Map, nil
+		} else {
+			err = fmt.Errorf("--join: %s is not in the cluster map of %s (%s): add it with dhtkvctl join %s (or replace)", selfURL, b.Join, theirs.Map, selfURL)
+		}
+		if !time.Now().Add(JoinPoll).Before(deadline) {
+			return nil, nil, err
+		}
+		if time.Since(logged) > 30*time.Second {
+			logged = time.Now()
+			log.Info("waiting to be added to the cluster", "self", selfURL, "member", b.Join, "for_at_most", time.Until(deadline).Round(time.Second), "now", err.Error())
+		}
+		select {
+		case <-ctx.Done():
+			return nil, nil, fmt.Errorf("--join: stopped while waiting to be added to the cluster: %w", ctx.Err())
+		case <-time.After(JoinPoll):
+		}
+	}
 }
 
 // sameList refuses a --cluster list other than the one stored's map was

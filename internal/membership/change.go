@@ -11,10 +11,12 @@ import (
 	"time"
 
 	"github.com/dhtkv/dhtkv/internal/clustermap"
+	"github.com/dhtkv/dhtkv/internal/maplog"
 	"github.com/dhtkv/dhtkv/internal/view"
 )
 
-// Membership changes (docs/membership.md)
+// Membership changes without the map's log (docs/membership.md; with
+// Options.Log, logged.go replaces the driver, agree and begin)
 //
 // A change is begun on one node, its driver, which takes it through its
 // stages (clustermap.Stage), one map epoch each:
@@ -35,7 +37,7 @@ import (
 // member answers with this node's epoch and no change under way. Two
 // operators beginning changes on two nodes within the same moment are not
 // told apart (the map has no consensus behind it): run changes one at a
-// time.
+// time, or on the map's log.
 
 // driver runs the change this node began, if any.
 type driver struct {
@@ -299,7 +301,18 @@ func (s *Service) begin(v *view.View, m *clustermap.Map) (*clustermap.Map, error
 // takes its share of partitions, copied from their replicas, while the
 // cluster serves. It returns the change's first map; ChangeStatus tells
 // how it goes.
-func (s *Service) Join(url string) (*clustermap.Map, error) {
+//
+// logAddr is the new node's address on the map's log (--maplog-listen),
+// where the log's group reaches it; with a log, "" leaves it to the node
+// to register. Without a log it is not used.
+func (s *Service) Join(url, logAddr string) (*clustermap.Map, error) {
+	if s.o.Log != nil {
+		m, err := s.logMap()
+		if err != nil {
+			return nil, err
+		}
+		return s.submit(maplog.Command{Op: maplog.OpJoin, Epoch: m.Epoch, URL: url, Addr: logAddr})
+	}
 	v := s.View()
 	if err := s.agree(v, -1); err != nil {
 		return nil, err
@@ -316,6 +329,17 @@ func (s *Service) Join(url string) (*clustermap.Map, error) {
 // stops.
 func (s *Service) Decommission(url string) (*clustermap.Map, error) {
 	v := s.View()
+	if s.o.Log != nil {
+		m, err := s.logMap()
+		if err != nil {
+			return nil, err
+		}
+		n, err := memberOf(m, url)
+		if err != nil {
+			return nil, err
+		}
+		return s.submit(maplog.Command{Op: maplog.OpDecommission, Epoch: m.Epoch, Node: n.ID})
+	}
 	n, err := s.member(v, url)
 	if err != nil {
 		return nil, err
@@ -336,8 +360,16 @@ func (s *Service) Decommission(url string) (*clustermap.Map, error) {
 // of which it is the newly counted replica), writes reach both sets
 // meanwhile, and at the end each node drops the partitions it no longer
 // holds (shrinking). It goes through the stages of a join
-// (clustermap.Stage), driven by this node.
+// (clustermap.Stage), driven by this node, or with a log by its
+// members' acknowledgements.
 func (s *Service) SetReplicas(n int) (*clustermap.Map, error) {
+	if s.o.Log != nil {
+		m, err := s.logMap()
+		if err != nil {
+			return nil, err
+		}
+		return s.submit(maplog.Command{Op: maplog.OpReplicas, Epoch: m.Epoch, Replicas: n})
+	}
 	v := s.View()
 	if err := s.agree(v, -1); err != nil {
 		return nil, err
@@ -366,6 +398,18 @@ func (s *Service) Replace(oldURL, newURL string) (*clustermap.Map, error) {
 	if _, err := v.Peers[n.ID].Ping(v.Map.Epoch, time.Now().Add(s.o.Timeout)); err == nil {
 		return nil, fmt.Errorf("%w: %s answers; only a dead node is replaced (decommission a live one)", ErrChangeRefused, n.URL)
 	}
+	if s.o.Log != nil {
+		// The log's rules refuse a replace unless every other member
+		// acknowledged the current map, as agree does below.
+		m, err := s.logMap()
+		if err != nil {
+			return nil, err
+		}
+		if _, err := memberOf(m, oldURL); err != nil {
+			return nil, err
+		}
+		return s.submit(maplog.Command{Op: maplog.OpReplace, Epoch: m.Epoch, Node: n.ID, URL: newURL})
+	}
 	if err := s.agree(v, n.ID); err != nil {
 		return nil, err
 	}
@@ -387,11 +431,15 @@ func (s *Service) Replace(oldURL, newURL string) (*clustermap.Map, error) {
 }
 
 func (s *Service) member(v *view.View, url string) (*clustermap.Node, error) {
+	return memberOf(v.Map, url)
+}
+
+func memberOf(m *clustermap.Map, url string) (*clustermap.Node, error) {
 	u, err := clustermap.NormalizeURL(url)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrChangeRefused, err)
 	}
-	n := v.Map.ByURL(u)
+	n := m.ByURL(u)
 	if n == nil {
 		return nil, fmt.Errorf("%w: %s is not a member", ErrChangeRefused, u)
 	}
@@ -405,11 +453,25 @@ type ChangeStatus struct {
 	Self   int             `json:"self"`
 	Moved  uint64          `json:"moved"`
 	Driver string          `json:"driver,omitempty"` // this node's driver's last status
+	// With the map's log: the members whose acknowledgement (or copy
+	// report) the log's next step waits for (maplog.State.Waiting), and
+	// how the last change ended.
+	Waiting []int           `json:"waiting,omitempty"`
+	Last    *maplog.Outcome `json:"last,omitempty"`
 }
 
-// ChangeStatus returns the map and the driver's status.
+// ChangeStatus returns the map and the driver's status, or, with a log,
+// what the log waits for.
 func (s *Service) ChangeStatus() ChangeStatus {
 	v := s.View()
+	if s.o.Log != nil {
+		st := s.o.Log.State()
+		cs := ChangeStatus{Map: v.Map, Self: v.Self, Moved: s.moved.Load(), Waiting: st.Waiting(-1), Last: st.Last}
+		if st.Map != nil && (st.Map.Change != nil || len(cs.Waiting) > 0) {
+			cs.Driver = fmt.Sprintf("log at epoch %d (%s): waiting for nodes %v to acknowledge it", st.Map.Epoch, stageName(st.Map), cs.Waiting)
+		}
+		return cs
+	}
 	s.driver.mu.Lock()
 	st := s.driver.status
 	s.driver.mu.Unlock()

@@ -2,9 +2,10 @@
 // changed and acted on: the map a node starts with (bootstrap.go), its
 // install behind the epoch gate and the view every protocol routes by
 // (service.go), the map state nodes exchange (state.go), the driver that
-// takes a change through its stages (change.go), the copy and drop of the
-// partitions a change moves (move.go), and the admin /cluster endpoints
-// (admin.go). The map itself, a pure value, is package clustermap's; how
+// takes a change through its stages (change.go), or, with Options.Log,
+// the changes made through the map's log instead (logged.go), the copy
+// and drop of the partitions a change moves (move.go), and the admin
+// /cluster endpoints (admin.go). The map itself, a pure value, is package clustermap's; how
 // it places keys is package placement's (docs/membership.md).
 //
 // Where a membership change goes through the code, in order:
@@ -21,4 +22,9 @@
 //  4. the driver advances the stage; once the change is over, every node's
 //     mover drops the partitions it no longer holds (as it does at every
 //     start with no change under way).
+//
+// With the map's log, 1 is a command of the log (one of two changes
+// asked at once is refused, never both accepted), 2 is each node
+// installing what the log applied and acknowledging it, and the log
+// itself advances the stage in 4 once every member acknowledged it.
 package membership

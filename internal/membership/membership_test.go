@@ -17,6 +17,7 @@ import (
 	"github.com/dhtkv/dhtkv/internal/antientropy"
 	"github.com/dhtkv/dhtkv/internal/clustermap"
 	"github.com/dhtkv/dhtkv/internal/hlc"
+	"github.com/dhtkv/dhtkv/internal/maplog"
 	"github.com/dhtkv/dhtkv/internal/membership"
 	"github.com/dhtkv/dhtkv/internal/partcopy"
 	"github.com/dhtkv/dhtkv/internal/partition"
@@ -42,6 +43,9 @@ type cluster struct {
 	// by node URL, then partition: the old replicas it streamed the
 	// partition from or compared it with
 	covered map[string]map[partition.ID][]int
+	// hold, when set, holds every copy until it is closed: a change
+	// then stays in its stream stage.
+	hold chan struct{}
 }
 
 func newCluster(t *testing.T) *cluster {
@@ -73,6 +77,12 @@ func (c *cluster) link(from, to string, maps rpc.Maps) *rpc.Direct {
 
 // start runs the membership of the node at url of map m.
 func (c *cluster) start(m *clustermap.Map, url string) *membership.Service {
+	return c.startWith(m, url, nil)
+}
+
+// startWith runs the membership of the node at url of map m, following
+// the map's log l (started; nil: none).
+func (c *cluster) startWith(m *clustermap.Map, url string, l *maplog.Log) *membership.Service {
 	t := c.t
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	st, err := store.Open(filepath.Join(t.TempDir(), "db"), store.Options{})
@@ -95,6 +105,7 @@ func (c *cluster) start(m *clustermap.Map, url string) *membership.Service {
 		Copy:     copier{c, url},
 		Exchange: copier{c, url},
 		Timeout:  100 * time.Millisecond,
+		Log:      l,
 	}, log)
 	require.NoError(t, err)
 	*srv = rpc.Server{Replica: local, MaxKeyBytes: 1024, MaxValueBytes: 1 << 20, Log: log, Maps: s}
@@ -119,7 +130,17 @@ type copier struct {
 	url string
 }
 
-func (x copier) Copy(_ context.Context, url string, epoch uint64, parts *partition.Set) (partcopy.Stats, error) {
+func (x copier) Copy(ctx context.Context, url string, epoch uint64, parts *partition.Set) (partcopy.Stats, error) {
+	x.c.mu.Lock()
+	hold := x.c.hold
+	x.c.mu.Unlock()
+	if hold != nil {
+		select {
+		case <-hold:
+		case <-ctx.Done():
+			return partcopy.Stats{}, ctx.Err()
+		}
+	}
 	v := x.c.member(x.url).View()
 	peer := v.Map.ByURL(url).ID
 	if _, err := v.Peers[peer].Ping(epoch, time.Now().Add(time.Second)); err != nil {
@@ -192,10 +213,10 @@ func TestJoinThroughItsStages(t *testing.T) {
 	for _, u := range urls {
 		c.start(m, u)
 	}
-	first, err := c.members[urls[0]].Join("http://n4:1")
+	first, err := c.members[urls[0]].Join("http://n4:1", "")
 	require.NoError(t, err)
 	require.Equal(t, clustermap.WriteBoth, first.Change.Stage)
-	_, err = c.members[urls[1]].Join("http://n5:1")
+	_, err = c.members[urls[1]].Join("http://n5:1", "")
 	require.ErrorIs(t, err, membership.ErrChangeRefused, "one change at a time")
 
 	// The new node starts from a member's state, as --join does; its

@@ -37,8 +37,9 @@ type Copier interface {
 //   - in a change's stream stage, it copies every partition this node
 //     gains from every replica of the partition's old set, then reports
 //     the stage's epoch as moved (State.Moved), which the change's driver
-//     waits for. Every replica of the old set, because a write
-//     acknowledged before the change may be on ack of them only. Each
+//     waits for (with the map's log, reported to it: Log.Copied). Every
+//     replica of the old set, because a write acknowledged before the
+//     change may be on ack of them only. Each
 //     partition is streamed whole from one of them (planCopy: as few
 //     sources as cover every partition, since each reads its whole store
 //     to pick out the partitions asked for), then compared with each of
@@ -192,7 +193,7 @@ func (mv *mover) copyGained(ctx context.Context, v *view.View) {
 	s := mv.s
 	from := v.Gains(v.Self)
 	if len(from) == 0 {
-		s.moved.Store(v.Map.Epoch)
+		s.setMoved(v.Map.Epoch)
 		return
 	}
 	bulk, rest := planCopy(from)
@@ -256,7 +257,7 @@ func (mv *mover) copyGained(ctx context.Context, v *view.View) {
 			return
 		}
 	}
-	s.moved.Store(v.Map.Epoch)
+	s.setMoved(v.Map.Epoch)
 	s.log.Info("membership: partitions copied", "epoch", v.Map.Epoch,
 		"streamed_records", copied.Records, "streamed_bytes", copied.Bytes, "stored", copied.Applied, "streamed_in", streamed.Round(time.Millisecond),
 		"pulled_records", total.Pulled, "pulled_bytes", total.RecordBytes, "summary_bytes", total.SummaryBytes,

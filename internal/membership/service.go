@@ -14,6 +14,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/dhtkv/dhtkv/internal/clustermap"
+	"github.com/dhtkv/dhtkv/internal/maplog"
 	"github.com/dhtkv/dhtkv/internal/replica"
 	"github.com/dhtkv/dhtkv/internal/rpc"
 	"github.com/dhtkv/dhtkv/internal/store"
@@ -43,6 +44,11 @@ type Options struct {
 	// Timeout is the deadline of one map exchange with a member, plus a
 	// second (the node's --replica-timeout; default 300 ms).
 	Timeout time.Duration
+	// Log, when set, is this node's replica of the cluster map's log
+	// (started): changes go through it, and the service installs the maps
+	// it applies and acknowledges them (logged.go). Nil: the service
+	// drives the changes asked of it itself (change.go).
+	Log *maplog.Log
 	// DropRate is the most records a second this node deletes when it
 	// drops the partitions it no longer holds after a change, or records
 	// it holds outside its partitions at a start (--drop-rate; default
@@ -109,6 +115,9 @@ type Service struct {
 	mover   *mover
 	moved   atomic.Uint64 // the last stream stage whose partitions are copied here
 	left    sync.Once
+	kick    chan struct{} // wakes follow (logged.go): a copy to report
+	stopLog context.CancelFunc
+	logDone sync.WaitGroup
 	// started is set by Start. A map installed before it (a peer answers
 	// the node's start-up pings with a newer one) is only stored: what it
 	// asks of the node waits for Start, which acts on the view installed
@@ -140,7 +149,8 @@ func New(m *clustermap.Map, self int, local *replica.Replica, o Options, log *sl
 	}
 	s := &Service{
 		local: local, selfURL: n.URL, o: o, log: log, m: newMetrics(), work: worker.New(),
-		peers: map[string]view.Peer{}, pushed: map[string]uint64{},
+		peers: map[string]view.Peer{}, pushed: map[string]uint64{}, kick: make(chan struct{}, 1),
+		stopLog: func() {},
 	}
 	s.driver = newDriver(s)
 	s.mover = &mover{s: s, pace: rate.NewLimiter(rate.Limit(o.DropRate), store.DropChunk)}
@@ -187,14 +197,22 @@ func changeStage(c *clustermap.Change) int {
 
 // Start does what the installed map asks of this node (afterInstall),
 // and from then on what every map installed asks.
+// With a log it then follows the log (logged.go).
 func (s *Service) Start() {
 	s.started.Store(true)
 	s.afterInstall(s.View())
+	if s.o.Log != nil {
+		ctx, cancel := context.WithCancel(context.Background())
+		s.stopLog = cancel
+		s.logDone.Go(func() { s.follow(ctx) })
+	}
 }
 
-// Close stops the driver, the moves and the hand-overs, then closes the
+// Close stops following the log, the driver, the moves and the hand-overs, then closes the
 // peers' transports.
 func (s *Service) Close() {
+	s.stopLog()
+	s.logDone.Wait()
 	s.driver.close()
 	s.mover.close()
 	s.work.Stop()
@@ -351,7 +369,7 @@ func (s *Service) afterInstall(v *view.View) {
 	}
 	s.o.Installed(v)
 	s.mover.update(v)
-	if ch := v.Map.Change; ch != nil && ch.Driver == v.Self {
+	if ch := v.Map.Change; ch != nil && ch.Driver == v.Self && s.o.Log == nil {
 		s.driver.ensure()
 	}
 }

@@ -112,6 +112,12 @@ type Config struct {
 	// of seeding one from Cluster, and must be in it (dhtkvctl join, or
 	// replace, adds it). The default value is empty.
 	Join string
+	// JoinWait is how long a node started with Join waits, polling the
+	// member, for the change that adds it (dhtkvctl join or replace), so
+	// that it may be started before or after that change (--join-wait).
+	// 0: it does not wait, and exits if it is not in the member's map
+	// yet. The default value is 10 minutes.
+	JoinWait time.Duration
 	// Self is this node's URL in Cluster (--self). The default value is
 	// empty, meaning http://<Listen>.
 	Self string
@@ -300,6 +306,7 @@ func DefaultConfig() Config {
 		LingerTimeout:        5 * time.Second,
 		MaxConnectionsPerIP:  1024,
 		ReplicaTimeout:       300 * time.Millisecond,
+		JoinWait:             10 * time.Minute,
 		MaxClockSkew:         hlc.DefaultMaxAhead,
 		Probe:                probe.DefaultOptions(),
 		Coordinator:          cluster.DefaultOptions(),
@@ -329,6 +336,8 @@ func (cfg *Config) Validate() error {
 		return fmt.Errorf("limits: key %d, value %d, header %d bytes: out of range", cfg.MaxKeyBytes, cfg.MaxValueBytes, cfg.MaxHeaderBytes)
 	case cfg.ReplicaTimeout <= 0:
 		return fmt.Errorf("--replica-timeout must be positive")
+	case cfg.JoinWait < 0:
+		return fmt.Errorf("--join-wait must not be negative")
 	case cfg.PeerConns < 1:
 		return fmt.Errorf("--peer-conns must be at least 1")
 	case cfg.MaxClockSkew <= 0:

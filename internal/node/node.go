@@ -84,7 +84,11 @@ type Node struct {
 // New builds a node: it opens the store, restores the clock, and wires the
 // cache, replica, coordinator, rpc server and HTTP API. Nothing listens
 // yet. On error everything opened so far is closed again.
-func New(cfg Config) (_ *Node, err error) {
+func New(cfg Config) (*Node, error) { return NewContext(context.Background(), cfg) }
+
+// NewContext is New, whose waits at start-up (a node started with --join
+// before the change that adds it, Config.JoinWait) end when ctx does.
+func NewContext(ctx context.Context, cfg Config) (_ *Node, err error) {
 	log := cfg.Logger
 	if log == nil {
 		log = slog.Default()
@@ -167,6 +171,7 @@ func New(cfg Config) (_ *Node, err error) {
 		Fetch: func(url string) ([]byte, error) {
 			return rpc.FetchMap(url, rpc.PeerOptions{Timeout: cfg.ReplicaTimeout, Secret: cfg.ClusterSecret, Dial: cfg.PeerDial, TLS: peerTLS})
 		},
+		Wait: cfg.JoinWait, Ctx: ctx, Log: log,
 	}.Map(n.store)
 	if err != nil {
 		return nil, err
@@ -302,7 +307,11 @@ func lockError(dir string, err error) error {
 func (n *Node) Handler() fasthttp.RequestHandler { return n.api.Handler }
 
 // Start builds a node (New) and serves it (Serve).
-func Start(cfg Config) (_ *Node, err error) {
+func Start(cfg Config) (*Node, error) { return StartContext(context.Background(), cfg) }
+
+// StartContext is Start, whose waits at start-up end when ctx does
+// (NewContext).
+func StartContext(ctx context.Context, cfg Config) (_ *Node, err error) {
 	// The listeners first: a port that is taken fails the start before the
 	// data directory is opened, so a node that cannot serve leaves no map,
 	// identity or store behind (a retry with other flags then starts as
@@ -327,7 +336,7 @@ func Start(cfg Config) (_ *Node, err error) {
 		}
 		bound = append(bound, cfg.AdminListener)
 	}
-	n, err := New(cfg)
+	n, err := NewContext(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}

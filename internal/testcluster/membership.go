@@ -11,6 +11,7 @@ import (
 
 	"github.com/dhtkv/dhtkv/client"
 	"github.com/dhtkv/dhtkv/internal/clustermap"
+	"github.com/dhtkv/dhtkv/internal/node"
 )
 
 // AddNode prepares a node that will join the cluster: a free port, an
@@ -38,6 +39,39 @@ func (c *Cluster) AddNode(t testing.TB, via int, opts ...Option) int {
 	}
 	c.mu.Unlock()
 	return i
+}
+
+// StartNodeWaiting starts node i (from AddNode) in the background, before
+// the change that adds it: the node waits for it (node.Config.JoinWait).
+// The channel receives the start's error (nil: node i runs) once it
+// returns; the cluster's lock is not held meanwhile, so that the test
+// can ask for the join.
+func (c *Cluster) StartNodeWaiting(t testing.TB, i int) <-chan error {
+	t.Helper()
+	c.mu.Lock()
+	cfg := c.cfgs[i]
+	running := c.nodes[i] != nil
+	c.mu.Unlock()
+	require.False(t, running, "node %d already running", i)
+	ctx, cancel := context.WithCancel(context.Background())
+	done, returned := make(chan error, 1), make(chan struct{})
+	go func() {
+		defer close(returned)
+		n, err := node.StartContext(ctx, cfg)
+		if err == nil {
+			c.mu.Lock()
+			c.nodes[i] = n
+			c.mu.Unlock()
+		}
+		done <- err
+	}()
+	t.Cleanup(func() {
+		// Before StopAll (registered first): a start still waiting ends,
+		// and a node that started is registered for StopAll to stop.
+		cancel()
+		<-returned
+	})
+	return done
 }
 
 // admin is a client of node i's admin listener.

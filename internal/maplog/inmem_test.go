@@ -1,0 +1,219 @@
+package maplog
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/require"
+	"github.com/valyala/fasthttp/fasthttputil"
+
+	"github.com/dhtkv/dhtkv/internal/clustermap"
+)
+
+// memNet is in-memory listeners by address, and links between them that
+// a test cuts: the shape of the in-memory test cluster's network.
+type memNet struct {
+	mu  sync.Mutex
+	lns map[string]*fasthttputil.InmemoryListener
+	cut map[[2]string]bool // [from, to]
+}
+
+func (m *memNet) listen(addr string) net.Listener {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	ln := fasthttputil.NewInmemoryListener()
+	m.lns[addr] = ln
+	return ln
+}
+
+func (m *memNet) dialer(from string) Dialer {
+	return func(addr string, _ time.Duration) (net.Conn, error) {
+		m.mu.Lock()
+		ln, cut := m.lns[addr], m.cut[[2]string{from, addr}]
+		m.mu.Unlock()
+		if ln == nil || cut {
+			return nil, fmt.Errorf("no route from %s to %s", from, addr)
+		}
+		return ln.Dial()
+	}
+}
+
+func (m *memNet) setCut(a string, cut bool, others ...string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, o := range others {
+		m.cut[[2]string{a, o}], m.cut[[2]string{o, a}] = cut, cut
+	}
+}
+
+// A group over NewNetwork's in-memory listeners and dialers, with a
+// secret: the transport the in-memory test cluster gives its nodes, so
+// that the raft traffic goes over links a test cuts. A member cut off
+// from the others before it could hear of the seed gets the map only once
+// its links heal; a node outside the group (its own replica knows no
+// leader) asks for a change through a member (SubmitVia), which a
+// follower answers by naming the leader.
+func TestNetworkInMemory(t *testing.T) {
+	o := fastOptions()
+	mn := &memNet{lns: map[string]*fasthttputil.InmemoryListener{}, cut: map[[2]string]bool{}}
+	auth := Auth{Secret: "s3cret"}
+	addrs := []string{"mem0:1", "mem1:1", "mem2:1", "mem3:1"}
+	mn.setCut(addrs[2], true, addrs[0], addrs[1])
+	var servers []Server
+	for i := range 3 {
+		servers = append(servers, Server{ID: i, Addr: addrs[i]})
+	}
+	open := func(i int) *Log {
+		n := NewNetwork(mn.listen(addrs[i]), addrs[i], mn.dialer(addrs[i]), auth, o, quiet)
+		l, err := Open(vfs.NewMem(), "log", i, NewTCPTransport(n, quiet), n, o, quiet)
+		require.NoError(t, err)
+		t.Cleanup(func() { require.NoError(t, l.Close()) })
+		return l
+	}
+	var logs []*Log
+	for i := range 3 {
+		l := open(i)
+		require.NoError(t, l.Start())
+		l.fwd.(*Network).Start()
+		require.NoError(t, l.Bootstrap(servers))
+		logs = append(logs, l)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	m, err := clustermap.Seed([]string{urlOf(0), urlOf(1), urlOf(2)}, 3)
+	require.NoError(t, err)
+	res, err := logs[0].Submit(ctx, Command{Op: OpSeed, Map: m})
+	require.NoError(t, err)
+	require.True(t, res.Accepted, res.String())
+	require.Eventually(t, func() bool { return logs[1].Map() != nil }, 10*time.Second, 5*time.Millisecond)
+	require.Nil(t, logs[2].Map(), "cut off: the seed does not reach it")
+
+	mn.setCut(addrs[2], false, addrs[0], addrs[1])
+	require.Eventually(t, func() bool { return logs[2].Map() != nil }, 10*time.Second, 5*time.Millisecond, "healed: it does")
+	for _, l := range logs {
+		res, err := l.Ack(ctx, 1)
+		require.NoError(t, err)
+		require.True(t, res.Accepted, res.String())
+	}
+
+	// A node outside the group: its replica has no configuration and
+	// knows no leader, so only a member can route its request.
+	outsider := open(3)
+	var follower string
+	require.Eventually(t, func() bool {
+		for i, l := range logs {
+			if id, _ := l.Leader(); id >= 0 && !l.IsLeader() {
+				follower = addrs[i]
+				return true
+			}
+		}
+		return false
+	}, 10*time.Second, 5*time.Millisecond)
+	res, err = outsider.SubmitVia(ctx, follower, Command{Op: OpJoin, Epoch: 1, From: 0, URL: urlOf(3), Addr: addrs[3]})
+	require.NoError(t, err)
+	require.True(t, res.Accepted, res.String())
+	require.Equal(t, 3, res.Node)
+	res, err = outsider.SubmitVia(ctx, follower, Command{Op: OpJoin, Epoch: 1, From: 0, URL: urlOf(4)})
+	require.NoError(t, err)
+	require.False(t, res.Accepted)
+	require.Contains(t, res.Reason, "the map moved on")
+}
+
+// gauges gathers reg's single-value metrics by name.
+func gauges(t *testing.T, reg *prometheus.Registry) map[string]float64 {
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	out := map[string]float64{}
+	for _, mf := range mfs {
+		m := mf.GetMetric()[0]
+		switch {
+		case m.GetGauge() != nil:
+			out[mf.GetName()] = m.GetGauge().GetValue()
+		case m.GetCounter() != nil:
+			out[mf.GetName()] = m.GetCounter().GetValue()
+		}
+	}
+	return out
+}
+
+// The log's instruments tell a healthy group of three: one leader, three
+// voters everywhere, every replica applied the last entry and heard from
+// the leader just now; refused connections are counted, and warned of
+// once per interval however many come.
+func TestLogMetrics(t *testing.T) {
+	o := fastOptions()
+	var warnings atomic.Int64
+	counting := slog.New(countingHandler{n: &warnings})
+	var nets []*Network
+	var servers []Server
+	for i := range 3 {
+		n, err := Listen("127.0.0.1:0", Auth{Secret: "right"}, o, counting)
+		require.NoError(t, err)
+		nets = append(nets, n)
+		servers = append(servers, Server{ID: i, Addr: n.Addr().String()})
+	}
+	var logs []*Log
+	var regs []*prometheus.Registry
+	for i, n := range nets {
+		l, err := Open(vfs.NewMem(), "log", i, NewTCPTransport(n, quiet), n, o, quiet)
+		require.NoError(t, err)
+		require.NoError(t, l.Start())
+		n.Start()
+		t.Cleanup(func() { require.NoError(t, l.Close()) })
+		require.NoError(t, l.Bootstrap(servers))
+		reg := prometheus.NewRegistry()
+		l.Register(reg)
+		logs, regs = append(logs, l), append(regs, reg)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	m, err := clustermap.Seed([]string{urlOf(0), urlOf(1), urlOf(2)}, 3)
+	require.NoError(t, err)
+	res, err := logs[0].Submit(ctx, Command{Op: OpSeed, Map: m})
+	require.NoError(t, err)
+	require.True(t, res.Accepted)
+	require.Eventually(t, func() bool {
+		leaders := 0.0
+		for _, reg := range regs {
+			g := gauges(t, reg)
+			if g["dhtkv_maplog_voters"] != 3 || g["dhtkv_maplog_applied_index"] < float64(res.Index) ||
+				g["dhtkv_maplog_last_contact_seconds"] < 0 || g["dhtkv_maplog_last_contact_seconds"] > 1 {
+				return false
+			}
+			leaders += g["dhtkv_maplog_leader"]
+		}
+		return leaders == 1
+	}, 10*time.Second, 10*time.Millisecond)
+
+	wrong, err := Listen("127.0.0.1:0", Auth{Secret: "wrong"}, o, quiet)
+	require.NoError(t, err)
+	defer wrong.Close()
+	for range 5 {
+		_, err := wrong.Dial(raftAddr(nets[0].Addr().String()), time.Second)
+		require.Error(t, err)
+	}
+	require.Eventually(t, func() bool { return gauges(t, regs[0])["dhtkv_maplog_refused_connections_total"] == 5 }, 5*time.Second, 5*time.Millisecond)
+	require.Equal(t, int64(1), warnings.Load(), "one warning for five refusals within the interval")
+}
+
+// countingHandler counts the warnings of refused connections.
+type countingHandler struct{ n *atomic.Int64 }
+
+func (h countingHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h countingHandler) Handle(_ context.Context, r slog.Record) error {
+	if r.Level == slog.LevelWarn && strings.Contains(r.Message, "connection refused") {
+		h.n.Add(1)
+	}
+	return nil
+}
+func (h countingHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h countingHandler) WithGroup(string) slog.Handler      { return h }

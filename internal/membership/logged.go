@@ -1,0 +1,193 @@
+package membership
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/dhtkv/dhtkv/internal/clustermap"
+	"github.com/dhtkv/dhtkv/internal/maplog"
+)
+
+// Changes through the map's log (docs/membership.md, "The map on a
+// consensus log"). With Options.Log set, the service drives no change
+// of its own:
+//
+//   - a change asked of this node (Join, Decommission, Replace, Abort) is
+//     a command of the log made from the log's current epoch, answered
+//     with the log's real outcome: accepted with its first map, or
+//     refused with the reason (two changes asked at once: one accepted,
+//     the other refused, never both and never one silently lost);
+//   - follow installs every map the log applies, behind the same gate as
+//     any map (install), and only then acknowledges its epoch to the log
+//     (Log.Ack); in the stream stage it reports the copy of the gained
+//     partitions once the mover finished it (Log.Copied). The log itself
+//     advances a stage once every member of it acknowledged, so a stage
+//     never advances on "some node has a higher epoch".
+//
+// Maps still reach peers the old way too (a refusal's map, Behind's
+// push): every map installed comes from the log, so that is a catch-up
+// path, and what a node acknowledges is only what it installed.
+
+// logCallTimeout bounds one call into the log from the service (an
+// acknowledgement, a copy report, a change asked by an operator): the
+// log retries while it has no leader, and follow looks at the log's
+// newest state again after this.
+const logCallTimeout = 30 * time.Second
+
+// logRetry is the wait before follow tries a failed acknowledgement or
+// install again.
+const logRetry = 200 * time.Millisecond
+
+// follow installs the log's maps and acknowledges them, until ctx ends
+// or this node is out of the map.
+func (s *Service) follow(ctx context.Context) {
+	l := s.o.Log
+	for {
+		st, changed := l.Watch()
+		ok := s.followOnce(ctx, st)
+		if v := s.View(); v.Self < 0 {
+			return
+		}
+		var retry <-chan time.Time
+		if !ok {
+			retry = time.After(logRetry)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-changed:
+		case <-s.kick:
+		case <-retry:
+		}
+	}
+}
+
+// followOnce does what the log's state st asks of this node; false when
+// something failed and is to be tried again.
+func (s *Service) followOnce(ctx context.Context, st *maplog.State) bool {
+	m := st.Map
+	if m == nil {
+		return true
+	}
+	if _, err := s.install(m); err != nil {
+		s.log.Warn("membership: install the log's cluster map", "map", m.String(), "err", err)
+		return false
+	}
+	v := s.View()
+	if v.Self < 0 {
+		return true
+	}
+	// Only what this node installed, and only an epoch this replica of
+	// the log holds (a map a peer pushed may be ahead of it).
+	if e := v.Map.Epoch; st.Acks[v.Self] < e && e <= m.Epoch {
+		if !s.report(ctx, "acknowledge", e, s.o.Log.Ack) {
+			return false
+		}
+	}
+	if ch := m.Change; ch != nil && ch.Stage == clustermap.Stream && v.Map.Epoch == m.Epoch &&
+		s.moved.Load() >= m.Epoch && st.Copied[v.Self] < m.Epoch {
+		if !s.report(ctx, "report the copy of", m.Epoch, s.o.Log.Copied) {
+			return false
+		}
+	}
+	return true
+}
+
+// report sends an acknowledgement or a copy report of epoch to the log.
+func (s *Service) report(ctx context.Context, what string, epoch uint64, send func(context.Context, uint64) (*maplog.Result, error)) bool {
+	ctx, cancel := context.WithTimeout(ctx, logCallTimeout)
+	defer cancel()
+	res, err := send(ctx, epoch)
+	switch {
+	case err != nil:
+		if ctx.Err() == nil {
+			s.log.Warn("membership: "+what+" a cluster map to its log", "epoch", epoch, "err", err)
+		}
+		return false
+	case !res.Accepted:
+		s.log.Warn("membership: the log refused to "+what+" a cluster map", "epoch", epoch, "reason", res.Reason)
+		return false
+	}
+	return true
+}
+
+// setMoved records that this node copied the partitions it gains at the
+// stream stage of epoch, and wakes follow to report it.
+func (s *Service) setMoved(epoch uint64) {
+	s.moved.Store(epoch)
+	select {
+	case s.kick <- struct{}{}:
+	default:
+	}
+}
+
+// logMap is the map this node's replica of the log holds: the one a
+// change is made from (its epoch is the compare-and-set's).
+func (s *Service) logMap() (*clustermap.Map, error) {
+	m := s.o.Log.Map()
+	if m == nil {
+		return nil, fmt.Errorf("%w: this node's log holds no cluster map yet", ErrChangeRefused)
+	}
+	return m, nil
+}
+
+// submit asks the log for change c and answers its outcome: the change's
+// first map, or ErrChangeRefused with the log's reason.
+func (s *Service) submit(c maplog.Command) (*clustermap.Map, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), logCallTimeout)
+	defer cancel()
+	c.From = s.View().Self
+	res, err := s.o.Log.Submit(ctx, c)
+	if err != nil {
+		return nil, fmt.Errorf("membership: %s through the cluster map's log: %w", c.Op, err)
+	}
+	if !res.Accepted {
+		return nil, fmt.Errorf("%w: %s", ErrChangeRefused, res.Reason)
+	}
+	s.log.Info("membership: change accepted by the log", "op", string(c.Op), "map", res.Map.String(), "node", res.Node)
+	return res.Map, nil
+}
+
+// ErrNoLog refuses a request that needs the map's log on a node that
+// runs without one.
+var ErrNoLog = errors.New("this node runs without the cluster map's log")
+
+// Abort ends the change under way with the old set of nodes, as the log
+// allows it: before the read-new stage, while every read still goes to
+// the old set. It returns the map without the change.
+func (s *Service) Abort() (*clustermap.Map, error) {
+	if s.o.Log == nil {
+		return nil, fmt.Errorf("%w: %w", ErrChangeRefused, ErrNoLog)
+	}
+	m, err := s.logMap()
+	if err != nil {
+		return nil, err
+	}
+	return s.submit(maplog.Command{Op: maplog.OpAbort, Epoch: m.Epoch})
+}
+
+// AwaitMember waits until the map of l (a node's replica of the log,
+// started) names url, and returns the map and the node's id in it: what a
+// new node waits for when it is started before the change that adds it
+// was asked for.
+func AwaitMember(ctx context.Context, l *maplog.Log, url string) (*clustermap.Map, int, error) {
+	u, err := clustermap.NormalizeURL(url)
+	if err != nil {
+		return nil, 0, err
+	}
+	for {
+		st, changed := l.Watch()
+		if st.Map != nil {
+			if n := st.Map.ByURL(u); n != nil {
+				return st.Map, n.ID, nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil, 0, fmt.Errorf("%s is not in the cluster map's log yet (%v): %w", u, st.Map, ctx.Err())
+		case <-changed:
+		}
+	}
+}
