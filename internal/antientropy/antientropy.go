@@ -20,7 +20,9 @@
 //  3. keys: it walks its own list of each such segment beside the peer's;
 //     a key the peer holds newer (or only the peer holds) is read from the
 //     peer and applied here, a key held newer here is written to the peer,
-//     both with ordinary replica calls, throttled to Rate bytes a second.
+//     both with ordinary replica calls, started a batch of keys at once
+//     (the peer client packs them into a few requests; a pulled batch is
+//     stored in one commit), throttled to Rate bytes a second.
 //
 // Summaries come from the store's index (store.SegmentHashes): hashing
 // reads no values, and the traffic is proportional to the difference: two
@@ -56,8 +58,8 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/dhtkv/dhtkv/internal/clustermap"
-	"github.com/dhtkv/dhtkv/internal/record"
 	"github.com/dhtkv/dhtkv/internal/replica"
+	"github.com/dhtkv/dhtkv/internal/store"
 	"github.com/dhtkv/dhtkv/internal/view"
 	"github.com/dhtkv/dhtkv/internal/worker"
 )
@@ -147,14 +149,18 @@ const (
 	// aeRetry is the wait after a failed exchange, and the delay of an
 	// exchange asked for by soon.
 	aeRetry = time.Minute
-	// aeWorkers is how many replica calls one exchange keeps in flight
-	// (the peer client batches them); moveWorkers, one that compares
-	// partitions a node gains after their stream (a pull-only Exchange),
-	// which pulls what the stream's source lacked, usually a few records:
-	// more calls in flight make larger batches and let Pebble group more
-	// of the local commits under one fsync.
-	aeWorkers   = 32
-	moveWorkers = 128
+	// aeWorkers is how many batches of keys one exchange moves at once,
+	// each of up to aeBatchKeys keys (aeBatchKeyBytes of keys) and, for
+	// pushes, sent aeBatchBytes of records at a time; moveWorkers, one
+	// that compares partitions a node gains after their stream (a
+	// pull-only Exchange), which pulls what the stream's source lacked.
+	// At most workers x aeBatchKeys records are held at once (128 and
+	// 256: a pull learns a record's size only when it arrives).
+	aeWorkers       = 4
+	moveWorkers     = 8
+	aeBatchKeys     = 32
+	aeBatchKeyBytes = 16 << 10
+	aeBatchBytes    = 256 << 10
 	// aePartitionsPerRequest and aeSegmentsPerRequest bound the summary
 	// requests (10 and 3 bytes an item).
 	aePartitionsPerRequest = 1024
@@ -188,10 +194,12 @@ type PeerSync struct {
 	Last        *ExchangeStats `json:"last,omitempty"`
 }
 
-// ApplyFunc stores rec, a record of key that peer's replica holds, on this
-// node's replica, routed by v: replica.ApplyRemote under v's map gate. A
-// version the replica holds newer is not an error.
-type ApplyFunc func(v *view.View, key []byte, rec *record.Record) error
+// ApplyFunc stores ws, records that a peer's replica holds, on this
+// node's replica in one commit, routed by v: replica.ApplyRemote under
+// v's map gate, with its outcomes (one per write, into out). A version
+// the replica holds newer is not an error; one it refuses is that
+// write's Outcome.Refused.
+type ApplyFunc func(v *view.View, ws []store.Write, out []replica.Outcome) ([]replica.Outcome, error)
 
 // Service runs the exchanges of one node. Its methods are safe for
 // concurrent use.

@@ -5,12 +5,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/dhtkv/dhtkv/internal/partition"
 	"github.com/dhtkv/dhtkv/internal/record"
+	"github.com/dhtkv/dhtkv/internal/replica"
 	"github.com/dhtkv/dhtkv/internal/rpc"
 	"github.com/dhtkv/dhtkv/internal/store"
 	"github.com/dhtkv/dhtkv/internal/view"
@@ -121,8 +123,17 @@ func (a *Service) Exchange(ctx context.Context, v *view.View, i int, shared []pa
 	return st, nil
 }
 
-// transfer moves the records of one exchange: aeWorkers goroutines take
-// keys to pull or push and make the replica calls.
+// transfer moves the records of one exchange in batches: reconcile
+// gathers the keys to pull and those to push into batches of up to
+// aeBatchKeys, and aeWorkers goroutines (moveWorkers for a pull-only
+// exchange) each move one batch at a time. A pull batch starts every
+// key's read at the peer at once (the peer client packs them into a few
+// requests) and stores what comes back in one local commit; a push batch
+// reads its records from the store, not through the read cache (a
+// repair's read would fill it for no later hit), and starts every write
+// at once, which the peer stores in as few commits. Per record this is a
+// fraction of the replica call each record used to be, which cost about
+// what a replicated write costs (docs/benchmarks.md section 23).
 type transfer struct {
 	a        *Service
 	ctx      context.Context
@@ -131,6 +142,11 @@ type transfer struct {
 	pullOnly bool
 	jobs     chan transferJob
 	wg       sync.WaitGroup
+	// pending holds the batches reconcile is filling, pulls and pushes,
+	// and segs lists this node's segments; only reconcile's goroutine
+	// touches them.
+	pending [2]transferJob
+	segs    *store.SegmentReader
 
 	mu sync.Mutex
 	st *ExchangeStats
@@ -140,9 +156,12 @@ type transfer struct {
 	peerFull atomic.Bool
 }
 
+// transferJob is a batch of keys to pull, or to push, and the bytes of
+// their keys.
 type transferJob struct {
-	key  []byte
-	pull bool
+	keys  [][]byte
+	bytes int
+	pull  bool
 }
 
 func (a *Service) newTransfer(ctx context.Context, v *view.View, peer int, st *ExchangeStats, pullOnly bool) *transfer {
@@ -150,7 +169,8 @@ func (a *Service) newTransfer(ctx context.Context, v *view.View, peer int, st *E
 	if pullOnly {
 		workers = moveWorkers
 	}
-	x := &transfer{a: a, ctx: ctx, v: v, peer: peer, pullOnly: pullOnly, jobs: make(chan transferJob, workers), st: st}
+	x := &transfer{a: a, ctx: ctx, v: v, peer: peer, pullOnly: pullOnly, jobs: make(chan transferJob, workers), st: st, segs: a.local.Store.NewSegmentReader()}
+	x.pending[0].pull, x.pending[1].pull = true, false
 	x.wg.Add(workers)
 	for range workers {
 		go x.work()
@@ -158,31 +178,60 @@ func (a *Service) newTransfer(ctx context.Context, v *view.View, peer int, st *E
 	return x
 }
 
-// finish waits for every queued key to be transferred.
+// finish queues the batches not yet full (unless the exchange was
+// cancelled) and waits for every queued key to be transferred.
 func (x *transfer) finish() {
+	if err := x.segs.Close(); err != nil {
+		x.a.log.Warn("anti-entropy: closing the index iterator", "err", err)
+	}
+	for i := range x.pending {
+		if len(x.pending[i].keys) > 0 {
+			x.send(i)
+		}
+	}
 	close(x.jobs)
 	x.wg.Wait()
+}
+
+// queue adds key to the batch of its direction, sending the batch to
+// the workers once it is full.
+func (x *transfer) queue(key []byte, pull bool) error {
+	if !pull && x.pullOnly {
+		return nil
+	}
+	i := 1
+	if pull {
+		i = 0
+	}
+	j := &x.pending[i]
+	j.keys = append(j.keys, bytes.Clone(key))
+	j.bytes += len(key)
+	if len(j.keys) < aeBatchKeys && j.bytes < aeBatchKeyBytes {
+		return nil
+	}
+	return x.send(i)
+}
+
+// send hands pending batch i to the workers and starts a new one.
+func (x *transfer) send(i int) error {
+	j := x.pending[i]
+	x.pending[i] = transferJob{pull: j.pull}
+	select {
+	case x.jobs <- j:
+		return nil
+	case <-x.ctx.Done():
+		return x.ctx.Err()
+	}
 }
 
 // reconcile walks this node's entries of l's segment beside the peer's
 // (both in key order) and queues the keys that differ.
 func (x *transfer) reconcile(l rpc.SegmentList) error {
 	theirs := l.Entries
-	queue := func(key []byte, pull bool) error {
-		if !pull && x.pullOnly {
-			return nil
-		}
-		select {
-		case x.jobs <- transferJob{key: bytes.Clone(key), pull: pull}:
-			return nil
-		case <-x.ctx.Done():
-			return x.ctx.Err()
-		}
-	}
-	err := x.a.local.Store.SegmentEntries(l.Part, int(l.Seg), func(_ uint8, key []byte, e store.IndexEntry) error {
+	err := x.segs.Entries(l.Part, int(l.Seg), func(_ uint8, key []byte, e store.IndexEntry) error {
 		v := e.Version
 		for len(theirs) > 0 && bytes.Compare(theirs[0].Key, key) < 0 {
-			if err := queue(theirs[0].Key, true); err != nil { // only theirs
+			if err := x.queue(theirs[0].Key, true); err != nil { // only theirs
 				return err
 			}
 			theirs = theirs[1:]
@@ -192,19 +241,19 @@ func (x *transfer) reconcile(l rpc.SegmentList) error {
 			theirs = theirs[1:]
 			switch {
 			case t > v:
-				return queue(key, true)
+				return x.queue(key, true)
 			case t < v:
-				return queue(key, false)
+				return x.queue(key, false)
 			}
 			return nil
 		}
-		return queue(key, false) // only mine
+		return x.queue(key, false) // only mine
 	})
 	if err != nil {
 		return err
 	}
 	for _, e := range theirs {
-		if err := queue(e.Key, true); err != nil {
+		if err := x.queue(e.Key, true); err != nil {
 			return err
 		}
 	}
@@ -213,81 +262,175 @@ func (x *transfer) reconcile(l rpc.SegmentList) error {
 
 func (x *transfer) work() {
 	defer x.wg.Done()
+	b := new(transferBatch)
 	for j := range x.jobs {
-		var n int
+		var moved, failed, n int
 		var err error
 		if j.pull {
-			n, err = x.pull(j.key)
+			moved, n, err = x.pull(b, j.keys)
 		} else {
-			n, err = x.push(j.key)
+			moved, n, err = x.push(b, j.keys)
 		}
+		failed = len(j.keys) - moved
 		x.mu.Lock()
 		x.st.RecordBytes += n
-		switch {
-		case err != nil:
-			x.st.Failed++
-		case j.pull:
-			x.st.Pulled++
-		default:
-			x.st.Pushed++
+		x.st.Failed += failed
+		if j.pull {
+			x.st.Pulled += moved
+		} else {
+			x.st.Pushed += moved
 		}
 		x.mu.Unlock()
 		if err != nil && x.ctx.Err() == nil {
-			x.a.log.Debug("anti-entropy transfer", "peer", x.v.URL(x.peer), "key", j.key, "pull", j.pull, "err", err)
+			x.a.log.Debug("anti-entropy transfer", "peer", x.v.URL(x.peer), "keys", len(j.keys), "failed", failed, "pull", j.pull, "err", err)
 		}
+	}
+}
+
+// transferBatch is one worker's scratch, reused from batch to batch.
+type transferBatch struct {
+	calls    []view.Call
+	done     chan *view.Call
+	writes   []store.Write
+	recs     []record.Record
+	outcomes []replica.Outcome
+}
+
+// start starts one call per key at the peer (envs[i] the record to write
+// for keys[i], or nil envs: reads) and waits for all of them; the calls
+// are b.calls, in keys' order.
+func (x *transfer) start(b *transferBatch, keys, envs [][]byte) {
+	if cap(b.done) < len(keys) {
+		b.done = make(chan *view.Call, len(keys))
+	}
+	b.calls = slices.Grow(b.calls[:0], len(keys))[:len(keys)]
+	p, epoch, deadline := x.v.Peers[x.peer], x.v.Epoch(), time.Now().Add(x.a.o.Timeout)
+	for i, key := range keys {
+		c := &b.calls[i]
+		*c = view.Call{Key: key, Epoch: epoch, Deadline: deadline, Done: b.done}
+		if envs != nil {
+			c.Env = envs[i]
+		}
+		view.Go(p, c)
+	}
+	for range keys {
+		<-b.done
 	}
 }
 
 // throttle waits for n bytes of the rate.
 func (x *transfer) throttle(n int) error {
-	return x.a.limit.WaitN(x.ctx, min(n, x.a.limit.Burst()))
+	for n > 0 {
+		step := min(n, x.a.limit.Burst())
+		if err := x.a.limit.WaitN(x.ctx, step); err != nil {
+			return err
+		}
+		n -= step
+	}
+	return nil
 }
 
-// pull reads key from the peer and applies it here.
-func (x *transfer) pull(key []byte) (int, error) {
+// pull reads keys from the peer and stores them here in one commit; it
+// returns how many were stored (or were older than what this node holds
+// by now, or below its horizon: kept out, and done) and their bytes.
+func (x *transfer) pull(b *transferBatch, keys [][]byte) (moved, n int, err error) {
 	if w := x.a.o.Writable; w != nil {
 		if err := w(); err != nil {
-			return 0, fmt.Errorf("pull %q: %w", key, err)
+			return 0, 0, fmt.Errorf("pull %d keys: %w", len(keys), err)
 		}
 	}
-	rec, found, err := x.v.Peers[x.peer].Get(key, x.v.Epoch(), time.Now().Add(x.a.o.Timeout))
+	x.start(b, keys, nil)
+	b.writes, b.recs = b.writes[:0], slices.Grow(b.recs[:0], len(keys))
+	for i := range b.calls {
+		c := &b.calls[i]
+		switch {
+		case c.Err != nil:
+			err = c.Err
+			continue
+		case !c.Found: // it was listed: only a wipe of the peer's disk since removes it
+			err = fmt.Errorf("pull %q: gone from the peer", c.Key)
+			continue
+		}
+		b.recs = append(b.recs, c.Rec)
+		b.writes = append(b.writes, store.Write{Key: c.Key, Rec: &b.recs[len(b.recs)-1]})
+		n += len(c.Key) + c.Rec.EncodedSize()
+	}
+	if len(b.writes) == 0 {
+		return 0, 0, err
+	}
+	if terr := x.throttle(n); terr != nil {
+		return 0, 0, terr
+	}
+	b.outcomes, err = x.a.apply(x.v, b.writes, b.outcomes)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
-	if !found { // it was listed: only a wipe of the peer's disk since removes it
-		return 0, fmt.Errorf("pull %q: gone from the peer", key)
+	for _, o := range b.outcomes {
+		if o.Refused != nil {
+			err = o.Refused
+			continue
+		}
+		moved++
 	}
-	n := len(key) + rec.EncodedSize()
-	if err := x.throttle(n); err != nil {
-		return 0, err
-	}
-	// Below the horizon here (collected already) or older than what
-	// this node holds by now: kept out, and done.
-	return n, x.a.apply(x.v, key, &rec)
+	return moved, n, err
 }
 
-// push writes this node's record of key to the peer.
-func (x *transfer) push(key []byte) (int, error) {
-	if x.peerFull.Load() {
-		return 0, fmt.Errorf("push %q: %w: the peer refused an earlier push for want of storage", key, store.ErrInsufficientStorage)
-	}
-	e, err := x.a.local.Get(key)
-	if err != nil {
-		return 0, err
-	}
-	if !e.Found {
-		return 0, fmt.Errorf("push %q: gone from this node", key)
-	}
-	rec := record.Record{Version: e.Rec.Version, Tombstone: e.Rec.Tombstone, ExpiresAt: e.Rec.ExpiresAt, Value: e.Rec.Value}
-	env := rec.Encode()
-	if err := x.throttle(len(key) + len(env)); err != nil {
-		return 0, err
-	}
-	if _, err := x.v.Peers[x.peer].Apply(key, env, x.v.Epoch(), time.Now().Add(x.a.o.Timeout)); err != nil {
-		if errors.Is(err, store.ErrInsufficientStorage) {
-			x.peerFull.Store(true)
+// push writes this node's records of keys to the peer, aeBatchBytes of
+// records at a time; it returns how many the peer stored (or held newer)
+// and their bytes.
+func (x *transfer) push(b *transferBatch, keys [][]byte) (moved, n int, err error) {
+	send, envs, size := keys[:0:0], make([][]byte, 0, len(keys)), 0
+	flush := func() {
+		if len(send) == 0 {
+			return
 		}
-		return 0, err
+		m, sent, ferr := x.pushOut(b, send, envs, size)
+		moved, n = moved+m, n+sent
+		if ferr != nil {
+			err = ferr
+		}
+		send, envs, size = send[:0], envs[:0], 0
 	}
-	return len(key) + len(env), nil
+	for _, key := range keys {
+		env, found, rerr := x.a.local.Store.AppendEnvelope(nil, key)
+		switch {
+		case rerr != nil:
+			err = rerr
+			continue
+		case !found:
+			err = fmt.Errorf("push %q: gone from this node", key)
+			continue
+		}
+		send, envs = append(send, key), append(envs, env)
+		if size += len(key) + len(env); size >= aeBatchBytes {
+			flush()
+		}
+	}
+	flush()
+	return moved, n, err
+}
+
+// pushOut sends envs, the records of keys (size bytes in all), to the
+// peer at once.
+func (x *transfer) pushOut(b *transferBatch, keys, envs [][]byte, size int) (moved, n int, err error) {
+	if x.peerFull.Load() {
+		return 0, 0, fmt.Errorf("push %d keys: %w: the peer refused an earlier push for want of storage", len(keys), store.ErrInsufficientStorage)
+	}
+	if err := x.throttle(size); err != nil {
+		return 0, 0, err
+	}
+	x.start(b, keys, envs)
+	for i := range b.calls {
+		c := &b.calls[i]
+		if c.Err != nil {
+			if errors.Is(c.Err, store.ErrInsufficientStorage) {
+				x.peerFull.Store(true)
+			}
+			err = c.Err
+			continue
+		}
+		moved++
+		n += len(c.Key) + len(c.Env)
+	}
+	return moved, n, err
 }

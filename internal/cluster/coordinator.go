@@ -576,14 +576,21 @@ func (c *Coordinator) localApply(r *routes, key []byte, rec *record.Record) erro
 // newer is not: the replica is as new as rec or newer. Read repair and
 // anti-entropy store what they bring here by it.
 func (c *Coordinator) ApplyRemote(v *view.View, key []byte, rec *record.Record) error {
-	if !c.d.Gate.Admit(v.Epoch()) {
-		return errLocalStale
-	}
-	defer c.d.Gate.Release()
 	var out [1]replica.Outcome
-	res, err := c.local.ApplyRemote([]store.Write{{Key: key, Rec: rec}}, out[:0])
+	res, err := c.ApplyRemoteBatch(v, []store.Write{{Key: key, Rec: rec}}, out[:0])
 	if err != nil {
 		return err
 	}
 	return res[0].Refused
+}
+
+// ApplyRemoteBatch is ApplyRemote for many records in one commit, with
+// each one's outcome (replica.ApplyRemote; out is reused): anti-entropy
+// stores the records it pulls by it.
+func (c *Coordinator) ApplyRemoteBatch(v *view.View, ws []store.Write, out []replica.Outcome) ([]replica.Outcome, error) {
+	if !c.d.Gate.Admit(v.Epoch()) {
+		return out[:0], errLocalStale
+	}
+	defer c.d.Gate.Release()
+	return c.local.ApplyRemote(ws, out)
 }

@@ -121,7 +121,7 @@ func (n *Node) buildCluster(cmap *clustermap.Map, self int, joined bool, clock *
 	aeOpts := cfg.AntiEntropy
 	aeOpts.Timeout, aeOpts.SummaryTimeout, aeOpts.MaxKeyBytes = cfg.ReplicaTimeout, peerOpts.SummaryTimeout, cfg.MaxKeyBytes
 	aeOpts.Writable = n.store.Writable
-	ae = antientropy.New(local, n.members.View, n.coord.ApplyRemote, n.rebuild.Rebuilding, aeOpts, log)
+	ae = antientropy.New(local, n.members.View, n.coord.ApplyRemoteBatch, n.rebuild.Rebuilding, aeOpts, log)
 	n.ae = ae
 	gcOpts := cfg.GC
 	gcOpts.Grace = cfg.gcGrace()

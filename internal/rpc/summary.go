@@ -128,13 +128,15 @@ func (s *Server) ServeSummary(body, out []byte) ([]byte, error) {
 			return out, refuse(http.StatusBadRequest, "%v: %d bytes of segments", errSummaryMalformed, len(rest))
 		}
 		start := len(out)
+		r := st.NewSegmentReader()
+		defer r.Close()
 		for ; len(rest) > 0 && (len(out) == start || len(out)-start < SummaryAnswerBytes); rest = rest[3:] {
 			part, seg := partition.ID(binary.BigEndian.Uint16(rest)), rest[2]
 			if part >= partition.Count || seg >= partition.Segments {
 				return out, refuse(http.StatusBadRequest, "%v: segment %d/%d", errSummaryMalformed, part, seg)
 			}
 			var err error
-			if out, err = appendSegmentList(out, st, part, seg); err != nil {
+			if out, err = appendSegmentList(out, r, part, seg); err != nil {
 				return out, fmt.Errorf("serve summary: %w", err)
 			}
 		}
@@ -145,10 +147,10 @@ func (s *Server) ServeSummary(body, out []byte) ([]byte, error) {
 
 // appendSegmentList appends one segment's listing. The count comes first,
 // so the entries are gathered before they are appended.
-func appendSegmentList(out []byte, st *store.Store, part partition.ID, seg uint8) ([]byte, error) {
+func appendSegmentList(out []byte, r *store.SegmentReader, part partition.ID, seg uint8) ([]byte, error) {
 	var body []byte
 	n := 0
-	err := st.SegmentEntries(part, int(seg), func(_ uint8, key []byte, e store.IndexEntry) error {
+	err := r.Entries(part, int(seg), func(_ uint8, key []byte, e store.IndexEntry) error {
 		body = binary.AppendUvarint(body, uint64(len(key)))
 		body = append(body, key...)
 		body = binary.BigEndian.AppendUint64(body, e.Version)

@@ -160,8 +160,41 @@ func (s *Store) PartitionHash(part partition.ID) (uint64, error) {
 // SegmentEntries calls fn with every key's index entry in segment seg of
 // partition part, in key order; seg -1 means every segment of the
 // partition, in segment order. key is valid only during the call. An error
-// from fn stops the walk and is returned.
+// from fn stops the walk and is returned. To list many segments, a
+// SegmentReader costs less.
 func (s *Store) SegmentEntries(part partition.ID, seg int, fn func(seg uint8, key []byte, e IndexEntry) error) error {
+	r := s.NewSegmentReader()
+	err := r.Entries(part, seg, fn)
+	if cerr := r.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// SegmentReader lists index segments one after another with one Pebble
+// iterator, moved from segment to segment (SetBounds), where
+// SegmentEntries opens an iterator for each: an exchange lists up to a
+// few hundred thousand segments of a few entries each, and opening an
+// iterator costs more than listing a few entries. The iterator reads the
+// store as it was when it was opened, so it is opened again once it is
+// segmentReaderFresh old: a long walk pins no memtable or sstable longer
+// than that, and sees writes at most that late. The zero value is not
+// usable; NewSegmentReader opens nothing. Not safe for concurrent use.
+type SegmentReader struct {
+	s      *Store
+	it     *pebble.Iterator
+	opened time.Time
+}
+
+// segmentReaderFresh is how long a SegmentReader reads through one
+// iterator.
+const segmentReaderFresh = time.Second
+
+// NewSegmentReader returns a reader of s's index segments; Close it.
+func (s *Store) NewSegmentReader() *SegmentReader { return &SegmentReader{s: s} }
+
+// Entries is SegmentEntries through r's iterator.
+func (r *SegmentReader) Entries(part partition.ID, seg int, fn func(seg uint8, key []byte, e IndexEntry) error) error {
 	var lower, upper [4]byte
 	lower[0] = indexPrefix
 	binary.BigEndian.PutUint16(lower[1:], uint16(part))
@@ -179,29 +212,50 @@ func (s *Store) SegmentEntries(part partition.ID, seg int, fn func(seg uint8, ke
 			break
 		}
 	}
-	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lower[:n], UpperBound: upper[:n]})
-	if err != nil {
-		return fmt.Errorf("index of partition %d in %s: %w", part, s.dir, err)
+	if r.it != nil && time.Since(r.opened) >= segmentReaderFresh {
+		if err := r.Close(); err != nil {
+			return err
+		}
 	}
+	if r.it == nil {
+		it, err := r.s.db.NewIter(&pebble.IterOptions{LowerBound: lower[:n], UpperBound: upper[:n]})
+		if err != nil {
+			return fmt.Errorf("index of partition %d in %s: %w", part, r.s.dir, err)
+		}
+		r.it, r.opened = it, time.Now()
+	} else {
+		r.it.SetBounds(lower[:n], upper[:n]) // copies them
+	}
+	it := r.it
 	for ok := it.First(); ok; ok = it.Next() {
 		k := it.Key()
 		v, err := it.ValueAndErr()
 		if err != nil {
-			it.Close()
-			return fmt.Errorf("index of partition %d in %s: %w", part, s.dir, err)
+			return fmt.Errorf("index of partition %d in %s: %w", part, r.s.dir, err)
 		}
 		e, ok := decodeIndexValue(v)
 		if len(k) < 4 || !ok {
-			it.Close()
-			return fmt.Errorf("index of partition %d in %s: entry %q: %w", part, s.dir, k, record.ErrCorrupt)
+			return fmt.Errorf("index of partition %d in %s: entry %q: %w", part, r.s.dir, k, record.ErrCorrupt)
 		}
 		if err := fn(k[3], k[4:], e); err != nil {
-			it.Close()
 			return err
 		}
 	}
-	if err := it.Close(); err != nil {
-		return fmt.Errorf("index of partition %d in %s: %w", part, s.dir, err)
+	if err := it.Error(); err != nil {
+		return fmt.Errorf("index of partition %d in %s: %w", part, r.s.dir, err)
+	}
+	return nil
+}
+
+// Close releases r's iterator; r can be used again.
+func (r *SegmentReader) Close() error {
+	if r.it == nil {
+		return nil
+	}
+	err := r.it.Close()
+	r.it = nil
+	if err != nil {
+		return fmt.Errorf("index iterator of %s: %w", r.s.dir, err)
 	}
 	return nil
 }

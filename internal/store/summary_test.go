@@ -238,3 +238,54 @@ func BenchmarkSegmentHashes(b *testing.B) {
 	}
 	b.ReportMetric(float64(len(ws)), "keys/partition")
 }
+
+// A SegmentReader lists what SegmentEntries lists, segment after segment
+// through one iterator, reads the store as it was when its iterator was
+// opened, sees later writes once that iterator is segmentReaderFresh old,
+// and stays usable after fn's error.
+func TestSegmentReader(t *testing.T) {
+	s := openTemp(t)
+	for i := range 3000 {
+		rec := record.Record{Version: uint64(i + 1), Value: []byte("v")}
+		require.NoError(t, s.Apply(fmt.Appendf(nil, "key-%d", i), &rec))
+	}
+	list := func(each func(part partition.ID, seg int, fn func(uint8, []byte, IndexEntry) error) error, part partition.ID, seg int) []string {
+		var out []string
+		require.NoError(t, each(part, seg, func(sg uint8, key []byte, e IndexEntry) error {
+			out = append(out, fmt.Sprintf("%d/%s@%d", sg, key, e.Version))
+			return nil
+		}))
+		return out
+	}
+	r := s.NewSegmentReader()
+	defer r.Close()
+	listed := 0
+	for part := range partition.ID(64) {
+		for seg := -1; seg < partition.Segments; seg += 7 { // the whole partition, then every 7th segment
+			want := list(s.SegmentEntries, part, seg)
+			require.Equal(t, want, list(r.Entries, part, seg), "partition %d segment %d", part, seg)
+			listed += len(want)
+		}
+	}
+	require.Positive(t, listed)
+
+	// A write after the iterator opened: not seen until it is fresh again.
+	key := []byte("written-later")
+	part, seg := partition.Of(key)
+	before := list(r.Entries, part, int(seg))
+	rec := record.Record{Version: 99_999, Value: []byte("v")}
+	require.NoError(t, s.Apply(key, &rec))
+	require.Equal(t, before, list(r.Entries, part, int(seg)))
+	r.opened = r.opened.Add(-segmentReaderFresh)
+	after := list(r.Entries, part, int(seg))
+	require.Contains(t, after, fmt.Sprintf("%d/%s@%d", seg, key, rec.Version))
+	require.Equal(t, list(s.SegmentEntries, part, int(seg)), after)
+
+	// fn's error stops the walk and is returned; the reader goes on.
+	stop := fmt.Errorf("stop")
+	require.ErrorIs(t, r.Entries(part, -1, func(uint8, []byte, IndexEntry) error { return stop }), stop)
+	require.Equal(t, after, list(r.Entries, part, int(seg)))
+	require.NoError(t, r.Close())
+	require.NoError(t, r.Close())
+	require.Equal(t, after, list(r.Entries, part, int(seg)), "usable after Close")
+}

@@ -1,0 +1,146 @@
+#!/usr/bin/env bash
+# The highload issue's figures on a many-core machine (issue 21): servers
+# and load generator on disjoint cores (taskset; each server's GOMAXPROCS
+# equal to its cores), server CPU per request from /proc/PID/stat, 1 KiB
+# values, 100k keys, read caches that hold every key.
+#
+#   A  one node against dhtkv-baseline on 4 cores: GET hit, PUT fsync,
+#      PUT --sync=false, 64 and 256 connections (points 1)
+#   B  the same at 1, 2 and 8 cores, 256 connections (point 1)
+#   C  3 nodes on 2 cores each (ack=2, from=3) against one node on 2
+#      cores: throughput and CPU per request summed over the nodes
+#      (point 2); every key read on every replica before the GET runs
+#   D  the cluster held at half its closed-loop rate for HOLD (60s) each:
+#      PUT, GET, 90/10 mix, latency from the intended send time, with the
+#      worst seconds of the timeline and the CPU per request (point 3)
+#
+# Binaries come from BIN (default bin/: dhtkv, dhtkv-load,
+# dhtkv-baseline; `make build`), so that the script runs where no Go
+# toolchain is. Needs 16 cores (servers on 0-7, the generator on 8-15);
+# SMALL=1 runs it all on the cores there are, as a smoke test. Uses only
+# taskset, python3 and bash's /dev/tcp; contacts only 127.0.0.1.
+#
+#   loadtest/pinned.sh                    # about 7 minutes
+#   SMALL=1 DUR=2s HOLD=5s loadtest/pinned.sh
+set -u
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+B=${BIN:-$ROOT/bin}
+DUR=${DUR:-5s}
+HOLD=${HOLD:-60s}
+KS=100000
+tmp=$(mktemp -d /tmp/pinned.XXXX)
+pids=()
+cleanup() { kill "${pids[@]}" 2>/dev/null; sleep 0.5; rm -rf "$tmp"; }
+trap cleanup EXIT
+if [ "${SMALL:-0}" = 1 ]; then
+  GEN=0; S1=0; S2=0; S4=0; S8=0; C1=0; C2=0; C3=0; N2=0
+else
+  GEN=8-15; S1=0; S2=0-1; S4=0-3; S8=0-7; C1=0-1; C2=2-3; C3=4-5; N2=6-7
+fi
+echo "# $(date -u +%FT%TZ) $(nproc) cpus,$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2), kernel $(uname -r), $("$B/dhtkv" --version 2>/dev/null | head -1)"
+echo "# taskset -c $GEN gives: $(taskset -c $GEN grep Cpus_allowed_list /proc/self/status | cut -f2)"
+
+ncores() { python3 -c "print(sum(int(b)-int(a)+1 if b else 1 for a,_,b in (p.partition('-') for p in '$1'.split(','))))"; }
+ticks() { local t=0 p; for p in "$@"; do t=$((t + $(awk '{print $14+$15}' "/proc/$p/stat"))); done; echo $t; }
+up() { local port; for port in "$@"; do for _ in $(seq 300); do (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break; sleep 0.05; done; done; sleep 0.3; }
+start() { # name cores port binary flags...: a pinned server, its pid in PID_name
+  local name=$1 cores=$2; shift 3
+  GOMAXPROCS=$(ncores "$cores") taskset -c "$cores" "$@" >"$tmp/$name.log" 2>&1 &
+  pids+=($!); printf -v "PID_$name" %s $!
+}
+load() { # targets workload conns [flags...]: JSON on stdout
+  local t=$1 w=$2 c=$3; shift 3
+  taskset -c $GEN "$B/dhtkv-load" --json --targets "$t" --workload "$w" --keyspace $KS --value-size 1024 \
+    --connections "$c" --duration "$DUR" --warmup 1s "$@" 2>/dev/null
+}
+fill() { # targets [flags...]
+  taskset -c $GEN "$B/dhtkv-load" --targets "$1" --keyspace $KS --value-size 1024 --connections 64 \
+    --fill $KS --fill-only "${@:2}" >/dev/null 2>&1
+}
+# row NAME JSON TICKS: one line: throughput, latency, errors, server CPU per request
+row() {
+  python3 - "$1" "$2" "$3" <<'PY'
+import json, sys
+name, js, ticks = sys.argv[1], sys.argv[2], int(sys.argv[3])
+try:
+    d = json.loads(js)
+except Exception:
+    print(f"{name:40s} NO RESULT {js[:160]!r}"); sys.exit()
+l = d.get('latency_us', {})
+rps, n = d.get('throughput_rps', 0), max(1, d.get('requests', 0))
+errs = sum(d.get('errors', {}).values()) + d.get('non_2xx', 0)
+print(f"{name:40s} {rps:9.0f} rps  p50 {l.get('50',0)/1000:7.2f} p99 {l.get('99',0)/1000:8.2f} "
+      f"p99.9 {l.get('99.9',0)/1000:8.2f} max {l.get('100',0)/1000:8.1f} ms  err {errs}  cpu {ticks*10000/n:6.1f} us/req")
+tl = d.get('timeline') or []
+if tl:
+    key = lambda s: s.get('p99_us', 0)
+    worst = sorted(tl, key=key, reverse=True)[:3]
+    print(" " * 42 + "worst seconds (p99 ms): " + ", ".join(
+        f"s{s.get('second', '?')}={key(s)/1000:.1f}" for s in worst))
+PY
+}
+run() { # name pids-var target workload conns [flags...]
+  local name=$1 ps=$2; shift 2
+  local t0 t1 r
+  # shellcheck disable=SC2086 # a list of pids
+  t0=$(ticks ${!ps}); r=$(load "$@"); t1=$(ticks ${!ps})
+  row "$name" "$r" $((t1 - t0))
+  LAST=$r
+}
+rps() { python3 -c "import json,sys; print(json.loads(sys.argv[1]).get('throughput_rps',0))" "$1" 2>/dev/null || echo 0; }
+
+echo "## A. one node vs the in-memory baseline, server on 4 cores ($S4), generator on $GEN"
+start base4 $S4 19080 "$B/dhtkv-baseline" --listen 127.0.0.1:19080
+start node4 $S4 19081 "$B/dhtkv" --listen 127.0.0.1:19081 --data-dir "$tmp/node4" --cache-bytes 512MiB
+start nosync4 $S4 19082 "$B/dhtkv" --listen 127.0.0.1:19082 --data-dir "$tmp/nosync4" --cache-bytes 512MiB --sync=false
+up 19080 19081 19082
+for p in 19080 19081 19082; do fill http://127.0.0.1:$p --read-all $KS; done
+for c in 64 256; do for w in get put; do
+  run "baseline  $w c$c" PID_base4 http://127.0.0.1:19080 $w $c
+  run "dhtkv     $w c$c" PID_node4 http://127.0.0.1:19081 $w $c
+  [ $w = put ] && run "dhtkv --sync=false $w c$c" PID_nosync4 http://127.0.0.1:19082 $w $c
+done; done
+kill "$PID_base4" "$PID_node4" "$PID_nosync4"; sleep 0.5
+
+echo "## B. scaling with cores: GET hit and PUT fsync, 256 connections"
+for cores in $S1 $S2 $S8; do
+  start bs "$cores" 19083 "$B/dhtkv-baseline" --listen 127.0.0.1:19083
+  start ns "$cores" 19084 "$B/dhtkv" --listen 127.0.0.1:19084 --data-dir "$tmp/ns-$cores" --cache-bytes 512MiB
+  up 19083 19084
+  fill http://127.0.0.1:19083 --read-all $KS; fill http://127.0.0.1:19084 --read-all $KS
+  for w in get put; do
+    run "baseline cores=$cores $w" PID_bs http://127.0.0.1:19083 $w 256
+    run "dhtkv    cores=$cores $w" PID_ns http://127.0.0.1:19084 $w 256
+  done
+  kill "$PID_bs" "$PID_ns"; sleep 0.5
+done
+
+echo "## C. 3 nodes x 2 cores, ack=2 from=3, against one node on 2 cores ($N2), 128 connections"
+CL=http://127.0.0.1:19091,http://127.0.0.1:19092,http://127.0.0.1:19093
+start c1 $C1 19091 "$B/dhtkv" --listen 127.0.0.1:19091 --data-dir "$tmp/c1" --cluster $CL --cache-bytes 512MiB
+start c2 $C2 19092 "$B/dhtkv" --listen 127.0.0.1:19092 --data-dir "$tmp/c2" --cluster $CL --cache-bytes 512MiB
+start c3 $C3 19093 "$B/dhtkv" --listen 127.0.0.1:19093 --data-dir "$tmp/c3" --cluster $CL --cache-bytes 512MiB
+start n2 $N2 19094 "$B/dhtkv" --listen 127.0.0.1:19094 --data-dir "$tmp/n2" --cache-bytes 512MiB
+up 19091 19092 19093 19094
+fill $CL --ack 2 --from 3; fill http://127.0.0.1:19094
+CPIDS="$PID_c1 $PID_c2 $PID_c3"
+declare -A CLOSED
+for w in put get; do
+  # a PUT invalidates its key's cache entry: read every key on every
+  # replica (ack=from=3) and on the node before each GET run
+  if [ $w = get ]; then fill $CL --ack 3 --from 3 --read-all $KS; fill http://127.0.0.1:19094 --read-all $KS; fi
+  run "node (2 cores) $w" PID_n2 http://127.0.0.1:19094 $w 128
+  run "cluster (3x2 cores) $w" CPIDS $CL $w 128 --ack 2 --from 3
+  CLOSED[$w]=$(rps "$LAST")
+done
+
+echo "## D. the cluster at half its closed-loop rate for $HOLD, latency from the intended send time"
+CLOSED[mixed]=$(python3 -c "print(1/(0.9/max(1,${CLOSED[get]})+0.1/max(1,${CLOSED[put]})))")
+for w in put get mixed; do
+  [ $w = get ] && fill $CL --ack 3 --from 3 --read-all $KS
+  rate=$(python3 -c "print(int(float('${CLOSED[$w]}')/2))")
+  DUR=$HOLD run "cluster $w @$rate/s" CPIDS $CL $w 128 --ack 2 --from 3 --rate "$rate" --timeline
+done
+echo "# peak RSS MiB: c1 $(($(awk '/VmHWM/{print $2}' /proc/$PID_c1/status) / 1024))"
+grep -ihE "panic|level=error|stall" "$tmp"/*.log | cut -c1-200 | sort | uniq -c | sort -rn | head -5
+echo "# done $(date -u +%FT%TZ)"
