@@ -244,6 +244,10 @@ func New(local *replica.Replica, views func() *view.View, apply ApplyFunc, rebui
 	}
 }
 
+// Limiter is the rate limiter of the exchanges' records (Rate), for the
+// node's background pace (package pace) to govern.
+func (a *Service) Limiter() *rate.Limiter { return a.limit }
+
 // Register adds the instruments to reg.
 func (a *Service) Register(reg prometheus.Registerer) { a.m.register(reg) }
 

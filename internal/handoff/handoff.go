@@ -154,6 +154,10 @@ func New(st *store.Store, views func() *view.View, dropped func(target int), o O
 	return h, nil
 }
 
+// Limiter is the replay's rate limiter (ReplayRate), for the node's
+// background pace (package pace) to govern.
+func (h *Handoff) Limiter() *rate.Limiter { return h.limit }
+
 // Register adds the instruments to reg, and the cap on one peer's hints
 // (dhtkv_hints_max_bytes, --hint-max-bytes) for dashboards to draw
 // dhtkv_hints_pending_bytes against.

@@ -159,6 +159,10 @@ func New(m *clustermap.Map, self int, local *replica.Replica, o Options, log *sl
 	return s, nil
 }
 
+// Limiter is the pace of the drops of partitions a change took away
+// (DropRate), for the node's background pace (package pace) to govern.
+func (s *Service) Limiter() *rate.Limiter { return s.mover.pace }
+
 // Register adds the instruments to reg.
 //
 // Besides its own instruments it exports, from the installed map, the

@@ -2,11 +2,12 @@ package node
 
 import (
 	"context"
-
 	"crypto/tls"
 	"fmt"
 	"sync"
 	"time"
+
+	"golang.org/x/time/rate"
 
 	"github.com/dhtkv/dhtkv/client"
 
@@ -17,6 +18,7 @@ import (
 	"github.com/dhtkv/dhtkv/internal/handoff"
 	"github.com/dhtkv/dhtkv/internal/hlc"
 	"github.com/dhtkv/dhtkv/internal/membership"
+	"github.com/dhtkv/dhtkv/internal/pace"
 	"github.com/dhtkv/dhtkv/internal/partcopy"
 	"github.com/dhtkv/dhtkv/internal/partition"
 	"github.com/dhtkv/dhtkv/internal/probe"
@@ -135,6 +137,11 @@ func (n *Node) buildCluster(cmap *clustermap.Map, self int, joined bool, clock *
 	ae.Register(n.registry)
 	n.gc.Register(n.registry)
 	n.rebuild.Register(n.registry)
+	n.pace = pace.New(cfg.Pace, log)
+	for _, l := range []*rate.Limiter{ae.Limiter(), n.hints.Limiter(), copier.Limiter(), n.members.Limiter()} {
+		n.pace.Govern(l)
+	}
+	n.pace.Register(n.registry)
 
 	n.members.Start()
 	n.probe.Start()
@@ -143,12 +150,14 @@ func (n *Node) buildCluster(cmap *clustermap.Map, self int, joined bool, clock *
 	ae.Start()
 	n.gc.Start()
 	n.rebuild.Start()
+	n.pace.Start()
 	return nil
 }
 
 // closeCluster stops the cluster parts in the reverse order of their
 // start (buildCluster).
 func (n *Node) closeCluster() {
+	n.pace.Close()
 	n.rebuild.Close()
 	n.gc.Close()
 	n.ae.Close()

@@ -18,6 +18,7 @@ import (
 	"github.com/dhtkv/dhtkv/internal/hlc"
 	"github.com/dhtkv/dhtkv/internal/httpapi"
 	"github.com/dhtkv/dhtkv/internal/membership"
+	"github.com/dhtkv/dhtkv/internal/pace"
 	"github.com/dhtkv/dhtkv/internal/partcopy"
 	"github.com/dhtkv/dhtkv/internal/probe"
 	"github.com/dhtkv/dhtkv/internal/store"
@@ -211,6 +212,11 @@ type Config struct {
 	// Timeout is ReplicaTimeout). The default value is
 	// membership.DefaultOptions().
 	Membership membership.Options
+	// Pace slows anti-entropy, hint replay, partition copies and drops
+	// while the scheduler's latency says requests wait for the CPU
+	// (pace.Options: --background-sched-latency). The default value is
+	// pace.DefaultOptions().
+	Pace pace.Options
 	// MaxScans bounds the range streams in flight, public and internal
 	// (--max-scans; 429 beyond). The default value is 64.
 	MaxScans int
@@ -314,6 +320,7 @@ func DefaultConfig() Config {
 		AntiEntropy:          antientropy.DefaultOptions(),
 		Move:                 partcopy.DefaultOptions(),
 		Membership:           membership.DefaultOptions(),
+		Pace:                 pace.DefaultOptions(),
 		GC:                   gc.DefaultOptions(),
 		MaxScans:             httpapi.DefaultMaxScans,
 		ScanMinRate:          httpapi.DefaultScanMinRate,
@@ -356,7 +363,7 @@ func (cfg *Config) Validate() error {
 	case cfg.GC.Grace < 0 || cfg.GC.Grace > 0 && cfg.GC.Grace <= cfg.Handoff.Window+cfg.MaxClockSkew:
 		return fmt.Errorf("--gc-grace %v must exceed --hint-window %v plus --max-clock-skew %v: a hint still held could otherwise bring back a collected delete", cfg.GC.Grace, cfg.Handoff.Window, cfg.MaxClockSkew)
 	}
-	for _, v := range []interface{ Validate() error }{&cfg.Store, &cfg.Probe, &cfg.Coordinator, &cfg.Handoff, &cfg.AntiEntropy, &cfg.AccessLog, &cfg.Move, &cfg.Membership} {
+	for _, v := range []interface{ Validate() error }{&cfg.Store, &cfg.Probe, &cfg.Coordinator, &cfg.Handoff, &cfg.AntiEntropy, &cfg.AccessLog, &cfg.Move, &cfg.Membership, &cfg.Pace} {
 		if err := v.Validate(); err != nil {
 			return err
 		}

@@ -34,6 +34,7 @@ import (
 	"github.com/dhtkv/dhtkv/internal/httpapi"
 	"github.com/dhtkv/dhtkv/internal/membership"
 	"github.com/dhtkv/dhtkv/internal/metrics"
+	"github.com/dhtkv/dhtkv/internal/pace"
 	"github.com/dhtkv/dhtkv/internal/probe"
 	"github.com/dhtkv/dhtkv/internal/rebuild"
 	"github.com/dhtkv/dhtkv/internal/replica"
@@ -59,6 +60,7 @@ type Node struct {
 	hints    *handoff.Handoff
 	ae       *antientropy.Service
 	gc       *gc.Collector
+	pace     *pace.Governor
 	rebuild  *rebuild.Rebuilder
 	streams  *rpc.StreamClient
 	registry *prometheus.Registry

@@ -183,6 +183,10 @@ func batchBytes(rate int64) int {
 	return int(min(max(rate/16, 64<<10), 1<<20))
 }
 
+// Limiter is the copies' shared rate limiter (Rate), for the node's
+// background pace (package pace) to govern.
+func (c *Copier) Limiter() *rate.Limiter { return c.limit }
+
 // Register adds the instruments to reg.
 func (c *Copier) Register(reg prometheus.Registerer) { c.m.register(reg) }
 

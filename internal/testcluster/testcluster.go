@@ -105,6 +105,10 @@ func start(t testing.TB, ports []int, opts []Option) *Cluster {
 		// AEInterval): a scheduled exchange would repair what a test of
 		// another mechanism means to watch.
 		cfg.AntiEntropy.Interval = 0
+		// Background work at its configured rates: under -race on a
+		// shared machine the scheduler's latency would slow it by up to
+		// eight times (package pace), as the machine's load decides.
+		cfg.Pace.Target = 0
 		cfg.AdminListen = "127.0.0.1:0"
 		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 		if testing.Verbose() {

@@ -1,0 +1,239 @@
+// Package pace slows a node's background work down while its requests
+// wait for the CPU, and lets it go at its full rates while they do not.
+//
+// Anti-entropy, hint replay, partition copies and drops each have a rate
+// limit in bytes or records a second (--ae-rate, --hint-replay-rate,
+// --move-rate, --drop-rate). A fixed rate cannot be right on every
+// machine: on two cores the defaults let anti-entropy take as much CPU as
+// the foreground writes (docs/benchmarks.md sections 23 and 25), on
+// sixteen they are a small share. The Governor measures what the
+// foreground feels, the Go scheduler's latency (how long runnable
+// goroutines waited for a P, runtime/metrics /sched/latencies:seconds),
+// and scales every governed limiter's rate by one factor:
+//
+//   - every Interval, the p99 of the latencies recorded in that interval;
+//   - above Target, the factor halves, down to Floor;
+//   - below Target/2, it grows by a quarter, up to 1 (the configured
+//     rates); between the two it stays.
+//
+// This is CockroachDB's elastic CPU limiter's rule (its admission control
+// holds the scheduler's p99 near 1 ms by adjusting the CPU share of
+// backups and other elastic work), applied to rates rather than CPU
+// tokens: background work here is a stream of records whose CPU cost per
+// byte is about constant, so its rate is its CPU share. Halving reacts
+// within a few intervals to a burst of requests; growing by a quarter
+// takes about 2 s from the floor back to the full rates. The floor keeps
+// every mechanism moving (hints still reach their targets, changes still
+// end) at an eighth of its rate on a saturated node.
+package pace
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"log/slog"
+	"math"
+	"runtime/metrics"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/time/rate"
+
+	"github.com/dhtkv/dhtkv/internal/worker"
+)
+
+// Options configures a Governor.
+type Options struct {
+	// Target is the scheduler latency, p99 over an Interval, above which
+	// background work is slowed (--background-sched-latency; default
+	// 1ms; 0 turns the governor off: the configured rates always).
+	Target time.Duration
+}
+
+// DefaultOptions returns the defaults the fields document.
+func DefaultOptions() Options { return Options{Target: time.Millisecond} }
+
+// RegisterFlags defines the flags of the fields, with their current values
+// as defaults.
+func (o *Options) RegisterFlags(fs *flag.FlagSet) {
+	fs.DurationVar(&o.Target, "background-sched-latency", o.Target, "slow anti-entropy, hint replay, partition copies and drops (down to an eighth of their rates) while the Go scheduler's p99 latency is above this; 0: always their full rates")
+}
+
+// Validate refuses settings that cannot work.
+func (o *Options) Validate() error {
+	if o.Target < 0 {
+		return errors.New("--background-sched-latency must not be negative")
+	}
+	return nil
+}
+
+const (
+	// Interval is how often the factor is set.
+	Interval = 250 * time.Millisecond
+	// Floor is the least factor.
+	Floor = 1.0 / 8
+	// minSamples is the fewest scheduler latencies an interval needs for
+	// its p99 to count; fewer means an idle process, and the factor grows.
+	minSamples = 64
+)
+
+// Governor scales the rates of the limiters it governs (see the package
+// comment). New starts nothing; Start runs it, Close stops it. Its methods
+// are safe for concurrent use.
+type Governor struct {
+	o    Options
+	log  *slog.Logger
+	work *worker.Group
+
+	mu       sync.Mutex
+	governed []governed
+	factor   float64
+	// prev is the scheduler latency histogram at the last interval's end.
+	prev []uint64
+
+	m *instruments
+}
+
+type governed struct {
+	l    *rate.Limiter
+	full rate.Limit
+}
+
+// New returns a governor with nothing to govern yet.
+func New(o Options, log *slog.Logger) *Governor {
+	g := &Governor{o: o, log: log, work: worker.New(), factor: 1, m: newInstruments()}
+	g.m.factor.Set(1)
+	return g
+}
+
+// Govern puts l under g: its current limit is its full rate, and from now
+// on g sets it to that times the factor.
+func (g *Governor) Govern(l *rate.Limiter) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	full := l.Limit()
+	g.governed = append(g.governed, governed{l: l, full: full})
+	l.SetLimit(full * rate.Limit(g.factor))
+}
+
+// Factor is the share of their full rates the governed limiters run at.
+func (g *Governor) Factor() float64 {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.factor
+}
+
+// Start runs the governor every Interval, unless Target is 0.
+func (g *Governor) Start() {
+	if g.o.Target <= 0 {
+		return
+	}
+	sample := []metrics.Sample{{Name: "/sched/latencies:seconds"}}
+	metrics.Read(sample)
+	if sample[0].Value.Kind() != metrics.KindFloat64Histogram {
+		g.log.Warn("background pace: the runtime reports no scheduler latencies; rates stay as configured")
+		return
+	}
+	g.mu.Lock() // the latencies before now are not the first interval's
+	g.prev = append([]uint64(nil), sample[0].Value.Float64Histogram().Counts...)
+	g.mu.Unlock()
+	g.work.Tick(Interval, func(context.Context) {
+		metrics.Read(sample)
+		g.Observe(sample[0].Value.Float64Histogram())
+	})
+}
+
+// Close stops the governor; the limiters keep their last rates.
+func (g *Governor) Close() { g.work.Stop() }
+
+// Observe sets the factor from h, the scheduler latency histogram since
+// the process started (cumulative, as runtime/metrics reports it): the
+// latencies recorded since the last Observe are the interval's.
+func (g *Governor) Observe(h *metrics.Float64Histogram) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if len(g.prev) != len(h.Counts) {
+		g.prev = make([]uint64, len(h.Counts))
+	}
+	var n uint64
+	for i, c := range h.Counts {
+		n += c - g.prev[i]
+	}
+	p99 := time.Duration(-1) // too few samples: idle
+	if n >= minSamples {
+		rank := n - n/100 // the first latency at or above the p99
+		var seen uint64
+		for i, c := range h.Counts {
+			if seen += c - g.prev[i]; seen >= rank {
+				upper := h.Buckets[i+1] // the bucket's upper bound, or its lower one for the last
+				if math.IsInf(upper, 1) {
+					upper = h.Buckets[i]
+				}
+				p99 = time.Duration(upper * float64(time.Second))
+				break
+			}
+		}
+	}
+	copy(g.prev, h.Counts)
+	g.setFactor(next(g.factor, p99, g.o.Target))
+	if p99 < 0 {
+		g.m.p99.Set(-1)
+	} else {
+		g.m.p99.Set(p99.Seconds())
+	}
+}
+
+// next is the factor after an interval whose scheduler p99 was p99 (-1:
+// too few samples) with target.
+func next(factor float64, p99, target time.Duration) float64 {
+	switch {
+	case p99 > target:
+		return max(Floor, factor/2)
+	case p99 < target/2:
+		return min(1, factor*1.25)
+	}
+	return factor
+}
+
+// setFactor sets the factor and every governed limiter's rate; g.mu held.
+func (g *Governor) setFactor(f float64) {
+	if f != g.factor {
+		if f < g.factor {
+			g.m.slowed.Inc()
+		}
+		g.factor = f
+		for _, x := range g.governed {
+			x.l.SetLimit(x.full * rate.Limit(f))
+		}
+	}
+	g.m.factor.Set(f)
+}
+
+// Register registers g's instruments with reg.
+func (g *Governor) Register(reg prometheus.Registerer) {
+	reg.MustRegister(g.m.factor, g.m.p99, g.m.slowed)
+}
+
+type instruments struct {
+	factor prometheus.Gauge
+	p99    prometheus.Gauge
+	slowed prometheus.Counter
+}
+
+func newInstruments() *instruments {
+	return &instruments{
+		factor: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "dhtkv_background_pace_factor",
+			Help: "Share of their configured rates that anti-entropy, hint replay, partition copies and drops run at (1: full; --background-sched-latency).",
+		}),
+		p99: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "dhtkv_background_pace_sched_latency_p99_seconds",
+			Help: "The Go scheduler's p99 latency over the background pace's last interval (-1: too few samples, idle).",
+		}),
+		slowed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "dhtkv_background_pace_slowdowns_total",
+			Help: "Times the background pace lowered the rates because the scheduler's p99 latency was above --background-sched-latency.",
+		}),
+	}
+}

@@ -1,0 +1,137 @@
+package pace
+
+import (
+	"io"
+	"log/slog"
+	"runtime/metrics"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+	"golang.org/x/time/rate"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// The control rule, interval by interval.
+func TestNext(t *testing.T) {
+	const target = time.Millisecond
+	for _, c := range []struct {
+		name   string
+		factor float64
+		p99    time.Duration
+		want   float64
+	}{
+		{"above the target halves", 1, 2 * target, 0.5},
+		{"down to the floor", Floor * 1.5, 10 * target, Floor},
+		{"at the floor stays", Floor, 10 * target, Floor},
+		{"at the target holds", 0.5, target, 0.5},
+		{"between half and the target holds", 0.5, 3 * target / 4, 0.5},
+		{"below half grows by a quarter", 0.5, target / 4, 0.625},
+		{"idle grows", 0.5, -1, 0.625},
+		{"up to 1", 0.9, 0, 1},
+		{"1 stays", 1, target / 4, 1},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			require.InDelta(t, c.want, next(c.factor, c.p99, target), 1e-9)
+		})
+	}
+}
+
+// hist is a cumulative scheduler latency histogram in the runtime's shape,
+// with buckets at 0, 100µs, 500µs, 1ms, 2ms, 8ms and +Inf.
+type hist struct{ counts []uint64 }
+
+var buckets = []float64{0, 100e-6, 500e-6, 1e-3, 2e-3, 8e-3, posInf()}
+
+func posInf() float64 { var z float64; return 1 / z }
+
+// add records n latencies in bucket i (0: under 100µs ... 5: 8ms or more)
+// and returns the cumulative histogram.
+func (h *hist) add(n uint64, i int) *metrics.Float64Histogram {
+	if h.counts == nil {
+		h.counts = make([]uint64, len(buckets)-1)
+	}
+	h.counts[i] += n
+	return &metrics.Float64Histogram{Counts: append([]uint64(nil), h.counts...), Buckets: buckets}
+}
+
+// The governor reads the interval's p99 from the cumulative histogram and
+// sets every governed limiter to its full rate times the factor.
+func TestGovernorObserve(t *testing.T) {
+	g := New(Options{Target: time.Millisecond}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	a, b := rate.NewLimiter(8<<20, 8<<20), rate.NewLimiter(1000, 100)
+	g.Govern(a)
+	g.Govern(b)
+	var h hist
+	rates := func() (rate.Limit, rate.Limit) { return a.Limit(), b.Limit() }
+
+	// 1,000 quick latencies and 20 of 2-8 ms: the p99 is in the 2-8 ms
+	// bucket, above the target: halved.
+	h.add(1000, 0)
+	g.Observe(h.add(20, 4))
+	require.Equal(t, 0.5, g.Factor())
+	ra, rb := rates()
+	require.Equal(t, rate.Limit(4<<20), ra)
+	require.Equal(t, rate.Limit(500), rb)
+
+	// The next interval's latencies alone count: 1,000 quick ones, and the
+	// earlier slow ones are not the interval's. Grows by a quarter.
+	g.Observe(h.add(1000, 0))
+	require.Equal(t, 0.625, g.Factor())
+
+	// A latency beyond the last finite bucket: above the target.
+	h.add(500, 0)
+	g.Observe(h.add(10, 5))
+	require.Equal(t, 0.3125, g.Factor())
+	for range 5 {
+		h.add(500, 0)
+		g.Observe(h.add(10, 5))
+	}
+	require.Equal(t, Floor, g.Factor(), "no lower than the floor")
+	ra, _ = rates()
+	require.Equal(t, rate.Limit(1<<20), ra)
+
+	// p99 between half the target and the target (500µs-1ms): holds.
+	g.Observe(h.add(1000, 2))
+	require.Equal(t, Floor, g.Factor())
+
+	// Idle: too few samples; grows back to the full rates.
+	for range 20 {
+		g.Observe(h.add(3, 4))
+	}
+	require.Equal(t, 1.0, g.Factor())
+	ra, rb = rates()
+	require.Equal(t, rate.Limit(8<<20), ra)
+	require.Equal(t, rate.Limit(1000), rb)
+
+	// A limiter governed later starts at the current factor.
+	g.Observe(h.add(1000, 4))
+	c := rate.NewLimiter(100, 10)
+	g.Govern(c)
+	require.Equal(t, rate.Limit(50), c.Limit())
+}
+
+// Start runs on the runtime's own histogram and Close stops it; Target 0
+// runs nothing.
+func TestGovernorStartClose(t *testing.T) {
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	off := New(Options{}, log)
+	off.Start()
+	off.Close()
+
+	g := New(DefaultOptions(), log)
+	l := rate.NewLimiter(100, 10)
+	g.Govern(l)
+	g.Start()
+	require.Eventually(t, func() bool {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		return g.prev != nil // one interval observed
+	}, 10*time.Second, 10*time.Millisecond)
+	g.Close()
+	f := g.Factor()
+	require.True(t, f >= Floor && f <= 1, "factor %v", f)
+	require.InDelta(t, 100*f, float64(l.Limit()), 1e-9)
+}
