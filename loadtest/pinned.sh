@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The highload issue's figures on a many-core machine (issue 21): servers
-# and load generator on disjoint cores (taskset; each server's GOMAXPROCS
-# equal to its cores), server CPU per request from /proc/PID/stat, 1 KiB
+# and load generator on disjoint cores (taskset; each program with Go's
+# default GOMAXPROCS for them, its cores, and dhtkv at least its
+# --min-procs), server CPU per request from /proc/PID/stat, 1 KiB
 # values, 100k keys, read caches that hold every key.
 #
 #   A  one node against dhtkv-baseline on 4 cores: GET hit, PUT fsync,
@@ -13,7 +14,12 @@
 #   D  the cluster held at half its closed-loop rate for HOLD (60s) each:
 #      PUT, GET, 90/10 mix, latency from the intended send time, with the
 #      worst seconds of the timeline and the CPU per request (point 3)
+#   E  (not by default) the cluster's PUT tail at one rate (half of the
+#      first setting's closed loop) for each GOMAXPROCS in PROCS (default
+#      "2 8") of nodes on 2 cores each: do more Ps than cores keep requests
+#      from waiting behind Pebble's flushes and compactions (--min-procs)?
 #
+# SECTIONS picks them (default "A B C D").
 # Binaries come from BIN (default bin/: dhtkv, dhtkv-load,
 # dhtkv-baseline; `make build`), so that the script runs where no Go
 # toolchain is. Needs 16 cores (servers on 0-7, the generator on 8-15);
@@ -40,12 +46,15 @@ fi
 echo "# $(date -u +%FT%TZ) $(nproc) cpus,$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2), kernel $(uname -r), $("$B/dhtkv" --version 2>/dev/null | head -1)"
 echo "# taskset -c $GEN gives: $(taskset -c $GEN grep Cpus_allowed_list /proc/self/status | cut -f2)"
 
-ncores() { python3 -c "print(sum(int(b)-int(a)+1 if b else 1 for a,_,b in (p.partition('-') for p in '$1'.split(','))))"; }
 ticks() { local t=0 p; for p in "$@"; do t=$((t + $(awk '{print $14+$15}' "/proc/$p/stat"))); done; echo $t; }
 up() { local port; for port in "$@"; do for _ in $(seq 300); do (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break; sleep 0.05; done; done; sleep 0.3; }
 start() { # name cores port binary flags...: a pinned server, its pid in PID_name
   local name=$1 cores=$2; shift 3
-  GOMAXPROCS=$(ncores "$cores") taskset -c "$cores" "$@" >"$tmp/$name.log" 2>&1 &
+  if [ -n "${GMP:-}" ]; then
+    GOMAXPROCS=$GMP taskset -c "$cores" "$@" >"$tmp/$name.log" 2>&1 &
+  else
+    taskset -c "$cores" "$@" >"$tmp/$name.log" 2>&1 &
+  fi
   pids+=($!); printf -v "PID_$name" %s $!
 }
 load() { # targets workload conns [flags...]: JSON on stdout
@@ -89,6 +98,9 @@ run() { # name pids-var target workload conns [flags...]
 }
 rps() { python3 -c "import json,sys; print(json.loads(sys.argv[1]).get('throughput_rps',0))" "$1" 2>/dev/null || echo 0; }
 
+SECTIONS=${SECTIONS:-A B C D}
+on() { [[ " $SECTIONS " == *" $1 "* ]]; }
+if on A; then
 echo "## A. one node vs the in-memory baseline, server on 4 cores ($S4), generator on $GEN"
 start base4 $S4 19080 "$B/dhtkv-baseline" --listen 127.0.0.1:19080
 start node4 $S4 19081 "$B/dhtkv" --listen 127.0.0.1:19081 --data-dir "$tmp/node4" --cache-bytes 512MiB
@@ -101,6 +113,9 @@ for c in 64 256; do for w in get put; do
   [ $w = put ] && run "dhtkv --sync=false $w c$c" PID_nosync4 http://127.0.0.1:19082 $w $c
 done; done
 kill "$PID_base4" "$PID_node4" "$PID_nosync4"; sleep 0.5
+fi
+
+if on B; then
 
 echo "## B. scaling with cores: GET hit and PUT fsync, 256 connections"
 for cores in $S1 $S2 $S8; do
@@ -114,6 +129,9 @@ for cores in $S1 $S2 $S8; do
   done
   kill "$PID_bs" "$PID_ns"; sleep 0.5
 done
+fi
+
+if on C || on D; then
 
 echo "## C. 3 nodes x 2 cores, ack=2 from=3, against one node on 2 cores ($N2), 128 connections"
 CL=http://127.0.0.1:19091,http://127.0.0.1:19092,http://127.0.0.1:19093
@@ -142,5 +160,27 @@ for w in put get mixed; do
   DUR=$HOLD run "cluster $w @$rate/s" CPIDS $CL $w 128 --ack 2 --from 3 --rate "$rate" --timeline
 done
 echo "# peak RSS MiB: c1 $(($(awk '/VmHWM/{print $2}' /proc/$PID_c1/status) / 1024))"
+kill $CPIDS "$PID_n2"; sleep 0.5
+fi
+
+if on E; then
+echo "## E. the cluster's PUT tail at one rate for $HOLD, nodes on 2 cores each, GOMAXPROCS in: ${PROCS:-2 8}"
+rate=""
+for procs in ${PROCS:-2 8}; do
+  for i in 1 2 3; do
+    c=C$i
+    GMP=$procs start "e$i" "${!c}" 0 "$B/dhtkv" --listen 127.0.0.1:1910$i --data-dir "$tmp/e$procs-$i" \
+      --cluster http://127.0.0.1:19101,http://127.0.0.1:19102,http://127.0.0.1:19103 --cache-bytes 512MiB
+  done
+  EL=http://127.0.0.1:19101,http://127.0.0.1:19102,http://127.0.0.1:19103
+  EPIDS="$PID_e1 $PID_e2 $PID_e3"
+  up 19101 19102 19103
+  fill $EL --ack 2 --from 3
+  run "GOMAXPROCS=$procs put closed loop" EPIDS $EL put 128 --ack 2 --from 3
+  [ -z "$rate" ] && rate=$(python3 -c "print(int(float('$(rps "$LAST")')/2))")
+  DUR=$HOLD run "GOMAXPROCS=$procs put @$rate/s" EPIDS $EL put 128 --ack 2 --from 3 --rate "$rate" --timeline
+  kill $EPIDS; sleep 1
+done
+fi
 grep -ihE "panic|level=error|stall" "$tmp"/*.log | cut -c1-200 | sort | uniq -c | sort -rn | head -5
 echo "# done $(date -u +%FT%TZ)"

@@ -23,6 +23,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime"
 	"slices"
 	"strings"
 	"syscall"
@@ -58,6 +59,7 @@ type settings struct {
 	logLevel  slog.Level
 	logFormat string
 	version   bool
+	minProcs  int
 	// unknownEnv are the DHTKV_* variables set that name no flag (ff
 	// ignores them), sorted.
 	unknownEnv []string
@@ -78,6 +80,7 @@ func parseFlags(args []string, stdout io.Writer) (*settings, error) {
 	logLevel := fs.String("log-level", "info", "`level`: debug, info, warn, error")
 	fs.StringVar(&s.logFormat, "log-format", "text", "`format` of the log lines on stderr: text (key=value) or json (one object per line)")
 	fs.BoolVar(&s.version, "version", false, "print the version and exit")
+	fs.IntVar(&s.minProcs, "min-procs", defaultMinProcs, "run at least this many Go Ps (GOMAXPROCS) when the process has fewer cores, so that requests need not wait behind Pebble's flushes and compactions; not under a CPU quota, nor when GOMAXPROCS is set; 0: Go's choice")
 	err := ff.Parse(fs, args,
 		ff.WithEnvVarPrefix("DHTKV"),
 		ff.WithConfigFileFlag("config"),
@@ -94,6 +97,8 @@ func parseFlags(args []string, stdout io.Writer) (*settings, error) {
 		return s, nil
 	case fs.NArg() > 0:
 		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	case s.minProcs < 0:
+		return nil, errors.New("--min-procs must not be negative")
 	}
 	s.unknownEnv = unknownEnv(fs, os.Environ())
 	if err := cfg.Validate(); err != nil {
@@ -196,6 +201,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "dhtkv %s (%s)\n", buildinfo.Version(), buildinfo.GoVersion())
 		return 0
 	}
+	// Before the node starts: the store sets its WAL's sync interval from
+	// GOMAXPROCS.
+	procsBefore, procs := raiseProcs(s.minProcs)
 	cfg := s.cfg
 	// A level the admin listener's /log-level changes while the node runs.
 	cfg.LogLevel = new(slog.LevelVar)
@@ -244,6 +252,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 		fmt.Fprintf(stderr, "dhtkv: %v%s\n", err, note)
 		return 1
+	}
+	if procs != procsBefore {
+		cfg.Logger.Info("GOMAXPROCS raised to --min-procs", "cores", runtime.NumCPU(), "go_chose", procsBefore, "gomaxprocs", procs)
 	}
 	for _, name := range s.unknownEnv {
 		cfg.Logger.Warn("environment variable ignored: no flag has its name (dhtkv -h lists them)", "name", name)

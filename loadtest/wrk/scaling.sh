@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One dhtkv node against the in-memory baseline (cmd/dhtkv-baseline) at
 # several server core counts, servers and wrk pinned to disjoint cores
-# (taskset), each server with GOMAXPROCS equal to its cores, in ONE run:
+# (taskset; the baseline with GOMAXPROCS equal to its cores, dhtkv with
+# its own default, at least --min-procs, or NODE_PROCS), in ONE run:
 # for each count, GET (read cache holding every key), PUT --sync=true and
 # PUT --sync=false, baseline and node alternated for ROUNDS rounds. Prints
 # every run with the server's CPU per request (user+system ticks from
@@ -11,6 +12,7 @@
 #   loadtest/wrk/scaling.sh                 # CORES: the counts that leave wrk at least one core
 #   CORES="1 2 4 8" loadtest/wrk/scaling.sh # on a 16-core machine
 #   NODE_FLAGS="--wal-min-sync-interval 0" loadtest/wrk/scaling.sh   # flags for every dhtkv node
+#   NODE_PROCS=1 loadtest/wrk/scaling.sh    # GOMAXPROCS of the dhtkv nodes (default: dhtkv's own)
 #
 # A count runs only where the machine has more cores than it: wrk gets
 # the cores above the servers'. On a 2-core machine that is 1 (server on
@@ -30,7 +32,7 @@ fi
 hz=$(getconf CLK_TCK)
 ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 declare -A rps cpu
-echo "# $ncpu cores, $(go version | cut -d' ' -f3), $(date -u +%FT%TZ), $CONNECTIONS connections, $DURATION per run, $ROUNDS rounds, keyspace $KEYSPACE, values $VALUE_SIZE B, node flags: ${NODE_FLAGS:-none}"
+echo "# $ncpu cores, $(go version | cut -d' ' -f3), $(date -u +%FT%TZ), $CONNECTIONS connections, $DURATION per run, $ROUNDS rounds, keyspace $KEYSPACE, values $VALUE_SIZE B, node flags: ${NODE_FLAGS:-none}, node GOMAXPROCS: ${NODE_PROCS:-its default}"
 
 for n in $CORES; do
   [ "$n" -lt "$ncpu" ] || { echo "skipping $n cores: the machine has $ncpu" >&2; continue; }
@@ -41,7 +43,7 @@ for n in $CORES; do
     if [ "$name" = baseline ]; then
       GOMAXPROCS=$n taskset -c "$srv" "$tmp/dhtkv-baseline" --listen "127.0.0.1:$port" >"$tmp/$name-$n.log" 2>&1 &
     else
-      GOMAXPROCS=$n taskset -c "$srv" "$tmp/dhtkv" --listen "127.0.0.1:$port" --admin-listen "127.0.0.1:$((port + 10))" \
+      env ${NODE_PROCS:+GOMAXPROCS=$NODE_PROCS} taskset -c "$srv" "$tmp/dhtkv" --listen "127.0.0.1:$port" --admin-listen "127.0.0.1:$((port + 10))" \
         --data-dir "$tmp/$name-$n" --cache-bytes $cache ${NODE_FLAGS:-} "$@" >"$tmp/$name-$n.log" 2>&1 &
     fi
     pid=$!
