@@ -138,7 +138,8 @@ func (n *Node) buildCluster(cmap *clustermap.Map, self int, joined bool, clock *
 	n.gc.Register(n.registry)
 	n.rebuild.Register(n.registry)
 	n.pace = pace.New(cfg.Pace, log)
-	for _, l := range []*rate.Limiter{ae.Limiter(), n.hints.Limiter(), copier.Limiter(), n.members.Limiter()} {
+	n.streamPace = partcopy.SendLimiter(cfg.Move)
+	for _, l := range []*rate.Limiter{ae.Limiter(), n.hints.Limiter(), copier.Limiter(), n.streamPace, n.members.Limiter()} {
 		n.pace.Govern(l)
 	}
 	n.pace.Register(n.registry)

@@ -20,6 +20,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/valyala/fasthttp"
+	"golang.org/x/time/rate"
 
 	"github.com/dhtkv/dhtkv/internal/admin"
 	"github.com/dhtkv/dhtkv/internal/antientropy"
@@ -54,19 +55,22 @@ type Node struct {
 	store *store.Store
 	cache *cache.Cache
 	// The cluster parts (cluster.go).
-	members  *membership.Service
-	coord    *cluster.Coordinator
-	probe    *probe.Prober
-	hints    *handoff.Handoff
-	ae       *antientropy.Service
-	gc       *gc.Collector
-	pace     *pace.Governor
-	rebuild  *rebuild.Rebuilder
-	streams  *rpc.StreamClient
-	registry *prometheus.Registry
-	api      *httpapi.Server
-	certs    *tlsconf.Certs     // nil without TLS
-	tokens   *clientauth.Tokens // nil without client authentication
+	members *membership.Service
+	coord   *cluster.Coordinator
+	probe   *probe.Prober
+	hints   *handoff.Handoff
+	ae      *antientropy.Service
+	gc      *gc.Collector
+	pace    *pace.Governor
+	// streamPace paces the partition streams this node sends
+	// (rpc.Server.StreamPace).
+	streamPace *rate.Limiter
+	rebuild    *rebuild.Rebuilder
+	streams    *rpc.StreamClient
+	registry   *prometheus.Registry
+	api        *httpapi.Server
+	certs      *tlsconf.Certs     // nil without TLS
+	tokens     *clientauth.Tokens // nil without client authentication
 
 	// checkpoints is nil when the store cannot checkpoint (snapshot.go).
 	checkpoints *checkpoints
@@ -243,6 +247,7 @@ func NewContext(ctx context.Context, cfg Config) (_ *Node, err error) {
 			Rebuilding: n.rebuild.Rebuilding, ClusterFormed: n.probe.Formed, Maps: n.members,
 			RequirePeerCert: certs != nil && certs.Mutual(),
 			MaxKeyBytes:     cfg.MaxKeyBytes, MaxValueBytes: cfg.MaxValueBytes,
+			StreamPace: n.streamPace,
 		},
 		Metrics: httpapi.NewMetrics(n.registry),
 		Log:     log,

@@ -183,6 +183,14 @@ func batchBytes(rate int64) int {
 	return int(min(max(rate/16, 64<<10), 1<<20))
 }
 
+// SendLimiter returns the limiter with which a node paces the partition
+// streams it sends (rpc.Server.StreamPace): o's Rate and a Copier's
+// burst, so that neither end of a copy outruns its --move-rate.
+func SendLimiter(o Options) *rate.Limiter {
+	o.EnsureDefaults()
+	return rate.NewLimiter(rate.Limit(o.Rate), batchBytes(o.Rate))
+}
+
 // Limiter is the copies' shared rate limiter (Rate), for the node's
 // background pace (package pace) to govern.
 func (c *Copier) Limiter() *rate.Limiter { return c.limit }

@@ -8,6 +8,8 @@ import (
 	"net/http"
 	"sync"
 
+	"golang.org/x/time/rate"
+
 	"github.com/dhtkv/dhtkv/internal/record"
 	"github.com/dhtkv/dhtkv/internal/replica"
 	"github.com/dhtkv/dhtkv/internal/store"
@@ -51,7 +53,14 @@ type Server struct {
 	// Maps gates batches by cluster-map epoch and serves MapPath (see
 	// epoch.go); nil: no gate, no map.
 	Maps Maps
-	Log  *slog.Logger
+	// StreamPace paces the partition streams this node sends (StreamPath
+	// with parts: the copies of membership changes and rebuilds), in
+	// bytes of keys and envelopes a second, so that a copy costs the
+	// sender no more than its pace allows; range scans' streams are not
+	// paced. nil: unpaced. The node gives it --move-rate, governed by its
+	// background pace (package pace).
+	StreamPace *rate.Limiter
+	Log        *slog.Logger
 }
 
 // DefaultMaxAnswerBytes is Server.MaxAnswerBytes's default: 1 MiB.

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
+	"golang.org/x/time/rate"
 
 	"github.com/dhtkv/dhtkv/internal/partition"
 	"github.com/dhtkv/dhtkv/internal/scan"
@@ -34,7 +35,7 @@ const StreamPath = "/v0/internal/entities"
 // for: a key range, of some partitions only if it names them. The caller streams them in
 // scan.FormatInternal and must close the iterator. A bad query is an
 // *Error.
-func (s *Server) OpenStream(query *fasthttp.Args) (*store.Iter, error) {
+func (s *Server) OpenStream(query *fasthttp.Args) (scan.Iterator, error) {
 	if s.Rebuilding != nil && s.Rebuilding() {
 		return nil, refuse(http.StatusServiceUnavailable, errRebuilding)
 	}
@@ -53,9 +54,36 @@ func (s *Server) OpenStream(query *fasthttp.Args) (*store.Iter, error) {
 		if err != nil {
 			return nil, refuse(http.StatusBadRequest, "parts: %v", err)
 		}
-		return s.Replica.Store.NewPartitionIter(start, end, parts)
+		it, err := s.Replica.Store.NewPartitionIter(start, end, parts)
+		if err != nil || s.StreamPace == nil {
+			return it, err
+		}
+		return &pacedIter{Iter: it, pace: s.StreamPace}, nil
 	}
 	return s.Replica.Store.NewIter(start, end)
+}
+
+// pacedIter is a store iterator whose Next waits for its record's bytes
+// of pace. Release, Close and the rest are the store iterator's.
+type pacedIter struct {
+	*store.Iter
+	pace *rate.Limiter
+}
+
+func (p *pacedIter) Next() bool {
+	if !p.Iter.Next() {
+		return false
+	}
+	// No context: a wait lasts at most a burst's worth (a second of the
+	// rate), and the stream ends at the next write once its client left.
+	for n := len(p.Key()) + len(p.Envelope()); n > 0; {
+		step := min(n, p.pace.Burst())
+		if err := p.pace.WaitN(context.Background(), step); err != nil {
+			break // a burst below one byte: unpaced
+		}
+		n -= step
+	}
+	return true
 }
 
 func (s *Server) streamKey(query *fasthttp.Args, name string) ([]byte, error) {

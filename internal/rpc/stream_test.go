@@ -1,0 +1,56 @@
+package rpc
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"github.com/valyala/fasthttp"
+	"golang.org/x/time/rate"
+
+	"github.com/dhtkv/dhtkv/internal/partition"
+	"github.com/dhtkv/dhtkv/internal/scan"
+)
+
+// A partition stream takes its records' bytes from StreamPace; a range
+// scan's stream takes nothing; both stream what the store holds.
+func TestOpenStreamPace(t *testing.T) {
+	s, want := summaryServer(t, 500)
+	// A rate of a byte a second and a large burst: the tokens taken show what was
+	// paced, and no wait happens.
+	const burst = 1 << 20
+	s.StreamPace = rate.NewLimiter(1, burst) // full at first; a byte a second
+	s.MaxKeyBytes = 1024
+	drain := func(it scan.Iterator) (keys, bytes int) {
+		t.Helper()
+		defer it.Close()
+		for it.Next() {
+			keys++
+			bytes += len(it.Key()) + len(it.Envelope())
+		}
+		require.NoError(t, it.Err())
+		return keys, bytes
+	}
+	open := func(query string) scan.Iterator {
+		t.Helper()
+		var args fasthttp.Args
+		args.Parse(query)
+		it, err := s.OpenStream(&args)
+		require.NoError(t, err)
+		return it
+	}
+
+	keys, _ := drain(open("start=%00"))
+	require.Equal(t, len(want), keys)
+	require.InDelta(t, burst, s.StreamPace.Tokens(), 1, "a range scan's stream is not paced")
+
+	var all partition.Set
+	for p := range partition.Count {
+		all.Add(partition.ID(p))
+	}
+	it := open("start=%00&parts=" + all.String())
+	_, ok := it.(scan.Releaser)
+	require.True(t, ok, "a paced stream still releases its snapshot")
+	keys, bytes := drain(it)
+	require.Equal(t, len(want), keys)
+	require.InDelta(t, burst-bytes, s.StreamPace.Tokens(), 1, "a partition stream takes its bytes")
+}
