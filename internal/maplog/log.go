@@ -25,6 +25,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	neturl "net/url"
 	"slices"
 	"strconv"
 	"sync"
@@ -79,6 +80,11 @@ type Options struct {
 	// RebalanceInterval is how often the leader checks the voting group
 	// besides after every change (default 2 s).
 	RebalanceInterval time.Duration
+	// AddrFromURL makes a member's log address its node URL's host:port
+	// (URLAddr) when the log records none for it (State.Addrs): the
+	// node's log rides its HTTP port (rpc.LogPath), so every member is
+	// reachable where its URL says. False: only recorded addresses.
+	AddrFromURL bool
 }
 
 // DefaultOptions returns the defaults the fields document.
@@ -126,8 +132,12 @@ func (o *Options) EnsureDefaults() {
 	}
 }
 
-// Validate checks the options after EnsureDefaults.
+// Validate checks the options as EnsureDefaults would complete them
+// (zero fields take their defaults).
 func (o *Options) Validate() error {
+	d := *o
+	d.EnsureDefaults()
+	o = &d
 	if o.Voters != 3 && o.Voters != 5 {
 		return fmt.Errorf("--maplog-voters %d: want 3 or 5", o.Voters)
 	}
@@ -154,6 +164,16 @@ func voterCount(voters, n int) int {
 		k--
 	}
 	return k
+}
+
+// URLAddr is the log address of the node at url when the log rides the
+// node's HTTP port: the URL's host:port ("" if url does not parse).
+func URLAddr(url string) string {
+	u, err := neturl.Parse(url)
+	if err != nil {
+		return ""
+	}
+	return u.Host
 }
 
 // ServerID is the raft id of node id: its map id in decimal.
@@ -726,6 +746,9 @@ func (l *Log) Rebalance() error {
 	}
 	for _, n := range st.Map.Nodes {
 		addr := st.Addrs[n.ID]
+		if addr == "" && l.o.AddrFromURL {
+			addr = URLAddr(n.URL)
+		}
 		if addr == "" {
 			continue
 		}

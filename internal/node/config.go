@@ -17,6 +17,7 @@ import (
 	"github.com/dhtkv/dhtkv/internal/handoff"
 	"github.com/dhtkv/dhtkv/internal/hlc"
 	"github.com/dhtkv/dhtkv/internal/httpapi"
+	"github.com/dhtkv/dhtkv/internal/maplog"
 	"github.com/dhtkv/dhtkv/internal/membership"
 	"github.com/dhtkv/dhtkv/internal/partcopy"
 	"github.com/dhtkv/dhtkv/internal/probe"
@@ -211,6 +212,19 @@ type Config struct {
 	// Timeout is ReplicaTimeout). The default value is
 	// membership.DefaultOptions().
 	Membership membership.Options
+	// MapLog configures the cluster map's Raft log (maplog.Options:
+	// --maplog-voters, --maplog-apply-timeout, --maplog-max-pending).
+	// The node opens it under <data-dir>/maplog when ConsensusMap is
+	// set; its traffic rides the public port (rpc.LogPath). The default
+	// value is maplog.DefaultOptions().
+	MapLog maplog.Options
+	// ConsensusMap runs membership on the cluster map's log
+	// (--consensus-map; docs/membership.md, "The map on a consensus
+	// log"): changes are the log's commands, node ids the log's, stages
+	// advanced by every member's acknowledgement. Every node of a
+	// cluster must run the same way. The default value is false: the
+	// protocol without consensus.
+	ConsensusMap bool
 	// MaxScans bounds the range streams in flight, public and internal
 	// (--max-scans; 429 beyond). The default value is 64.
 	MaxScans int
@@ -314,6 +328,7 @@ func DefaultConfig() Config {
 		AntiEntropy:          antientropy.DefaultOptions(),
 		Move:                 partcopy.DefaultOptions(),
 		Membership:           membership.DefaultOptions(),
+		MapLog:               maplog.DefaultOptions(),
 		GC:                   gc.DefaultOptions(),
 		MaxScans:             httpapi.DefaultMaxScans,
 		ScanMinRate:          httpapi.DefaultScanMinRate,
@@ -356,7 +371,7 @@ func (cfg *Config) Validate() error {
 	case cfg.GC.Grace < 0 || cfg.GC.Grace > 0 && cfg.GC.Grace <= cfg.Handoff.Window+cfg.MaxClockSkew:
 		return fmt.Errorf("--gc-grace %v must exceed --hint-window %v plus --max-clock-skew %v: a hint still held could otherwise bring back a collected delete", cfg.GC.Grace, cfg.Handoff.Window, cfg.MaxClockSkew)
 	}
-	for _, v := range []interface{ Validate() error }{&cfg.Store, &cfg.Probe, &cfg.Coordinator, &cfg.Handoff, &cfg.AntiEntropy, &cfg.AccessLog, &cfg.Move, &cfg.Membership} {
+	for _, v := range []interface{ Validate() error }{&cfg.Store, &cfg.Probe, &cfg.Coordinator, &cfg.Handoff, &cfg.AntiEntropy, &cfg.AccessLog, &cfg.Move, &cfg.Membership, &cfg.MapLog} {
 		if err := v.Validate(); err != nil {
 			return err
 		}

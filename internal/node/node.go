@@ -32,6 +32,7 @@ import (
 	"github.com/dhtkv/dhtkv/internal/handoff"
 	"github.com/dhtkv/dhtkv/internal/hlc"
 	"github.com/dhtkv/dhtkv/internal/httpapi"
+	"github.com/dhtkv/dhtkv/internal/maplog"
 	"github.com/dhtkv/dhtkv/internal/membership"
 	"github.com/dhtkv/dhtkv/internal/metrics"
 	"github.com/dhtkv/dhtkv/internal/probe"
@@ -53,14 +54,20 @@ type Node struct {
 	store *store.Store
 	cache *cache.Cache
 	// The cluster parts (cluster.go).
-	members  *membership.Service
-	coord    *cluster.Coordinator
-	probe    *probe.Prober
-	hints    *handoff.Handoff
-	ae       *antientropy.Service
-	gc       *gc.Collector
-	rebuild  *rebuild.Rebuilder
-	streams  *rpc.StreamClient
+	members *membership.Service
+	coord   *cluster.Coordinator
+	probe   *probe.Prober
+	hints   *handoff.Handoff
+	ae      *antientropy.Service
+	gc      *gc.Collector
+	rebuild *rebuild.Rebuilder
+	streams *rpc.StreamClient
+	// The cluster map's log (maplog.go), nil without ConsensusMap;
+	// logConns takes its connections from the public port.
+	mapLog   *maplog.Log
+	logConns *rpc.LogListener
+	stopSeed context.CancelFunc
+	seedDone sync.WaitGroup
 	registry *prometheus.Registry
 	api      *httpapi.Server
 	certs    *tlsconf.Certs     // nil without TLS
@@ -230,7 +237,7 @@ func NewContext(ctx context.Context, cfg Config) (_ *Node, err error) {
 		}
 	}
 	local := &replica.Replica{Store: n.store, Cache: n.cache, Versions: replica.NewVersionFilter(replica.DefaultVersionSlots, floor), Clock: clock}
-	if err := n.buildCluster(cmap, self, joined, clock, local, peerTLS); err != nil {
+	if err := n.buildCluster(cmap, self, joined, topo, clock, local, peerTLS); err != nil {
 		return nil, err
 	}
 	n.api = &httpapi.Server{
@@ -239,6 +246,7 @@ func NewContext(ctx context.Context, cfg Config) (_ *Node, err error) {
 		RPC: &rpc.Server{
 			Replica: local, Secret: cfg.ClusterSecret, Log: log,
 			Rebuilding: n.rebuild.Rebuilding, ClusterFormed: n.probe.Formed, Maps: n.members,
+			LogConns:        n.logConns,
 			RequirePeerCert: certs != nil && certs.Mutual(),
 			MaxKeyBytes:     cfg.MaxKeyBytes, MaxValueBytes: cfg.MaxValueBytes,
 		},

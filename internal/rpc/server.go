@@ -51,7 +51,11 @@ type Server struct {
 	// Maps gates batches by cluster-map epoch and serves MapPath (see
 	// epoch.go); nil: no gate, no map.
 	Maps Maps
-	Log  *slog.Logger
+	// LogConns takes the connections upgraded to the cluster map's log
+	// (LogPath, upgrade.go); nil: the node runs without the log, and
+	// LogPath answers 503.
+	LogConns *LogListener
+	Log      *slog.Logger
 }
 
 // DefaultMaxAnswerBytes is Server.MaxAnswerBytes's default: 1 MiB.
