@@ -217,3 +217,60 @@ func (h countingHandler) Handle(_ context.Context, r slog.Record) error {
 }
 func (h countingHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
 func (h countingHandler) WithGroup(string) slog.Handler      { return h }
+
+// A member cut from the leader alone (both still reach the third) gets
+// its commands to the leader through the third member, which relays
+// them (Command.Relay): a link cut between two nodes must not keep a
+// member's acknowledgement, and with it every change, from the log.
+func TestSubmitRelaysAroundACutLink(t *testing.T) {
+	o := fastOptions()
+	mn := &memNet{lns: map[string]*fasthttputil.InmemoryListener{}, cut: map[[2]string]bool{}}
+	addrs := []string{"mem0:1", "mem1:1", "mem2:1"}
+	var servers []Server
+	for i := range 3 {
+		servers = append(servers, Server{ID: i, Addr: addrs[i]})
+	}
+	var logs []*Log
+	for i := range 3 {
+		n := NewNetwork(mn.listen(addrs[i]), addrs[i], mn.dialer(addrs[i]), Auth{Secret: "s3cret"}, o, quiet)
+		l, err := Open(vfs.NewMem(), "log", i, NewTCPTransport(n, quiet), n, o, quiet)
+		require.NoError(t, err)
+		t.Cleanup(func() { require.NoError(t, l.Close()) })
+		require.NoError(t, l.Start())
+		n.Start()
+		require.NoError(t, l.Bootstrap(servers))
+		logs = append(logs, l)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	m, err := clustermap.Seed([]string{urlOf(0), urlOf(1), urlOf(2)}, 3)
+	require.NoError(t, err)
+	res, err := logs[0].Submit(ctx, Command{Op: OpSeed, Map: m})
+	require.NoError(t, err)
+	require.True(t, res.Accepted, res.String())
+	leader := -1
+	require.Eventually(t, func() bool {
+		for i, l := range logs {
+			if l.IsLeader() {
+				leader = i
+				return true
+			}
+		}
+		return false
+	}, 10*time.Second, 5*time.Millisecond)
+	follower := (leader + 1) % 3
+	mn.setCut(addrs[follower], true, addrs[leader])
+	for _, l := range logs {
+		if l == logs[follower] {
+			continue
+		}
+		res, err := l.Ack(ctx, 1)
+		require.NoError(t, err)
+		require.True(t, res.Accepted, res.String())
+	}
+	res, err = logs[follower].Ack(ctx, 1)
+	require.NoError(t, err, "the cut member's acknowledgement, relayed")
+	require.True(t, res.Accepted, res.String())
+	require.Eventually(t, func() bool { return logs[leader].State().Acks[follower] == 1 }, 10*time.Second, 5*time.Millisecond)
+	require.True(t, logs[leader].IsLeader(), "the cut member did not depose the leader")
+}

@@ -425,17 +425,56 @@ func (l *Log) answerForwarded(ctx context.Context, b []byte) []byte {
 	var rep forwardReply
 	if err := json.Unmarshal(b, &c); err != nil {
 		rep.Err = fmt.Sprintf("bad command: %v", err)
-	} else if res, err := l.propose(ctx, b); err != nil {
-		var nl *NotLeaderError
+		out, _ := json.Marshal(rep)
+		return out
+	}
+	relay := c.Relay
+	if relay {
+		c.Relay = false
+		b, _ = json.Marshal(c) // decoded from JSON: encodes
+	}
+	res, err := l.propose(ctx, b)
+	var nl *NotLeaderError
+	switch {
+	case err == nil:
+		rep.Result = res
+	case relay && errors.As(err, &nl) && nl.LeaderAddr != "" && l.fwd != nil:
+		// One hop only: the command forwarded no longer asks for a relay.
+		out, ferr := l.fwd.Forward(ctx, nl.LeaderAddr, b)
+		if ferr == nil {
+			return out
+		}
+		rep.Leader, rep.Err = nl.LeaderAddr, fmt.Sprintf("relay to the leader: %v", ferr)
+	default:
 		if errors.As(err, &nl) {
 			rep.Leader = nl.LeaderAddr
 		}
 		rep.Err = err.Error()
-	} else {
-		rep.Result = res
 	}
 	out, _ := json.Marshal(rep)
 	return out
+}
+
+// nextRelay is the address of the member of the group's configuration
+// after the one at prev (by id; the first when prev is ""), skipping this
+// node and the leader; "" when there is none.
+func (l *Log) nextRelay(prev string, leader int) string {
+	servers, err := l.Configuration()
+	if err != nil {
+		return ""
+	}
+	var addrs []string
+	for _, s := range servers {
+		if id, ok := nodeOf(s.ID); ok && id != l.self && id != leader {
+			addrs = append(addrs, string(s.Address))
+		}
+	}
+	slices.Sort(addrs)
+	if len(addrs) == 0 {
+		return ""
+	}
+	i := slices.Index(addrs, prev)
+	return addrs[(i+1)%len(addrs)]
 }
 
 // isChange reports whether op changes the map (and so gets an ID).
@@ -464,6 +503,8 @@ func (l *Log) Submit(ctx context.Context, c Command) (*Result, error) {
 		return nil, fmt.Errorf("maplog: %s of %d bytes over the limit of %d", c.Op, len(b), l.o.MaxCommandBytes)
 	}
 	wait := max(l.o.HeartbeatTimeout/10, 10*time.Millisecond)
+	var relay string   // a member relaying to the leader, "" while it is reached directly
+	var relayed []byte // c asking to be relayed
 	for {
 		res, err := l.propose(ctx, b)
 		if err == nil {
@@ -473,20 +514,44 @@ func (l *Log) Submit(ctx context.Context, c Command) (*Result, error) {
 		switch {
 		case errors.Is(err, raft.ErrRaftShutdown):
 			return nil, err
-		case errors.As(err, &nl) && nl.LeaderAddr != "" && l.fwd != nil:
-			out, ferr := l.fwd.Forward(ctx, nl.LeaderAddr, b)
+		case errors.As(err, &nl) && l.fwd != nil:
+			if nl.LeaderAddr == "" && relay == "" {
+				// No leader known here: perhaps only this member lost
+				// it (cut from the leader alone). Ask another member.
+				relay = l.nextRelay("", nl.LeaderID)
+			}
+			if relay != "" && relayed == nil {
+				rc := c
+				rc.Relay = true
+				if relayed, err = json.Marshal(rc); err != nil {
+					return nil, fmt.Errorf("maplog: encode %s: %w", c.Op, err)
+				}
+			}
+			to, fb := nl.LeaderAddr, b
+			if relay != "" {
+				to, fb = relay, relayed
+			}
+			if to == "" {
+				break
+			}
+			out, ferr := l.fwd.Forward(ctx, to, fb)
 			var rep forwardReply
 			if ferr == nil {
 				ferr = json.Unmarshal(out, &rep)
 			}
 			switch {
+			case rep.Result != nil && ferr == nil:
+				return rep.Result, nil
 			case ferr != nil:
 				err = ferr
-			case rep.Result != nil:
-				return rep.Result, nil
 			default:
 				err = errors.New(rep.Err)
 			}
+			// The leader or the relay is out of reach, or the relay
+			// could not reach its leader: go through the next member of
+			// the group (it forwards to its leader).
+			relay = l.nextRelay(relay, nl.LeaderID)
+			relayed = nil
 		}
 		select {
 		case <-ctx.Done():

@@ -302,16 +302,16 @@ func (s *Service) begin(v *view.View, m *clustermap.Map) (*clustermap.Map, error
 // cluster serves. It returns the change's first map; ChangeStatus tells
 // how it goes.
 //
-// logAddr is the new node's address on the map's log (--maplog-listen),
-// where the log's group reaches it; with a log, "" leaves it to the node
-// to register. Without a log it is not used.
-func (s *Service) Join(url, logAddr string) (*clustermap.Map, error) {
+// On the map's log the new node needs no log address: the log rides its
+// node port, and the group reaches it at its URL's host:port
+// (maplog.Options.AddrFromURL).
+func (s *Service) Join(url string) (*clustermap.Map, error) {
 	if s.o.Log != nil {
 		m, err := s.logMap()
 		if err != nil {
 			return nil, err
 		}
-		return s.submit(maplog.Command{Op: maplog.OpJoin, Epoch: m.Epoch, URL: url, Addr: logAddr})
+		return s.submit(maplog.Command{Op: maplog.OpJoin, Epoch: m.Epoch, URL: url})
 	}
 	v := s.View()
 	if err := s.agree(v, -1); err != nil {

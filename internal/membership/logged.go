@@ -79,16 +79,19 @@ func (s *Service) followOnce(ctx context.Context, st *maplog.State) bool {
 	if v.Self < 0 {
 		return true
 	}
-	// Only what this node installed, and only an epoch this replica of
-	// the log holds (a map a peer pushed may be ahead of it).
-	if e := v.Map.Epoch; st.Acks[v.Self] < e && e <= m.Epoch {
+	// Only what this node installed. It may be ahead of this replica of
+	// the log (a map a peer pushed while the leader cannot reach this
+	// node): every map installed came from the log, whose rule refuses an
+	// acknowledgement of an epoch it does not hold, and the command
+	// reaches the leader through another member if need be (Submit).
+	if e := v.Map.Epoch; st.Acks[v.Self] < e {
 		if !s.report(ctx, "acknowledge", e, s.o.Log.Ack) {
 			return false
 		}
 	}
-	if ch := m.Change; ch != nil && ch.Stage == clustermap.Stream && v.Map.Epoch == m.Epoch &&
-		s.moved.Load() >= m.Epoch && st.Copied[v.Self] < m.Epoch {
-		if !s.report(ctx, "report the copy of", m.Epoch, s.o.Log.Copied) {
+	if ch := v.Map.Change; ch != nil && ch.Stage == clustermap.Stream && v.Map.Epoch >= m.Epoch &&
+		s.moved.Load() >= v.Map.Epoch && st.Copied[v.Self] < v.Map.Epoch {
+		if !s.report(ctx, "report the copy of", v.Map.Epoch, s.o.Log.Copied) {
 			return false
 		}
 	}
@@ -117,6 +120,11 @@ func (s *Service) report(ctx context.Context, what string, epoch uint64, send fu
 // stream stage of epoch, and wakes follow to report it.
 func (s *Service) setMoved(epoch uint64) {
 	s.moved.Store(epoch)
+	s.wake()
+}
+
+// wake wakes follow (it looks at the log and the installed map again).
+func (s *Service) wake() {
 	select {
 	case s.kick <- struct{}{}:
 	default:
@@ -124,13 +132,45 @@ func (s *Service) setMoved(epoch uint64) {
 }
 
 // logMap is the map this node's replica of the log holds: the one a
-// change is made from (its epoch is the compare-and-set's).
+// change is made from (its epoch is the compare-and-set's). Right after
+// a cluster's first start the log holds none until its leader applied
+// the seed: it waits for it, up to logCallTimeout.
 func (s *Service) logMap() (*clustermap.Map, error) {
-	m := s.o.Log.Map()
-	if m == nil {
-		return nil, fmt.Errorf("%w: this node's log holds no cluster map yet", ErrChangeRefused)
+	t := time.NewTimer(logCallTimeout)
+	defer t.Stop()
+	ackTimer := time.NewTimer(logAckWait)
+	defer ackTimer.Stop()
+	acks := ackTimer.C
+	for {
+		st, changed := s.o.Log.Watch()
+		if st.Map != nil && (acks == nil || st.Map.Change != nil || allAcked(st)) {
+			return st.Map, nil
+		}
+		select {
+		case <-changed:
+		case <-acks:
+			acks = nil // let the log decide (a dead node never acknowledges)
+		case <-t.C:
+			return nil, fmt.Errorf("%w: this node's log holds no cluster map yet (no leader of the log reached within %v)", ErrChangeRefused, logCallTimeout)
+		}
 	}
-	return m, nil
+}
+
+// logAckWait is how long a change asked while members have not all
+// acknowledged the log's map yet (right after the cluster's start, or
+// after the last stage of a change) waits for them before it is
+// submitted anyway: the log refuses it unless the missing member is
+// the one a replace removes.
+const logAckWait = 5 * time.Second
+
+// allAcked reports whether every member acknowledged the log's map.
+func allAcked(st *maplog.State) bool {
+	for _, n := range st.Map.Nodes {
+		if st.Acks[n.ID] < st.Map.Epoch {
+			return false
+		}
+	}
+	return true
 }
 
 // submit asks the log for change c and answers its outcome: the change's

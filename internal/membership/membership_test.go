@@ -213,10 +213,10 @@ func TestJoinThroughItsStages(t *testing.T) {
 	for _, u := range urls {
 		c.start(m, u)
 	}
-	first, err := c.members[urls[0]].Join("http://n4:1", "")
+	first, err := c.members[urls[0]].Join("http://n4:1")
 	require.NoError(t, err)
 	require.Equal(t, clustermap.WriteBoth, first.Change.Stage)
-	_, err = c.members[urls[1]].Join("http://n5:1", "")
+	_, err = c.members[urls[1]].Join("http://n5:1")
 	require.ErrorIs(t, err, membership.ErrChangeRefused, "one change at a time")
 
 	// The new node starts from a member's state, as --join does; its

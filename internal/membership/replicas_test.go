@@ -33,7 +33,7 @@ func TestSetReplicasThroughItsStages(t *testing.T) {
 	require.Equal(t, &clustermap.Change{Kind: clustermap.Replicas, Node: 1, Stage: clustermap.WriteBoth, Driver: 1, Replicas: 3}, first.Change)
 	_, err = c.members[urls[0]].SetReplicas(1)
 	require.ErrorIs(t, err, membership.ErrChangeRefused, "one change at a time")
-	_, err = c.members[urls[0]].Join("http://n5:1", "")
+	_, err = c.members[urls[0]].Join("http://n5:1")
 	require.ErrorIs(t, err, membership.ErrChangeRefused)
 
 	final := c.stable(20 * time.Second)

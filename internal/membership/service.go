@@ -358,6 +358,9 @@ func (s *Service) install(m *clustermap.Map) (bool, error) {
 	if s.started.Load() {
 		s.afterInstall(next)
 	}
+	// follow acknowledges a map installed from a peer as well: this
+	// node's replica of the log may lag (its leader out of reach).
+	s.wake()
 	return true, nil
 }
 

@@ -329,6 +329,7 @@ func DefaultConfig() Config {
 		Move:                 partcopy.DefaultOptions(),
 		Membership:           membership.DefaultOptions(),
 		MapLog:               maplog.DefaultOptions(),
+		ConsensusMap:         true,
 		GC:                   gc.DefaultOptions(),
 		MaxScans:             httpapi.DefaultMaxScans,
 		ScanMinRate:          httpapi.DefaultScanMinRate,
