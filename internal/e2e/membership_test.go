@@ -330,8 +330,11 @@ func TestMembershipLeaderKilledMidChangeResumes(t *testing.T) {
 	_, err := cl0.Join(t.Context(), admin, c.URL(joiner))
 	require.NoError(t, err)
 	// The joiner is not running: the change waits for its acknowledgement.
-	m, _ := c.Node(1).Members().Map()
-	require.NotNil(t, m.Change)
+	var m *clustermap.Map
+	testcluster.Eventually(t, 10*time.Second, "the change installed", func() bool {
+		m, _ = c.Node(1).Members().Map()
+		return m.Change != nil
+	})
 	joinerID := m.ByURL(c.URL(joiner)).ID
 	leader := -1
 	testcluster.Eventually(t, 10*time.Second, "a leader of the log", func() bool {
