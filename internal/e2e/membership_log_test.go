@@ -8,7 +8,10 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/dhtkv/dhtkv/internal/clustermap"
+	"github.com/dhtkv/dhtkv/internal/history"
 	"github.com/dhtkv/dhtkv/internal/node"
+	"github.com/dhtkv/dhtkv/internal/partcopy"
 	"github.com/dhtkv/dhtkv/internal/testcluster"
 )
 
@@ -96,4 +99,47 @@ func TestMembershipConcurrentJoinsUniqueIDs(t *testing.T) {
 	}
 	require.Len(t, ids, 5)
 	require.NotEqual(t, m.ByURL(c.URL(a)).ID, m.ByURL(c.URL(b)).ID)
+}
+
+// An abort under load, on the log: a join is aborted in its stream stage
+// (dhtkvctl abort's POST /cluster/abort, asked of a member that did not
+// begin it) while clients write and read through every member. The map
+// goes back to the old set, the joiner learns it is out, and the history
+// checker finds no lost acknowledged write and no stale read; the old
+// members hold their partitions and nothing else (faultRun.check).
+func TestMembershipAbortUnderLoad(t *testing.T) {
+	testcluster.InBubble(t, func(t *testing.T) {
+		c := testcluster.StartInMemory(t, 3, func(_ int, cfg *node.Config) {
+			cfg.Replicas = 3
+			cfg.Move.Rate = partcopy.MinRate
+		})
+		c.AwaitFormed(time.Minute)
+		seedBulk(t, c)
+		rec := history.NewRecorder()
+		rec.KeepOnFailure(t, "")
+		l := &memLoad{c: c, cl: c.Client(), rec: rec, workers: 4, keys: 12, pace: 20 * time.Millisecond, codes: map[int]int{}}
+		l.setVia(0, 1, 2)
+		l.preload(t)
+		l.start()
+		time.Sleep(time.Second)
+		j := c.AddNode(0)
+		require.Equal(t, http.StatusAccepted, c.Join(1, j))
+		c.StartNode(j)
+		l.setVia(0, 1, 2, j)
+		c.Await(time.Minute, "the stream stage", func() (bool, string) {
+			m, _ := c.Node(1).Members().Map()
+			return m.Change != nil && m.Change.Stage == clustermap.Stream, m.String()
+		})
+		code, body := c.Client().Do(t, http.MethodPost, c.AdminURL(2)+"/cluster/abort", nil)
+		require.Equal(t, http.StatusAccepted, code, "abort: %s", body)
+		l.setVia(0, 1, 2)
+		c.AwaitLeft(j, time.Minute)
+		m := c.AwaitStable(time.Minute)
+		require.Len(t, m.Nodes, 3)
+		require.Nil(t, m.ByURL(c.URL(j)))
+		time.Sleep(time.Second) // load on the final map
+		l.end()
+		r := &faultRun{t: t, c: c, load: l, members: []int{0, 1, 2}}
+		r.check(m)
+	})
 }
