@@ -152,7 +152,7 @@ func (o *Options) Validate() error {
 func (o *Options) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&o.Voters, "maplog-voters", o.Voters, "members that vote on the cluster map's log (3 or 5); the others follow it")
 	fs.DurationVar(&o.ApplyTimeout, "maplog-apply-timeout", o.ApplyTimeout, "how long a membership change waits for the log to commit it")
-	fs.IntVar(&o.MaxPending, "maplog-max-pending", o.MaxPending, "connections to the log's port handshaking or being answered at once; more are closed")
+	fs.IntVar(&o.MaxPending, "maplog-max-pending", o.MaxPending, "connections to the cluster map's log handshaking or being answered at once; more are closed")
 }
 
 // voterCount is how many of n members vote: Voters, or n if fewer,

@@ -222,8 +222,9 @@ type Config struct {
 	// (--consensus-map; docs/membership.md, "The map on a consensus
 	// log"): changes are the log's commands, node ids the log's, stages
 	// advanced by every member's acknowledgement. Every node of a
-	// cluster must run the same way. The default value is false: the
-	// protocol without consensus.
+	// cluster must run the same way. The default value is true; false
+	// runs the protocol without consensus (change.go's driver), kept
+	// until it is removed.
 	ConsensusMap bool
 	// MaxScans bounds the range streams in flight, public and internal
 	// (--max-scans; 429 beyond). The default value is 64.
