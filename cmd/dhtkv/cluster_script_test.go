@@ -286,7 +286,12 @@ func TestRunClusterFollowsItsNodes(t *testing.T) {
 	change := func(ask func() (*client.ClusterMap, error), via int) {
 		t.Helper()
 		var err error
-		require.Eventually(t, func() bool { _, err = ask(); return err == nil }, 30*time.Second, 100*time.Millisecond, "begun: %v", err)
+		require.Eventually(t, func() bool {
+			if _, err = ask(); err != nil {
+				t.Logf("not begun: %v", err)
+			}
+			return err == nil
+		}, 30*time.Second, 100*time.Millisecond, "begun")
 		require.Eventually(t, func() bool {
 			st, err := c.Cluster(t.Context(), admin(via))
 			return err == nil && st.Map.Change == nil

@@ -241,14 +241,28 @@ func Open(fs vfs.FS, dir string, self int, trans raft.Transport, fwd Forwarder, 
 	}, nil
 }
 
-// NewTCPTransport is raft's network transport over n.
+// NewTCPTransport is raft's network transport over n, without
+// pipelined replication (noPipeline).
 func NewTCPTransport(n *Network, log *slog.Logger) raft.Transport {
-	return raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
+	return noPipeline{raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
 		Stream:  n,
 		MaxPool: 3,
 		Timeout: 10 * time.Second,
 		Logger:  newHCLog(log),
-	})
+	})}
+}
+
+// noPipeline is a network transport that refuses pipelined replication,
+// so raft replicates one AppendEntries at a time. hashicorp/raft v1.8.0's
+// pipeline reads a follower's address (followerReplication.peer) without
+// the lock under which a configuration change writes it: a replace,
+// which gives a voter a new address, is a data race there (found by
+// -race in the node's tests). A map log's entries are few and small: the
+// pipeline's throughput is not needed.
+type noPipeline struct{ *raft.NetworkTransport }
+
+func (noPipeline) AppendEntriesPipeline(raft.ServerID, raft.ServerAddress) (raft.AppendPipeline, error) {
+	return nil, raft.ErrPipelineReplicationNotSupported
 }
 
 // HasState reports whether the log was started before (it has a term, an

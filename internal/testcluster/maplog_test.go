@@ -100,3 +100,29 @@ func TestInMemoryOnLog(t *testing.T) {
 	require.Equal(t, 0, self)
 
 }
+
+// A dead voter of the log replaced: node 3 joins, node 0 (a voter) is
+// decommissioned so that node 3 is promoted, node 3 dies and a new
+// machine takes its identity at another address. The log keeps the
+// voter's vote at the new address (Rebalance); under -race this found
+// hashicorp/raft's unlocked read of a follower's address in pipelined
+// replication (maplog's noPipeline).
+func TestInMemoryOnLogReplaceDeadVoter(t *testing.T) {
+	c := StartInMemory(t, 3, onLog)
+	c.awaitLogMaps(1)
+	j := c.AddNode(0)
+	require.Equal(t, http.StatusAccepted, c.Join(0, j))
+	c.StartNode(j)
+	c.AwaitStable(time.Minute)
+	require.Equal(t, http.StatusAccepted, c.Decommission(1, 0))
+	c.AwaitLeft(0, time.Minute)
+	c.AwaitStable(time.Minute)
+	c.StopNode(j)
+	k := c.AddNode(1)
+	code, body := c.Client().Do(t, http.MethodPost, c.AdminURL(1)+"/cluster/replace?node="+c.URL(j)+"&with="+c.URL(k), nil)
+	require.Equal(t, http.StatusAccepted, code, "%s", body)
+	c.StartNode(k)
+	m := c.AwaitStable(time.Minute)
+	require.Equal(t, 3, m.ByURL(c.URL(k)).ID, "the dead node's identity")
+	c.awaitLogMaps(m.Epoch)
+}
