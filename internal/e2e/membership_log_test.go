@@ -63,6 +63,12 @@ func TestMembershipConcurrentJoinAndDecommissionOneWins(t *testing.T) {
 			require.Nil(t, m.ByURL(c.URL(victim)), "round %d: the accepted decommission completed", round)
 			require.Nil(t, m.ByURL(c.URL(j)), "round %d: the refused join left no trace", round)
 			members = members[:len(members)-1]
+			// Back to four members for the next round: the refused join,
+			// asked again alone.
+			require.Equal(t, http.StatusAccepted, c.Join(members[0], j), "round %d: the join asked again", round)
+			c.StartNode(j)
+			c.AwaitStable(time.Minute)
+			members = append(members, j)
 		}
 	}
 	t.Logf("accepted: %v", accepted)
