@@ -42,11 +42,25 @@ func startWithLargeValue(t testing.TB, opts ...testcluster.Option) (*testcluster
 	return c, value
 }
 
-// settledHeap is the live heap after the collector ran twice, which also
-// empties sync.Pools (their victim caches survive one collection).
+// settledHeap is the live heap once collections stop changing it: the
+// collector run until two readings in a row are within 1 MiB (which also
+// empties sync.Pools, whose victim caches survive one collection), so
+// that memory an earlier test's goroutines were still letting go of (a
+// closed cluster's stores, on a loaded machine) is not counted in a
+// reading and freed before the next one.
 func settledHeap() uint64 {
 	runtime.GC()
-	return heapInUse()
+	h := heapInUse()
+	for range 50 {
+		time.Sleep(20 * time.Millisecond) // between polls: the goroutines letting go run
+		runtime.GC()
+		next := heapInUse()
+		if max(next, h)-min(next, h) < 1<<20 {
+			return next
+		}
+		h = next
+	}
+	return h
 }
 
 // sendQueues is how many bytes the node's established connections on
