@@ -217,6 +217,9 @@ type Log struct {
 
 	mu      sync.Mutex
 	failing map[raft.ServerID]bool // peers the leader's heartbeats fail to reach
+	// peers are the members the node knows of from its installed map
+	// (SetPeers): relays besides the replica's configuration.
+	peers []Server
 }
 
 // Open opens the log of node self under dir on fs (a Pebble instance
@@ -469,26 +472,66 @@ func (l *Log) answerForwarded(ctx context.Context, b []byte) []byte {
 	return out
 }
 
-// nextRelay is the address of the member of the group's configuration
-// after the one at prev (by id; the first when prev is ""), skipping this
-// node and the leader; "" when there is none.
+// SetPeers tells the log the members of m, the map the node installed:
+// Submit goes through them when this replica's configuration does not
+// name them. A node added to the group while cut off from the leader has
+// no configuration yet and knows no leader: the map it installed (a
+// member gave it) is then its only route to the log. A member's address
+// is its URL's host:port (Options.AddrFromURL) or the one it registered
+// in the log; a member with neither is left out.
+func (l *Log) SetPeers(m *clustermap.Map) {
+	if m == nil {
+		return
+	}
+	addrs := l.State().Addrs
+	peers := make([]Server, 0, len(m.Nodes))
+	for _, n := range m.Nodes {
+		addr := addrs[n.ID]
+		if addr == "" && l.o.AddrFromURL {
+			addr = URLAddr(n.URL)
+		}
+		if addr != "" {
+			peers = append(peers, Server{ID: n.ID, Addr: addr})
+		}
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.peers = peers
+}
+
+// nextRelay is the address of the member after the one at prev (by
+// address; the first when prev is ""), of the group's configuration and
+// the peers set (SetPeers), skipping this node and the leader; "" when
+// there is none, and after the last: a caller that went through every
+// member goes to the leader directly again.
 func (l *Log) nextRelay(prev string, leader int) string {
 	servers, err := l.Configuration()
 	if err != nil {
-		return ""
+		servers = nil
 	}
 	var addrs []string
-	for _, s := range servers {
-		if id, ok := nodeOf(s.ID); ok && id != l.self && id != leader {
-			addrs = append(addrs, string(s.Address))
+	add := func(id int, addr string) {
+		if id != l.self && id != leader && addr != "" && !slices.Contains(addrs, addr) {
+			addrs = append(addrs, addr)
 		}
 	}
-	slices.Sort(addrs)
-	if len(addrs) == 0 {
-		return ""
+	for _, s := range servers {
+		if id, ok := nodeOf(s.ID); ok {
+			add(id, string(s.Address))
+		}
 	}
-	i := slices.Index(addrs, prev)
-	return addrs[(i+1)%len(addrs)]
+	l.mu.Lock()
+	for _, p := range l.peers {
+		add(p.ID, p.Addr)
+	}
+	l.mu.Unlock()
+	slices.Sort(addrs)
+	for _, a := range addrs {
+		if prev == "" || a > prev {
+			return a
+		}
+	}
+	return ""
 }
 
 // isChange reports whether op changes the map (and so gets an ID).
@@ -563,9 +606,13 @@ func (l *Log) Submit(ctx context.Context, c Command) (*Result, error) {
 			}
 			// The leader or the relay is out of reach, or the relay
 			// could not reach its leader: go through the next member of
-			// the group (it forwards to its leader).
+			// the group (it forwards to its leader), and once every
+			// member was tried, to the leader directly again. A relay
+			// must not be the only route: the member it names may be
+			// the one cut off, while the leader is in reach (a member
+			// that asked before the election ended, when it knew no
+			// leader, and then learned of one).
 			relay = l.nextRelay(relay, nl.LeaderID)
-			relayed = nil
 		}
 		select {
 		case <-ctx.Done():
