@@ -68,17 +68,22 @@ func (s *Service) follow(ctx context.Context) {
 // something failed and is to be tried again.
 func (s *Service) followOnce(ctx context.Context, st *maplog.State) bool {
 	m := st.Map
-	if m == nil {
-		return true
-	}
-	if _, err := s.install(m); err != nil {
-		s.log.Warn("membership: install the log's cluster map", "map", m.String(), "err", err)
-		return false
+	if m != nil {
+		if _, err := s.install(m); err != nil {
+			s.log.Warn("membership: install the log's cluster map", "map", m.String(), "err", err)
+			return false
+		}
 	}
 	v := s.View()
-	if v.Self < 0 {
+	if v.Self < 0 || v.Map == nil {
 		return true
 	}
+	// The members of the installed map are routes to the log's leader
+	// when this replica knows none: a node that joined while cut off from
+	// the leader holds the map a member gave it, and neither the log's
+	// configuration nor its map yet, and must acknowledge that map for
+	// the change to go on (maplog.Log.SetPeers).
+	s.o.Log.SetPeers(v.Map)
 	// Only what this node installed. It may be ahead of this replica of
 	// the log (a map a peer pushed while the leader cannot reach this
 	// node): every map installed came from the log, whose rule refuses an
@@ -89,7 +94,7 @@ func (s *Service) followOnce(ctx context.Context, st *maplog.State) bool {
 			return false
 		}
 	}
-	if ch := v.Map.Change; ch != nil && ch.Stage == clustermap.Stream && v.Map.Epoch >= m.Epoch &&
+	if ch := v.Map.Change; ch != nil && ch.Stage == clustermap.Stream && (m == nil || v.Map.Epoch >= m.Epoch) &&
 		s.moved.Load() >= v.Map.Epoch && st.Copied[v.Self] < v.Map.Epoch {
 		if !s.report(ctx, "report the copy of", v.Map.Epoch, s.o.Log.Copied) {
 			return false
@@ -110,7 +115,9 @@ func (s *Service) report(ctx context.Context, what string, epoch uint64, send fu
 		}
 		return false
 	case !res.Accepted:
-		s.log.Warn("membership: the log refused to "+what+" a cluster map", "epoch", epoch, "reason", res.Reason)
+		if res.Map != nil { // without a map the log is not seeded yet: no news
+			s.log.Warn("membership: the log refused to "+what+" a cluster map", "epoch", epoch, "reason", res.Reason)
+		}
 		return false
 	}
 	return true
