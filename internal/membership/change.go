@@ -458,6 +458,9 @@ type ChangeStatus struct {
 	// how the last change ended.
 	Waiting []int           `json:"waiting,omitempty"`
 	Last    *maplog.Outcome `json:"last,omitempty"`
+	// LogEpoch is the epoch of the map this node's replica of the log
+	// holds (0: none yet); behind Map's while the replica lags.
+	LogEpoch uint64 `json:"log_epoch,omitempty"`
 }
 
 // ChangeStatus returns the map and the driver's status, or, with a log,
@@ -467,6 +470,9 @@ func (s *Service) ChangeStatus() ChangeStatus {
 	if s.o.Log != nil {
 		st := s.o.Log.State()
 		cs := ChangeStatus{Map: v.Map, Self: v.Self, Moved: s.moved.Load(), Waiting: st.Waiting(-1), Last: st.Last}
+		if st.Map != nil {
+			cs.LogEpoch = st.Map.Epoch
+		}
 		if st.Map != nil && (st.Map.Change != nil || len(cs.Waiting) > 0) {
 			cs.Driver = fmt.Sprintf("log at epoch %d (%s): waiting for nodes %v to acknowledge it", st.Map.Epoch, stageName(st.Map), cs.Waiting)
 		}

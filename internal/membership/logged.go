@@ -84,6 +84,18 @@ func (s *Service) followOnce(ctx context.Context, st *maplog.State) bool {
 	// configuration nor its map yet, and must acknowledge that map for
 	// the change to go on (maplog.Log.SetPeers).
 	s.o.Log.SetPeers(v.Map)
+	if m != nil && !st.Changed && v.Map.Cluster == m.Cluster && v.Map.Epoch > m.Epoch {
+		// A rolling upgrade: members still on a release without the log
+		// changed the map (their changes are the only ones: the log
+		// refuses every change until every member acknowledged its map,
+		// which only a member running the log does). While the log holds
+		// only seeds it takes the newer map as its seed (the seed rule),
+		// so that once every member runs the log, its map is the
+		// cluster's. See docs/membership.md, "Upgrading to the log".
+		if !s.reseed(ctx, v.Map) {
+			return false
+		}
+	}
 	// Only what this node installed. It may be ahead of this replica of
 	// the log (a map a peer pushed while the leader cannot reach this
 	// node): every map installed came from the log, whose rule refuses an
@@ -99,6 +111,25 @@ func (s *Service) followOnce(ctx context.Context, st *maplog.State) bool {
 		if !s.report(ctx, "report the copy of", v.Map.Epoch, s.o.Log.Copied) {
 			return false
 		}
+	}
+	return true
+}
+
+// reseed proposes m, a map newer than the log's seed, as the log's seed.
+// A refusal because the log changed its map meanwhile, or holds a newer
+// seed, is not a failure: follow looks at the log's state again.
+func (s *Service) reseed(ctx context.Context, m *clustermap.Map) bool {
+	ctx, cancel := context.WithTimeout(ctx, logCallTimeout)
+	defer cancel()
+	res, err := s.o.Log.Submit(ctx, maplog.Command{Op: maplog.OpSeed, Map: m})
+	switch {
+	case err != nil:
+		if ctx.Err() == nil {
+			s.log.Warn("membership: propose the installed cluster map as the log's seed", "map", m.String(), "err", err)
+		}
+		return false
+	case res.Accepted:
+		s.log.Info("membership: the log's seed follows the installed cluster map (a member without the log changed it)", "map", m.String())
 	}
 	return true
 }
