@@ -2,7 +2,6 @@ package membership
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -11,8 +10,7 @@ import (
 )
 
 // Changes through the map's log (docs/membership.md, "The map on a
-// consensus log"). With Options.Log set, the service drives no change
-// of its own:
+// consensus log"). The service drives no change of its own:
 //
 //   - a change asked of this node (Join, Decommission, Replace, Abort) is
 //     a command of the log made from the log's current epoch, answered
@@ -228,17 +226,10 @@ func (s *Service) submit(c maplog.Command) (*clustermap.Map, error) {
 	return res.Map, nil
 }
 
-// ErrNoLog refuses a request that needs the map's log on a node that
-// runs without one.
-var ErrNoLog = errors.New("this node runs without the cluster map's log")
-
 // Abort ends the change under way with the old set of nodes, as the log
 // allows it: before the read-new stage, while every read still goes to
 // the old set. It returns the map without the change.
 func (s *Service) Abort() (*clustermap.Map, error) {
-	if s.o.Log == nil {
-		return nil, fmt.Errorf("%w: %w", ErrChangeRefused, ErrNoLog)
-	}
 	m, err := s.logMap()
 	if err != nil {
 		return nil, err

@@ -2,7 +2,6 @@ package membership_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -261,19 +260,6 @@ func TestLoggedConcurrentChangesOneWins(t *testing.T) {
 		require.Equal(t, won, last.Kind, "round %d", round)
 	}
 	t.Logf("accepted: %v", accepted)
-}
-
-// Abort and an unknown path through the admin handler: without the log,
-// abort is refused with the reason, never a 500.
-func TestAbortWithoutLogRefused(t *testing.T) {
-	urls := []string{"http://n1:1", "http://n2:1", "http://n3:1"}
-	m, err := clustermap.Seed(urls, 2)
-	require.NoError(t, err)
-	c := newCluster(t)
-	s := c.start(m, urls[0])
-	_, err = s.Abort()
-	require.ErrorIs(t, err, membership.ErrChangeRefused)
-	require.True(t, errors.Is(err, membership.ErrNoLog), err)
 }
 
 // A replication factor change through the log: submitted from the log's

@@ -83,13 +83,11 @@ func (n *Node) buildCluster(cmap *clustermap.Map, self int, joined bool, topo cl
 	memberOpts.Installed = func(v *view.View) { ae.Members(v) }
 	memberOpts.OnLeft = n.left
 	memberOpts.Timeout = cfg.ReplicaTimeout
-	if cfg.ConsensusMap {
-		if err := n.openMapLog(cmap, self, topo, peerTLS); err != nil {
-			n.streams.Close()
-			return err
-		}
-		memberOpts.Log = n.mapLog
+	if err := n.openMapLog(cmap, self, topo, peerTLS); err != nil {
+		n.streams.Close()
+		return err
 	}
+	memberOpts.Log = n.mapLog
 	n.members, err = membership.New(cmap, self, local, memberOpts, log)
 	if err != nil {
 		n.closeMapLog()

@@ -214,18 +214,13 @@ type Config struct {
 	Membership membership.Options
 	// MapLog configures the cluster map's Raft log (maplog.Options:
 	// --maplog-voters, --maplog-apply-timeout, --maplog-max-pending).
-	// The node opens it under <data-dir>/maplog when ConsensusMap is
-	// set; its traffic rides the public port (rpc.LogPath). The default
-	// value is maplog.DefaultOptions().
-	MapLog maplog.Options
-	// ConsensusMap runs membership on the cluster map's log
-	// (--consensus-map; docs/membership.md, "The map on a consensus
+	// The node always opens it, under <data-dir>/maplog, and runs
+	// membership on it (docs/membership.md, "The map on a consensus
 	// log"): changes are the log's commands, node ids the log's, stages
-	// advanced by every member's acknowledgement. Every node of a
-	// cluster must run the same way. The default value is true; false
-	// runs the protocol without consensus (change.go's driver), kept
-	// until it is removed.
-	ConsensusMap bool
+	// advanced by every member's acknowledgement. Its traffic rides the
+	// public port (rpc.LogPath). The default value is
+	// maplog.DefaultOptions().
+	MapLog maplog.Options
 	// MaxScans bounds the range streams in flight, public and internal
 	// (--max-scans; 429 beyond). The default value is 64.
 	MaxScans int
@@ -330,7 +325,6 @@ func DefaultConfig() Config {
 		Move:                 partcopy.DefaultOptions(),
 		Membership:           membership.DefaultOptions(),
 		MapLog:               maplog.DefaultOptions(),
-		ConsensusMap:         true,
 		GC:                   gc.DefaultOptions(),
 		MaxScans:             httpapi.DefaultMaxScans,
 		ScanMinRate:          httpapi.DefaultScanMinRate,

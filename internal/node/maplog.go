@@ -16,9 +16,8 @@ import (
 	"github.com/dhtkv/dhtkv/internal/rpc"
 )
 
-// The cluster map's Raft log, when the node runs with it
-// (Config.ConsensusMap; docs/membership.md, "The map on a consensus
-// log").
+// The cluster map's Raft log, which every node runs (Config.MapLog;
+// docs/membership.md, "The map on a consensus log").
 //
 //   - Where: a Pebble instance of its own under <data-dir>/maplog, on the
 //     store's file system (vfs.NewMem in the in-memory test cluster).
@@ -153,6 +152,6 @@ func (n *Node) closeMapLog() {
 	n.mapLog = nil
 }
 
-// MapLog is the node's replica of the cluster map's log (nil without
-// Config.ConsensusMap).
+// MapLog is the node's replica of the cluster map's log (nil before the
+// node's cluster parts are built and after they are closed).
 func (n *Node) MapLog() *maplog.Log { return n.mapLog }

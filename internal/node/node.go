@@ -62,8 +62,8 @@ type Node struct {
 	gc      *gc.Collector
 	rebuild *rebuild.Rebuilder
 	streams *rpc.StreamClient
-	// The cluster map's log (maplog.go), nil without ConsensusMap;
-	// logConns takes its connections from the public port.
+	// The cluster map's log (maplog.go); logConns takes its connections
+	// from the public port.
 	mapLog   *maplog.Log
 	logConns *rpc.LogListener
 	stopSeed context.CancelFunc

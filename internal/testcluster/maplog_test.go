@@ -11,10 +11,8 @@ import (
 	"github.com/dhtkv/dhtkv/internal/node"
 )
 
-// onLog runs a node on the cluster map's log, with raft's timeouts short
-// enough for tests.
+// onLog gives a node's log raft's timeouts short enough for tests.
 func onLog(_ int, cfg *node.Config) {
-	cfg.ConsensusMap = true
 	cfg.MapLog.HeartbeatTimeout = 200 * time.Millisecond
 	cfg.MapLog.ElectionTimeout = 200 * time.Millisecond
 	cfg.MapLog.LeaderLeaseTimeout = 100 * time.Millisecond
