@@ -69,6 +69,11 @@ func TestReplicasAdmin(t *testing.T) {
 	urls := []string{"http://n1:1", "http://n2:1", "http://n3:1"}
 	c, logs := loggedCluster(t, urls)
 	c.settled(logs[urls[0]], 3)
+	// The copies are held: the change asked stays in its stream stage,
+	// where the next request finds it under way.
+	c.mu.Lock()
+	c.hold = make(chan struct{})
+	c.mu.Unlock()
 	h := c.member(urls[0]).Handler(nil)
 	post := func(query string) (int, string) {
 		rec := httptest.NewRecorder()
@@ -87,7 +92,7 @@ func TestReplicasAdmin(t *testing.T) {
 		{"?n=4", http.StatusConflict, "replication factor 4 out of range: from 1 to the number of nodes, 3"},
 		{"?n=2", http.StatusConflict, "the replication factor is 2 already"},
 		{"?n=3", http.StatusAccepted, `"kind":"replicas"`},
-		{"?n=1", http.StatusConflict, "another membership change is under way: replicas change to 3, stage write-both"},
+		{"?n=1", http.StatusConflict, "another membership change is under way: replicas change to 3, stage stream"},
 	} {
 		code, body := post(tc.query)
 		require.Equal(t, tc.code, code, "%s: %s", tc.query, body)
@@ -95,11 +100,18 @@ func TestReplicasAdmin(t *testing.T) {
 		require.NotContains(t, body, "\n", "one line")
 		if code == http.StatusAccepted {
 			// The next request is made from node 1's replica of the log:
-			// wait until it holds the change (else the log refuses the
-			// next one as made from an older epoch).
-			require.Eventually(t, func() bool { return logs[urls[0]].Map().Change != nil }, 10*time.Second, 5*time.Millisecond)
+			// wait until it holds the change at the stage it is held in
+			// (else the log refuses the next one as made from an older
+			// epoch).
+			require.Eventually(t, func() bool {
+				ch := logs[urls[0]].Map().Change
+				return ch != nil && ch.Stage == clustermap.Stream
+			}, 10*time.Second, 5*time.Millisecond)
 		}
 	}
+	c.mu.Lock()
+	close(c.hold)
+	c.mu.Unlock()
 	final := c.settled(logs[urls[0]], 3)
 	require.Equal(t, 3, final.Replicas)
 }
