@@ -836,7 +836,8 @@ func (l *Log) maintain() {
 // Rebalance makes the group's configuration follow the map (leader only):
 // a node that left the map leaves the group, a member with a log address
 // joins it as a non-voter, and the voters are kept at voterCount: while
-// fewer vote, the reachable non-voter with the lowest id is promoted
+// fewer vote, the reachable non-voter with the lowest id that has
+// acknowledged a map of the log is promoted
 // (before anyone is demoted, so the group never shrinks below a quorum of
 // reachable voters by this step); while more vote, a voter the leader's
 // heartbeats fail to reach is demoted first, else the highest id. A
@@ -901,7 +902,13 @@ func (l *Log) Rebalance() error {
 			if !failing[s.ID] {
 				healthy = append(healthy, id)
 			}
-		case !failing[s.ID]:
+		case !failing[s.ID] && st.Acks[id] > 0:
+			// A non-voter is promoted only once it has acknowledged a map
+			// of the log (it runs and follows it): a leader just elected
+			// has no heartbeat failures on record yet, and promoting a
+			// joined node not started would make four voters of which
+			// two are down, a group without a quorum while a voter is
+			// dead (TestMembershipLeaderKilledMidChangeResumes).
 			candidates = append(candidates, id)
 		}
 	}
