@@ -325,17 +325,6 @@ func TestMembershipLeaderKilledMidChangeResumes(t *testing.T) {
 	for k := range 500 {
 		require.Equal(t, http.StatusCreated, cl.Put(t, c.URL(0), fmt.Sprintf("r%d", k), []byte("v"), 2, 2))
 	}
-	joiner := c.AddNode(t, 0)
-	cl0, admin := adminOf(t, c, 1)
-	_, err := cl0.Join(t.Context(), admin, c.URL(joiner))
-	require.NoError(t, err)
-	// The joiner is not running: the change waits for its acknowledgement.
-	var m *clustermap.Map
-	testcluster.Eventually(t, 10*time.Second, "the change installed", func() bool {
-		m, _ = c.Node(1).Members().Map()
-		return m.Change != nil
-	})
-	joinerID := m.ByURL(c.URL(joiner)).ID
 	leader := -1
 	testcluster.Eventually(t, 10*time.Second, "a leader of the log", func() bool {
 		for i := range 3 {
@@ -346,6 +335,20 @@ func TestMembershipLeaderKilledMidChangeResumes(t *testing.T) {
 		}
 		return false
 	})
+	// The joiner takes the map from a member that is not stopped below
+	// (--join names it): through the leader, it would wait for it.
+	via := (leader + 1) % 3
+	joiner := c.AddNode(t, via)
+	cl0, admin := adminOf(t, c, via)
+	_, err := cl0.Join(t.Context(), admin, c.URL(joiner))
+	require.NoError(t, err)
+	// The joiner is not running: the change waits for its acknowledgement.
+	var m *clustermap.Map
+	testcluster.Eventually(t, 10*time.Second, "the change installed", func() bool {
+		m, _ = c.Node(via).Members().Map()
+		return m.Change != nil
+	})
+	joinerID := m.ByURL(c.URL(joiner)).ID
 	c.StopNode(leader)
 	c.StartNode(joiner)
 	other := (leader + 1) % 3
