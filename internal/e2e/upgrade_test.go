@@ -174,7 +174,9 @@ func TestProcessClusterRollingUpgradeToTheLog(t *testing.T) {
 	upgrade(2)
 	require.Eventually(t, func() bool {
 		for i := range pc.nodes {
-			if cs := pc.clusterStatus(i); len(cs.Waiting) > 0 || cs.Map.Epoch != before {
+			// Each node's replica of the log holds the map (a change is
+			// made from the epoch of the replica of the node asked).
+			if cs := pc.clusterStatus(i); len(cs.Waiting) > 0 || cs.Map.Epoch != before || cs.LogEpoch != before {
 				return false
 			}
 		}
