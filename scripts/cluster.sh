@@ -95,7 +95,7 @@ launch() {
 # left N CODE: node N exited with CODE because the cluster map no longer
 # holds it (membership.ErrLeft, or a newer map without it): exit 0 and the
 # word in its log's last lines.
-left() { (($2 == 0)) && grep -q "decommissioned" <(tail -n 3 "$DATA/node$1.log"); }
+left() { (($2 == 0)) && grep -q "decommissioned" <(tail -n 50 "$DATA/node$1.log"); }
 
 # await N PID: node N answers /v0/status (0), left the cluster (1); dies
 # when it exited otherwise or does not answer in 10 s.

@@ -33,7 +33,7 @@ func TestMembershipCommands(t *testing.T) {
 		{name: "help", args: []string{"join", "-h"}, outHas: []string{"--admin", "--join", "decommission"}},
 		{name: "not a member", args: []string{"decommission", admin, "http://127.0.0.1:1"}, code: exitError, errHas: "not a member"},
 		{name: "abort takes no URL", args: []string{"abort", admin, "http://127.0.0.1:1"}, code: exitUsage, errHas: "takes 0 arguments"},
-		{name: "abort without the map's log", args: []string{"abort", admin}, code: exitError, errHas: "runs without the cluster map's log"},
+		{name: "abort with no change", args: []string{"abort", admin}, code: exitError, errHas: "no change under way"},
 	} {
 		s.run(t)
 	}
@@ -53,8 +53,9 @@ func TestMembershipCommands(t *testing.T) {
 	}()
 	require.Equal(t, exitOK, run([]string{"join", admin, c.URL(joiner)}, nil, &out, &errb), errb.String())
 	<-started
+	// The stages it sees between are printed too; on the map's log they
+	// may pass quicker than its polls.
 	assert.Contains(t, out.String(), "join begun")
-	assert.Contains(t, out.String(), "stage stream")
 	assert.Contains(t, out.String(), "3 nodes, replication factor 2, no change under way")
 
 	out.Reset()
@@ -96,7 +97,7 @@ func TestReplicasCommand(t *testing.T) {
 		{name: "above the nodes", args: []string{"replicas", admin, "4"}, code: exitError, errHas: "replication factor 4 out of range: from 1 to the number of nodes, 3"},
 		{name: "unchanged", args: []string{"replicas", admin, "2"}, code: exitError, errHas: "the replication factor is 2 already"},
 		{name: "help", args: []string{"replicas", "-h"}, outHas: []string{"replicas N", "smaller factor"}},
-		{name: "grow", args: []string{"replicas", admin, "3"}, outHas: []string{"replicas begun: epoch 2, 3 nodes, replication factor 2, changing to 3 at stage write-both", "stage stream", "3 nodes, replication factor 3, no change under way"}},
+		{name: "grow", args: []string{"replicas", admin, "3"}, outHas: []string{"replicas begun: epoch 2, 3 nodes, replication factor 2, changing to 3 at stage write-both", "3 nodes, replication factor 3, no change under way"}},
 	} {
 		s.run(t)
 	}

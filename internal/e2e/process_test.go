@@ -39,7 +39,14 @@ type procCluster struct {
 
 func startProcCluster(t testing.TB, n int, extra ...string) *procCluster {
 	t.Helper()
-	pc := &procCluster{t: t, bin: testcluster.BuildBinary(t, testcluster.RepoRoot(t))}
+	return startProcClusterOf(t, testcluster.BuildBinary(t, testcluster.RepoRoot(t)), n, extra...)
+}
+
+// startProcClusterOf starts n nodes of the binary bin; pc.bin is what
+// start runs, so a test may restart a node under another binary.
+func startProcClusterOf(t testing.TB, bin string, n int, extra ...string) *procCluster {
+	t.Helper()
+	pc := &procCluster{t: t, bin: bin}
 	all := testcluster.FreePorts(t, 2*n)
 	ports := all[:n]
 	for i, p := range ports {
@@ -122,25 +129,31 @@ func (pc *procCluster) kill(i int) {
 
 // stopAll stops the running nodes with SIGTERM: a graceful shutdown exits 0.
 func (pc *procCluster) stopAll() {
-	for i, n := range pc.nodes {
-		if n.cmd == nil {
-			continue
-		}
-		_ = n.cmd.Process.Signal(syscall.SIGTERM)
-		done := make(chan error, 1)
-		go func() { done <- n.cmd.Wait() }()
-		select {
-		case err := <-done:
-			if err != nil {
-				pc.t.Errorf("node %d exited with %v after SIGTERM; stderr:\n%s", i, err, n.stderr)
-			}
-		case <-time.After(15 * time.Second):
-			_ = n.cmd.Process.Kill()
-			<-done
-			pc.t.Errorf("node %d did not stop within 15s of SIGTERM", i)
-		}
-		n.cmd = nil
+	for i := range pc.nodes {
+		pc.stop(i)
 	}
+}
+
+// stop stops node i, if it runs, with SIGTERM: a graceful shutdown exits 0.
+func (pc *procCluster) stop(i int) {
+	n := pc.nodes[i]
+	if n.cmd == nil {
+		return
+	}
+	_ = n.cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan error, 1)
+	go func() { done <- n.cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			pc.t.Errorf("node %d exited with %v after SIGTERM; stderr:\n%s", i, err, n.stderr)
+		}
+	case <-time.After(15 * time.Second):
+		_ = n.cmd.Process.Kill()
+		<-done
+		pc.t.Errorf("node %d did not stop within 15s of SIGTERM", i)
+	}
+	n.cmd = nil
 }
 
 func TestProcessClusterSurvivesSIGKILL(t *testing.T) {

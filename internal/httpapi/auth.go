@@ -28,6 +28,7 @@ var access = map[string]rule{
 	rpc.StreamPath:  {},
 	rpc.SummaryPath: {},
 	rpc.MapPath:     {},
+	rpc.LogPath:     {},
 }
 
 // rule is the role a path's requests need, by method.

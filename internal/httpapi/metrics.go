@@ -24,18 +24,19 @@ const (
 	OpInternalScan
 	OpInternalSummary
 	OpInternalMap
+	OpInternalLog
 	OpHead
 	OpOther
 	nOps
 )
 
-var opNames = [nOps]string{"get", "put", "delete", "status", "scan", "internal_batch", "internal_scan", "internal_summary", "internal_map", "head", "other"}
+var opNames = [nOps]string{"get", "put", "delete", "status", "scan", "internal_batch", "internal_scan", "internal_summary", "internal_map", "internal_maplog", "head", "other"}
 
 func (o Op) String() string { return opNames[o] }
 
 // codes are the statuses the API answers with; others are counted through
 // the slow path.
-var codes = []int{200, 201, 202, 304, 400, 403, 404, 405, 409, 413, 500, 503, 504}
+var codes = []int{101, 200, 201, 202, 304, 400, 403, 404, 405, 409, 413, 500, 503, 504}
 
 // Metrics are the request instruments. The counters the hot path touches
 // are resolved once into arrays indexed by operation and status, so a

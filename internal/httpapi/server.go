@@ -188,6 +188,11 @@ func (s *Server) route(ctx *fasthttp.RequestCtx, info *reqInfo) Op {
 	case rpc.MapPath:
 		op = OpInternalMap
 		s.internal(ctx, rpc.MapPath)
+	case rpc.LogPath:
+		op = OpInternalLog
+		if s.RPC.Accept(ctx, rpc.LogPath) {
+			s.RPC.HandleLogUpgrade(ctx)
+		}
 	default:
 		op = OpOther
 		fail(ctx, badRequest("unknown path %q", ctx.Path()))

@@ -74,6 +74,11 @@ type Command struct {
 	// Map and Addrs are a seed's map and its members' log addresses.
 	Map   *clustermap.Map `json:"map,omitempty"`
 	Addrs map[int]string  `json:"addrs,omitempty"`
+	// Relay asks the member a command is forwarded to to forward it to
+	// its leader when it does not lead (Log.Submit, when this member
+	// cannot reach the leader itself: a link cut between the two while
+	// both reach the others). Cleared before it is relayed or applied.
+	Relay bool `json:"relay,omitempty"`
 }
 
 // Result is a command's outcome, as the log applied it.

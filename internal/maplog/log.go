@@ -25,6 +25,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	neturl "net/url"
 	"slices"
 	"strconv"
 	"sync"
@@ -79,6 +80,11 @@ type Options struct {
 	// RebalanceInterval is how often the leader checks the voting group
 	// besides after every change (default 2 s).
 	RebalanceInterval time.Duration
+	// AddrFromURL makes a member's log address its node URL's host:port
+	// (URLAddr) when the log records none for it (State.Addrs): the
+	// node's log rides its HTTP port (rpc.LogPath), so every member is
+	// reachable where its URL says. False: only recorded addresses.
+	AddrFromURL bool
 }
 
 // DefaultOptions returns the defaults the fields document.
@@ -126,8 +132,12 @@ func (o *Options) EnsureDefaults() {
 	}
 }
 
-// Validate checks the options after EnsureDefaults.
+// Validate checks the options as EnsureDefaults would complete them
+// (zero fields take their defaults).
 func (o *Options) Validate() error {
+	d := *o
+	d.EnsureDefaults()
+	o = &d
 	if o.Voters != 3 && o.Voters != 5 {
 		return fmt.Errorf("--maplog-voters %d: want 3 or 5", o.Voters)
 	}
@@ -142,7 +152,7 @@ func (o *Options) Validate() error {
 func (o *Options) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&o.Voters, "maplog-voters", o.Voters, "members that vote on the cluster map's log (3 or 5); the others follow it")
 	fs.DurationVar(&o.ApplyTimeout, "maplog-apply-timeout", o.ApplyTimeout, "how long a membership change waits for the log to commit it")
-	fs.IntVar(&o.MaxPending, "maplog-max-pending", o.MaxPending, "connections to the log's port handshaking or being answered at once; more are closed")
+	fs.IntVar(&o.MaxPending, "maplog-max-pending", o.MaxPending, "connections to the cluster map's log handshaking or being answered at once; more are closed")
 }
 
 // voterCount is how many of n members vote: Voters, or n if fewer,
@@ -154,6 +164,16 @@ func voterCount(voters, n int) int {
 		k--
 	}
 	return k
+}
+
+// URLAddr is the log address of the node at url when the log rides the
+// node's HTTP port: the URL's host:port ("" if url does not parse).
+func URLAddr(url string) string {
+	u, err := neturl.Parse(url)
+	if err != nil {
+		return ""
+	}
+	return u.Host
 }
 
 // ServerID is the raft id of node id: its map id in decimal.
@@ -197,6 +217,9 @@ type Log struct {
 
 	mu      sync.Mutex
 	failing map[raft.ServerID]bool // peers the leader's heartbeats fail to reach
+	// peers are the members the node knows of from its installed map
+	// (SetPeers): relays besides the replica's configuration.
+	peers []Server
 }
 
 // Open opens the log of node self under dir on fs (a Pebble instance
@@ -221,14 +244,28 @@ func Open(fs vfs.FS, dir string, self int, trans raft.Transport, fwd Forwarder, 
 	}, nil
 }
 
-// NewTCPTransport is raft's network transport over n.
+// NewTCPTransport is raft's network transport over n, without
+// pipelined replication (noPipeline).
 func NewTCPTransport(n *Network, log *slog.Logger) raft.Transport {
-	return raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
+	return noPipeline{raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
 		Stream:  n,
 		MaxPool: 3,
 		Timeout: 10 * time.Second,
 		Logger:  newHCLog(log),
-	})
+	})}
+}
+
+// noPipeline is a network transport that refuses pipelined replication,
+// so raft replicates one AppendEntries at a time. hashicorp/raft v1.8.0's
+// pipeline reads a follower's address (followerReplication.peer) without
+// the lock under which a configuration change writes it: a replace,
+// which gives a voter a new address, is a data race there (found by
+// -race in the node's tests). A map log's entries are few and small: the
+// pipeline's throughput is not needed.
+type noPipeline struct{ *raft.NetworkTransport }
+
+func (noPipeline) AppendEntriesPipeline(raft.ServerID, raft.ServerAddress) (raft.AppendPipeline, error) {
+	return nil, raft.ErrPipelineReplicationNotSupported
 }
 
 // HasState reports whether the log was started before (it has a term, an
@@ -405,17 +442,96 @@ func (l *Log) answerForwarded(ctx context.Context, b []byte) []byte {
 	var rep forwardReply
 	if err := json.Unmarshal(b, &c); err != nil {
 		rep.Err = fmt.Sprintf("bad command: %v", err)
-	} else if res, err := l.propose(ctx, b); err != nil {
-		var nl *NotLeaderError
+		out, _ := json.Marshal(rep)
+		return out
+	}
+	relay := c.Relay
+	if relay {
+		c.Relay = false
+		b, _ = json.Marshal(c) // decoded from JSON: encodes
+	}
+	res, err := l.propose(ctx, b)
+	var nl *NotLeaderError
+	switch {
+	case err == nil:
+		rep.Result = res
+	case relay && errors.As(err, &nl) && nl.LeaderAddr != "" && l.fwd != nil:
+		// One hop only: the command forwarded no longer asks for a relay.
+		out, ferr := l.fwd.Forward(ctx, nl.LeaderAddr, b)
+		if ferr == nil {
+			return out
+		}
+		rep.Leader, rep.Err = nl.LeaderAddr, fmt.Sprintf("relay to the leader: %v", ferr)
+	default:
 		if errors.As(err, &nl) {
 			rep.Leader = nl.LeaderAddr
 		}
 		rep.Err = err.Error()
-	} else {
-		rep.Result = res
 	}
 	out, _ := json.Marshal(rep)
 	return out
+}
+
+// SetPeers tells the log the members of m, the map the node installed:
+// Submit goes through them when this replica's configuration does not
+// name them. A node added to the group while cut off from the leader has
+// no configuration yet and knows no leader: the map it installed (a
+// member gave it) is then its only route to the log. A member's address
+// is its URL's host:port (Options.AddrFromURL) or the one it registered
+// in the log; a member with neither is left out.
+func (l *Log) SetPeers(m *clustermap.Map) {
+	if m == nil {
+		return
+	}
+	addrs := l.State().Addrs
+	peers := make([]Server, 0, len(m.Nodes))
+	for _, n := range m.Nodes {
+		addr := addrs[n.ID]
+		if addr == "" && l.o.AddrFromURL {
+			addr = URLAddr(n.URL)
+		}
+		if addr != "" {
+			peers = append(peers, Server{ID: n.ID, Addr: addr})
+		}
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.peers = peers
+}
+
+// nextRelay is the address of the member after the one at prev (by
+// address; the first when prev is ""), of the group's configuration and
+// the peers set (SetPeers), skipping this node and the leader; "" when
+// there is none, and after the last: a caller that went through every
+// member goes to the leader directly again.
+func (l *Log) nextRelay(prev string, leader int) string {
+	servers, err := l.Configuration()
+	if err != nil {
+		servers = nil
+	}
+	var addrs []string
+	add := func(id int, addr string) {
+		if id != l.self && id != leader && addr != "" && !slices.Contains(addrs, addr) {
+			addrs = append(addrs, addr)
+		}
+	}
+	for _, s := range servers {
+		if id, ok := nodeOf(s.ID); ok {
+			add(id, string(s.Address))
+		}
+	}
+	l.mu.Lock()
+	for _, p := range l.peers {
+		add(p.ID, p.Addr)
+	}
+	l.mu.Unlock()
+	slices.Sort(addrs)
+	for _, a := range addrs {
+		if prev == "" || a > prev {
+			return a
+		}
+	}
+	return ""
 }
 
 // isChange reports whether op changes the map (and so gets an ID).
@@ -444,6 +560,8 @@ func (l *Log) Submit(ctx context.Context, c Command) (*Result, error) {
 		return nil, fmt.Errorf("maplog: %s of %d bytes over the limit of %d", c.Op, len(b), l.o.MaxCommandBytes)
 	}
 	wait := max(l.o.HeartbeatTimeout/10, 10*time.Millisecond)
+	var relay string   // a member relaying to the leader, "" while it is reached directly
+	var relayed []byte // c asking to be relayed
 	for {
 		res, err := l.propose(ctx, b)
 		if err == nil {
@@ -453,20 +571,48 @@ func (l *Log) Submit(ctx context.Context, c Command) (*Result, error) {
 		switch {
 		case errors.Is(err, raft.ErrRaftShutdown):
 			return nil, err
-		case errors.As(err, &nl) && nl.LeaderAddr != "" && l.fwd != nil:
-			out, ferr := l.fwd.Forward(ctx, nl.LeaderAddr, b)
+		case errors.As(err, &nl) && l.fwd != nil:
+			if nl.LeaderAddr == "" && relay == "" {
+				// No leader known here: perhaps only this member lost
+				// it (cut from the leader alone). Ask another member.
+				relay = l.nextRelay("", nl.LeaderID)
+			}
+			if relay != "" && relayed == nil {
+				rc := c
+				rc.Relay = true
+				if relayed, err = json.Marshal(rc); err != nil {
+					return nil, fmt.Errorf("maplog: encode %s: %w", c.Op, err)
+				}
+			}
+			to, fb := nl.LeaderAddr, b
+			if relay != "" {
+				to, fb = relay, relayed
+			}
+			if to == "" {
+				break
+			}
+			out, ferr := l.fwd.Forward(ctx, to, fb)
 			var rep forwardReply
 			if ferr == nil {
 				ferr = json.Unmarshal(out, &rep)
 			}
 			switch {
+			case rep.Result != nil && ferr == nil:
+				return rep.Result, nil
 			case ferr != nil:
 				err = ferr
-			case rep.Result != nil:
-				return rep.Result, nil
 			default:
 				err = errors.New(rep.Err)
 			}
+			// The leader or the relay is out of reach, or the relay
+			// could not reach its leader: go through the next member of
+			// the group (it forwards to its leader), and once every
+			// member was tried, to the leader directly again. A relay
+			// must not be the only route: the member it names may be
+			// the one cut off, while the leader is in reach (a member
+			// that asked before the election ended, when it knew no
+			// leader, and then learned of one).
+			relay = l.nextRelay(relay, nl.LeaderID)
 		}
 		select {
 		case <-ctx.Done():
@@ -690,7 +836,8 @@ func (l *Log) maintain() {
 // Rebalance makes the group's configuration follow the map (leader only):
 // a node that left the map leaves the group, a member with a log address
 // joins it as a non-voter, and the voters are kept at voterCount: while
-// fewer vote, the reachable non-voter with the lowest id is promoted
+// fewer vote, the reachable non-voter with the lowest id that has
+// acknowledged a map of the log is promoted
 // (before anyone is demoted, so the group never shrinks below a quorum of
 // reachable voters by this step); while more vote, a voter the leader's
 // heartbeats fail to reach is demoted first, else the highest id. A
@@ -726,6 +873,9 @@ func (l *Log) Rebalance() error {
 	}
 	for _, n := range st.Map.Nodes {
 		addr := st.Addrs[n.ID]
+		if addr == "" && l.o.AddrFromURL {
+			addr = URLAddr(n.URL)
+		}
 		if addr == "" {
 			continue
 		}
@@ -752,7 +902,13 @@ func (l *Log) Rebalance() error {
 			if !failing[s.ID] {
 				healthy = append(healthy, id)
 			}
-		case !failing[s.ID]:
+		case !failing[s.ID] && st.Acks[id] > 0:
+			// A non-voter is promoted only once it has acknowledged a map
+			// of the log (it runs and follows it): a leader just elected
+			// has no heartbeat failures on record yet, and promoting a
+			// joined node not started would make four voters of which
+			// two are down, a group without a quorum while a voter is
+			// dead (TestMembershipLeaderKilledMidChangeResumes).
 			candidates = append(candidates, id)
 		}
 	}

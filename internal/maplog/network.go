@@ -45,6 +45,14 @@ type Auth struct {
 	TLS *tlsconf.Certs
 	// Secret is the cluster secret (--cluster-secret-file); empty: none.
 	Secret string
+	// Upgraded says the connections come authenticated already: the
+	// node's HTTP port let them in by rpc.Accept's rules (the verified
+	// client certificate, the secret, or a loopback peer) and upgraded
+	// them to the log (rpc.LogListener, rpc.DialLog), under the node's
+	// TLS when it runs TLS. The loopback rule is then not applied again
+	// (a hijacked connection may come from any peer the HTTP port let
+	// in), and TLS must be nil (it is already under the connection).
+	Upgraded bool
 }
 
 // The connection's first bytes (after TLS, if any): the dialer's magic
@@ -267,7 +275,7 @@ func (n *Network) handshakeAccept(raw net.Conn) (net.Conn, byte, error) {
 		}
 		c = tc
 	}
-	if !mutual && n.auth.Secret == "" && !isLoopback(raw.RemoteAddr()) {
+	if !mutual && !n.auth.Upgraded && n.auth.Secret == "" && !isLoopback(raw.RemoteAddr()) {
 		return c, 0, errors.New("without --cluster-secret-file or --peer-tls-ca only loopback peers are accepted")
 	}
 	var hello [len("dhtkvlg1") + nonceLen]byte

@@ -15,8 +15,7 @@ import (
 // /cluster/join?node=URL, /cluster/decommission?node=URL,
 // /cluster/replace?node=URL&with=URL and /cluster/replicas?n=N begin a
 // change (202 with the first map; 409 with the reason when it cannot
-// begin; 400 for a missing or malformed parameter); a join may name the
-// new node's log address (&log=host:port). POST /cluster/abort ends the
+// begin; 400 for a missing or malformed parameter). POST /cluster/abort ends the
 // change under way (202 with the map without it; 409 when the log
 // refuses, or without a log). admissible refuses a
 // node URL this node's security settings do not let join (nil: any).
@@ -73,7 +72,7 @@ func (s *Service) Handler(admissible func(url string) error) http.Handler {
 		switch r.URL.Path {
 		case "/cluster/join":
 			if err = s.admissible(admissible, node); err == nil {
-				m, err = s.Join(node, q.Get("log"))
+				m, err = s.Join(node)
 			}
 		case "/cluster/decommission":
 			m, err = s.Decommission(node)

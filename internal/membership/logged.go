@@ -2,7 +2,6 @@ package membership
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -11,8 +10,7 @@ import (
 )
 
 // Changes through the map's log (docs/membership.md, "The map on a
-// consensus log"). With Options.Log set, the service drives no change
-// of its own:
+// consensus log"). The service drives no change of its own:
 //
 //   - a change asked of this node (Join, Decommission, Replace, Abort) is
 //     a command of the log made from the log's current epoch, answered
@@ -68,29 +66,68 @@ func (s *Service) follow(ctx context.Context) {
 // something failed and is to be tried again.
 func (s *Service) followOnce(ctx context.Context, st *maplog.State) bool {
 	m := st.Map
-	if m == nil {
-		return true
-	}
-	if _, err := s.install(m); err != nil {
-		s.log.Warn("membership: install the log's cluster map", "map", m.String(), "err", err)
-		return false
+	if m != nil {
+		if _, err := s.install(m); err != nil {
+			s.log.Warn("membership: install the log's cluster map", "map", m.String(), "err", err)
+			return false
+		}
 	}
 	v := s.View()
-	if v.Self < 0 {
+	if v.Self < 0 || v.Map == nil {
 		return true
 	}
-	// Only what this node installed, and only an epoch this replica of
-	// the log holds (a map a peer pushed may be ahead of it).
-	if e := v.Map.Epoch; st.Acks[v.Self] < e && e <= m.Epoch {
+	// The members of the installed map are routes to the log's leader
+	// when this replica knows none: a node that joined while cut off from
+	// the leader holds the map a member gave it, and neither the log's
+	// configuration nor its map yet, and must acknowledge that map for
+	// the change to go on (maplog.Log.SetPeers).
+	s.o.Log.SetPeers(v.Map)
+	if m != nil && !st.Changed && v.Map.Cluster == m.Cluster && v.Map.Epoch > m.Epoch {
+		// A rolling upgrade: members still on a release without the log
+		// changed the map (their changes are the only ones: the log
+		// refuses every change until every member acknowledged its map,
+		// which only a member running the log does). While the log holds
+		// only seeds it takes the newer map as its seed (the seed rule),
+		// so that once every member runs the log, its map is the
+		// cluster's. See docs/membership.md, "Upgrading to the log".
+		if !s.reseed(ctx, v.Map) {
+			return false
+		}
+	}
+	// Only what this node installed. It may be ahead of this replica of
+	// the log (a map a peer pushed while the leader cannot reach this
+	// node): every map installed came from the log, whose rule refuses an
+	// acknowledgement of an epoch it does not hold, and the command
+	// reaches the leader through another member if need be (Submit).
+	if e := v.Map.Epoch; st.Acks[v.Self] < e {
 		if !s.report(ctx, "acknowledge", e, s.o.Log.Ack) {
 			return false
 		}
 	}
-	if ch := m.Change; ch != nil && ch.Stage == clustermap.Stream && v.Map.Epoch == m.Epoch &&
-		s.moved.Load() >= m.Epoch && st.Copied[v.Self] < m.Epoch {
-		if !s.report(ctx, "report the copy of", m.Epoch, s.o.Log.Copied) {
+	if ch := v.Map.Change; ch != nil && ch.Stage == clustermap.Stream && (m == nil || v.Map.Epoch >= m.Epoch) &&
+		s.moved.Load() >= v.Map.Epoch && st.Copied[v.Self] < v.Map.Epoch {
+		if !s.report(ctx, "report the copy of", v.Map.Epoch, s.o.Log.Copied) {
 			return false
 		}
+	}
+	return true
+}
+
+// reseed proposes m, a map newer than the log's seed, as the log's seed.
+// A refusal because the log changed its map meanwhile, or holds a newer
+// seed, is not a failure: follow looks at the log's state again.
+func (s *Service) reseed(ctx context.Context, m *clustermap.Map) bool {
+	ctx, cancel := context.WithTimeout(ctx, logCallTimeout)
+	defer cancel()
+	res, err := s.o.Log.Submit(ctx, maplog.Command{Op: maplog.OpSeed, Map: m})
+	switch {
+	case err != nil:
+		if ctx.Err() == nil {
+			s.log.Warn("membership: propose the installed cluster map as the log's seed", "map", m.String(), "err", err)
+		}
+		return false
+	case res.Accepted:
+		s.log.Info("membership: the log's seed follows the installed cluster map (a member without the log changed it)", "map", m.String())
 	}
 	return true
 }
@@ -107,7 +144,9 @@ func (s *Service) report(ctx context.Context, what string, epoch uint64, send fu
 		}
 		return false
 	case !res.Accepted:
-		s.log.Warn("membership: the log refused to "+what+" a cluster map", "epoch", epoch, "reason", res.Reason)
+		if res.Map != nil { // without a map the log is not seeded yet: no news
+			s.log.Warn("membership: the log refused to "+what+" a cluster map", "epoch", epoch, "reason", res.Reason)
+		}
 		return false
 	}
 	return true
@@ -117,6 +156,11 @@ func (s *Service) report(ctx context.Context, what string, epoch uint64, send fu
 // stream stage of epoch, and wakes follow to report it.
 func (s *Service) setMoved(epoch uint64) {
 	s.moved.Store(epoch)
+	s.wake()
+}
+
+// wake wakes follow (it looks at the log and the installed map again).
+func (s *Service) wake() {
 	select {
 	case s.kick <- struct{}{}:
 	default:
@@ -124,13 +168,45 @@ func (s *Service) setMoved(epoch uint64) {
 }
 
 // logMap is the map this node's replica of the log holds: the one a
-// change is made from (its epoch is the compare-and-set's).
+// change is made from (its epoch is the compare-and-set's). Right after
+// a cluster's first start the log holds none until its leader applied
+// the seed: it waits for it, up to logCallTimeout.
 func (s *Service) logMap() (*clustermap.Map, error) {
-	m := s.o.Log.Map()
-	if m == nil {
-		return nil, fmt.Errorf("%w: this node's log holds no cluster map yet", ErrChangeRefused)
+	t := time.NewTimer(logCallTimeout)
+	defer t.Stop()
+	ackTimer := time.NewTimer(logAckWait)
+	defer ackTimer.Stop()
+	acks := ackTimer.C
+	for {
+		st, changed := s.o.Log.Watch()
+		if st.Map != nil && (acks == nil || st.Map.Change != nil || allAcked(st)) {
+			return st.Map, nil
+		}
+		select {
+		case <-changed:
+		case <-acks:
+			acks = nil // let the log decide (a dead node never acknowledges)
+		case <-t.C:
+			return nil, fmt.Errorf("%w: this node's log holds no cluster map yet (no leader of the log reached within %v)", ErrChangeRefused, logCallTimeout)
+		}
 	}
-	return m, nil
+}
+
+// logAckWait is how long a change asked while members have not all
+// acknowledged the log's map yet (right after the cluster's start, or
+// after the last stage of a change) waits for them before it is
+// submitted anyway: the log refuses it unless the missing member is
+// the one a replace removes.
+const logAckWait = 5 * time.Second
+
+// allAcked reports whether every member acknowledged the log's map.
+func allAcked(st *maplog.State) bool {
+	for _, n := range st.Map.Nodes {
+		if st.Acks[n.ID] < st.Map.Epoch {
+			return false
+		}
+	}
+	return true
 }
 
 // submit asks the log for change c and answers its outcome: the change's
@@ -150,17 +226,10 @@ func (s *Service) submit(c maplog.Command) (*clustermap.Map, error) {
 	return res.Map, nil
 }
 
-// ErrNoLog refuses a request that needs the map's log on a node that
-// runs without one.
-var ErrNoLog = errors.New("this node runs without the cluster map's log")
-
 // Abort ends the change under way with the old set of nodes, as the log
 // allows it: before the read-new stage, while every read still goes to
 // the old set. It returns the map without the change.
 func (s *Service) Abort() (*clustermap.Map, error) {
-	if s.o.Log == nil {
-		return nil, fmt.Errorf("%w: %w", ErrChangeRefused, ErrNoLog)
-	}
 	m, err := s.logMap()
 	if err != nil {
 		return nil, err

@@ -46,6 +46,8 @@ type cluster struct {
 	// hold, when set, holds every copy until it is closed: a change
 	// then stays in its stream stage.
 	hold chan struct{}
+	// cut are links cut from the start, by [from, to] (c.mu held).
+	cut map[[2]string]bool
 }
 
 func newCluster(t *testing.T) *cluster {
@@ -68,20 +70,15 @@ func (c *cluster) server(url string) *rpc.Server {
 // not started (c.mu held).
 func (c *cluster) link(from, to string, maps rpc.Maps) *rpc.Direct {
 	d := &rpc.Direct{URL: to, Server: c.server(to), Maps: maps}
-	if c.members[to] == nil {
+	if c.members[to] == nil || c.cut[[2]string{from, to}] {
 		d.Cut(true)
 	}
 	c.links[[2]string{from, to}] = d
 	return d
 }
 
-// start runs the membership of the node at url of map m.
-func (c *cluster) start(m *clustermap.Map, url string) *membership.Service {
-	return c.startWith(m, url, nil)
-}
-
 // startWith runs the membership of the node at url of map m, following
-// the map's log l (started; nil: none).
+// the map's log l (started).
 func (c *cluster) startWith(m *clustermap.Map, url string, l *maplog.Log) *membership.Service {
 	t := c.t
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -112,7 +109,7 @@ func (c *cluster) startWith(m *clustermap.Map, url string, l *maplog.Log) *membe
 	c.mu.Lock()
 	c.members[url] = s
 	for k, d := range c.links {
-		if k[1] == url {
+		if k[1] == url && !c.cut[k] {
 			d.Cut(false) // after the server is filled: Cut orders it
 		}
 	}
@@ -179,66 +176,57 @@ func (c *cluster) member(url string) *membership.Service {
 	return c.members[url]
 }
 
-// stable waits until every member has installed one map with no change
-// under way, and returns it.
-func (c *cluster) stable(timeout time.Duration) *clustermap.Map {
-	var m *clustermap.Map
-	require.Eventually(c.t, func() bool {
-		m = nil
-		for _, s := range c.members {
-			got, self := s.Map()
-			if self < 0 {
-				continue // left
-			}
-			if got.Change != nil || (m != nil && got.Epoch != m.Epoch) {
-				return false
-			}
-			m = got
-		}
-		return m != nil
-	}, timeout, 10*time.Millisecond)
-	return m
-}
-
-// A join goes through its stages on every member: the driver hands each
-// stage's map to all, the new node copies its gained partitions from every
-// old replica of them (stream), and only then do reads move (read-new).
-// A link from the new node cut in the stream stage holds the change there
-// until it heals.
+// A join goes through its stages on every member: the log takes each
+// stage once every member acknowledged the last, the new node copies its
+// gained partitions from every old replica of them (stream), and only
+// then do reads move (read-new). A link from the new node cut from its
+// start holds the change in the stream stage until it heals.
 func TestJoinThroughItsStages(t *testing.T) {
 	urls := []string{"http://n1:1", "http://n2:1", "http://n3:1"}
-	m, err := clustermap.Seed(urls, 2)
-	require.NoError(t, err)
-	c := newCluster(t)
-	for _, u := range urls {
-		c.start(m, u)
-	}
-	first, err := c.members[urls[0]].Join("http://n4:1", "")
+	c, logs := loggedCluster(t, urls)
+	c.settled(logs[urls[0]], 3)
+	net4 := listenLog(t)
+	first, err := c.member(urls[0]).Join("http://n4:1")
 	require.NoError(t, err)
 	require.Equal(t, clustermap.WriteBoth, first.Change.Stage)
-	_, err = c.members[urls[1]].Join("http://n5:1", "")
+	_, err = c.member(urls[1]).Join("http://n5:1")
 	require.ErrorIs(t, err, membership.ErrChangeRefused, "one change at a time")
 
-	// The new node starts from a member's state, as --join does; its
-	// link to node 2 is cut before it can copy from it.
-	st, err := membership.ParseState(c.members[urls[0]].State())
-	require.NoError(t, err)
-	joiner := c.start(st.Map, "http://n4:1")
-	joinerID := st.Map.ByURL("http://n4:1").ID
+	// The new node starts from the log's map, as --join does; its link
+	// to node 2 is cut before it can copy from it.
+	joinerID := first.ByURL("http://n4:1").ID
 	c.mu.Lock()
-	cut := c.links[[2]string{"http://n4:1", urls[1]}]
+	c.cut = map[[2]string]bool{{"http://n4:1", urls[1]}: true}
 	c.mu.Unlock()
-	cut.Cut(true)
+	l4 := openLog(t, net4, joinerID)
+	res, err := logs[urls[0]].Submit(ctxFor(t, 20*time.Second), maplog.Command{Op: maplog.OpAddr, Node: joinerID, Addr: net4.Addr().String()})
+	require.NoError(t, err)
+	require.True(t, res.Accepted, res.Reason)
+	m, _, err := membership.AwaitMember(ctxFor(t, 20*time.Second), l4, "http://n4:1")
+	require.NoError(t, err)
+	joiner := c.startWith(m, "http://n4:1", l4)
 	require.Eventually(t, func() bool {
 		got, _ := joiner.Map()
 		return got.Change != nil && got.Change.Stage == clustermap.Stream
 	}, 10*time.Second, 10*time.Millisecond, "the change reaches stream")
-	got, _ := c.members[urls[0]].Map()
-	require.Equal(t, clustermap.Stream, got.Change.Stage, "and stays there while the joiner cannot copy")
-	require.Less(t, joiner.Moved(), got.Epoch)
+	var got *clustermap.Map
+	require.Eventually(t, func() bool {
+		got, _ = c.member(urls[0]).Map()
+		return got.Change != nil && got.Change.Stage == clustermap.Stream
+	}, 10*time.Second, 10*time.Millisecond, "every member installs stream")
+	require.Less(t, joiner.Moved(), got.Epoch, "the joiner cannot copy")
+	require.Eventually(t, func() bool {
+		st := logs[urls[0]].State()
+		return st.Map.Epoch == got.Epoch && slices.Equal(st.Waiting(-1), []int{joinerID})
+	}, 10*time.Second, 10*time.Millisecond, "the log holds the change in stream, waiting for the joiner's copy")
+	require.Equal(t, clustermap.Stream, logs[urls[0]].Map().Change.Stage)
 
+	c.mu.Lock()
+	c.cut = nil
+	cut := c.links[[2]string{"http://n4:1", urls[1]}]
+	c.mu.Unlock()
 	cut.Cut(false)
-	final := c.stable(20 * time.Second)
+	final := c.settled(logs[urls[0]], 4)
 	require.Len(t, final.Nodes, 4)
 	require.NotNil(t, final.ByURL("http://n4:1"))
 	require.Equal(t, joinerID, final.ByURL("http://n4:1").ID)

@@ -36,8 +36,8 @@ type Copier interface {
 //
 //   - in a change's stream stage, it copies every partition this node
 //     gains from every replica of the partition's old set, then reports
-//     the stage's epoch as moved (State.Moved), which the change's driver
-//     waits for (with the map's log, reported to it: Log.Copied). Every
+//     the stage's epoch as moved (State.Moved), reported to the map's log
+//     (Log.Copied), which advances the stage once every gainer did. Every
 //     replica of the old set, because a write acknowledged before the
 //     change may be on ack of them only. Each
 //     partition is streamed whole from one of them (planCopy: as few

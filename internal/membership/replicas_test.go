@@ -22,21 +22,17 @@ import (
 // factor 3 everywhere; another change is refused meanwhile.
 func TestSetReplicasThroughItsStages(t *testing.T) {
 	urls := []string{"http://n1:1", "http://n2:1", "http://n3:1", "http://n4:1"}
-	m, err := clustermap.Seed(urls, 2)
-	require.NoError(t, err)
-	c := newCluster(t)
-	for _, u := range urls {
-		c.start(m, u)
-	}
+	c, logs := loggedCluster(t, urls)
+	c.settled(logs[urls[0]], 4)
 	first, err := c.members[urls[1]].SetReplicas(3)
 	require.NoError(t, err)
 	require.Equal(t, &clustermap.Change{Kind: clustermap.Replicas, Node: 1, Stage: clustermap.WriteBoth, Driver: 1, Replicas: 3}, first.Change)
 	_, err = c.members[urls[0]].SetReplicas(1)
 	require.ErrorIs(t, err, membership.ErrChangeRefused, "one change at a time")
-	_, err = c.members[urls[0]].Join("http://n5:1", "")
+	_, err = c.members[urls[0]].Join("http://n5:1")
 	require.ErrorIs(t, err, membership.ErrChangeRefused)
 
-	final := c.stable(20 * time.Second)
+	final := c.settled(logs[urls[0]], 4)
 	require.Equal(t, 3, final.Replicas)
 	require.Len(t, final.Nodes, 4)
 	for _, u := range urls {
@@ -71,13 +67,14 @@ func TestSetReplicasThroughItsStages(t *testing.T) {
 // malformed n, 409 for a factor the map refuses (with its reason).
 func TestReplicasAdmin(t *testing.T) {
 	urls := []string{"http://n1:1", "http://n2:1", "http://n3:1"}
-	m, err := clustermap.Seed(urls, 2)
-	require.NoError(t, err)
-	c := newCluster(t)
-	for _, u := range urls {
-		c.start(m, u)
-	}
-	h := c.members[urls[0]].Handler(nil)
+	c, logs := loggedCluster(t, urls)
+	c.settled(logs[urls[0]], 3)
+	// The copies are held: the change asked stays in its stream stage,
+	// where the next request finds it under way.
+	c.mu.Lock()
+	c.hold = make(chan struct{})
+	c.mu.Unlock()
+	h := c.member(urls[0]).Handler(nil)
 	post := func(query string) (int, string) {
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/cluster/replicas"+query, nil))
@@ -95,13 +92,26 @@ func TestReplicasAdmin(t *testing.T) {
 		{"?n=4", http.StatusConflict, "replication factor 4 out of range: from 1 to the number of nodes, 3"},
 		{"?n=2", http.StatusConflict, "the replication factor is 2 already"},
 		{"?n=3", http.StatusAccepted, `"kind":"replicas"`},
-		{"?n=1", http.StatusConflict, "another membership change is under way: epoch 2, 3 nodes, replication factor 2 to 3 at stage write-both"},
+		{"?n=1", http.StatusConflict, "another membership change is under way: replicas change to 3, stage stream"},
 	} {
 		code, body := post(tc.query)
 		require.Equal(t, tc.code, code, "%s: %s", tc.query, body)
 		require.Contains(t, body, tc.want, tc.query)
 		require.NotContains(t, body, "\n", "one line")
+		if code == http.StatusAccepted {
+			// The next request is made from node 1's replica of the log:
+			// wait until it holds the change at the stage it is held in
+			// (else the log refuses the next one as made from an older
+			// epoch).
+			require.Eventually(t, func() bool {
+				ch := logs[urls[0]].Map().Change
+				return ch != nil && ch.Stage == clustermap.Stream
+			}, 10*time.Second, 5*time.Millisecond)
+		}
 	}
-	final := c.stable(20 * time.Second)
+	c.mu.Lock()
+	close(c.hold)
+	c.mu.Unlock()
+	final := c.settled(logs[urls[0]], 3)
 	require.Equal(t, 3, final.Replicas)
 }

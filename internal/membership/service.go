@@ -44,10 +44,9 @@ type Options struct {
 	// Timeout is the deadline of one map exchange with a member, plus a
 	// second (the node's --replica-timeout; default 300 ms).
 	Timeout time.Duration
-	// Log, when set, is this node's replica of the cluster map's log
-	// (started): changes go through it, and the service installs the maps
-	// it applies and acknowledges them (logged.go). Nil: the service
-	// drives the changes asked of it itself (change.go).
+	// Log is this node's replica of the cluster map's log (started):
+	// changes go through it, and the service installs the maps it
+	// applies and acknowledges them (logged.go). Required.
 	Log *maplog.Log
 	// DropRate is the most records a second this node deletes when it
 	// drops the partitions it no longer holds after a change, or records
@@ -111,7 +110,6 @@ type Service struct {
 	log     *slog.Logger
 	m       *metrics
 	work    *worker.Group // hand-overs to peers behind
-	driver  *driver
 	mover   *mover
 	moved   atomic.Uint64 // the last stream stage whose partitions are copied here
 	left    sync.Once
@@ -143,6 +141,9 @@ func New(m *clustermap.Map, self int, local *replica.Replica, o Options, log *sl
 	if err := o.Validate(); err != nil {
 		return nil, err
 	}
+	if o.Log == nil {
+		return nil, errors.New("membership: no cluster map log (Options.Log is required)")
+	}
 	n := m.Node(self)
 	if n == nil {
 		return nil, fmt.Errorf("node %d is not in the cluster map (%s)", self, m)
@@ -152,7 +153,6 @@ func New(m *clustermap.Map, self int, local *replica.Replica, o Options, log *sl
 		peers: map[string]view.Peer{}, pushed: map[string]uint64{}, kick: make(chan struct{}, 1),
 		stopLog: func() {},
 	}
-	s.driver = newDriver(s)
 	s.mover = &mover{s: s, pace: rate.NewLimiter(rate.Limit(o.DropRate), store.DropChunk)}
 	s.view.Store(s.newView(m, self))
 	s.m.epoch.Set(float64(m.Epoch))
@@ -200,24 +200,21 @@ func changeStage(c *clustermap.Change) int {
 }
 
 // Start does what the installed map asks of this node (afterInstall),
-// and from then on what every map installed asks.
-// With a log it then follows the log (logged.go).
+// and from then on what every map installed asks; it then follows the
+// log (logged.go).
 func (s *Service) Start() {
 	s.started.Store(true)
 	s.afterInstall(s.View())
-	if s.o.Log != nil {
-		ctx, cancel := context.WithCancel(context.Background())
-		s.stopLog = cancel
-		s.logDone.Go(func() { s.follow(ctx) })
-	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s.stopLog = cancel
+	s.logDone.Go(func() { s.follow(ctx) })
 }
 
-// Close stops following the log, the driver, the moves and the hand-overs, then closes the
-// peers' transports.
+// Close stops following the log, the moves and the hand-overs, then
+// closes the peers' transports.
 func (s *Service) Close() {
 	s.stopLog()
 	s.logDone.Wait()
-	s.driver.close()
 	s.mover.close()
 	s.work.Stop()
 	s.peersMu.Lock()
@@ -307,7 +304,7 @@ func (s *Service) Offer(b []byte) ([]byte, error) {
 
 // fromMember checks that a map comes from a member of this node's map, at
 // the URL this node knows it by. Maps are handed over only by members (a
-// change's driver, a peer refusing a call, a peer answering behind), and
+// peer refusing a call, a peer answering behind), and
 // the check keeps out a node of another cluster that happens to have the
 // same cluster id: one seeded from the same --cluster list, such as a
 // process left running from an earlier cluster on the same ports.
@@ -362,6 +359,9 @@ func (s *Service) install(m *clustermap.Map) (bool, error) {
 	if s.started.Load() {
 		s.afterInstall(next)
 	}
+	// follow acknowledges a map installed from a peer as well: this
+	// node's replica of the log may lag (its leader out of reach).
+	s.wake()
 	return true, nil
 }
 
@@ -373,9 +373,6 @@ func (s *Service) afterInstall(v *view.View) {
 	}
 	s.o.Installed(v)
 	s.mover.update(v)
-	if ch := v.Map.Change; ch != nil && ch.Driver == v.Self && s.o.Log == nil {
-		s.driver.ensure()
-	}
 }
 
 // leave runs once when the map no longer has this node.

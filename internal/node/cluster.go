@@ -40,7 +40,7 @@ import (
 // (it owns the peers' transports, which every other part calls through,
 // so they close last), then the probe, hinted handoff, the coordinator,
 // anti-entropy, garbage collection, and a rebuild last.
-func (n *Node) buildCluster(cmap *clustermap.Map, self int, joined bool, clock *hlc.Clock, local *replica.Replica, peerTLS *tls.Config) error {
+func (n *Node) buildCluster(cmap *clustermap.Map, self int, joined bool, topo clustermap.Topology, clock *hlc.Clock, local *replica.Replica, peerTLS *tls.Config) error {
 	cfg, log := n.cfg, n.log
 	rpcMetrics := rpc.NewMetrics(n.registry)
 	peerOpts := rpc.PeerOptions{
@@ -85,8 +85,14 @@ func (n *Node) buildCluster(cmap *clustermap.Map, self int, joined bool, clock *
 	memberOpts.Installed = func(v *view.View) { ae.Members(v) }
 	memberOpts.OnLeft = n.left
 	memberOpts.Timeout = cfg.ReplicaTimeout
+	if err := n.openMapLog(cmap, self, topo, peerTLS); err != nil {
+		n.streams.Close()
+		return err
+	}
+	memberOpts.Log = n.mapLog
 	n.members, err = membership.New(cmap, self, local, memberOpts, log)
 	if err != nil {
+		n.closeMapLog()
 		n.streams.Close()
 		return err
 	}
@@ -94,6 +100,7 @@ func (n *Node) buildCluster(cmap *clustermap.Map, self int, joined bool, clock *
 	id, record, err := n.claimIdentity(cmap, self, joined)
 	if err != nil {
 		n.members.Close()
+		n.closeMapLog()
 		n.streams.Close()
 		return err
 	}
@@ -110,6 +117,7 @@ func (n *Node) buildCluster(cmap *clustermap.Map, self int, joined bool, clock *
 	n.hints, err = handoff.New(n.store, n.members.View, func(target int) { ae.Soon(target) }, hintOpts, log)
 	if err != nil {
 		n.members.Close()
+		n.closeMapLog()
 		n.streams.Close()
 		return err
 	}
@@ -166,6 +174,7 @@ func (n *Node) closeCluster() {
 	n.hints.Close()
 	n.probe.Close()
 	n.members.Close()
+	n.closeMapLog() // after membership, which follows it
 	n.streams.Close()
 }
 

@@ -17,6 +17,7 @@ import (
 	"github.com/dhtkv/dhtkv/internal/handoff"
 	"github.com/dhtkv/dhtkv/internal/hlc"
 	"github.com/dhtkv/dhtkv/internal/httpapi"
+	"github.com/dhtkv/dhtkv/internal/maplog"
 	"github.com/dhtkv/dhtkv/internal/membership"
 	"github.com/dhtkv/dhtkv/internal/pace"
 	"github.com/dhtkv/dhtkv/internal/partcopy"
@@ -217,6 +218,15 @@ type Config struct {
 	// (pace.Options: --background-sched-latency). The default value is
 	// pace.DefaultOptions().
 	Pace pace.Options
+	// MapLog configures the cluster map's Raft log (maplog.Options:
+	// --maplog-voters, --maplog-apply-timeout, --maplog-max-pending).
+	// The node always opens it, under <data-dir>/maplog, and runs
+	// membership on it (docs/membership.md, "The map on a consensus
+	// log"): changes are the log's commands, node ids the log's, stages
+	// advanced by every member's acknowledgement. Its traffic rides the
+	// public port (rpc.LogPath). The default value is
+	// maplog.DefaultOptions().
+	MapLog maplog.Options
 	// MaxScans bounds the range streams in flight, public and internal
 	// (--max-scans; 429 beyond). The default value is 64.
 	MaxScans int
@@ -321,6 +331,7 @@ func DefaultConfig() Config {
 		Move:                 partcopy.DefaultOptions(),
 		Membership:           membership.DefaultOptions(),
 		Pace:                 pace.DefaultOptions(),
+		MapLog:               maplog.DefaultOptions(),
 		GC:                   gc.DefaultOptions(),
 		MaxScans:             httpapi.DefaultMaxScans,
 		ScanMinRate:          httpapi.DefaultScanMinRate,
@@ -363,7 +374,7 @@ func (cfg *Config) Validate() error {
 	case cfg.GC.Grace < 0 || cfg.GC.Grace > 0 && cfg.GC.Grace <= cfg.Handoff.Window+cfg.MaxClockSkew:
 		return fmt.Errorf("--gc-grace %v must exceed --hint-window %v plus --max-clock-skew %v: a hint still held could otherwise bring back a collected delete", cfg.GC.Grace, cfg.Handoff.Window, cfg.MaxClockSkew)
 	}
-	for _, v := range []interface{ Validate() error }{&cfg.Store, &cfg.Probe, &cfg.Coordinator, &cfg.Handoff, &cfg.AntiEntropy, &cfg.AccessLog, &cfg.Move, &cfg.Membership, &cfg.Pace} {
+	for _, v := range []interface{ Validate() error }{&cfg.Store, &cfg.Probe, &cfg.Coordinator, &cfg.Handoff, &cfg.AntiEntropy, &cfg.AccessLog, &cfg.Move, &cfg.Membership, &cfg.Pace, &cfg.MapLog} {
 		if err := v.Validate(); err != nil {
 			return err
 		}

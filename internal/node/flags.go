@@ -48,6 +48,7 @@ func (cfg *Config) RegisterFlags(fs *flag.FlagSet) {
 	cfg.Move.RegisterFlags(fs)
 	cfg.Membership.RegisterFlags(fs)
 	cfg.Pace.RegisterFlags(fs)
+	cfg.MapLog.RegisterFlags(fs)
 	fs.IntVar(&cfg.MaxScans, "max-scans", cfg.MaxScans, "range `streams` in flight, public and internal together; beyond, 429")
 	sizeflag.Var(fs, &cfg.ScanMinRate, "scan-min-rate", "slowest a range stream's client may read, a `size` per second: a piece of n bytes must be taken within 5s + n/rate, else the stream is aborted (0: no minimum)")
 	cfg.GC.RegisterFlags(fs)

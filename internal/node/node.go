@@ -33,6 +33,7 @@ import (
 	"github.com/dhtkv/dhtkv/internal/handoff"
 	"github.com/dhtkv/dhtkv/internal/hlc"
 	"github.com/dhtkv/dhtkv/internal/httpapi"
+	"github.com/dhtkv/dhtkv/internal/maplog"
 	"github.com/dhtkv/dhtkv/internal/membership"
 	"github.com/dhtkv/dhtkv/internal/metrics"
 	"github.com/dhtkv/dhtkv/internal/pace"
@@ -67,10 +68,16 @@ type Node struct {
 	streamPace *rate.Limiter
 	rebuild    *rebuild.Rebuilder
 	streams    *rpc.StreamClient
-	registry   *prometheus.Registry
-	api        *httpapi.Server
-	certs      *tlsconf.Certs     // nil without TLS
-	tokens     *clientauth.Tokens // nil without client authentication
+	// The cluster map's log (maplog.go); logConns takes its connections
+	// from the public port.
+	mapLog   *maplog.Log
+	logConns *rpc.LogListener
+	stopSeed context.CancelFunc
+	seedDone sync.WaitGroup
+	registry *prometheus.Registry
+	api      *httpapi.Server
+	certs    *tlsconf.Certs     // nil without TLS
+	tokens   *clientauth.Tokens // nil without client authentication
 
 	// checkpoints is nil when the store cannot checkpoint (snapshot.go).
 	checkpoints *checkpoints
@@ -236,7 +243,7 @@ func NewContext(ctx context.Context, cfg Config) (_ *Node, err error) {
 		}
 	}
 	local := &replica.Replica{Store: n.store, Cache: n.cache, Versions: replica.NewVersionFilter(replica.DefaultVersionSlots, floor), Clock: clock}
-	if err := n.buildCluster(cmap, self, joined, clock, local, peerTLS); err != nil {
+	if err := n.buildCluster(cmap, self, joined, topo, clock, local, peerTLS); err != nil {
 		return nil, err
 	}
 	n.api = &httpapi.Server{
@@ -245,6 +252,7 @@ func NewContext(ctx context.Context, cfg Config) (_ *Node, err error) {
 		RPC: &rpc.Server{
 			Replica: local, Secret: cfg.ClusterSecret, Log: log,
 			Rebuilding: n.rebuild.Rebuilding, ClusterFormed: n.probe.Formed, Maps: n.members,
+			LogConns:        n.logConns,
 			RequirePeerCert: certs != nil && certs.Mutual(),
 			MaxKeyBytes:     cfg.MaxKeyBytes, MaxValueBytes: cfg.MaxValueBytes,
 			StreamPace: n.streamPace,

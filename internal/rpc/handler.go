@@ -28,7 +28,7 @@ import (
 // TLS a secret, if set, is required too.
 func (s *Server) Accept(ctx *fasthttp.RequestCtx, path string) bool {
 	switch path {
-	case BatchPath, SummaryPath:
+	case BatchPath, SummaryPath, LogPath:
 		if !ctx.IsPost() {
 			methodNotAllowed(ctx, "POST")
 			return false

@@ -60,7 +60,11 @@ type Server struct {
 	// paced. nil: unpaced. The node gives it --move-rate, governed by its
 	// background pace (package pace).
 	StreamPace *rate.Limiter
-	Log        *slog.Logger
+	// LogConns takes the connections upgraded to the cluster map's log
+	// (LogPath, upgrade.go); nil: the node runs without the log, and
+	// LogPath answers 503.
+	LogConns *LogListener
+	Log      *slog.Logger
 }
 
 // DefaultMaxAnswerBytes is Server.MaxAnswerBytes's default: 1 MiB.
