@@ -217,6 +217,10 @@ type Log struct {
 
 	mu      sync.Mutex
 	failing map[raft.ServerID]bool // peers the leader's heartbeats fail to reach
+	// departed is when this leader first found each server of its
+	// configuration absent from the map (Rebalance removes it departGrace
+	// later).
+	departed map[raft.ServerID]time.Time
 	// peers are the members the node knows of from its installed map
 	// (SetPeers): relays besides the replica's configuration.
 	peers []Server
@@ -240,7 +244,8 @@ func Open(fs vfs.FS, dir string, self int, trans raft.Transport, fwd Forwarder, 
 	return &Log{
 		o: o, self: self, log: log.With("component", "maplog"), store: st, fsm: newFSM(),
 		trans: trans, fwd: fwd, stop: make(chan struct{}),
-		failing: map[raft.ServerID]bool{},
+		failing:  map[raft.ServerID]bool{},
+		departed: map[raft.ServerID]time.Time{},
 	}, nil
 }
 
@@ -793,6 +798,12 @@ func (l *Log) Remove(id int) error {
 	return wrapConf("remove", id, l.r.RemoveServer(ServerID(id), 0, l.o.ApplyTimeout).Error())
 }
 
+// departGrace is how long a leader keeps replicating to a server the map
+// left out before it removes it from the group: ten heartbeats, ample for
+// a live follower to receive the entries it lacks; a dead one counts that
+// much longer.
+func (l *Log) departGrace() time.Duration { return 10 * l.o.HeartbeatTimeout }
+
 func wrapConf(what string, id int, err error) error {
 	if err == nil {
 		return nil
@@ -857,12 +868,29 @@ func (l *Log) Rebalance() error {
 		failing[k] = v
 	}
 	l.mu.Unlock()
+	now := time.Now()
 	inConf := map[int]raft.Server{}
+	departing := map[raft.ServerID]bool{}
 	for _, s := range servers {
 		id, ok := nodeOf(s.ID)
 		if !ok || st.Map.Node(id) == nil {
 			if s.ID == ServerID(l.self) {
 				return l.r.LeadershipTransfer().Error()
+			}
+			// A node the map left out (a decommission's last map) learns
+			// it from its replica of the log: removed at once, it may not
+			// have received that entry yet (a commit needs a quorum, not
+			// every member), and it would never learn it is out. So the
+			// leader keeps replicating to it for departGrace first.
+			departing[s.ID] = true
+			l.mu.Lock()
+			since, seen := l.departed[s.ID]
+			if !seen {
+				l.departed[s.ID], since = now, now
+			}
+			l.mu.Unlock()
+			if now.Sub(since) < l.departGrace() {
+				continue
 			}
 			if err := l.r.RemoveServer(s.ID, 0, l.o.ApplyTimeout).Error(); err != nil {
 				return fmt.Errorf("maplog: remove %s, not in the map: %w", s.ID, err)
@@ -871,6 +899,13 @@ func (l *Log) Rebalance() error {
 		}
 		inConf[id] = s
 	}
+	l.mu.Lock()
+	for id := range l.departed {
+		if !departing[id] {
+			delete(l.departed, id)
+		}
+	}
+	l.mu.Unlock()
 	for _, n := range st.Map.Nodes {
 		addr := st.Addrs[n.ID]
 		if addr == "" && l.o.AddrFromURL {
