@@ -881,8 +881,16 @@ func (l *Log) Rebalance() error {
 			// it from its replica of the log: removed at once, it may not
 			// have received that entry yet (a commit needs a quorum, not
 			// every member), and it would never learn it is out. So the
-			// leader keeps replicating to it for departGrace first.
+			// leader keeps replicating to it for departGrace first, as a
+			// non-voter: its vote must not count (it stops once it
+			// learns, and a quorum of a group with a stopped voter in it
+			// is one failure closer to lost).
 			departing[s.ID] = true
+			if s.Suffrage == raft.Voter {
+				if err := l.r.DemoteVoter(s.ID, 0, l.o.ApplyTimeout).Error(); err != nil {
+					return fmt.Errorf("maplog: demote %s, not in the map: %w", s.ID, err)
+				}
+			}
 			l.mu.Lock()
 			since, seen := l.departed[s.ID]
 			if !seen {
