@@ -567,3 +567,62 @@ func TestRemovedNodeCannotDisrupt(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, res.Accepted)
 }
+
+// A node a decommission leaves out stops voting as soon as the leader
+// sees the map without it, stays in the group (a non-voter the leader
+// still replicates to) until its replica of the log holds that map, and
+// is removed once the grace has passed: it learns that it is out, and a
+// stopped departed node never counts in a quorum.
+func TestDepartedNodeLearnsItIsOut(t *testing.T) {
+	// Ten heartbeats of 100 ms: the grace is a second.
+	g := newGroup(t, 4, fastOptions())
+	leader := g.leader()
+	victim := 0
+	for victim == leader.id || victim == 3 {
+		victim++
+	}
+	st := leader.log.State()
+	res, err := leader.log.Submit(g.ctx(), Command{Op: OpDecommission, Epoch: st.Map.Epoch, From: leader.id, Node: victim})
+	require.NoError(t, err)
+	require.True(t, res.Accepted, res.String())
+
+	suffrage := func() (raft.ServerSuffrage, bool) {
+		conf, err := g.leader().log.Configuration()
+		require.NoError(t, err)
+		for _, s := range conf {
+			if s.ID == ServerID(victim) {
+				return s.Suffrage, true
+			}
+		}
+		return 0, false
+	}
+	var final *State
+	require.Eventually(t, func() bool {
+		final = g.leader().log.State()
+		return final.Map.Node(victim) == nil && final.Map.Change == nil
+	}, 20*time.Second, 10*time.Millisecond, "the decommission ends")
+	// Demoted at once, not removed before the grace.
+	require.Eventually(t, func() bool {
+		s, in := suffrage()
+		return in && s == raft.Nonvoter
+	}, 5*time.Second, 5*time.Millisecond, "the departed voter stops voting and stays a member")
+	// Its replica of the log receives the map that leaves it out.
+	require.Eventually(t, func() bool {
+		m := g.nodes[victim].log.State().Map
+		return m != nil && m.Epoch >= final.Map.Epoch && m.Node(victim) == nil
+	}, 5*time.Second, 5*time.Millisecond, "the departed node learns it is out")
+	// Then it leaves the group, and three vote.
+	require.Eventually(t, func() bool {
+		_, in := suffrage()
+		return !in
+	}, 10*time.Second, 10*time.Millisecond, "removed after the grace")
+	conf, err := g.leader().log.Configuration()
+	require.NoError(t, err)
+	voters := 0
+	for _, s := range conf {
+		if s.Suffrage == raft.Voter {
+			voters++
+		}
+	}
+	require.Equal(t, 3, voters)
+}
