@@ -151,7 +151,7 @@ func (p Pinning) Describe() string {
 		return fmt.Sprintf("unpinned (%s): the servers and dhtkv-load share cores %s, each with Go's default GOMAXPROCS", p.Why, formatCPUList(p.CPUs))
 	}
 	s := SplitCores(p.CPUs, 1)
-	return fmt.Sprintf("pinned (%s): servers on cores %s, dhtkv-load on cores %s (taskset), each server with GOMAXPROCS equal to its cores",
+	return fmt.Sprintf("pinned (%s): servers on cores %s, dhtkv-load on cores %s (taskset), the baseline and dhtkv-load with GOMAXPROCS equal to their cores, dhtkv with its own (at least --min-procs)",
 		p.Why, formatCPUList(s.Servers[0]), formatCPUList(s.Load))
 }
 
@@ -162,7 +162,7 @@ func (p Pinning) Placement(split CoreSplit) string {
 	}
 	var nodes []string
 	for i, c := range split.Servers {
-		nodes = append(nodes, fmt.Sprintf("node %d on cores %s (GOMAXPROCS=%d)", i+1, formatCPUList(c), len(c)))
+		nodes = append(nodes, fmt.Sprintf("node %d on cores %s", i+1, formatCPUList(c)))
 	}
 	if len(nodes) == 1 {
 		nodes[0] = strings.Replace(nodes[0], "node 1", "the server", 1)
@@ -172,11 +172,16 @@ func (p Pinning) Placement(split CoreSplit) string {
 }
 
 // Launch is how a child process is started: directly, or under taskset on
-// Cores with GOMAXPROCS set to their number. taskset sets the affinity and
-// then execs the program, so the child's PID is the program's.
+// Cores with GOMAXPROCS set to their number, unless OwnProcs. taskset sets
+// the affinity and then execs the program, so the child's PID is the
+// program's.
 type Launch struct {
 	Taskset string
 	Cores   []int
+	// OwnProcs leaves GOMAXPROCS to the program: a dhtkv node runs at
+	// least its --min-procs on fewer cores, which a GOMAXPROCS in its
+	// environment would override.
+	OwnProcs bool
 }
 
 // Command returns the program to exec, its arguments and the variables to
@@ -186,6 +191,9 @@ func (l Launch) Command(bin string, args []string) (string, []string, []string) 
 		return bin, args, nil
 	}
 	argv := append([]string{"-c", formatCPUList(l.Cores), bin}, args...)
+	if l.OwnProcs {
+		return l.Taskset, argv, nil
+	}
 	return l.Taskset, argv, []string{"GOMAXPROCS=" + strconv.Itoa(len(l.Cores))}
 }
 

@@ -100,7 +100,7 @@ func TestChoosePinning(t *testing.T) {
 	if d := p.Describe(); !strings.Contains(d, "servers on cores 0-1, dhtkv-load on cores 2-3") {
 		t.Errorf("describe %q", d)
 	}
-	if pl := p.Placement(p.Split(3)); pl != "pinned with taskset: node 1 on cores 0-1 (GOMAXPROCS=2), node 2 on cores 0-1 (GOMAXPROCS=2), node 3 on cores 0-1 (GOMAXPROCS=2); dhtkv-load on cores 2-3 (GOMAXPROCS=2)" {
+	if pl := p.Placement(p.Split(3)); pl != "pinned with taskset: node 1 on cores 0-1, node 2 on cores 0-1, node 3 on cores 0-1; dhtkv-load on cores 2-3 (GOMAXPROCS=2)" {
 		t.Errorf("placement %q", pl)
 	}
 }
@@ -146,6 +146,10 @@ func TestLaunchCommand(t *testing.T) {
 	}
 	if d := l.Display("bin/dhtkv-load", []string{"--rate", "5"}); d != "GOMAXPROCS=2 taskset -c 2-3 bin/dhtkv-load --rate 5" {
 		t.Errorf("display %q", d)
+	}
+	own := Launch{Taskset: "/usr/bin/taskset", Cores: []int{0, 1}, OwnProcs: true}
+	if _, argv, env := own.Command("/abs/bin/dhtkv", nil); strings.Join(argv, " ") != "-c 0-1 /abs/bin/dhtkv" || env != nil {
+		t.Errorf("own procs: %v %v", argv, env)
 	}
 	path, argv, env = Launch{}.Command("bin/x", []string{"-a"})
 	if path != "bin/x" || strings.Join(argv, " ") != "-a" || env != nil {

@@ -149,7 +149,9 @@ func (b *Bench) start(ctx context.Context, sys System, dir string) (*running, er
 		}
 		name := fmt.Sprintf("%s-node%d", sys.Name, i+1)
 		bin := filepath.Join(b.cfg.Bin, "dhtkv")
-		p, err := b.procs.Start(name, bin, b.displayPath(bin), args, filepath.Join(dir, name+".log"), b.pin.Launch(r.split.Servers[i]))
+		launch := b.pin.Launch(r.split.Servers[i])
+		launch.OwnProcs = true // --min-procs (cmd/dhtkv)
+		p, err := b.procs.Start(name, bin, b.displayPath(bin), args, filepath.Join(dir, name+".log"), launch)
 		if err != nil {
 			r.stop()
 			return nil, err
