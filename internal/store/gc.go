@@ -24,14 +24,22 @@ import (
 // the key either. The horizon only rises, and is persisted with the
 // deletions it covers, in one batch.
 //
-// Interleaving with writes: Collect holds gcState.mu exclusively while it
-// re-reads each candidate's data key and deletes it only if it still holds
-// the version the candidate names; writers hold mu shared for their whole
-// commit. So a write either committed before Collect re-read the key (the
-// version differs, nothing is deleted) or commits after the deletion and
-// the new horizon (and is dropped if it is below it). A Pebble Delete
-// removes every earlier merge operand of the key, which is why a write must
-// never commit between the re-read and the delete.
+// Interleaving with writes: Collect deletes a candidate only if its data
+// key still holds the version the candidate names, and commits the
+// deletions while it holds gcState.mu exclusively; writers hold mu shared
+// for their whole commit, and count themselves in their partitions'
+// gcState.writes before it. Collect reads the candidates' versions without
+// the lock (a batch of cold records takes milliseconds, and every write of
+// the node would wait), between two moments it holds the lock: at the
+// first it notes the partitions' counts (no writer is then between its
+// count and its commit), at the second it reads again, under the lock,
+// the candidates of every partition whose count moved. So a write either
+// committed before Collect's read of the key (the version differs, nothing
+// is deleted), or counted itself after the first moment (the key is read
+// again under the lock), or commits after the deletion and the new horizon
+// (and is dropped if it is below it). A Pebble Delete removes every
+// earlier merge operand of the key, which is why a write must never commit
+// between the read that decides and the delete.
 
 // gcKey holds the horizon, 8 bytes big-endian.
 const gcKey = "\x00gc"
@@ -39,6 +47,12 @@ const gcKey = "\x00gc"
 type gcState struct {
 	mu      sync.RWMutex
 	horizon atomic.Uint64
+	// writes counts, per partition, the writes of ApplyBatch, each before
+	// its commit under mu shared.
+	writes [partition.Count]atomic.Uint64
+	// read is a test's hook, called between Collect's unlocked reads and
+	// its locked check (nil: none).
+	read func()
 }
 
 func (s *Store) loadHorizon() error {
@@ -86,21 +100,50 @@ func (s *Store) Candidates(part partition.ID, collectBefore, arrivedBefore uint6
 // (never lowers it): from then on, writes below it are dropped. Every
 // candidate's version must be below horizon. It returns the keys removed.
 func (s *Store) Collect(cands []Candidate, horizon uint64) (removed [][]byte, err error) {
+	for _, c := range cands {
+		if c.Version >= horizon {
+			return nil, fmt.Errorf("collect %q: version %d is not below the horizon %d", c.Key, c.Version, horizon)
+		}
+	}
+	// The partitions' write counts while no writer is between its count
+	// and its commit; then the versions, unlocked (see above).
+	counts := map[partition.ID]uint64{}
+	s.gc.mu.Lock()
+	for _, c := range cands {
+		part, _ := partition.Of(c.Key)
+		counts[part] = s.gc.writes[part].Load()
+	}
+	s.gc.mu.Unlock()
+	held := make([]bool, len(cands))
+	for i, c := range cands {
+		v, found, err := s.Version(c.Key)
+		if err != nil {
+			return nil, err
+		}
+		held[i] = found && v == c.Version
+	}
+	if s.gc.read != nil {
+		s.gc.read()
+	}
+
 	s.gc.mu.Lock()
 	defer s.gc.mu.Unlock()
 	b := s.db.NewBatch()
 	defer b.Close()
 	var parts []partition.ID
-	for _, c := range cands {
-		if c.Version >= horizon {
-			return nil, fmt.Errorf("collect %q: version %d is not below the horizon %d", c.Key, c.Version, horizon)
-		}
-		v, found, err := s.Version(c.Key)
-		if err != nil {
-			return nil, err
-		}
-		if !found || v != c.Version {
+	for i, c := range cands {
+		if !held[i] {
 			continue // written since it was found
+		}
+		if part, _ := partition.Of(c.Key); s.gc.writes[part].Load() != counts[part] {
+			// Its partition was written since: read it again, locked.
+			v, found, err := s.Version(c.Key)
+			if err != nil {
+				return nil, err
+			}
+			if !found || v != c.Version {
+				continue
+			}
 		}
 		dk := append([]byte{dataPrefix}, c.Key...)
 		if err := b.Delete(dk, nil); err != nil {

@@ -502,9 +502,11 @@ func (s *Store) ApplyBatch(ws []Write) error {
 		if w.Rec.Version < horizon {
 			continue
 		}
-		if _, err := addMerge(b, w.Key, w.Rec, arrived); err != nil {
+		part, err := addMerge(b, w.Key, w.Rec, arrived)
+		if err != nil {
 			return fmt.Errorf("apply batch: %w", err)
 		}
+		s.gc.writes[part].Add(1) // before the commit: see Collect
 		n++
 	}
 	if n == 0 {
