@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/dhtkv/dhtkv/internal/pace"
 	"github.com/dhtkv/dhtkv/internal/partition"
 	"github.com/dhtkv/dhtkv/internal/record"
 	"github.com/dhtkv/dhtkv/internal/replica"
@@ -320,14 +321,7 @@ func (x *transfer) start(b *transferBatch, keys, envs [][]byte) {
 
 // throttle waits for n bytes of the rate.
 func (x *transfer) throttle(n int) error {
-	for n > 0 {
-		step := min(n, x.a.limit.Burst())
-		if err := x.a.limit.WaitN(x.ctx, step); err != nil {
-			return err
-		}
-		n -= step
-	}
-	return nil
+	return pace.WaitBytes(x.ctx, x.a.limit, n)
 }
 
 // pull reads keys from the peer and stores them here in one commit; it

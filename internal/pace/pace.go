@@ -144,6 +144,20 @@ func (g *Governor) Start() {
 	})
 }
 
+// WaitBytes waits until l allows n more bytes, in steps of at most its
+// burst (rate.Limiter refuses a wait beyond it): the wait for one large
+// record. Its error is WaitN's: ctx ended, or would before the wait.
+func WaitBytes(ctx context.Context, l *rate.Limiter, n int) error {
+	for n > 0 {
+		step := min(n, l.Burst())
+		if err := l.WaitN(ctx, step); err != nil {
+			return err
+		}
+		n -= step
+	}
+	return nil
+}
+
 // Close stops the governor; the limiters keep their last rates.
 func (g *Governor) Close() { g.work.Stop() }
 

@@ -1,6 +1,7 @@
 package pace
 
 import (
+	"context"
 	"io"
 	"log/slog"
 	"runtime/metrics"
@@ -134,4 +135,16 @@ func TestGovernorStartClose(t *testing.T) {
 	f := g.Factor()
 	require.True(t, f >= Floor && f <= 1, "factor %v", f)
 	require.InDelta(t, 100*f, float64(l.Limit()), 1e-9)
+}
+
+// WaitBytes takes more than a burst in steps, and fails as WaitN does
+// when the wait would outlast the context.
+func TestWaitBytes(t *testing.T) {
+	fast := rate.NewLimiter(1<<30, 10)
+	require.NoError(t, WaitBytes(t.Context(), fast, 25), "three steps of at most the burst")
+	slow := rate.NewLimiter(1, 10) // full at first, then a byte a second
+	require.NoError(t, WaitBytes(t.Context(), slow, 10))
+	ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+	defer cancel()
+	require.Error(t, WaitBytes(ctx, slow, 25), "25 more bytes take 25 s")
 }

@@ -49,6 +49,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/time/rate"
 
+	"github.com/dhtkv/dhtkv/internal/pace"
 	"github.com/dhtkv/dhtkv/internal/partition"
 	"github.com/dhtkv/dhtkv/internal/record"
 	"github.com/dhtkv/dhtkv/internal/replica"
@@ -313,15 +314,10 @@ func (c *Copier) Copy(ctx context.Context, url string, epoch uint64, parts *part
 func (c *Copier) throttle(ctx context.Context, n int) error {
 	start := time.Now()
 	defer func() { c.m.throttled.Add(time.Since(start).Seconds()) }()
-	for n > 0 {
-		chunk := min(n, c.limit.Burst())
-		if err := c.limit.WaitN(ctx, chunk); err != nil {
-			// The wait would outlast ctx's deadline (the chunk is within
-			// the burst): wait for the end.
-			<-ctx.Done()
-			return ctx.Err()
-		}
-		n -= chunk
+	if err := pace.WaitBytes(ctx, c.limit, n); err != nil {
+		// The wait would outlast ctx's deadline: wait for the end.
+		<-ctx.Done()
+		return ctx.Err()
 	}
 	return nil
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/valyala/fasthttp"
 	"golang.org/x/time/rate"
 
+	"github.com/dhtkv/dhtkv/internal/pace"
 	"github.com/dhtkv/dhtkv/internal/partition"
 	"github.com/dhtkv/dhtkv/internal/scan"
 	"github.com/dhtkv/dhtkv/internal/store"
@@ -74,15 +75,10 @@ func (p *pacedIter) Next() bool {
 	if !p.Iter.Next() {
 		return false
 	}
-	// No context: a wait lasts at most a burst's worth (a second of the
-	// rate), and the stream ends at the next write once its client left.
-	for n := len(p.Key()) + len(p.Envelope()); n > 0; {
-		step := min(n, p.pace.Burst())
-		if err := p.pace.WaitN(context.Background(), step); err != nil {
-			break // a burst below one byte: unpaced
-		}
-		n -= step
-	}
+	// No context: a wait lasts one record's bytes at the rate, and the
+	// stream ends at the next write once its client left. An error (a
+	// burst below one byte) leaves the record unpaced.
+	_ = pace.WaitBytes(context.Background(), p.pace, len(p.Key())+len(p.Envelope()))
 	return true
 }
 
