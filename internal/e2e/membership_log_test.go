@@ -132,8 +132,11 @@ func TestMembershipAbortUnderLoad(t *testing.T) {
 		require.Equal(t, http.StatusAccepted, c.Join(1, j))
 		c.StartNode(j)
 		l.setVia(0, 1, 2, j)
+		// The node asked must hold the stream stage's map: an abort is made
+		// from the asked node's epoch, and one made from an older map is
+		// refused (the map moved on).
 		c.Await(time.Minute, "the stream stage", func() (bool, string) {
-			m, _ := c.Node(1).Members().Map()
+			m, _ := c.Node(2).Members().Map()
 			return m.Change != nil && m.Change.Stage == clustermap.Stream, m.String()
 		})
 		code, body := c.Client().Do(t, http.MethodPost, c.AdminURL(2)+"/cluster/abort", nil)
