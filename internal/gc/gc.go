@@ -24,6 +24,12 @@
 // Another replica still holding a tombstone this node removed offers it in
 // the next exchange; this node drops it (below its horizon) and counts it
 // as done, and that replica removes its own copy once its own rule holds.
+//
+// A pass reads the whole index and runs beside requests, so it is paced
+// (Options.Rate, governed by the node's background pace like the other
+// mechanisms): it takes tokens for the index entries of a partition after
+// reading them, and for a batch of candidates, removeCost each, before
+// removing it.
 package gc
 
 import (
@@ -35,8 +41,10 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/time/rate"
 
 	"github.com/dhtkv/dhtkv/internal/hlc"
+	"github.com/dhtkv/dhtkv/internal/pace"
 	"github.com/dhtkv/dhtkv/internal/partition"
 	"github.com/dhtkv/dhtkv/internal/replica"
 	"github.com/dhtkv/dhtkv/internal/store"
@@ -55,16 +63,35 @@ type Options struct {
 	// Interval is how often the collector checks whether a pass is due
 	// (default 1 min; see Collector.due).
 	Interval time.Duration
+	// Rate is the most index entries a second a pass reads, a record it
+	// removes counting as removeCost entries (--gc-rate; default
+	// DefaultRate). A pass over N records takes at least N/Rate seconds.
+	Rate int
 }
+
+// DefaultRate is Options.Rate's default: reading an index entry costs
+// about 0.5 µs of CPU (BenchmarkCandidates), so a pass at this rate takes
+// about a tenth of a core, and reads 100M records (100 GiB of 1 KiB
+// values) in about 8 minutes; the background pace lowers it to an eighth
+// while requests wait for the CPU.
+const DefaultRate = 200_000
+
+// removeCost is what removing a record costs in index entries read: its
+// version read again, its record and index entry deleted in a synced
+// commit, and the compaction of the deletions (about 6 µs a record in
+// batches of gcBatch, BenchmarkCollectWriteStall, against 0.5 µs an entry
+// read).
+const removeCost = 12
 
 // DefaultOptions returns the defaults the fields document, with Grace 0:
 // the node derives it from the hint window and the clock skew bound.
-func DefaultOptions() Options { return Options{Interval: time.Minute} }
+func DefaultOptions() Options { return Options{Interval: time.Minute, Rate: DefaultRate} }
 
 // RegisterFlags defines the flags of the fields that have one, with their
 // current values as defaults.
 func (o *Options) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&o.Grace, "gc-grace", o.Grace, "keep tombstones and expired values at least this long after the delete or expiry; then remove them once every replica has them (must exceed --hint-window + --max-clock-skew; 0: their sum + 1h)")
+	fs.IntVar(&o.Rate, "gc-rate", o.Rate, "most index entries a second a garbage-collection pass reads (a record removed counts as 12); slowed down to an eighth while requests wait for the CPU (--background-sched-latency)")
 }
 
 // EnsureDefaults fills the zero fields with their defaults.
@@ -74,6 +101,9 @@ func (o *Options) EnsureDefaults() {
 	}
 	if o.Interval <= 0 {
 		o.Interval = time.Minute
+	}
+	if o.Rate <= 0 {
+		o.Rate = DefaultRate
 	}
 }
 
@@ -89,6 +119,7 @@ type Collector struct {
 	o          Options
 	log        *slog.Logger
 	m          *metrics
+	limit      *rate.Limiter // Rate
 	work       *worker.Group
 	now        func() time.Time
 
@@ -108,8 +139,16 @@ func New(local *replica.Replica, views func() *view.View, synced func() []time.T
 	if rebuilding == nil {
 		rebuilding = func() bool { return false }
 	}
-	return &Collector{local: local, views: views, synced: synced, rebuilding: rebuilding, o: o, log: log, m: newMetrics(), work: worker.New(), now: time.Now}
+	return &Collector{
+		local: local, views: views, synced: synced, rebuilding: rebuilding, o: o, log: log,
+		m: newMetrics(), limit: rate.NewLimiter(rate.Limit(o.Rate), max(o.Rate/10, gcBatch*removeCost)),
+		work: worker.New(), now: time.Now,
+	}
 }
+
+// Limiter is the passes' rate limiter (Rate), for the node's background
+// pace to govern.
+func (g *Collector) Limiter() *rate.Limiter { return g.limit }
 
 // Register adds the instruments to reg.
 func (g *Collector) Register(reg prometheus.Registerer) { g.m.register(reg) }
@@ -131,9 +170,9 @@ func (g *Collector) due(now time.Time, synced []time.Time) bool {
 // Start runs a pass whenever one is due (see due), checking every
 // Interval; Close stops it.
 func (g *Collector) Start() {
-	g.work.Tick(g.o.Interval, func(context.Context) {
+	g.work.Tick(g.o.Interval, func(ctx context.Context) {
 		if g.due(g.now(), g.synced()) {
-			g.Pass()
+			g.Pass(ctx)
 		}
 	})
 }
@@ -142,8 +181,9 @@ func (g *Collector) Start() {
 func (g *Collector) Close() { g.work.Stop() }
 
 // Pass removes what the rules above allow, partition by partition, now,
-// and returns how many records it removed.
-func (g *Collector) Pass() int {
+// at Rate, and returns how many records it removed. It stops early, with
+// what it removed so far, once ctx is done or the collector is closing.
+func (g *Collector) Pass(ctx context.Context) int {
 	if g.rebuilding() {
 		return 0
 	}
@@ -159,6 +199,9 @@ func (g *Collector) Pass() int {
 	var buf [8]int
 	var cands []store.Candidate
 	for p := range partition.Count {
+		if ctx.Err() != nil || g.work.Stopping() {
+			break
+		}
 		part := partition.ID(p)
 		reps := v.OldReplicas(part, buf[:0])
 		arrivedBefore, mine := now, false
@@ -177,17 +220,24 @@ func (g *Collector) Pass() int {
 			continue
 		}
 		cands = cands[:0]
-		err := g.local.Store.Candidates(part, uint64(cutoff.UnixMilli()), uint64(arrivedBefore.UnixMilli()), func(key []byte, e store.IndexEntry) error {
+		read, err := g.local.Store.Candidates(part, uint64(cutoff.UnixMilli()), uint64(arrivedBefore.UnixMilli()), func(key []byte, e store.IndexEntry) error {
 			cands = append(cands, store.Candidate{Key: bytes.Clone(key), Version: e.Version})
 			return nil
 		})
+		g.m.read.Add(float64(read))
 		if err != nil {
 			g.log.Error("garbage collection", "partition", p, "err", err)
 			continue
 		}
+		if pace.WaitBytes(ctx, g.limit, read) != nil {
+			break
+		}
 		for len(cands) > 0 && !g.work.Stopping() {
 			chunk := cands[:min(len(cands), gcBatch)]
 			cands = cands[len(chunk):]
+			if pace.WaitBytes(ctx, g.limit, len(chunk)*removeCost) != nil {
+				break
+			}
 			n, err := g.local.Collect(chunk, horizon)
 			if err != nil {
 				g.log.Error("garbage collection", "partition", p, "err", err)

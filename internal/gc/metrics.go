@@ -6,6 +6,7 @@ import "github.com/prometheus/client_golang/prometheus"
 // horizon below which writes are dropped.
 type metrics struct {
 	removed prometheus.Counter
+	read    prometheus.Counter
 	horizon prometheus.Gauge
 }
 
@@ -15,6 +16,10 @@ func newMetrics() *metrics {
 			Name: "dhtkv_gc_removed_total",
 			Help: "Tombstones and expired values removed by garbage collection once every replica had them.",
 		}),
+		read: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "dhtkv_gc_index_entries_read_total",
+			Help: "Index entries garbage-collection passes read (--gc-rate paces them).",
+		}),
 		horizon: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "dhtkv_gc_horizon_timestamp_seconds",
 			Help: "The garbage-collection horizon (Unix seconds): writes with older versions are dropped. 0 until something was removed.",
@@ -22,4 +27,4 @@ func newMetrics() *metrics {
 	}
 }
 
-func (m *metrics) register(reg prometheus.Registerer) { reg.MustRegister(m.removed, m.horizon) }
+func (m *metrics) register(reg prometheus.Registerer) { reg.MustRegister(m.removed, m.read, m.horizon) }

@@ -247,7 +247,7 @@ type Config struct {
 	RawValueMinBytes int
 	// GC configures garbage collection (gc.Options: --gc-grace, whose
 	// default 0 the node turns into Handoff.Window + MaxClockSkew + 1 h;
-	// Interval has no flag, tests shorten it). The default value is
+	// --gc-rate; Interval has no flag, tests shorten it). The default value is
 	// gc.DefaultOptions().
 	GC gc.Options
 	// PeerConns is how many batches may be in flight to each peer at
@@ -373,6 +373,8 @@ func (cfg *Config) Validate() error {
 		return fmt.Errorf("--snapshot-dir %s and --data-dir %s: one is inside the other; snapshots go beside the store's files, not among them", cfg.SnapshotDir, cfg.DataDir)
 	case cfg.GC.Grace < 0 || cfg.GC.Grace > 0 && cfg.GC.Grace <= cfg.Handoff.Window+cfg.MaxClockSkew:
 		return fmt.Errorf("--gc-grace %v must exceed --hint-window %v plus --max-clock-skew %v: a hint still held could otherwise bring back a collected delete", cfg.GC.Grace, cfg.Handoff.Window, cfg.MaxClockSkew)
+	case cfg.GC.Rate < 0:
+		return fmt.Errorf("--gc-rate %d must not be negative", cfg.GC.Rate)
 	}
 	for _, v := range []interface{ Validate() error }{&cfg.Store, &cfg.Probe, &cfg.Coordinator, &cfg.Handoff, &cfg.AntiEntropy, &cfg.AccessLog, &cfg.Move, &cfg.Membership, &cfg.Pace, &cfg.MapLog} {
 		if err := v.Validate(); err != nil {

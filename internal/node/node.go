@@ -490,7 +490,7 @@ func (n *Node) Members() *membership.Service { return n.members }
 
 // CollectGarbage runs one garbage-collection pass now and returns how many
 // records it removed (tests; production runs passes on a schedule).
-func (n *Node) CollectGarbage() int { return n.gc.Pass() }
+func (n *Node) CollectGarbage() int { return n.gc.Pass(context.Background()) }
 
 // PeerStates returns what the probes found of every peer.
 func (n *Node) PeerStates() []probe.PeerState { return n.probe.PeerStates() }

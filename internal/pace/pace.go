@@ -1,9 +1,9 @@
 // Package pace slows a node's background work down while its requests
 // wait for the CPU, and lets it go at its full rates while they do not.
 //
-// Anti-entropy, hint replay, partition copies and drops each have a rate
-// limit in bytes or records a second (--ae-rate, --hint-replay-rate,
-// --move-rate, --drop-rate). A fixed rate cannot be right on every
+// Anti-entropy, hint replay, partition copies, drops and garbage
+// collection each have a rate limit in bytes or records a second
+// (--ae-rate, --hint-replay-rate, --move-rate, --drop-rate, --gc-rate). A fixed rate cannot be right on every
 // machine: on two cores the defaults let anti-entropy take as much CPU as
 // the foreground writes (docs/benchmarks.md sections 23 and 25), on
 // sixteen they are a small share. The Governor measures what the
@@ -57,7 +57,7 @@ func DefaultOptions() Options { return Options{Target: time.Millisecond} }
 // RegisterFlags defines the flags of the fields, with their current values
 // as defaults.
 func (o *Options) RegisterFlags(fs *flag.FlagSet) {
-	fs.DurationVar(&o.Target, "background-sched-latency", o.Target, "slow anti-entropy, hint replay, partition copies and drops (down to an eighth of their rates) while the Go scheduler's p99 latency is above this; 0: always their full rates")
+	fs.DurationVar(&o.Target, "background-sched-latency", o.Target, "slow anti-entropy, hint replay, partition copies, drops and garbage collection (down to an eighth of their rates) while the Go scheduler's p99 latency is above this; 0: always their full rates")
 }
 
 // Validate refuses settings that cannot work.

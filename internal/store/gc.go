@@ -84,15 +84,18 @@ type Candidate struct {
 
 // Candidates calls fn for every key of partition part whose index entry
 // says its record may be collected before collectBefore (Unix ms) and
-// arrived here before arrivedBefore (Unix ms). key is valid only during
-// the call.
-func (s *Store) Candidates(part partition.ID, collectBefore, arrivedBefore uint64, fn func(key []byte, e IndexEntry) error) error {
-	return s.SegmentEntries(part, -1, func(_ uint8, key []byte, e IndexEntry) error {
+// arrived here before arrivedBefore (Unix ms), and returns how many index
+// entries it read (the partition's, on success: the scan's cost). key is
+// valid only during the call.
+func (s *Store) Candidates(part partition.ID, collectBefore, arrivedBefore uint64, fn func(key []byte, e IndexEntry) error) (read int, err error) {
+	err = s.SegmentEntries(part, -1, func(_ uint8, key []byte, e IndexEntry) error {
+		read++
 		if e.Collect == 0 || e.Collect >= collectBefore || e.Arrived >= arrivedBefore {
 			return nil
 		}
 		return fn(key, e)
 	})
+	return read, err
 }
 
 // Collect removes each candidate's record and index entry if the key
