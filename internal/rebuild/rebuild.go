@@ -20,8 +20,10 @@
 //   - /v0/status says "rebuilding".
 //
 // The node serves reads once every peer it shares partitions with was
-// copied to its stream's end; a peer that does not answer is tried again
-// every retry interval. Every such peer is needed: an acknowledged write
+// copied to its stream's end, every record of it stored; a peer that does
+// not answer, or whose copy left records out (their versions too far
+// ahead of this node's clock: the clock is behind), is tried again every
+// retry interval. Every such peer is needed: an acknowledged write
 // may be on this node and on a single other one. Each copy is routed by
 // the cluster map of its start (the partitions both hold in it, old set
 // or new set while a change is under way) and stops when a newer map is
@@ -32,6 +34,7 @@ package rebuild
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"maps"
 	"slices"
@@ -162,6 +165,12 @@ func (r *Rebuilder) copyPeers(ctx context.Context) bool {
 			}
 			st, err := r.copier.Copy(ctx, v.URL(i), v.Epoch(), partition.SetOf(shared...))
 			r.m.records.Add(float64(st.Records))
+			if err == nil && st.Refused > 0 {
+				// Left where they are, too far ahead of this node's clock:
+				// the copy is not complete, and may be the only other
+				// replica of an acknowledged write.
+				err = fmt.Errorf("%d records left out, too far ahead of this node's clock (is it behind?)", st.Refused)
+			}
 			if err != nil {
 				if ctx.Err() != nil {
 					return false
