@@ -14,13 +14,19 @@
 #   N=200000 LOAD_S=40 loadtest/membership.sh
 #   N=1000000 VALUE_SIZE=1024 MOVE_RATE=1GiB JOIN_ONLY=1 loadtest/membership.sh  # the join at disk speed
 #   N=20000 VALUE_SIZE=1024 MOVE_RATE=1GiB JOIN_ONLY=1 LOAD_S=10 loadtest/membership.sh  # the same in seconds
+#   N=1000000 VALUE_SIZE=1024 MOVE_RATE=1GiB REPLICAS_ONLY=1 loadtest/membership.sh  # 2 -> 3 replicas instead
 #   KEEP=1 loadtest/membership.sh              # keep the nodes' logs and data
 #   DHTKV=/tmp/dhtkv-main N=1000000 VALUE_SIZE=1024 JOIN_ONLY=1 loadtest/membership.sh  # A/B: one build, then
 #   DHTKV=/tmp/dhtkv-drop N=1000000 VALUE_SIZE=1024 JOIN_ONLY=1 loadtest/membership.sh  # the other (docs/benchmarks.md section 19)
 #
 # MOVE_RATE is the nodes' --move-rate (default theirs, 24MiB); DROP_RATE
 # their --drop-rate (default theirs); NODE_FLAGS extra flags for every
-# node; JOIN_ONLY=1 skips the decommission. DHTKV: the server binary
+# node; JOIN_ONLY=1 skips the decommission. REPLICAS_ONLY=1 measures a
+# replication factor change instead: the three nodes start with
+# --replicas 2 (filled and loaded with from=2), and `dhtkvctl replicas 3`
+# under the same load makes each
+# node the third replica of a third of the partitions (moves as a join's:
+# streamed, then compared). DHTKV: the server binary
 # (default: built from this repository), to compare two builds in one
 # sitting.
 #
@@ -99,7 +105,7 @@ load() { # name targets [dhtkv-load flags...] -> dhtkv-load JSON in $tmp/$name.j
   shift 2
   echo "load average before $name: $(loadavg)"
   "$tmp/dhtkv-load" --targets "$targets" --workload mixed --read-ratio 0.9 --keyspace "$N" --value-size "$VALUE_SIZE" \
-    --rate "$RATE" --duration "${LOAD_S}s" --ack 2 --from 3 --connections "$CONNECTIONS" --json "$@" >"$tmp/$name.json" 2>"$tmp/$name.log" &
+    --rate "$RATE" --duration "${LOAD_S}s" --ack 2 --from "$replicas" --connections "$CONNECTIONS" --json "$@" >"$tmp/$name.json" 2>"$tmp/$name.log" &
   echo $! >"$tmp/generator.pid"
   wait $! || true
   echo "load average after $name: $(loadavg)"
@@ -170,11 +176,13 @@ await_done() { # admin-node -> seconds until its map has no change
 }
 
 cluster="$(url 1),$(url 2),$(url 3)"
-for i in 1 2 3; do start_node "$i" --cluster "$cluster" --replicas 3; done
+replicas=3
+[ "${REPLICAS_ONLY:-}" ] && replicas=2
+for i in 1 2 3; do start_node "$i" --cluster "$cluster" --replicas "$replicas"; done
 for i in 1 2 3; do wait_up "$i"; done
 t0=$(now)
 "$tmp/dhtkv-load" --targets "$cluster" --fill "$N" --fill-only --keyspace "$N" --value-size "$VALUE_SIZE" \
-  --ack 3 --from 3 --connections "$CONNECTIONS" 2>"$tmp/fill.log" || { cat "$tmp/fill.log" >&2; exit 1; }
+  --ack "$replicas" --from "$replicas" --connections "$CONNECTIONS" 2>"$tmp/fill.log" || { cat "$tmp/fill.log" >&2; exit 1; }
 echo "filled $N keys of $VALUE_SIZE bytes in $(since "$t0") s"
 echo "LSM after the fill: $(lsm 1 2 3)"
 
@@ -183,6 +191,33 @@ sampler=$!
 load baseline3 "$cluster"
 kill "$sampler" 2>/dev/null || true
 echo "baseline (3 nodes, no change): $(summary baseline3); $(neighbours baseline3)"
+
+if [ "${REPLICAS_ONLY:-}" ]; then
+  # 2 -> 3 replicas, driven by node 1, under load through nodes 1-3.
+  before=$(metric dhtkv_membership_moved_bytes_total 1 2 3)
+  before_rec=$(metric dhtkv_membership_moved_records_total 1 2 3)
+  start_replicas() {
+    sleep 5
+    "$tmp/dhtkvctl" replicas --admin "127.0.0.1:$(admin 1)" --no-wait 3 >"$tmp/replicas.out"
+    await_done 1 >"$tmp/replicas.secs"
+  }
+  start_replicas &
+  changer=$!
+  (while :; do sample 1 2 3; sleep 1; done) >"$tmp/replicas.samples" &
+  sampler=$!
+  now >"$tmp/replicas.start"
+  load replicas "$cluster" --timeline
+  kill "$sampler" 2>/dev/null || true
+  wait "$changer"
+  moved=$(( $(metric dhtkv_membership_moved_bytes_total 1 2 3) - before ))
+  moved_rec=$(( $(metric dhtkv_membership_moved_records_total 1 2 3) - before_rec ))
+  echo "replicas 2 -> 3: $(cat "$tmp/replicas.secs") s; nodes 1-3 copied $moved_rec records, $moved bytes ($(awk -v b="$moved" -v s="$(cat "$tmp/replicas.secs")" 'BEGIN {printf "%.1f MB/s over the whole change", b / 1e6 / s}')); ideal: $N records, one more copy of each"
+  echo "replicas load: $(summary replicas); $(neighbours replicas)"
+  grep -h 'membership: partitions copied' "$tmp"/node[123].log | sed 's/^/replicas copy: /' || true
+  timeline replicas
+  for i in 1 2 3; do echo "node $i holds $(held "$i") records"; done
+  exit 0
+fi
 
 # Join: node 4 starts with --join after the change began.
 start_join() {
