@@ -308,7 +308,8 @@ func (x *transfer) start(b *transferBatch, keys, envs [][]byte) {
 	p, epoch, deadline := x.v.Peers[x.peer], x.v.Epoch(), time.Now().Add(x.a.o.Timeout)
 	for i, key := range keys {
 		c := &b.calls[i]
-		*c = view.Call{Key: key, Epoch: epoch, Deadline: deadline, Done: b.done}
+		// A pull's read is background work: the peer does not cache it.
+		*c = view.Call{Key: key, Epoch: epoch, Deadline: deadline, Done: b.done, Background: envs == nil}
 		if envs != nil {
 			c.Env = envs[i]
 		}

@@ -165,6 +165,26 @@ func (c *Cache) GetOrLoad(key []byte, load Loader) (Entry, error) {
 	return c.fill(key, load)
 }
 
+// GetOrRead is GetOrLoad for a read the cache should not keep: a
+// background read (anti-entropy pulling a record) of a key requests may
+// never ask for, whose fill would cost the policy's work and evict what
+// requests use. On a miss it loads without caching; the store is the
+// truth, so a read outside the fill protocol is never stale.
+func (c *Cache) GetOrRead(key []byte, load Loader) (Entry, error) {
+	if e, ok := c.get(key); ok {
+		return e, nil
+	}
+	buf, found, err := load(nil)
+	if err != nil || !found {
+		return Entry{}, err
+	}
+	rec, err := record.Decode(buf)
+	if err != nil {
+		return Entry{}, fmt.Errorf("cache read %q: %w", key, err)
+	}
+	return Entry{Rec: rec, Found: true}, nil
+}
+
 // get returns the cached entry for key, if any.
 func (c *Cache) get(key []byte) (Entry, bool) {
 	if c == nil {

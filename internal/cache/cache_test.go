@@ -153,3 +153,31 @@ func TestDecodeChecksTheKey(t *testing.T) {
 		require.False(t, ok, name)
 	}
 }
+
+// TestGetOrReadDoesNotFill: a background read finds what the cache holds,
+// and reads what it does not without caching it.
+func TestGetOrReadDoesNotFill(t *testing.T) {
+	c, err := New(1 << 20)
+	require.NoError(t, err)
+	defer c.Close()
+	e, err := c.GetOrRead([]byte("cold"), loader(1, "v1"))
+	require.NoError(t, err)
+	require.True(t, e.Found)
+	require.Equal(t, "v1", string(e.Rec.Value))
+	_, ok := c.get([]byte("cold"))
+	require.False(t, ok, "a background read is not cached")
+
+	_, err = c.fill([]byte("hot"), loader(2, "cached"))
+	require.NoError(t, err)
+	e, err = c.GetOrRead([]byte("hot"), loader(3, "store"))
+	require.NoError(t, err)
+	require.Equal(t, "cached", string(e.Rec.Value), "a cached entry is served from the cache")
+
+	e, err = c.GetOrRead([]byte("absent"), func([]byte) ([]byte, bool, error) { return nil, false, nil })
+	require.NoError(t, err)
+	require.False(t, e.Found)
+	var nilCache *Cache
+	e, err = nilCache.GetOrRead([]byte("k"), loader(4, "v4"))
+	require.NoError(t, err)
+	require.Equal(t, "v4", string(e.Rec.Value), "no cache: the store's")
+}

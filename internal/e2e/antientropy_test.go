@@ -87,6 +87,39 @@ func TestAntiEntropyRepairsBothWays(t *testing.T) {
 	require.Equal(t, 1.0, c.Metric(t, 2, "dhtkv_antientropy_exchange_progress_ratio", "peer", c.URL(0)))
 }
 
+// TestAntiEntropyPullsDoNotFillTheCache: the records a repair pulls are
+// read by the peer that holds them without keeping them in its read
+// cache (a background batch): no client read anything, so after writes
+// (which only invalidate) and a repair that pulled every key, every
+// node's read cache is still empty.
+func TestAntiEntropyPullsDoNotFillTheCache(t *testing.T) {
+	c := testcluster.Start(t, 3, aeOnly(0))
+	cl := testcluster.NewClient(t)
+	const n = 200
+	c.StopNode(2)
+	for i := range n {
+		require.Equal(t, http.StatusCreated, cl.Put(t, c.URL(i%2), fmt.Sprintf("p%d", i), []byte("v"), 2, 3))
+	}
+	awaitNoReplicaCalls(t, c, 0, 1)
+	c.StartNode(2)
+	pulled := 0
+	for _, st := range c.Repair(t, 2) {
+		require.Empty(t, st.Error, "exchange with %s", st.Peer)
+		pulled += st.Pulled
+	}
+	require.Equal(t, n, pulled, "node 2 pulled every key")
+	for i := range 3 {
+		require.Zero(t, c.Metric(t, i, "dhtkv_cache_bytes"), "node %d's read cache", i)
+	}
+	code, _ := cl.Get(t, c.URL(0), "p1", 1, 1)
+	require.Equal(t, http.StatusOK, code)
+	filled := 0.0
+	for i := range 3 {
+		filled += c.Metric(t, i, "dhtkv_cache_bytes")
+	}
+	require.Positive(t, filled, "a client's read fills a cache")
+}
+
 // TestAntiEntropyScheduled: with a short interval and no request to
 // repair, a node that missed writes while it was down converges on its
 // own, with no read and no hint.

@@ -70,14 +70,15 @@ const (
 	reservedFiles = 1088
 	// reservedPerPeerStreams is, per other node, room for the range and
 	// rebuild streams opened to it on top of rpc.Peer's pooled
-	// connections (2 lanes × --peer-conns, plus one for pings).
+	// connections (2 request lanes × --peer-conns, one for background
+	// reads, one for pings).
 	reservedPerPeerStreams = 16
 )
 
 // DefaultMaxConnections is the connection cap used when --max-connections
 // is 0, for a soft RLIMIT_NOFILE of nofile descriptors:
 //
-//	nofile − 1088 − (clusterSize − 1) × (2 × peerConns + 1 + 16)
+//	nofile − 1088 − (clusterSize − 1) × (2 × peerConns + 2 + 16)
 //
 // that is, the descriptor limit less what Pebble, the process and the
 // connections to every other node may hold (see reservedFiles and
@@ -86,7 +87,7 @@ const (
 func DefaultMaxConnections(nofile uint64, clusterSize, peerConns int) int {
 	const ceiling = 1 << 24 // RLIM_INFINITY and the like: no real bound
 	n := int(min(nofile, ceiling))
-	reserve := reservedFiles + (clusterSize-1)*(2*peerConns+1+reservedPerPeerStreams)
+	reserve := reservedFiles + (clusterSize-1)*(2*peerConns+2+reservedPerPeerStreams)
 	return max(n-reserve, n/4)
 }
 

@@ -28,8 +28,8 @@ func TestDefaultMaxConnections(t *testing.T) {
 		want              int
 	}{
 		{"one node", 20000, 1, 1, 20000 - 1088},
-		{"three nodes", 20000, 3, 1, 20000 - 1088 - 2*19},
-		{"three nodes, 4 peer conns", 20000, 3, 4, 20000 - 1088 - 2*25},
+		{"three nodes", 20000, 3, 1, 20000 - 1088 - 2*20},
+		{"three nodes, 4 peer conns", 20000, 3, 4, 20000 - 1088 - 2*26},
 		{"low limit: a quarter", 1024, 3, 1, 256},
 		{"just above the reserve: a quarter", 1400, 1, 1, 350},
 		{"unlimited", ^uint64(0), 1, 1, 1<<24 - 1088},

@@ -39,6 +39,16 @@ func (r *Replica) Get(key []byte) (cache.Entry, error) {
 	return e, nil
 }
 
+// GetUncached is Get for background work: a record the read cache does
+// not hold is read from the store and not cached (cache.GetOrRead).
+func (r *Replica) GetUncached(key []byte) (cache.Entry, error) {
+	e, err := r.Cache.GetOrRead(key, func(prefix []byte) ([]byte, bool, error) { return r.Store.AppendEnvelope(prefix, key) })
+	if err != nil {
+		return cache.Entry{}, fmt.Errorf("replica get: %w", err)
+	}
+	return e, nil
+}
+
 // Apply stores rec under key (last-write-wins) and invalidates the cache.
 // When it returns nil the write is committed and visible to every later Get.
 func (r *Replica) Apply(key []byte, rec *record.Record) error {

@@ -84,7 +84,7 @@ func (d *Direct) batch(body []byte, epoch uint64) ([]byte, error) {
 		return nil, fmt.Errorf("%w (%s)", ErrStaleEpoch, d.URL)
 	}
 	start := d.now()
-	out, err := d.Server.ServeBatch(body, nil)
+	out, err := d.Server.ServeBatch(body, nil, false)
 	d.release(epoch)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", d.URL, err)

@@ -82,7 +82,7 @@ func (s *Server) HandleBatch(ctx *fasthttp.RequestCtx, body []byte) {
 		return
 	}
 	buf := ctx.Response.SwapBody(nil)[:0]
-	out, err := s.ServeBatch(body, buf)
+	out, err := s.ServeBatch(body, buf, len(ctx.Request.Header.Peek(BackgroundHeader)) > 0)
 	s.Release(epoch)
 	if err != nil {
 		ctx.Response.SwapBody(buf)

@@ -46,7 +46,7 @@ func TestServeBatchNoSpace(t *testing.T) {
 	free.Store(10 << 20)
 	body := AppendBatchOp(nil, OpWrite, []byte("b"), (&record.Record{Version: v1 + 256, Value: []byte("refused")}).Encode())
 	body = AppendBatchOp(body, OpRead, []byte("a"), nil)
-	answer, err := d.Server.ServeBatch(body, nil)
+	answer, err := d.Server.ServeBatch(body, nil, false)
 	require.NoError(t, err)
 	r, rest, err := nextResult(answer)
 	require.NoError(t, err)

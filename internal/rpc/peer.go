@@ -130,16 +130,27 @@ type Peer struct {
 	calls sync.Pool
 }
 
-// The lanes of a peer: reads never wait behind writes (see Peer).
+// The lanes of a peer: reads never wait behind writes (see Peer), and
+// requests' reads never behind background reads (view.Call.Background),
+// whose batches carry BackgroundHeader.
 const (
 	laneRead = iota
 	laneWrite
+	laneBackground
 	nLanes
 )
 
-func laneOf(kind byte) int {
-	if kind == OpWrite {
+// maxConns is the most connections a Peer with conns senders per
+// request lane holds to its node: those senders', the background lane's
+// one, and one for Ping.
+func maxConns(conns int) int { return 2*conns + 1 + 1 }
+
+func laneOf(c *call) int {
+	switch {
+	case c.kind == OpWrite:
 		return laneWrite
+	case c.bg:
+		return laneBackground
 	}
 	return laneRead
 }
@@ -191,7 +202,7 @@ func NewPeer(baseURL string, o PeerOptions, m *Metrics) *Peer {
 				}
 				return dial(a, left)
 			},
-			MaxConns: nLanes*o.Conns + 1, // + 1 for Ping
+			MaxConns: maxConns(o.Conns),
 			// Each sender uses one connection at a time, so none waits for
 			// a free one; should that change, a wait is still bounded.
 			MaxConnWaitTimeout: timeout,
@@ -206,7 +217,7 @@ func NewPeer(baseURL string, o PeerOptions, m *Metrics) *Peer {
 			// A batch carries versions, so a repeat is harmless; timeouts
 			// are never retried and the request deadline still bounds the
 			// call.
-			MaxIdemponentCallAttempts: nLanes*o.Conns + 2,
+			MaxIdemponentCallAttempts: maxConns(o.Conns) + 1,
 			RetryIfErr: func(_ *fasthttp.Request, _ int, err error) (bool, bool) {
 				return false, isDeadConn(err)
 			},
@@ -254,9 +265,13 @@ func (p *Peer) startSenders() {
 		return
 	}
 	for l := range p.lanes {
-		p.senders.Add(p.conns)
-		for range p.conns {
-			go p.sender(p.lanes[l])
+		n := p.conns
+		if l == laneBackground {
+			n = 1 // background work is paced; it needs no parallel batches
+		}
+		p.senders.Add(n)
+		for range n {
+			go p.sender(p.lanes[l], l == laneBackground)
 		}
 	}
 }
@@ -334,6 +349,7 @@ type call struct {
 	envelope []byte // writes
 	epoch    uint64 // the cluster map's the call was routed by
 	deadline time.Time
+	bg       bool       // a background read (laneBackground)
 	ext      *view.Call // Go's call, finished on its Done; nil for Get and Apply
 
 	// Set by the sender before it signals done.
@@ -369,7 +385,7 @@ func (p *Peer) enqueue(c *call) error {
 		return ErrPeerClosed
 	}
 	select {
-	case p.lanes[laneOf(c.kind)] <- c: // c belongs to the senders until it is finished
+	case p.lanes[laneOf(c)] <- c: // c belongs to the senders until it is finished
 		return nil
 	default:
 		return fmt.Errorf("%w: %d calls already queued", ErrTimeout, queueLen)
@@ -413,7 +429,7 @@ func (p *Peer) Go(vc *view.Call) {
 		kind = OpWrite
 	}
 	c := p.newCall(kind, vc.Key, vc.Env, vc.Epoch, vc.Deadline)
-	c.ext = vc
+	c.ext, c.bg = vc, vc.Background && kind == OpRead
 	if err := p.enqueue(c); err != nil {
 		c.finish(err)
 	}
@@ -469,8 +485,9 @@ func (p *Peer) writeResult(c *call) (newer uint64, err error) {
 	return 0, nil
 }
 
-// sender sends batches of queue's calls until Close; see Peer.
-func (p *Peer) sender(queue chan *call) {
+// sender sends batches of queue's calls until Close, marked with
+// BackgroundHeader if bg; see Peer.
+func (p *Peer) sender(queue chan *call, bg bool) {
 	defer p.senders.Done()
 	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
 	defer func() {
@@ -514,7 +531,7 @@ func (p *Peer) sender(queue chan *call) {
 			runtime.Gosched()
 			batch, _, carry = p.take(queue, batch, size)
 		}
-		body = p.send(batch, req, resp, body)
+		body = p.send(batch, req, resp, body, bg)
 		// A batch with one very large value must not pin its buffers for
 		// the sender's lifetime.
 		if cap(body) > 2*p.maxBatch {
@@ -560,9 +577,9 @@ func failQueued(queue chan *call) {
 
 // send sends one batch and finishes every call in it. It returns body, the
 // request buffer, for reuse.
-func (p *Peer) send(batch []*call, req *fasthttp.Request, resp *fasthttp.Response, body []byte) []byte {
+func (p *Peer) send(batch []*call, req *fasthttp.Request, resp *fasthttp.Response, body []byte, bg bool) []byte {
 	for len(batch) > 0 {
-		body, batch = p.sendOnce(batch, req, resp, body)
+		body, batch = p.sendOnce(batch, req, resp, body, bg)
 	}
 	return body
 }
@@ -571,7 +588,7 @@ func (p *Peer) send(batch []*call, req *fasthttp.Request, resp *fasthttp.Respons
 // earliest of their deadlines, and finishes them. If that deadline passes
 // first, the calls with a later deadline are not failed for a batch-mate's
 // (a hint queued long before, say): they are returned, to be sent again.
-func (p *Peer) sendOnce(batch []*call, req *fasthttp.Request, resp *fasthttp.Response, body []byte) ([]byte, []*call) {
+func (p *Peer) sendOnce(batch []*call, req *fasthttp.Request, resp *fasthttp.Response, body []byte, bg bool) ([]byte, []*call) {
 	now := time.Now()
 	live := batch[:0]
 	var deadline time.Time
@@ -604,6 +621,9 @@ func (p *Peer) sendOnce(batch []*call, req *fasthttp.Request, resp *fasthttp.Res
 		req.Header.Set(SecretHeader, p.secret)
 	}
 	setEpoch(&req.Header, epoch)
+	if bg {
+		req.Header.Set(BackgroundHeader, "1")
+	}
 	req.SetBodyRaw(body)
 	resp.Reset()
 	err := p.exchange(req, resp, deadline)

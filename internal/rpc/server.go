@@ -111,6 +111,8 @@ func (sc *batchScratch) release() {
 // ServeBatch serves one batch (see BatchPath) and appends its answer to
 // out. body may be the transport's buffer: nothing of it is kept after
 // ServeBatch returns (the store copies keys and values into its batch).
+// A background batch (BackgroundHeader) reads without filling the read
+// cache (replica.GetUncached).
 //
 // Writes carry the version the coordinator assigned; last-write-wins in
 // the store keeps the newest, and all the batch's accepted writes go to
@@ -118,7 +120,7 @@ func (sc *batchScratch) release() {
 // anything is applied, so a malformed batch (an *Error) stores nothing.
 // The replica's failures (the store, persisting the clock) fail only the
 // operations they touch, each with its reason in the answer.
-func (s *Server) ServeBatch(body, out []byte) ([]byte, error) {
+func (s *Server) ServeBatch(body, out []byte, background bool) ([]byte, error) {
 	sc := batchScratches.Get().(*batchScratch)
 	defer sc.release()
 	var err error
@@ -192,7 +194,7 @@ func (s *Server) ServeBatch(body, out []byte) ([]byte, error) {
 		case readOne && len(out)-start >= maxAnswer:
 			out = append(out, ResOverLimit)
 		default:
-			out = s.appendRead(out, op.Key)
+			out = s.appendRead(out, op.Key, background)
 			readOne = true
 		}
 	}
@@ -202,12 +204,17 @@ func (s *Server) ServeBatch(body, out []byte) ([]byte, error) {
 // errRebuilding is the result of a read of a rebuilding replica.
 const errRebuilding = "rebuilding: this replica is still copying its share"
 
-// appendRead appends the result of reading key from the replica.
-func (s *Server) appendRead(out, key []byte) []byte {
+// appendRead appends the result of reading key from the replica, through
+// its read cache unless background.
+func (s *Server) appendRead(out, key []byte, background bool) []byte {
 	if s.Rebuilding != nil && s.Rebuilding() {
 		return AppendResultError(out, errRebuilding)
 	}
-	e, err := s.Replica.Get(key)
+	get := s.Replica.Get
+	if background {
+		get = s.Replica.GetUncached
+	}
+	e, err := get(key)
 	switch {
 	case err != nil:
 		s.Log.Error("internal batch read", "err", err)

@@ -57,6 +57,12 @@ import (
 // 403.
 const BatchPath = "/v0/internal/batch"
 
+// BackgroundHeader, on a batch, says its reads are background work's
+// (anti-entropy's pulls): the replica serves them without keeping what it
+// read in its read cache. A node that does not know it serves them as any
+// reads.
+const BackgroundHeader = "X-Dhtkv-Background"
+
 // Operation kinds and result codes of a batch (see BatchPath).
 const (
 	OpRead  = 'g'

@@ -20,6 +20,11 @@ type Call struct {
 	Deadline time.Time
 	// Tag is the caller's, untouched by the peer (which replica this is).
 	Tag int
+	// Background marks a read made for background work (anti-entropy
+	// pulling records it found differing): a peer that can (rpc.Peer)
+	// sends it apart from the requests' reads and asks the other node
+	// not to keep the record in its read cache.
+	Background bool
 	// Done receives the call when it ends. It must have room for it: the
 	// peer's sender must never block on a caller.
 	Done chan<- *Call
