@@ -28,7 +28,8 @@ import (
 // at read-new, node 2, once it acknowledged the stream stage and reported
 // its copy, is cut from every node but j's connections to it (j still
 // compares its gains with node 2): it cannot acknowledge read-new, so
-// read-new waits for node 2 alone. Then the victim is stopped and its
+// read-new waits for node 2 alone. There an abort is refused (409), as is
+// a replace of a member that answers. Then the victim is stopped and its
 // disk wiped:
 //
 //   - "a node of both sets": node 2 itself;
@@ -104,6 +105,11 @@ func replaceDeadMemberAtReadNew(t *testing.T, victimIsJoiner bool) {
 		})
 		code, body := c.Client().Do(t, http.MethodPost, c.AdminURL(0)+"/cluster/abort", nil)
 		require.Equal(t, http.StatusConflict, code, "abort in read-new: %s", body)
+		spare := c.AddNode(0)
+		code, body = c.Client().Do(t, http.MethodPost,
+			c.AdminURL(0)+"/cluster/replace?node="+url.QueryEscape(c.URL(1))+"&with="+url.QueryEscape(c.URL(spare)), nil)
+		require.Equal(t, http.StatusConflict, code, "replace of a live member during the change: %s", body)
+		require.Contains(t, string(body), "answers")
 
 		victim, members := 2, []int{0, 1, j}
 		if victimIsJoiner {
