@@ -24,7 +24,11 @@ its --admin-listen), which drives them (docs/membership.md):
   decommission URL      move the node's partitions to the others; it then
                         stops by itself
   replace DEAD NEW      give a dead node's identity to a new, empty machine
-                        at NEW; start it with --join: it rebuilds the data
+                        at NEW; start it with --join: it rebuilds the data.
+                        Also during a change, for a member of it that died
+                        (from read-new on, the only way to finish the
+                        change): the change goes on once NEW has rebuilt
+                        its partitions of both sets
   replicas N            change the replication factor to N (1 to the number
                         of nodes) over the same nodes: growing copies each
                         partition to its next-ranked node, shrinking drops
@@ -38,8 +42,9 @@ its --admin-listen), which drives them (docs/membership.md):
 join, decommission and replicas wait until the change is complete (every
 stage, the partitions copied), printing each stage, unless --no-wait;
 --wait-timeout bounds the wait (the change goes on without the command).
-Exit 1 when the change is refused (another one runs, a member does not
-answer, the factor is out of range or unchanged) or the wait times out.`
+Exit 1 when the change is refused (another one runs, except for a
+replace; a member does not answer; the node to replace answers; the
+factor is out of range or unchanged) or the wait times out.`
 
 // membershipFlags are the flags of the membership commands.
 type membershipFlags struct {

@@ -401,11 +401,19 @@ func (m *Map) Abort() (*Map, error) {
 
 // Replace returns the map in which node id is reached at url instead: a
 // new, empty machine takes the identity of a dead one and rebuilds its
-// data from the other replicas (placement does not change).
+// data from the other replicas. Its id and seed stay, so placement does
+// not change: with no change under way the node's replica sets, and
+// during one both the old and the new set (the node may be in either,
+// or be the node a join adds or a decommission removes).
+//
+// During a change the change stays as it is, at the same stage, in the
+// new epoch: its Node and Driver are ids, which the replacement keeps.
+// The stage then waits for the new machine (docs/membership.md, "A
+// member that dies during a change"): it acknowledges the stage only once
+// it holds its partitions of both sets, rebuilt from the other replicas
+// of each, so the change never ends, and the old set never drops a
+// partition, while a replica of the new set is missing.
 func (m *Map) Replace(id int, url string) (*Map, error) {
-	if m.Change != nil {
-		return nil, fmt.Errorf("%w: %s", ErrBusy, m.Change.describe())
-	}
 	u, err := NormalizeURL(url)
 	if err != nil {
 		return nil, err
@@ -419,6 +427,27 @@ func (m *Map) Replace(id int, url string) (*Map, error) {
 	n := m.next()
 	n.Node(id).URL = u
 	return n, n.Validate()
+}
+
+// SamePlacement reports whether m and o place every partition alike, in
+// both sets and at every stage's read and write sets: the same nodes by
+// id and seed, the same factors, and the same change at the same stage
+// (a replace's map and the one before it; their URLs may differ).
+func (m *Map) SamePlacement(o *Map) bool {
+	if m.Replicas != o.Replicas || len(m.Nodes) != len(o.Nodes) {
+		return false
+	}
+	for i, n := range m.Nodes {
+		if n.ID != o.Nodes[i].ID || n.Seed != o.Nodes[i].Seed {
+			return false
+		}
+	}
+	if m.Change == nil || o.Change == nil {
+		return m.Change == nil && o.Change == nil
+	}
+	a, b := *m.Change, *o.Change
+	a.Driver, b.Driver = 0, 0 // the driver places nothing
+	return a == b
 }
 
 // Encode returns the map as JSON.

@@ -1,6 +1,7 @@
 package clustermap
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -85,7 +86,8 @@ func TestChangeRefused(t *testing.T) {
 	}{
 		{"join during a change", func() (*Map, error) { return busy.BeginJoin("http://127.0.0.1:9001", 0) }, "another membership change"},
 		{"decommission during a change", func() (*Map, error) { return busy.BeginDecommission(1, 0) }, "another membership change"},
-		{"replace during a change", func() (*Map, error) { return busy.Replace(1, "http://127.0.0.1:9001") }, "another membership change"},
+		{"replace with a member during a change", func() (*Map, error) { return busy.Replace(1, "http://127.0.0.1:9000") }, "already a member"},
+		{"replace a stranger during a change", func() (*Map, error) { return busy.Replace(7, "http://127.0.0.1:9001") }, "not a member"},
 		{"join a member", func() (*Map, error) { return seed3(t).BeginJoin(urls3[1], 0) }, "already a member"},
 		{"join a bad URL", func() (*Map, error) { return seed3(t).BeginJoin("https://127.0.0.1:1", 0) }, "want http://host:port"},
 		{"decommission a stranger", func() (*Map, error) { return seed3(t).BeginDecommission(7, 0) }, "not a member"},
@@ -118,6 +120,102 @@ func TestReplaceAndIDs(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 3, j.Change.Node, "a node that returns gets a new id")
 	require.NotEqual(t, m.Nodes[2].Seed, 0)
+}
+
+// A dead member of a change under way is replaced at any stage, whatever
+// its part in the change (in both sets, the node a join adds or a
+// decommission removes, the driver): the change stays at its stage in a
+// new epoch, every node keeps its id and seed, so both sets place every
+// partition as before, and the change goes on (abort before read-new,
+// advance to its end) as it would have.
+func TestReplaceDuringChange(t *testing.T) {
+	const fresh = "http://127.0.0.1:9100"
+	for _, tc := range []struct {
+		name   string
+		begin  func(*Map) (*Map, error)
+		victim int
+	}{
+		{"join, the joining node", func(m *Map) (*Map, error) { return m.BeginJoin("http://127.0.0.1:8083", 0) }, 3},
+		{"join, a node of both sets", func(m *Map) (*Map, error) { return m.BeginJoin("http://127.0.0.1:8083", 0) }, 2},
+		{"join, its driver", func(m *Map) (*Map, error) { return m.BeginJoin("http://127.0.0.1:8083", 1) }, 1},
+		{"decommission, the leaving node", func(m *Map) (*Map, error) { return m.BeginDecommission(1, 0) }, 1},
+		{"decommission driven by the leaving node", func(m *Map) (*Map, error) { return m.BeginDecommission(1, 1) }, 1},
+		{"replicas, its driver", func(m *Map) (*Map, error) { return m.BeginReplicas(2, 2) }, 2},
+	} {
+		for _, stage := range []Stage{WriteBoth, Stream, ReadNew} {
+			t.Run(fmt.Sprintf("%s at %s", tc.name, stage), func(t *testing.T) {
+				m, err := tc.begin(seed3(t))
+				require.NoError(t, err)
+				for m.Change.Stage != stage {
+					m, err = m.Advance()
+					require.NoError(t, err)
+				}
+				r, err := m.Replace(tc.victim, fresh)
+				require.NoError(t, err)
+				require.Equal(t, m.Epoch+1, r.Epoch)
+				require.Equal(t, *m.Change, *r.Change, "the change goes on at its stage")
+				require.Equal(t, fresh, r.Node(tc.victim).URL)
+				require.Equal(t, m.Node(tc.victim).Seed, r.Node(tc.victim).Seed)
+				require.True(t, r.SamePlacement(m), "both sets place as before")
+				require.Equal(t, seeds(m.Old()), seeds(r.Old()))
+				require.Equal(t, seeds(m.New()), seeds(r.New()))
+				require.Equal(t, m.NewReplicas(), r.NewReplicas())
+				require.NotNil(t, m.Node(m.Change.Driver), "the driver is still a member")
+				back, err := Decode(r.Encode())
+				require.NoError(t, err)
+				require.Equal(t, r, back)
+
+				a, err := r.Abort()
+				if stage == ReadNew {
+					require.ErrorIs(t, err, ErrPastReadNew, "abort rules unchanged")
+				} else {
+					require.NoError(t, err)
+					require.Nil(t, a.Change)
+				}
+				for r.Change != nil {
+					r, err = r.Advance()
+					require.NoError(t, err)
+				}
+				if n := r.Node(tc.victim); n != nil {
+					require.Equal(t, fresh, n.URL, "the change ends with the new machine in the victim's place")
+				}
+			})
+		}
+	}
+}
+
+// seeds lists nodes by id and seed: what placement depends on.
+func seeds(nodes []Node) [][2]uint64 {
+	var out [][2]uint64
+	for _, n := range nodes {
+		out = append(out, [2]uint64{uint64(n.ID), n.Seed})
+	}
+	return out
+}
+
+// SamePlacement tells a replace's map from a change of placement.
+func TestSamePlacement(t *testing.T) {
+	m := seed3(t)
+	r, err := m.Replace(1, "http://127.0.0.1:9001")
+	require.NoError(t, err)
+	require.True(t, m.SamePlacement(r))
+	j, err := m.BeginJoin("http://127.0.0.1:8083", 0)
+	require.NoError(t, err)
+	require.False(t, m.SamePlacement(j), "a join adds a node")
+	s, err := j.Advance()
+	require.NoError(t, err)
+	require.False(t, j.SamePlacement(s), "another stage reads or writes other sets")
+	g, err := m.BeginReplicas(2, 0)
+	require.NoError(t, err)
+	require.False(t, m.SamePlacement(g), "another factor")
+	d1, err := m.BeginDecommission(1, 0)
+	require.NoError(t, err)
+	d2, err := m.BeginDecommission(2, 0)
+	require.NoError(t, err)
+	require.False(t, d1.SamePlacement(d2), "another leaving node")
+	o, err := m.BeginDecommission(1, 2)
+	require.NoError(t, err)
+	require.True(t, d1.SamePlacement(o), "the driver places nothing")
 }
 
 // Decode refuses maps that break the invariants.
@@ -224,7 +322,8 @@ func TestReplicasStages(t *testing.T) {
 }
 
 // BeginReplicas refuses what cannot be done, with the reason; and a
-// change of another kind is refused while a replicas change is under way.
+// change of another kind is refused while a replicas change is under way
+// (a replace is not a change of placement: TestReplaceDuringChange).
 func TestReplicasRefused(t *testing.T) {
 	m, err := Seed(urls3, 2)
 	require.NoError(t, err)
@@ -246,7 +345,6 @@ func TestReplicasRefused(t *testing.T) {
 		{"during a replicas change", func() (*Map, error) { return busy.BeginReplicas(1, 0) }, "another membership change is under way: replicas change to 3, stage write-both"},
 		{"join during it", func() (*Map, error) { return busy.BeginJoin("http://127.0.0.1:9001", 0) }, "another membership change"},
 		{"decommission during it", func() (*Map, error) { return busy.BeginDecommission(1, 0) }, "another membership change"},
-		{"replace during it", func() (*Map, error) { return busy.Replace(1, "http://127.0.0.1:9001") }, "another membership change"},
 	} {
 		_, err := tc.try()
 		require.ErrorContains(t, err, tc.want, tc.name)

@@ -284,7 +284,10 @@ func apply(cur *State, c *Command) (*State, *Result) {
 	}
 	// A change begins only once every member (but a replaced, dead one)
 	// has installed the current map: the stages that follow assume every
-	// node is at most one stage behind.
+	// node is at most one stage behind. A replace during a change does
+	// not wait: it keeps the stage, so the members stay at most one stage
+	// apart, and the stage's next step waits for the new machine and for
+	// every member's acknowledgement of the replace's epoch.
 	skip := -1
 	if c.Op == OpReplace {
 		skip = c.Node
@@ -314,10 +317,7 @@ func apply(cur *State, c *Command) (*State, *Result) {
 	n.Map, n.Changed = next, true
 	o := &Outcome{ID: c.ID, Kind: c.Op, Node: subject, Began: next.Epoch}
 	if c.Op == OpReplace {
-		// No stages: the change is over as it begins. The new machine
-		// has not installed anything yet.
-		delete(n.Acks, c.Node)
-		delete(n.Copied, c.Node)
+		replaced(n, m, c.Node)
 		o.Ended = next.Epoch
 		n.Last = o
 	} else {
@@ -329,6 +329,30 @@ func apply(cur *State, c *Command) (*State, *Result) {
 		delete(n.Addrs, c.Node)
 	}
 	return n, &Result{Accepted: true, Map: next, Node: subject}
+}
+
+// replaced does the bookkeeping of a replace of node id, from map prev to
+// s.Map. A replace has no stages: it is over as it begins (Last), and a
+// change under way (Current) goes on at its stage in the new epoch.
+//
+// The new machine has installed nothing: its acknowledgement and copy
+// report start afresh, so the stage under way waits for it, not for the
+// dead machine. Every other member acknowledges the new epoch too (it
+// must route to the new URL before the stage after this one), but a copy
+// it reported complete in this stream stage stays complete: the replace
+// changes no partition's replicas (clustermap.Map.SamePlacement), and the
+// copy read every replica of the old set, the dead one included (a copy
+// that could not reach it has not completed).
+func replaced(s *State, prev *clustermap.Map, id int) {
+	delete(s.Acks, id)
+	delete(s.Copied, id)
+	if ch := prev.Change; ch != nil && ch.Stage == clustermap.Stream {
+		for n, e := range s.Copied {
+			if e >= prev.Epoch {
+				s.Copied[n] = s.Map.Epoch
+			}
+		}
+	}
 }
 
 // applySeed puts the first map in the log, or replaces a seed the log has

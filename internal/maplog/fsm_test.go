@@ -20,12 +20,14 @@ import (
 //	seed nodes=N [epoch=E] [cluster=C] [replicas=R]   the map of N nodes on 127.0.0.1:8080...
 //	join epoch=E from=F url=U [id=ID]
 //	decommission epoch=E from=F node=N [id=ID]
-//	replace epoch=E from=F node=N url=U [id=ID]
+//	replace epoch=E from=F node=N url=U [addr=A] [id=ID]
 //	abort epoch=E [id=ID]
 //	replicas epoch=E from=F n=N [id=ID]    change the factor to N
 //	factor                               print the map's factor (old and new set's)
 //	ack node=N epoch=E | ack-all epoch=E [except=N]
 //	copied node=N epoch=E | copied-all epoch=E
+//	addr node=N addr=A                   record node N's log address
+//	state                                print the bookkeeping: acks, copy reports, log addresses, the change under way
 //	garbage                              an entry that does not decode
 //
 // The output is the result (accepted, with the map and the node the
@@ -82,7 +84,16 @@ func TestRules(t *testing.T) {
 			case "join", "decommission", "replace", "abort":
 				node, _ := arg("node")
 				from, _ := arg("from")
-				cmds = append(cmds, Command{Op: Op(d.Cmd), ID: str("id"), Epoch: uint64(num("epoch")), From: from, Node: node, URL: str("url")})
+				cmds = append(cmds, Command{Op: Op(d.Cmd), ID: str("id"), Epoch: uint64(num("epoch")), From: from, Node: node, URL: str("url"), Addr: str("addr")})
+			case "addr":
+				cmds = append(cmds, Command{Op: OpAddr, Node: num("node"), Addr: str("addr")})
+			case "state":
+				s := f.state
+				out := []string{fmt.Sprintf("acks %v", s.Acks), fmt.Sprintf("copied %v", s.Copied), fmt.Sprintf("addrs %v", s.Addrs)}
+				if o := s.Current; o != nil {
+					out = append(out, fmt.Sprintf("current: %s of node %d, began %d, id %q", o.Kind, o.Node, o.Began, o.ID))
+				}
+				return strings.Join(out, "\n")
 			case "replicas":
 				from, _ := arg("from")
 				cmds = append(cmds, Command{Op: OpReplicas, ID: str("id"), Epoch: uint64(num("epoch")), From: from, Replicas: num("n")})

@@ -82,6 +82,12 @@ func (s *Service) SetReplicas(n int) (*clustermap.Map, error) {
 // machine, started with --join, rebuilds the node's data from the other
 // replicas before serving reads (package rebuild). A node that answers is not
 // replaced: decommission it instead.
+//
+// A dead member of a change under way is replaced too, at any stage: the
+// change stays at its stage and waits for the new machine, which
+// acknowledges it only once it rebuilt its partitions of both sets
+// (logged.go, followOnce; docs/membership.md, "A member that dies during
+// a change").
 func (s *Service) Replace(oldURL, newURL string) (*clustermap.Map, error) {
 	v := s.View()
 	n, err := s.member(v, oldURL)
@@ -94,8 +100,8 @@ func (s *Service) Replace(oldURL, newURL string) (*clustermap.Map, error) {
 	if _, err := v.Peers[n.ID].Ping(v.Map.Epoch, time.Now().Add(s.o.Timeout)); err == nil {
 		return nil, fmt.Errorf("%w: %s answers; only a dead node is replaced (decommission a live one)", ErrChangeRefused, n.URL)
 	}
-	// The log's rules refuse a replace unless every other member
-	// acknowledged the current map.
+	// With no change under way, the log's rules refuse a replace unless
+	// every other member acknowledged the current map.
 	m, err := s.logMap()
 	if err != nil {
 		return nil, err

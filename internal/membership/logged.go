@@ -63,9 +63,11 @@ func (s *Service) follow(ctx context.Context) {
 }
 
 // followOnce does what the log's state st asks of this node; false when
-// something failed and is to be tried again.
+// something failed or waits (an acknowledgement held while the node
+// rebuilds) and is to be tried again.
 func (s *Service) followOnce(ctx context.Context, st *maplog.State) bool {
 	m := st.Map
+	held := false
 	if m != nil {
 		if _, err := s.install(m); err != nil {
 			s.log.Warn("membership: install the log's cluster map", "map", m.String(), "err", err)
@@ -99,8 +101,25 @@ func (s *Service) followOnce(ctx context.Context, st *maplog.State) bool {
 	// node): every map installed came from the log, whose rule refuses an
 	// acknowledgement of an epoch it does not hold, and the command
 	// reaches the leader through another member if need be (Submit).
+	//
+	// A node that rebuilds its share (a new machine that took a dead
+	// member's id) acknowledges no stage of a change until it holds its
+	// partitions of both sets: the rebuild copies from every peer the
+	// partitions both hold in the old or the new set (placement.Sets.Shared),
+	// so each from every other replica of each set. Acknowledged earlier,
+	// the change could end while this node holds nothing, and the old set
+	// would then drop its copies of the partitions this node holds in the
+	// new set: their acknowledged writes would be left on fewer replicas
+	// than a write's ack (with ack=2 of 3, on one) until the rebuild ends.
+	// Held, the old set keeps them until the new set is whole again.
 	if e := v.Map.Epoch; st.Acks[v.Self] < e {
-		if !s.report(ctx, "acknowledge", e, s.o.Log.Ack) {
+		if v.Map.Change != nil && s.o.Rebuilding() {
+			if s.held.Swap(e) != e {
+				s.log.Info("membership: rebuilding; the change's stage waits for this node's acknowledgement until its partitions of both sets are copied",
+					"map", v.Map.String())
+			}
+			held = true
+		} else if !s.report(ctx, "acknowledge", e, s.o.Log.Ack) {
 			return false
 		}
 	}
@@ -110,7 +129,9 @@ func (s *Service) followOnce(ctx context.Context, st *maplog.State) bool {
 			return false
 		}
 	}
-	return true
+	// A held acknowledgement is looked at again after logRetry: the
+	// rebuild's end wakes nothing.
+	return !held
 }
 
 // reseed proposes m, a map newer than the log's seed, as the log's seed.

@@ -39,14 +39,27 @@ func listenLog(t *testing.T) *maplog.Network {
 
 // openLog opens and starts node id's log on n, in memory; it is closed
 // after the services (t.Cleanup runs last-in first-out, and the service
-// is started after).
+// is started after), unless closeLog closed it before.
 func openLog(t *testing.T, n *maplog.Network, id int) *maplog.Log {
 	l, err := maplog.Open(vfs.NewMem(), "log", id, maplog.NewTCPTransport(n, quiet), n, fastLog(), quiet)
 	require.NoError(t, err)
 	require.NoError(t, l.Start())
 	n.Start()
-	t.Cleanup(func() { require.NoError(t, l.Close()) })
+	once := &sync.Once{}
+	logClosers.Store(l, once)
+	t.Cleanup(func() { closeLog(t, l) })
 	return l
+}
+
+// logClosers holds each open log's sync.Once, by *maplog.Log: a log is
+// closed once, by closeLog or at the end of the test.
+var logClosers sync.Map
+
+// closeLog closes a log openLog opened, once: a node's log dies with it.
+func closeLog(t *testing.T, l *maplog.Log) {
+	once, ok := logClosers.Load(l)
+	require.True(t, ok)
+	once.(*sync.Once).Do(func() { require.NoError(t, l.Close()) })
 }
 
 func ctxFor(t *testing.T, d time.Duration) context.Context {

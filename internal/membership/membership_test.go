@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -44,8 +45,13 @@ type cluster struct {
 	// partition from or compared it with
 	covered map[string]map[partition.ID][]int
 	// hold, when set, holds every copy until it is closed: a change
-	// then stays in its stream stage.
-	hold chan struct{}
+	// then stays in its stream stage. holdFrom holds the copies of one
+	// node (by URL) alike.
+	hold     chan struct{}
+	holdFrom map[string]chan struct{}
+	// rebuilding, by URL, is what a node's Options.Rebuilding reports
+	// (absent: never rebuilding).
+	rebuilding map[string]*atomic.Bool
 	// cut are links cut from the start, by [from, to] (c.mu held).
 	cut map[[2]string]bool
 }
@@ -92,6 +98,10 @@ func (c *cluster) startWith(m *clustermap.Map, url string, l *maplog.Log) *membe
 	local := &replica.Replica{Store: st, Clock: clock}
 	c.mu.Lock()
 	srv := c.server(url)
+	var rebuilding func() bool
+	if r := c.rebuilding[url]; r != nil {
+		rebuilding = r.Load
+	}
 	c.mu.Unlock()
 	s, err := membership.New(m, self, local, membership.Options{
 		Dial: func(to string, maps rpc.Maps) view.Peer {
@@ -99,10 +109,11 @@ func (c *cluster) startWith(m *clustermap.Map, url string, l *maplog.Log) *membe
 			defer c.mu.Unlock()
 			return c.link(url, to, maps)
 		},
-		Copy:     copier{c, url},
-		Exchange: copier{c, url},
-		Timeout:  100 * time.Millisecond,
-		Log:      l,
+		Copy:       copier{c, url},
+		Exchange:   copier{c, url},
+		Timeout:    100 * time.Millisecond,
+		Log:        l,
+		Rebuilding: rebuilding,
 	}, log)
 	require.NoError(t, err)
 	*srv = rpc.Server{Replica: local, MaxKeyBytes: 1024, MaxValueBytes: 1 << 20, Log: log, Maps: s}
@@ -130,6 +141,9 @@ type copier struct {
 func (x copier) Copy(ctx context.Context, url string, epoch uint64, parts *partition.Set) (partcopy.Stats, error) {
 	x.c.mu.Lock()
 	hold := x.c.hold
+	if h := x.c.holdFrom[x.url]; h != nil {
+		hold = h
+	}
 	x.c.mu.Unlock()
 	if hold != nil {
 		select {

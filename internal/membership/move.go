@@ -85,6 +85,13 @@ func (mv *mover) update(v *view.View) {
 	mv.last = v
 	var job func(context.Context)
 	switch {
+	case v.Map.Change != nil && v.Map.Change.Stage == clustermap.Stream && prev != nil &&
+		prev.Map.SamePlacement(v.Map) && mv.s.moved.Load() >= prev.Map.Epoch:
+		// A replace during the stream stage: the partitions this node
+		// gains are the same, and it copied them from every replica of
+		// their old set already.
+		mv.s.setMoved(v.Map.Epoch)
+		return
 	case v.Map.Change != nil && v.Map.Change.Stage == clustermap.Stream:
 		job = func(ctx context.Context) { mv.copyGained(ctx, v) }
 	case v.Map.Change == nil && prev != nil && prev.Moving:

@@ -41,6 +41,12 @@ type Options struct {
 	// OnLeft is called once, on its own goroutine, when an installed map
 	// no longer has this node: it was decommissioned (default: nothing).
 	OnLeft func()
+	// Rebuilding reports whether this node still copies its share from
+	// its peers after starting with an empty data directory (package
+	// rebuild; default: never). Meanwhile the node acknowledges no map
+	// with a change under way: the change's stage waits until the node
+	// holds its partitions of both sets (logged.go, followOnce).
+	Rebuilding func() bool
 	// Timeout is the deadline of one map exchange with a member, plus a
 	// second (the node's --replica-timeout; default 300 ms).
 	Timeout time.Duration
@@ -97,6 +103,9 @@ func (o *Options) EnsureDefaults() {
 	if o.OnLeft == nil {
 		o.OnLeft = func() {}
 	}
+	if o.Rebuilding == nil {
+		o.Rebuilding = func() bool { return false }
+	}
 }
 
 // Service holds this node's cluster map: the view every protocol routes by
@@ -112,6 +121,7 @@ type Service struct {
 	work    *worker.Group // hand-overs to peers behind
 	mover   *mover
 	moved   atomic.Uint64 // the last stream stage whose partitions are copied here
+	held    atomic.Uint64 // the last epoch whose acknowledgement waited for the rebuild (logged once)
 	left    sync.Once
 	kick    chan struct{} // wakes follow (logged.go): a copy to report
 	stopLog context.CancelFunc

@@ -84,6 +84,10 @@ func (n *Node) buildCluster(cmap *clustermap.Map, self int, joined bool, topo cl
 	})
 	memberOpts.Installed = func(v *view.View) { ae.Members(v) }
 	memberOpts.OnLeft = n.left
+	// The rebuild is built after the service (it copies through the
+	// copier, which applies under the service's gate); the service asks
+	// only once started, after it exists.
+	memberOpts.Rebuilding = func() bool { return n.rebuild.Rebuilding() }
 	memberOpts.Timeout = cfg.ReplicaTimeout
 	if err := n.openMapLog(cmap, self, topo, peerTLS); err != nil {
 		n.streams.Close()
@@ -202,8 +206,9 @@ func (f exchangeFunc) Exchange(ctx context.Context, v *view.View, peer int, part
 // of it later (formed, rebuilt).
 //
 // A node that joined (--join) is given its identity whole: formed, and
-// rebuilding unless it is the node a join change adds (which gets its
-// partitions by the change's stream stage): a replacement.
+// rebuilding unless it is the node a join adds before the join's stream
+// stage (joinsBeforeStream), which gets its partitions by that stage: a
+// replacement rebuilds.
 func (n *Node) claimIdentity(m *clustermap.Map, self int, joined bool) (store.Identity, func(change func(*store.Identity)) error, error) {
 	want := store.Identity{Cluster: m.Cluster, Node: self}
 	id, ok, err := n.store.Identity()
@@ -225,8 +230,7 @@ func (n *Node) claimIdentity(m *clustermap.Map, self int, joined bool) (store.Id
 		switch {
 		case joined:
 			want.Formed = true
-			ch := m.Change
-			want.Rebuilding = !has && (ch == nil || ch.Kind != clustermap.Join || ch.Node != self)
+			want.Rebuilding = !has && !joinsBeforeStream(m, self)
 		default:
 			want.Rebuilding = !has && len(m.Nodes) > 1 && rebuild.Needed(n.members.View(), n.cfg.ReplicaTimeout)
 		}
@@ -251,6 +255,25 @@ func (n *Node) claimIdentity(m *clustermap.Map, self int, joined bool) (store.Id
 		return nil
 	}
 	return id, update, nil
+}
+
+// joinsBeforeStream reports whether node self is the node m's join adds,
+// with the join still in write-both: its partitions all come from the
+// stream stage, which copies each from every replica of its old set.
+//
+// The node the join adds first starts in write-both (the stage waits for
+// its acknowledgement, and it starts with an empty directory), so a node
+// with that id and an empty directory at a later stage is a new machine
+// that replaced it (docs/membership.md, "A member that dies during a
+// change"): the stream stage may be over, or under way without it, and
+// it must rebuild, from the other replicas of both sets, before it
+// serves reads or acknowledges a stage. One that replaced it in
+// write-both needs no rebuild: the dead joiner held only writes made
+// since write-both, which reached ack replicas of the old set as well,
+// and the stream stage copies those.
+func joinsBeforeStream(m *clustermap.Map, self int) bool {
+	ch := m.Change
+	return ch != nil && ch.Kind == clustermap.Join && ch.Node == self && ch.Stage == clustermap.WriteBoth
 }
 
 // status is what /v0/status reports of the cluster parts (httpapi.Status).
