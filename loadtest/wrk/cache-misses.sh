@@ -11,6 +11,7 @@
 #
 #   loadtest/wrk/cache-misses.sh
 #   KEYSPACE=200000 CACHE_KEYS=20000 HOLD=20s ROUNDS=1 loadtest/wrk/cache-misses.sh   # a quick look
+#   NODE_FLAGS="--block-cache-bytes 1GiB" loadtest/wrk/cache-misses.sh                 # a node setting
 KEYSPACE=${KEYSPACE:-1000000}
 CACHE_KEYS=${CACHE_KEYS:-100000}
 HOLD=${HOLD:-60s}
@@ -23,7 +24,7 @@ cache=$(( CACHE_KEYS * (VALUE_SIZE + 128) * 2 ))
 
 "$tmp/dhtkv-baseline" --listen 127.0.0.1:18180 >"$tmp/baseline.log" 2>&1 & pids+=($!)
 bpid=$!
-"$tmp/dhtkv" --listen 127.0.0.1:18181 --admin-listen 127.0.0.1:18191 --data-dir "$tmp/node" --cache-bytes $cache >"$tmp/node.log" 2>&1 & pids+=($!)
+"$tmp/dhtkv" --listen 127.0.0.1:18181 --admin-listen 127.0.0.1:18191 --data-dir "$tmp/node" --cache-bytes $cache ${NODE_FLAGS:-} >"$tmp/node.log" 2>&1 & pids+=($!)
 npid=$!
 wait_up 18180 18181
 prefill 18180 18181
