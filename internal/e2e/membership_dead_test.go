@@ -66,9 +66,7 @@ func replaceDeadMemberAtReadNew(t *testing.T, victimIsJoiner bool) {
 		})
 		c.AwaitFormed(time.Minute)
 		seedBulk(t, c)
-		rec := history.NewRecorder()
-		rec.KeepOnFailure(t, "")
-		l := &memLoad{c: c, cl: c.Client(), rec: rec, workers: 4, keys: 12, pace: 20 * time.Millisecond, codes: map[int]int{}}
+		l, rec := newMemLoad(t, c)
 		l.setVia(0, 1, 2)
 		l.preload(t)
 		l.start()

@@ -64,6 +64,15 @@ type memLoad struct {
 	wg    sync.WaitGroup
 }
 
+// newMemLoad is the load every membership test under load runs on c: 4
+// workers of 12 keys each, an operation every 20 ms of the bubble's
+// clock, recorded in a new history kept if the test fails.
+func newMemLoad(t *testing.T, c *testcluster.InMemory) (*memLoad, *history.Recorder) {
+	rec := history.NewRecorder()
+	rec.KeepOnFailure(t, "")
+	return &memLoad{c: c, cl: c.Client(), rec: rec, workers: 4, keys: 12, pace: 20 * time.Millisecond, codes: map[int]int{}}, rec
+}
+
 func (l *memLoad) setVia(nodes ...int) {
 	l.mu.Lock()
 	l.via = slices.Clone(nodes)
@@ -211,9 +220,7 @@ func runMembershipFault(t *testing.T, tc faultCase) {
 		})
 		c.AwaitFormed(time.Minute)
 		seedBulk(t, c)
-		rec := history.NewRecorder()
-		rec.KeepOnFailure(t, "")
-		l := &memLoad{c: c, cl: c.Client(), rec: rec, workers: 4, keys: 12, pace: 20 * time.Millisecond, codes: map[int]int{}}
+		l, _ := newMemLoad(t, c)
 		r := &faultRun{t: t, c: c, load: l}
 		l.setVia(0, 1, 2)
 		l.preload(t)

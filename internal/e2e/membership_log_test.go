@@ -9,7 +9,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/dhtkv/dhtkv/internal/clustermap"
-	"github.com/dhtkv/dhtkv/internal/history"
 	"github.com/dhtkv/dhtkv/internal/node"
 	"github.com/dhtkv/dhtkv/internal/partcopy"
 	"github.com/dhtkv/dhtkv/internal/testcluster"
@@ -121,9 +120,7 @@ func TestMembershipAbortUnderLoad(t *testing.T) {
 		})
 		c.AwaitFormed(time.Minute)
 		seedBulk(t, c)
-		rec := history.NewRecorder()
-		rec.KeepOnFailure(t, "")
-		l := &memLoad{c: c, cl: c.Client(), rec: rec, workers: 4, keys: 12, pace: 20 * time.Millisecond, codes: map[int]int{}}
+		l, _ := newMemLoad(t, c)
 		l.setVia(0, 1, 2)
 		l.preload(t)
 		l.start()

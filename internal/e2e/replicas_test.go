@@ -11,7 +11,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/dhtkv/dhtkv/internal/clustermap"
-	"github.com/dhtkv/dhtkv/internal/history"
 	"github.com/dhtkv/dhtkv/internal/node"
 	"github.com/dhtkv/dhtkv/internal/partcopy"
 	"github.com/dhtkv/dhtkv/internal/placement"
@@ -39,9 +38,8 @@ func TestMembershipReplicasChangeUnderLoad(t *testing.T) {
 		})
 		c.AwaitFormed(time.Minute)
 		seedBulk(t, c)
-		rec := history.NewRecorder()
-		rec.KeepOnFailure(t, "")
-		l := &memLoad{c: c, cl: c.Client(), rec: rec, workers: 4, keys: 12, pace: 20 * time.Millisecond, codes: map[int]int{}, defaults: true}
+		l, _ := newMemLoad(t, c)
+		l.defaults = true
 		all := []int{0, 1, 2, 3}
 		r := &faultRun{t: t, c: c, load: l, members: all}
 		l.setVia(all...)
