@@ -16,6 +16,12 @@
 //   - below Target/2, it grows by a quarter, up to 1 (the configured
 //     rates); between the two it stays.
 //
+// A second signal, the share of the interval the process's cgroup had a
+// task waiting for a CPU (Linux PSI, pressure.go), halves it the same way
+// above CPUPressure and holds it above half of that: the scheduler's
+// latency does not see the kernel's CPUs taken by other processes or by
+// more Ps than cores.
+//
 // This is CockroachDB's elastic CPU limiter's rule (its admission control
 // holds the scheduler's p99 near 1 ms by adjusting the CPU share of
 // backups and other elastic work), applied to rates rather than CPU
@@ -49,14 +55,27 @@ type Options struct {
 	// background work is slowed (--background-sched-latency; default
 	// 1ms; 0 turns the governor off: the configured rates always).
 	Target time.Duration
+	// CPUPressure is the share of an Interval during which some task of
+	// the process's cgroup waited for a CPU (Linux PSI, pressure.go)
+	// above which background work is slowed as well
+	// (--background-cpu-pressure; default DefaultCPUPressure; 0: the
+	// scheduler's latency alone). Where the kernel has no PSI it is not
+	// used.
+	CPUPressure float64
 }
 
+// DefaultCPUPressure is Options.CPUPressure's default.
+const DefaultCPUPressure = 0.2
+
 // DefaultOptions returns the defaults the fields document.
-func DefaultOptions() Options { return Options{Target: time.Millisecond} }
+func DefaultOptions() Options {
+	return Options{Target: time.Millisecond, CPUPressure: DefaultCPUPressure}
+}
 
 // RegisterFlags defines the flags of the fields, with their current values
 // as defaults.
 func (o *Options) RegisterFlags(fs *flag.FlagSet) {
+	fs.Float64Var(&o.CPUPressure, "background-cpu-pressure", o.CPUPressure, "also slow them while tasks of this process's cgroup wait for a CPU more than this share of the time (Linux pressure stall information); 0: the scheduler's latency alone")
 	fs.DurationVar(&o.Target, "background-sched-latency", o.Target, "slow anti-entropy, hint replay, partition copies, drops and garbage collection (down to an eighth of their rates) while the Go scheduler's p99 latency is above this; 0: always their full rates")
 }
 
@@ -64,6 +83,9 @@ func (o *Options) RegisterFlags(fs *flag.FlagSet) {
 func (o *Options) Validate() error {
 	if o.Target < 0 {
 		return errors.New("--background-sched-latency must not be negative")
+	}
+	if o.CPUPressure < 0 || o.CPUPressure >= 1 {
+		return errors.New("--background-cpu-pressure must be in [0, 1)")
 	}
 	return nil
 }
@@ -91,6 +113,8 @@ type Governor struct {
 	factor   float64
 	// prev is the scheduler latency histogram at the last interval's end.
 	prev []uint64
+	// pressure reads the CPU pressure (nil: not used).
+	pressure *pressureReader
 
 	m *instruments
 }
@@ -135,12 +159,24 @@ func (g *Governor) Start() {
 		g.log.Warn("background pace: the runtime reports no scheduler latencies; rates stay as configured")
 		return
 	}
+	var pr *pressureReader
+	if g.o.CPUPressure > 0 {
+		var ok bool
+		if pr, ok = newPressureReader(); !ok {
+			g.log.Info("background pace: the kernel reports no CPU pressure; the scheduler's latency alone sets the pace")
+		}
+	}
 	g.mu.Lock() // the latencies before now are not the first interval's
 	g.prev = append([]uint64(nil), sample[0].Value.Float64Histogram().Counts...)
+	g.pressure = pr
 	g.mu.Unlock()
 	g.work.Tick(Interval, func(context.Context) {
 		metrics.Read(sample)
-		g.Observe(sample[0].Value.Float64Histogram())
+		share := -1.0
+		if pr != nil {
+			share = pr.share(time.Now())
+		}
+		g.Observe(sample[0].Value.Float64Histogram(), share)
 	})
 }
 
@@ -163,8 +199,9 @@ func (g *Governor) Close() { g.work.Stop() }
 
 // Observe sets the factor from h, the scheduler latency histogram since
 // the process started (cumulative, as runtime/metrics reports it): the
-// latencies recorded since the last Observe are the interval's.
-func (g *Governor) Observe(h *metrics.Float64Histogram) {
+// latencies recorded since the last Observe are the interval's; and from
+// pressure, the interval's CPU pressure share (-1: none).
+func (g *Governor) Observe(h *metrics.Float64Histogram, pressure float64) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if len(g.prev) != len(h.Counts) {
@@ -190,21 +227,26 @@ func (g *Governor) Observe(h *metrics.Float64Histogram) {
 		}
 	}
 	copy(g.prev, h.Counts)
-	g.setFactor(next(g.factor, p99, g.o.Target))
+	g.setFactor(next(g.factor, p99, g.o.Target, pressure, g.o.CPUPressure))
 	if p99 < 0 {
 		g.m.p99.Set(-1)
 	} else {
 		g.m.p99.Set(p99.Seconds())
 	}
+	g.m.pressure.Set(pressure)
 }
 
 // next is the factor after an interval whose scheduler p99 was p99 (-1:
-// too few samples) with target.
-func next(factor float64, p99, target time.Duration) float64 {
+// too few samples) with target, and whose CPU pressure share was pressure
+// (-1: not known) with its bound maxPressure (0: not used).
+func next(factor float64, p99, target time.Duration, pressure, maxPressure float64) float64 {
+	if maxPressure <= 0 {
+		pressure = -1
+	}
 	switch {
-	case p99 > target:
+	case p99 > target || pressure > maxPressure:
 		return max(Floor, factor/2)
-	case p99 < target/2:
+	case p99 < target/2 && pressure < maxPressure/2:
 		return min(1, factor*1.25)
 	}
 	return factor
@@ -226,28 +268,33 @@ func (g *Governor) setFactor(f float64) {
 
 // Register registers g's instruments with reg.
 func (g *Governor) Register(reg prometheus.Registerer) {
-	reg.MustRegister(g.m.factor, g.m.p99, g.m.slowed)
+	reg.MustRegister(g.m.factor, g.m.p99, g.m.pressure, g.m.slowed)
 }
 
 type instruments struct {
-	factor prometheus.Gauge
-	p99    prometheus.Gauge
-	slowed prometheus.Counter
+	factor   prometheus.Gauge
+	p99      prometheus.Gauge
+	pressure prometheus.Gauge
+	slowed   prometheus.Counter
 }
 
 func newInstruments() *instruments {
 	return &instruments{
 		factor: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "dhtkv_background_pace_factor",
-			Help: "Share of their configured rates that anti-entropy, hint replay, partition copies and drops run at (1: full; --background-sched-latency).",
+			Help: "Share of their configured rates that anti-entropy, hint replay, partition copies, drops and garbage collection run at (1: full; --background-sched-latency, --background-cpu-pressure).",
 		}),
 		p99: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "dhtkv_background_pace_sched_latency_p99_seconds",
 			Help: "The Go scheduler's p99 latency over the background pace's last interval (-1: too few samples, idle).",
 		}),
+		pressure: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "dhtkv_background_pace_cpu_pressure_ratio",
+			Help: "Share of the background pace's last interval during which some task of the process's cgroup waited for a CPU (Linux PSI; -1: not read).",
+		}),
 		slowed: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "dhtkv_background_pace_slowdowns_total",
-			Help: "Times the background pace lowered the rates because the scheduler's p99 latency was above --background-sched-latency.",
+			Help: "Times the background pace lowered the rates because the scheduler's p99 latency was above --background-sched-latency or the CPU pressure above --background-cpu-pressure.",
 		}),
 	}
 }

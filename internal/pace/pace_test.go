@@ -35,9 +35,50 @@ func TestNext(t *testing.T) {
 		{"1 stays", 1, target / 4, 1},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			require.InDelta(t, c.want, next(c.factor, c.p99, target), 1e-9)
+			require.InDelta(t, c.want, next(c.factor, c.p99, target, -1, 0.2), 1e-9, "no pressure known")
+			require.InDelta(t, c.want, next(c.factor, c.p99, target, 0.05, 0), 1e-9, "pressure not used")
+			require.InDelta(t, c.want, next(c.factor, c.p99, target, 0.05, 0.2), 1e-9, "pressure below half its bound")
 		})
 	}
+	// The CPU pressure share, with the latency low (target/4).
+	for _, c := range []struct {
+		name     string
+		factor   float64
+		pressure float64
+		want     float64
+	}{
+		{"above its bound halves", 1, 0.5, 0.5},
+		{"between half and the bound holds", 0.5, 0.15, 0.5},
+		{"below half grows", 0.5, 0.05, 0.625},
+		{"down to the floor", Floor, 0.9, Floor},
+	} {
+		t.Run("pressure "+c.name, func(t *testing.T) {
+			require.InDelta(t, c.want, next(c.factor, target/4, target, c.pressure, 0.2), 1e-9)
+		})
+	}
+}
+
+// A PSI file's "some" total, in microseconds.
+func TestParsePressure(t *testing.T) {
+	d, err := parsePressure([]byte("some avg10=2.94 avg60=4.87 avg300=33.77 total=28746590660\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=0\n"))
+	require.NoError(t, err)
+	require.Equal(t, 28746590660*time.Microsecond, d)
+	for _, bad := range []string{"", "full avg10=0 total=5\n", "some avg10=1 total=x\n", "some avg10=1\n"} {
+		_, err := parsePressure([]byte(bad))
+		require.Error(t, err, "%q", bad)
+	}
+}
+
+// On a kernel with PSI the reader finds a file and reports a share in
+// [0, 1] of the time since its last read.
+func TestPressureReader(t *testing.T) {
+	r, ok := newPressureReader()
+	if !ok {
+		t.Skip("no PSI on this kernel")
+	}
+	time.Sleep(20 * time.Millisecond) // the behaviour under test: an interval to measure
+	s := r.share(time.Now())
+	require.True(t, s >= 0 && s <= 1, "share %v of %s", s, r.path)
 }
 
 // hist is a cumulative scheduler latency histogram in the runtime's shape,
@@ -71,7 +112,7 @@ func TestGovernorObserve(t *testing.T) {
 	// 1,000 quick latencies and 20 of 2-8 ms: the p99 is in the 2-8 ms
 	// bucket, above the target: halved.
 	h.add(1000, 0)
-	g.Observe(h.add(20, 4))
+	g.Observe(h.add(20, 4), -1)
 	require.Equal(t, 0.5, g.Factor())
 	ra, rb := rates()
 	require.Equal(t, rate.Limit(4<<20), ra)
@@ -79,28 +120,28 @@ func TestGovernorObserve(t *testing.T) {
 
 	// The next interval's latencies alone count: 1,000 quick ones, and the
 	// earlier slow ones are not the interval's. Grows by a quarter.
-	g.Observe(h.add(1000, 0))
+	g.Observe(h.add(1000, 0), -1)
 	require.Equal(t, 0.625, g.Factor())
 
 	// A latency beyond the last finite bucket: above the target.
 	h.add(500, 0)
-	g.Observe(h.add(10, 5))
+	g.Observe(h.add(10, 5), -1)
 	require.Equal(t, 0.3125, g.Factor())
 	for range 5 {
 		h.add(500, 0)
-		g.Observe(h.add(10, 5))
+		g.Observe(h.add(10, 5), -1)
 	}
 	require.Equal(t, Floor, g.Factor(), "no lower than the floor")
 	ra, _ = rates()
 	require.Equal(t, rate.Limit(1<<20), ra)
 
 	// p99 between half the target and the target (500µs-1ms): holds.
-	g.Observe(h.add(1000, 2))
+	g.Observe(h.add(1000, 2), -1)
 	require.Equal(t, Floor, g.Factor())
 
 	// Idle: too few samples; grows back to the full rates.
 	for range 20 {
-		g.Observe(h.add(3, 4))
+		g.Observe(h.add(3, 4), -1)
 	}
 	require.Equal(t, 1.0, g.Factor())
 	ra, rb = rates()
@@ -108,7 +149,7 @@ func TestGovernorObserve(t *testing.T) {
 	require.Equal(t, rate.Limit(1000), rb)
 
 	// A limiter governed later starts at the current factor.
-	g.Observe(h.add(1000, 4))
+	g.Observe(h.add(1000, 4), -1)
 	c := rate.NewLimiter(100, 10)
 	g.Govern(c)
 	require.Equal(t, rate.Limit(50), c.Limit())

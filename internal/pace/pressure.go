@@ -1,0 +1,109 @@
+package pace
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// The CPU pressure signal
+//
+// The scheduler's latency sees only this process's goroutines waiting
+// for its Ps. Where the process shares its cores (the other nodes of a
+// test cluster, a load generator, a neighbour) or runs more Ps than it
+// has cores (--min-procs), its threads wait for the kernel's CPUs without
+// the Go scheduler seeing it, and requests queue while background work
+// goes on at its full rate. Linux's pressure stall information (PSI)
+// counts that time: "some" is the time at least one runnable task of the
+// cgroup waited for a CPU. Its share of an interval is a second signal:
+// above Options.CPUPressure the factor halves as for a latency above the
+// target, and it grows only while the share is below half of it.
+
+// pressureReader reads the cumulative "some" stall time of CPU pressure
+// of this process's cgroup (cgroup v2's cpu.pressure), or of the whole
+// machine (/proc/pressure/cpu) where the cgroup has none.
+type pressureReader struct {
+	path string
+	last time.Duration // the stall total at the last read
+	at   time.Time     // when it was read
+}
+
+// newPressureReader finds the file to read; ok is false where the kernel
+// has no PSI (before Linux 4.20, or psi=0).
+func newPressureReader() (r *pressureReader, ok bool) {
+	for _, p := range []string{cgroupPressurePath(), "/proc/pressure/cpu"} {
+		if p == "" {
+			continue
+		}
+		if total, err := readPressure(p); err == nil {
+			return &pressureReader{path: p, last: total, at: time.Now()}, true
+		}
+	}
+	return nil, false
+}
+
+// share returns the share of the time since the last call during which
+// some task waited for a CPU, or -1 if the file could not be read.
+func (r *pressureReader) share(now time.Time) float64 {
+	total, err := readPressure(r.path)
+	if err != nil {
+		return -1
+	}
+	d := now.Sub(r.at)
+	stalled := total - r.last
+	r.last, r.at = total, now
+	if d <= 0 {
+		return -1
+	}
+	return min(1, max(0, float64(stalled)/float64(d)))
+}
+
+// cgroupPressurePath is the cpu.pressure file of this process's cgroup v2
+// ("0::/path" in /proc/self/cgroup), or "" where there is none.
+func cgroupPressurePath() string {
+	b, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		return ""
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "0::"); ok {
+			return filepath.Join("/sys/fs/cgroup", rest, "cpu.pressure")
+		}
+	}
+	return ""
+}
+
+// readPressure reads the "some" line's total (microseconds) from a PSI
+// file: "some avg10=0.00 avg60=0.00 avg300=0.00 total=12345".
+func readPressure(path string) (time.Duration, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, err
+	}
+	return parsePressure(b)
+}
+
+func parsePressure(b []byte) (time.Duration, error) {
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) == 0 || fields[0] != "some" {
+			continue
+		}
+		for _, f := range fields[1:] {
+			if v, ok := strings.CutPrefix(f, "total="); ok {
+				us, err := strconv.ParseUint(v, 10, 64)
+				if err != nil {
+					return 0, fmt.Errorf("cpu pressure: %q: %w", f, err)
+				}
+				return time.Duration(us) * time.Microsecond, nil
+			}
+		}
+	}
+	return 0, fmt.Errorf("cpu pressure: no \"some ... total=\" line in %q", b)
+}
