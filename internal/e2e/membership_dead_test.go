@@ -46,9 +46,10 @@ import (
 // the final map with identical records, every node's map the same.
 //
 // On a log that refuses a replace under a change (ErrBusy), the replace
-// is refused with 409 and the change never completes.
-func TestMembershipReplaceDeadMemberAtReadNew(t *testing.T) {
-	for _, victimIsJoiner := range []bool{false, true} {
+// is refused with 409 and the change never completes. make test runs the
+// first case, make test-faults both (casesToRun).
+func TestMembershipFaultReplaceDeadMemberAtReadNew(t *testing.T) {
+	for _, victimIsJoiner := range casesToRun(t, []bool{false, true}) {
 		name := "a node of both sets"
 		if victimIsJoiner {
 			name = "the joining node"
