@@ -215,6 +215,15 @@ type Log struct {
 	stop  chan struct{}
 	wg    sync.WaitGroup
 
+	// Proposals in flight, which Close lets finish before it stops raft:
+	// hashicorp/raft answers no future it committed but had not applied
+	// when it shut down, so a proposal waiting on one then (a forwarded
+	// one, answered by a Network goroutine that the transport's Close
+	// waits for) would hang the close for ever.
+	propMu    sync.Mutex
+	closing   bool // guarded by propMu: proposals are refused
+	proposing sync.WaitGroup
+
 	mu      sync.Mutex
 	failing map[raft.ServerID]bool // peers the leader's heartbeats fail to reach
 	// departed is when this leader first found each server of its
@@ -351,9 +360,29 @@ func (l *Log) Bootstrap(servers []Server) error {
 	return nil
 }
 
-// Close stops raft and closes the stores and the network.
+// ErrClosed refuses a proposal made while the log closes.
+var ErrClosed = errors.New("maplog: the log is closing")
+
+// closeDrain bounds how long Close waits for the proposals in flight
+// before it stops raft: a leader that cannot commit steps down within
+// LeaderLeaseTimeout, which answers them.
+const closeDrain = 5 * time.Second
+
+// Close stops raft and closes the stores and the network. It first
+// refuses new proposals and lets those in flight end while raft still
+// runs (see Log.proposing).
 func (l *Log) Close() error {
 	var errs []error
+	l.propMu.Lock()
+	l.closing = true
+	l.propMu.Unlock()
+	drained := make(chan struct{})
+	go func() { l.proposing.Wait(); close(drained) }()
+	select {
+	case <-drained:
+	case <-time.After(closeDrain):
+		l.log.Warn("maplog: closing with proposals still waiting for raft", "waited", closeDrain)
+	}
 	if l.r != nil {
 		close(l.stop)
 		l.wg.Wait()
@@ -415,6 +444,14 @@ func (l *Log) propose(ctx context.Context, b []byte) (*Result, error) {
 	if len(b) > l.o.MaxCommandBytes {
 		return nil, fmt.Errorf("maplog: command of %d bytes over the limit of %d", len(b), l.o.MaxCommandBytes)
 	}
+	l.propMu.Lock()
+	if l.closing {
+		l.propMu.Unlock()
+		return nil, ErrClosed
+	}
+	l.proposing.Add(1)
+	l.propMu.Unlock()
+	defer l.proposing.Done()
 	if l.r.State() != raft.Leader {
 		return nil, l.notLeader()
 	}
