@@ -13,8 +13,6 @@ import (
 	"github.com/dhtkv/dhtkv/internal/clustermap"
 	"github.com/dhtkv/dhtkv/internal/history"
 	"github.com/dhtkv/dhtkv/internal/maplog"
-	"github.com/dhtkv/dhtkv/internal/node"
-	"github.com/dhtkv/dhtkv/internal/partcopy"
 	"github.com/dhtkv/dhtkv/internal/testcluster"
 )
 
@@ -60,13 +58,7 @@ func TestMembershipFaultReplaceDeadMemberAtReadNew(t *testing.T) {
 
 func replaceDeadMemberAtReadNew(t *testing.T, victimIsJoiner bool) {
 	testcluster.InBubble(t, func(t *testing.T) {
-		c := testcluster.StartInMemory(t, 3, func(_ int, cfg *node.Config) {
-			cfg.Replicas = 3
-			cfg.Move.Rate = partcopy.MinRate
-			cfg.Handoff.Interval = 200 * time.Millisecond
-		})
-		c.AwaitFormed(time.Minute)
-		seedBulk(t, c)
+		c := startSeeded(t, 3)
 		l, rec := newMemLoad(t, c)
 		l.setVia(0, 1, 2)
 		l.preload(t)

@@ -64,6 +64,21 @@ type memLoad struct {
 	wg    sync.WaitGroup
 }
 
+// startSeeded starts the n-node in-memory cluster the membership tests
+// under load change: three replicas, moves at the slowest rate (a stream
+// stage lasts while the load runs), hints replayed every 200 ms; formed,
+// and seeded with bulk records (seedBulk).
+func startSeeded(t *testing.T, n int) *testcluster.InMemory {
+	c := testcluster.StartInMemory(t, n, func(_ int, cfg *node.Config) {
+		cfg.Replicas = 3
+		cfg.Move.Rate = partcopy.MinRate
+		cfg.Handoff.Interval = 200 * time.Millisecond
+	})
+	c.AwaitFormed(time.Minute)
+	seedBulk(t, c)
+	return c
+}
+
 // newMemLoad is the load every membership test under load runs on c: 4
 // workers of 12 keys each, an operation every 20 ms of the bubble's
 // clock, recorded in a new history kept if the test fails.
@@ -213,13 +228,7 @@ func runMembershipFault(t *testing.T, tc faultCase) {
 		if tc.decommission {
 			n = 4
 		}
-		c := testcluster.StartInMemory(t, n, func(_ int, cfg *node.Config) {
-			cfg.Replicas = 3
-			cfg.Move.Rate = partcopy.MinRate
-			cfg.Handoff.Interval = 200 * time.Millisecond
-		})
-		c.AwaitFormed(time.Minute)
-		seedBulk(t, c)
+		c := startSeeded(t, n)
 		l, _ := newMemLoad(t, c)
 		r := &faultRun{t: t, c: c, load: l}
 		l.setVia(0, 1, 2)

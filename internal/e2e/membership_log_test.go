@@ -10,7 +10,6 @@ import (
 
 	"github.com/dhtkv/dhtkv/internal/clustermap"
 	"github.com/dhtkv/dhtkv/internal/node"
-	"github.com/dhtkv/dhtkv/internal/partcopy"
 	"github.com/dhtkv/dhtkv/internal/testcluster"
 )
 
@@ -114,12 +113,7 @@ func TestMembershipConcurrentJoinsUniqueIDs(t *testing.T) {
 // members hold their partitions and nothing else (faultRun.check).
 func TestMembershipAbortUnderLoad(t *testing.T) {
 	testcluster.InBubble(t, func(t *testing.T) {
-		c := testcluster.StartInMemory(t, 3, func(_ int, cfg *node.Config) {
-			cfg.Replicas = 3
-			cfg.Move.Rate = partcopy.MinRate
-		})
-		c.AwaitFormed(time.Minute)
-		seedBulk(t, c)
+		c := startSeeded(t, 3)
 		l, _ := newMemLoad(t, c)
 		l.setVia(0, 1, 2)
 		l.preload(t)
