@@ -174,13 +174,18 @@ func (c *Cache) GetOrRead(key []byte, load Loader) (Entry, error) {
 	if e, ok := c.get(key); ok {
 		return e, nil
 	}
+	return loadUncached(load)
+}
+
+// loadUncached is key's entry as load finds it, cached nowhere.
+func loadUncached(load Loader) (Entry, error) {
 	buf, found, err := load(nil)
 	if err != nil || !found {
 		return Entry{}, err
 	}
 	rec, err := record.Decode(buf)
 	if err != nil {
-		return Entry{}, fmt.Errorf("cache read %q: %w", key, err)
+		return Entry{}, fmt.Errorf("cache load: %w", err)
 	}
 	return Entry{Rec: rec, Found: true}, nil
 }
@@ -219,15 +224,7 @@ func decode(buf, key []byte) (Entry, bool) {
 // result.
 func (c *Cache) fill(key []byte, load Loader) (Entry, error) {
 	if c == nil {
-		buf, found, err := load(nil)
-		if err != nil || !found {
-			return Entry{}, err
-		}
-		rec, err := record.Decode(buf)
-		if err != nil {
-			return Entry{}, fmt.Errorf("cache fill: %w", err)
-		}
-		return Entry{Rec: rec, Found: true}, nil
+		return loadUncached(load)
 	}
 	h := c.hash(key)
 	mu := &c.stripes[h%nStripes]
