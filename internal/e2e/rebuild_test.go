@@ -3,6 +3,7 @@ package e2e_test
 import (
 	"fmt"
 	"net/http"
+	"slices"
 	"testing"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 
 	"github.com/dhtkv/dhtkv/internal/cluster"
 	"github.com/dhtkv/dhtkv/internal/node"
+	"github.com/dhtkv/dhtkv/internal/placement"
 	"github.com/dhtkv/dhtkv/internal/testcluster"
 )
 
@@ -155,4 +157,81 @@ func TestRebuildClockBehindWaits(t *testing.T) {
 		})
 		require.Len(t, c.Replica(b), keys, "every key is on the rebuilt node")
 	})
+}
+
+// TestRebuildTwoWipedNodesAtOnce: two nodes of three lose their disks
+// together (a rack). Each rebuild refused to finish without the other,
+// which refuses its stream while it rebuilds: both waited for ever. Each
+// now copies from the live replica and does not wait for the other,
+// which holds nothing the live one lacks. At three replicas every
+// partition has the live node: every key comes back on both. At two, the
+// partitions whose replicas were the two lost disks have nobody to copy
+// from: their keys are gone (written at ack=2, on those two only), and
+// each rebuild says how many partitions it could not source; every other
+// key comes back on both of its replicas.
+func TestRebuildTwoWipedNodesAtOnce(t *testing.T) {
+	for _, replicas := range []int{3, 2} {
+		t.Run(fmt.Sprintf("replicas=%d", replicas), func(t *testing.T) {
+			testcluster.InBubble(t, func(t *testing.T) {
+				c := testcluster.StartInMemory(t, 3, func(_ int, cfg *node.Config) { cfg.Replicas = replicas })
+				c.AwaitFormed(time.Minute)
+				cl := c.Client()
+				const keys = 300
+				for k := range keys {
+					require.Equal(t, http.StatusCreated, cl.Put(t, c.URL(k%3), fmt.Sprintf("tw%d", k), []byte(fmt.Sprint(k)), replicas, replicas))
+				}
+				m, _ := c.Node(0).Members().Map()
+				const a, b, live = 0, 1, 2
+				for _, i := range []int{a, b} {
+					c.StopNode(i)
+					c.WipeNode(i)
+				}
+				for _, i := range []int{a, b} {
+					c.StartNode(i)
+					require.True(t, c.Node(i).Rebuilding(), "node %d", i)
+				}
+				c.Await(time.Minute, "both rebuilds finished", func() (bool, string) {
+					return !c.Node(a).Rebuilding() && !c.Node(b).Rebuilding(), "rebuilding"
+				})
+
+				p := placement.New(m.Nodes)
+				held := make([]map[string]string, c.Size())
+				for i := range held {
+					held[i] = map[string]string{}
+					for _, e := range c.Replica(i) {
+						held[i][e.Key] = e.Value
+					}
+				}
+				lost := 0
+				for k := range keys {
+					key := fmt.Sprintf("tw%d", k)
+					var owners []int
+					for _, id := range p.Replicas([]byte(key), m.Replicas, nil) {
+						owners = append(owners, c.Index(m.Node(id).URL))
+					}
+					if !slices.Contains(owners, live) {
+						lost++ // on the two lost disks only
+						continue
+					}
+					for _, i := range owners {
+						require.Equal(t, fmt.Sprint(k), held[i][key], "%s on node %d, one of its replicas %v", key, i, owners)
+					}
+				}
+				// The first to finish found the other rebuilding; the other
+				// may then copy from it (what it has of those partitions:
+				// nothing older than both rebuilds).
+				unsourced := 0.0
+				for _, i := range []int{a, b} {
+					unsourced += testcluster.Metric(t, c.Node(i).Registry(), "dhtkv_rebuild_unsourced_partitions_total")
+				}
+				if replicas == 3 {
+					require.Zero(t, unsourced, "every partition has the live replica")
+					require.Zero(t, lost)
+				} else {
+					require.Positive(t, unsourced, "the partitions of the two lost disks only")
+					require.Positive(t, lost, "some keys were on the two lost disks only")
+				}
+			})
+		})
+	}
 }

@@ -24,16 +24,26 @@
 // not answer, or whose copy left records out (their versions too far
 // ahead of this node's clock: the clock is behind), is tried again every
 // retry interval. Every such peer is needed: an acknowledged write
-// may be on this node and on a single other one. Each copy is routed by
-// the cluster map of its start (the partitions both hold in it, old set
-// or new set while a change is under way) and stops when a newer map is
-// installed, then runs again by the new one. The state is in the data
-// directory's identity (store.Identity), so a node that stops while
-// rebuilding resumes at its next start.
+// may be on this node and on a single other one. Except a peer that is
+// rebuilding too (its stream is refused with rpc.ErrRebuilding): it lost
+// its disk as this node did, so it holds no record from before its
+// rebuild, and a write it took since reached another replica as well
+// (ack of 2 or more), which this node copies or took itself. Waiting for
+// it would deadlock two nodes that lost their disks together (a rack,
+// two replaced machines), each waiting for the other. A partition whose
+// every other replica is rebuilding has nobody to copy from: what only
+// the lost disks held is gone, and the node says so (a warning and
+// dhtkv_rebuild_unsourced_partitions_total) rather than wait for ever.
+// Each copy is routed by the cluster map of its start (the partitions
+// both hold in it, old set or new set while a change is under way) and
+// stops when a newer map is installed, then runs again by the new one.
+// The state is in the data directory's identity (store.Identity), so a
+// node that stops while rebuilding resumes at its next start.
 package rebuild
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -45,6 +55,7 @@ import (
 
 	"github.com/dhtkv/dhtkv/internal/partcopy"
 	"github.com/dhtkv/dhtkv/internal/partition"
+	"github.com/dhtkv/dhtkv/internal/rpc"
 	"github.com/dhtkv/dhtkv/internal/view"
 	"github.com/dhtkv/dhtkv/internal/worker"
 )
@@ -95,7 +106,7 @@ func New(views func() *view.View, copier Copier, o Options, log *slog.Logger) *R
 
 // Register adds the instruments to reg.
 func (r *Rebuilder) Register(reg prometheus.Registerer) {
-	reg.MustRegister(r.m.rebuilding, r.m.records)
+	reg.MustRegister(r.m.rebuilding, r.m.records, r.m.unsourced)
 }
 
 // Rebuilding reports whether the local replica is still copying its share
@@ -144,12 +155,15 @@ func (r *Rebuilder) Start() {
 func (r *Rebuilder) Close() { r.work.Stop() }
 
 // copyPeers copies from every peer the partitions this node shares with
-// it until all were copied (true) or ctx ends (false).
+// it until all were copied or found rebuilding too (true) or ctx ends
+// (false).
 func (r *Rebuilder) copyPeers(ctx context.Context) bool {
 	pending := map[int]bool{}
 	for _, i := range r.views().Others() {
 		pending[i] = true
 	}
+	rebuilding := map[int]bool{}      // peers skipped: rebuilding too
+	copied := map[partition.ID]bool{} // partitions copied from a peer that is not
 	r.log.Info("rebuilding: copying this node's share from its peers before serving reads", "peers", len(pending))
 	for {
 		v := r.views()
@@ -165,6 +179,12 @@ func (r *Rebuilder) copyPeers(ctx context.Context) bool {
 			}
 			st, err := r.copier.Copy(ctx, v.URL(i), v.Epoch(), partition.SetOf(shared...))
 			r.m.records.Add(float64(st.Records))
+			if errors.Is(err, rpc.ErrRebuilding) {
+				r.log.Warn("rebuild: the peer lost its disk too and rebuilds; not waiting for it", "peer", v.URL(i), "partitions", len(shared))
+				rebuilding[i] = true
+				delete(pending, i)
+				continue
+			}
 			if err == nil && st.Refused > 0 {
 				// Left where they are, too far ahead of this node's clock:
 				// the copy is not complete, and may be the only other
@@ -180,9 +200,13 @@ func (r *Rebuilder) copyPeers(ctx context.Context) bool {
 			}
 			r.log.Info("rebuild: copied the partitions shared with a peer", "peer", v.URL(i), "partitions", len(shared),
 				"records", st.Records, "bytes", st.Bytes, "stored", st.Applied)
+			for _, p := range shared {
+				copied[p] = true
+			}
 			delete(pending, i)
 		}
 		if len(pending) == 0 {
+			r.unsourced(rebuilding, copied)
 			return true
 		}
 		if !r.work.Sleep(rebuildRetry) {
@@ -191,12 +215,41 @@ func (r *Rebuilder) copyPeers(ctx context.Context) bool {
 	}
 }
 
+// unsourced reports the partitions shared with the rebuilding peers that
+// no other peer was copied for, by the current view: every replica of
+// them but this node lost its disk.
+func (r *Rebuilder) unsourced(rebuilding map[int]bool, copied map[partition.ID]bool) {
+	if len(rebuilding) == 0 {
+		return
+	}
+	v := r.views()
+	lost := map[partition.ID]bool{}
+	for i := range rebuilding {
+		if v.Self < 0 || v.Peers[i] == nil {
+			continue
+		}
+		for _, p := range v.Shared(v.Self, i) {
+			if !copied[p] {
+				lost[p] = true
+			}
+		}
+	}
+	if len(lost) == 0 {
+		return
+	}
+	r.m.unsourced.Add(float64(len(lost)))
+	r.log.Warn("rebuild: partitions whose every other replica is rebuilding too: what only the lost disks held is gone",
+		"partitions", len(lost), "example", slices.Min(slices.Collect(maps.Keys(lost))))
+}
+
 // metrics are the rebuild's instruments.
 type metrics struct {
 	// rebuilding is 1 while the local replica copies its share.
 	rebuilding prometheus.Gauge
 	// records counts records copied by rebuilds.
 	records prometheus.Counter
+	// unsourced counts partitions rebuilt with no replica to copy from.
+	unsourced prometheus.Counter
 }
 
 func newMetrics() *metrics {
@@ -208,6 +261,10 @@ func newMetrics() *metrics {
 		records: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "dhtkv_rebuild_records_total",
 			Help: "Records received from peers by rebuilds (of the partitions this node holds).",
+		}),
+		unsourced: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "dhtkv_rebuild_unsourced_partitions_total",
+			Help: "Partitions a rebuild found no replica to copy from: every other replica was rebuilding too (lost its disk); their records from before are lost.",
 		}),
 	}
 }

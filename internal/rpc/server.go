@@ -201,8 +201,15 @@ func (s *Server) ServeBatch(body, out []byte, background bool) ([]byte, error) {
 	return out, nil
 }
 
-// errRebuilding is the result of a read of a rebuilding replica.
+// errRebuilding is the result of a read of a rebuilding replica, and the
+// start of the 503's body that refuses its stream (releases before
+// ErrRebuilding send the same).
 const errRebuilding = "rebuilding: this replica is still copying its share"
+
+// ErrRebuilding fails the opening of a stream of a node that is itself
+// rebuilding its share (package rebuild): it holds no record older than its
+// own rebuild that another replica does not also hold.
+var ErrRebuilding = errors.New(errRebuilding)
 
 // appendRead appends the result of reading key from the replica, through
 // its read cache unless background.

@@ -2,6 +2,7 @@ package rpc
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/tls"
 	"fmt"
@@ -208,6 +209,9 @@ func (c *StreamClient) open(ctx context.Context, baseURL string, epoch uint64, q
 	if resp.StatusCode != http.StatusOK {
 		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 256))
 		resp.Body.Close()
+		if resp.StatusCode == http.StatusServiceUnavailable && bytes.HasPrefix(msg, []byte(errRebuilding)) {
+			return nil, fmt.Errorf("open scan on %s: %w", baseURL, ErrRebuilding)
+		}
 		return nil, fmt.Errorf("open scan on %s: status %d: %q", baseURL, resp.StatusCode, msg)
 	}
 	d := scan.NewDecoder(bufio.NewReaderSize(resp.Body, 64<<10), c.o.MaxKey, c.o.MaxEnvelope)

@@ -1,7 +1,12 @@
 package rpc
 
 import (
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	"github.com/valyala/fasthttp"
@@ -53,4 +58,27 @@ func TestOpenStreamPace(t *testing.T) {
 	keys, bytes := drain(it)
 	require.Equal(t, len(want), keys)
 	require.InDelta(t, burst-bytes, s.StreamPace.Tokens(), 1, "a partition stream takes its bytes")
+}
+
+// A node that refuses its stream because it rebuilds is told apart from
+// one that fails (package rebuild does not wait for it); any other 503 is
+// a failure like the rest.
+func TestOpenPartsRefusedAsRebuilding(t *testing.T) {
+	for _, tc := range []struct {
+		body       string
+		rebuilding bool
+	}{
+		{errRebuilding + "\n", true},
+		{"node shutting down\n", false},
+	} {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			http.Error(w, tc.body, http.StatusServiceUnavailable)
+		}))
+		c := NewStreamClient(StreamOptions{OpenTimeout: 5 * time.Second, IdleTimeout: 5 * time.Second, MaxKey: 1024, MaxEnvelope: 1 << 20})
+		_, err := c.OpenParts(context.Background(), srv.URL, 1, partition.SetOf(1))
+		require.Error(t, err)
+		require.Equal(t, tc.rebuilding, errors.Is(err, ErrRebuilding), "%q: %v", tc.body, err)
+		c.Close()
+		srv.Close()
+	}
 }
