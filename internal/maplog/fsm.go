@@ -259,8 +259,8 @@ func apply(cur *State, c *Command) (*State, *Result) {
 		n := cur.clone()
 		n.Addrs[c.Node] = c.Addr
 		return n, &Result{Accepted: true, Map: m}
-	case OpJoin, OpDecommission, OpReplace, OpAbort, OpReplicas:
-	default:
+	}
+	if !isChange(c.Op) {
 		return refuse("unknown command %q", c.Op)
 	}
 	// A change: compare-and-set on the epoch.

@@ -151,3 +151,36 @@ func TestRules(t *testing.T) {
 		})
 	})
 }
+
+// Every change a member submits carries an ID, so that the log answers a
+// retry after an uncertain outcome (the leader lost its office before it
+// answered) with the first attempt's outcome instead of refusing it as
+// made at an old epoch: a replicas change had none, and its requester was
+// told 409 for a change that had begun. Acknowledgements need none.
+func TestEveryChangeGetsAnID(t *testing.T) {
+	l := &Log{o: Options{MaxCommandBytes: 1 << 10}}
+	m, err := clustermap.Seed([]string{"http://127.0.0.1:8080", "http://127.0.0.1:8081"}, 2)
+	require.NoError(t, err)
+	seeded, res := apply(&State{}, &Command{Op: OpSeed, Map: m})
+	require.True(t, res.Accepted, res.Reason)
+	for _, tc := range []struct {
+		op     Op
+		change bool
+	}{
+		{OpSeed, true}, {OpJoin, true}, {OpDecommission, true}, {OpReplace, true}, {OpAbort, true}, {OpReplicas, true},
+		{OpAck, false}, {OpCopied, false}, {OpAddr, false},
+	} {
+		b, err := l.encode(Command{Op: tc.op})
+		require.NoError(t, err)
+		var c Command
+		require.NoError(t, json.Unmarshal(b, &c))
+		require.Equal(t, tc.change, c.ID != "", "%s", tc.op)
+		if tc.op == OpSeed {
+			continue
+		}
+		// The state machine takes exactly these as changes: a change
+		// made at another epoch is refused for it.
+		_, res := apply(seeded, &Command{Op: tc.op, Epoch: seeded.Map.Epoch + 1})
+		require.Equal(t, tc.change, strings.HasPrefix(res.Reason, "the map moved on"), "%s: %s", tc.op, res.Reason)
+	}
+}

@@ -579,18 +579,16 @@ func (l *Log) nextRelay(prev string, leader int) string {
 // isChange reports whether op changes the map (and so gets an ID).
 func isChange(op Op) bool {
 	switch op {
-	case OpJoin, OpDecommission, OpReplace, OpAbort, OpSeed:
+	case OpJoin, OpDecommission, OpReplace, OpAbort, OpReplicas, OpSeed:
 		return true
 	}
 	return false
 }
 
-// Submit proposes c until the log answers or ctx ends: on a replica that
-// does not lead it forwards c to the leader (with a Network), and it
-// tries again while there is no leader or the leader loses its office.
-// A change is given an ID first, so that a retry after an uncertain
-// outcome is answered with the first attempt's outcome.
-func (l *Log) Submit(ctx context.Context, c Command) (*Result, error) {
+// encode is c as the log carries it. A change is given an ID first, so
+// that a retry after an uncertain outcome is answered with the first
+// attempt's outcome.
+func (l *Log) encode(c Command) ([]byte, error) {
 	if c.ID == "" && isChange(c.Op) {
 		c.ID = requestID()
 	}
@@ -600,6 +598,19 @@ func (l *Log) Submit(ctx context.Context, c Command) (*Result, error) {
 	}
 	if len(b) > l.o.MaxCommandBytes {
 		return nil, fmt.Errorf("maplog: %s of %d bytes over the limit of %d", c.Op, len(b), l.o.MaxCommandBytes)
+	}
+	return b, nil
+}
+
+// Submit proposes c until the log answers or ctx ends: on a replica that
+// does not lead it forwards c to the leader (with a Network), and it
+// tries again while there is no leader or the leader loses its office.
+// A change is given an ID first, so that a retry after an uncertain
+// outcome is answered with the first attempt's outcome.
+func (l *Log) Submit(ctx context.Context, c Command) (*Result, error) {
+	b, err := l.encode(c)
+	if err != nil {
+		return nil, err
 	}
 	wait := max(l.o.HeartbeatTimeout/10, 10*time.Millisecond)
 	var relay string   // a member relaying to the leader, "" while it is reached directly
@@ -675,15 +686,9 @@ func (l *Log) SubmitVia(ctx context.Context, addr string, c Command) (*Result, e
 	if l.fwd == nil {
 		return nil, errors.New("maplog: no network to reach another member's log")
 	}
-	if c.ID == "" && isChange(c.Op) {
-		c.ID = requestID()
-	}
-	b, err := json.Marshal(c)
+	b, err := l.encode(c)
 	if err != nil {
-		return nil, fmt.Errorf("maplog: encode %s: %w", c.Op, err)
-	}
-	if len(b) > l.o.MaxCommandBytes {
-		return nil, fmt.Errorf("maplog: %s of %d bytes over the limit of %d", c.Op, len(b), l.o.MaxCommandBytes)
+		return nil, err
 	}
 	wait := max(l.o.HeartbeatTimeout/10, 10*time.Millisecond)
 	to := addr
