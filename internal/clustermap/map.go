@@ -5,7 +5,7 @@
 // every node-to-node request carries its epoch (docs/membership.md).
 //
 // A Map is a value: it is never modified once built. Changes make a new
-// map with a higher epoch (Begin, Advance, Replace), and a node installs
+// map with a higher epoch (Begin, Advance, Replace, Remove), and a node installs
 // a received map only if its epoch is higher than the one it has.
 package clustermap
 
@@ -93,6 +93,14 @@ type Change struct {
 	// Driver is the node that runs the change (the one the operator asked);
 	// it resumes the change after a restart.
 	Driver int `json:"driver"`
+	// Dead marks, for a decommission, that the leaving node is dead and
+	// will not come back (a remove: Map.Remove). Nothing waits for it: no
+	// stage for its acknowledgement, no gainer for a copy from it (each
+	// copies from the old set's live replicas), and it leaves the map at
+	// the end as a decommissioned node does. It places nothing: the sets
+	// are the decommission's. Never set on the driver, nor for another
+	// kind; maps from before it decode with it false.
+	Dead bool `json:"dead,omitempty"`
 }
 
 // Map is the cluster map.
@@ -205,6 +213,9 @@ func (m *Map) Validate() error {
 		}
 		if c.Kind == Decommission && len(m.Nodes) == 1 {
 			return errors.New("cluster map: decommissioning the last node")
+		}
+		if c.Dead && (c.Kind != Decommission || c.Driver == c.Node) {
+			return fmt.Errorf("cluster map: %s of node %d driven by node %d marks a dead node: only a decommission's leaving node, which drives nothing, is", c.Kind, c.Node, c.Driver)
 		}
 	}
 	return nil
@@ -322,6 +333,48 @@ func (m *Map) BeginDecommission(id, driver int) (*Map, error) {
 	return n, n.Validate()
 }
 
+// Remove returns the map in which dead node id is removed, driven by node
+// driver: a decommission whose leaving node is dead (Change.Dead), for a
+// node whose machine will not come back and no spare machine to replace
+// it with (docs/membership.md, "Removing a dead member"). The gaining
+// nodes copy from the old set's live replicas: a write acknowledged by
+// ack >= 2 replicas reached a live one.
+//
+// With no change under way it begins one, refused if the cluster would be
+// left with fewer nodes than the replication factor (writes asking every
+// replica could never be acknowledged again). During a decommission of
+// node id it marks that change's leaving node dead, at the same stage in
+// a new epoch, so that the change finishes without it; the cluster's size
+// was decided when the decommission began. During any other change it is
+// refused: the dead node is then a member the change waits for, replaced
+// (Replace) or the change aborted before read-new.
+func (m *Map) Remove(id, driver int) (*Map, error) {
+	if m.Node(id) == nil {
+		return nil, fmt.Errorf("node %d is not a member", id)
+	}
+	if id == driver {
+		return nil, fmt.Errorf("node %d cannot remove itself: it answers, so it is not dead (decommission it)", id)
+	}
+	if c := m.Change; c != nil {
+		switch {
+		case c.Kind == Decommission && c.Node == id && c.Dead:
+			return nil, fmt.Errorf("%w: node %d is being removed already (%s)", ErrBusy, id, c.describe())
+		case c.Kind == Decommission && c.Node == id:
+			n := m.next()
+			n.Change.Dead, n.Change.Driver = true, driver
+			return n, n.Validate()
+		}
+		return nil, fmt.Errorf("%w: %s; a dead member of it is replaced with a new machine (dhtkvctl replace), "+
+			"or the change aborted before read-new (dhtkvctl abort) and the node removed then", ErrBusy, c.describe())
+	}
+	if len(m.Nodes)-1 < m.Replicas {
+		return nil, fmt.Errorf("removing node %d would leave %d nodes, fewer than the replication factor %d: lower it first (dhtkvctl replicas), or replace the node", id, len(m.Nodes)-1, m.Replicas)
+	}
+	n := m.next()
+	n.Change = &Change{Kind: Decommission, Node: id, Stage: WriteBoth, Driver: driver, Dead: true}
+	return n, n.Validate()
+}
+
 // BeginReplicas returns the map in which the replication factor starts
 // changing to n, driven by node driver. The nodes stay; each partition's
 // replica list in the new set is the first n of its ranking over them
@@ -352,7 +405,15 @@ func (c *Change) describe() string {
 	if c.Kind == Replicas {
 		return fmt.Sprintf("replicas change to %d, stage %s", c.Replicas, c.Stage)
 	}
-	return fmt.Sprintf("%s of node %d, stage %s", c.Kind, c.Node, c.Stage)
+	return fmt.Sprintf("%s of node %d%s, stage %s", c.Kind, c.Node, c.deadMark(), c.Stage)
+}
+
+// deadMark is what describe and String add for a dead leaving node.
+func (c *Change) deadMark() string {
+	if c.Dead {
+		return " (dead)"
+	}
+	return ""
 }
 
 // Advance returns the map of the change's next stage: the last stage
@@ -421,6 +482,9 @@ func (m *Map) Replace(id int, url string) (*Map, error) {
 	if m.Node(id) == nil {
 		return nil, fmt.Errorf("node %d is not a member", id)
 	}
+	if c := m.Change; c != nil && c.Dead && c.Node == id {
+		return nil, fmt.Errorf("node %d is being removed (%s): it leaves the map when the change ends", id, c.describe())
+	}
 	if m.ByURL(u) != nil {
 		return nil, fmt.Errorf("%s is already a member", u)
 	}
@@ -432,7 +496,9 @@ func (m *Map) Replace(id int, url string) (*Map, error) {
 // SamePlacement reports whether m and o place every partition alike, in
 // both sets and at every stage's read and write sets: the same nodes by
 // id and seed, the same factors, and the same change at the same stage
-// (a replace's map and the one before it; their URLs may differ).
+// (a replace's map and the one before it, whose URLs may differ; a
+// remove's of a decommission under way and the one before it, which
+// differ by the change's dead mark).
 func (m *Map) SamePlacement(o *Map) bool {
 	if m.Replicas != o.Replicas || len(m.Nodes) != len(o.Nodes) {
 		return false
@@ -447,6 +513,7 @@ func (m *Map) SamePlacement(o *Map) bool {
 	}
 	a, b := *m.Change, *o.Change
 	a.Driver, b.Driver = 0, 0 // the driver places nothing
+	a.Dead, b.Dead = false, false
 	return a == b
 }
 
@@ -479,7 +546,7 @@ func (m *Map) String() string {
 		if c.Kind == Replicas {
 			fmt.Fprintf(&b, ", replication factor %d to %d at stage %s", m.Replicas, c.Replicas, c.Stage)
 		} else {
-			fmt.Fprintf(&b, ", %s of node %d at stage %s", c.Kind, c.Node, c.Stage)
+			fmt.Fprintf(&b, ", %s of node %d%s at stage %s", c.Kind, c.Node, c.deadMark(), c.Stage)
 		}
 	}
 	return b.String()
