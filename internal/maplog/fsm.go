@@ -28,6 +28,9 @@ const (
 	OpDecommission Op = "decommission"
 	// OpReplace makes the new machine at URL take dead Node's identity.
 	OpReplace Op = "replace"
+	// OpRemove begins removing dead Node, or marks it dead in the
+	// decommission under way that removes it (clustermap.Map.Remove).
+	OpRemove Op = "remove"
 	// OpAbort ends the change under way with the old set.
 	OpAbort Op = "abort"
 	// OpReplicas begins changing the replication factor to Replicas
@@ -55,12 +58,12 @@ type Command struct {
 	// answers accepted, not "the map moved on". Set by the requester,
 	// unique; empty for acks.
 	ID string `json:"id,omitempty"`
-	// Epoch is, for a change (join, decommission, replace, abort, replicas), the
+	// Epoch is, for a change (join, decommission, remove, replace, abort, replicas), the
 	// epoch of the map it was made from; for ack and copied, the epoch
 	// the node installed or copied at.
 	Epoch uint64 `json:"epoch,omitempty"`
-	// Node is the node decommissioned or replaced, or the one that
-	// reports (ack, copied, addr).
+	// Node is the node decommissioned, removed or replaced, or the one
+	// that reports (ack, copied, addr).
 	Node int `json:"node"`
 	// From is the member that asked for the change (the map's
 	// Change.Driver, informational under the log).
@@ -145,14 +148,16 @@ func (s *State) clone() *State {
 
 // Waiting returns the members whose acknowledgement the map's next step
 // waits for: those that have not reported installing its epoch (and, in
-// the stream stage, copying their gains), except skip (-1: none).
+// the stream stage, copying their gains), except skip (-1: none) and a
+// dead node the change under way removes (clustermap.Change.Dead), which
+// never acknowledges.
 func (s *State) Waiting(skip int) []int {
 	var out []int
 	if s.Map == nil {
 		return nil
 	}
 	for _, n := range s.Map.Nodes {
-		if n.ID == skip {
+		if c := s.Map.Change; n.ID == skip || (c != nil && c.Dead && c.Node == n.ID) {
 			continue
 		}
 		if s.Acks[n.ID] < s.Map.Epoch {
@@ -282,14 +287,15 @@ func apply(cur *State, c *Command) (*State, *Result) {
 		n.forgetLeft()
 		return n, &Result{Accepted: true, Map: a, Node: o.Node}
 	}
-	// A change begins only once every member (but a replaced, dead one)
-	// has installed the current map: the stages that follow assume every
-	// node is at most one stage behind. A replace during a change does
-	// not wait: it keeps the stage, so the members stay at most one stage
-	// apart, and the stage's next step waits for the new machine and for
-	// every member's acknowledgement of the replace's epoch.
+	// A change begins only once every member (but a replaced or removed,
+	// dead one) has installed the current map: the stages that follow
+	// assume every node is at most one stage behind. A replace, or a
+	// remove of a decommission's leaving node, during a change does not
+	// wait: it keeps the stage, so the members stay at most one stage
+	// apart, and the stage's next step waits for every live member's
+	// acknowledgement of the new epoch (and a replace's new machine).
 	skip := -1
-	if c.Op == OpReplace {
+	if c.Op == OpReplace || c.Op == OpRemove {
 		skip = c.Node
 	}
 	if w := cur.Waiting(skip); len(w) > 0 && m.Change == nil {
@@ -306,6 +312,8 @@ func apply(cur *State, c *Command) (*State, *Result) {
 		next, err = m.BeginDecommission(c.Node, c.From)
 	case OpReplace:
 		next, err = m.Replace(c.Node, c.URL)
+	case OpRemove:
+		next, err = m.Remove(c.Node, c.From)
 	case OpReplicas:
 		subject = c.From // the map's Change.Node: a replicas change moves no node
 		next, err = m.BeginReplicas(c.Replicas, c.From)
@@ -316,11 +324,16 @@ func apply(cur *State, c *Command) (*State, *Result) {
 	n := cur.clone()
 	n.Map, n.Changed = next, true
 	o := &Outcome{ID: c.ID, Kind: c.Op, Node: subject, Began: next.Epoch}
-	if c.Op == OpReplace {
+	switch {
+	case c.Op == OpReplace:
 		replaced(n, m, c.Node)
 		o.Ended = next.Epoch
 		n.Last = o
-	} else {
+	case c.Op == OpRemove && m.Change != nil:
+		markedDead(n, m, c.Node)
+		o.Ended = next.Epoch
+		n.Last = o
+	default:
 		n.Current = o
 	}
 	if c.Addr != "" {
@@ -346,11 +359,37 @@ func apply(cur *State, c *Command) (*State, *Result) {
 func replaced(s *State, prev *clustermap.Map, id int) {
 	delete(s.Acks, id)
 	delete(s.Copied, id)
-	if ch := prev.Change; ch != nil && ch.Stage == clustermap.Stream {
-		for n, e := range s.Copied {
-			if e >= prev.Epoch {
-				s.Copied[n] = s.Map.Epoch
-			}
+	keepCopies(s, prev)
+}
+
+// markedDead does the bookkeeping of a remove of node id that marks it
+// dead in the decommission under way in prev (the change goes on at its
+// stage in s.Map's epoch, and ends as a remove): the dead node's
+// acknowledgement and copy report are forgotten (nothing waits for them
+// any more), and the live members' copies of this stream stage stay
+// complete, as for a replace: the mark moves no partition, and a copy
+// completed before it read every replica of the old set, the dead one
+// included, more than a copy from the live ones.
+func markedDead(s *State, prev *clustermap.Map, id int) {
+	delete(s.Acks, id)
+	delete(s.Copied, id)
+	keepCopies(s, prev)
+	if s.Current != nil {
+		o := *s.Current
+		o.Kind = OpRemove
+		s.Current = &o
+	}
+}
+
+// keepCopies carries the copy reports of prev's stream stage over to
+// s.Map's, a map of the same placement at the same stage.
+func keepCopies(s *State, prev *clustermap.Map) {
+	if ch := prev.Change; ch == nil || ch.Stage != clustermap.Stream || !prev.SamePlacement(s.Map) {
+		return
+	}
+	for n, e := range s.Copied {
+		if e >= prev.Epoch {
+			s.Copied[n] = s.Map.Epoch
 		}
 	}
 }

@@ -20,6 +20,7 @@ import (
 //	seed nodes=N [epoch=E] [cluster=C] [replicas=R]   the map of N nodes on 127.0.0.1:8080...
 //	join epoch=E from=F url=U [id=ID]
 //	decommission epoch=E from=F node=N [id=ID]
+//	remove epoch=E from=F node=N [id=ID]        remove dead node N
 //	replace epoch=E from=F node=N url=U [addr=A] [id=ID]
 //	abort epoch=E [id=ID]
 //	replicas epoch=E from=F n=N [id=ID]    change the factor to N
@@ -81,7 +82,7 @@ func TestRules(t *testing.T) {
 					m.Cluster = uint64(c)
 				}
 				cmds = append(cmds, Command{Op: OpSeed, Map: m})
-			case "join", "decommission", "replace", "abort":
+			case "join", "decommission", "remove", "replace", "abort":
 				node, _ := arg("node")
 				from, _ := arg("from")
 				cmds = append(cmds, Command{Op: Op(d.Cmd), ID: str("id"), Epoch: uint64(num("epoch")), From: from, Node: node, URL: str("url"), Addr: str("addr")})
@@ -133,7 +134,7 @@ func TestRules(t *testing.T) {
 			}
 			if res.Accepted {
 				line := "accepted: " + res.Map.String()
-				if d.Cmd == "join" || d.Cmd == "decommission" || d.Cmd == "replace" || d.Cmd == "abort" || d.Cmd == "replicas" {
+				if d.Cmd == "join" || d.Cmd == "decommission" || d.Cmd == "remove" || d.Cmd == "replace" || d.Cmd == "abort" || d.Cmd == "replicas" {
 					line += fmt.Sprintf("; node %d", res.Node)
 				}
 				out = append(out, line)
@@ -167,7 +168,7 @@ func TestEveryChangeGetsAnID(t *testing.T) {
 		op     Op
 		change bool
 	}{
-		{OpSeed, true}, {OpJoin, true}, {OpDecommission, true}, {OpReplace, true}, {OpAbort, true}, {OpReplicas, true},
+		{OpSeed, true}, {OpJoin, true}, {OpDecommission, true}, {OpRemove, true}, {OpReplace, true}, {OpAbort, true}, {OpReplicas, true},
 		{OpAck, false}, {OpCopied, false}, {OpAddr, false},
 	} {
 		b, err := l.encode(Command{Op: tc.op})

@@ -579,7 +579,7 @@ func (l *Log) nextRelay(prev string, leader int) string {
 // isChange reports whether op changes the map (and so gets an ID).
 func isChange(op Op) bool {
 	switch op {
-	case OpJoin, OpDecommission, OpReplace, OpAbort, OpReplicas, OpSeed:
+	case OpJoin, OpDecommission, OpRemove, OpReplace, OpAbort, OpReplicas, OpSeed:
 		return true
 	}
 	return false
