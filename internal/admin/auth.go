@@ -16,7 +16,7 @@ import (
 //   - read: GET and HEAD of /cluster, /repair and /log-level, the cluster
 //     map, the anti-entropy state and the log level;
 //   - admin: everything else: membership changes (POST /cluster/join,
-//     /cluster/decommission, /cluster/replace, /cluster/replicas,
+//     /cluster/decommission, /cluster/remove, /cluster/replace, /cluster/replicas,
 //     /cluster/abort), POST /snapshot, POST
 //     /repair, PUT /log-level, and all of /debug/pprof/ (a profile costs CPU, rates
 //     switches the profiles, cmdline shows the node's flags), and any path

@@ -64,7 +64,7 @@ func TestAccessEveryEndpoint(t *testing.T) {
 		"/snapshot":            {admin, admin, []string{"/snapshot"}},
 		"/log-level":           {read, admin, []string{"/log-level"}},
 		"/cluster":             {read, admin, []string{"/cluster"}},
-		"/cluster/":            {admin, admin, []string{"/cluster/join", "/cluster/decommission", "/cluster/replace", "/cluster/abort", "/cluster/other"}},
+		"/cluster/":            {admin, admin, []string{"/cluster/join", "/cluster/decommission", "/cluster/remove", "/cluster/replace", "/cluster/abort", "/cluster/other"}},
 	}
 	stub := http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})
 	m := mux(Parts{Registry: prometheus.NewRegistry(), Ready: func() error { return nil }, Cluster: stub, SnapshotDir: t.TempDir()})

@@ -13,7 +13,8 @@ import (
 // Handler serves the admin port's /cluster: GET answers the
 // cluster map and what the change this node drives waits for; POST
 // /cluster/join?node=URL, /cluster/decommission?node=URL,
-// /cluster/replace?node=URL&with=URL and /cluster/replicas?n=N begin a
+// /cluster/remove?node=URL, /cluster/replace?node=URL&with=URL and
+// /cluster/replicas?n=N begin a
 // change (202 with the first map; 409 with the reason when it cannot
 // begin; 400 for a missing or malformed parameter). POST /cluster/abort ends the
 // change under way (202 with the map without it; 409 when the log
@@ -76,6 +77,12 @@ func (s *Service) Handler(admissible func(url string) error) http.Handler {
 			}
 		case "/cluster/decommission":
 			m, err = s.Decommission(node)
+		case "/cluster/remove":
+			if _, perr := clustermap.NormalizeURL(node); perr != nil {
+				refuse(http.StatusBadRequest, perr)
+				return
+			}
+			m, err = s.Remove(node)
 		case "/cluster/replace":
 			with := q.Get("with")
 			if with == "" {
@@ -86,7 +93,7 @@ func (s *Service) Handler(admissible func(url string) error) http.Handler {
 				m, err = s.Replace(node, with)
 			}
 		default:
-			refuse(http.StatusNotFound, fmt.Errorf("unknown path %s: /cluster, /cluster/join, /cluster/decommission, /cluster/replace, /cluster/replicas, /cluster/abort", r.URL.Path))
+			refuse(http.StatusNotFound, fmt.Errorf("unknown path %s: /cluster, /cluster/join, /cluster/decommission, /cluster/remove, /cluster/replace, /cluster/replicas, /cluster/abort", r.URL.Path))
 			return
 		}
 		answer(reply, refuse, m, err)

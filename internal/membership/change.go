@@ -11,7 +11,7 @@ import (
 )
 
 // Membership changes, asked of any member (Join, Decommission,
-// SetReplicas, Replace; Abort in logged.go): each is a command of the
+// SetReplicas, Replace, Remove; Abort in logged.go): each is a command of the
 // cluster map's log (Options.Log), made from the log's current epoch and
 // answered with the log's real outcome (logged.go). The log takes the
 // change through its stages (clustermap.Stage), one map epoch each, once
@@ -89,27 +89,54 @@ func (s *Service) SetReplicas(n int) (*clustermap.Map, error) {
 // (logged.go, followOnce; docs/membership.md, "A member that dies during
 // a change").
 func (s *Service) Replace(oldURL, newURL string) (*clustermap.Map, error) {
-	v := s.View()
-	n, err := s.member(v, oldURL)
+	m, n, err := s.deadMember(oldURL, "replaced")
 	if err != nil {
-		return nil, err
-	}
-	if n.ID == v.Self {
-		return nil, fmt.Errorf("%w: this node is %s and answers: ask another member", ErrChangeRefused, n.URL)
-	}
-	if _, err := v.Peers[n.ID].Ping(v.Map.Epoch, time.Now().Add(s.o.Timeout)); err == nil {
-		return nil, fmt.Errorf("%w: %s answers; only a dead node is replaced (decommission a live one)", ErrChangeRefused, n.URL)
-	}
-	// With no change under way, the log's rules refuse a replace unless
-	// every other member acknowledged the current map.
-	m, err := s.logMap()
-	if err != nil {
-		return nil, err
-	}
-	if _, err := memberOf(m, oldURL); err != nil {
 		return nil, err
 	}
 	return s.submit(maplog.Command{Op: maplog.OpReplace, Epoch: m.Epoch, Node: n.ID, URL: newURL})
+}
+
+// Remove begins removing the dead node at url, whose machine will not
+// come back: a decommission that waits for nothing from it (clustermap.Map.Remove).
+// The nodes that gain its partitions copy them from the other replicas
+// of the old set, and at the end it leaves the map. A node that answers
+// is not removed: decommission it instead. During the decommission of
+// that very node it marks it dead, and the change finishes without it;
+// during any other change it is refused (replace the node, or abort the
+// change before read-new). docs/membership.md, "Removing a dead member".
+func (s *Service) Remove(url string) (*clustermap.Map, error) {
+	m, n, err := s.deadMember(url, "removed")
+	if err != nil {
+		return nil, err
+	}
+	return s.submit(maplog.Command{Op: maplog.OpRemove, Epoch: m.Epoch, Node: n.ID})
+}
+
+// deadMember finds the member at url that a replace or a remove (verb:
+// "replaced", "removed") is asked for, and checks that it is dead: not
+// this node, and it does not answer a ping. It returns the log's map to
+// make the change from: with no change under way, the log's rules refuse
+// it unless every other member acknowledged that map.
+func (s *Service) deadMember(url, verb string) (*clustermap.Map, *clustermap.Node, error) {
+	v := s.View()
+	n, err := s.member(v, url)
+	if err != nil {
+		return nil, nil, err
+	}
+	if n.ID == v.Self {
+		return nil, nil, fmt.Errorf("%w: this node is %s and answers: ask another member", ErrChangeRefused, n.URL)
+	}
+	if _, err := v.Peers[n.ID].Ping(v.Map.Epoch, time.Now().Add(s.o.Timeout)); err == nil {
+		return nil, nil, fmt.Errorf("%w: %s answers; only a dead node is %s (decommission a live one)", ErrChangeRefused, n.URL, verb)
+	}
+	m, err := s.logMap()
+	if err != nil {
+		return nil, nil, err
+	}
+	if _, err := memberOf(m, url); err != nil {
+		return nil, nil, err
+	}
+	return m, n, nil
 }
 
 func (s *Service) member(v *view.View, url string) (*clustermap.Node, error) {

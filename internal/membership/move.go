@@ -35,7 +35,8 @@ type Copier interface {
 // (clustermap.Stage):
 //
 //   - in a change's stream stage, it copies every partition this node
-//     gains from every replica of the partition's old set, then reports
+//     gains from every replica of the partition's old set (every live
+//     one, when the change removes a dead node: liveGains), then reports
 //     the stage's epoch as moved (State.Moved), reported to the map's log
 //     (Log.Copied), which advances the stage once every gainer did. Every
 //     replica of the old set, because a write acknowledged before the
@@ -198,7 +199,7 @@ func planCopy(from map[int][]partition.ID) (bulk map[int]*partition.Set, rest ma
 // (TestMembershipFaultClockBehindCopyWaits).
 func (mv *mover) copyGained(ctx context.Context, v *view.View) {
 	s := mv.s
-	from := v.Gains(v.Self)
+	from := liveGains(v)
 	if len(from) == 0 {
 		s.setMoved(v.Map.Epoch)
 		return
@@ -269,6 +270,22 @@ func (mv *mover) copyGained(ctx context.Context, v *view.View) {
 		"streamed_records", copied.Records, "streamed_bytes", copied.Bytes, "stored", copied.Applied, "streamed_in", streamed.Round(time.Millisecond),
 		"pulled_records", total.Pulled, "pulled_bytes", total.RecordBytes, "summary_bytes", total.SummaryBytes,
 		"took", time.Since(start).Round(time.Millisecond))
+}
+
+// liveGains returns, by old replica, the partitions this node gains in
+// v's change, from every replica of the old set but a dead one the change
+// removes (view.View.Dead): a copy is complete once it read every live
+// one. A write acknowledged by ack >= 2 replicas of the old set reached a
+// live one of them; one acknowledged by the dead node alone is lost
+// (docs/membership.md, "Removing a dead member").
+func liveGains(v *view.View) map[int][]partition.ID {
+	from := v.Gains(v.Self)
+	for r := range from {
+		if v.Dead(r) {
+			delete(from, r)
+		}
+	}
+	return from
 }
 
 // sleepCtx waits d, or less if ctx ends first (false).

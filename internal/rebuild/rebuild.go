@@ -34,6 +34,10 @@
 // every other replica is rebuilding has nobody to copy from: what only
 // the lost disks held is gone, and the node says so (a warning and
 // dhtkv_rebuild_unsourced_partitions_total) rather than wait for ever.
+// Nor is a dead node that the change under way removes (view.View.Dead):
+// the change would wait for this node's rebuild, and the dead node would
+// leave only at its end (what it alone held is lost, docs/membership.md
+// "Removing a dead member").
 // Each copy is routed by the cluster map of its start (the partitions
 // both hold in it, old set or new set while a change is under way) and
 // stops when a newer map is installed, then runs again by the new one.
@@ -168,7 +172,7 @@ func (r *Rebuilder) copyPeers(ctx context.Context) bool {
 	for {
 		v := r.views()
 		for _, i := range slices.Sorted(maps.Keys(pending)) {
-			if v.Peers[i] == nil { // it left the cluster meanwhile
+			if v.Peers[i] == nil || v.Dead(i) { // it left the cluster meanwhile, or is dead and being removed
 				delete(pending, i)
 				continue
 			}

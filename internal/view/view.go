@@ -103,6 +103,14 @@ func (v *View) URL(id int) string {
 	return fmt.Sprintf("node %d (no longer a member)", id)
 }
 
+// Dead reports whether node id is the dead member the change under way
+// removes (clustermap.Change.Dead): nothing waits for it, and nothing is
+// copied from it.
+func (v *View) Dead(id int) bool {
+	c := v.Map.Change
+	return c != nil && c.Dead && c.Node == id
+}
+
 // Others returns the ids of every member but this node.
 func (v *View) Others() []int {
 	out := make([]int, 0, len(v.Map.Nodes))

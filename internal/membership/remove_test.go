@@ -1,0 +1,197 @@
+package membership_test
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/dhtkv/dhtkv/internal/clustermap"
+	"github.com/dhtkv/dhtkv/internal/maplog"
+	"github.com/dhtkv/dhtkv/internal/membership"
+	"github.com/dhtkv/dhtkv/internal/partition"
+	"github.com/dhtkv/dhtkv/internal/placement"
+)
+
+// die kills the node at u: every link to it is cut, and its log closed (a
+// dead node's log dies with it).
+func (c *cluster) die(u string, l *maplog.Log) {
+	c.mu.Lock()
+	for k, d := range c.links {
+		if k[1] == u {
+			d.Cut(true)
+		}
+	}
+	c.mu.Unlock()
+	closeLog(c.t, l)
+}
+
+// requireLiveSources checks that the node at u copied every partition it
+// gains in change (a map of its first stage) from, or compared it with,
+// every replica of the old set but the dead one, and never the dead one.
+func (c *cluster) requireLiveSources(u string, change *clustermap.Map, dead int) {
+	t := c.t
+	id := change.ByURL(u).ID
+	want := map[partition.ID][]int{}
+	for r, ps := range placement.Of(change).Gains(id) {
+		for _, p := range ps {
+			if r != dead {
+				want[p] = append(want[p], r)
+			}
+		}
+	}
+	c.mu.Lock()
+	covered := c.covered[u]
+	c.mu.Unlock()
+	require.Len(t, covered, len(want), "%s copied every partition it gains", u)
+	for p, rs := range want {
+		got := slices.Sorted(slices.Values(covered[p]))
+		require.NotContains(t, got, dead, "%s: partition %d copied from the dead node", u, p)
+		require.Subset(t, got, rs, "%s: partition %d from every live replica of the old set", u, p)
+	}
+}
+
+// A dead member removed through the log (dhtkvctl remove): refused while
+// it answers, and for this node itself; once it is dead, a decommission
+// whose stages wait for every member but it, whose gainers copy from the
+// live replicas of the old set only, and at whose end it is out of every
+// member's map.
+func TestLoggedRemoveDeadMember(t *testing.T) {
+	urls := []string{"http://n1:1", "http://n2:1", "http://n3:1", "http://n4:1"}
+	c, logs := loggedCluster(t, urls)
+	l := logs[urls[0]]
+	c.settled(l, 4)
+	_, err := c.member(urls[0]).Remove(urls[3])
+	require.ErrorIs(t, err, membership.ErrChangeRefused)
+	require.ErrorContains(t, err, "http://n4:1 answers; only a dead node is removed (decommission a live one)")
+	_, err = c.member(urls[3]).Remove(urls[3])
+	require.ErrorContains(t, err, "this node is http://n4:1 and answers")
+	_, err = c.member(urls[0]).Remove("http://n9:1")
+	require.ErrorIs(t, err, membership.ErrChangeRefused)
+	require.ErrorContains(t, err, "http://n9:1 is not a member")
+
+	c.die(urls[3], logs[urls[3]])
+	first, err := c.member(urls[1]).Remove(urls[3])
+	require.NoError(t, err)
+	require.Equal(t, &clustermap.Change{Kind: clustermap.Decommission, Node: 3, Stage: clustermap.WriteBoth, Driver: 1, Dead: true}, first.Change)
+	final := c.settled(l, 3)
+	require.Nil(t, final.Node(3), "the dead node left the map")
+	last := l.State().Last
+	require.Equal(t, maplog.OpRemove, last.Kind)
+	require.Equal(t, first.Epoch, last.Began)
+	require.False(t, last.Aborted)
+	for _, u := range urls[:3] {
+		m, self := c.member(u).Map()
+		require.Equal(t, final.Epoch, m.Epoch, u)
+		require.GreaterOrEqual(t, self, 0, u)
+		c.requireLiveSources(u, first, 3)
+	}
+}
+
+// The leaving node of a decommission dies in its stream stage, its
+// gainers' copies held: a remove of another member is refused with the
+// alternatives; a remove of it marks it dead in the change (same stage,
+// a new epoch), and the change finishes without it, as a remove, the
+// gainers copying from the live replicas only.
+func TestLoggedRemoveDuringItsDecommission(t *testing.T) {
+	urls := []string{"http://n1:1", "http://n2:1", "http://n3:1", "http://n4:1"}
+	c, logs := loggedCluster(t, urls)
+	l := logs[urls[0]]
+	c.settled(l, 4)
+	c.mu.Lock()
+	c.hold = make(chan struct{})
+	c.mu.Unlock()
+	first, err := c.member(urls[2]).Decommission(urls[2])
+	require.NoError(t, err)
+	var stream uint64
+	require.Eventually(t, func() bool {
+		st := l.State()
+		ch := st.Map.Change
+		stream = st.Map.Epoch
+		return ch != nil && ch.Stage == clustermap.Stream && slices.Equal(st.Waiting(-1), []int{0, 1, 3})
+	}, 20*time.Second, 10*time.Millisecond, "stream, every gainer's copy held")
+
+	c.die(urls[2], logs[urls[2]])
+	_, err = c.member(urls[0]).Remove(urls[1])
+	require.ErrorIs(t, err, membership.ErrChangeRefused)
+	require.ErrorContains(t, err, "http://n2:1 answers", "a live member: the ping refuses it")
+	// Node 2 looks dead to node 1 (its link cut, its log still voting):
+	// the log refuses the remove of a member of a change but its leaving
+	// node.
+	c.mu.Lock()
+	link := c.links[[2]string{urls[0], urls[1]}]
+	c.mu.Unlock()
+	link.Cut(true)
+	_, err = c.member(urls[0]).Remove(urls[1])
+	link.Cut(false)
+	require.ErrorIs(t, err, membership.ErrChangeRefused)
+	require.ErrorContains(t, err, "another membership change is under way: decommission of node 2, stage stream; "+
+		"a dead member of it is replaced with a new machine (dhtkvctl replace), or the change aborted before read-new (dhtkvctl abort)")
+
+	m, err := c.member(urls[1]).Remove(urls[2])
+	require.NoError(t, err)
+	require.Equal(t, stream+1, m.Epoch)
+	require.Equal(t, clustermap.Change{Kind: clustermap.Decommission, Node: 2, Stage: clustermap.Stream, Driver: 1, Dead: true}, *m.Change,
+		"the change stays at its stage, its leaving node marked dead, driven by the remover")
+	require.Eventually(t, func() bool {
+		st := l.State()
+		return st.Last != nil && st.Last.Kind == maplog.OpRemove && st.Last.Ended == m.Epoch
+	}, 20*time.Second, 10*time.Millisecond, "the remove's outcome")
+	c.mu.Lock()
+	close(c.hold)
+	c.mu.Unlock()
+	final := c.settled(l, 3)
+	require.Nil(t, final.Node(2), "the dead node left the map")
+	last := l.State().Last
+	require.Equal(t, maplog.OpRemove, last.Kind, "the decommission ended as a remove")
+	require.Equal(t, first.Epoch, last.Began)
+	require.False(t, last.Aborted)
+	for _, u := range []string{urls[0], urls[1], urls[3]} {
+		c.requireLiveSources(u, first, 2)
+	}
+}
+
+// POST /cluster/remove?node=URL: 400 for a missing or malformed node,
+// 409 with a one-line reason when the node answers or is not a member,
+// 202 with the first map for a dead member.
+func TestRemoveAdmin(t *testing.T) {
+	urls := []string{"http://n1:1", "http://n2:1", "http://n3:1"}
+	c, logs := loggedCluster(t, urls)
+	c.settled(logs[urls[0]], 3)
+	h := c.member(urls[0]).Handler(nil)
+	post := func(query string) (int, string) {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/cluster/remove"+query, nil))
+		return rec.Code, strings.TrimSpace(rec.Body.String())
+	}
+	q := func(u string) string { return "?node=" + url.QueryEscape(u) }
+	for i, tc := range []struct {
+		query string
+		code  int
+		want  string
+	}{
+		{"", http.StatusBadRequest, "missing node=URL"},
+		{q("https://n3:1"), http.StatusBadRequest, "want http://host:port"},
+		{q("n3"), http.StatusBadRequest, "bad node URL"},
+		{q("http://n9:1"), http.StatusConflict, "http://n9:1 is not a member"},
+		{q(urls[2]), http.StatusConflict, "http://n3:1 answers; only a dead node is removed"},
+		{q(urls[0]), http.StatusConflict, "this node is http://n1:1 and answers"},
+		{"dead", http.StatusAccepted, `"dead":true`},
+	} {
+		if tc.query == "dead" {
+			c.die(urls[2], logs[urls[2]])
+			tc.query = q(urls[2])
+		}
+		code, body := post(tc.query)
+		require.Equal(t, tc.code, code, "%d %s: %s", i, tc.query, body)
+		require.Contains(t, body, tc.want, tc.query)
+		require.NotContains(t, body, "\n", "one line")
+	}
+	final := c.settled(logs[urls[0]], 2)
+	require.Nil(t, final.ByURL(urls[2]))
+}
