@@ -275,7 +275,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 			cfg.Logger.Info("shutting down", "signal", got.String())
 			stop = true
 		case <-n.Left():
-			cfg.Logger.Info("shutting down: this node was decommissioned; its data directory is no longer used")
+			cfg.Logger.Info("shutting down: this node left the cluster (decommissioned, or removed as dead); its data directory is no longer used")
 			stop = true
 		case err := <-n.Failed():
 			// A node that accepts no connections must not look alive to a

@@ -413,7 +413,8 @@ func TestMembershipStaleEpochRefused(t *testing.T) {
 // TestMembershipReplaceDeadNode: a dead node's identity goes to a new
 // machine at another address, which rebuilds the dead node's data from
 // the others; placement does not change. The replaced machine, started
-// again, learns it is out and stops.
+// again, asks the members for their maps, learns it is out and does not
+// start.
 func TestMembershipReplaceDeadNode(t *testing.T) {
 	c := testcluster.Start(t, 3)
 	cl := testcluster.NewClient(t)
@@ -443,9 +444,15 @@ func TestMembershipReplaceDeadNode(t *testing.T) {
 		require.Equal(t, "v", string(r.Value))
 	}
 	// The old machine was not dead after all: it must not serve under the
-	// id it lost (two nodes would issue versions with one id).
-	c.StartNode(2)
-	c.AwaitLeft(t, 2, 30*time.Second)
+	// id it lost (two nodes would issue versions with one id), nor its
+	// records. Its start is refused with ErrLeft (the binary exits 0).
+	select {
+	case err := <-c.StartNodeWaiting(t, 2):
+		require.ErrorIs(t, err, membership.ErrLeft)
+		require.ErrorContains(t, err, "which was replaced by "+c.URL(fresh)+" while it was down")
+	case <-time.After(30 * time.Second):
+		t.Fatal("the replaced machine's start did not return")
+	}
 }
 
 // TestMembershipReplaceHoldsOnlyItsPartitions: with a replication factor

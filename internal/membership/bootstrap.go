@@ -12,7 +12,8 @@ import (
 	"github.com/dhtkv/dhtkv/internal/store"
 )
 
-// ErrLeft: the data directory belongs to a node that was decommissioned.
+// ErrLeft: the data directory belongs to a node that left the cluster:
+// decommissioned, or removed or replaced while it was down.
 // The binary exits 0 on it, as it does when the decommission ends, so that
 // a supervisor restarting on failure (systemd's Restart=on-failure,
 // compose's restart: on-failure) does not restart it in a loop.
@@ -83,6 +84,9 @@ func (b Bootstrap) Map(st *store.Store) (m *clustermap.Map, self int, joined boo
 		if me == nil {
 			return nil, 0, false, fmt.Errorf("--self %s is not in the cluster map of data directory %s (%s)", selfURL, b.DataDir, m)
 		}
+		if err := b.stillMember(m, *me); err != nil {
+			return nil, 0, false, err
+		}
 		return m, me.ID, false, nil
 	case b.Join != "":
 		if hasID {
@@ -103,6 +107,61 @@ func (b Bootstrap) Map(st *store.Store) (m *clustermap.Map, self int, joined boo
 		return nil, 0, false, err
 	}
 	return m, self, joined, nil
+}
+
+// stillMember asks the other members of the stored map m, at once, for
+// their maps, and refuses with ErrLeft a data directory whose node the
+// cluster gave up on while it was down: the newest answer (of m's cluster,
+// newer than m) no longer has the node (removed, or decommissioned before
+// it installed the last map), gives its id to another URL (replaced), or
+// marks it dead in the change under way (being removed). Such a node must
+// not serve, nor rejoin with, its records: they may be older than deletes
+// the cluster has collected since, and would bring the deleted values
+// back. A member that does not answer (Fetch's timeout; all of them at a
+// whole cluster's restart) tells nothing, and the node starts: a map
+// installed later that no longer has it stops it as well (Service.leave),
+// but only once it has started.
+func (b Bootstrap) stillMember(m *clustermap.Map, me clustermap.Node) error {
+	if b.Fetch == nil {
+		return nil
+	}
+	answers := make(chan *clustermap.Map, len(m.Nodes))
+	asked := 0
+	for _, n := range m.Nodes {
+		if n.ID == me.ID {
+			continue
+		}
+		asked++
+		go func() {
+			var theirs *clustermap.Map
+			if b, err := b.Fetch(n.URL); err == nil {
+				if st, err := ParseState(b); err == nil && st.Map.Cluster == m.Cluster {
+					theirs = st.Map
+				}
+			}
+			answers <- theirs
+		}()
+	}
+	newest := m
+	for range asked {
+		if theirs := <-answers; theirs != nil && theirs.Epoch > newest.Epoch {
+			newest = theirs
+		}
+	}
+	why := ""
+	switch n := newest.Node(me.ID); {
+	case n == nil:
+		why = "was removed from the cluster (or decommissioned) while it was down"
+	case n.URL != me.URL:
+		why = fmt.Sprintf("was replaced by %s while it was down", n.URL)
+	case newest.Change != nil && newest.Change.Dead && newest.Change.Node == me.ID:
+		why = "is being removed from the cluster as dead"
+	default:
+		return nil
+	}
+	return fmt.Errorf("%w: data directory %s belongs to node %d (%s), which %s (the members' cluster map: %s): "+
+		"its records may be older than deletes the cluster has collected since, so it must not serve them or rejoin with them; "+
+		"delete the directory to use this machine again (dhtkvctl join)", ErrLeft, b.DataDir, me.ID, me.URL, why, newest)
 }
 
 // awaitJoined fetches the member's map until it names selfURL, for up to

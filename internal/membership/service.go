@@ -377,18 +377,26 @@ func (s *Service) install(m *clustermap.Map) (bool, error) {
 
 // afterInstall starts what a new view asks of this node.
 func (s *Service) afterInstall(v *view.View) {
-	if v.Self < 0 {
-		s.leave()
+	switch {
+	case v.Self < 0:
+		s.leave("this node is no longer in the cluster map (decommissioned, removed, or its id given to a replacement)")
+		return
+	case v.Dead(v.Self):
+		// The cluster counts it dead (dhtkvctl remove asked while it was
+		// cut off): it must stop as a dead node would, since what it
+		// serves or hands over from now on is no longer waited for.
+		s.leave("the cluster map marks this node dead: it is being removed (dhtkvctl remove)")
 		return
 	}
 	s.o.Installed(v)
 	s.mover.update(v)
 }
 
-// leave runs once when the map no longer has this node.
-func (s *Service) leave() {
+// leave runs once when the map no longer has this node, or marks it
+// dead; why says which.
+func (s *Service) leave(why string) {
 	s.left.Do(func() {
-		s.log.Warn("membership: this node is no longer in the cluster map (decommissioned); stopping")
+		s.log.Warn("membership: " + why + "; stopping")
 		go s.o.OnLeft() // not on the installing goroutine: stopping waits for it
 	})
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/dhtkv/dhtkv/internal/membership"
 	"github.com/dhtkv/dhtkv/internal/node"
 )
 
@@ -123,4 +124,24 @@ func TestInMemoryOnLogReplaceDeadVoter(t *testing.T) {
 	m := c.AwaitStable(time.Minute)
 	require.Equal(t, 3, m.ByURL(c.URL(k)).ID, "the dead node's identity")
 	c.awaitLogMaps(m.Epoch)
+}
+
+// A member removed as dead while it is down (POST /cluster/remove) and
+// restarted later with its old data directory does not start: its stored
+// map still has it (a decommissioned node's has not: refused from it
+// alone), so it asks the members for theirs first, finds itself out, and
+// fails with membership.ErrLeft (the binary exits 0 on it), saying why:
+// its records may be older than deletes the cluster collected since.
+func TestInMemoryOnLogRemovedNodeRestartRefused(t *testing.T) {
+	c := StartInMemory(t, 4, onLog, func(_ int, cfg *node.Config) { cfg.Replicas = 3 })
+	c.awaitLogMaps(1)
+	c.StopNode(3)
+	code, body := c.Client().Do(t, http.MethodPost, c.AdminURL(1)+"/cluster/remove?node="+c.URL(3), nil)
+	require.Equal(t, http.StatusAccepted, code, "%s", body)
+	m := c.AwaitStable(time.Minute)
+	require.Nil(t, m.Node(3))
+	err := c.startNode(3)
+	require.ErrorIs(t, err, membership.ErrLeft)
+	require.ErrorContains(t, err, "data directory /node4 belongs to node 3 (http://127.0.0.1:7004), which was removed from the cluster (or decommissioned) while it was down")
+	require.Nil(t, c.Node(3), "not running")
 }
