@@ -32,13 +32,16 @@ type ClusterNode struct {
 // Change is a membership change under way: Kind "join" or
 // "decommission" of node Node, or "replicas" (the replication factor
 // changing to Replicas; Node is then the driver), at Stage "write-both",
-// "stream" or "read-new", driven by node Driver.
+// "stream" or "read-new", driven by node Driver. Dead marks a
+// decommission whose leaving node is dead (Client.Remove): nothing waits
+// for it.
 type Change struct {
 	Kind     string `json:"kind"`
 	Node     int    `json:"node"`
 	Stage    string `json:"stage"`
 	Driver   int    `json:"driver"`
 	Replicas int    `json:"replicas,omitempty"`
+	Dead     bool   `json:"dead,omitempty"`
 }
 
 // NodeURL returns the URL of node id, or "" when the map has none.
@@ -121,6 +124,18 @@ func (c *Client) Join(ctx context.Context, admin, nodeURL string) (*ClusterMap, 
 // stops.
 func (c *Client) Decommission(ctx context.Context, admin, nodeURL string) (*ClusterMap, error) {
 	return c.change(ctx, admin, "/cluster/decommission", url.Values{"node": {nodeURL}})
+}
+
+// Remove asks the node whose admin listener is at admin to begin
+// removing the dead node at nodeURL, whose machine will not come back: a
+// decommission that waits for nothing from it (the others copy its
+// partitions from the remaining replicas), at whose end it is out of the
+// map. Refused (ErrChangeRefused, with the reason) when the node answers,
+// during another change (but the decommission of that node, which then
+// finishes without it), or when the cluster would be left with fewer
+// nodes than the replication factor.
+func (c *Client) Remove(ctx context.Context, admin, nodeURL string) (*ClusterMap, error) {
+	return c.change(ctx, admin, "/cluster/remove", url.Values{"node": {nodeURL}})
 }
 
 // Replace asks the node whose admin listener is at admin to give the

@@ -23,6 +23,15 @@ its --admin-listen), which drives them (docs/membership.md):
                         it waits for the join: --join-wait)
   decommission URL      move the node's partitions to the others; it then
                         stops by itself
+  remove DEAD           shrink the cluster by a dead node whose machine
+                        will not come back (no spare to replace it with):
+                        a decommission that waits for nothing from it, the
+                        others copying its partitions from the remaining
+                        replicas. A write acknowledged by the dead node
+                        alone (ack=1) is lost. Refused while it answers,
+                        during another change (but the decommission of
+                        that node, which then finishes without it), and
+                        below the replication factor
   replace DEAD NEW      give a dead node's identity to a new, empty machine
                         at NEW; start it with --join: it rebuilds the data.
                         Also during a change, for a member of it that died
@@ -39,12 +48,13 @@ its --admin-listen), which drives them (docs/membership.md):
                         (before its read-new stage; needs the map's log)
   cluster               print the cluster map and the change under way
 
-join, decommission and replicas wait until the change is complete (every
-stage, the partitions copied), printing each stage, unless --no-wait;
---wait-timeout bounds the wait (the change goes on without the command).
-Exit 1 when the change is refused (another one runs, except for a
-replace; a member does not answer; the node to replace answers; the
-factor is out of range or unchanged) or the wait times out.`
+join, decommission, remove and replicas wait until the change is
+complete (every stage, the partitions copied), printing each stage,
+unless --no-wait; --wait-timeout bounds the wait (the change goes on
+without the command). Exit 1 when the change is refused (another one
+runs, except for a replace; a member does not answer; the node to
+replace or remove answers; the factor is out of range or unchanged) or
+the wait times out.`
 
 // membershipFlags are the flags of the membership commands.
 type membershipFlags struct {
@@ -161,6 +171,8 @@ func describeMap(m *client.ClusterMap) string {
 	s := fmt.Sprintf("epoch %d, %d nodes, replication factor %d", m.Epoch, len(m.Nodes), m.Replicas)
 	if ch := m.Change; ch != nil && ch.Kind == "replicas" {
 		s += fmt.Sprintf(", changing to %d at stage %s", ch.Replicas, ch.Stage)
+	} else if ch != nil && ch.Dead {
+		s += fmt.Sprintf(", %s of %s (dead) at stage %s", ch.Kind, m.NodeURL(ch.Node), ch.Stage)
 	} else if ch != nil {
 		s += fmt.Sprintf(", %s of %s at stage %s", ch.Kind, m.NodeURL(ch.Node), ch.Stage)
 	} else {
@@ -206,6 +218,10 @@ func membershipCmds(e *env, fs func(string) *flag.FlagSet) []*ffcli.Command {
 		changeCmd(e, fs("decommission"), "decommission", "URL", "move a node's partitions to the others and stop it", 1,
 			func(ctx context.Context, c *client.Client, admin string, args []string) (*client.ClusterMap, error) {
 				return c.Decommission(ctx, admin, args[0])
+			}),
+		changeCmd(e, fs("remove"), "remove", "DEAD-URL", "remove a dead node from the cluster; its partitions are copied from the other replicas", 1,
+			func(ctx context.Context, c *client.Client, admin string, args []string) (*client.ClusterMap, error) {
+				return c.Remove(ctx, admin, args[0])
 			}),
 		changeCmd(e, fs("replace"), "replace", "DEAD-URL NEW-URL", "give a dead node's identity to a new machine", 2,
 			func(ctx context.Context, c *client.Client, admin string, args []string) (*client.ClusterMap, error) {

@@ -110,3 +110,38 @@ func TestReplicasCommand(t *testing.T) {
 		}
 	}
 }
+
+// dhtkvctl remove: a node that answers is refused (exit 1, the reason);
+// once it is stopped the command waits through every stage, printing
+// them with the dead mark, and the cluster ends without it, every key
+// still readable from the others.
+func TestRemoveCommand(t *testing.T) {
+	c := testcluster.Start(t, 3, func(_ int, cfg *node.Config) { cfg.Replicas = 2 })
+	cl := testcluster.NewClient(t)
+	for i := range 30 {
+		require.Equal(t, http.StatusCreated, cl.Put(t, c.URL(0), fmt.Sprintf("d%d", i), []byte("v"), 2, 2))
+	}
+	admin := "--admin=" + c.Node(0).AdminAddr()
+	for _, s := range []step{
+		{name: "no URL", args: []string{"remove", admin}, code: exitUsage, errHas: "takes 1 arguments"},
+		{name: "help", args: []string{"remove", "-h"}, outHas: []string{"remove DEAD", "ack=1", "--no-wait"}},
+		{name: "answers", args: []string{"remove", admin, c.URL(2)}, code: exitError, errHas: c.URL(2) + " answers; only a dead node is removed"},
+		{name: "malformed", args: []string{"remove", admin, "127.0.0.1:1"}, code: exitBadRequest, errHas: "bad request (400): bad node URL"},
+	} {
+		s.run(t)
+	}
+	c.StopNode(2)
+	// The log may have to elect a leader first (node 2 may have led it),
+	// past the default --timeout.
+	(step{name: "dead", args: []string{"remove", "--timeout=1m", admin, c.URL(2)}, outHas: []string{
+		"remove begun: epoch 2, 3 nodes, replication factor 2, decommission of " + c.URL(2) + " (dead) at stage write-both",
+		"2 nodes, replication factor 2, no change under way",
+	}}).run(t)
+	m := c.AwaitStable(t, 30*time.Second)
+	require.Nil(t, m.ByURL(c.URL(2)))
+	for i := range 30 {
+		code, body := cl.Get(t, c.URL(1), fmt.Sprintf("d%d", i), 2, 2)
+		require.Equal(t, http.StatusOK, code)
+		require.Equal(t, "v", string(body))
+	}
+}

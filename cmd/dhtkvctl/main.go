@@ -11,6 +11,7 @@
 //	dhtkvctl [global flags] cluster --admin HOST:PORT [--json]
 //	dhtkvctl [global flags] join --admin HOST:PORT [--no-wait] URL
 //	dhtkvctl [global flags] decommission --admin HOST:PORT [--no-wait] URL
+//	dhtkvctl [global flags] remove --admin HOST:PORT [--no-wait] DEAD-URL
 //	dhtkvctl [global flags] replace --admin HOST:PORT DEAD-URL NEW-URL
 //	dhtkvctl [global flags] replicas --admin HOST:PORT [--no-wait] N
 //	dhtkvctl [global flags] abort --admin HOST:PORT
@@ -57,7 +58,7 @@ arguments.
 
 Tokens: nodes started with --client-tokens want a bearer token of a role
 that allows the command (read: get, scan; write: put, del; admin:
-snapshot, repair, join, decommission, replace, replicas, abort; status
+snapshot, repair, join, decommission, remove, replace, replicas, abort; status
 needs none, cluster read). Give it in DHTKV_TOKEN or a file (--token-file,
 one line) rather than --token, which other local users see in ps. A missing token is 401
 and a role too low 403: exit 5.
