@@ -1,0 +1,110 @@
+package e2e_test
+
+import (
+	"net/http"
+	"net/url"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/dhtkv/dhtkv/internal/clustermap"
+	"github.com/dhtkv/dhtkv/internal/maplog"
+	"github.com/dhtkv/dhtkv/internal/testcluster"
+)
+
+// A member dies, its disk lost, and no machine replaces it: the operator
+// removes it (POST /cluster/remove, dhtkvctl remove), and the cluster
+// shrinks without it under a recorded load of ack=2/from=3 writes and
+// quorum reads. 4 nodes (3 replicas); node 3 is stopped and its disk
+// wiped:
+//
+//   - "no change under way": the remove begins a decommission of node 3
+//     marked dead, whose stages never wait for it;
+//   - "the leaving node of a decommission": node 3 drives its own
+//     decommission and dies in its stream stage, the gainers' copies
+//     from it unfinished (they stall: they copy from every replica of
+//     the old set); the remove marks it dead in that change, at the same
+//     stage, and the gainers copy from the live replicas.
+//
+// The change completes; the dead id is gone from every member's map; and
+// faultRun.check: no acknowledged write lost and no stale read (the
+// history), every key on exactly its replicas under the final map with
+// identical records. A write acknowledged at ack=2 reached a live replica
+// of the old set, which every gainer copies from. make test runs the
+// first case, make test-faults both (casesToRun).
+func TestMembershipFaultRemoveDeadMember(t *testing.T) {
+	for _, duringDecommission := range casesToRun(t, []bool{false, true}) {
+		name := "no change under way"
+		if duringDecommission {
+			name = "the leaving node of a decommission"
+		}
+		t.Run(name, func(t *testing.T) { removeDeadMember(t, duringDecommission) })
+	}
+}
+
+func removeDeadMember(t *testing.T, duringDecommission bool) {
+	testcluster.InBubble(t, func(t *testing.T) {
+		const victim = 3
+		members := []int{0, 1, 2}
+		c := startSeeded(t, 4)
+		l, rec := newMemLoad(t, c)
+		l.setVia(0, 1, 2, victim)
+		l.preload(t)
+		l.start()
+		awaitOps(c, rec, 50)
+		logState := func() *maplog.State { return c.Node(0).MapLog().State() }
+		var began uint64
+		if duringDecommission {
+			// Driven by the node itself: the remove takes the change over.
+			require.Equal(t, http.StatusAccepted, c.Decommission(victim, victim))
+			c.Await(time.Minute, "the decommission's stream stage", func() (bool, string) {
+				st := logState()
+				ch := st.Map.Change
+				if st.Current != nil {
+					began = st.Current.Began
+				}
+				return ch != nil && ch.Stage == clustermap.Stream, st.Map.String()
+			})
+		}
+		l.setVia(members...)
+		id := logState().Map.ByURL(c.URL(victim)).ID
+		c.StopNode(victim)
+		c.WipeNode(victim)
+		if duringDecommission {
+			// The bulk keeps the gainers copying for seconds at
+			// --move-rate's least, and their copies from the dead node
+			// never end: the stage waits for them.
+			st := logState()
+			require.NotNil(t, st.Map.Change, "the decommission ended before its node died: %s", st.Map)
+			require.Equal(t, clustermap.Stream, st.Map.Change.Stage, "%s", st.Map)
+		}
+
+		code, body := c.Client().Do(t, http.MethodPost, c.AdminURL(0)+"/cluster/remove?node="+url.QueryEscape(c.URL(victim)), nil)
+		require.Equal(t, http.StatusAccepted, code, "remove of a dead member: %s", body)
+		removed, err := clustermap.Decode(body)
+		require.NoError(t, err)
+		require.NotNil(t, removed.Change)
+		require.Equal(t, clustermap.Change{Kind: clustermap.Decommission, Node: id, Stage: removed.Change.Stage, Driver: 0, Dead: true}, *removed.Change)
+		if duringDecommission {
+			require.Equal(t, clustermap.Stream, removed.Change.Stage, "the change stays at its stage")
+		} else {
+			began = removed.Epoch
+		}
+
+		m := c.AwaitStable(2 * time.Minute)
+		require.Len(t, m.Nodes, 3)
+		require.Nil(t, m.Node(id), "the dead id is gone from the map")
+		require.Nil(t, m.ByURL(c.URL(victim)))
+		last := logState().Last
+		require.NotNil(t, last)
+		require.Equal(t, maplog.OpRemove, last.Kind, "%+v", last)
+		require.Equal(t, began, last.Began, "%+v", last)
+		require.False(t, last.Aborted)
+		strays(t, c, m, members, "at the change's end")
+		awaitOps(c, rec, 200) // load on the final map
+		l.end()
+		r := &faultRun{t: t, c: c, load: l, members: members}
+		r.check(m)
+	})
+}
