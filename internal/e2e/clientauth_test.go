@@ -60,6 +60,7 @@ func TestClientTokens(t *testing.T) {
 		{http.MethodPut, adm + "/log-level?level=info", admin},
 		{http.MethodPost, adm + "/cluster/join", admin},         // no node=: 400 once let in
 		{http.MethodPost, adm + "/cluster/decommission", admin}, // likewise
+		{http.MethodPost, adm + "/cluster/remove", admin},       // likewise
 		{http.MethodPost, adm + "/cluster/replace", admin},      // likewise
 		{http.MethodGet, adm + "/debug/pprof/", admin},
 		{http.MethodGet, adm + "/debug/pprof/cmdline", admin},
