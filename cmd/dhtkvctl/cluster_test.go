@@ -84,11 +84,7 @@ func TestMembershipCommands(t *testing.T) {
 // is exit 1 with the reason, and a change from 2 to 3 on a real 3-node
 // cluster waits through every stage and leaves every key on all three.
 func TestReplicasCommand(t *testing.T) {
-	c := testcluster.Start(t, 3, func(_ int, cfg *node.Config) { cfg.Replicas = 2 })
-	cl := testcluster.NewClient(t)
-	for i := range 30 {
-		require.Equal(t, http.StatusCreated, cl.Put(t, c.URL(0), fmt.Sprintf("r%d", i), []byte("v"), 2, 2))
-	}
+	c, cl := startWithKeys(t, "r")
 	admin := "--admin=" + c.Node(1).AdminAddr()
 	for _, s := range []step{
 		{name: "no N", args: []string{"replicas", admin}, code: exitUsage, errHas: "takes 1 arguments"},
@@ -116,11 +112,7 @@ func TestReplicasCommand(t *testing.T) {
 // them with the dead mark, and the cluster ends without it, every key
 // still readable from the others.
 func TestRemoveCommand(t *testing.T) {
-	c := testcluster.Start(t, 3, func(_ int, cfg *node.Config) { cfg.Replicas = 2 })
-	cl := testcluster.NewClient(t)
-	for i := range 30 {
-		require.Equal(t, http.StatusCreated, cl.Put(t, c.URL(0), fmt.Sprintf("d%d", i), []byte("v"), 2, 2))
-	}
+	c, cl := startWithKeys(t, "d")
 	admin := "--admin=" + c.Node(0).AdminAddr()
 	for _, s := range []step{
 		{name: "no URL", args: []string{"remove", admin}, code: exitUsage, errHas: "takes 1 arguments"},
@@ -144,4 +136,15 @@ func TestRemoveCommand(t *testing.T) {
 		require.Equal(t, http.StatusOK, code)
 		require.Equal(t, "v", string(body))
 	}
+}
+
+// startWithKeys starts a real 3-node cluster with 2 replicas and writes 30
+// keys, prefix0 to prefix29, each with the value "v".
+func startWithKeys(t *testing.T, prefix string) (*testcluster.Cluster, *testcluster.Client) {
+	c := testcluster.Start(t, 3, func(_ int, cfg *node.Config) { cfg.Replicas = 2 })
+	cl := testcluster.NewClient(t)
+	for i := range 30 {
+		require.Equal(t, http.StatusCreated, cl.Put(t, c.URL(0), fmt.Sprintf("%s%d", prefix, i), []byte("v"), 2, 2))
+	}
+	return c, cl
 }

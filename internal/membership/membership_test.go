@@ -190,6 +190,19 @@ func (c *cluster) member(url string) *membership.Service {
 	return c.members[url]
 }
 
+// die kills the node at u: every link to it is cut, and its log closed (a
+// dead node's log dies with it).
+func (c *cluster) die(u string, l *maplog.Log) {
+	c.mu.Lock()
+	for k, d := range c.links {
+		if k[1] == u {
+			d.Cut(true)
+		}
+	}
+	c.mu.Unlock()
+	closeLog(c.t, l)
+}
+
 // A join goes through its stages on every member: the log takes each
 // stage once every member acknowledged the last, the new node copies its
 // gained partitions from every old replica of them (stream), and only

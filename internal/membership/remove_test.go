@@ -18,19 +18,6 @@ import (
 	"github.com/dhtkv/dhtkv/internal/placement"
 )
 
-// die kills the node at u: every link to it is cut, and its log closed (a
-// dead node's log dies with it).
-func (c *cluster) die(u string, l *maplog.Log) {
-	c.mu.Lock()
-	for k, d := range c.links {
-		if k[1] == u {
-			d.Cut(true)
-		}
-	}
-	c.mu.Unlock()
-	closeLog(c.t, l)
-}
-
 // requireLiveSources checks that the node at u copied every partition it
 // gains in change (a map of its first stage) from, or compared it with,
 // every replica of the old set but the dead one, and never the dead one.

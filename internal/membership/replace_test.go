@@ -57,15 +57,7 @@ func TestLoggedReplaceDeadMemberInStream(t *testing.T) {
 	}
 	before := copies()
 
-	// Node 3 dies: every link to it is cut, and its log closed.
-	c.mu.Lock()
-	for k, d := range c.links {
-		if k[1] == urls[2] {
-			d.Cut(true)
-		}
-	}
-	c.mu.Unlock()
-	closeLog(t, logs[urls[2]])
+	c.die(urls[2], logs[urls[2]]) // node 3
 	m, err := c.member(urls[1]).Replace(urls[2], fresh)
 	require.NoError(t, err)
 	require.Equal(t, stream+1, m.Epoch)
