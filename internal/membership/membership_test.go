@@ -52,13 +52,16 @@ type cluster struct {
 	// rebuilding, by URL, is what a node's Options.Rebuilding reports
 	// (absent: never rebuilding).
 	rebuilding map[string]*atomic.Bool
+	// left, by URL, is closed when the node's service calls OnLeft.
+	left map[string]chan struct{}
 	// cut are links cut from the start, by [from, to] (c.mu held).
 	cut map[[2]string]bool
 }
 
 func newCluster(t *testing.T) *cluster {
 	return &cluster{t: t, servers: map[string]*rpc.Server{}, links: map[[2]string]*rpc.Direct{},
-		members: map[string]*membership.Service{}, copied: map[string][]int{}, covered: map[string]map[partition.ID][]int{}}
+		members: map[string]*membership.Service{}, copied: map[string][]int{}, covered: map[string]map[partition.ID][]int{},
+		left: map[string]chan struct{}{}}
 }
 
 // server returns the server of the node at url, made empty the first time
@@ -99,6 +102,8 @@ func (c *cluster) startWith(m *clustermap.Map, url string, l *maplog.Log) *membe
 	c.mu.Lock()
 	srv := c.server(url)
 	var rebuilding func() bool
+	left := make(chan struct{})
+	c.left[url] = left
 	if r := c.rebuilding[url]; r != nil {
 		rebuilding = r.Load
 	}
@@ -114,6 +119,7 @@ func (c *cluster) startWith(m *clustermap.Map, url string, l *maplog.Log) *membe
 		Timeout:    100 * time.Millisecond,
 		Log:        l,
 		Rebuilding: rebuilding,
+		OnLeft:     func() { close(left) }, // called once
 	}, log)
 	require.NoError(t, err)
 	*srv = rpc.Server{Replica: local, MaxKeyBytes: 1024, MaxValueBytes: 1 << 20, Log: log, Maps: s}

@@ -182,3 +182,38 @@ func TestRemoveAdmin(t *testing.T) {
 	final := c.settled(logs[urls[0]], 2)
 	require.Nil(t, final.ByURL(urls[2]))
 }
+
+// A node removed while it runs (it did not answer the member asked, its
+// link cut; it is alive otherwise) stops as soon as it installs the map
+// that marks it dead (Options.OnLeft): the cluster counts it dead, and
+// nothing it serves is waited for any more; the gainers' copies are held,
+// so it stops while still a member, not because it left the map. The
+// remove completes without it.
+func TestLoggedRemoveStopsANodeMarkedDead(t *testing.T) {
+	urls := []string{"http://n1:1", "http://n2:1", "http://n3:1", "http://n4:1"}
+	c, logs := loggedCluster(t, urls)
+	l := logs[urls[0]]
+	c.settled(l, 4)
+	c.mu.Lock()
+	c.hold = make(chan struct{})
+	c.links[[2]string{urls[0], urls[3]}].Cut(true)
+	left := c.left[urls[3]]
+	c.mu.Unlock()
+	m, err := c.member(urls[0]).Remove(urls[3])
+	require.NoError(t, err)
+	require.True(t, m.Change.Dead)
+	select {
+	case <-left:
+	case <-time.After(20 * time.Second):
+		got, _ := c.member(urls[3]).Map()
+		t.Fatalf("node 4 did not stop; its map: %s", got)
+	}
+	got, self := c.member(urls[3]).Map()
+	require.Equal(t, 3, self, "still a member: %s", got)
+	require.NotNil(t, l.Map().Change, "the change is held")
+	c.mu.Lock()
+	close(c.hold)
+	c.mu.Unlock()
+	final := c.settled(l, 3)
+	require.Nil(t, final.Node(3))
+}
