@@ -411,6 +411,15 @@ func (c *InMemory) ClusterStatus(i int) MapStatus {
 // holds, and returns that map.
 func (c *InMemory) AwaitStable(timeout time.Duration) *clustermap.Map {
 	c.t.Helper()
+	return c.AwaitStableAfter(0, timeout)
+}
+
+// AwaitStableAfter is AwaitStable for a map newer than epoch: what a change
+// accepted at epoch ends with. (An admin call answers once the log accepted
+// the change, before the members installed it: AwaitStable may find them
+// all still at the map before.)
+func (c *InMemory) AwaitStableAfter(epoch uint64, timeout time.Duration) *clustermap.Map {
+	c.t.Helper()
 	var m *clustermap.Map
 	c.Await(timeout, "a stable cluster map", func() (bool, string) {
 		m = nil
@@ -435,6 +444,9 @@ func (c *InMemory) AwaitStable(timeout time.Duration) *clustermap.Map {
 			if n.Members().CleanupPending() {
 				return false, fmt.Sprintf("node %d still drops partitions it no longer holds", i)
 			}
+		}
+		if m != nil && m.Epoch <= epoch {
+			return false, fmt.Sprintf("every member at %s, not after epoch %d yet", m, epoch)
 		}
 		return m != nil, "no running member"
 	})

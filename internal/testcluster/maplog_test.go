@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/dhtkv/dhtkv/internal/clustermap"
 	"github.com/dhtkv/dhtkv/internal/membership"
 	"github.com/dhtkv/dhtkv/internal/node"
 )
@@ -138,9 +139,11 @@ func TestInMemoryOnLogRemovedNodeRestartRefused(t *testing.T) {
 	c.StopNode(3)
 	code, body := c.Client().Do(t, http.MethodPost, c.AdminURL(1)+"/cluster/remove?node="+c.URL(3), nil)
 	require.Equal(t, http.StatusAccepted, code, "%s", body)
-	m := c.AwaitStable(time.Minute)
+	began, err := clustermap.Decode(body)
+	require.NoError(t, err)
+	m := c.AwaitStableAfter(began.Epoch, time.Minute)
 	require.Nil(t, m.Node(3))
-	err := c.startNode(3)
+	err = c.startNode(3)
 	require.ErrorIs(t, err, membership.ErrLeft)
 	require.ErrorContains(t, err, "data directory /node4 belongs to node 3 (http://127.0.0.1:7004), which was removed from the cluster (or decommissioned) while it was down")
 	require.Nil(t, c.Node(3), "not running")
