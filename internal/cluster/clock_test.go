@@ -37,6 +37,7 @@ func (p newerPeer) Apply([]byte, []byte, uint64, time.Time) (uint64, error) {
 func (p newerPeer) Ping(uint64, time.Time) (bool, error)              { return true, nil }
 func (p newerPeer) Summary([]byte, uint64, time.Time) ([]byte, error) { return nil, nil }
 func (p newerPeer) Map([]byte, time.Time) ([]byte, error)             { return nil, nil }
+func (p newerPeer) Reach(string, time.Time) (bool, error)             { return false, nil }
 func (p newerPeer) ClockOffset() (view.ClockSample, bool)             { return view.ClockSample{}, false }
 func (p newerPeer) Close()                                            {}
 

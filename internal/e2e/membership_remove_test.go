@@ -10,6 +10,7 @@ import (
 
 	"github.com/dhtkv/dhtkv/internal/clustermap"
 	"github.com/dhtkv/dhtkv/internal/maplog"
+	"github.com/dhtkv/dhtkv/internal/node"
 	"github.com/dhtkv/dhtkv/internal/testcluster"
 )
 
@@ -92,7 +93,7 @@ func removeDeadMember(t *testing.T, duringDecommission bool) {
 			began = removed.Epoch
 		}
 
-		m := c.AwaitStable(2 * time.Minute)
+		m := c.AwaitStableAfter(removed.Epoch, 2*time.Minute)
 		require.Len(t, m.Nodes, 3)
 		require.Nil(t, m.Node(id), "the dead id is gone from the map")
 		require.Nil(t, m.ByURL(c.URL(victim)))
@@ -106,5 +107,39 @@ func removeDeadMember(t *testing.T, duringDecommission bool) {
 		l.end()
 		r := &faultRun{t: t, c: c, load: l, members: members}
 		r.check(m)
+	})
+}
+
+// A node cut off from the member asked, and from it alone, is alive:
+// remove and replace refuse it, naming a member that reaches it (over the
+// real transport: GET /v0/internal/reach on the others). Cut off from
+// every member it is dead to all, and removed; healed, it learns so and
+// stops.
+func TestRemoveRefusesANodeAnotherMemberReaches(t *testing.T) {
+	testcluster.InBubble(t, func(t *testing.T) {
+		c := testcluster.StartInMemory(t, 4, fastLog, func(_ int, cfg *node.Config) { cfg.Replicas = 3 })
+		c.AwaitStable(time.Minute)
+		const asked, victim = 0, 3
+		c.Cut(asked, victim)
+		cl := c.Client()
+		for _, path := range []string{
+			"/cluster/remove?node=" + url.QueryEscape(c.URL(victim)),
+			"/cluster/replace?node=" + url.QueryEscape(c.URL(victim)) + "&with=" + url.QueryEscape("http://127.0.0.1:7999"),
+		} {
+			code, body := cl.Do(t, http.MethodPost, c.AdminURL(asked)+path, nil)
+			require.Equal(t, http.StatusConflict, code, "%s: %s", path, body)
+			require.Contains(t, string(body), c.URL(victim)+" answers http://127.0.0.1:", path)
+			require.Contains(t, string(body), "a cut link, not a dead node", path)
+		}
+		for _, other := range []int{1, 2} {
+			c.Cut(other, victim)
+		}
+		code, body := cl.Do(t, http.MethodPost, c.AdminURL(asked)+"/cluster/remove?node="+url.QueryEscape(c.URL(victim)), nil)
+		require.Equal(t, http.StatusAccepted, code, "%s", body)
+		removed, err := clustermap.Decode(body)
+		require.NoError(t, err)
+		c.Heal() // the live node learns it was removed, and stops
+		m := c.AwaitStableAfter(removed.Epoch, time.Minute)
+		require.Nil(t, m.ByURL(c.URL(victim)))
 	})
 }

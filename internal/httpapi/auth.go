@@ -28,6 +28,7 @@ var access = map[string]rule{
 	rpc.StreamPath:  {},
 	rpc.SummaryPath: {},
 	rpc.MapPath:     {},
+	rpc.ReachPath:   {},
 	rpc.LogPath:     {},
 }
 

@@ -38,6 +38,8 @@ func (s *Server) internal(ctx *fasthttp.RequestCtx, path string) {
 		s.RPC.HandleSummary(ctx, body)
 	case rpc.MapPath:
 		s.RPC.HandleMap(ctx, body)
+	case rpc.ReachPath:
+		s.RPC.HandleReach(ctx)
 	}
 }
 

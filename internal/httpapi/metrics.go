@@ -24,13 +24,14 @@ const (
 	OpInternalScan
 	OpInternalSummary
 	OpInternalMap
+	OpInternalReach
 	OpInternalLog
 	OpHead
 	OpOther
 	nOps
 )
 
-var opNames = [nOps]string{"get", "put", "delete", "status", "scan", "internal_batch", "internal_scan", "internal_summary", "internal_map", "internal_maplog", "head", "other"}
+var opNames = [nOps]string{"get", "put", "delete", "status", "scan", "internal_batch", "internal_scan", "internal_summary", "internal_map", "internal_reach", "internal_maplog", "head", "other"}
 
 func (o Op) String() string { return opNames[o] }
 

@@ -188,6 +188,9 @@ func (s *Server) route(ctx *fasthttp.RequestCtx, info *reqInfo) Op {
 	case rpc.MapPath:
 		op = OpInternalMap
 		s.internal(ctx, rpc.MapPath)
+	case rpc.ReachPath:
+		op = OpInternalReach
+		s.internal(ctx, rpc.ReachPath)
 	case rpc.LogPath:
 		op = OpInternalLog
 		if s.RPC.Accept(ctx, rpc.LogPath) {

@@ -114,9 +114,13 @@ func (s *Service) Remove(url string) (*clustermap.Map, error) {
 
 // deadMember finds the member at url that a replace or a remove (verb:
 // "replaced", "removed") is asked for, and checks that it is dead: not
-// this node, and it does not answer a ping. It returns the log's map to
-// make the change from: with no change under way, the log's rules refuse
-// it unless every other member acknowledged that map.
+// this node, and neither this node nor any other member reaches it
+// (reachedBy): a node cut off from this one alone is alive, and counted
+// dead it would be replaced while it still serves (two machines making
+// versions with one id until it learns the map) or removed for nothing.
+// It returns the log's map to make the change from: with no change under
+// way, the log's rules refuse it unless every other member acknowledged
+// that map.
 func (s *Service) deadMember(url, verb string) (*clustermap.Map, *clustermap.Node, error) {
 	v := s.View()
 	n, err := s.member(v, url)
@@ -129,6 +133,9 @@ func (s *Service) deadMember(url, verb string) (*clustermap.Map, *clustermap.Nod
 	if _, err := v.Peers[n.ID].Ping(v.Map.Epoch, time.Now().Add(s.o.Timeout)); err == nil {
 		return nil, nil, fmt.Errorf("%w: %s answers; only a dead node is %s (decommission a live one)", ErrChangeRefused, n.URL, verb)
 	}
+	if by := s.reachedBy(v, n); by != "" {
+		return nil, nil, fmt.Errorf("%w: %s answers %s though not this node (a cut link, not a dead node); only a dead node is %s", ErrChangeRefused, n.URL, by, verb)
+	}
 	m, err := s.logMap()
 	if err != nil {
 		return nil, nil, err
@@ -137,6 +144,42 @@ func (s *Service) deadMember(url, verb string) (*clustermap.Map, *clustermap.Nod
 		return nil, nil, err
 	}
 	return m, n, nil
+}
+
+// reachedBy asks every other member at once whether dead answers it
+// (view.Peer.Reach) and returns the URL of one that it answers, or "". A
+// member that does not answer the question (down too, cut off from this
+// node, or of a release without it) cannot vouch either way and is not
+// waited for: two dead members must each be replaceable while the other
+// is down.
+func (s *Service) reachedBy(v *view.View, dead *clustermap.Node) string {
+	deadline := time.Now().Add(2 * s.o.Timeout) // the member's own ping, and the way there and back
+	answers := make(chan string, len(v.Map.Nodes))
+	asked := 0
+	for _, m := range v.Map.Nodes {
+		if m.ID == v.Self || m.ID == dead.ID || v.Peers[m.ID] == nil {
+			continue
+		}
+		asked++
+		go func() {
+			ok, err := v.Peers[m.ID].Reach(dead.URL, deadline)
+			if err != nil {
+				s.log.Debug("membership: a member did not say whether it reaches a node asked dead", "member", m.URL, "node", dead.URL, "err", err)
+			}
+			if ok {
+				answers <- m.URL
+			} else {
+				answers <- ""
+			}
+		}()
+	}
+	by := ""
+	for range asked {
+		if u := <-answers; u != "" && by == "" {
+			by = u
+		}
+	}
+	return by
 }
 
 func (s *Service) member(v *view.View, url string) (*clustermap.Node, error) {

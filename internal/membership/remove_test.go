@@ -16,6 +16,7 @@ import (
 	"github.com/dhtkv/dhtkv/internal/membership"
 	"github.com/dhtkv/dhtkv/internal/partition"
 	"github.com/dhtkv/dhtkv/internal/placement"
+	"github.com/dhtkv/dhtkv/internal/rpc"
 )
 
 // requireLiveSources checks that the node at u copied every partition it
@@ -107,15 +108,19 @@ func TestLoggedRemoveDuringItsDecommission(t *testing.T) {
 	_, err = c.member(urls[0]).Remove(urls[1])
 	require.ErrorIs(t, err, membership.ErrChangeRefused)
 	require.ErrorContains(t, err, "http://n2:1 answers", "a live member: the ping refuses it")
-	// Node 2 looks dead to node 1 (its link cut, its log still voting):
-	// the log refuses the remove of a member of a change but its leaving
-	// node.
+	// Node 2 looks dead to the other members (its links from them cut,
+	// its log still voting): the log refuses the remove of a member of a
+	// change but its leaving node.
 	c.mu.Lock()
-	link := c.links[[2]string{urls[0], urls[1]}]
+	links := []*rpc.Direct{c.links[[2]string{urls[0], urls[1]}], c.links[[2]string{urls[3], urls[1]}]}
 	c.mu.Unlock()
-	link.Cut(true)
+	for _, l := range links {
+		l.Cut(true)
+	}
 	_, err = c.member(urls[0]).Remove(urls[1])
-	link.Cut(false)
+	for _, l := range links {
+		l.Cut(false)
+	}
 	require.ErrorIs(t, err, membership.ErrChangeRefused)
 	require.ErrorContains(t, err, "another membership change is under way: decommission of node 2, stage stream; "+
 		"a dead member of it is replaced with a new machine (dhtkvctl replace), or the change aborted before read-new (dhtkvctl abort)")
@@ -183,8 +188,8 @@ func TestRemoveAdmin(t *testing.T) {
 	require.Nil(t, final.ByURL(urls[2]))
 }
 
-// A node removed while it runs (it did not answer the member asked, its
-// link cut; it is alive otherwise) stops as soon as it installs the map
+// A node removed while it runs (it answers no member, its links cut; it
+// is alive otherwise, and follows the log) stops as soon as it installs the map
 // that marks it dead (Options.OnLeft): the cluster counts it dead, and
 // nothing it serves is waited for any more; the gainers' copies are held,
 // so it stops while still a member, not because it left the map. The
@@ -196,7 +201,9 @@ func TestLoggedRemoveStopsANodeMarkedDead(t *testing.T) {
 	c.settled(l, 4)
 	c.mu.Lock()
 	c.hold = make(chan struct{})
-	c.links[[2]string{urls[0], urls[3]}].Cut(true)
+	for _, from := range urls[:3] {
+		c.links[[2]string{from, urls[3]}].Cut(true)
+	}
 	left := c.left[urls[3]]
 	c.mu.Unlock()
 	m, err := c.member(urls[0]).Remove(urls[3])
@@ -216,4 +223,35 @@ func TestLoggedRemoveStopsANodeMarkedDead(t *testing.T) {
 	c.mu.Unlock()
 	final := c.settled(l, 3)
 	require.Nil(t, final.Node(3))
+}
+
+// A node that the member asked cannot reach but another member can is
+// alive (a cut link): replace and remove refuse it, naming who reaches
+// it. Once no member reaches it, it is dead to all, and removed.
+func TestLoggedDeadCheckAsksEveryMember(t *testing.T) {
+	urls := []string{"http://n1:1", "http://n2:1", "http://n3:1", "http://n4:1"}
+	c, logs := loggedCluster(t, urls)
+	l := logs[urls[0]]
+	c.settled(l, 4)
+	c.mu.Lock()
+	c.links[[2]string{urls[0], urls[3]}].Cut(true)
+	c.mu.Unlock()
+	asked := c.member(urls[0])
+	_, err := asked.Replace(urls[3], "http://n5:1")
+	require.ErrorIs(t, err, membership.ErrChangeRefused)
+	require.ErrorContains(t, err, "http://n4:1 answers http://n")
+	_, err = asked.Remove(urls[3])
+	require.ErrorContains(t, err, "a cut link, not a dead node")
+	require.Nil(t, l.Map().Change, "nothing began")
+
+	c.mu.Lock()
+	for _, from := range urls[1:3] {
+		c.links[[2]string{from, urls[3]}].Cut(true)
+	}
+	c.mu.Unlock()
+	m, err := asked.Remove(urls[3])
+	require.NoError(t, err)
+	require.True(t, m.Change.Dead)
+	final := c.settled(l, 3)
+	require.Nil(t, final.ByURL(urls[3]))
 }

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -437,6 +438,25 @@ func (s *Service) Behind(url string, _ uint64) {
 			s.pushMu.Unlock()
 		}
 	})
+}
+
+// Reaches answers another member's question (rpc.ReachPath) whether the
+// member at url answers this node: a ping of its own, within Timeout.
+func (s *Service) Reaches(url string) (bool, error) {
+	v := s.View()
+	u, err := clustermap.NormalizeURL(url)
+	if err != nil {
+		return false, &rpc.Error{Status: http.StatusBadRequest, Msg: err.Error()}
+	}
+	n := v.Map.ByURL(u)
+	switch {
+	case n == nil:
+		return false, &rpc.Error{Status: http.StatusBadRequest, Msg: u + " is not a member of this node's map"}
+	case n.ID == v.Self:
+		return true, nil
+	}
+	_, err = v.Peers[n.ID].Ping(v.Map.Epoch, time.Now().Add(s.o.Timeout))
+	return err == nil, nil
 }
 
 // CleanupPending reports whether this node still has partitions to drop

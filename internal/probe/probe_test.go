@@ -29,6 +29,7 @@ func (p clockPeer) Apply([]byte, []byte, uint64, time.Time) (uint64, error) { re
 func (p clockPeer) Ping(uint64, time.Time) (bool, error)                    { return true, nil }
 func (p clockPeer) Summary([]byte, uint64, time.Time) ([]byte, error)       { return nil, nil }
 func (p clockPeer) Map([]byte, time.Time) ([]byte, error)                   { return nil, nil }
+func (p clockPeer) Reach(string, time.Time) (bool, error)                   { return false, nil }
 func (p clockPeer) Close()                                                  {}
 func (p clockPeer) ClockOffset() (view.ClockSample, bool) {
 	return view.ClockSample{Offset: p.offset, At: p.at}, !p.at.IsZero()

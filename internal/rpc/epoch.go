@@ -162,6 +162,10 @@ type Maps interface {
 	// that the peer at url answered with an epoch older than the
 	// batch's: the node hands it the newer map.
 	Behind(url string, epoch uint64)
+	// Reaches answers ReachPath: whether the member at url answers this
+	// node now (a ping of its own; this node itself answers). An *Error
+	// refuses a URL that is not a member.
+	Reaches(url string) (bool, error)
 }
 
 // Admit checks a batch's EpochHeader value (see Maps.Admit). A batch

@@ -16,7 +16,7 @@ import (
 //  1. Accept answers a wrong method or a caller that is not another node,
 //     before any body is read;
 //  2. the HTTP server reads the body;
-//  3. HandleBatch, HandleSummary or HandleMap answers (StreamPath's
+//  3. HandleBatch, HandleSummary, HandleMap or HandleReach answers (StreamPath's
 //     stream is written by the HTTP server's stream writer, from
 //     OpenStream's iterator, as public scans are).
 
@@ -33,7 +33,7 @@ func (s *Server) Accept(ctx *fasthttp.RequestCtx, path string) bool {
 			methodNotAllowed(ctx, "POST")
 			return false
 		}
-	case StreamPath:
+	case StreamPath, ReachPath:
 		if !ctx.IsGet() {
 			methodNotAllowed(ctx, "GET")
 			return false

@@ -33,6 +33,9 @@ type Peer interface {
 	// Map offers the peer a map state (nil: only asks) and returns the
 	// peer's.
 	Map(offer []byte, deadline time.Time) ([]byte, error)
+	// Reach asks the peer whether the member at url answers it (its own
+	// ping): before a node is counted dead, every member is asked.
+	Reach(url string, deadline time.Time) (answers bool, err error)
 	// ClockOffset is the last measurement of the peer's clock against
 	// this node's; ok is false before any.
 	ClockOffset() (s ClockSample, ok bool)

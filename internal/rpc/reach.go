@@ -1,0 +1,92 @@
+package rpc
+
+import (
+	"bytes"
+	"fmt"
+	"net/url"
+	"time"
+
+	"github.com/valyala/fasthttp"
+)
+
+// ReachPath asks a node whether another member of its map answers it:
+// what a member asks of every other before it counts a node dead for a
+// replace or a remove (package membership). One ping from the member
+// asked cannot tell a dead node from a link cut between those two; a
+// node that any member reaches is alive.
+//
+//	GET /v0/internal/reach?node=URL → 200 "answers" or "silent"; 400 for a
+//	URL that is not a member of the node's map
+const ReachPath = "/v0/internal/reach"
+
+const (
+	reachAnswers = "answers"
+	reachSilent  = "silent"
+)
+
+// HandleReach answers ReachPath's request by the node's Maps.Reaches.
+func (s *Server) HandleReach(ctx *fasthttp.RequestCtx) {
+	if s.Maps == nil {
+		ctx.Error("this node serves no cluster map\n", fasthttp.StatusBadRequest)
+		return
+	}
+	node := ctx.QueryArgs().Peek("node")
+	if len(node) == 0 {
+		ctx.Error("missing node=URL\n", fasthttp.StatusBadRequest)
+		return
+	}
+	answers, err := s.Maps.Reaches(string(node))
+	if err != nil {
+		s.fail(ctx, err)
+		return
+	}
+	if answers {
+		ctx.SetBodyString(reachAnswers + "\n")
+	} else {
+		ctx.SetBodyString(reachSilent + "\n")
+	}
+}
+
+// Reach asks the peer whether the member at target answers it
+// (ReachPath).
+func (p *Peer) Reach(target string, deadline time.Time) (bool, error) {
+	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+	defer fasthttp.ReleaseRequest(req)
+	defer fasthttp.ReleaseResponse(resp)
+	req.SetRequestURI(p.base + ReachPath + "?node=" + url.QueryEscape(target))
+	if p.secret != "" {
+		req.Header.Set(SecretHeader, p.secret)
+	}
+	if err := p.bulk.DoDeadline(req, resp, deadline); err != nil {
+		return false, fmt.Errorf("reach of %s from %s: %w", target, p.base, classify(err))
+	}
+	if resp.StatusCode() != fasthttp.StatusOK {
+		return false, fmt.Errorf("reach of %s from %s: %w: %s", target, p.base, errStatus{resp.StatusCode()}, firstLine(resp.Body()))
+	}
+	return parseReach(resp.Body())
+}
+
+// Reach is as for Peer.
+func (d *Direct) Reach(target string, _ time.Time) (bool, error) {
+	if d.cut.Load() {
+		return false, fmt.Errorf("reach of %s from %s: %w", target, d.URL, ErrLinkCut)
+	}
+	if d.Server.Maps == nil {
+		return false, fmt.Errorf("reach of %s from %s: it serves no cluster map", target, d.URL)
+	}
+	answers, err := d.Server.Maps.Reaches(target)
+	if err != nil {
+		return false, fmt.Errorf("reach of %s from %s: %w", target, d.URL, err)
+	}
+	return answers, nil
+}
+
+func parseReach(body []byte) (bool, error) {
+	switch string(bytes.TrimSpace(body)) {
+	case reachAnswers:
+		return true, nil
+	case reachSilent:
+		return false, nil
+	}
+	return false, fmt.Errorf("reach: unexpected answer %q", firstLine(body))
+}
