@@ -69,6 +69,9 @@ func removeDeadMember(t *testing.T, duringDecommission bool) {
 			})
 		}
 		l.setVia(members...)
+		c.Await(time.Minute, "node 0's replica of the log holds the map", func() (bool, string) {
+			return logState().Map != nil, "no map yet" // the log's seed may still be on its way
+		})
 		id := logState().Map.ByURL(c.URL(victim)).ID
 		c.StopNode(victim)
 		c.WipeNode(victim)

@@ -46,6 +46,7 @@ func TestAccessEveryPath(t *testing.T) {
 		rpc.StreamPath:  {none, none, none},
 		rpc.SummaryPath: {none, none, none},
 		rpc.MapPath:     {none, none, none},
+		rpc.ReachPath:   {none, none, none},
 		rpc.LogPath:     {none, none, none},
 	}
 	require.Equal(t, slices.Sorted(maps.Keys(want)), slices.Sorted(maps.Keys(access)),
