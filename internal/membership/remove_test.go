@@ -217,6 +217,8 @@ func TestLoggedRemoveStopsANodeMarkedDead(t *testing.T) {
 	}
 	got, self := c.member(urls[3]).Map()
 	require.Equal(t, 3, self, "still a member: %s", got)
+	// Node 1's replica of the log may apply the remove after node 4's.
+	require.Eventually(t, func() bool { return l.Map().Epoch >= m.Epoch }, 10*time.Second, 10*time.Millisecond)
 	require.NotNil(t, l.Map().Change, "the change is held")
 	c.mu.Lock()
 	close(c.hold)
