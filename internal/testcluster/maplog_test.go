@@ -121,8 +121,10 @@ func TestInMemoryOnLogReplaceDeadVoter(t *testing.T) {
 	k := c.AddNode(1)
 	code, body := c.Client().Do(t, http.MethodPost, c.AdminURL(1)+"/cluster/replace?node="+c.URL(j)+"&with="+c.URL(k), nil)
 	require.Equal(t, http.StatusAccepted, code, "%s", body)
+	replaced, err := clustermap.Decode(body)
+	require.NoError(t, err)
 	c.StartNode(k)
-	m := c.AwaitStable(time.Minute)
+	m := c.AwaitStableAfter(replaced.Epoch-1, time.Minute)
 	require.Equal(t, 3, m.ByURL(c.URL(k)).ID, "the dead node's identity")
 	c.awaitLogMaps(m.Epoch)
 }
