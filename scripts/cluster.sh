@@ -23,7 +23,7 @@
 # (seeded from their list at the first start) and every further nodeN/ in
 # DATA (nodes that joined, or took a dead node's place, with `make
 # run-node`): each starts on its stored cluster map. A node the map no
-# longer holds (decommissioned, or replaced) exits 0 saying so, and the
+# longer holds (decommissioned, removed or replaced) exits 0 saying so, and the
 # others go on without it. run waits until each node answers /v0/status,
 # prints the URLs, and stays until Ctrl-C, SIGTERM or `stop` (which stop
 # every node of DATA), or until a node exits otherwise. It refuses to
@@ -95,7 +95,7 @@ launch() {
 # left N CODE: node N exited with CODE because the cluster map no longer
 # holds it (membership.ErrLeft, or a newer map without it): exit 0 and the
 # word in its log's last lines.
-left() { (($2 == 0)) && grep -q "decommissioned" <(tail -n 50 "$DATA/node$1.log"); }
+left() { (($2 == 0)) && grep -qE "decommissioned|left the cluster" <(tail -n 50 "$DATA/node$1.log"); }
 
 # await N PID: node N answers /v0/status (0), left the cluster (1); dies
 # when it exited otherwise or does not answer in 10 s.
@@ -151,7 +151,7 @@ run() {
     else
       # Decommissioned or replaced earlier (membership.ErrLeft, or a
       # newer map without it): the others are the cluster now.
-      echo "node$i was decommissioned or replaced earlier (see $DATA/node$i.log); the others go on without it"
+      echo "node$i was decommissioned, removed or replaced earlier (see $DATA/node$i.log); the others go on without it"
       unset "pids[i]"
     fi
   done
@@ -164,8 +164,9 @@ run() {
   echo "try:  curl -X PUT --data-binary hello 'http://$HOST:$((PORT + started[0] - 1))/v0/entity?id=greeting'"
   echo "      bin/dhtkvctl --endpoints $(for i in "${started[@]}"; do printf '%s,' "$(url_of "$i")"; done | sed 's/,$//') get greeting"
   echo "Ctrl-C (or make stop-cluster PORT=$PORT) stops every node."
-  # A node decommissioned (dhtkvctl decommission, docs/membership.md)
-  # exits 0 by itself: the others go on. Any other exit stops them all.
+  # A node decommissioned or removed (dhtkvctl decommission or remove,
+  # docs/membership.md) exits 0 by itself: the others go on. Any other
+  # exit stops them all.
   local live exited code
   live=("${pids[@]}")
   while ((${#live[@]} > 0)); do
@@ -174,7 +175,7 @@ run() {
     for i in "${!pids[@]}"; do
       [[ ${pids[i]} == "$exited" ]] || continue
       if left "$i" "$code"; then
-        echo "node$i was decommissioned and stopped; the others go on"
+        echo "node$i left the cluster (decommissioned or removed) and stopped; the others go on"
         rm -f "$DATA/node$i.pid"
         unset "pids[i]"
         live=("${pids[@]}")
