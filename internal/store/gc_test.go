@@ -239,16 +239,8 @@ func BenchmarkCollectWriteStall(b *testing.B) {
 // what --gc-rate paces.
 func BenchmarkCandidates(b *testing.B) {
 	b.ReportAllocs()
-	s, err := Open(filepath.Join(b.TempDir(), "db"), Options{})
-	require.NoError(b, err)
-	defer s.Close()
 	const n = 100_000
-	value := make([]byte, 1024)
-	for i := range n {
-		rec := record.Record{Version: msVersion(1000), Value: value}
-		require.NoError(b, s.Apply(fmt.Appendf(nil, "k%d", i), &rec))
-	}
-	require.NoError(b, s.db.Flush())
+	s := benchStore(b, n)
 	b.ResetTimer()
 	read := 0
 	for range b.N {
@@ -263,4 +255,19 @@ func BenchmarkCandidates(b *testing.B) {
 	b.StopTimer()
 	require.Equal(b, n*b.N, read)
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(read), "ns/entry")
+}
+
+// benchStore opens a store of n records of 1 KiB (keys k0...), flushed to
+// disk, closed when b ends.
+func benchStore(b *testing.B, n int) *Store {
+	s, err := Open(filepath.Join(b.TempDir(), "db"), Options{})
+	require.NoError(b, err)
+	b.Cleanup(func() { s.Close() })
+	value := make([]byte, 1024)
+	for i := range n {
+		rec := record.Record{Version: msVersion(1000), Value: value}
+		require.NoError(b, s.Apply(fmt.Appendf(nil, "k%d", i), &rec))
+	}
+	require.NoError(b, s.db.Flush())
+	return s
 }

@@ -3,7 +3,6 @@ package store
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"slices"
 	"testing"
 
@@ -182,16 +181,8 @@ func BenchmarkPartitionIter(b *testing.B) {
 	for _, compacted := range []bool{false, true} {
 		b.Run(fmt.Sprintf("compacted=%t", compacted), func(b *testing.B) {
 			b.ReportAllocs()
-			s, err := Open(filepath.Join(b.TempDir(), "db"), Options{})
-			require.NoError(b, err)
-			defer s.Close()
 			const n = 100_000
-			value := make([]byte, 1024)
-			for i := range n {
-				rec := record.Record{Version: msVersion(1000), Value: value}
-				require.NoError(b, s.Apply(fmt.Appendf(nil, "k%d", i), &rec))
-			}
-			require.NoError(b, s.db.Flush())
+			s := benchStore(b, n)
 			if compacted {
 				require.NoError(b, s.db.Compact(context.Background(), []byte{0}, []byte{0xff}, true))
 			}
