@@ -32,6 +32,7 @@ func TestMembershipCommands(t *testing.T) {
 		{name: "no URL", args: []string{"join", admin}, code: exitUsage, errHas: "takes 1 arguments"},
 		{name: "help", args: []string{"join", "-h"}, outHas: []string{"--admin", "--join", "decommission"}},
 		{name: "not a member", args: []string{"decommission", admin, "http://127.0.0.1:1"}, code: exitError, errHas: "not a member"},
+		{name: "malformed", args: []string{"decommission", admin, "127.0.0.1:1"}, code: exitBadRequest, errHas: "bad request (400): bad node URL"},
 		{name: "abort takes no URL", args: []string{"abort", admin, "http://127.0.0.1:1"}, code: exitUsage, errHas: "takes 0 arguments"},
 		{name: "abort with no change", args: []string{"abort", admin}, code: exitError, errHas: "no change under way"},
 	} {

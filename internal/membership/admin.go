@@ -65,9 +65,21 @@ func (s *Service) Handler(admissible func(url string) error) http.Handler {
 			answer(reply, refuse, m, err)
 			return
 		}
+		switch r.URL.Path {
+		case "/cluster/join", "/cluster/decommission", "/cluster/remove", "/cluster/replace":
+		default:
+			refuse(http.StatusNotFound, fmt.Errorf("unknown path %s: /cluster, /cluster/join, /cluster/decommission, /cluster/remove, /cluster/replace, /cluster/replicas, /cluster/abort", r.URL.Path))
+			return
+		}
+		// Every node URL a change names is checked here: one that does not
+		// parse is the request's fault (400), whatever the change.
 		node := q.Get("node")
 		if node == "" {
 			refuse(http.StatusBadRequest, errors.New("missing node=URL"))
+			return
+		}
+		if _, perr := clustermap.NormalizeURL(node); perr != nil {
+			refuse(http.StatusBadRequest, perr)
 			return
 		}
 		switch r.URL.Path {
@@ -78,10 +90,6 @@ func (s *Service) Handler(admissible func(url string) error) http.Handler {
 		case "/cluster/decommission":
 			m, err = s.Decommission(node)
 		case "/cluster/remove":
-			if _, perr := clustermap.NormalizeURL(node); perr != nil {
-				refuse(http.StatusBadRequest, perr)
-				return
-			}
 			m, err = s.Remove(node)
 		case "/cluster/replace":
 			with := q.Get("with")
@@ -89,12 +97,13 @@ func (s *Service) Handler(admissible func(url string) error) http.Handler {
 				refuse(http.StatusBadRequest, errors.New("missing with=URL (the new machine)"))
 				return
 			}
+			if _, perr := clustermap.NormalizeURL(with); perr != nil {
+				refuse(http.StatusBadRequest, fmt.Errorf("with: %w", perr))
+				return
+			}
 			if err = s.admissible(admissible, with); err == nil {
 				m, err = s.Replace(node, with)
 			}
-		default:
-			refuse(http.StatusNotFound, fmt.Errorf("unknown path %s: /cluster, /cluster/join, /cluster/decommission, /cluster/remove, /cluster/replace, /cluster/replicas, /cluster/abort", r.URL.Path))
-			return
 		}
 		answer(reply, refuse, m, err)
 	})
