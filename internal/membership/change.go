@@ -130,7 +130,7 @@ func (s *Service) deadMember(url, verb string) (*clustermap.Map, *clustermap.Nod
 	if n.ID == v.Self {
 		return nil, nil, fmt.Errorf("%w: this node is %s and answers: ask another member", ErrChangeRefused, n.URL)
 	}
-	if _, err := v.Peers[n.ID].Ping(v.Map.Epoch, time.Now().Add(s.o.Timeout)); err == nil {
+	if s.answers(v, n) {
 		return nil, nil, fmt.Errorf("%w: %s answers; only a dead node is %s (decommission a live one)", ErrChangeRefused, n.URL, verb)
 	}
 	if by := s.reachedBy(v, n); by != "" {
@@ -144,6 +144,13 @@ func (s *Service) deadMember(url, verb string) (*clustermap.Map, *clustermap.Nod
 		return nil, nil, err
 	}
 	return m, n, nil
+}
+
+// answers reports whether member n (not this node) answers a ping
+// within Timeout.
+func (s *Service) answers(v *view.View, n *clustermap.Node) bool {
+	_, err := v.Peers[n.ID].Ping(v.Map.Epoch, time.Now().Add(s.o.Timeout))
+	return err == nil
 }
 
 // reachedBy asks every other member at once whether dead answers it

@@ -455,8 +455,7 @@ func (s *Service) Reaches(url string) (bool, error) {
 	case n.ID == v.Self:
 		return true, nil
 	}
-	_, err = v.Peers[n.ID].Ping(v.Map.Epoch, time.Now().Add(s.o.Timeout))
-	return err == nil, nil
+	return s.answers(v, n), nil
 }
 
 // CleanupPending reports whether this node still has partitions to drop

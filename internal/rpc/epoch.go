@@ -102,26 +102,29 @@ func (p *Peer) checkBehind(resp *fasthttp.Response, sent uint64) {
 // Map exchanges cluster maps with the peer (MapPath): offer nil asks for
 // the peer's MapState, a map offers it. It answers the peer's MapState.
 func (p *Peer) Map(offer []byte, deadline time.Time) ([]byte, error) {
-	return mapRequest(p.bulk, p.base, p.secret, offer, deadline)
+	return p.admin("cluster map from "+p.base, MapPath, offer, deadline)
 }
 
-func mapRequest(hc *fasthttp.HostClient, base, secret string, offer []byte, deadline time.Time) ([]byte, error) {
+// admin makes one request of the peer's control plane on the bulk
+// connections (a GET, or a POST of body when body is not nil) and
+// answers a copy of a 200's body; what names the request in its errors.
+func (p *Peer) admin(what, pathQuery string, body []byte, deadline time.Time) ([]byte, error) {
 	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseRequest(req)
 	defer fasthttp.ReleaseResponse(resp)
-	req.SetRequestURI(base + MapPath)
-	if offer != nil {
+	req.SetRequestURI(p.base + pathQuery)
+	if body != nil {
 		req.Header.SetMethod(fasthttp.MethodPost)
-		req.SetBodyRaw(offer)
+		req.SetBodyRaw(body)
 	}
-	if secret != "" {
-		req.Header.Set(SecretHeader, secret)
+	if p.secret != "" {
+		req.Header.Set(SecretHeader, p.secret)
 	}
-	if err := hc.DoDeadline(req, resp, deadline); err != nil {
-		return nil, fmt.Errorf("cluster map from %s: %w", base, classify(err))
+	if err := p.bulk.DoDeadline(req, resp, deadline); err != nil {
+		return nil, fmt.Errorf("%s: %w", what, classify(err))
 	}
 	if resp.StatusCode() != fasthttp.StatusOK {
-		return nil, fmt.Errorf("cluster map from %s: %w: %s", base, errStatus{resp.StatusCode()}, firstLine(resp.Body()))
+		return nil, fmt.Errorf("%s: %w: %s", what, errStatus{resp.StatusCode()}, firstLine(resp.Body()))
 	}
 	return slices.Clone(resp.Body()), nil
 }

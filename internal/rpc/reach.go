@@ -50,20 +50,11 @@ func (s *Server) HandleReach(ctx *fasthttp.RequestCtx) {
 // Reach asks the peer whether the member at target answers it
 // (ReachPath).
 func (p *Peer) Reach(target string, deadline time.Time) (bool, error) {
-	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
-	defer fasthttp.ReleaseRequest(req)
-	defer fasthttp.ReleaseResponse(resp)
-	req.SetRequestURI(p.base + ReachPath + "?node=" + url.QueryEscape(target))
-	if p.secret != "" {
-		req.Header.Set(SecretHeader, p.secret)
+	body, err := p.admin("reach of "+target+" from "+p.base, ReachPath+"?node="+url.QueryEscape(target), nil, deadline)
+	if err != nil {
+		return false, err
 	}
-	if err := p.bulk.DoDeadline(req, resp, deadline); err != nil {
-		return false, fmt.Errorf("reach of %s from %s: %w", target, p.base, classify(err))
-	}
-	if resp.StatusCode() != fasthttp.StatusOK {
-		return false, fmt.Errorf("reach of %s from %s: %w: %s", target, p.base, errStatus{resp.StatusCode()}, firstLine(resp.Body()))
-	}
-	return parseReach(resp.Body())
+	return parseReach(body)
 }
 
 // Reach is as for Peer.
