@@ -276,6 +276,16 @@ func apply(cur *State, c *Command) (*State, *Result) {
 		return refuse("the requester, node %d, is not a member", c.From)
 	}
 	if c.Op == OpAbort {
+		// A change the log took on from a seed (a rolling upgrade caught
+		// it mid-change) is driven by the members still on a release
+		// without the log until every member runs the log: they would
+		// never learn of the abort, and would go on to make a different
+		// map of the same epoch as the abort's. The log drives it, and
+		// may abort it, once every member acknowledged its map through
+		// the log, which only a member running the log does.
+		if w := cur.Waiting(-1); !cur.Changed && len(w) > 0 {
+			return refuse("nodes %v have not acknowledged %s through the log yet (a rolling upgrade drives the change until every member runs the log): try again once they have", w, m)
+		}
 		a, err := m.Abort()
 		if err != nil {
 			return refuse("%v", err)
@@ -443,7 +453,10 @@ func advance(s *State) {
 	if err != nil {
 		return // Advance only fails on a map that does not validate: none is in the log
 	}
-	s.Map = next
+	// The log changed the map: every member acknowledged through it, so
+	// none is left on a release without the log to drive a seeded change
+	// or to hold a newer map of its own (the seed rule ends here too).
+	s.Map, s.Changed = next, true
 	if next.Change == nil {
 		o := s.current()
 		o.Ended = next.Epoch

@@ -81,6 +81,10 @@ func TestRules(t *testing.T) {
 				if c, ok := arg("cluster"); ok {
 					m.Cluster = uint64(c)
 				}
+				if id, ok := arg("decommissioning"); ok { // a stored map caught mid-change
+					m, err = m.BeginDecommission(id, 0)
+					require.NoError(t, err)
+				}
 				cmds = append(cmds, Command{Op: OpSeed, Map: m})
 			case "join", "decommission", "remove", "replace", "abort":
 				node, _ := arg("node")
