@@ -2,9 +2,11 @@ package store
 
 import (
 	"fmt"
+	"io"
 	"log/slog"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -205,4 +207,36 @@ func TestJobTimes(t *testing.T) {
 	}
 	require.GreaterOrEqual(t, got["dhtkv_pebble_flush_duration_seconds"], uint64(1), "the flush")
 	require.Equal(t, uint64(1), got["dhtkv_pebble_compaction_duration_seconds"], "the compaction")
+}
+
+// BenchmarkApplyBatch applies batches of random 1 KiB records to a store
+// without fsync (the CPU of a commit: building the batch, the WAL's write,
+// the memtable inserts of each record's data and index keys), as a replica
+// applies a coordinator's batch (replica.ApplyRemote).
+func BenchmarkApplyBatch(b *testing.B) {
+	for _, size := range []int{1, 12, 64, 1024} {
+		b.Run(fmt.Sprintf("records=%d", size), func(b *testing.B) {
+			o := DefaultOptions()
+			o.Sync = false
+			o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+			s, err := Open(filepath.Join(b.TempDir(), "db"), o)
+			require.NoError(b, err)
+			b.Cleanup(func() { s.Close() })
+			value := make([]byte, 1024)
+			rng := rand.New(rand.NewPCG(1, 2))
+			ws := make([]Write, size)
+			recs := make([]record.Record, size)
+			b.ReportAllocs()
+			b.SetBytes(int64(size * len(value)))
+			for i := 0; b.Loop(); i++ {
+				for j := range ws {
+					recs[j] = record.Record{Version: msVersion(1000 + int64(i)), Value: value}
+					ws[j] = Write{Key: fmt.Appendf(nil, "k%d", rng.IntN(1_000_000)), Rec: &recs[j]}
+				}
+				if err := s.ApplyBatch(ws); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
 }
