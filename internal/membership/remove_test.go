@@ -50,10 +50,7 @@ func (c *cluster) requireLiveSources(u string, change *clustermap.Map, dead int)
 // live replicas of the old set only, and at whose end it is out of every
 // member's map.
 func TestLoggedRemoveDeadMember(t *testing.T) {
-	urls := []string{"http://n1:1", "http://n2:1", "http://n3:1", "http://n4:1"}
-	c, logs := loggedCluster(t, urls)
-	l := logs[urls[0]]
-	c.settled(l, 4)
+	c, urls, logs, l := fourSettled(t)
 	_, err := c.member(urls[0]).Remove(urls[3])
 	require.ErrorIs(t, err, membership.ErrChangeRefused)
 	require.ErrorContains(t, err, "http://n4:1 answers; only a dead node is removed (decommission a live one)")
@@ -87,10 +84,7 @@ func TestLoggedRemoveDeadMember(t *testing.T) {
 // a new epoch), and the change finishes without it, as a remove, the
 // gainers copying from the live replicas only.
 func TestLoggedRemoveDuringItsDecommission(t *testing.T) {
-	urls := []string{"http://n1:1", "http://n2:1", "http://n3:1", "http://n4:1"}
-	c, logs := loggedCluster(t, urls)
-	l := logs[urls[0]]
-	c.settled(l, 4)
+	c, urls, logs, l := fourSettled(t)
 	c.mu.Lock()
 	c.hold = make(chan struct{})
 	c.mu.Unlock()
@@ -195,10 +189,7 @@ func TestRemoveAdmin(t *testing.T) {
 // so it stops while still a member, not because it left the map. The
 // remove completes without it.
 func TestLoggedRemoveStopsANodeMarkedDead(t *testing.T) {
-	urls := []string{"http://n1:1", "http://n2:1", "http://n3:1", "http://n4:1"}
-	c, logs := loggedCluster(t, urls)
-	l := logs[urls[0]]
-	c.settled(l, 4)
+	c, urls, _, l := fourSettled(t)
 	c.mu.Lock()
 	c.hold = make(chan struct{})
 	for _, from := range urls[:3] {
@@ -231,10 +222,7 @@ func TestLoggedRemoveStopsANodeMarkedDead(t *testing.T) {
 // alive (a cut link): replace and remove refuse it, naming who reaches
 // it. Once no member reaches it, it is dead to all, and removed.
 func TestLoggedDeadCheckAsksEveryMember(t *testing.T) {
-	urls := []string{"http://n1:1", "http://n2:1", "http://n3:1", "http://n4:1"}
-	c, logs := loggedCluster(t, urls)
-	l := logs[urls[0]]
-	c.settled(l, 4)
+	c, urls, _, l := fourSettled(t)
 	c.mu.Lock()
 	c.links[[2]string{urls[0], urls[3]}].Cut(true)
 	c.mu.Unlock()
@@ -256,4 +244,16 @@ func TestLoggedDeadCheckAsksEveryMember(t *testing.T) {
 	require.True(t, m.Change.Dead)
 	final := c.settled(l, 3)
 	require.Nil(t, final.ByURL(urls[3]))
+}
+
+// fourSettled is a cluster of four members on the log, n1 to n4, with
+// the map settled: the cluster, the URLs, each member's replica of the
+// log, and n1's.
+func fourSettled(t *testing.T) (*cluster, []string, map[string]*maplog.Log, *maplog.Log) {
+	t.Helper()
+	urls := []string{"http://n1:1", "http://n2:1", "http://n3:1", "http://n4:1"}
+	c, logs := loggedCluster(t, urls)
+	l := logs[urls[0]]
+	c.settled(l, 4)
+	return c, urls, logs, l
 }
