@@ -64,6 +64,7 @@ import (
 	"fmt"
 	"hash/maphash"
 	"sync"
+	"sync/atomic"
 
 	"github.com/dgraph-io/ristretto/v2"
 
@@ -103,7 +104,9 @@ type Entry struct {
 // has never seen the key. store.Store.AppendEnvelope is one.
 type Loader func(prefix []byte) (buf []byte, found bool, err error)
 
-// Metrics are the cache's counters, for the metrics collector.
+// Metrics are the cache's counters, for the metrics collector. Hits and
+// Misses count reads (GetOrLoad, GetOrRead) by their first look, each
+// once; the others are ristretto's.
 type Metrics struct {
 	Hits, Misses, Evictions, SetsDropped, SetsRejected uint64
 	CostAdded, CostEvicted                             uint64
@@ -115,7 +118,19 @@ type Metrics struct {
 type Cache struct {
 	rc      *ristretto.Cache[uint64, []byte]
 	seed    maphash.Seed
-	stripes [nStripes]sync.Mutex
+	stripes [nStripes]stripe
+}
+
+// stripe is one key stripe's lock and the read counters of its keys.
+//
+// The cache counts hits and misses itself, by a read's first look
+// (get): ristretto would count fill's second look under the lock as a
+// lookup of its own, every miss twice. The counters are per stripe, as
+// ristretto's are striped, so that reads on many cores do not share one
+// cache line; Metrics sums them.
+type stripe struct {
+	mu           sync.Mutex
+	hits, misses atomic.Uint64
 }
 
 // New returns a cache holding at most maxBytes of entries, or nil when
@@ -195,11 +210,20 @@ func (c *Cache) get(key []byte) (Entry, bool) {
 	if c == nil {
 		return Entry{}, false
 	}
-	buf, ok := c.rc.Get(c.hash(key))
+	h := c.hash(key)
+	st := &c.stripes[h%nStripes]
+	buf, ok := c.rc.Get(h)
 	if !ok {
+		st.misses.Add(1)
 		return Entry{}, false
 	}
-	return decode(buf, key)
+	e, ok := decode(buf, key)
+	if !ok {
+		st.misses.Add(1) // another key's entry (a hash collision): a miss
+		return Entry{}, false
+	}
+	st.hits.Add(1)
+	return e, true
 }
 
 // decode reads a cached buffer; ok is false when it holds another key (a
@@ -227,7 +251,7 @@ func (c *Cache) fill(key []byte, load Loader) (Entry, error) {
 		return loadUncached(load)
 	}
 	h := c.hash(key)
-	mu := &c.stripes[h%nStripes]
+	mu := &c.stripes[h%nStripes].mu
 	mu.Lock()
 	defer mu.Unlock()
 	if buf, ok := c.rc.Get(h); ok {
@@ -268,7 +292,7 @@ func (c *Cache) Invalidate(key []byte) {
 		return
 	}
 	h := c.hash(key)
-	mu := &c.stripes[h%nStripes]
+	mu := &c.stripes[h%nStripes].mu
 	mu.Lock()
 	if _, cached := c.rc.GetTTL(h); cached {
 		c.rc.Del(h)
@@ -281,9 +305,14 @@ func (c *Cache) Metrics() Metrics {
 	if c == nil {
 		return Metrics{}
 	}
+	var hits, misses uint64
+	for i := range c.stripes {
+		hits += c.stripes[i].hits.Load()
+		misses += c.stripes[i].misses.Load()
+	}
 	m := c.rc.Metrics
 	return Metrics{
-		Hits: m.Hits(), Misses: m.Misses(), Evictions: m.KeysEvicted(),
+		Hits: hits, Misses: misses, Evictions: m.KeysEvicted(),
 		SetsDropped: m.SetsDropped(), SetsRejected: m.SetsRejected(),
 		CostAdded: m.CostAdded(), CostEvicted: m.CostEvicted(),
 		MaxCost: c.rc.MaxCost(),

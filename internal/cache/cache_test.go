@@ -181,3 +181,38 @@ func TestGetOrReadDoesNotFill(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "v4", string(e.Rec.Value), "no cache: the store's")
 }
+
+// Hits and misses count each read once, by its first look: a miss that
+// fills (whose second look, under the stripe, finds nothing either) is
+// one miss, a read of another key's entry (a hash collision) a miss, and
+// reads through GetOrRead count like GetOrLoad's.
+func TestMetricsCountEachReadOnce(t *testing.T) {
+	c, err := New(1 << 20)
+	require.NoError(t, err)
+	defer c.Close()
+	counts := func() (uint64, uint64) { m := c.Metrics(); return m.Hits, m.Misses }
+	_, err = c.GetOrLoad([]byte("a"), loader(1, "v"))
+	require.NoError(t, err)
+	hits, misses := counts()
+	require.Equal(t, [2]uint64{0, 1}, [2]uint64{hits, misses}, "a miss that fills")
+	for range 3 {
+		_, err = c.GetOrLoad([]byte("a"), loader(1, "v"))
+		require.NoError(t, err)
+	}
+	_, err = c.GetOrRead([]byte("a"), loader(1, "v"))
+	require.NoError(t, err)
+	_, err = c.GetOrRead([]byte("b"), loader(1, "v"))
+	require.NoError(t, err)
+	hits, misses = counts()
+	require.Equal(t, [2]uint64{4, 2}, [2]uint64{hits, misses})
+
+	// c's hash holding a's entry: another key's entry found, a collision.
+	other, ok := c.rc.Get(c.hash([]byte("a")))
+	require.True(t, ok)
+	c.rc.Set(c.hash([]byte("c")), other, 100)
+	c.rc.Wait()
+	_, ok = c.get([]byte("c"))
+	require.False(t, ok)
+	hits, misses = counts()
+	require.Equal(t, [2]uint64{4, 3}, [2]uint64{hits, misses}, "a collision is a miss")
+}
