@@ -828,6 +828,77 @@ func (l *Log) AddNonvoter(id int, addr string) error {
 	return wrapConf("add non-voter", id, l.r.AddNonvoter(ServerID(id), raft.ServerAddress(addr), 0, l.o.ApplyTimeout).Error())
 }
 
+// step is one change of a voter's suffrage: promote id, or demote it.
+type step struct {
+	promote bool
+	id      int
+}
+
+// votingSteps returns the promotions and demotions, in order, that keep k
+// healthy voters: while fewer of voters than k are healthy (failing says
+// which are not), the candidate (a reachable non-voter that acknowledged
+// a map of the log) with the lowest id is promoted; while more than k
+// vote, a failing voter is demoted, else the one with the highest id; the
+// leader (self) never.
+//
+// A failing voter is demoted before a candidate takes its place, not
+// after: a candidate's own death may not show yet (two machines lost at
+// once, the voter's heartbeats failed first), and promoted beside the
+// failing voter it would make a group of k+1 voters of which two are
+// down, which for k = 3 has no quorum, for ever. Demoted first, the
+// failing voter leaves k-1 healthy ones, a quorum of k whatever the
+// promoted candidate turns out to be. Demoting a voter that only looked
+// failing costs nothing: it is promoted again once healthy.
+func votingSteps(voters, candidates []int, failing func(int) bool, k, self int) []step {
+	voters = slices.Clone(voters)
+	var out []step
+	healthy := func() int {
+		n := 0
+		for _, id := range voters {
+			if !failing(id) {
+				n++
+			}
+		}
+		return n
+	}
+	demote := func(failingOnly bool) bool {
+		victim := -1
+		for _, id := range voters {
+			if failing(id) && id != self {
+				victim = id
+				break
+			}
+		}
+		if victim < 0 && !failingOnly {
+			for _, id := range slices.Backward(voters) {
+				if id != self {
+					victim = id
+					break
+				}
+			}
+		}
+		if victim < 0 {
+			return false
+		}
+		out = append(out, step{id: victim})
+		voters = slices.DeleteFunc(voters, func(id int) bool { return id == victim })
+		return true
+	}
+	for _, c := range candidates {
+		if healthy() >= k {
+			break
+		}
+		if len(voters) >= k {
+			demote(true)
+		}
+		out = append(out, step{promote: true, id: c})
+		voters = append(voters, c)
+	}
+	for len(voters) > k && demote(false) {
+	}
+	return out
+}
+
 // Demote makes voter id a non-voter (leader only).
 func (l *Log) Demote(id int) error {
 	return wrapConf("demote", id, l.r.DemoteVoter(ServerID(id), 0, l.o.ApplyTimeout).Error())
@@ -888,13 +959,10 @@ func (l *Log) maintain() {
 
 // Rebalance makes the group's configuration follow the map (leader only):
 // a node that left the map leaves the group, a member with a log address
-// joins it as a non-voter, and the voters are kept at voterCount: while
-// fewer vote, the reachable non-voter with the lowest id that has
-// acknowledged a map of the log is promoted
-// (before anyone is demoted, so the group never shrinks below a quorum of
-// reachable voters by this step); while more vote, a voter the leader's
-// heartbeats fail to reach is demoted first, else the highest id. A
-// leader that left the map hands its office to another voter first.
+// joins it as a non-voter, and the voters are kept at voterCount, healthy
+// ones replacing those the leader's heartbeats fail to reach
+// (votingSteps). A leader that left the map hands its office to another
+// voter first.
 func (l *Log) Rebalance() error {
 	st := l.State()
 	if st.Map == nil {
@@ -977,16 +1045,12 @@ func (l *Log) Rebalance() error {
 		}
 		inConf[n.ID] = raft.Server{ID: ServerID(n.ID), Address: raft.ServerAddress(addr), Suffrage: inConf[n.ID].Suffrage}
 	}
-	var voters, healthy []int
-	var candidates []int
+	var voters, candidates []int
 	for _, id := range sortedIDs(inConf) {
 		s := inConf[id]
 		switch {
 		case s.Suffrage == raft.Voter:
 			voters = append(voters, id)
-			if !failing[s.ID] {
-				healthy = append(healthy, id)
-			}
 		case !failing[s.ID] && st.Acks[id] > 0:
 			// A non-voter is promoted only once it has acknowledged a map
 			// of the log (it runs and follows it): a leader just elected
@@ -997,36 +1061,17 @@ func (l *Log) Rebalance() error {
 			candidates = append(candidates, id)
 		}
 	}
-	k := voterCount(l.o.Voters, len(inConf))
-	for len(healthy) < k && len(candidates) > 0 {
-		id := candidates[0]
-		candidates = candidates[1:]
-		if err := l.AddVoter(id, string(inConf[id].Address)); err != nil {
+	for _, st := range votingSteps(voters, candidates, func(id int) bool { return failing[ServerID(id)] },
+		voterCount(l.o.Voters, len(inConf)), l.self) {
+		var err error
+		if st.promote {
+			err = l.AddVoter(st.id, string(inConf[st.id].Address))
+		} else {
+			err = l.Demote(st.id)
+		}
+		if err != nil {
 			return err
 		}
-		voters = append(voters, id)
-		healthy = append(healthy, id)
-	}
-	for len(voters) > k {
-		victim := -1
-		for _, id := range voters {
-			if failing[ServerID(id)] && id != l.self {
-				victim = id
-				break
-			}
-		}
-		if victim < 0 {
-			for _, id := range slices.Backward(voters) {
-				if id != l.self {
-					victim = id
-					break
-				}
-			}
-		}
-		if err := l.Demote(victim); err != nil {
-			return err
-		}
-		voters = slices.DeleteFunc(voters, func(id int) bool { return id == victim })
 	}
 	return nil
 }

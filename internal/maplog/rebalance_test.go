@@ -1,6 +1,7 @@
 package maplog
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -84,4 +85,33 @@ func TestRebalancePromotesOnlyAcknowledgedNonVoters(t *testing.T) {
 		s, _ := suffrage(victim)
 		return len(voters) == 3 && s != raft.Voter
 	}, 10*time.Second, 10*time.Millisecond, "the dead voter demoted: three vote")
+}
+
+// votingSteps keeps k healthy voters, a failing voter demoted before a
+// candidate is promoted in its place (a candidate that died with it, its
+// heartbeats not failed yet, would otherwise make four voters of which
+// two are down: no quorum), never the leader, and nothing when there is
+// nobody to promote.
+func TestVotingSteps(t *testing.T) {
+	promote := func(id int) step { return step{promote: true, id: id} }
+	demote := func(id int) step { return step{id: id} }
+	for _, tc := range []struct {
+		name       string
+		voters     []int
+		candidates []int
+		failing    []int
+		k, self    int
+		want       []step
+	}{
+		{"settled", []int{0, 1, 2}, []int{3}, nil, 3, 0, nil},
+		{"a voter fails: demoted first, then its replacement promoted", []int{0, 1, 2}, []int{3, 4}, []int{2}, 3, 0, []step{demote(2), promote(3)}},
+		{"two voters of five fail", []int{0, 1, 2, 3, 4}, []int{5, 6}, []int{1, 3}, 5, 0, []step{demote(1), promote(5), demote(3), promote(6)}},
+		{"a failing voter and nobody to promote: kept", []int{0, 1, 2}, nil, []int{2}, 3, 0, nil},
+		{"the group grows to its target", []int{0}, []int{1, 2, 3}, nil, 3, 0, []step{promote(1), promote(2)}},
+		{"too many vote: the failing one leaves", []int{0, 1, 2, 3, 4}, nil, []int{1}, 3, 0, []step{demote(1), demote(4)}},
+		{"too many vote: the highest id leaves, never the leader", []int{0, 1, 2, 3}, nil, nil, 3, 3, []step{demote(2)}},
+	} {
+		fail := func(id int) bool { return slices.Contains(tc.failing, id) }
+		require.Equal(t, tc.want, votingSteps(tc.voters, tc.candidates, fail, tc.k, tc.self), tc.name)
+	}
 }
