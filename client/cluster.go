@@ -20,6 +20,9 @@ type ClusterMap struct {
 	Nodes    []ClusterNode `json:"nodes"`
 	NextID   int           `json:"next_id"`
 	Change   *Change       `json:"change,omitempty"`
+	// Removing are dead members a remove counted dead during another
+	// change: the cluster removes each in turn once that change is over.
+	Removing []int `json:"removing,omitempty"`
 }
 
 // ClusterNode is one member of a ClusterMap.

@@ -29,9 +29,12 @@ its --admin-listen), which drives them (docs/membership.md):
                         others copying its partitions from the remaining
                         replicas. A write acknowledged by the dead node
                         alone (ack=1) is lost. Refused while it answers,
-                        during another change (but the decommission of
-                        that node, which then finishes without it), and
-                        below the replication factor
+                        and below the replication factor. During another
+                        change it counts the node dead there: the change
+                        finishes without it, and the node is removed
+                        next (so two dead nodes are removed one after the
+                        other); during the decommission of that node, the
+                        decommission finishes without it
   replace DEAD NEW      give a dead node's identity to a new, empty machine
                         at NEW; start it with --join: it rebuilds the data.
                         Also during a change, for a member of it that died
@@ -49,10 +52,11 @@ its --admin-listen), which drives them (docs/membership.md):
   cluster               print the cluster map and the change under way
 
 join, decommission, remove and replicas wait until the change is
-complete (every stage, the partitions copied), printing each stage,
-unless --no-wait; --wait-timeout bounds the wait (the change goes on
-without the command). Exit 1 when the change is refused (another one
-runs, except for a replace; a member does not answer; the node to
+complete (every stage, the partitions copied; a remove asked during
+another change, until that one and the removal after it), printing each
+stage, unless --no-wait; --wait-timeout bounds the wait (the change goes
+on without the command). Exit 1 when the change is refused (another one
+runs, except for a replace or a remove; a member does not answer; the node to
 replace or remove answers; the factor is out of range or unchanged) or
 the wait times out.`
 
@@ -151,7 +155,7 @@ func waitChange(w io.Writer, c *client.Client, admin string, from uint64, timeou
 		if err == nil && st.Map.Epoch > seen {
 			seen = st.Map.Epoch
 			fmt.Fprintf(w, "%s\n", describeMap(st.Map))
-			if st.Map.Change == nil {
+			if st.Map.Change == nil && len(st.Map.Removing) == 0 {
 				return nil
 			}
 		}
@@ -177,6 +181,9 @@ func describeMap(m *client.ClusterMap) string {
 		s += fmt.Sprintf(", %s of %s at stage %s", ch.Kind, m.NodeURL(ch.Node), ch.Stage)
 	} else {
 		s += ", no change under way"
+	}
+	for _, id := range m.Removing {
+		s += fmt.Sprintf("; %s dead, removed next", m.NodeURL(id))
 	}
 	return s
 }

@@ -123,6 +123,15 @@ type Map struct {
 	NextID int `json:"next_id"`
 	// Change is the change under way, nil when none is.
 	Change *Change `json:"change,omitempty"`
+	// Removing are members that a remove counted dead while a change of
+	// other nodes was under way (Map.Remove), in the order asked. They are
+	// dead as a remove's leaving node is (Change.Dead, Map.Dead): nothing
+	// waits for them and nothing is copied from them, and a node among
+	// them that comes back stops. They stay in both sets, so the change
+	// under way places every partition as before; once it is over the
+	// log removes each in turn (Map.RemoveNext). Maps from before it
+	// decode with none.
+	Removing []int `json:"removing,omitempty"`
 }
 
 // Seed makes the first map of a cluster from the --cluster list (node
@@ -218,7 +227,30 @@ func (m *Map) Validate() error {
 			return fmt.Errorf("cluster map: %s of node %d driven by node %d marks a dead node: only a decommission's leaving node, which drives nothing, is", c.Kind, c.Node, c.Driver)
 		}
 	}
+	for i, id := range m.Removing {
+		switch {
+		case m.Node(id) == nil:
+			return fmt.Errorf("cluster map: removing node %d, not a member", id)
+		case slices.Contains(m.Removing[:i], id):
+			return fmt.Errorf("cluster map: removing node %d twice", id)
+		case m.Change != nil && m.Change.Kind == Decommission && m.Change.Node == id:
+			return fmt.Errorf("cluster map: removing node %d, which the change under way decommissions (marked dead there, Change.Dead)", id)
+		}
+	}
+	if len(m.Removing) >= len(m.New()) {
+		return fmt.Errorf("cluster map: removing nodes %v would leave none", m.Removing)
+	}
 	return nil
+}
+
+// Dead reports whether member id is counted dead: the leaving node of a
+// remove (Change.Dead), or one of Removing. Nothing waits for it and
+// nothing is copied from it.
+func (m *Map) Dead(id int) bool {
+	if c := m.Change; c != nil && c.Dead && c.Node == id {
+		return true
+	}
+	return slices.Contains(m.Removing, id)
 }
 
 // Node returns the member with id, or nil.
@@ -283,6 +315,7 @@ func (m *Map) next() *Map {
 	n := *m
 	n.Epoch++
 	n.Nodes = slices.Clone(m.Nodes)
+	n.Removing = slices.Clone(m.Removing)
 	if m.Change != nil {
 		c := *m.Change
 		n.Change = &c
@@ -293,11 +326,32 @@ func (m *Map) next() *Map {
 // ErrBusy refuses a change while another is under way.
 var ErrBusy = errors.New("another membership change is under way")
 
+// idle refuses a change while another is under way, or dead members wait
+// to be removed (Removing), which the log begins as soon as it can.
+func (m *Map) idle() error {
+	if m.Change != nil {
+		return fmt.Errorf("%w: %s", ErrBusy, m.Change.describe())
+	}
+	if len(m.Removing) > 0 {
+		return fmt.Errorf("%w: dead nodes %v are to be removed first", ErrBusy, m.Removing)
+	}
+	return nil
+}
+
+// keepRemoving keeps of Removing the ids still in Nodes: a change that ends
+// may take one out (an aborted join's dead node).
+func (m *Map) keepRemoving() {
+	m.Removing = slices.DeleteFunc(m.Removing, func(id int) bool { return m.Node(id) == nil })
+	if len(m.Removing) == 0 {
+		m.Removing = nil
+	}
+}
+
 // BeginJoin returns the map in which the node at url starts joining,
 // driven by node driver.
 func (m *Map) BeginJoin(url string, driver int) (*Map, error) {
-	if m.Change != nil {
-		return nil, fmt.Errorf("%w: %s", ErrBusy, m.Change.describe())
+	if err := m.idle(); err != nil {
+		return nil, err
 	}
 	u, err := NormalizeURL(url)
 	if err != nil {
@@ -319,8 +373,8 @@ func (m *Map) BeginJoin(url string, driver int) (*Map, error) {
 // BeginDecommission returns the map in which node id starts leaving,
 // driven by node driver.
 func (m *Map) BeginDecommission(id, driver int) (*Map, error) {
-	if m.Change != nil {
-		return nil, fmt.Errorf("%w: %s", ErrBusy, m.Change.describe())
+	if err := m.idle(); err != nil {
+		return nil, err
 	}
 	if m.Node(id) == nil {
 		return nil, fmt.Errorf("node %d is not a member", id)
@@ -338,22 +392,27 @@ func (m *Map) BeginDecommission(id, driver int) (*Map, error) {
 // node whose machine will not come back and no spare machine to replace
 // it with (docs/membership.md, "Removing a dead member"). The gaining
 // nodes copy from the old set's live replicas: a write acknowledged by
-// ack >= 2 replicas reached a live one.
+// ack >= 2 replicas reached a live one while at most one of them is dead.
 //
 // With no change under way it begins one, refused if the cluster would be
 // left with fewer nodes than the replication factor (writes asking every
 // replica could never be acknowledged again). During a decommission of
 // node id it marks that change's leaving node dead, at the same stage in
 // a new epoch, so that the change finishes without it; the cluster's size
-// was decided when the decommission began. During any other change it is
-// refused: the dead node is then a member the change waits for, replaced
-// (Replace) or the change aborted before read-new.
+// was decided when the decommission began. During any other change it
+// counts node id dead in it (Removing), at the same stage in a new epoch:
+// the change goes on without waiting for the node, and the node is
+// removed after it (RemoveNext), so that two dead members are removed
+// with no spare machine (ScyllaDB's removenode --ignore-dead-nodes).
 func (m *Map) Remove(id, driver int) (*Map, error) {
 	if m.Node(id) == nil {
 		return nil, fmt.Errorf("node %d is not a member", id)
 	}
 	if id == driver {
 		return nil, fmt.Errorf("node %d cannot remove itself: it answers, so it is not dead (decommission it)", id)
+	}
+	if slices.Contains(m.Removing, id) {
+		return nil, fmt.Errorf("%w: node %d is counted dead and removed once the change under way is over", ErrBusy, id)
 	}
 	if c := m.Change; c != nil {
 		switch {
@@ -364,13 +423,45 @@ func (m *Map) Remove(id, driver int) (*Map, error) {
 			n.Change.Dead, n.Change.Driver = true, driver
 			return n, n.Validate()
 		}
-		return nil, fmt.Errorf("%w: %s; a dead member of it is replaced with a new machine (dhtkvctl replace), "+
-			"or the change aborted before read-new (dhtkvctl abort) and the node removed then", ErrBusy, c.describe())
+		if left := len(m.New()) - len(m.Removing) - 1; left < m.NewReplicas() {
+			return nil, fmt.Errorf("removing node %d after the %s would leave %d nodes, fewer than the replication factor %d: "+
+				"replace it instead (dhtkvctl replace)", id, c.describe(), left, m.NewReplicas())
+		}
+		n := m.next()
+		n.Removing = append(n.Removing, id)
+		return n, n.Validate()
 	}
-	if len(m.Nodes)-1 < m.Replicas {
-		return nil, fmt.Errorf("removing node %d would leave %d nodes, fewer than the replication factor %d: lower it first (dhtkvctl replicas), or replace the node", id, len(m.Nodes)-1, m.Replicas)
+	if len(m.Nodes)-1-len(m.Removing) < m.Replicas {
+		return nil, fmt.Errorf("removing node %d would leave %d nodes, fewer than the replication factor %d: lower it first (dhtkvctl replicas), or replace the node", id, len(m.Nodes)-1-len(m.Removing), m.Replicas)
 	}
 	n := m.next()
+	n.Change = &Change{Kind: Decommission, Node: id, Stage: WriteBoth, Driver: driver, Dead: true}
+	return n, n.Validate()
+}
+
+// RemoveNext returns the map that begins removing the first node of
+// Removing, as Remove does with no change under way, driven by the
+// member with the lowest id not counted dead (the driver places nothing;
+// under the log it only names a live member). Refused while a change is
+// under way or when nothing is to be removed.
+func (m *Map) RemoveNext() (*Map, error) {
+	if m.Change != nil {
+		return nil, fmt.Errorf("%w: %s", ErrBusy, m.Change.describe())
+	}
+	if len(m.Removing) == 0 {
+		return nil, errors.New("no dead node to remove")
+	}
+	driver := -1
+	for _, n := range m.Nodes {
+		if !m.Dead(n.ID) {
+			driver = n.ID
+			break
+		}
+	}
+	n := m.next()
+	id := n.Removing[0]
+	n.Removing = n.Removing[1:]
+	n.keepRemoving()
 	n.Change = &Change{Kind: Decommission, Node: id, Stage: WriteBoth, Driver: driver, Dead: true}
 	return n, n.Validate()
 }
@@ -383,8 +474,8 @@ func (m *Map) Remove(id, driver int) (*Map, error) {
 // dropped by them at the end). It is refused during another change, for
 // the factor the map has (nothing to do), and outside 1 ≤ n ≤ nodes.
 func (m *Map) BeginReplicas(n, driver int) (*Map, error) {
-	if m.Change != nil {
-		return nil, fmt.Errorf("%w: %s", ErrBusy, m.Change.describe())
+	if err := m.idle(); err != nil {
+		return nil, err
 	}
 	if n < 1 || n > len(m.Nodes) {
 		return nil, fmt.Errorf("replication factor %d out of range: from 1 to the number of nodes, %d", n, len(m.Nodes))
@@ -432,6 +523,7 @@ func (m *Map) Advance() (*Map, error) {
 		n.Nodes = slices.Clone(m.New())
 		n.Replicas = m.NewReplicas()
 		n.Change = nil
+		n.keepRemoving()
 	}
 	return n, n.Validate()
 }
@@ -457,6 +549,7 @@ func (m *Map) Abort() (*Map, error) {
 	n := m.next()
 	n.Nodes = slices.Clone(m.Old())
 	n.Change = nil
+	n.keepRemoving() // a join's node counted dead leaves with the join
 	return n, n.Validate()
 }
 
@@ -484,6 +577,9 @@ func (m *Map) Replace(id int, url string) (*Map, error) {
 	}
 	if c := m.Change; c != nil && c.Dead && c.Node == id {
 		return nil, fmt.Errorf("node %d is being removed (%s): it leaves the map when the change ends", id, c.describe())
+	}
+	if slices.Contains(m.Removing, id) {
+		return nil, fmt.Errorf("node %d is counted dead and removed once the change under way is over", id)
 	}
 	if m.ByURL(u) != nil {
 		return nil, fmt.Errorf("%s is already a member", u)
@@ -548,6 +644,9 @@ func (m *Map) String() string {
 		} else {
 			fmt.Fprintf(&b, ", %s of node %d%s at stage %s", c.Kind, c.Node, c.deadMark(), c.Stage)
 		}
+	}
+	if len(m.Removing) > 0 {
+		fmt.Fprintf(&b, ", nodes %v dead, to be removed", m.Removing)
 	}
 	return b.String()
 }

@@ -1,6 +1,7 @@
 package e2e_test
 
 import (
+	"fmt"
 	"net/http"
 	"net/url"
 	"testing"
@@ -144,5 +145,77 @@ func TestRemoveRefusesANodeAnotherMemberReaches(t *testing.T) {
 		c.Heal() // the live node learns it was removed, and stops
 		m := c.AwaitStableAfter(removed.Epoch, time.Minute)
 		require.Nil(t, m.ByURL(c.URL(victim)))
+	})
+}
+
+// Two members die at once, their disks lost, and no machine replaces
+// either: the operator removes one (it waits for the other's
+// acknowledgement for ever), then the other, which counts it dead in the
+// change under way (clustermap.Map.Removing). The first removal finishes
+// without either, and the log removes the second after it, under a
+// recorded load of ack=2/from=3 writes and quorum reads. 5 nodes (3
+// replicas); nodes 2 (a voter of the map's log) and 4 (a non-voter) are
+// stopped together and wiped: the log must keep its quorum, which a
+// promotion of the dead non-voter in the dead voter's place would lose.
+// The checks (faultRun.check): no acknowledged write lost and no stale
+// read, every key on exactly its replicas under the final map with
+// identical records. A write acknowledged at ack=2 by the two dead nodes
+// alone would be lost: the load's writes go to all three replicas, so
+// one reached a live one unless it was in flight at the kill.
+func TestMembershipFaultRemoveTwoDeadMembers(t *testing.T) {
+	testcluster.InBubble(t, func(t *testing.T) {
+		members := []int{0, 1, 3}
+		c := startSeeded(t, 5)
+		l, rec := newMemLoad(t, c)
+		l.setVia(members...)
+		l.preload(t)
+		l.start()
+		awaitOps(c, rec, 50)
+		logState := func() *maplog.State { return c.Node(0).MapLog().State() }
+		c.Await(time.Minute, "node 0's replica of the log holds the map", func() (bool, string) {
+			return logState().Map != nil, "no map yet"
+		})
+		m0 := logState().Map
+		first, second := m0.ByURL(c.URL(4)).ID, m0.ByURL(c.URL(2)).ID
+		c.StopNode(4)
+		c.StopNode(2)
+		c.WipeNode(4)
+		c.WipeNode(2)
+
+		code, body := c.Client().Do(t, http.MethodPost, c.AdminURL(0)+"/cluster/remove?node="+url.QueryEscape(c.URL(4)), nil)
+		require.Equal(t, http.StatusAccepted, code, "remove of the first dead member: %s", body)
+		removed, err := clustermap.Decode(body)
+		require.NoError(t, err)
+		require.Equal(t, clustermap.Change{Kind: clustermap.Decommission, Node: first, Stage: clustermap.WriteBoth, Driver: 0, Dead: true}, *removed.Change)
+		c.Await(time.Minute, "the removal waits for the second dead member", func() (bool, string) {
+			st := logState()
+			w := st.Waiting(-1)
+			return st.Map.Epoch == removed.Epoch && len(w) == 1 && w[0] == second, fmt.Sprintf("%s, waiting for %v", st.Map, w)
+		})
+
+		code, body = c.Client().Do(t, http.MethodPost, c.AdminURL(1)+"/cluster/remove?node="+url.QueryEscape(c.URL(2)), nil)
+		require.Equal(t, http.StatusAccepted, code, "remove of the second dead member: %s", body)
+		counted, err := clustermap.Decode(body)
+		require.NoError(t, err)
+		require.Equal(t, []int{second}, counted.Removing)
+		require.Equal(t, *removed.Change, *counted.Change, "the first removal goes on at its stage")
+
+		var m *clustermap.Map
+		c.Await(2*time.Minute, "both removed", func() (bool, string) {
+			st := logState()
+			m = st.Map
+			return len(m.Nodes) == 3 && m.Change == nil && len(m.Removing) == 0, m.String()
+		})
+		m = c.AwaitStableAfter(m.Epoch-1, 2*time.Minute)
+		require.Nil(t, m.Node(first))
+		require.Nil(t, m.Node(second))
+		last := logState().Last
+		require.Equal(t, maplog.OpRemove, last.Kind, "%+v", last)
+		require.Equal(t, second, last.Node, "%+v", last)
+		strays(t, c, m, members, "at the removals' end")
+		awaitOps(c, rec, 200) // load on the final map
+		l.end()
+		r := &faultRun{t: t, c: c, load: l, members: members}
+		r.check(m)
 	})
 }

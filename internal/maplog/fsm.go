@@ -148,16 +148,16 @@ func (s *State) clone() *State {
 
 // Waiting returns the members whose acknowledgement the map's next step
 // waits for: those that have not reported installing its epoch (and, in
-// the stream stage, copying their gains), except skip (-1: none) and a
-// dead node the change under way removes (clustermap.Change.Dead), which
-// never acknowledges.
+// the stream stage, copying their gains), except skip (-1: none) and
+// the members the map counts dead (clustermap.Map.Dead), which never
+// acknowledge.
 func (s *State) Waiting(skip int) []int {
 	var out []int
 	if s.Map == nil {
 		return nil
 	}
 	for _, n := range s.Map.Nodes {
-		if c := s.Map.Change; n.ID == skip || (c != nil && c.Dead && c.Node == n.ID) {
+		if n.ID == skip || s.Map.Dead(n.ID) {
 			continue
 		}
 		if s.Acks[n.ID] < s.Map.Epoch {
@@ -340,7 +340,7 @@ func apply(cur *State, c *Command) (*State, *Result) {
 		o.Ended = next.Epoch
 		n.Last = o
 	case c.Op == OpRemove && m.Change != nil:
-		markedDead(n, m, c.Node)
+		markedDead(n, m, c.Node, next.Change.Dead && next.Change.Node == c.Node)
 		o.Ended = next.Epoch
 		n.Last = o
 	default:
@@ -372,19 +372,21 @@ func replaced(s *State, prev *clustermap.Map, id int) {
 	keepCopies(s, prev)
 }
 
-// markedDead does the bookkeeping of a remove of node id that marks it
-// dead in the decommission under way in prev (the change goes on at its
-// stage in s.Map's epoch, and ends as a remove): the dead node's
-// acknowledgement and copy report are forgotten (nothing waits for them
-// any more), and the live members' copies of this stream stage stay
-// complete, as for a replace: the mark moves no partition, and a copy
-// completed before it read every replica of the old set, the dead one
-// included, more than a copy from the live ones.
-func markedDead(s *State, prev *clustermap.Map, id int) {
+// markedDead does the bookkeeping of a remove of node id during the
+// change under way in prev, which goes on at its stage in s.Map's epoch:
+// it marks the change's leaving node dead (leaving: the decommission then
+// ends as a remove), or counts another member dead, to be removed after
+// it (clustermap.Map.Removing). The dead node's acknowledgement and copy
+// report are forgotten (nothing waits for them any more), and the live
+// members' copies of this stream stage stay complete, as for a replace:
+// the mark moves no partition, and a copy completed before it read every
+// replica of the old set, the dead one included, more than a copy from
+// the live ones.
+func markedDead(s *State, prev *clustermap.Map, id int, leaving bool) {
 	delete(s.Acks, id)
 	delete(s.Copied, id)
 	keepCopies(s, prev)
-	if s.Current != nil {
+	if leaving && s.Current != nil {
 		o := *s.Current
 		o.Kind = OpRemove
 		s.Current = &o
@@ -444,9 +446,26 @@ func applySeed(cur *State, c *Command) (*State, *Result) {
 // its copy complete). Acknowledgements name the epoch the member
 // installed from this log, whose epochs form one chain, so an
 // acknowledgement of a later epoch covers the earlier ones.
+//
+// With no change under way, it begins the removal of the first member a
+// remove counted dead during the last change (clustermap.Map.RemoveNext),
+// once every live member acknowledged the map that ended it: the rule a
+// requested change begins by.
 func advance(s *State) {
 	m := s.Map
-	if m.Change == nil || len(s.Waiting(-1)) > 0 {
+	if len(s.Waiting(-1)) > 0 {
+		return
+	}
+	if m.Change == nil {
+		if len(m.Removing) == 0 {
+			return
+		}
+		next, err := m.RemoveNext()
+		if err != nil {
+			return // RemoveNext only fails on a map that does not validate: none is in the log
+		}
+		s.Map, s.Changed = next, true
+		s.Current = &Outcome{Kind: OpRemove, Node: next.Change.Node, Began: next.Epoch}
 		return
 	}
 	next, err := m.Advance()

@@ -154,7 +154,7 @@ func (b Bootstrap) stillMember(m *clustermap.Map, me clustermap.Node) error {
 		why = "was removed from the cluster (or decommissioned) while it was down"
 	case n.URL != me.URL:
 		why = fmt.Sprintf("was replaced by %s while it was down", n.URL)
-	case newest.Change != nil && newest.Change.Dead && newest.Change.Node == me.ID:
+	case newest.Dead(me.ID):
 		why = "is being removed from the cluster as dead"
 	default:
 		return nil

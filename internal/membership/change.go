@@ -102,8 +102,9 @@ func (s *Service) Replace(oldURL, newURL string) (*clustermap.Map, error) {
 // of the old set, and at the end it leaves the map. A node that answers
 // is not removed: decommission it instead. During the decommission of
 // that very node it marks it dead, and the change finishes without it;
-// during any other change it is refused (replace the node, or abort the
-// change before read-new). docs/membership.md, "Removing a dead member".
+// during any other change it counts the node dead there, and the log
+// removes it once that change is over (clustermap.Map.Removing).
+// docs/membership.md, "Removing a dead member".
 func (s *Service) Remove(url string) (*clustermap.Map, error) {
 	m, n, err := s.deadMember(url, "removed")
 	if err != nil {

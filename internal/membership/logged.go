@@ -220,10 +220,11 @@ func (s *Service) logMap() (*clustermap.Map, error) {
 // the one a replace removes.
 const logAckWait = 5 * time.Second
 
-// allAcked reports whether every member acknowledged the log's map.
+// allAcked reports whether every member acknowledged the log's map, but
+// those it counts dead (clustermap.Map.Dead), which never do.
 func allAcked(st *maplog.State) bool {
 	for _, n := range st.Map.Nodes {
-		if st.Acks[n.ID] < st.Map.Epoch {
+		if st.Acks[n.ID] < st.Map.Epoch && !st.Map.Dead(n.ID) {
 			return false
 		}
 	}

@@ -199,7 +199,14 @@ func planCopy(from map[int][]partition.ID) (bulk map[int]*partition.Set, rest ma
 // (TestMembershipFaultClockBehindCopyWaits).
 func (mv *mover) copyGained(ctx context.Context, v *view.View) {
 	s := mv.s
-	from := liveGains(v)
+	from, unsourced := liveGains(v)
+	if len(unsourced) > 0 {
+		// Every replica of their old set is counted dead (two dead
+		// members removed together, each holding the partition): what
+		// only they held is lost, and nobody is left to copy from.
+		s.log.Warn("membership: partitions this node gains have no live replica in the old set: their records are lost with the dead nodes",
+			"epoch", v.Map.Epoch, "partitions", len(unsourced), "first", unsourced[0])
+	}
 	if len(from) == 0 {
 		s.setMoved(v.Map.Epoch)
 		return
@@ -273,19 +280,36 @@ func (mv *mover) copyGained(ctx context.Context, v *view.View) {
 }
 
 // liveGains returns, by old replica, the partitions this node gains in
-// v's change, from every replica of the old set but a dead one the change
-// removes (view.View.Dead): a copy is complete once it read every live
-// one. A write acknowledged by ack >= 2 replicas of the old set reached a
-// live one of them; one acknowledged by the dead node alone is lost
-// (docs/membership.md, "Removing a dead member").
-func liveGains(v *view.View) map[int][]partition.ID {
-	from := v.Gains(v.Self)
-	for r := range from {
-		if v.Dead(r) {
-			delete(from, r)
+// v's change, from every replica of the old set but those the map counts
+// dead (view.View.Dead): a copy is complete once it read every live one.
+// A write acknowledged by ack >= 2 replicas of the old set reached a live
+// one while at most one of them is dead; one acknowledged by dead nodes
+// alone is lost (docs/membership.md, "Removing a dead member"). unsourced
+// are the gained partitions whose every old replica is dead.
+func liveGains(v *view.View) (from map[int][]partition.ID, unsourced []partition.ID) {
+	from = v.Gains(v.Self)
+	sourced := map[partition.ID]bool{}
+	for r, ps := range from {
+		if !v.Dead(r) {
+			for _, p := range ps {
+				sourced[p] = true
+			}
 		}
 	}
-	return from
+	for r, ps := range from {
+		if !v.Dead(r) {
+			continue
+		}
+		delete(from, r)
+		for _, p := range ps {
+			if !sourced[p] {
+				sourced[p] = true // counted once
+				unsourced = append(unsourced, p)
+			}
+		}
+	}
+	slices.Sort(unsourced)
+	return from, unsourced
 }
 
 // sleepCtx waits d, or less if ctx ends first (false).

@@ -34,8 +34,9 @@
 // every other replica is rebuilding has nobody to copy from: what only
 // the lost disks held is gone, and the node says so (a warning and
 // dhtkv_rebuild_unsourced_partitions_total) rather than wait for ever.
-// Nor is a dead node that the change under way removes (view.View.Dead):
-// the change would wait for this node's rebuild, and the dead node would
+// Nor is a member the map counts dead (view.View.Dead: a remove's
+// leaving node, or one to be removed after the change under way): the
+// change would wait for this node's rebuild, and the dead node would
 // leave only at its end (what it alone held is lost, docs/membership.md
 // "Removing a dead member").
 // Each copy is routed by the cluster map of its start (the partitions

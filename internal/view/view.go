@@ -106,12 +106,12 @@ func (v *View) URL(id int) string {
 	return fmt.Sprintf("node %d (no longer a member)", id)
 }
 
-// Dead reports whether node id is the dead member the change under way
-// removes (clustermap.Change.Dead): nothing waits for it, and nothing is
-// copied from it.
+// Dead reports whether node id is a member the map counts dead
+// (clustermap.Map.Dead: the leaving node of a remove, or one to be
+// removed after the change under way): nothing waits for it, and nothing
+// is copied from it.
 func (v *View) Dead(id int) bool {
-	c := v.Map.Change
-	return c != nil && c.Dead && c.Node == id
+	return v.Map.Dead(id)
 }
 
 // Others returns the ids of every member but this node.
