@@ -18,6 +18,9 @@
 #      first setting's closed loop) for each GOMAXPROCS in PROCS (default
 #      "2 8") of nodes on 2 cores each: do more Ps than cores keep requests
 #      from waiting behind Pebble's flushes and compactions (--min-procs)?
+#   F  (not by default) one node on one core, GET hit and PUT fsync, for
+#      each GOMAXPROCS in PROCS1 (default "8 4 2 1 4 8": alternated), the
+#      baseline on the same core first: how many Ps a one-core node wants
 #
 # SECTIONS picks them (default "A B C D").
 # Binaries come from BIN (default bin/: dhtkv, dhtkv-load,
@@ -180,6 +183,23 @@ for procs in ${PROCS:-2 8}; do
   [ -z "$rate" ] && rate=$(python3 -c "print(int(float('$(rps "$LAST")')/2))")
   DUR=$HOLD run "GOMAXPROCS=$procs put @$rate/s" EPIDS $EL put 128 --ack 2 --from 3 --rate "$rate" --timeline
   kill $EPIDS; sleep 1
+done
+fi
+if on F; then
+echo "## F. one core ($S1): GET hit and PUT fsync, 256 connections, dhtkv's GOMAXPROCS in: ${PROCS1:-8 4 2 1 4 8}"
+start bf "$S1" 19110 "$B/dhtkv-baseline" --listen 127.0.0.1:19110
+up 19110
+fill http://127.0.0.1:19110 --read-all $KS
+for w in get put; do run "baseline $w" PID_bf http://127.0.0.1:19110 $w 256; done
+kill "$PID_bf"; sleep 0.5
+n=0
+for procs in ${PROCS1:-8 4 2 1 4 8}; do
+  n=$((n + 1))
+  GMP=$procs start nf "$S1" 19111 "$B/dhtkv" --listen 127.0.0.1:19111 --data-dir "$tmp/f$n" --cache-bytes 512MiB
+  up 19111
+  fill http://127.0.0.1:19111 --read-all $KS
+  for w in get put; do run "dhtkv GOMAXPROCS=$procs $w" PID_nf http://127.0.0.1:19111 $w 256; done
+  kill "$PID_nf"; sleep 0.5
 done
 fi
 grep -ihE "panic|level=error|stall" "$tmp"/*.log | cut -c1-200 | sort | uniq -c | sort -rn | head -5
