@@ -25,6 +25,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"maps"
 	neturl "net/url"
 	"slices"
 	"strconv"
@@ -225,7 +226,7 @@ type Log struct {
 	proposing sync.WaitGroup
 
 	mu      sync.Mutex
-	failing map[raft.ServerID]bool // peers the leader's heartbeats fail to reach
+	failing map[raft.ServerID]time.Time // peers the leader's heartbeats fail to reach, since when
 	// departed is when this leader first found each server of its
 	// configuration absent from the map (Rebalance removes it departGrace
 	// later).
@@ -253,7 +254,7 @@ func Open(fs vfs.FS, dir string, self int, trans raft.Transport, fwd Forwarder, 
 	return &Log{
 		o: o, self: self, log: log.With("component", "maplog"), store: st, fsm: newFSM(),
 		trans: trans, fwd: fwd, stop: make(chan struct{}),
-		failing:  map[raft.ServerID]bool{},
+		failing:  map[raft.ServerID]time.Time{},
 		departed: map[raft.ServerID]time.Time{},
 	}, nil
 }
@@ -842,13 +843,17 @@ type step struct {
 // leader (self) never.
 //
 // A failing voter is demoted before a candidate takes its place, not
-// after: a candidate's own death may not show yet (two machines lost at
-// once, the voter's heartbeats failed first), and promoted beside the
-// failing voter it would make a group of k+1 voters of which two are
-// down, which for k = 3 has no quorum, for ever. Demoted first, the
-// failing voter leaves k-1 healthy ones, a quorum of k whatever the
-// promoted candidate turns out to be. Demoting a voter that only looked
-// failing costs nothing: it is promoted again once healthy.
+// after: promoted beside it, a candidate that is dead too (its failed
+// heartbeats not seen yet) would make a group of k+1 voters of which two
+// are down, which for k = 3 has no quorum, for ever; demoted first, the
+// failing voter leaves k-1 voters that answer the leader, a quorum of k
+// whatever the promoted candidate turns out to be. In that order one
+// unseen death (the candidate's) wedges the group; in this one it takes
+// two unlikely things at once: the failing voter alive after all (the
+// leader alone cut from it for failAfter) and another voter dead unseen.
+// Rebalance counts a voter failing only after failAfter and promotes only
+// a non-voter with no failed heartbeat, so that members lost together (a
+// rack) are all suspected before any step.
 func votingSteps(voters, candidates []int, failing func(int) bool, k, self int) []step {
 	voters = slices.Clone(voters)
 	var out []step
@@ -911,6 +916,12 @@ func (l *Log) Remove(id int) error {
 	return wrapConf("remove", id, l.r.RemoveServer(ServerID(id), 0, l.o.ApplyTimeout).Error())
 }
 
+// failAfter is how long the leader's heartbeats to a voter fail before
+// the voter counts as failing (Rebalance): two heartbeat timeouts, so that
+// one failed heartbeat does not demote a live voter, and a non-voter that
+// died with it has failed heartbeats of its own by then.
+func (l *Log) failAfter() time.Duration { return 2 * l.o.HeartbeatTimeout }
+
 // departGrace is how long a leader keeps replicating to a server the map
 // left out before it removes it from the group: ten heartbeats, ample for
 // a live follower to receive the entries it lacks; a dead one counts that
@@ -940,7 +951,9 @@ func (l *Log) maintain() {
 			l.mu.Lock()
 			switch d := o.Data.(type) {
 			case raft.FailedHeartbeatObservation:
-				l.failing[d.PeerID] = true
+				if _, ok := l.failing[d.PeerID]; !ok {
+					l.failing[d.PeerID] = time.Now()
+				}
 			case raft.ResumedHeartbeatObservation:
 				delete(l.failing, d.PeerID)
 			case raft.LeaderObservation:
@@ -973,12 +986,17 @@ func (l *Log) Rebalance() error {
 		return err
 	}
 	l.mu.Lock()
-	failing := make(map[raft.ServerID]bool, len(l.failing))
-	for k, v := range l.failing {
-		failing[k] = v
-	}
+	suspect := maps.Clone(l.failing)
 	l.mu.Unlock()
 	now := time.Now()
+	// A voter counts as failing once the leader's heartbeats have failed
+	// for failAfter; a non-voter is a candidate only while none fails.
+	// So two members that die together are both suspected before either
+	// step is taken: the voter is not replaced by the other dead one.
+	failing := func(id int) bool {
+		since, ok := suspect[ServerID(id)]
+		return ok && now.Sub(since) >= l.failAfter()
+	}
 	inConf := map[int]raft.Server{}
 	departing := map[raft.ServerID]bool{}
 	for _, s := range servers {
@@ -1051,7 +1069,7 @@ func (l *Log) Rebalance() error {
 		switch {
 		case s.Suffrage == raft.Voter:
 			voters = append(voters, id)
-		case !failing[s.ID] && st.Acks[id] > 0:
+		case suspect[s.ID].IsZero() && st.Acks[id] > 0:
 			// A non-voter is promoted only once it has acknowledged a map
 			// of the log (it runs and follows it): a leader just elected
 			// has no heartbeat failures on record yet, and promoting a
@@ -1061,8 +1079,7 @@ func (l *Log) Rebalance() error {
 			candidates = append(candidates, id)
 		}
 	}
-	for _, st := range votingSteps(voters, candidates, func(id int) bool { return failing[ServerID(id)] },
-		voterCount(l.o.Voters, len(inConf)), l.self) {
+	for _, st := range votingSteps(voters, candidates, failing, voterCount(l.o.Voters, len(inConf)), l.self) {
 		var err error
 		if st.promote {
 			err = l.AddVoter(st.id, string(inConf[st.id].Address))

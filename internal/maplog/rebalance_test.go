@@ -56,7 +56,8 @@ func TestRebalancePromotesOnlyAcknowledgedNonVoters(t *testing.T) {
 		l := g.leader().log
 		l.mu.Lock()
 		defer l.mu.Unlock()
-		return l.failing[ServerID(victim)]
+		_, ok := l.failing[ServerID(victim)]
+		return ok
 	}, 10*time.Second, 10*time.Millisecond, "the leader's heartbeats to the dead voter fail")
 	// Two healthy voters of three: Rebalance looks for a non-voter to
 	// promote, and node 3 has acknowledged nothing.
