@@ -237,8 +237,8 @@ func (m *Map) Validate() error {
 			return fmt.Errorf("cluster map: removing node %d, which the change under way decommissions (marked dead there, Change.Dead)", id)
 		}
 	}
-	if len(m.Removing) >= len(m.New()) {
-		return fmt.Errorf("cluster map: removing nodes %v would leave none", m.Removing)
+	if left := len(m.New()) - len(m.Removing); len(m.Removing) > 0 && left < m.NewReplicas() {
+		return fmt.Errorf("cluster map: removing nodes %v would leave %d nodes, fewer than the replication factor %d", m.Removing, left, m.NewReplicas())
 	}
 	return nil
 }
@@ -550,6 +550,10 @@ func (m *Map) Abort() (*Map, error) {
 	n.Nodes = slices.Clone(m.Old())
 	n.Change = nil
 	n.keepRemoving() // a join's node counted dead leaves with the join
+	if left := len(n.Nodes) - len(n.Removing); len(n.Removing) > 0 && left < n.Replicas {
+		return nil, fmt.Errorf("aborting would leave %d nodes once the dead nodes %v are removed, fewer than the replication factor %d: "+
+			"let the change finish, or replace a dead node (dhtkvctl replace)", left, n.Removing, n.Replicas)
+	}
 	return n, n.Validate()
 }
 

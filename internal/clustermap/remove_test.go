@@ -284,7 +284,7 @@ func TestRemoveMarkDecode(t *testing.T) {
 
 // Validate allows Removing only of members, once each, never the leaving
 // node of a decommission under way (marked dead there instead), and never
-// all the nodes the change leaves.
+// so many that the nodes left would be fewer than the replication factor.
 func TestRemovingValidate(t *testing.T) {
 	const nodes = `"nodes":[{"id":0,"url":"http://a:1"},{"id":1,"url":"http://b:1"},{"id":2,"url":"http://c:1"},{"id":3,"url":"http://d:1"}]`
 	for _, tc := range []struct{ name, rest, want string }{
@@ -293,7 +293,9 @@ func TestRemovingValidate(t *testing.T) {
 		{"not a member", `"removing":[7]`, "removing node 7, not a member"},
 		{"twice", `"removing":[3,3]`, "removing node 3 twice"},
 		{"the leaving node", `"change":{"kind":"decommission","node":2,"stage":"stream","driver":0},"removing":[2]`, "which the change under way decommissions"},
-		{"every node left", `"change":{"kind":"decommission","node":2,"stage":"stream","driver":0},"removing":[0,1,3]`, "would leave none"},
+		{"every node left", `"change":{"kind":"decommission","node":2,"stage":"stream","driver":0},"removing":[0,1,3]`, "would leave 0 nodes, fewer than the replication factor 1"},
+		{"down to the factor", `"replicas":3,"removing":[3]`, ""},
+		{"below the factor", `"replicas":3,"removing":[3,1]`, "removing nodes [3 1] would leave 2 nodes, fewer than the replication factor 3"},
 	} {
 		_, err := Decode([]byte(`{"cluster":1,"epoch":2,"replicas":1,"next_id":4,` + nodes + `,` + tc.rest + `}`))
 		if tc.want == "" {
@@ -302,4 +304,24 @@ func TestRemovingValidate(t *testing.T) {
 			require.ErrorContains(t, err, tc.want, tc.name)
 		}
 	}
+}
+
+// An abort that would leave, once the nodes counted dead are removed,
+// fewer nodes than the replication factor is refused: three nodes with
+// three replicas take a fourth, a remove counts node 2 dead in the join
+// (four would remain three), and an abort would end with three nodes of
+// which one is to be removed.
+func TestRemoveAbortBelowFactor(t *testing.T) {
+	join, err := seed3(t).BeginJoin("http://127.0.0.1:9000", 0)
+	require.NoError(t, err)
+	r, err := join.Remove(2, 0)
+	require.NoError(t, err)
+	_, err = r.Abort()
+	require.ErrorContains(t, err, "aborting would leave 2 nodes once the dead nodes [2] are removed, fewer than the replication factor 3")
+	r, err = join.Remove(3, 0) // the joining node: it leaves with the join
+	require.NoError(t, err)
+	a, err := r.Abort()
+	require.NoError(t, err)
+	require.Empty(t, a.Removing)
+	require.Len(t, a.Nodes, 3)
 }

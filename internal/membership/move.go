@@ -204,7 +204,7 @@ func (mv *mover) copyGained(ctx context.Context, v *view.View) {
 		// Every replica of their old set is counted dead (two dead
 		// members removed together, each holding the partition): what
 		// only they held is lost, and nobody is left to copy from.
-		s.log.Warn("membership: partitions this node gains have no live replica in the old set: their records are lost with the dead nodes",
+		s.log.Warn("membership: partitions this node gains have no live replica in the old set to copy from: only what this node holds of them is left",
 			"epoch", v.Map.Epoch, "partitions", len(unsourced), "first", unsourced[0])
 	}
 	if len(from) == 0 {
@@ -312,6 +312,23 @@ func liveGains(v *view.View) (from map[int][]partition.ID, unsourced []partition
 	return from, unsourced
 }
 
+// keptForDead reports whether partition p, not held by this node in v
+// (a map without a change), has a replica that v's map counts dead: one a
+// remove counted dead during the change that just ended
+// (clustermap.Map.Removing), which gained p in it and never copied it. The
+// old replicas keep their copies until the dead node is removed, when p
+// moves again: its gainers then copy it from the live replicas (this node
+// among them if it gains p back, as it does when it held p before the
+// change), and the cleanup after that removal drops what is still not
+// held. Dropped now, p would be on one live replica fewer until then, and
+// with one replica (--replicas 1) on none.
+func keptForDead(v *view.View, p partition.ID) bool {
+	if len(v.Map.Removing) == 0 {
+		return false
+	}
+	return slices.ContainsFunc(v.OldReplicas(p, nil), v.Dead)
+}
+
 // sleepCtx waits d, or less if ctx ends first (false).
 func sleepCtx(ctx context.Context, d time.Duration) bool {
 	t := time.NewTimer(d)
@@ -330,6 +347,10 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 // (store.Held). Cancelled (a newer map, Close), it leaves the marker set
 // and the records not yet dropped indexed: the next cleanup, by the next
 // map without a change or at the next start, drops them.
+//
+// It keeps a partition one of whose replicas in v the map counts dead
+// (keptForDead): the change that moved the partition to that node ended
+// without the node copying it.
 func (mv *mover) cleanup(ctx context.Context, v *view.View) {
 	s := mv.s
 	pending, err := s.local.Store.CleanupPending()
@@ -337,7 +358,7 @@ func (mv *mover) cleanup(ctx context.Context, v *view.View) {
 		s.log.Error("membership: read the pending cleanup; dropping anyway", "err", err)
 		pending = true
 	}
-	held, err := s.local.Store.Held(func(p partition.ID) bool { return !v.Holds(p, v.Self) })
+	held, err := s.local.Store.Held(func(p partition.ID) bool { return !v.Holds(p, v.Self) && !keptForDead(v, p) })
 	if err != nil {
 		s.log.Error("membership: find the partitions to drop; dropped at the next start", "err", err)
 		return

@@ -3,10 +3,13 @@ package membership
 import (
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/dhtkv/dhtkv/internal/clustermap"
 	"github.com/dhtkv/dhtkv/internal/partition"
+	"github.com/dhtkv/dhtkv/internal/view"
 )
 
 // TestPlanCopy: every gained partition is streamed from exactly one of its
@@ -62,4 +65,57 @@ func TestPlanCopy(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestKeptForDead: one replica (--replicas 1), three nodes take a fourth
+// that dies in the join and is counted dead in it (clustermap.Map.Removing).
+// When the join ends, the partitions it moved to the dead node are kept by
+// their old replicas (their only copy: the dead node never copied them),
+// every other partition a node does not hold is dropped as usual; and in
+// the dead node's removal that follows, the old replicas gain them back
+// with no live replica to copy from (liveGains' unsourced), keeping what
+// they held.
+func TestKeptForDead(t *testing.T) {
+	urls := []string{"http://n1:1", "http://n2:1", "http://n3:1"}
+	m, err := clustermap.Seed(urls, 1)
+	require.NoError(t, err)
+	before := view.New(m, 0, urls[0], func(string) view.Peer { return nil }, time.Now())
+	join, err := m.BeginJoin("http://n4:1", 0)
+	require.NoError(t, err)
+	end, err := join.Remove(3, 0)
+	require.NoError(t, err)
+	for end.Change != nil {
+		end, err = end.Advance()
+		require.NoError(t, err)
+	}
+	require.Equal(t, []int{3}, end.Removing)
+	v := view.New(end, 0, urls[0], func(string) view.Peer { return nil }, time.Now())
+	kept, moved := 0, 0
+	for p := range partition.ID(partition.Count) {
+		held, holdsNow := before.Holds(p, 0), v.Holds(p, 0)
+		toDead := v.Holds(p, 3)
+		require.Equal(t, toDead, keptForDead(v, p), "partition %d", p)
+		if held && toDead {
+			kept++
+		}
+		if held && !holdsNow {
+			moved++
+		}
+	}
+	require.Positive(t, kept)
+	require.Equal(t, moved, kept, "every partition node 0 gave away went to the dead node, and is kept")
+
+	done := *end
+	done.Removing = nil
+	require.False(t, keptForDead(view.New(&done, 0, urls[0], func(string) view.Peer { return nil }, time.Now()), 0), "nothing counted dead: nothing kept")
+
+	removal, err := end.RemoveNext()
+	require.NoError(t, err)
+	for removal.Change.Stage != clustermap.Stream {
+		removal, err = removal.Advance()
+		require.NoError(t, err)
+	}
+	from, unsourced := liveGains(view.New(removal, 0, urls[0], func(string) view.Peer { return nil }, time.Now()))
+	require.Empty(t, from, "the only old replica of what node 0 gains back is the dead node")
+	require.Len(t, unsourced, kept)
 }
