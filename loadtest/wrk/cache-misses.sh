@@ -32,6 +32,9 @@ source "$ROOT/loadtest/settle.sh"
 settle 18181
 wrk -t"$THREADS" -c"$CONNECTIONS" -d"$DURATION" -s "$LUA/get.lua" "http://127.0.0.1:18181" >/dev/null # warm-up
 cachestat() { curl -s http://127.0.0.1:18191/metrics | awk -v m="dhtkv_cache_$1_total" '$1 == m {printf "%d", $2}'; }
+# What a GET that misses the read cache consults in Pebble: its read
+# amplification (memtables, L0 sublevels, non-empty levels) and L0 files.
+lsm() { curl -s http://127.0.0.1:18191/metrics | awk '$1 == "dhtkv_pebble_read_amplification" {r = $2} $1 == "dhtkv_pebble_l0_files" {f = $2} END {printf "read amplification %d, L0 files %d", r, f}'; }
 hits0=$(cachestat hits) misses0=$(cachestat misses)
 
 ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
@@ -47,6 +50,7 @@ run() { # name port pid
   results[$1]+="$(sed -E 's/.* rps=([0-9.]+).*/\1/' <<<"$line") "
 }
 echo "# $(nproc) cores, $(go version | cut -d' ' -f3), $(date -u +%FT%TZ), load $(cut -d' ' -f1 /proc/loadavg), $CONNECTIONS connections, $DURATION per run, $ROUNDS rounds, keyspace $KEYSPACE, read cache $cache B (about $CACHE_KEYS entries), values $VALUE_SIZE B"
+echo "# node's Pebble before the runs: $(lsm)"
 for _ in $(seq "$ROUNDS"); do
   run ceiling-get 18180 "$bpid"
   run dhtkv-get 18181 "$npid"
