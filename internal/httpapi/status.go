@@ -3,6 +3,7 @@ package httpapi
 import (
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -75,11 +76,7 @@ func (s *Server) status(ctx *fasthttp.RequestCtx) {
 		Members:       make([]client.Member, len(m.Nodes)),
 		Epoch:         m.Epoch,
 	}
-	if ch := m.Change; ch != nil && ch.Kind == clustermap.Replicas {
-		st.Change = fmt.Sprintf("replication factor %d to %d at stage %s", m.Replicas, ch.Replicas, ch.Stage)
-	} else if ch != nil {
-		st.Change = fmt.Sprintf("%s of %s at stage %s", ch.Kind, selfURL(m, ch.Node), ch.Stage)
-	}
+	st.Change = changeLine(m)
 	if d, ok := s.Status.(DiskStatus); ok {
 		st.Disk = d.Disk()
 	}
@@ -136,6 +133,25 @@ func selfURL(m *clustermap.Map, id int) string {
 		return n.URL
 	}
 	return fmt.Sprintf("node %d (not in the cluster map of epoch %d)", id, m.Epoch)
+}
+
+// changeLine describes the membership change under way in m for
+// client.Status.Change, and the dead members to be removed after it
+// (clustermap.Map.Removing); "" when there is neither.
+func changeLine(m *clustermap.Map) string {
+	var b strings.Builder
+	if ch := m.Change; ch != nil && ch.Kind == clustermap.Replicas {
+		fmt.Fprintf(&b, "replication factor %d to %d at stage %s", m.Replicas, ch.Replicas, ch.Stage)
+	} else if ch != nil {
+		fmt.Fprintf(&b, "%s of %s at stage %s", ch.Kind, selfURL(m, ch.Node), ch.Stage)
+	}
+	for _, id := range m.Removing {
+		if b.Len() > 0 {
+			b.WriteString("; ")
+		}
+		b.WriteString(selfURL(m, id) + " dead, to be removed")
+	}
+	return b.String()
 }
 
 // timeOrNil is t, or nil for the zero time (omitted from the JSON).
