@@ -45,6 +45,19 @@ const (
 	OpAddr Op = "addr"
 )
 
+// Rules is the version of the log's rules this release applies, which it
+// reports with every acknowledgement (Command.Rules). Every member applies
+// every command with its own release's rules, so a rule whose outcome a
+// release changes is applied only once every member reported a release
+// that has it (State.Rules): until then the members of two releases would
+// apply the same command differently and their replicas of the log part.
+//
+//	0  every release before the versions (none reported)
+//	1  a remove of a member of a change under way, other than a
+//	   decommission's leaving node, counts it dead there
+//	   (clustermap.Map.Removing); before, it is refused
+const Rules = 1
+
 // Command is one entry of the log. Commands that change the map are a
 // compare-and-set on its epoch: one made from epoch E applies only if the
 // log's map is still at E, so of two requests made from the same map
@@ -74,6 +87,10 @@ type Command struct {
 	Addr string `json:"addr,omitempty"`
 	// Replicas is a replicas change's new replication factor.
 	Replicas int `json:"replicas,omitempty"`
+	// Rules is, for an ack, the version of the log's rules the reporting
+	// member's release applies (the package's Rules; 0 from releases
+	// before it).
+	Rules int `json:"rules,omitempty"`
 	// Map and Addrs are a seed's map and its members' log addresses.
 	Map   *clustermap.Map `json:"map,omitempty"`
 	Addrs map[int]string  `json:"addrs,omitempty"`
@@ -123,6 +140,13 @@ type State struct {
 	// a seed is refused (before, a stored map with a higher epoch, from
 	// a node that saw more of the old protocol, replaces the seed).
 	Changed bool `json:"changed,omitempty"`
+	// Rules is the version of the rules in force: the lowest every live
+	// member reported (Supports), never lowered. A rule of version v
+	// applies once Rules >= v.
+	Rules int `json:"rules,omitempty"`
+	// Supports is the rules version each member last reported with its
+	// acknowledgement (absent: none, a release before the versions).
+	Supports map[int]int `json:"supports,omitempty"`
 	// Current is the outcome of the change under way so far (Ended 0).
 	Current *Outcome `json:"current,omitempty"`
 	// Last is the last change that ended.
@@ -134,6 +158,10 @@ func (s *State) clone() *State {
 	n.Acks = maps.Clone(s.Acks)
 	n.Copied = maps.Clone(s.Copied)
 	n.Addrs = maps.Clone(s.Addrs)
+	n.Supports = maps.Clone(s.Supports)
+	if n.Supports == nil {
+		n.Supports = map[int]int{}
+	}
 	if n.Acks == nil {
 		n.Acks = map[int]uint64{}
 	}
@@ -249,6 +277,8 @@ func apply(cur *State, c *Command) (*State, *Result) {
 		n := cur.clone()
 		if c.Op == OpAck {
 			n.Acks[c.Node] = max(n.Acks[c.Node], c.Epoch)
+			n.Supports[c.Node] = c.Rules
+			n.raiseRules()
 		} else {
 			n.Copied[c.Node] = max(n.Copied[c.Node], c.Epoch)
 		}
@@ -310,6 +340,10 @@ func apply(cur *State, c *Command) (*State, *Result) {
 	}
 	if w := cur.Waiting(skip); len(w) > 0 && m.Change == nil {
 		return refuse("nodes %v have not acknowledged %s yet: try again", w, m)
+	}
+	if ch := m.Change; c.Op == OpRemove && ch != nil && !(ch.Kind == clustermap.Decommission && ch.Node == c.Node) && cur.Rules < 1 {
+		return refuse("a remove during another change needs the log's rules 1, in force once every live member runs a release that has them "+
+			"(the log is at rules %d; members' reports: %v): upgrade every node first, or replace node %d", cur.Rules, cur.Supports, c.Node)
 	}
 	var next *clustermap.Map
 	var err error
@@ -506,6 +540,35 @@ func (s *State) forgetLeft() {
 		if s.Map.Node(id) == nil {
 			delete(s.Addrs, id)
 		}
+	}
+	for id := range s.Supports {
+		if s.Map.Node(id) == nil {
+			delete(s.Supports, id)
+		}
+	}
+	s.raiseRules()
+}
+
+// raiseRules puts in force the lowest rules version every member not
+// counted dead reported (a member that reported none counts 0), if it is
+// higher than the one in force. Rules are never lowered: a member whose
+// release goes back below them would apply later commands differently,
+// which is why a release is not downgraded below the log's rules.
+func (s *State) raiseRules() {
+	if s.Map == nil {
+		return
+	}
+	lowest := -1
+	for _, n := range s.Map.Nodes {
+		if s.Map.Dead(n.ID) {
+			continue
+		}
+		if v := s.Supports[n.ID]; lowest < 0 || v < lowest {
+			lowest = v
+		}
+	}
+	if lowest > s.Rules {
+		s.Rules = lowest
 	}
 }
 

@@ -25,7 +25,7 @@ import (
 //	abort epoch=E [id=ID]
 //	replicas epoch=E from=F n=N [id=ID]    change the factor to N
 //	factor                               print the map's factor (old and new set's)
-//	ack node=N epoch=E | ack-all epoch=E [except=N]
+//	ack node=N epoch=E | ack-all epoch=E [except=N]   [rules=R: the acking release's rules, default Rules]
 //	copied node=N epoch=E | copied-all epoch=E
 //	addr node=N addr=A                   record node N's log address
 //	state                                print the bookkeeping: acks, copy reports, log addresses, the change under way
@@ -94,7 +94,8 @@ func TestRules(t *testing.T) {
 				cmds = append(cmds, Command{Op: OpAddr, Node: num("node"), Addr: str("addr")})
 			case "state":
 				s := f.state
-				out := []string{fmt.Sprintf("acks %v", s.Acks), fmt.Sprintf("copied %v", s.Copied), fmt.Sprintf("addrs %v", s.Addrs)}
+				out := []string{fmt.Sprintf("acks %v", s.Acks), fmt.Sprintf("copied %v", s.Copied), fmt.Sprintf("addrs %v", s.Addrs),
+					fmt.Sprintf("rules %d, reported %v", s.Rules, s.Supports)}
 				if o := s.Current; o != nil {
 					out = append(out, fmt.Sprintf("current: %s of node %d, began %d, id %q", o.Kind, o.Node, o.Began, o.ID))
 				}
@@ -117,6 +118,17 @@ func TestRules(t *testing.T) {
 			case "garbage":
 			default:
 				d.Fatalf(t, "unknown directive %q", d.Cmd)
+			}
+			// An ack reports this release's rules unless rules= says
+			// otherwise (rules=0: a member of a release before them).
+			rules, ok := arg("rules")
+			if !ok {
+				rules = Rules
+			}
+			for i := range cmds {
+				if cmds[i].Op == OpAck {
+					cmds[i].Rules = rules
+				}
 			}
 			var out []string
 			entries := make([][]byte, 0, len(cmds))

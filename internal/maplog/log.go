@@ -726,7 +726,7 @@ func requestID() string {
 
 // Ack reports that this node installed the map of epoch.
 func (l *Log) Ack(ctx context.Context, epoch uint64) (*Result, error) {
-	return l.Submit(ctx, Command{Op: OpAck, Node: l.self, Epoch: epoch})
+	return l.Submit(ctx, Command{Op: OpAck, Node: l.self, Epoch: epoch, Rules: Rules})
 }
 
 // Copied reports that this node copied its gains at the stream epoch.
