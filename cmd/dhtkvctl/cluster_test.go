@@ -139,6 +139,36 @@ func TestRemoveCommand(t *testing.T) {
 	}
 }
 
+// dhtkvctl remove of two dead nodes, no spare machine: the first remove
+// begins (its stages wait for the second dead node), the second counts
+// its node dead in that change and waits until both are out, printing
+// the node to be removed next. Four nodes, two replicas; node 2 is a
+// voter of the map's log, node 3 is not.
+func TestRemoveTwoDeadCommand(t *testing.T) {
+	c := testcluster.Start(t, 4, func(_ int, cfg *node.Config) { cfg.Replicas = 2 })
+	c.AwaitStable(t, 30*time.Second)
+	// Every member acknowledged the log's map before two die (a change
+	// begins only then): they die in a settled cluster.
+	require.Eventually(t, func() bool {
+		st := c.Node(0).MapLog().State()
+		return st.Map != nil && len(st.Waiting(-1)) == 0
+	}, 30*time.Second, 20*time.Millisecond)
+	admin := "--admin=" + c.Node(0).AdminAddr()
+	c.StopNode(3)
+	c.StopNode(2)
+	(step{name: "first", args: []string{"remove", "--timeout=1m", "--no-wait", admin, c.URL(3)}, outHas: []string{
+		"decommission of " + c.URL(3) + " (dead) at stage write-both",
+	}}).run(t)
+	(step{name: "second", args: []string{"remove", "--timeout=1m", admin, c.URL(2)}, outHas: []string{
+		"decommission of " + c.URL(3) + " (dead) at stage write-both; " + c.URL(2) + " dead, removed next",
+		"2 nodes, replication factor 2, no change under way", // the wait ends only once both are out
+	}}).run(t)
+	m := c.AwaitStable(t, 30*time.Second)
+	require.Len(t, m.Nodes, 2)
+	require.Nil(t, m.ByURL(c.URL(2)))
+	require.Nil(t, m.ByURL(c.URL(3)))
+}
+
 // startWithKeys starts a real 3-node cluster with 2 replicas and writes 30
 // keys, prefix0 to prefix29, each with the value "v".
 func startWithKeys(t *testing.T, prefix string) (*testcluster.Cluster, *testcluster.Client) {

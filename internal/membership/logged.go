@@ -241,11 +241,41 @@ func (s *Service) submit(c maplog.Command) (*clustermap.Map, error) {
 	if err != nil {
 		return nil, fmt.Errorf("membership: %s through the cluster map's log: %w", c.Op, err)
 	}
+	s.catchUp(ctx, res.Map, catchUpWait)
 	if !res.Accepted {
 		return nil, fmt.Errorf("%w: %s", ErrChangeRefused, res.Reason)
 	}
 	s.log.Info("membership: change accepted by the log", "op", string(c.Op), "map", res.Map.String(), "node", res.Node)
 	return res.Map, nil
+}
+
+// catchUpWait bounds catchUp: a replica of the log learns a commit with
+// the leader's next message, in milliseconds; one cut from the leader
+// (a command relayed by another member) is not waited for longer.
+const catchUpWait = 2 * time.Second
+
+// catchUp waits, for up to wait, for this node's replica of the log to
+// hold m (the log's map after a command, accepted or refused): the next
+// change asked of this node is then made from it, where a follower that
+// applies the commit a moment after the leader would make it from the
+// epoch before, and see it refused as made from a map that moved on.
+func (s *Service) catchUp(ctx context.Context, m *clustermap.Map, wait time.Duration) {
+	if m == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	for {
+		st, changed := s.o.Log.Watch()
+		if st.Map != nil && st.Map.Epoch >= m.Epoch {
+			return
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return
+		}
+	}
 }
 
 // Abort ends the change under way with the old set of nodes, as the log
