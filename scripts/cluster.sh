@@ -98,10 +98,10 @@ launch() {
 left() { (($2 == 0)) && grep -qE "decommissioned|left the cluster" <(tail -n 50 "$DATA/node$1.log"); }
 
 # await N PID: node N answers /v0/status (0), left the cluster (1); dies
-# when it exited otherwise or does not answer in 10 s.
+# when it exited otherwise or does not answer in 30 s.
 await() {
   local code
-  for _ in $(seq 100); do
+  for _ in $(seq 300); do
     if ! kill -0 "$2" 2>/dev/null; then
       code=0
       wait "$2" 2>/dev/null || code=$?
@@ -112,7 +112,7 @@ await() {
     curl -sf -o /dev/null "$(url_of "$1")/v0/status" && return 0
     sleep 0.1
   done
-  die "node$1 does not answer on $(url_of "$1") after 10 s (see $DATA/node$1.log)"
+  die "node$1 does not answer on $(url_of "$1") after 30 s (see $DATA/node$1.log)"
 }
 
 run() {

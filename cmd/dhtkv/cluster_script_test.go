@@ -220,24 +220,38 @@ func TestRunClusterAfterDecommission(t *testing.T) {
 	outFile, err := os.Create(outPath)
 	require.NoError(t, err)
 	defer outFile.Close()
-	var stderr bytes.Buffer
-	run.Stdout, run.Stderr = outFile, &stderr
+	errPath := filepath.Join(t.TempDir(), "err")
+	errFile, err := os.Create(errPath)
+	require.NoError(t, err)
+	defer errFile.Close()
+	run.Stdout, run.Stderr = outFile, errFile
 	require.NoError(t, run.Start())
 	t.Cleanup(func() {
 		_ = clusterScript(t, env, "stop").Run()
 		_ = run.Wait()
 	})
-	// The banner's last line: the script has checked every node.
-	require.Eventually(t, func() bool {
-		b, err := os.ReadFile(outPath)
-		return err == nil && bytes.Contains(b, []byte("stops every node"))
-	}, 60*time.Second, 20*time.Millisecond, "run-cluster started")
+	// The banner's last line: the script has checked every node. Its
+	// output and error files say why when it does not come.
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		b, _ := os.ReadFile(outPath)
+		if bytes.Contains(b, []byte("stops every node")) {
+			break
+		}
+		if time.Now().After(deadline) {
+			e, _ := os.ReadFile(errPath)
+			t.Fatalf("run-cluster did not start within 60 s; its output:\n%s\nits errors:\n%s", b, e)
+		}
+		time.Sleep(20 * time.Millisecond) // polling interval of a condition
+	}
 	testcluster.WaitReady(t, urls[1], 30*time.Second)
 	testcluster.WaitReady(t, urls[2], 30*time.Second)
 	require.Equal(t, http.StatusCreated, testcluster.NewClient(t).Put(t, urls[1], "k", []byte("v"), 2, 3),
 		"nodes 2 and 3 serve at the default quorum")
 	require.NoError(t, clusterScript(t, env, "stop").Run())
-	require.NoError(t, run.Wait(), "stderr: %s", stderr.String())
+	werr := run.Wait()
+	e, _ := os.ReadFile(errPath)
+	require.NoError(t, werr, "stderr: %s", e)
 	out, err := os.ReadFile(outPath)
 	require.NoError(t, err)
 	assert.Contains(t, string(out), "node1 was decommissioned, removed or replaced earlier")
