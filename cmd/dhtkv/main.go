@@ -278,9 +278,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 			cfg.Logger.Info("shutting down: this node left the cluster (decommissioned, or removed as dead); its data directory is no longer used")
 			stop = true
 		case err := <-n.Failed():
-			// A node that accepts no connections must not look alive to a
-			// supervisor: stop cleanly, then exit non-zero.
-			cfg.Logger.Error("shutting down: the node stopped serving", "err", err)
+			// A node that accepts no connections, or can no longer follow
+			// the map's log, must not look alive to a supervisor: stop
+			// cleanly, then exit non-zero.
+			cfg.Logger.Error("shutting down: the node cannot go on", "err", err)
 			code, stop = 1, true
 		}
 	}

@@ -201,13 +201,62 @@ func (s *State) Waiting(skip int) []int {
 // by raft's FSM goroutine one at a time; readers take the current state
 // under mu and are told of a new one by closing changed.
 type fsm struct {
+	// rules is the version of the rules this replica applies: Rules, the
+	// release's (tests lower it to play an older release).
+	rules int
+
 	mu      sync.Mutex
 	state   *State
 	changed chan struct{} // closed and replaced when a new state is applied
+	// behind is set once the log's rules in force are above rules: this
+	// replica can no longer apply the log as the members that raised
+	// them do (see checkRules). It never clears; the node must stop and
+	// run a release that applies them.
+	behind   error
+	onBehind func(error) // called once, on raft's FSM goroutine, when behind is set
 }
 
 func newFSM() *fsm {
-	return &fsm{state: (&State{}).clone(), changed: make(chan struct{})}
+	return &fsm{rules: Rules, state: (&State{}).clone(), changed: make(chan struct{})}
+}
+
+// ErrBehindRules is the error of a replica whose release applies older
+// rules than the log's rules in force (State.Rules).
+var ErrBehindRules = errors.New("maplog: this release applies older rules than the log's")
+
+// checkRules notes whether the rules in force, r, are above this
+// replica's. The log raises its rules only once every live member
+// reported a release that applies them, so a replica that finds them
+// above its own runs a release older than every member's was: a node
+// rolled back below them, a node counted dead that returned on an old
+// release, a new node of an old release. Applying the next command by
+// its older rules could decide it otherwise than the other members did,
+// and its replica of the log would part from theirs: it applies no more
+// (Apply refuses every command, Snapshot takes none, so that the entries
+// stay in the log for a release that applies them), and the node is told
+// to stop (onBehind).
+func (f *fsm) checkRules(r int) error {
+	f.mu.Lock()
+	if f.behind != nil || r <= f.rules {
+		defer f.mu.Unlock()
+		return f.behind
+	}
+	err := fmt.Errorf("%w: the log's rules are at %d and this release applies them up to %d: "+
+		"run a release that applies rules %d (docs/membership.md, \"Upgrading to the log\")", ErrBehindRules, r, f.rules, r)
+	f.behind = err
+	fn := f.onBehind
+	f.mu.Unlock()
+	if fn != nil {
+		fn(err)
+	}
+	return err
+}
+
+// behindErr is the error checkRules set, or nil.
+func (f *fsm) behindErr() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.behind
 }
 
 // current returns the state and a channel closed once a newer state is
@@ -236,10 +285,16 @@ func (f *fsm) Apply(l *raft.Log) any {
 		return &Result{Reason: fmt.Sprintf("bad command: %v", err), Map: cur.Map, Index: l.Index}
 	}
 	cur, _ := f.current()
+	if err := f.checkRules(cur.Rules); err != nil {
+		return &Result{Reason: err.Error(), Map: cur.Map, Index: l.Index}
+	}
 	next, res := apply(cur, &c)
 	res.Index = l.Index
 	if next != nil {
 		f.publish(next)
+		// The raise itself follows this release's rules; what comes
+		// after it may not.
+		_ = f.checkRules(next.Rules)
 	}
 	return res
 }
@@ -575,6 +630,11 @@ func (s *State) raiseRules() {
 // Snapshot implements raft.FSM: the state as JSON. State is a value, so
 // the snapshot holds it without a copy.
 func (f *fsm) Snapshot() (raft.FSMSnapshot, error) {
+	if err := f.behindErr(); err != nil {
+		// The state misses the commands refused since: a snapshot would
+		// drop them from the log for good.
+		return nil, fmt.Errorf("maplog: no snapshot: %w", err)
+	}
 	s, _ := f.current()
 	return &fsmSnapshot{s: s}, nil
 }
@@ -593,6 +653,7 @@ func (f *fsm) Restore(rc io.ReadCloser) error {
 		}
 	}
 	f.publish(s.clone())
+	_ = f.checkRules(s.Rules)
 	return nil
 }
 

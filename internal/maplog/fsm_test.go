@@ -30,6 +30,7 @@ import (
 //	addr node=N addr=A                   record node N's log address
 //	state                                print the bookkeeping: acks, copy reports, log addresses, the change under way
 //	garbage                              an entry that does not decode
+//	release rules=R                      the replica applies rules up to R from now on (an older release: fsm.checkRules)
 //
 // The output is the result (accepted, with the map and the node the
 // command is about, or refused with the reason), then the nodes the map's
@@ -116,6 +117,9 @@ func TestRules(t *testing.T) {
 					cmds = append(cmds, Command{Op: Op(strings.TrimSuffix(d.Cmd, "-all")), Node: n.ID, Epoch: uint64(num("epoch"))})
 				}
 			case "garbage":
+			case "release":
+				f.rules = num("rules")
+				return fmt.Sprintf("this replica applies rules up to %d", f.rules)
 			default:
 				d.Fatalf(t, "unknown directive %q", d.Cmd)
 			}

@@ -137,7 +137,12 @@ func (g *group) ctx() context.Context {
 }
 
 // start opens node id's log from its directory and starts it.
-func (g *group) start(id int) {
+func (g *group) start(id int) { g.startRelease(id, Rules, nil) }
+
+// startRelease starts node id as a release that applies the log's rules
+// up to rules, telling behind of the error if its replica finds the log's
+// above them (Log.OnBehind).
+func (g *group) startRelease(id, rules int, behind chan<- error) {
 	nd := g.nodes[id]
 	_, nd.trans = raft.NewInmemTransport(nd.addr)
 	g.mu.Lock()
@@ -150,6 +155,10 @@ func (g *group) start(id int) {
 	g.mu.Unlock()
 	l, err := Open(vfs.Default, nd.dir, id, nd.trans, &memFwd{h: g.hub, addr: string(nd.addr)}, g.o, quiet)
 	require.NoError(g.t, err)
+	l.fsm.rules = rules
+	if behind != nil {
+		l.OnBehind(func(err error) { behind <- err })
+	}
 	require.NoError(g.t, l.Start())
 	g.mu.Lock()
 	nd.log = l
@@ -625,4 +634,48 @@ func TestDepartedNodeLearnsItIsOut(t *testing.T) {
 		}
 	}
 	require.Equal(t, 3, voters)
+}
+
+// A member rolled back to a release whose rules are older than the log's
+// (as a new node of such a release would be) applies nothing more: its
+// replica says so from the snapshot it restores at start, refuses the
+// entries after it, takes no snapshot that would drop them, and once the
+// node runs a release that applies the rules again its replica applies
+// every one of them and catches up.
+func TestReplicaBehindTheRules(t *testing.T) {
+	g := newGroup(t, 3, fastOptions())
+	st := g.settle()
+	require.Equal(t, Rules, st.Rules, "every member reported this release")
+	for _, nd := range g.running() {
+		require.NoError(t, nd.log.r.Snapshot().Error())
+	}
+	const old = 2
+	g.kill(old)
+	// A change made while it is down: its first map is in the log, its
+	// stages wait for node 2.
+	leader := g.leader()
+	res, err := leader.log.Submit(g.ctx(), Command{Op: OpJoin, Epoch: st.Map.Epoch, From: leader.id, URL: "http://127.0.0.1:9300"})
+	require.NoError(t, err)
+	require.True(t, res.Accepted, res.String())
+
+	behind := make(chan error, 1)
+	g.nodes[old].ack.Store(false) // an old node would stop; this one stays, to be watched
+	g.startRelease(old, Rules-1, behind)
+	l := g.nodes[old].log
+	require.ErrorIs(t, l.Behind(), ErrBehindRules, "found in the snapshot restored at start")
+	require.ErrorIs(t, <-behind, ErrBehindRules)
+	require.Contains(t, l.Behind().Error(), fmt.Sprintf("the log's rules are at %d and this release applies them up to %d", Rules, Rules-1))
+
+	last := leader.log.r.LastIndex()
+	require.Eventually(t, func() bool { return l.r.AppliedIndex() >= last }, 10*time.Second, 5*time.Millisecond)
+	require.Equal(t, st.Map.Epoch, l.Map().Epoch, "the join's map is refused, not applied by older rules")
+	require.Greater(t, leader.log.Map().Epoch, st.Map.Epoch)
+	require.ErrorContains(t, l.r.Snapshot().Error(), ErrBehindRules.Error(), "no snapshot drops the refused entries")
+
+	g.kill(old)
+	g.start(old) // upgraded again
+	final := g.settle()
+	require.Nil(t, g.nodes[old].log.Behind())
+	require.NotNil(t, final.Map.Node(3), "the join completed")
+	require.Equal(t, final.Map, g.nodes[old].log.Map())
 }

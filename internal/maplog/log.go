@@ -427,6 +427,21 @@ func (l *Log) Leader() (int, string) {
 	return n, string(addr)
 }
 
+// OnBehind makes fn be called once, with an ErrBehindRules error, if this
+// replica finds the log's rules in force above its release's: it then
+// applies no more of the log (fsm.checkRules), and its node must stop.
+// Set it before Start (a snapshot restored at Start can find it); fn runs
+// on raft's goroutine and must not block.
+func (l *Log) OnBehind(fn func(error)) {
+	l.fsm.mu.Lock()
+	defer l.fsm.mu.Unlock()
+	l.fsm.onBehind = fn
+}
+
+// Behind is the ErrBehindRules error once this replica found the log's
+// rules above its release's, else nil.
+func (l *Log) Behind() error { return l.fsm.behindErr() }
+
 // IsLeader reports whether this replica leads.
 func (l *Log) IsLeader() bool { return l.r.State() == raft.Leader }
 
@@ -470,6 +485,13 @@ func (l *Log) propose(ctx context.Context, b []byte) (*Result, error) {
 	res, ok := f.Response().(*Result)
 	if !ok {
 		return nil, fmt.Errorf("maplog: propose: unexpected response %T", f.Response())
+	}
+	if err := l.fsm.behindErr(); err != nil {
+		// This replica refuses what it can no longer apply (fsm.checkRules)
+		// while the others apply it: its answer is not the log's. The
+		// outcome stays uncertain; a request sent again with its ID gets
+		// the first's from a leader that applies the rules.
+		return nil, fmt.Errorf("maplog: propose: %w", err)
 	}
 	return res, nil
 }
@@ -726,7 +748,7 @@ func requestID() string {
 
 // Ack reports that this node installed the map of epoch.
 func (l *Log) Ack(ctx context.Context, epoch uint64) (*Result, error) {
-	return l.Submit(ctx, Command{Op: OpAck, Node: l.self, Epoch: epoch, Rules: Rules})
+	return l.Submit(ctx, Command{Op: OpAck, Node: l.self, Epoch: epoch, Rules: l.fsm.rules})
 }
 
 // Copied reports that this node copied its gains at the stream epoch.

@@ -85,9 +85,18 @@ func (n *Node) openMapLog(cmap *clustermap.Map, self int, topo clustermap.Topolo
 	if err != nil {
 		return fmt.Errorf("maplog: read its state: %w", err)
 	}
+	// A replica whose release applies older rules than the log's stops
+	// applying it; the node then stops (maplog.ErrBehindRules).
+	l.OnBehind(func(err error) {
+		n.log.Error("the node can no longer follow the cluster map's log", "err", err)
+		n.fail(err)
+	})
 	network.Start()
 	if err := l.Start(); err != nil {
 		return err
+	}
+	if err := l.Behind(); err != nil {
+		return err // found in the snapshot restored at Start
 	}
 	seed := cfg.Join == ""
 	if seed && !has {

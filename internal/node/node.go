@@ -419,7 +419,7 @@ func (n *Node) Serve() error {
 			}
 			err = fmt.Errorf("public listener %s stopped accepting connections: %w", n.ln.Addr(), err)
 			n.log.Error("the node no longer serves", "err", err)
-			n.failed <- err
+			n.fail(err)
 		}
 		n.served <- err
 	}()
@@ -468,10 +468,20 @@ func (n *Node) Ready() error {
 }
 
 // Failed receives an error if the public listener stops accepting
-// connections for any reason but Shutdown: the node then serves nothing
-// and its owner should stop it (cmd/dhtkv exits non-zero). It is logged
-// at error level already.
+// connections for any reason but Shutdown (the node then serves nothing),
+// or if the node's replica of the cluster map's log finds the log's rules
+// above its release's (maplog.ErrBehindRules: it can no longer follow
+// the map's changes). Its owner should stop it (cmd/dhtkv exits
+// non-zero). It is logged at error level already.
 func (n *Node) Failed() <-chan error { return n.failed }
+
+// fail reports err on Failed; only the first failure is kept.
+func (n *Node) fail(err error) {
+	select {
+	case n.failed <- err:
+	default:
+	}
+}
 
 // Close releases a node that was never served: its coordinator, cache and
 // store.
