@@ -19,6 +19,8 @@
 #   DHTKV=/tmp/dhtkv-main N=1000000 VALUE_SIZE=1024 JOIN_ONLY=1 loadtest/membership.sh  # A/B: one build, then
 #   DHTKV=/tmp/dhtkv-drop N=1000000 VALUE_SIZE=1024 JOIN_ONLY=1 loadtest/membership.sh  # the other (docs/benchmarks.md section 19)
 #
+# READ_RATIO is the load's share of GETs (default 0.9; 1 reads only, 0
+# writes only), to tell which of them a change slows.
 # MOVE_RATE is the nodes' --move-rate (default theirs, 24MiB); DROP_RATE
 # their --drop-rate (default theirs); NODE_FLAGS extra flags for every
 # node; JOIN_ONLY=1 skips the decommission. REPLICAS_ONLY=1 measures a
@@ -48,6 +50,7 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 N=${N:-1000000}
 VALUE_SIZE=${VALUE_SIZE:-100}
 RATE=${RATE:-2000}
+READ_RATIO=${READ_RATIO:-0.9} # the load's share of GETs (1: reads only, 0: writes only)
 LOAD_S=${LOAD_S:-60}     # each load run; a change starts 5 s into its run
 AE_RATE=${AE_RATE:-64MiB} # --ae-rate: the throttle of the comparison after a change's stream
 MOVE_RATE=${MOVE_RATE:-}  # --move-rate: the stream's throttle (empty: the default)
@@ -104,7 +107,7 @@ load() { # name targets [dhtkv-load flags...] -> dhtkv-load JSON in $tmp/$name.j
   local name=$1 targets=$2
   shift 2
   echo "load average before $name: $(loadavg)"
-  "$tmp/dhtkv-load" --targets "$targets" --workload mixed --read-ratio 0.9 --keyspace "$N" --value-size "$VALUE_SIZE" \
+  "$tmp/dhtkv-load" --targets "$targets" --workload mixed --read-ratio "$READ_RATIO" --keyspace "$N" --value-size "$VALUE_SIZE" \
     --rate "$RATE" --duration "${LOAD_S}s" --ack 2 --from "$replicas" --connections "$CONNECTIONS" --json "$@" >"$tmp/$name.json" 2>"$tmp/$name.log" &
   echo $! >"$tmp/generator.pid"
   wait $! || true
