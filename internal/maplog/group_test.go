@@ -672,6 +672,18 @@ func TestReplicaBehindTheRules(t *testing.T) {
 	require.Greater(t, leader.log.Map().Epoch, st.Map.Epoch)
 	require.ErrorContains(t, l.r.Snapshot().Error(), ErrBehindRules.Error(), "no snapshot drops the refused entries")
 
+	// Made its leader, it hands the office on: its map stopped, so it
+	// must neither shape the group by it nor answer proposals.
+	leader = g.leader()
+	// The future ends once the transfer is done: node 2 won an election.
+	require.NoError(t, leader.log.r.LeadershipTransferToServer(ServerID(old), g.nodes[old].addr).Error())
+	require.Eventually(t, func() bool {
+		return !l.IsLeader() && g.leader().id != old
+	}, 10*time.Second, 10*time.Millisecond, "another voter leads again")
+	res, err = g.nodes[0].log.Submit(g.ctx(), Command{Op: OpAddr, Node: 0, Addr: string(g.nodes[0].addr)})
+	require.NoError(t, err)
+	require.True(t, res.Accepted, res.String())
+
 	g.kill(old)
 	g.start(old) // upgraded again
 	final := g.settle()

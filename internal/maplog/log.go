@@ -984,10 +984,19 @@ func (l *Log) maintain() {
 			l.mu.Unlock()
 		case <-t.C:
 		}
-		if l.IsLeader() {
-			if err := l.Rebalance(); err != nil && !errors.Is(err, raft.ErrNotLeader) {
-				l.log.Warn("maplog: rebalance the voting group", "err", err)
+		if !l.IsLeader() {
+			continue
+		}
+		if l.Behind() != nil {
+			// Its map stopped where its rules did: it must not shape the
+			// group by it, nor answer proposals. Another voter leads.
+			if err := l.r.LeadershipTransfer().Error(); err != nil {
+				l.log.Warn("maplog: hand the office over (this replica is behind the log's rules)", "err", err)
 			}
+			continue
+		}
+		if err := l.Rebalance(); err != nil && !errors.Is(err, raft.ErrNotLeader) {
+			l.log.Warn("maplog: rebalance the voting group", "err", err)
 		}
 	}
 }
