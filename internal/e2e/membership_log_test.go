@@ -1,6 +1,8 @@
 package e2e_test
 
 import (
+	"context"
+	"fmt"
 	"net/http"
 	"sync"
 	"testing"
@@ -9,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/dhtkv/dhtkv/internal/clustermap"
+	"github.com/dhtkv/dhtkv/internal/maplog"
 	"github.com/dhtkv/dhtkv/internal/node"
 	"github.com/dhtkv/dhtkv/internal/testcluster"
 )
@@ -142,4 +145,35 @@ func TestMembershipAbortUnderLoad(t *testing.T) {
 		r := &faultRun{t: t, c: c, load: l, members: []int{0, 1, 2}}
 		r.check(m)
 	})
+}
+
+// Every member reports a release whose rules are newer than this one's
+// (as the members of a cluster upgraded past this release do, with a node
+// then rolled back to it): the log raises its rules, and every node of
+// this release finds its replica behind them, applies nothing more of the
+// log and stops, saying why (cmd/dhtkv then exits 1).
+func TestNodesBehindTheLogsRulesStop(t *testing.T) {
+	c := testcluster.StartInMemory(t, 3, fastLog)
+	m := c.AwaitStable(time.Minute)
+	l := c.Node(0).MapLog()
+	testcluster.Eventually(t, 30*time.Second, "the log's rules at this release's", func() bool { return l.State().Rules == maplog.Rules })
+	for i, n := range m.Nodes {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		res, err := l.Submit(ctx, maplog.Command{Op: maplog.OpAck, Node: n.ID, Epoch: m.Epoch, Rules: maplog.Rules + 1})
+		cancel()
+		if i < len(m.Nodes)-1 {
+			require.NoError(t, err)
+			require.True(t, res.Accepted, res.String())
+		} // the last raises the rules: the leader that applied it can no longer answer
+	}
+	for i := range 3 {
+		select {
+		case err := <-c.Node(i).Failed():
+			require.ErrorIs(t, err, maplog.ErrBehindRules, "node %d", i)
+			require.ErrorContains(t, err, fmt.Sprintf("the log's rules are at %d and this release applies them up to %d", maplog.Rules+1, maplog.Rules))
+		case <-time.After(30 * time.Second):
+			t.Fatalf("node %d did not stop behind the log's rules", i)
+		}
+		require.Equal(t, m.Epoch, c.Node(i).MapLog().Map().Epoch, "node %d: its map stays", i)
+	}
 }

@@ -645,8 +645,8 @@ func (l *Log) Submit(ctx context.Context, c Command) (*Result, error) {
 		}
 		var nl *NotLeaderError
 		switch {
-		case errors.Is(err, raft.ErrRaftShutdown):
-			return nil, err
+		case errors.Is(err, raft.ErrRaftShutdown), errors.Is(err, ErrBehindRules):
+			return nil, err // this replica will not answer again
 		case errors.As(err, &nl) && l.fwd != nil:
 			if nl.LeaderAddr == "" && relay == "" {
 				// No leader known here: perhaps only this member lost
