@@ -2,16 +2,21 @@ package maplog
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log"
 	"log/slog"
+	"net"
 
 	"github.com/hashicorp/go-hclog"
 )
 
 // slogger makes raft's hclog calls slog records of the node's logger:
 // raft's Info becomes Debug (an election or a snapshot is routine, and
-// raft says so at Info many times a change), Warn and Error stay.
+// raft says so at Info many times a change), Warn and Error stay, except
+// an error on a connection this process closed itself (net.ErrClosed):
+// raft's transport logs one for each connection it was reading when the
+// node shuts down, which is no fault.
 type slogger struct {
 	l    *slog.Logger
 	name string
@@ -34,7 +39,22 @@ func level(lv hclog.Level) slog.Level {
 }
 
 func (s *slogger) Log(lv hclog.Level, msg string, args ...any) {
-	s.l.Log(context.Background(), level(lv), msg, append(append([]any{}, s.args...), args...)...)
+	l := level(lv)
+	if l > slog.LevelDebug && closedHere(args) {
+		l = slog.LevelDebug
+	}
+	s.l.Log(context.Background(), l, msg, append(append([]any{}, s.args...), args...)...)
+}
+
+// closedHere reports whether one of args is an error on a connection this
+// process closed.
+func closedHere(args []any) bool {
+	for _, a := range args {
+		if err, ok := a.(error); ok && errors.Is(err, net.ErrClosed) {
+			return true
+		}
+	}
+	return false
 }
 func (s *slogger) Trace(msg string, args ...any) { s.Log(hclog.Trace, msg, args...) }
 func (s *slogger) Debug(msg string, args ...any) { s.Log(hclog.Debug, msg, args...) }
