@@ -21,13 +21,21 @@
 #   F  (not by default) one node on one core, GET hit and PUT fsync, for
 #      each GOMAXPROCS in PROCS1 (default "8 4 2 1 4 8": alternated), the
 #      baseline on the same core first: how many Ps a one-core node wants
+#   G  (not by default) a join of JOIN_N (1000000) records of 1 KiB, 3 -> 4
+#      nodes on 2 cores each, --move-rate JOIN_MOVE_RATE (64MiB), under a
+#      90/10 GET/PUT load at JOIN_RATE (10000/s) for JOIN_LOAD (60s),
+#      beside the same load with no change: the stream's MB/s and the
+#      clients' tail during the join, in one run (issue 24, point 2)
 #
 # SECTIONS picks them (default "A B C D").
 # Binaries come from BIN (default bin/: dhtkv, dhtkv-load,
-# dhtkv-baseline; `make build`), so that the script runs where no Go
+# dhtkv-baseline, and dhtkvctl for G; `make build`), so that the script runs where no Go
 # toolchain is. Needs 16 cores (servers on 0-7, the generator on 8-15);
 # SMALL=1 runs it all on the cores there are, as a smoke test. Uses only
-# taskset, python3 and bash's /dev/tcp; contacts only 127.0.0.1.
+# taskset, python3 and bash's /dev/tcp; contacts only 127.0.0.1. LOGS=DIR
+# keeps every server's log there (on the lent machine: LOGS=$OUT/logs),
+# dhtkv's at level debug: each flush and compaction with its time, to place
+# a slow second of a timeline.
 #
 #   loadtest/pinned.sh                    # about 7 minutes
 #   SMALL=1 DUR=2s HOLD=5s loadtest/pinned.sh
@@ -39,7 +47,11 @@ HOLD=${HOLD:-60s}
 KS=100000
 tmp=$(mktemp -d /tmp/pinned.XXXX)
 pids=()
-cleanup() { kill "${pids[@]}" 2>/dev/null; sleep 0.5; rm -rf "$tmp"; }
+cleanup() {
+  kill "${pids[@]}" 2>/dev/null; sleep 0.5
+  [ -n "${LOGS:-}" ] && mkdir -p "$LOGS" && cp "$tmp"/*.log "$LOGS"/ 2>/dev/null
+  rm -rf "$tmp"
+}
 trap cleanup EXIT
 if [ "${SMALL:-0}" = 1 ]; then
   GEN=0; S1=0; S2=0; S4=0; S8=0; C1=0; C2=0; C3=0; N2=0
@@ -53,6 +65,8 @@ ticks() { local t=0 p; for p in "$@"; do t=$((t + $(awk '{print $14+$15}' "/proc
 up() { local port; for port in "$@"; do for _ in $(seq 300); do (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break; sleep 0.05; done; done; sleep 0.3; }
 start() { # name cores port binary flags...: a pinned server, its pid in PID_name
   local name=$1 cores=$2; shift 3
+  # with LOGS, dhtkv logs its flushes and compactions too (level debug)
+  [ -n "${LOGS:-}" ] && [ "${1##*/}" = dhtkv ] && set -- "$@" --log-level debug
   if [ -n "${GMP:-}" ]; then
     GOMAXPROCS=$GMP taskset -c "$cores" "$@" >"$tmp/$name.log" 2>&1 &
   else
@@ -202,5 +216,67 @@ for procs in ${PROCS1:-8 4 2 1 4 8}; do
   kill "$PID_nf"; sleep 0.5
 done
 fi
-grep -ihE "panic|level=error|stall" "$tmp"/*.log | cut -c1-200 | sort | uniq -c | sort -rn | head -5
+if on G; then
+# A join of JOIN_N records under a constant 90/10 load, in one run: the
+# stream's rate (issue 24: >= 50 MB/s of payload) and the clients' tail
+# while it runs (issue 21's: p99 <= 5 ms, p99.9 <= 20 ms), beside the same
+# load on the same cluster with no change.
+JN=${JOIN_N:-1000000}; JRATE=${JOIN_RATE:-10000}; JMOVE=${JOIN_MOVE_RATE:-64MiB}; JLOAD=${JOIN_LOAD:-60s}
+echo "## G. a join: 3 -> 4 nodes on 2 cores each, $JN records of 1 KiB, --move-rate $JMOVE, 90/10 GET/PUT at $JRATE/s (ack=2 from=3) for $JLOAD each"
+GL=http://127.0.0.1:19121,http://127.0.0.1:19122,http://127.0.0.1:19123
+for i in 1 2 3; do
+  c=C$i
+  start "g$i" "${!c}" 0 "$B/dhtkv" --listen 127.0.0.1:1912$i --admin-listen 127.0.0.1:1913$i --data-dir "$tmp/g$i" \
+    --cluster $GL --cache-bytes 512MiB --move-rate "$JMOVE"
+done
+up 19121 19122 19123 19131
+t0=$(date +%s.%N)
+taskset -c $GEN "$B/dhtkv-load" --targets $GL --keyspace "$JN" --value-size 1024 --connections 128 \
+  --fill "$JN" --fill-only --ack 3 --from 3 >/dev/null 2>&1
+echo "filled $JN keys (ack=3) in $(python3 -c "import time; print(round(time.time() - $t0, 1))") s"
+GPIDS="$PID_g1 $PID_g2 $PID_g3"
+DUR=$JLOAD run "no change: mixed @$JRATE/s" GPIDS $GL mixed 128 --ack 2 --from 3 --rate "$JRATE" --keyspace "$JN" --timeline
+# Node 4 starts first (it waits for the join that adds it); the join
+# begins 5 s into the load run and dhtkvctl returns when it is over.
+start g4 "$N2" 0 "$B/dhtkv" --listen 127.0.0.1:19124 --admin-listen 127.0.0.1:19134 --data-dir "$tmp/g4" \
+  --join http://127.0.0.1:19121 --cache-bytes 512MiB --move-rate "$JMOVE"
+(sleep 6; date +%s.%N >"$tmp/join.start"
+ "$B/dhtkvctl" join --admin 127.0.0.1:19131 --wait-timeout 30m http://127.0.0.1:19124 >"$tmp/join.out" 2>&1
+ date +%s.%N >"$tmp/join.end") &
+joiner=$!
+GPIDS="$PID_g1 $PID_g2 $PID_g3 $PID_g4"
+date +%s.%N >"$tmp/load.start"
+DUR=$JLOAD run "during the join: mixed @$JRATE/s" GPIDS $GL mixed 128 --ack 2 --from 3 --rate "$JRATE" --keyspace "$JN" --timeline
+wait $joiner
+python3 - "$tmp" "$LAST" <<'PY'
+import json, re, sys, urllib.request
+tmp, js = sys.argv[1], sys.argv[2]
+rd = lambda n: open(f"{tmp}/{n}").read().strip()
+start, end, load = float(rd("join.start")), float(rd("join.end")), float(rd("load.start"))
+print(f"{'':42s}join: {end - start:.1f} s; dhtkvctl: {rd('join.out').splitlines()[-1][:120] if rd('join.out') else ''}")
+m = urllib.request.urlopen("http://127.0.0.1:19134/metrics", timeout=10).read().decode()
+get = lambda name: sum(float(l.split()[-1]) for l in m.splitlines() if l.split(" ")[0] == name)
+moved = get("dhtkv_membership_moved_bytes_total")
+print(f"{'':42s}node 4 copied {get('dhtkv_membership_moved_records_total'):.0f} records, {moved / 1e6:.0f} MB: "
+      f"{moved / 1e6 / (end - start):.1f} MB/s over the whole change")
+for l in open(f"{tmp}/g4.log"):
+    if "partitions copied" in l:
+        f = dict(re.findall(r'(\w+)=(\S+)', l))
+        secs = lambda d: sum(float(v) * {"h": 3600, "m": 60, "s": 1, "ms": 1e-3}[u] for v, u in re.findall(r'([\d.]+)(ms|h|m|s)', d))
+        b, st = float(f.get("streamed_bytes", 0)), secs(f.get("streamed_in", "0s"))
+        print(f"{'':42s}stream: {b / 1e6:.0f} MB in {st:.1f} s: {b / 1e6 / max(st, 1e-9):.1f} MB/s; the copy with its comparison {f.get('took')}")
+try:
+    tl = json.loads(js).get("timeline") or []
+except Exception:
+    tl = []
+# the load's seconds count from after its 1 s warm-up
+inside = [s for s in tl if start <= load + 1 + s.get("second", 0) and load + 2 + s.get("second", 0) <= end + 1]
+if inside:
+    p = sorted(s.get("p99_us", 0) / 1000 for s in inside)
+    print(f"{'':42s}the {len(inside)} seconds of the join: p99 median {p[len(p) // 2]:.1f} ms, worst {p[-1]:.1f} ms, "
+          f"max {max(s.get('max_us', 0) for s in inside) / 1000:.1f} ms, failures {sum(s.get('failures', 0) for s in inside)}")
+PY
+kill $GPIDS; sleep 0.5
+fi
+grep -ihE "panic|level=error|write stall|slow disk" "$tmp"/*.log | cut -c1-200 | sort | uniq -c | sort -rn | head -5
 echo "# done $(date -u +%FT%TZ)"
