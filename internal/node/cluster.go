@@ -26,6 +26,7 @@ import (
 	"github.com/dhtkv/dhtkv/internal/record"
 	"github.com/dhtkv/dhtkv/internal/replica"
 	"github.com/dhtkv/dhtkv/internal/rpc"
+	"github.com/dhtkv/dhtkv/internal/settle"
 	"github.com/dhtkv/dhtkv/internal/store"
 	"github.com/dhtkv/dhtkv/internal/view"
 )
@@ -140,6 +141,7 @@ func (n *Node) buildCluster(cmap *clustermap.Map, self int, joined bool, topo cl
 	gcOpts := cfg.GC
 	gcOpts.Grace = cfg.gcGrace()
 	n.gc = gc.New(local, n.members.View, ae.SyncedSince, n.rebuild.Rebuilding, gcOpts, log)
+	n.settle = settle.New(n.store, cfg.Settle, log)
 
 	n.members.Register(n.registry)
 	copier.Register(n.registry)
@@ -148,10 +150,11 @@ func (n *Node) buildCluster(cmap *clustermap.Map, self int, joined bool, topo cl
 	n.coord.Register(n.registry)
 	ae.Register(n.registry)
 	n.gc.Register(n.registry)
+	n.settle.Register(n.registry)
 	n.rebuild.Register(n.registry)
 	n.pace = pace.New(cfg.Pace, log)
 	n.streamPace = partcopy.SendLimiter(cfg.Move)
-	for _, l := range []*rate.Limiter{ae.Limiter(), n.hints.Limiter(), copier.Limiter(), n.streamPace, n.members.Limiter(), n.gc.Limiter()} {
+	for _, l := range []*rate.Limiter{ae.Limiter(), n.hints.Limiter(), copier.Limiter(), n.streamPace, n.members.Limiter(), n.gc.Limiter(), n.settle.Limiter()} {
 		n.pace.Govern(l)
 	}
 	n.pace.Register(n.registry)
@@ -162,6 +165,7 @@ func (n *Node) buildCluster(cmap *clustermap.Map, self int, joined bool, topo cl
 	n.coord.Start()
 	ae.Start()
 	n.gc.Start()
+	n.settle.Start()
 	n.rebuild.Start()
 	n.pace.Start()
 	return nil
@@ -172,6 +176,7 @@ func (n *Node) buildCluster(cmap *clustermap.Map, self int, joined bool, topo cl
 func (n *Node) closeCluster() {
 	n.pace.Close()
 	n.rebuild.Close()
+	n.settle.Close()
 	n.gc.Close()
 	n.ae.Close()
 	n.coord.Close() // waits for the replica calls in flight

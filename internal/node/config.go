@@ -22,6 +22,7 @@ import (
 	"github.com/dhtkv/dhtkv/internal/pace"
 	"github.com/dhtkv/dhtkv/internal/partcopy"
 	"github.com/dhtkv/dhtkv/internal/probe"
+	"github.com/dhtkv/dhtkv/internal/settle"
 	"github.com/dhtkv/dhtkv/internal/store"
 )
 
@@ -250,6 +251,11 @@ type Config struct {
 	// --gc-rate; Interval has no flag, tests shorten it). The default value is
 	// gc.DefaultOptions().
 	GC gc.Options
+	// Settle configures the settles of the store into its bottom level
+	// once it is quiet (settle.Options: --settle-after, --settle-rate;
+	// Interval and SliceBytes have no flag, tests shorten them). The
+	// default value is settle.DefaultOptions().
+	Settle settle.Options
 	// PeerConns is how many batches may be in flight to each peer at
 	// once, for reads and for writes each (--peer-conns). The default
 	// value is 1.
@@ -333,6 +339,7 @@ func DefaultConfig() Config {
 		Pace:                 pace.DefaultOptions(),
 		MapLog:               maplog.DefaultOptions(),
 		GC:                   gc.DefaultOptions(),
+		Settle:               settle.DefaultOptions(),
 		MaxScans:             httpapi.DefaultMaxScans,
 		ScanMinRate:          httpapi.DefaultScanMinRate,
 		PeerConns:            1,
@@ -376,7 +383,7 @@ func (cfg *Config) Validate() error {
 	case cfg.GC.Rate < 0:
 		return fmt.Errorf("--gc-rate %d must not be negative", cfg.GC.Rate)
 	}
-	for _, v := range []interface{ Validate() error }{&cfg.Store, &cfg.Probe, &cfg.Coordinator, &cfg.Handoff, &cfg.AntiEntropy, &cfg.AccessLog, &cfg.Move, &cfg.Membership, &cfg.Pace, &cfg.MapLog} {
+	for _, v := range []interface{ Validate() error }{&cfg.Store, &cfg.Probe, &cfg.Coordinator, &cfg.Handoff, &cfg.AntiEntropy, &cfg.AccessLog, &cfg.Move, &cfg.Membership, &cfg.Pace, &cfg.MapLog, &cfg.Settle} {
 		if err := v.Validate(); err != nil {
 			return err
 		}

@@ -41,6 +41,7 @@ import (
 	"github.com/dhtkv/dhtkv/internal/rebuild"
 	"github.com/dhtkv/dhtkv/internal/replica"
 	"github.com/dhtkv/dhtkv/internal/rpc"
+	"github.com/dhtkv/dhtkv/internal/settle"
 	"github.com/dhtkv/dhtkv/internal/store"
 	"github.com/dhtkv/dhtkv/internal/tlsconf"
 )
@@ -62,6 +63,7 @@ type Node struct {
 	hints   *handoff.Handoff
 	ae      *antientropy.Service
 	gc      *gc.Collector
+	settle  *settle.Settler
 	pace    *pace.Governor
 	// streamPace paces the partition streams this node sends
 	// (rpc.Server.StreamPace).

@@ -76,7 +76,7 @@ func DefaultOptions() Options {
 // as defaults.
 func (o *Options) RegisterFlags(fs *flag.FlagSet) {
 	fs.Float64Var(&o.CPUPressure, "background-cpu-pressure", o.CPUPressure, "also slow them while tasks of this process's cgroup wait for a CPU more than this share of the time (Linux pressure stall information); 0: the scheduler's latency alone")
-	fs.DurationVar(&o.Target, "background-sched-latency", o.Target, "slow anti-entropy, hint replay, partition copies, drops and garbage collection (down to an eighth of their rates) while the Go scheduler's p99 latency is above this; 0: always their full rates")
+	fs.DurationVar(&o.Target, "background-sched-latency", o.Target, "slow anti-entropy, hint replay, partition copies, drops, garbage collection and settles (down to an eighth of their rates) while the Go scheduler's p99 latency is above this; 0: always their full rates")
 }
 
 // Validate refuses settings that cannot work.
