@@ -12,6 +12,7 @@
 #   loadtest/wrk/cache-misses.sh
 #   KEYSPACE=200000 CACHE_KEYS=20000 HOLD=20s ROUNDS=1 loadtest/wrk/cache-misses.sh   # a quick look
 #   NODE_FLAGS="--block-cache-bytes 1GiB" loadtest/wrk/cache-misses.sh                 # a node setting
+#   NODE_FLAGS="--settle-after 0" SETTLE_WAIT=0 loadtest/wrk/cache-misses.sh          # the store left as the fill shaped it
 KEYSPACE=${KEYSPACE:-1000000}
 CACHE_KEYS=${CACHE_KEYS:-100000}
 HOLD=${HOLD:-60s}
@@ -30,6 +31,15 @@ wait_up 18180 18181
 prefill 18180 18181
 source "$ROOT/loadtest/settle.sh"
 settle 18181
+# A node quiet for --settle-after (2 min) compacts its store into the
+# bottom level (docs/storage.md, "Settling a quiet store"): what a node
+# that was filled and is then read looks like. Wait for it, at most
+# SETTLE_WAIT seconds (0: do not wait; with --settle-after 0 in
+# NODE_FLAGS nothing comes).
+settles() { curl -s http://127.0.0.1:18191/metrics | awk '$1 == "dhtkv_settles_total{result=\"done\"}" {printf "%d", $2}'; }
+end=$((SECONDS + ${SETTLE_WAIT:-300}))
+while [ "$(settles)" != 1 ] && ((SECONDS < end)); do sleep 1; done
+echo "# settles done before the runs: $(settles)"
 wrk -t"$THREADS" -c"$CONNECTIONS" -d"$DURATION" -s "$LUA/get.lua" "http://127.0.0.1:18181" >/dev/null # warm-up
 cachestat() { curl -s http://127.0.0.1:18191/metrics | awk -v m="dhtkv_cache_$1_total" '$1 == m {printf "%d", $2}'; }
 # What a GET that misses the read cache consults in Pebble: its read
