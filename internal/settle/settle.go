@@ -74,7 +74,8 @@ type Options struct {
 	Rate int64
 	// SliceBytes is about how much of the bottom level one compaction
 	// rewrites (no flag; default 64 MiB): the most a settle does after it
-	// was asked to stop.
+	// was asked to stop, but in its first slice, which also takes L0 and
+	// the levels above whole.
 	SliceBytes uint64
 	// Interval is how often the store's shape is read (no flag; default
 	// 10 s, and at most After).
