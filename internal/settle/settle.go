@@ -228,7 +228,7 @@ func (t *Settler) settle(ctx context.Context, before store.Shape) bool {
 		"slices", len(slices), "quiet_for", t.wait)
 	var done uint64
 	for _, r := range slices {
-		if err = pace.WaitBytes(ctx, t.limit, int(min(r.Bytes, uint64(1<<40)))); err != nil {
+		if err = pace.WaitBytes(ctx, t.limit, int(r.Bytes)); err != nil {
 			break
 		}
 		if t.st.Shape().WALBytes != before.WALBytes {
@@ -244,9 +244,9 @@ func (t *Settler) settle(ctx context.Context, before store.Shape) bool {
 		done += r.Bytes
 		t.m.bytes.Add(float64(r.Bytes))
 	}
-	after := t.st.Shape()
 	switch {
 	case err == nil:
+		after := t.st.Shape()
 		t.m.settles.WithLabelValues("done").Inc()
 		t.log.Info("settle: done", "took", t.now().Sub(began).Round(time.Millisecond), "compacted_bytes", done,
 			"above_bytes", after.Above, "total_bytes", after.Total)
