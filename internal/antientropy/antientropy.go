@@ -40,6 +40,12 @@
 // (the admin endpoint) runs an exchange with every peer now, within the
 // same Concurrency; a peer whose hints were dropped is compared within a
 // minute (soon).
+//
+// While a membership change is under way, until it reaches read-new, an
+// exchange on the schedule or by Repair leaves out the partitions either
+// node gains in the change (placement.Sets.Compared): the change copies
+// them itself, and comparing them beside its stream would send the same
+// records twice to the node the stream is filling.
 package antientropy
 
 import (
@@ -331,7 +337,7 @@ func (a *Service) startDue() time.Time {
 // runExchange runs one exchange with peer i and schedules the next.
 func (a *Service) runExchange(i int) ExchangeStats {
 	v := a.views()
-	st, err := a.Exchange(a.work.Context(), v, i, v.Shared(v.Self, i), false)
+	st, err := a.Exchange(a.work.Context(), v, i, v.Compared(v.Self, i), false)
 	a.mu.Lock()
 	s := &a.state[i]
 	s.Running, s.Last = false, &st

@@ -132,6 +132,29 @@ func (s *Sets) Shared(a, b int) []partition.ID {
 	return out
 }
 
+// Compared returns the partitions that anti-entropy between nodes a and
+// b compares: those both replicate in the old set and, once the change
+// under way reached read-new, in the new set too. Before read-new a
+// node's gained partitions are the change's to copy (membership streams
+// them and compares them with every old replica, Gains); an exchange
+// beside that copy would pull and push the same records again at the
+// gaining node's expense, and no read asks that node before read-new.
+// Without a change under way it is Shared.
+func (s *Sets) Compared(a, b int) []partition.ID {
+	if !s.Moving || s.ReadNew {
+		return s.Shared(a, b)
+	}
+	var out []partition.ID
+	var buf [maxSet]int
+	for p := range partition.Count {
+		old := s.Old.PartitionReplicas(partition.ID(p), s.OldFactor, buf[:0])
+		if slices.Contains(old, a) && slices.Contains(old, b) {
+			out = append(out, partition.ID(p))
+		}
+	}
+	return out
+}
+
 // Gains returns, by old replica, the partitions that node gains in the
 // change (in its new set, not in its old): each must be copied from every
 // old replica, since a write acknowledged before the change may be on ack

@@ -60,7 +60,40 @@ func TestSetsRouteByStage(t *testing.T) {
 				require.Contains(t, s.Shared(3, r), p, "a gained partition is shared with its sources")
 			}
 		}
+		// Anti-entropy compares a gained partition only once the copy is
+		// over (read-new); the old members' shared partitions always.
+		for r := range 3 {
+			if tc.readNew {
+				require.Equal(t, s.Shared(3, r), s.Compared(3, r))
+			} else {
+				require.Empty(t, s.Compared(3, r), "node 3 gains every partition it shares with %d", r)
+			}
+			for q := range 3 {
+				if q == r {
+					continue
+				}
+				var both []partition.ID
+				for p := range partition.Count {
+					if s.Holds(partition.ID(p), r) && s.Holds(partition.ID(p), q) {
+						both = append(both, partition.ID(p))
+					}
+				}
+				if tc.readNew {
+					require.Equal(t, s.Shared(r, q), s.Compared(r, q))
+				} else {
+					require.Equal(t, both, s.Compared(r, q), "nodes %d and %d", r, q)
+				}
+			}
+		}
 	}
+	done := join
+	for done.Change != nil {
+		done, err = done.Advance()
+		require.NoError(t, err)
+	}
+	after := Of(done)
+	require.NotEmpty(t, after.Compared(3, 0), "once the change is over, the new node is compared")
+	require.Equal(t, after.Shared(3, 0), after.Compared(3, 0))
 }
 
 // Receives is membership of a write's targets: a node receives a

@@ -63,10 +63,11 @@ import (
 //	    the hints each node keeps, by the node they are for (settled).
 //	deliver-hints
 //	    waits until no running node keeps a hint.
-//	repair <i>
+//	repair <i> [compared=<j>]
 //	    an anti-entropy exchange of node i with every peer (admin
 //	    /repair): the records it pulled and pushed, summed over its
-//	    peers, and the exchanges that failed.
+//	    peers, and the exchanges that failed; with compared, how many
+//	    partitions it compared with node j.
 //	add via=<i> | join <i> via=<j> | decommission <i> via=<j>
 //	    a new node with --join (not started: boot starts it); the admin
 //	    call that adds it; the one that removes a member.
@@ -361,8 +362,15 @@ func (s *scenario) repair(t *testing.T, d *datadriven.TestData) string {
 	i := nodeArg(t, d, 0)
 	var peers, errs []string
 	var pulled, pushed, failed int
+	compared, with := 0, -1
+	if d.HasArg("compared") {
+		with = intArg(t, d, "compared", 0) - 1
+	}
 	for _, x := range s.c.Repair(i) {
 		peers = append(peers, name(s.c.Index(x.Peer)))
+		if s.c.Index(x.Peer) == with {
+			compared = x.Partitions
+		}
 		pulled, pushed, failed = pulled+x.Pulled, pushed+x.Pushed, failed+x.Failed
 		if x.Error != "" {
 			errs = append(errs, fmt.Sprintf("with %s: %s", name(s.c.Index(x.Peer)), x.Error))
@@ -373,6 +381,9 @@ func (s *scenario) repair(t *testing.T, d *datadriven.TestData) string {
 	out := fmt.Sprintf("%s exchanged with %s: pulled %d, pushed %d", name(i), strings.Join(peers, " "), pulled, pushed)
 	if failed > 0 {
 		out += fmt.Sprintf(", failed %d", failed)
+	}
+	if with >= 0 {
+		out += fmt.Sprintf("; compared %d partitions with %s", compared, name(with))
 	}
 	for _, e := range errs {
 		out += "\nerror " + e
