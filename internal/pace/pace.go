@@ -162,8 +162,14 @@ func (g *Governor) Start() {
 	var pr *pressureReader
 	if g.o.CPUPressure > 0 {
 		var ok bool
-		if pr, ok = newPressureReader(); !ok {
+		switch pr, ok = newPressureReader(); {
+		case !ok:
 			g.log.Info("background pace: the kernel reports no CPU pressure; the scheduler's latency alone sets the pace")
+		case pr.path == machinePressure:
+			// the root cgroup, or none found: every process's waits count
+			g.log.Info("background pace: the CPU pressure read is the whole machine's", "file", pr.path)
+		default:
+			g.log.Info("background pace: the CPU pressure read is this process's cgroup's", "file", pr.path)
 		}
 	}
 	g.mu.Lock() // the latencies before now are not the first interval's

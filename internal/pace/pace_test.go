@@ -69,6 +69,34 @@ func TestParsePressure(t *testing.T) {
 	}
 }
 
+// The cgroup's cpu.pressure is found where the cgroup2 file system is
+// mounted: /sys/fs/cgroup on a unified host, /sys/fs/cgroup/unified on a
+// hybrid one (cgroup v1 controllers beside it), below a mount's root when
+// the mount is of a cgroup inside the hierarchy; none without a v2 line
+// or mount.
+func TestPressurePath(t *testing.T) {
+	const (
+		unified = "29 23 0:26 / /sys/fs/cgroup rw,nosuid,nodev,noexec,relatime shared:4 - cgroup2 cgroup2 rw,nsdelegate\n"
+		hybrid  = "25 24 0:22 / /sys/fs/cgroup ro,nosuid - tmpfs tmpfs ro,mode=755\n" +
+			"26 25 0:23 / /sys/fs/cgroup/unified rw,nosuid,nodev,noexec,relatime shared:5 - cgroup2 cgroup2 rw\n" +
+			"27 25 0:24 / /sys/fs/cgroup/cpu rw,relatime shared:6 - cgroup cgroup rw,cpu\n"
+		inner = "40 30 0:26 /system.slice/dhtkv.service /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n"
+	)
+	for _, tc := range []struct {
+		name, cgroup, mountinfo, want string
+	}{
+		{"unified", "0::/system.slice/dhtkv.service\n", unified, "/sys/fs/cgroup/system.slice/dhtkv.service/cpu.pressure"},
+		{"hybrid", "4:cpu:/\n1:name=systemd:/\n0::/dhtkv-g1\n", hybrid, "/sys/fs/cgroup/unified/dhtkv-g1/cpu.pressure"},
+		{"the mount is the cgroup", "0::/system.slice/dhtkv.service\n", inner, "/sys/fs/cgroup/cpu.pressure"},
+		{"a cgroup below the mount's", "0::/system.slice/dhtkv.service/x\n", inner, "/sys/fs/cgroup/x/cpu.pressure"},
+		{"not under the mount", "0::/system.slice/dhtkv.serviceX\n", inner, ""},
+		{"no v2 line", "4:cpu:/\n", hybrid, ""},
+		{"no cgroup2 mount", "0::/a\n", "27 25 0:24 / /sys/fs/cgroup/cpu rw - cgroup cgroup rw,cpu\n", ""},
+	} {
+		require.Equal(t, tc.want, pressurePath(tc.cgroup, tc.mountinfo), tc.name)
+	}
+}
+
 // On a kernel with PSI the reader finds a file and reports a share in
 // [0, 1] of the time since its last read.
 func TestPressureReader(t *testing.T) {

@@ -33,10 +33,13 @@ type pressureReader struct {
 	at   time.Time     // when it was read
 }
 
+// machinePressure is the whole machine's CPU pressure.
+const machinePressure = "/proc/pressure/cpu"
+
 // newPressureReader finds the file to read; ok is false where the kernel
 // has no PSI (before Linux 4.20, or psi=0).
 func newPressureReader() (r *pressureReader, ok bool) {
-	for _, p := range []string{cgroupPressurePath(), "/proc/pressure/cpu"} {
+	for _, p := range []string{cgroupPressurePath(), machinePressure} {
 		if p == "" {
 			continue
 		}
@@ -64,16 +67,56 @@ func (r *pressureReader) share(now time.Time) float64 {
 }
 
 // cgroupPressurePath is the cpu.pressure file of this process's cgroup v2
-// ("0::/path" in /proc/self/cgroup), or "" where there is none.
+// ("0::/path" in /proc/self/cgroup) in the cgroup2 file system's mount
+// (/proc/self/mountinfo): /sys/fs/cgroup on a unified host, and
+// /sys/fs/cgroup/unified on a hybrid one (cgroup v1 controllers beside a
+// v2 hierarchy, systemd's hybrid mode), where a path built under
+// /sys/fs/cgroup would not exist and the machine's pressure would be read
+// instead of the cgroup's. "" where there is none.
 func cgroupPressurePath() string {
-	b, err := os.ReadFile("/proc/self/cgroup")
+	cg, err := os.ReadFile("/proc/self/cgroup")
 	if err != nil {
 		return ""
 	}
-	for _, line := range strings.Split(string(b), "\n") {
+	mi, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return ""
+	}
+	return pressurePath(string(cg), string(mi))
+}
+
+// pressurePath joins the cgroup2 mount found in mountinfo with the cgroup
+// path of the "0::" line of cgroup, made relative to the mount's root (a
+// mount of a cgroup below the hierarchy's root, as in a container without
+// a cgroup namespace, shows that cgroup as its root).
+func pressurePath(cgroup, mountinfo string) string {
+	var path string
+	found := false
+	for _, line := range strings.Split(cgroup, "\n") {
 		if rest, ok := strings.CutPrefix(line, "0::"); ok {
-			return filepath.Join("/sys/fs/cgroup", rest, "cpu.pressure")
+			path, found = rest, true
+			break
 		}
+	}
+	if !found {
+		return ""
+	}
+	for _, line := range strings.Split(mountinfo, "\n") {
+		// id parent major:minor root mountpoint options [optional...] - fstype source superoptions
+		pre, post, ok := strings.Cut(line, " - ")
+		if !ok || !strings.HasPrefix(post, "cgroup2 ") {
+			continue
+		}
+		f := strings.Fields(pre)
+		if len(f) < 5 {
+			continue
+		}
+		root, mount := f[3], f[4]
+		rel, ok := strings.CutPrefix(path, root)
+		if !ok || (rel != "" && root != "/" && !strings.HasPrefix(rel, "/")) {
+			continue // this process's cgroup is not under that mount
+		}
+		return filepath.Join(mount, rel, "cpu.pressure")
 	}
 	return ""
 }
