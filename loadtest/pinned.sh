@@ -25,7 +25,8 @@
 #      nodes on 2 cores each, --move-rate JOIN_MOVE_RATE (64MiB), under a
 #      90/10 GET/PUT load at JOIN_RATE (10000/s) for JOIN_LOAD (60s),
 #      beside the same load with no change: the stream's MB/s and the
-#      clients' tail during the join, in one run (issue 24, point 2)
+#      clients' tail during the join, in one run (issue 24, point 2);
+#      JOIN_FLAGS, more flags for the four nodes (--background-cpu-pressure 0)
 #
 # SECTIONS picks them (default "A B C D").
 # Binaries come from BIN (default bin/: dhtkv, dhtkv-load,
@@ -33,9 +34,12 @@
 # toolchain is. Needs 16 cores (servers on 0-7, the generator on 8-15);
 # SMALL=1 runs it all on the cores there are, as a smoke test. Uses only
 # taskset, python3 and bash's /dev/tcp; contacts only 127.0.0.1. LOGS=DIR
-# keeps every server's log there (on the lent machine: LOGS=$OUT/logs),
-# dhtkv's at level debug: each flush and compaction with its time, to place
-# a slow second of a timeline.
+# keeps there every server's log, dhtkv's at level debug (each flush and
+# compaction with its time), each run's JSON with its timeline (runs.tsv:
+# when each began), and for the clusters of D and G each node's metrics
+# once a second (metrics-*.tsv: the background pace's factor and signals,
+# GC pauses, CPU, bytes moved): to place a slow second of a timeline. On
+# the lent machine: LOGS=/tmp/logs, then one tar of it into $OUT.
 #
 #   loadtest/pinned.sh                    # about 7 minutes
 #   SMALL=1 DUR=2s HOLD=5s loadtest/pinned.sh
@@ -49,9 +53,19 @@ tmp=$(mktemp -d /tmp/pinned.XXXX)
 pids=()
 cleanup() {
   kill "${pids[@]}" 2>/dev/null; sleep 0.5
-  [ -n "${LOGS:-}" ] && mkdir -p "$LOGS" && cp "$tmp"/*.log "$LOGS"/ 2>/dev/null
+  [ -n "${LOGS:-}" ] && mkdir -p "$LOGS" && cp "$tmp"/*.log "$tmp"/*.json "$tmp"/*.tsv "$LOGS"/ 2>/dev/null
   rm -rf "$tmp"
+  [ -n "$CGROOT" ] && rmdir "$CGROOT"/* "$CGROOT" 2>/dev/null
 }
+# Each server in a cgroup of its own (CGROUPS=1, the default, where the
+# cgroup2 file system is writable: as root), so that each node's
+# background pace reads its own CPU pressure, as on a machine or pod of
+# its own, rather than the whole machine's (docs/replication.md).
+CGROOT=""
+if [ "${CGROUPS:-1}" = 1 ]; then
+  cg2=$(awk '/ - cgroup2 / {print $5; exit}' /proc/self/mountinfo)
+  if [ -n "$cg2" ] && mkdir "$cg2/pinned-$$" 2>/dev/null; then CGROOT=$cg2/pinned-$$; fi
+fi
 trap cleanup EXIT
 if [ "${SMALL:-0}" = 1 ]; then
   GEN=0; S1=0; S2=0; S4=0; S8=0; C1=0; C2=0; C3=0; N2=0
@@ -60,6 +74,7 @@ else
 fi
 echo "# $(date -u +%FT%TZ) $(nproc) cpus,$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2), kernel $(uname -r), $("$B/dhtkv" --version 2>/dev/null | head -1)"
 echo "# taskset -c $GEN gives: $(taskset -c $GEN grep Cpus_allowed_list /proc/self/status | cut -f2)"
+echo "# each server in a cgroup of its own: ${CGROOT:-no (every node reads the whole machine CPU pressure)}"
 
 ticks() { local t=0 p; for p in "$@"; do t=$((t + $(awk '{print $14+$15}' "/proc/$p/stat"))); done; echo $t; }
 up() { local port; for port in "$@"; do for _ in $(seq 300); do (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break; sleep 0.05; done; done; sleep 0.3; }
@@ -67,11 +82,13 @@ start() { # name cores port binary flags...: a pinned server, its pid in PID_nam
   local name=$1 cores=$2; shift 3
   # with LOGS, dhtkv logs its flushes and compactions too (level debug)
   [ -n "${LOGS:-}" ] && [ "${1##*/}" = dhtkv ] && set -- "$@" --log-level debug
-  if [ -n "${GMP:-}" ]; then
-    GOMAXPROCS=$GMP taskset -c "$cores" "$@" >"$tmp/$name.log" 2>&1 &
-  else
-    taskset -c "$cores" "$@" >"$tmp/$name.log" 2>&1 &
+  local pre=(env)
+  [ -n "${GMP:-}" ] && pre+=("GOMAXPROCS=$GMP")
+  if [ -n "$CGROOT" ] && mkdir -p "$CGROOT/$name"; then
+    # shellcheck disable=SC2016 # $$ and $@ are the inner shell's
+    pre+=(bash -c 'echo $$ >"$0/cgroup.procs" && exec "$@"' "$CGROOT/$name")
   fi
+  "${pre[@]}" taskset -c "$cores" "$@" >"$tmp/$name.log" 2>&1 &
   pids+=($!); printf -v "PID_$name" %s $!
 }
 load() { # targets workload conns [flags...]: JSON on stdout
@@ -108,10 +125,47 @@ PY
 run() { # name pids-var target workload conns [flags...]
   local name=$1 ps=$2; shift 2
   local t0 t1 r
+  if [ -n "${LOGS:-}" ]; then
+    RUNS=$((${RUNS:-0} + 1))
+    printf '%s\t%s\t%s\n' "$RUNS" "$(date +%s.%N)" "$name" >>"$tmp/runs.tsv"
+  fi
   # shellcheck disable=SC2086 # a list of pids
   t0=$(ticks ${!ps}); r=$(load "$@"); t1=$(ticks ${!ps})
   row "$name" "$r" $((t1 - t0))
+  [ -n "${LOGS:-}" ] && printf '%s\n' "$r" >"$tmp/run$RUNS.json"
   LAST=$r
+}
+# sample NAME ADMIN-PORT...: with LOGS, each node's metrics once a second
+# into metrics-NAME.tsv (the generator's cores), until the script ends
+sample() {
+  [ -n "${LOGS:-}" ] || return 0
+  local out=$tmp/metrics-$1.tsv; shift
+  taskset -c $GEN python3 - "$out" "$@" <<'PY' &
+import sys, time, urllib.request
+out, ports = sys.argv[1], sys.argv[2:]
+names = ["dhtkv_background_pace_factor", "dhtkv_background_pace_sched_latency_p99_seconds",
+         "dhtkv_background_pace_cpu_pressure_ratio", "process_cpu_seconds_total",
+         "go_gc_pauses_seconds_sum", "go_gc_pauses_seconds_count", "dhtkv_pebble_write_stall_seconds_total",
+         "dhtkv_membership_moved_bytes_total", "dhtkv_antientropy_bytes_total"]
+with open(out, "w") as f:
+    f.write("time\tport\t" + "\t".join(names) + "\n")
+    while True:
+        t = time.time()
+        for p in ports:
+            try:
+                m = urllib.request.urlopen(f"http://127.0.0.1:{p}/metrics", timeout=0.5).read().decode()
+            except Exception:
+                continue
+            vals = {}
+            for l in m.splitlines():
+                n = l.split("{")[0].split(" ")[0]
+                if n in names:
+                    vals[n] = vals.get(n, 0) + float(l.split()[-1])
+            f.write(f"{t:.2f}\t{p}\t" + "\t".join(f"{vals[n]:.6g}" if n in vals else "" for n in names) + "\n")
+        f.flush()
+        time.sleep(max(0.0, 1 - (time.time() - t)))
+PY
+  pids+=($!)
 }
 rps() { python3 -c "import json,sys; print(json.loads(sys.argv[1]).get('throughput_rps',0))" "$1" 2>/dev/null || echo 0; }
 
@@ -152,11 +206,14 @@ if on C || on D; then
 
 echo "## C. 3 nodes x 2 cores, ack=2 from=3, against one node on 2 cores ($N2), 128 connections"
 CL=http://127.0.0.1:19091,http://127.0.0.1:19092,http://127.0.0.1:19093
-start c1 $C1 19091 "$B/dhtkv" --listen 127.0.0.1:19091 --data-dir "$tmp/c1" --cluster $CL --cache-bytes 512MiB
-start c2 $C2 19092 "$B/dhtkv" --listen 127.0.0.1:19092 --data-dir "$tmp/c2" --cluster $CL --cache-bytes 512MiB
-start c3 $C3 19093 "$B/dhtkv" --listen 127.0.0.1:19093 --data-dir "$tmp/c3" --cluster $CL --cache-bytes 512MiB
+for i in 1 2 3; do
+  c=C$i
+  start "c$i" "${!c}" 0 "$B/dhtkv" --listen 127.0.0.1:1909$i --admin-listen 127.0.0.1:1914$i --data-dir "$tmp/c$i" \
+    --cluster $CL --cache-bytes 512MiB
+done
 start n2 $N2 19094 "$B/dhtkv" --listen 127.0.0.1:19094 --data-dir "$tmp/n2" --cache-bytes 512MiB
-up 19091 19092 19093 19094
+up 19091 19092 19093 19094 19141
+sample c 19141 19142 19143
 fill $CL --ack 2 --from 3; fill http://127.0.0.1:19094
 CPIDS="$PID_c1 $PID_c2 $PID_c3"
 declare -A CLOSED
@@ -222,14 +279,16 @@ if on G; then
 # while it runs (issue 21's: p99 <= 5 ms, p99.9 <= 20 ms), beside the same
 # load on the same cluster with no change.
 JN=${JOIN_N:-1000000}; JRATE=${JOIN_RATE:-10000}; JMOVE=${JOIN_MOVE_RATE:-64MiB}; JLOAD=${JOIN_LOAD:-60s}
-echo "## G. a join: 3 -> 4 nodes on 2 cores each, $JN records of 1 KiB, --move-rate $JMOVE, 90/10 GET/PUT at $JRATE/s (ack=2 from=3) for $JLOAD each"
+JFLAGS=${JOIN_FLAGS:-}
+echo "## G. a join: 3 -> 4 nodes on 2 cores each, $JN records of 1 KiB, --move-rate $JMOVE $JFLAGS, 90/10 GET/PUT at $JRATE/s (ack=2 from=3) for $JLOAD each"
 GL=http://127.0.0.1:19121,http://127.0.0.1:19122,http://127.0.0.1:19123
 for i in 1 2 3; do
   c=C$i
   start "g$i" "${!c}" 0 "$B/dhtkv" --listen 127.0.0.1:1912$i --admin-listen 127.0.0.1:1913$i --data-dir "$tmp/g$i" \
-    --cluster $GL --cache-bytes 512MiB --move-rate "$JMOVE"
+    --cluster $GL --cache-bytes 512MiB --move-rate "$JMOVE" $JFLAGS
 done
 up 19121 19122 19123 19131
+sample g 19131 19132 19133 19134
 t0=$(date +%s.%N)
 taskset -c $GEN "$B/dhtkv-load" --targets $GL --keyspace "$JN" --value-size 1024 --connections 128 \
   --fill "$JN" --fill-only --ack 3 --from 3 >/dev/null 2>&1
@@ -239,7 +298,7 @@ DUR=$JLOAD run "no change: mixed @$JRATE/s" GPIDS $GL mixed 128 --ack 2 --from 3
 # Node 4 starts first (it waits for the join that adds it); the join
 # begins 5 s into the load run and dhtkvctl returns when it is over.
 start g4 "$N2" 0 "$B/dhtkv" --listen 127.0.0.1:19124 --admin-listen 127.0.0.1:19134 --data-dir "$tmp/g4" \
-  --join http://127.0.0.1:19121 --cache-bytes 512MiB --move-rate "$JMOVE"
+  --join http://127.0.0.1:19121 --cache-bytes 512MiB --move-rate "$JMOVE" $JFLAGS
 (sleep 6; date +%s.%N >"$tmp/join.start"
  "$B/dhtkvctl" join --admin 127.0.0.1:19131 --wait-timeout 30m http://127.0.0.1:19124 >"$tmp/join.out" 2>&1
  date +%s.%N >"$tmp/join.end") &
@@ -265,6 +324,23 @@ for l in open(f"{tmp}/g4.log"):
         secs = lambda d: sum(float(v) * {"h": 3600, "m": 60, "s": 1, "ms": 1e-3}[u] for v, u in re.findall(r'([\d.]+)(ms|h|m|s)', d))
         b, st = float(f.get("streamed_bytes", 0)), secs(f.get("streamed_in", "0s"))
         print(f"{'':42s}stream: {b / 1e6:.0f} MB in {st:.1f} s: {b / 1e6 / max(st, 1e-9):.1f} MB/s; the copy with its comparison {f.get('took')}")
+try:  # the pace on each node during the join (LOGS: sampled once a second)
+    rows = [l.rstrip("\n").split("\t") for l in open(f"{tmp}/metrics-g.tsv")]
+    head, rows = rows[0], [r for r in rows[1:] if start <= float(r[0]) <= end]
+    col = lambda r, n: float(r[head.index(n)]) if r[head.index(n)] else None
+    for port in sorted({r[1] for r in rows}):
+        mine = [r for r in rows if r[1] == port]
+        def med(n):  # the median of the samples taken (the scheduler's p99: -1 when it had none)
+            vs = sorted(v for v in (col(r, n) for r in mine) if v is not None and v >= 0)
+            return vs[len(vs) // 2] if vs else float("nan")
+        cpu = [col(r, "process_cpu_seconds_total") for r in mine]
+        secs = float(mine[-1][0]) - float(mine[0][0])
+        print(f"{'':42s}node :{port} during the join: pace factor median {med('dhtkv_background_pace_factor'):.3g}, "
+              f"sched p99 {med('dhtkv_background_pace_sched_latency_p99_seconds') * 1000:.2f} ms, "
+              f"CPU pressure {med('dhtkv_background_pace_cpu_pressure_ratio'):.2f}, "
+              f"cores {(cpu[-1] - cpu[0]) / max(secs, 1e-9):.2f}")
+except (OSError, IndexError, ValueError, TypeError):
+    pass
 try:
     tl = json.loads(js).get("timeline") or []
 except Exception:
