@@ -41,12 +41,11 @@ type Copier interface {
 //     (Log.Copied), which advances the stage once every gainer did. Every
 //     replica of the old set, because a write acknowledged before the
 //     change may be on ack of them only. Each
-//     partition is streamed whole from one of them (planCopy: as few
-//     sources as cover every partition, since each reads its whole store
-//     to pick out the partitions asked for), then compared with each of
-//     the others by an anti-entropy exchange that pulls only what differs:
-//     a few records, those the first source missed. A restart in this
-//     stage copies again.
+//     partition is streamed whole from one of them (planCopy: spread
+//     evenly over them, and streamed from all at once), then compared with
+//     each of the others by an anti-entropy exchange that pulls only what
+//     differs: a few records, those the first source missed. A restart in
+//     this stage copies again.
 //   - once a change is over, and when the node starts with no change under
 //     way, it deletes the partitions this node does not hold: those it
 //     gave away, and any record left outside its partitions (by an
@@ -138,46 +137,40 @@ func (mv *mover) close() {
 // planCopy chooses, for the partitions a node gains (from: by old replica,
 // the partitions to copy from it), the source each partition is streamed
 // from whole (bulk) and the replicas each is compared with afterwards
-// (rest). The sources are as few as cover every partition, chosen
-// greedily: the replica with the most partitions not yet covered first
-// (the lowest id of equals). A source reads its whole store to stream
-// some partitions of it, so fewer sources read less.
+// (rest). The partitions are spread evenly over their old replicas: each,
+// in ascending order, goes to the one of its replicas with the fewest so
+// far (the lowest id of equals). copyGained streams from every source at
+// once, so the copy goes at the sum of the senders' paces (each sender's
+// --move-rate under its own background pace), up to the gaining node's
+// own, and no one old replica sends it all. Each source walks its whole
+// store to pick out its partitions (about a microsecond or two a key), a
+// small price next to the records it sends, which are the copy's cost at
+// both ends.
 func planCopy(from map[int][]partition.ID) (bulk map[int]*partition.Set, rest map[int][]partition.ID) {
 	bulk, rest = map[int]*partition.Set{}, map[int][]partition.ID{}
-	left := map[partition.ID]bool{}
-	sources := make([]int, 0, len(from))
+	holders := map[partition.ID][]int{}
 	for r, ps := range from {
-		sources = append(sources, r)
 		for _, p := range ps {
-			left[p] = true
+			holders[p] = append(holders[p], r)
 		}
 	}
-	slices.Sort(sources)
-	for len(left) > 0 {
-		best, most := -1, 0
-		for _, r := range sources {
-			n := 0
-			for _, p := range from[r] {
-				if left[p] {
-					n++
-				}
-			}
-			if n > most {
-				best, most = r, n
+	load := map[int]int{}
+	for _, p := range slices.Sorted(maps.Keys(holders)) {
+		rs := holders[p]
+		slices.Sort(rs)
+		best := rs[0]
+		for _, r := range rs[1:] {
+			if load[r] < load[best] {
+				best = r
 			}
 		}
-		set := &partition.Set{}
-		for _, p := range from[best] {
-			if left[p] {
-				set.Add(p)
-				delete(left, p)
-			}
+		load[best]++
+		if bulk[best] == nil {
+			bulk[best] = &partition.Set{}
 		}
-		bulk[best] = set
-	}
-	for _, r := range sources {
-		for _, p := range from[r] {
-			if !bulk[r].Has(p) {
+		bulk[best].Add(p)
+		for _, r := range rs {
+			if r != best {
 				rest[r] = append(rest[r], p)
 			}
 		}
@@ -221,33 +214,51 @@ func (mv *mover) copyGained(ctx context.Context, v *view.View) {
 	var total antientropy.ExchangeStats
 	s.log.Info("membership: copying the partitions this node gains", "epoch", v.Map.Epoch, "partitions", parts,
 		"streamed_from", len(bulk), "compared_with", len(rest))
-	// 1. Each partition streamed whole from one replica.
-	for len(bulk) > 0 {
-		for _, r := range slices.Sorted(maps.Keys(bulk)) {
-			st, err := s.o.Copy.Copy(ctx, v.URL(r), v.Epoch(), bulk[r])
-			copied.Add(st)
-			s.m.moveRecords.Add(float64(st.Records))
-			s.m.moveBytes.Add(float64(st.Bytes))
-			if err == nil && st.Refused > 0 {
-				err = fmt.Errorf("%d records left out, too far ahead of this node's clock (is it behind?)", st.Refused)
-			}
-			if err != nil {
-				if ctx.Err() != nil {
-					return
+	// 1. Each partition streamed whole from one replica, every source at
+	// once, each tried again until it succeeds, ctx ends or a newer map
+	// stops it (ErrStale, which ends the others too).
+	streamCtx, stop := context.WithCancel(ctx)
+	var mu sync.Mutex // guards copied and stale
+	stale := false
+	var wg sync.WaitGroup
+	for _, r := range slices.Sorted(maps.Keys(bulk)) {
+		wg.Go(func() {
+			for {
+				st, err := s.o.Copy.Copy(streamCtx, v.URL(r), v.Epoch(), bulk[r])
+				mu.Lock()
+				copied.Add(st)
+				mu.Unlock()
+				s.m.moveRecords.Add(float64(st.Records))
+				s.m.moveBytes.Add(float64(st.Bytes))
+				if err == nil && st.Refused > 0 {
+					err = fmt.Errorf("%d records left out, too far ahead of this node's clock (is it behind?)", st.Refused)
 				}
-				if errors.Is(err, partcopy.ErrStale) {
-					// A newer map is installed: what it asks replaces this.
-					s.log.Warn("membership: a newer cluster map stopped the copy of gained partitions", "epoch", v.Map.Epoch)
+				switch {
+				case err == nil, streamCtx.Err() != nil:
+					return
+				case errors.Is(err, partcopy.ErrStale):
+					mu.Lock()
+					stale = true
+					mu.Unlock()
+					stop()
 					return
 				}
 				s.log.Warn("membership: streaming partitions from a replica failed; trying again", "peer", v.URL(r), "err", err)
-				continue
+				if !sleepCtx(streamCtx, moveRetry) {
+					return
+				}
 			}
-			delete(bulk, r)
-		}
-		if len(bulk) > 0 && !sleepCtx(ctx, moveRetry) {
-			return
-		}
+		})
+	}
+	wg.Wait()
+	stop()
+	if stale {
+		// A newer map is installed: what it asks replaces this.
+		s.log.Warn("membership: a newer cluster map stopped the copy of gained partitions", "epoch", v.Map.Epoch)
+		return
+	}
+	if ctx.Err() != nil {
+		return
 	}
 	streamed := time.Since(start)
 	// 2. Compared with every other replica of their old set.

@@ -13,8 +13,9 @@ import (
 )
 
 // TestPlanCopy: every gained partition is streamed from exactly one of its
-// old replicas and compared with each of the others; the sources are as
-// few as cover every partition, the largest first.
+// old replicas and compared with each of the others; the streams are
+// spread evenly over the replicas, each partition in ascending order to
+// the one of its replicas with the fewest so far.
 func TestPlanCopy(t *testing.T) {
 	for _, tc := range []struct {
 		name string
@@ -23,16 +24,16 @@ func TestPlanCopy(t *testing.T) {
 		rest map[int][]partition.ID
 	}{
 		{
-			name: "every replica holds every gained partition: one source",
+			name: "every replica holds every gained partition: a third from each",
 			from: map[int][]partition.ID{0: {1, 2, 3}, 1: {1, 2, 3}, 2: {1, 2, 3}},
-			bulk: map[int][]partition.ID{0: {1, 2, 3}},
-			rest: map[int][]partition.ID{1: {1, 2, 3}, 2: {1, 2, 3}},
+			bulk: map[int][]partition.ID{0: {1}, 1: {2}, 2: {3}},
+			rest: map[int][]partition.ID{0: {2, 3}, 1: {1, 3}, 2: {1, 2}},
 		},
 		{
-			name: "the replica with the most first",
+			name: "to the replica with the fewest so far",
 			from: map[int][]partition.ID{0: {1}, 1: {1, 2, 3}, 2: {3, 4}},
-			bulk: map[int][]partition.ID{1: {1, 2, 3}, 2: {4}},
-			rest: map[int][]partition.ID{0: {1}, 2: {3}},
+			bulk: map[int][]partition.ID{0: {1}, 1: {2}, 2: {3, 4}},
+			rest: map[int][]partition.ID{1: {1, 3}},
 		},
 		{
 			name: "disjoint: every replica a source",
