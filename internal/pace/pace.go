@@ -165,7 +165,7 @@ func (g *Governor) Start() {
 		switch pr, ok = newPressureReader(); {
 		case !ok:
 			g.log.Info("background pace: the kernel reports no CPU pressure; the scheduler's latency alone sets the pace")
-		case pr.path == machinePressure:
+		case pr.machine():
 			// the root cgroup, or none found: every process's waits count
 			g.log.Info("background pace: the CPU pressure read is the whole machine's", "file", pr.path)
 		default:

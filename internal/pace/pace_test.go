@@ -4,6 +4,8 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"runtime/metrics"
 	"testing"
 	"time"
@@ -107,6 +109,17 @@ func TestPressureReader(t *testing.T) {
 	time.Sleep(20 * time.Millisecond) // the behaviour under test: an interval to measure
 	s := r.share(time.Now())
 	require.True(t, s >= 0 && s <= 1, "share %v of %s", s, r.path)
+}
+
+// The kernel's file and the hierarchy's root cgroup (no cgroup.type) are
+// the whole machine's pressure; any other cgroup's is its own.
+func TestMachinePressure(t *testing.T) {
+	require.True(t, (&pressureReader{path: machinePressure}).machine())
+	dir := t.TempDir() // a cgroup's directory, and the root's (no cgroup.type)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "cpu.pressure"), nil, 0o644))
+	require.True(t, (&pressureReader{path: filepath.Join(dir, "cpu.pressure")}).machine())
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "cgroup.type"), []byte("domain\n"), 0o644))
+	require.False(t, (&pressureReader{path: filepath.Join(dir, "cpu.pressure")}).machine())
 }
 
 // hist is a cumulative scheduler latency histogram in the runtime's shape,

@@ -3,7 +3,9 @@ package pace
 import (
 	"bufio"
 	"bytes"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -48,6 +50,18 @@ func newPressureReader() (r *pressureReader, ok bool) {
 		}
 	}
 	return nil, false
+}
+
+// machine reports whether r reads the whole machine's pressure: the
+// kernel's own file, or the cgroup hierarchy's root (which has no
+// cgroup.type file, unlike every other cgroup, the root of a cgroup
+// namespace, as in a container, included).
+func (r *pressureReader) machine() bool {
+	if r.path == machinePressure {
+		return true
+	}
+	_, err := os.Stat(filepath.Join(filepath.Dir(r.path), "cgroup.type"))
+	return errors.Is(err, fs.ErrNotExist)
 }
 
 // share returns the share of the time since the last call during which
