@@ -45,7 +45,9 @@
 // exchange on the schedule or by Repair leaves out the partitions either
 // node gains in the change (placement.Sets.Compared): the change copies
 // them itself, and comparing them beside its stream would send the same
-// records twice to the node the stream is filling.
+// records twice to the node the stream is filling. Such an exchange is
+// followed by another with the same peer within a minute, until one
+// compares every partition both replicate: soon after read-new.
 package antientropy
 
 import (
@@ -337,14 +339,21 @@ func (a *Service) startDue() time.Time {
 // runExchange runs one exchange with peer i and schedules the next.
 func (a *Service) runExchange(i int) ExchangeStats {
 	v := a.views()
-	st, err := a.Exchange(a.work.Context(), v, i, v.Compared(v.Self, i), false)
+	parts := v.Compared(v.Self, i)
+	// Partitions left out (a change under way, before read-new) are
+	// compared by the next exchange, within a minute: soon after the
+	// change reaches read-new, also for a peer whose hints were dropped.
+	partial := len(parts) < len(v.Shared(v.Self, i))
+	st, err := a.Exchange(a.work.Context(), v, i, parts, false)
 	a.mu.Lock()
 	s := &a.state[i]
 	s.Running, s.Last = false, &st
 	switch {
 	case err == nil:
 		s.LastSuccess, s.Progress = st.Started, 1
-		if a.o.Interval > 0 {
+		if partial {
+			a.due[i] = time.Now().Add(aeRetry)
+		} else if a.o.Interval > 0 {
 			a.due[i] = time.Now().Add(a.o.Interval)
 		} else {
 			a.due[i] = time.Time{}

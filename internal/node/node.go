@@ -504,6 +504,10 @@ func (n *Node) Members() *membership.Service { return n.members }
 // records it removed (tests; production runs passes on a schedule).
 func (n *Node) CollectGarbage() int { return n.gc.Pass(context.Background()) }
 
+// AntiEntropy returns anti-entropy's state with every peer, its last
+// exchange's figures included (tests; operators see it in /v0/status).
+func (n *Node) AntiEntropy() []antientropy.PeerSync { return n.ae.Status() }
+
 // PeerStates returns what the probes found of every peer.
 func (n *Node) PeerStates() []probe.PeerState { return n.probe.PeerStates() }
 

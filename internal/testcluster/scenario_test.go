@@ -68,6 +68,9 @@ import (
 //	    /repair): the records it pulled and pushed, summed over its
 //	    peers, and the exchanges that failed; with compared, how many
 //	    partitions it compared with node j.
+//	exchanges <i>
+//	    node i's last anti-entropy exchange with each peer: how many
+//	    partitions it compared.
 //	add via=<i> | join <i> via=<j> | decommission <i> via=<j>
 //	    a new node with --join (not started: boot starts it); the admin
 //	    call that adds it; the one that removes a member.
@@ -210,6 +213,8 @@ func (s *scenario) run(t *testing.T, d *datadriven.TestData) string {
 		return s.hints()
 	case "repair":
 		return s.repair(t, d)
+	case "exchanges":
+		return s.exchanges(t, d)
 	case "add":
 		return name(s.c.AddNode(intArg(t, d, "via", 0) - 1))
 	case "join":
@@ -389,6 +394,23 @@ func (s *scenario) repair(t *testing.T, d *datadriven.TestData) string {
 		out += "\nerror " + e
 	}
 	return out
+}
+
+// exchanges prints node i's last exchange with each peer, by peer name.
+func (s *scenario) exchanges(t *testing.T, d *datadriven.TestData) string {
+	i := nodeArg(t, d, 0)
+	var lines []string
+	for _, ps := range s.c.Node(i).AntiEntropy() {
+		if ps.Last == nil {
+			continue
+		}
+		lines = append(lines, fmt.Sprintf("%s with %s: compared %d partitions", name(i), name(s.c.Index(ps.Peer)), ps.Last.Partitions))
+	}
+	slices.Sort(lines)
+	if len(lines) == 0 {
+		return "no exchange"
+	}
+	return strings.Join(lines, "\n")
 }
 
 // cluster prints node i's map (mapString).
