@@ -93,6 +93,8 @@ func TestPressurePath(t *testing.T) {
 		{"a cgroup below the mount's", "0::/system.slice/dhtkv.service/x\n", inner, "/sys/fs/cgroup/x/cpu.pressure"},
 		{"not under the mount", "0::/system.slice/dhtkv.serviceX\n", inner, ""},
 		{"no v2 line", "4:cpu:/\n", hybrid, ""},
+		{"outside a namespace's root", "0::/../other.slice/x\n", unified, ""},
+		{"an escaped mount point", "0::/a\n", "29 23 0:26 / /run/cg\\040v2 rw - cgroup2 cgroup2 rw\n", "/run/cg v2/a/cpu.pressure"},
 		{"no cgroup2 mount", "0::/a\n", "27 25 0:24 / /sys/fs/cgroup/cpu rw - cgroup cgroup rw,cpu\n", ""},
 	} {
 		require.Equal(t, tc.want, pressurePath(tc.cgroup, tc.mountinfo), tc.name)

@@ -125,14 +125,36 @@ func pressurePath(cgroup, mountinfo string) string {
 		if len(f) < 5 {
 			continue
 		}
-		root, mount := f[3], f[4]
+		root, mount := unescapeMount(f[3]), unescapeMount(f[4])
 		rel, ok := strings.CutPrefix(path, root)
-		if !ok || (rel != "" && root != "/" && !strings.HasPrefix(rel, "/")) {
-			continue // this process's cgroup is not under that mount
+		if !ok || (rel != "" && root != "/" && !strings.HasPrefix(rel, "/")) || strings.Contains(rel, "..") {
+			// not under that mount (a cgroup outside a namespace's root
+			// shows as /../x)
+			continue
 		}
 		return filepath.Join(mount, rel, "cpu.pressure")
 	}
 	return ""
+}
+
+// unescapeMount undoes mountinfo's octal escapes (\040 for a space, \011,
+// \012, \134).
+func unescapeMount(s string) string {
+	if !strings.Contains(s, "\\") {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(n))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
 }
 
 // readPressure reads the "some" line's total (microseconds) from a PSI
