@@ -52,10 +52,10 @@ KS=100000
 tmp=$(mktemp -d /tmp/pinned.XXXX)
 pids=()
 cleanup() {
-  kill "${pids[@]}" 2>/dev/null; sleep 0.5
+  kill "${pids[@]}" 2>/dev/null; wait "${pids[@]}" 2>/dev/null
   [ -n "${LOGS:-}" ] && mkdir -p "$LOGS" && cp "$tmp"/*.log "$tmp"/*.json "$tmp"/*.tsv "$LOGS"/ 2>/dev/null
   rm -rf "$tmp"
-  [ -n "$CGROOT" ] && rmdir "$CGROOT"/* "$CGROOT" 2>/dev/null
+  [ -n "$CGROOT" ] && rmdir "$CGROOT"/*/ "$CGROOT" 2>/dev/null
 }
 # Each server in a cgroup of its own (CGROUPS=1, the default, where the
 # cgroup2 file system is writable: as root), so that each node's
@@ -76,7 +76,9 @@ echo "# $(date -u +%FT%TZ) $(nproc) cpus,$(grep -m1 'model name' /proc/cpuinfo |
 echo "# taskset -c $GEN gives: $(taskset -c $GEN grep Cpus_allowed_list /proc/self/status | cut -f2)"
 echo "# each server in a cgroup of its own: ${CGROOT:-no (every node reads the whole machine CPU pressure)}"
 
-ticks() { local t=0 p; for p in "$@"; do t=$((t + $(awk '{print $14+$15}' "/proc/$p/stat"))); done; echo $t; }
+# CPU ticks (user + system) of the processes given, and microseconds a tick
+ticks() { local t=0 p; for p in "$@"; do [ -r "/proc/$p/stat" ] && t=$((t + $(awk '{print $14+$15}' "/proc/$p/stat"))); done; echo $t; }
+US_PER_TICK=$((1000000 / $(getconf CLK_TCK)))
 up() { local port; for port in "$@"; do for _ in $(seq 300); do (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break; sleep 0.05; done; done; sleep 0.3; }
 start() { # name cores port binary flags...: a pinned server, its pid in PID_name
   local name=$1 cores=$2; shift 3
@@ -86,7 +88,7 @@ start() { # name cores port binary flags...: a pinned server, its pid in PID_nam
   [ -n "${GMP:-}" ] && pre+=("GOMAXPROCS=$GMP")
   if [ -n "$CGROOT" ] && mkdir -p "$CGROOT/$name"; then
     # shellcheck disable=SC2016 # $$ and $@ are the inner shell's
-    pre+=(bash -c 'echo $$ >"$0/cgroup.procs" && exec "$@"' "$CGROOT/$name")
+    pre+=(bash -c '{ echo $$ >"$0/cgroup.procs"; } 2>/dev/null || echo "pinned.sh: not moved into $0" >&2; exec "$@"' "$CGROOT/$name")
   fi
   "${pre[@]}" taskset -c "$cores" "$@" >"$tmp/$name.log" 2>&1 &
   pids+=($!); printf -v "PID_$name" %s $!
@@ -102,9 +104,9 @@ fill() { # targets [flags...]
 }
 # row NAME JSON TICKS: one line: throughput, latency, errors, server CPU per request
 row() {
-  python3 - "$1" "$2" "$3" <<'PY'
+  python3 - "$1" "$2" "$3" "$US_PER_TICK" <<'PY'
 import json, sys
-name, js, ticks = sys.argv[1], sys.argv[2], int(sys.argv[3])
+name, js, ticks, us_per_tick = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
 try:
     d = json.loads(js)
 except Exception:
@@ -113,7 +115,7 @@ l = d.get('latency_us', {})
 rps, n = d.get('throughput_rps', 0), max(1, d.get('requests', 0))
 errs = sum(d.get('errors', {}).values()) + d.get('non_2xx', 0)
 print(f"{name:40s} {rps:9.0f} rps  p50 {l.get('50',0)/1000:7.2f} p99 {l.get('99',0)/1000:8.2f} "
-      f"p99.9 {l.get('99.9',0)/1000:8.2f} max {l.get('100',0)/1000:8.1f} ms  err {errs}  cpu {ticks*10000/n:6.1f} us/req")
+      f"p99.9 {l.get('99.9',0)/1000:8.2f} max {l.get('100',0)/1000:8.1f} ms  err {errs}  cpu {ticks*us_per_tick/n:6.1f} us/req")
 tl = d.get('timeline') or []
 if tl:
     key = lambda s: s.get('p99_us', 0)

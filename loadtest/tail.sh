@@ -65,7 +65,7 @@ pebble_now() { # -> "flushes compactions stalls" summed over the nodes
 # One sample a second from the run's start: the run's second i is between
 # samples i and i+1.
 ( while :; do echo "$(date +%s.%N) $(pebble_now)"; sleep 1; done ) >"$tmp/pebble" & sampler=$!
-ticks() { local t=0 p; for p in "${pids[@]}"; do t=$((t + $(awk '{print $14+$15}' "/proc/$p/stat"))); done; echo $t; }
+ticks() { local t=0 p; for p in "${pids[@]}"; do [ -r "/proc/$p/stat" ] && t=$((t + $(awk '{print $14+$15}' "/proc/$p/stat"))); done; echo $t; }
 t0=$(ticks) start=$(date +%s.%N)
 out=$(load --rate "$rate" --duration "$DURATION" --timeline)
 t1=$(ticks)
@@ -73,7 +73,7 @@ kill "$sampler" 2>/dev/null || true
 
 echo "# node env [${NODE_ENV:-}], node flags: 1 [${NODE_FLAGS_1:-}] 2 [${NODE_FLAGS_2:-}] 3 [${NODE_FLAGS_3:-}]; memtables: $(for p in "${ports[@]}"; do grep -o 'memtable_bytes=[0-9]*' "$tmp/n$p.log" | head -1 | cut -d= -f2; done | tr '\n' ' ')"
 echo "# $(nproc) cores, $(go version | cut -d' ' -f3), $(date -u +%FT%TZ), $WORKLOAD, closed loop $closed rps, held at $rate rps ($FRACTION) for $DURATION, $CONNECTIONS connections, keyspace $KEYSPACE, values $VALUE_SIZE B, --sync=true"
-jq -r --argjson ticks "$((t1 - t0))" '"requests \(.requests), failures \(.non_2xx + .errors.connect + .errors.timeout + .errors.other), unsent \(.unsent // 0); latency from the intended send time: p50 \(.latency_us["50"]) µs, p99 \(.latency_us["99"]) µs, p99.9 \(.latency_us["99.9"]) µs, max \(.latency_us["100"]) µs; the servers'"'"' CPU \($ticks * 10000 / ([.requests, 1] | max) | floor) µs a request"' <<<"$out"
+jq -r --argjson ticks "$((t1 - t0))" --argjson us "$((1000000 / $(getconf CLK_TCK)))" '"requests \(.requests), failures \(.non_2xx + .errors.connect + .errors.timeout + .errors.other), unsent \(.unsent // 0); latency from the intended send time: p50 \(.latency_us["50"]) µs, p99 \(.latency_us["99"]) µs, p99.9 \(.latency_us["99.9"]) µs, max \(.latency_us["100"]) µs; the servers'"'"' CPU \($ticks * $us / ([.requests, 1] | max) | floor) µs a request"' <<<"$out"
 echo
 printf "%6s %8s %9s %9s %10s %8s %8s %7s\n" second rps "p50 µs" "p99 µs" "max µs" flushes compact stalls
 jq -r '.timeline[] | "\(.second) \(.requests) \(.p50_us) \(.p99_us) \(.max_us)"' <<<"$out" |
