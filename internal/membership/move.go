@@ -7,6 +7,7 @@ import (
 	"maps"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/time/rate"
@@ -215,43 +216,23 @@ func (mv *mover) copyGained(ctx context.Context, v *view.View) {
 	s.log.Info("membership: copying the partitions this node gains", "epoch", v.Map.Epoch, "partitions", parts,
 		"streamed_from", len(bulk), "compared_with", len(rest))
 	// 1. Each partition streamed whole from one replica, every source at
-	// once, each tried again until it succeeds, ctx ends or a newer map
-	// stops it (ErrStale, which ends the others too).
-	streamCtx, stop := context.WithCancel(ctx)
-	var mu sync.Mutex // guards copied and stale
-	stale := false
-	var wg sync.WaitGroup
-	for _, r := range slices.Sorted(maps.Keys(bulk)) {
-		wg.Go(func() {
-			for {
-				st, err := s.o.Copy.Copy(streamCtx, v.URL(r), v.Epoch(), bulk[r])
-				mu.Lock()
-				copied.Add(st)
-				mu.Unlock()
-				s.m.moveRecords.Add(float64(st.Records))
-				s.m.moveBytes.Add(float64(st.Bytes))
-				if err == nil && st.Refused > 0 {
-					err = fmt.Errorf("%d records left out, too far ahead of this node's clock (is it behind?)", st.Refused)
-				}
-				switch {
-				case err == nil, streamCtx.Err() != nil:
-					return
-				case errors.Is(err, partcopy.ErrStale):
-					mu.Lock()
-					stale = true
-					mu.Unlock()
-					stop()
-					return
-				}
-				s.log.Warn("membership: streaming partitions from a replica failed; trying again", "peer", v.URL(r), "err", err)
-				if !sleepCtx(streamCtx, moveRetry) {
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
-	stop()
+	// once.
+	var mu sync.Mutex // guards copied
+	stale := streamAll(ctx, slices.Sorted(maps.Keys(bulk)), moveRetry, func(ctx context.Context, r int) error {
+		st, err := s.o.Copy.Copy(ctx, v.URL(r), v.Epoch(), bulk[r])
+		mu.Lock()
+		copied.Add(st)
+		mu.Unlock()
+		s.m.moveRecords.Add(float64(st.Records))
+		s.m.moveBytes.Add(float64(st.Bytes))
+		if err == nil && st.Refused > 0 {
+			err = fmt.Errorf("%d records left out, too far ahead of this node's clock (is it behind?)", st.Refused)
+		}
+		if err != nil && ctx.Err() == nil && !errors.Is(err, partcopy.ErrStale) {
+			s.log.Warn("membership: streaming partitions from a replica failed; trying again", "peer", v.URL(r), "err", err)
+		}
+		return err
+	})
 	if stale {
 		// A newer map is installed: what it asks replaces this.
 		s.log.Warn("membership: a newer cluster map stopped the copy of gained partitions", "epoch", v.Map.Epoch)
@@ -341,6 +322,38 @@ func keptForDead(v *view.View, p partition.ID) bool {
 }
 
 // sleepCtx waits d, or less if ctx ends first (false).
+// streamAll runs copyFrom for every source at once, each tried again
+// after retry until it returns nil; it returns when every source
+// succeeded, ctx ended, or one found a newer map installed
+// (partcopy.ErrStale), which ends the others too (stale: true). Only
+// when it returns false with ctx not done did every source succeed.
+func streamAll(ctx context.Context, sources []int, retry time.Duration, copyFrom func(ctx context.Context, source int) error) (stale bool) {
+	ctx, stop := context.WithCancel(ctx)
+	defer stop()
+	var found atomic.Bool
+	var wg sync.WaitGroup
+	for _, r := range sources {
+		wg.Go(func() {
+			for {
+				err := copyFrom(ctx, r)
+				switch {
+				case err == nil, ctx.Err() != nil:
+					return
+				case errors.Is(err, partcopy.ErrStale):
+					found.Store(true)
+					stop()
+					return
+				}
+				if !sleepCtx(ctx, retry) {
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return found.Load()
+}
+
 func sleepCtx(ctx context.Context, d time.Duration) bool {
 	t := time.NewTimer(d)
 	defer t.Stop()

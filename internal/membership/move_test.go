@@ -1,13 +1,18 @@
 package membership
 
 import (
+	"context"
+	"errors"
+	"fmt"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/dhtkv/dhtkv/internal/clustermap"
+	"github.com/dhtkv/dhtkv/internal/partcopy"
 	"github.com/dhtkv/dhtkv/internal/partition"
 	"github.com/dhtkv/dhtkv/internal/view"
 )
@@ -119,4 +124,69 @@ func TestKeptForDead(t *testing.T) {
 	from, unsourced := liveGains(view.New(removal, 0, urls[0], func(string) view.Peer { return nil }, time.Now()))
 	require.Empty(t, from, "the only old replica of what node 0 gains back is the dead node")
 	require.Len(t, unsourced, kept)
+}
+
+// streamAll streams from every source at once: a failing source is tried
+// again until it succeeds, a newer map found by one source (ErrStale)
+// ends the others, and the end of ctx ends them all.
+func TestStreamAll(t *testing.T) {
+	t.Run("every source succeeds", func(t *testing.T) {
+		var mu sync.Mutex
+		calls := map[int]int{}
+		stale := streamAll(t.Context(), []int{0, 1, 2}, time.Millisecond, func(_ context.Context, r int) error {
+			mu.Lock()
+			defer mu.Unlock()
+			calls[r]++
+			return nil
+		})
+		require.False(t, stale)
+		require.Equal(t, map[int]int{0: 1, 1: 1, 2: 1}, calls)
+	})
+	t.Run("a failing source is tried again until it succeeds", func(t *testing.T) {
+		var mu sync.Mutex
+		calls := map[int]int{}
+		stale := streamAll(t.Context(), []int{0, 1}, time.Millisecond, func(_ context.Context, r int) error {
+			mu.Lock()
+			defer mu.Unlock()
+			calls[r]++
+			if r == 1 && calls[r] < 3 {
+				return errors.New("connection refused")
+			}
+			return nil
+		})
+		require.False(t, stale)
+		require.Equal(t, map[int]int{0: 1, 1: 3}, calls)
+	})
+	t.Run("a newer map found by one source ends the others", func(t *testing.T) {
+		ended := make(chan error, 1)
+		stale := streamAll(t.Context(), []int{0, 1}, time.Hour, func(ctx context.Context, r int) error {
+			if r == 1 {
+				return fmt.Errorf("copy: %w", partcopy.ErrStale)
+			}
+			<-ctx.Done() // source 0 streams until stopped
+			ended <- ctx.Err()
+			return ctx.Err()
+		})
+		require.True(t, stale)
+		require.ErrorIs(t, <-ended, context.Canceled)
+	})
+	t.Run("the end of ctx ends every source, also one waiting to try again", func(t *testing.T) {
+		ctx, cancel := context.WithCancel(t.Context())
+		failed := make(chan struct{})
+		var once sync.Once
+		done := make(chan bool)
+		go func() {
+			done <- streamAll(ctx, []int{0, 1}, time.Hour, func(ctx context.Context, r int) error {
+				if r == 1 {
+					once.Do(func() { close(failed) })
+					return errors.New("connection refused") // then waits an hour to try again
+				}
+				<-ctx.Done()
+				return ctx.Err()
+			})
+		}()
+		<-failed
+		cancel()
+		require.False(t, <-done)
+	})
 }
