@@ -148,7 +148,8 @@ out, ports = sys.argv[1], sys.argv[2:]
 names = ["dhtkv_background_pace_factor", "dhtkv_background_pace_sched_latency_p99_seconds",
          "dhtkv_background_pace_cpu_pressure_ratio", "process_cpu_seconds_total",
          "go_gc_pauses_seconds_sum", "go_gc_pauses_seconds_count", "dhtkv_pebble_write_stall_seconds_total",
-         "dhtkv_membership_moved_bytes_total", "dhtkv_antientropy_bytes_total"]
+         "dhtkv_membership_moved_bytes_total", "dhtkv_antientropy_bytes_total",
+         "dhtkv_copy_throttled_seconds_total"]
 with open(out, "w") as f:
     f.write("time\tport\t" + "\t".join(names) + "\n")
     while True:
@@ -336,11 +337,13 @@ try:  # the pace on each node during the join (LOGS: sampled once a second)
             vs = sorted(v for v in (col(r, n) for r in mine) if v is not None and v >= 0)
             return vs[len(vs) // 2] if vs else float("nan")
         cpu = [col(r, "process_cpu_seconds_total") for r in mine]
+        waited = [col(r, "dhtkv_copy_throttled_seconds_total") or 0 for r in mine]
         secs = float(mine[-1][0]) - float(mine[0][0])
         print(f"{'':42s}node :{port} during the join: pace factor median {med('dhtkv_background_pace_factor'):.3g}, "
               f"sched p99 {med('dhtkv_background_pace_sched_latency_p99_seconds') * 1000:.2f} ms, "
               f"CPU pressure {med('dhtkv_background_pace_cpu_pressure_ratio'):.2f}, "
-              f"cores {(cpu[-1] - cpu[0]) / max(secs, 1e-9):.2f}")
+              f"cores {(cpu[-1] - cpu[0]) / max(secs, 1e-9):.2f}, "
+              f"its copies waited on its --move-rate {waited[-1] - waited[0]:.1f} s")
 except (OSError, IndexError, ValueError, TypeError):
     pass
 try:

@@ -14,13 +14,21 @@
 //   - every Interval, the p99 of the latencies recorded in that interval;
 //   - above Target, the factor halves, down to Floor;
 //   - below Target/2, it grows by a quarter, up to 1 (the configured
-//     rates); between the two it stays.
+//     rates); between the two it grows by a twentieth (Creep).
 //
 // A second signal, the share of the interval the process's cgroup had a
 // task waiting for a CPU (Linux PSI, pressure.go), halves it the same way
-// above CPUPressure and holds it above half of that: the scheduler's
-// latency does not see the kernel's CPUs taken by other processes or by
-// more Ps than cores.
+// above CPUPressure and slows its growth to Creep above half of that: the
+// scheduler's latency does not see the kernel's CPUs taken by other
+// processes or by more Ps than cores.
+//
+// Why creep rather than hold between the bounds: a node under steady
+// load sits there (a CPU pressure of 0.1-0.2 on two cores with eight Ps),
+// and a factor that held there kept whatever the last burst had halved it
+// to, for as long as the load lasted: a ratchet down to the floor, with
+// both signals saying there was room (docs/benchmarks.md section 43). At
+// a twentieth an interval the factor climbs from the floor back to 1 in
+// about 11 s unless a burst halves it again.
 //
 // This is CockroachDB's elastic CPU limiter's rule (its admission control
 // holds the scheduler's p99 near 1 ms by adjusting the CPU share of
@@ -95,6 +103,9 @@ const (
 	Interval = 250 * time.Millisecond
 	// Floor is the least factor.
 	Floor = 1.0 / 8
+	// Creep is the factor's growth in an interval whose signals are
+	// between half their bounds and their bounds.
+	Creep = 1.05
 	// minSamples is the fewest scheduler latencies an interval needs for
 	// its p99 to count; fewer means an idle process, and the factor grows.
 	minSamples = 64
@@ -255,7 +266,7 @@ func next(factor float64, p99, target time.Duration, pressure, maxPressure float
 	case p99 < target/2 && pressure < maxPressure/2:
 		return min(1, factor*1.25)
 	}
-	return factor
+	return min(1, factor*Creep)
 }
 
 // setFactor sets the factor and every governed limiter's rate; g.mu held.
