@@ -343,7 +343,7 @@ func (a *Service) runExchange(i int) ExchangeStats {
 	// Partitions left out (a change under way, before read-new) are
 	// compared by the next exchange, within a minute: soon after the
 	// change reaches read-new, also for a peer whose hints were dropped.
-	partial := len(parts) < len(v.Shared(v.Self, i))
+	partial := v.Moving && !v.ReadNew && len(parts) < len(v.Shared(v.Self, i))
 	st, err := a.Exchange(a.work.Context(), v, i, parts, false)
 	a.mu.Lock()
 	s := &a.state[i]
