@@ -131,8 +131,12 @@ run() { # name pids-var target workload conns [flags...]
     RUNS=$((${RUNS:-0} + 1))
     printf '%s\t%s\t%s\n' "$RUNS" "$(date +%s.%N)" "$name" >>"$tmp/runs.tsv"
   fi
+  # The servers' CPU is counted from the end of the load's 1 s warm-up,
+  # whose requests are not in its count.
   # shellcheck disable=SC2086 # a list of pids
-  t0=$(ticks ${!ps}); r=$(load "$@"); t1=$(ticks ${!ps})
+  (sleep 1; ticks ${!ps} >"$tmp/t0") & local warm=$!
+  r=$(load "$@"); t1=$(ticks ${!ps})
+  wait $warm; t0=$(cat "$tmp/t0")
   row "$name" "$r" $((t1 - t0))
   [ -n "${LOGS:-}" ] && printf '%s\n' "$r" >"$tmp/run$RUNS.json"
   LAST=$r

@@ -97,6 +97,15 @@ func TestPressurePath(t *testing.T) {
 		{"outside a namespace's root", "0::/../other.slice/x\n", unified, ""},
 		{"an escaped mount point", "0::/a\n", "29 23 0:26 / /run/cg\\040v2 rw - cgroup2 cgroup2 rw\n", "/run/cg v2/a/cpu.pressure"},
 		{"no cgroup2 mount", "0::/a\n", "27 25 0:24 / /sys/fs/cgroup/cpu rw - cgroup cgroup rw,cpu\n", ""},
+		// a container's runtime mounted the hierarchy again on the same
+		// point, its own cgroup as the root: the later mount is the one seen
+		{"shadowed by a later mount", "0::/kubepods/pod1/c1\n", unified +
+			"50 29 0:26 /kubepods/pod1/c1 /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n", "/sys/fs/cgroup/cpu.pressure"},
+		// a tmpfs over /sys/fs/cgroup hides the cgroup2 mount there
+		{"hidden by a tmpfs above it", "0::/a\n", unified +
+			"51 23 0:40 / /sys/fs rw - tmpfs tmpfs rw\n", ""},
+		{"a later mount beside it", "0::/a\n", unified +
+			"52 23 0:41 / /sys/fs/cgroupx rw - tmpfs tmpfs rw\n", "/sys/fs/cgroup/a/cpu.pressure"},
 	} {
 		require.Equal(t, tc.want, pressurePath(tc.cgroup, tc.mountinfo), tc.name)
 	}

@@ -102,7 +102,10 @@ func cgroupPressurePath() string {
 // pressurePath joins the cgroup2 mount found in mountinfo with the cgroup
 // path of the "0::" line of cgroup, made relative to the mount's root (a
 // mount of a cgroup below the hierarchy's root, as in a container without
-// a cgroup namespace, shows that cgroup as its root).
+// a cgroup namespace, shows that cgroup as its root). mountinfo lists
+// mounts in the order they were made, so a mount is hidden by any later
+// one on its mount point or on a directory above it; of the cgroup2
+// mounts that fit, the last one not hidden is used.
 func pressurePath(cgroup, mountinfo string) string {
 	var path string
 	found := false
@@ -115,26 +118,52 @@ func pressurePath(cgroup, mountinfo string) string {
 	if !found {
 		return ""
 	}
+	type mount struct {
+		point   string
+		cgroup2 bool
+		root    string
+	}
+	var mounts []mount
 	for _, line := range strings.Split(mountinfo, "\n") {
 		// id parent major:minor root mountpoint options [optional...] - fstype source superoptions
 		pre, post, ok := strings.Cut(line, " - ")
-		if !ok || !strings.HasPrefix(post, "cgroup2 ") {
-			continue
-		}
 		f := strings.Fields(pre)
-		if len(f) < 5 {
+		if !ok || len(f) < 5 {
 			continue
 		}
-		root, mount := unescapeMount(f[3]), unescapeMount(f[4])
-		rel, ok := strings.CutPrefix(path, root)
-		if !ok || (rel != "" && root != "/" && !strings.HasPrefix(rel, "/")) || strings.Contains(rel, "..") {
+		mounts = append(mounts, mount{
+			point:   unescapeMount(f[4]),
+			cgroup2: strings.HasPrefix(post, "cgroup2 "),
+			root:    unescapeMount(f[3]),
+		})
+	}
+	hidden := func(i int) bool {
+		for _, later := range mounts[i+1:] {
+			if under(mounts[i].point, later.point) {
+				return true
+			}
+		}
+		return false
+	}
+	for i := len(mounts) - 1; i >= 0; i-- {
+		m := mounts[i]
+		if !m.cgroup2 || hidden(i) {
+			continue
+		}
+		rel, ok := strings.CutPrefix(path, m.root)
+		if !ok || (rel != "" && m.root != "/" && !strings.HasPrefix(rel, "/")) || strings.Contains(rel, "..") {
 			// not under that mount (a cgroup outside a namespace's root
 			// shows as /../x)
 			continue
 		}
-		return filepath.Join(mount, rel, "cpu.pressure")
+		return filepath.Join(m.point, rel, "cpu.pressure")
 	}
 	return ""
+}
+
+// under reports whether the directory p is dir or below it.
+func under(p, dir string) bool {
+	return p == dir || dir == "/" || strings.HasPrefix(p, dir+"/")
 }
 
 // unescapeMount undoes mountinfo's octal escapes (\040 for a space, \011,
