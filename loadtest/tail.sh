@@ -5,7 +5,8 @@
 # request's intended send time (dhtkv-load --rate), second by second
 # (--timeline). Beside each second it prints what the nodes' Pebble did in
 # it (flushes, compactions, write stalls, summed over the nodes, sampled
-# from /metrics once a second), so that a spike can be matched with its
+# from /metrics once a second) and the servers' CPU per request answered
+# in it (/proc, once a second), so that a spike can be matched with its
 # cause. Only 127.0.0.1 is contacted.
 #
 #   loadtest/tail.sh                          # PUT, 60 s at half load
@@ -62,10 +63,10 @@ pebble_now() { # -> "flushes compactions stalls" summed over the nodes
     awk '$1 == "dhtkv_pebble_flushes_total" {f += $2} $1 == "dhtkv_pebble_compactions_total" {c += $2}
          $1 == "dhtkv_pebble_write_stalls_total" {s += $2} END {printf "%d %d %d", f, c, s}'
 }
+ticks() { local t=0 p; for p in "${pids[@]}"; do [ -r "/proc/$p/stat" ] && t=$((t + $(awk '{print $14+$15}' "/proc/$p/stat"))); done; echo $t; }
 # One sample a second from the run's start: the run's second i is between
 # samples i and i+1.
-( while :; do echo "$(date +%s.%N) $(pebble_now)"; sleep 1; done ) >"$tmp/pebble" & sampler=$!
-ticks() { local t=0 p; for p in "${pids[@]}"; do [ -r "/proc/$p/stat" ] && t=$((t + $(awk '{print $14+$15}' "/proc/$p/stat"))); done; echo $t; }
+( while :; do echo "$(date +%s.%N) $(pebble_now) $(ticks)"; sleep 1; done ) >"$tmp/pebble" & sampler=$!
 t0=$(ticks) start=$(date +%s.%N)
 out=$(load --rate "$rate" --duration "$DURATION" --timeline)
 t1=$(ticks)
@@ -75,10 +76,10 @@ echo "# node env [${NODE_ENV:-}], node flags: 1 [${NODE_FLAGS_1:-}] 2 [${NODE_FL
 echo "# $(nproc) cores, $(go version | cut -d' ' -f3), $(date -u +%FT%TZ), $WORKLOAD, closed loop $closed rps, held at $rate rps ($FRACTION) for $DURATION, $CONNECTIONS connections, keyspace $KEYSPACE, values $VALUE_SIZE B, --sync=true"
 jq -r --argjson ticks "$((t1 - t0))" --argjson us "$((1000000 / $(getconf CLK_TCK)))" '"requests \(.requests), failures \(.non_2xx + .errors.connect + .errors.timeout + .errors.other), unsent \(.unsent // 0); latency from the intended send time: p50 \(.latency_us["50"]) µs, p99 \(.latency_us["99"]) µs, p99.9 \(.latency_us["99.9"]) µs, max \(.latency_us["100"]) µs; the servers'"'"' CPU \($ticks * $us / ([.requests, 1] | max) | floor) µs a request"' <<<"$out"
 echo
-printf "%6s %8s %9s %9s %10s %8s %8s %7s\n" second rps "p50 µs" "p99 µs" "max µs" flushes compact stalls
+printf "%6s %8s %9s %9s %10s %8s %8s %7s %9s\n" second rps "p50 µs" "p99 µs" "max µs" flushes compact stalls "cpu µs/r"
 jq -r '.timeline[] | "\(.second) \(.requests) \(.p50_us) \(.p99_us) \(.max_us)"' <<<"$out" |
-  awk -v start="$start" -v samples="$tmp/pebble" '
-    BEGIN { while ((getline l < samples) > 0) { split(l, a, " "); n++; t[n] = a[1]; f[n] = a[2]; c[n] = a[3]; s[n] = a[4] } }
-    function at(x, col,   i) { for (i = n; i > 0; i--) if (t[i] <= x) return col == "f" ? f[i] : col == "c" ? c[i] : s[i]; return col == "f" ? f[1] : col == "c" ? c[1] : s[1] }
+  awk -v start="$start" -v samples="$tmp/pebble" -v us="$((1000000 / $(getconf CLK_TCK)))" '
+    BEGIN { while ((getline l < samples) > 0) { split(l, a, " "); n++; t[n] = a[1]; v["f", n] = a[2]; v["c", n] = a[3]; v["s", n] = a[4]; v["t", n] = a[5] } }
+    function at(x, col,   i) { for (i = n; i > 0; i--) if (t[i] <= x) return v[col, i]; return v[col, 1] }
     { sec = $1; lo = start + sec; hi = lo + 1
-      printf "%6d %8d %9d %9d %10d %8d %8d %7d\n", sec, $2, $3, $4, $5, at(hi, "f") - at(lo, "f"), at(hi, "c") - at(lo, "c"), at(hi, "s") - at(lo, "s") }'
+      printf "%6d %8d %9d %9d %10d %8d %8d %7d %9.1f\n", sec, $2, $3, $4, $5, at(hi, "f") - at(lo, "f"), at(hi, "c") - at(lo, "c"), at(hi, "s") - at(lo, "s"), ($2 > 0 ? (at(hi, "t") - at(lo, "t")) * us / $2 : 0) }'
