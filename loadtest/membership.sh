@@ -167,6 +167,13 @@ summary() { # name -> requests, failures (non-2xx other than 404, transport erro
   jq -r '"\(.requests) requests, \((.status | to_entries | map(select(.key != "200" and .key != "201" and .key != "404") | .value) | add // 0) + .errors.connect + .errors.timeout + .errors.other) failed, status \(.status | tostring), p50 \(.latency_us."50" / 1000) ms, p99 \(.latency_us."99" / 1000) ms, max \(.latency_us."100" / 1000) ms"' "$tmp/$1.json" 2>/dev/null ||
     { echo "no report:" >&2; cat "$tmp/$1.log" >&2; }
 }
+marked() { # name -> the requests due while the change ran (the generator's marked window: mark/unmark)
+  jq -r 'if .marked then "\(.marked.requests) requests in \(((.marked.to_s // 0) - .marked.from_s) * 10 | floor / 10) s, \(.marked.failures) failed, p50 \(.marked.latency_us."50" / 1000) ms, p99 \(.marked.latency_us."99" / 1000) ms, p99.9 \(.marked.latency_us."99.9" / 1000) ms, max \(.marked.latency_us."100" / 1000) ms" else "no marked window" end' "$tmp/$1.json" 2>/dev/null
+}
+# mark and unmark open and close the load generator's marked window
+# (dhtkv-load: SIGUSR1, SIGUSR2): a change's start and end.
+mark() { kill -USR1 "$(cat "$tmp/generator.pid")" 2>/dev/null || true; }
+unmark() { kill -USR2 "$(cat "$tmp/generator.pid")" 2>/dev/null || true; }
 await_done() { # admin-node -> seconds until its map has no change
   local t0 end
   t0=$(now)
@@ -201,8 +208,10 @@ if [ "${REPLICAS_ONLY:-}" ]; then
   before_rec=$(metric dhtkv_membership_moved_records_total 1 2 3)
   start_replicas() {
     sleep 5
+    mark
     "$tmp/dhtkvctl" replicas --admin "127.0.0.1:$(admin 1)" --no-wait 3 >"$tmp/replicas.out"
     await_done 1 >"$tmp/replicas.secs"
+    unmark
   }
   start_replicas &
   changer=$!
@@ -216,6 +225,7 @@ if [ "${REPLICAS_ONLY:-}" ]; then
   moved_rec=$(( $(metric dhtkv_membership_moved_records_total 1 2 3) - before_rec ))
   echo "replicas 2 -> 3: $(cat "$tmp/replicas.secs") s; nodes 1-3 copied $moved_rec records, $moved bytes ($(awk -v b="$moved" -v s="$(cat "$tmp/replicas.secs")" 'BEGIN {printf "%.1f MB/s over the whole change", b / 1e6 / s}')); ideal: $N records, one more copy of each"
   echo "replicas load: $(summary replicas); $(neighbours replicas)"
+  echo "replicas load during the change: $(marked replicas)"
   grep -h 'membership: partitions copied' "$tmp"/node[123].log | sed 's/^/replicas copy: /' || true
   timeline replicas
   for i in 1 2 3; do echo "node $i holds $(held "$i") records"; done
@@ -225,8 +235,10 @@ fi
 # Join: node 4 starts with --join after the change began.
 start_join() {
   sleep 5
+  mark
   "$tmp/dhtkvctl" join --admin "127.0.0.1:$(admin 1)" --no-wait "$(url 4)" >"$tmp/join.out"
   await_done 1 >"$tmp/join.secs"
+  unmark
 }
 start_join &
 joiner=$!
@@ -247,6 +259,7 @@ others=$(metric dhtkv_membership_moved_records_total 1 2 3)
 h4=$(held 4)
 echo "join: $(cat "$tmp/join.secs") s; node 4 copied $moved_rec records, $moved_bytes bytes; holds $h4 records; the original nodes copied $others"
 echo "join load: $(summary join); $(neighbours join)"
+echo "join load during the change: $(marked join)"
 grep -h 'membership: dropped the partitions not held' "$tmp"/node[123].log | sed 's/^/join drop: /' || true
 timeline join
 echo "LSM after the join's load: $(lsm 1 2 3)"
@@ -273,8 +286,10 @@ if [ "${JOIN_ONLY:-}" ]; then exit 0; fi
 before=$(metric dhtkv_membership_moved_bytes_total 2 3 4)
 start_decom() {
   sleep 5
+  mark
   "$tmp/dhtkvctl" decommission --admin "127.0.0.1:$(admin 2)" --no-wait "$(url 1)" >"$tmp/decom.out"
   await_done 2 >"$tmp/decom.secs"
+  unmark
 }
 start_decom &
 decom=$!
@@ -283,6 +298,7 @@ wait "$decom"
 after=$(metric dhtkv_membership_moved_bytes_total 2 3 4)
 echo "decommission: $(cat "$tmp/decom.secs") s; nodes 2-4 copied $((after - before)) bytes"
 echo "decommission load: $(summary decom)"
+echo "decommission load during the change: $(marked decom)"
 end=$((SECONDS + 60))
 while kill -0 "${pid[1]}" 2>/dev/null && ((SECONDS < end)); do sleep 0.2; done
 kill -0 "${pid[1]}" 2>/dev/null && echo "node 1 still running" || echo "node 1 stopped by itself"

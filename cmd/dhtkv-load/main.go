@@ -13,6 +13,12 @@
 // code is 0 when some request succeeded (a 2xx, or a 404 for a GET), 1
 // when none did (no answer, 5xx, other 4xx) or the run failed, 2 for bad
 // arguments.
+//
+// SIGUSR1 opens a marked window of the run and SIGUSR2 closes it: the
+// requests due inside it are also summed up apart ("marked" in the JSON,
+// a line of the text report), so that a script can report the clients'
+// latency while something it started (a membership change, a rebuild)
+// was at work, from the same run as the rest (loadgen.Mark).
 package main
 
 import (
@@ -26,6 +32,7 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/dhtkv/dhtkv/internal/loadgen"
 )
@@ -136,6 +143,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	cfg.Mark = new(loadgen.Mark)
+	defer markOnSignals(cfg.Mark)()
 
 	for _, pre := range []struct {
 		name string
@@ -182,4 +191,32 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// markOnSignals opens m on SIGUSR1 and closes it on SIGUSR2, until the
+// function it returns is called.
+func markOnSignals(m *loadgen.Mark) (stop func()) {
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGUSR1, syscall.SIGUSR2)
+	done, exited := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(exited)
+		for {
+			select {
+			case s := <-sigs:
+				if s == syscall.SIGUSR1 {
+					m.Open(time.Now())
+				} else {
+					m.Close(time.Now())
+				}
+			case <-done:
+				return
+			}
+		}
+	}()
+	return func() {
+		signal.Stop(sigs)
+		close(done)
+		<-exited
+	}
 }

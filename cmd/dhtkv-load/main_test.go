@@ -7,9 +7,12 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strconv"
 	"sync"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -183,4 +186,17 @@ func TestOutputs(t *testing.T) {
 		assert.Equal(t, 2, run(append([]string{"--targets", addr}, tc.args...), io.Discard, &stderr), tc.args)
 		assert.Contains(t, stderr.String(), tc.err, tc.args)
 	}
+}
+
+// SIGUSR1 opens the run's marked window and SIGUSR2 closes it, while the
+// signals are listened to; the listener stops with its function.
+func TestMarkOnSignals(t *testing.T) {
+	m := new(loadgen.Mark)
+	stop := markOnSignals(m)
+	defer stop()
+	in := func() bool { return m.Holds(time.Now()) }
+	require.NoError(t, syscall.Kill(os.Getpid(), syscall.SIGUSR1))
+	require.Eventually(t, in, 5*time.Second, time.Millisecond, "SIGUSR1 opens the window")
+	require.NoError(t, syscall.Kill(os.Getpid(), syscall.SIGUSR2))
+	require.Eventually(t, func() bool { return !in() }, 5*time.Second, time.Millisecond, "SIGUSR2 closes it")
 }

@@ -83,6 +83,10 @@ type Config struct {
 	// Timeline adds the run's latency second by second to the result
 	// (Result.Timeline, --timeline). Default off.
 	Timeline bool
+	// Mark, if not nil, is a window that whoever runs the load may open
+	// and close during the run; its requests are summed up apart
+	// (Result.Marked). Default nil.
+	Mark *Mark
 }
 
 // DefaultConfig returns the settings the command uses when no flag is given.

@@ -45,7 +45,7 @@ func TestParseOutput(t *testing.T) {
 // Every output of the known result, and of a run in which nothing was
 // recorded, writes and parses as its format says; Write picks the writer.
 func TestOutputsParse(t *testing.T) {
-	empty := newResult(testConfig("http://127.0.0.1:1"), newRecorder(), time.Second, 0)
+	empty := newResult(testConfig("http://127.0.0.1:1"), newRecorder(), time.Time{}, time.Second, 0)
 	for _, res := range []*Result{knownResult(t), empty} {
 		for _, o := range Outputs {
 			var b bytes.Buffer
@@ -190,7 +190,7 @@ func TestVegetaReport(t *testing.T) {
 // A run that recorded nothing prints vegeta's zeros, with {} and [].
 func TestVegetaReportEmpty(t *testing.T) {
 	var b bytes.Buffer
-	noErr(t, newResult(testConfig("http://127.0.0.1:1"), newRecorder(), time.Second, 0).WriteVegeta(&b))
+	noErr(t, newResult(testConfig("http://127.0.0.1:1"), newRecorder(), time.Time{}, time.Second, 0).WriteVegeta(&b))
 	ok(t, strings.Contains(b.String(), `"requests":0,"rate":0,"throughput":0,"success":0,"status_codes":{},"errors":[]}`), "%s", b.String())
 }
 

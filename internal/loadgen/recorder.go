@@ -73,6 +73,9 @@ type recorder struct {
 	first, last, end time.Time
 	// timeline, when kept (Config.Timeline), is the run second by second.
 	timeline *timeline
+	// mark and marked, with Config.Mark: the requests of its window.
+	mark   *Mark
+	marked *marked
 }
 
 func newRecorder() *recorder {
@@ -82,6 +85,9 @@ func newRecorder() *recorder {
 // keepTimeline makes r keep a timeline from origin (the start of the
 // measured window).
 func (r *recorder) keepTimeline(origin time.Time) { r.timeline = &timeline{origin: origin} }
+
+// keepMarked makes r sum up the requests of m's window apart.
+func (r *recorder) keepMarked(m *Mark) { r.mark, r.marked = m, &marked{hist: newHistogram()} }
 
 // record accounts for one finished request, started at start (sent, or
 // due on a constant-rate schedule) and ended at end. Responses of any
@@ -106,13 +112,30 @@ func (r *recorder) record(status int, err error, start, end time.Time) {
 			sec.requests++
 		}
 	}
-	if sec != nil {
-		if err != nil || status < 200 || status > 299 {
-			sec.failures++
-		}
+	var in *marked
+	if r.mark != nil && r.mark.Holds(start) {
+		in = r.marked
+		in.requests++
+	}
+	if sec != nil || in != nil {
+		failed := err != nil || status < 200 || status > 299
 		// The latencies the run's histogram takes (see below).
-		if err == nil && status >= 0 && status < maxStatus || err != nil && classifyErr(err) == errTimeout {
-			_ = sec.hist.RecordValue(clampUS(latency))
+		timed := err == nil && status >= 0 && status < maxStatus || err != nil && classifyErr(err) == errTimeout
+		if sec != nil {
+			if failed {
+				sec.failures++
+			}
+			if timed {
+				_ = sec.hist.RecordValue(clampUS(latency))
+			}
+		}
+		if in != nil {
+			if failed {
+				in.failures++
+			}
+			if timed {
+				_ = in.hist.RecordValue(clampUS(latency))
+			}
 		}
 	}
 	if err != nil {
@@ -170,6 +193,12 @@ func (r *recorder) merge(o *recorder) {
 			r.timeline = &timeline{origin: o.timeline.origin}
 		}
 		r.timeline.merge(o.timeline)
+	}
+	if o.marked != nil {
+		if r.marked == nil {
+			r.keepMarked(o.mark)
+		}
+		r.marked.merge(o.marked)
 	}
 	r.bytesIn += o.bytesIn
 	r.bytesOut += o.bytesOut

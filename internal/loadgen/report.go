@@ -83,6 +83,9 @@ type Result struct {
 	// Timeline is the run second by second (Config.Timeline; absent
 	// without it).
 	Timeline []TimelinePoint `json:"timeline,omitempty"`
+	// Marked sums up the requests of Config.Mark's window; absent when
+	// it was never opened.
+	Marked *MarkedWindow `json:"marked,omitempty"`
 
 	cfg  Config
 	hist *hdrhistogram.Histogram
@@ -123,8 +126,9 @@ func (r *Result) Succeeded() int64 {
 	return n
 }
 
-// newResult builds the report of a run from its merged recorder.
-func newResult(cfg Config, rec *recorder, elapsed time.Duration, unsent int64) *Result {
+// newResult builds the report of a run from its merged recorder; origin is
+// the start of the measured window.
+func newResult(cfg Config, rec *recorder, origin time.Time, elapsed time.Duration, unsent int64) *Result {
 	r := &Result{
 		Mode:        cfg.Mode(),
 		Workload:    string(cfg.Workload),
@@ -147,6 +151,7 @@ func newResult(cfg Config, rec *recorder, elapsed time.Duration, unsent int64) *
 		Spectrum: spectrum(rec.hist),
 		Unsent:   unsent,
 		Timeline: timelinePoints(rec),
+		Marked:   markedWindow(cfg.Mark, rec, origin),
 		cfg:      cfg,
 		hist:     rec.hist,
 		errText:  rec.errText,
@@ -165,13 +170,18 @@ func newResult(cfg Config, rec *recorder, elapsed time.Duration, unsent int64) *
 			r.Non2xx += n
 		}
 	}
-	v := rec.hist.ValueAtPercentilesSlice(reportPercentiles)
-	r.Latency = LatencySummary{
+	r.Latency = summarize(rec.hist)
+	return r
+}
+
+// summarize is h's reported percentiles.
+func summarize(h *hdrhistogram.Histogram) LatencySummary {
+	v := h.ValueAtPercentilesSlice(reportPercentiles)
+	return LatencySummary{
 		P50: v[0], P75: v[1], P90: v[2], P99: v[3],
 		P999: v[4], P9999: v[5], P99999: v[6], P100: v[7],
-		Mean: roundTo(rec.hist.Mean(), 1), StdDev: roundTo(rec.hist.StdDev(), 1),
+		Mean: roundTo(h.Mean(), 1), StdDev: roundTo(h.StdDev(), 1),
 	}
-	return r
 }
 
 // spectrum is h's detailed percentile spectrum, the rows wrk2 --latency
@@ -241,6 +251,14 @@ func (r *Result) writeText(w io.Writer, withSpectrum bool) error {
 		r.Errors.Connect, r.Errors.Timeout, r.Errors.Other)
 	if r.Unsent > 0 {
 		fmt.Fprintf(&b, "  Unsent: %d scheduled requests never sent (drain limit %v reached)\n", r.Unsent, r.cfg.Drain)
+	}
+	if m := r.Marked; m != nil {
+		to := "the end"
+		if m.ToS != nil {
+			to = fmt.Sprintf("%.1fs", *m.ToS)
+		}
+		fmt.Fprintf(&b, "  Marked window %.1fs to %s: %d requests, %d failed; p50 %s, p99 %s, p99.9 %s, max %s\n",
+			m.FromS, to, m.Requests, m.Failures, fmtMS(m.Latency.P50), fmtMS(m.Latency.P99), fmtMS(m.Latency.P999), fmtMS(m.Latency.P100))
 	}
 	if _, err := io.WriteString(w, b.String()); err != nil {
 		return fmt.Errorf("write text result: %w", err)

@@ -38,7 +38,7 @@ func knownResult(t *testing.T) *Result {
 	cfg.Targets = []string{"http://127.0.0.1:8080", "http://127.0.0.1:8081", "http://127.0.0.1:8082"}
 	cfg.Rate = 20000
 	cfg.Ack, cfg.From = 2, 3
-	return newResult(cfg, rec, 2*time.Second, 0)
+	return newResult(cfg, rec, time.Time{}, 2*time.Second, 0)
 }
 
 func TestTextReportLayout(t *testing.T) {

@@ -66,9 +66,12 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	p.measureStart = p.start.Add(cfg.Warmup)
 	p.windowEnd = p.measureStart.Add(cfg.Duration)
 	p.drainEnd = p.windowEnd.Add(cfg.Drain)
-	if cfg.Timeline {
-		for _, w := range workers {
+	for _, w := range workers {
+		if cfg.Timeline {
 			w.rec.keepTimeline(p.measureStart)
+		}
+		if cfg.Mark != nil {
+			w.rec.keepMarked(cfg.Mark)
 		}
 	}
 
@@ -110,7 +113,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	if cfg.Rate > 0 {
 		unsent = max(p.measuredSlots(cfg.Warmup, cfg.Warmup+cfg.Duration)-total.requests, 0)
 	}
-	return newResult(cfg, total, elapsed, unsent), nil
+	return newResult(cfg, total, p.measureStart, elapsed, unsent), nil
 }
 
 // measuredSlots is the number of slots scheduled in [from, to) relative to
