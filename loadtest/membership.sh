@@ -168,12 +168,18 @@ summary() { # name -> requests, failures (non-2xx other than 404, transport erro
     { echo "no report:" >&2; cat "$tmp/$1.log" >&2; }
 }
 marked() { # name -> the requests due while the change ran (the generator's marked window: mark/unmark)
-  jq -r 'if .marked then "\(.marked.requests) requests in \(((.marked.to_s // 0) - .marked.from_s) * 10 | floor / 10) s, \(.marked.failures) failed, p50 \(.marked.latency_us."50" / 1000) ms, p99 \(.marked.latency_us."99" / 1000) ms, p99.9 \(.marked.latency_us."99.9" / 1000) ms, max \(.marked.latency_us."100" / 1000) ms" else "no marked window" end' "$tmp/$1.json" 2>/dev/null
+  jq -r 'if .marked then "\(.marked.requests) requests in \(if .marked.to_s then "\((.marked.to_s - .marked.from_s) * 10 | floor / 10) s" else "the rest of the run" end), \(.marked.failures) failed, p50 \(.marked.latency_us."50" / 1000) ms, p99 \(.marked.latency_us."99" / 1000) ms, p99.9 \(.marked.latency_us."99.9" / 1000) ms, max \(.marked.latency_us."100" / 1000) ms" else "no marked window" end' "$tmp/$1.json" 2>/dev/null
 }
-# mark and unmark open and close the load generator's marked window
-# (dhtkv-load: SIGUSR1, SIGUSR2): a change's start and end.
-mark() { kill -USR1 "$(cat "$tmp/generator.pid")" 2>/dev/null || true; }
-unmark() { kill -USR2 "$(cat "$tmp/generator.pid")" 2>/dev/null || true; }
+# mark and unmark open and close the running load generator's marked
+# window (dhtkv-load: SIGUSR1, SIGUSR2): a change's start and end. Only a
+# live dhtkv-load is signalled (the pid file may name one that ended).
+signal_load() {
+  local p
+  p=$(cat "$tmp/generator.pid" 2>/dev/null) || return 0
+  grep -q dhtkv-load "/proc/$p/cmdline" 2>/dev/null && kill "-$1" "$p" 2>/dev/null || true
+}
+mark() { signal_load USR1; }
+unmark() { signal_load USR2; }
 await_done() { # admin-node -> seconds until its map has no change
   local t0 end
   t0=$(now)
@@ -235,7 +241,6 @@ fi
 # Join: node 4 starts with --join after the change began.
 start_join() {
   sleep 5
-  mark
   "$tmp/dhtkvctl" join --admin "127.0.0.1:$(admin 1)" --no-wait "$(url 4)" >"$tmp/join.out"
   await_done 1 >"$tmp/join.secs"
   unmark
@@ -250,7 +255,8 @@ start_node 4 --join "$(url 1)"
 (while :; do sample 1 2 3 4; sleep 1; done) >"$tmp/join.samples" &
 sampler=$!
 now >"$tmp/join.start"
-load join "$cluster" --timeline
+# The join began before its load: the window opens with the load.
+load join "$cluster" --timeline --marked-from-start
 kill "$sampler" 2>/dev/null || true
 wait "$joiner"
 moved_rec=$(metric dhtkv_membership_moved_records_total 4)

@@ -93,10 +93,12 @@ start() { # name cores port binary flags...: a pinned server, its pid in PID_nam
   "${pre[@]}" taskset -c "$cores" "$@" >"$tmp/$name.log" 2>&1 &
   pids+=($!); printf -v "PID_$name" %s $!
 }
-load() { # targets workload conns [flags...]: JSON on stdout
+load() { # targets workload conns [flags...]: JSON on stdout; the generator's pid in $tmp/load.pid
   local t=$1 w=$2 c=$3; shift 3
   taskset -c $GEN "$B/dhtkv-load" --json --targets "$t" --workload "$w" --keyspace $KS --value-size 1024 \
-    --connections "$c" --duration "$DUR" --warmup 1s "$@" 2>/dev/null
+    --connections "$c" --duration "$DUR" --warmup 1s "$@" 2>/dev/null &
+  echo $! >"$tmp/load.pid"
+  wait $!
 }
 fill() { # targets [flags...]
   taskset -c $GEN "$B/dhtkv-load" --targets "$1" --keyspace $KS --value-size 1024 --connections 64 \
@@ -306,9 +308,10 @@ DUR=$JLOAD run "no change: mixed @$JRATE/s" GPIDS $GL mixed 128 --ack 2 --from 3
 # begins 5 s into the load run and dhtkvctl returns when it is over.
 start g4 "$N2" 0 "$B/dhtkv" --listen 127.0.0.1:19124 --admin-listen 127.0.0.1:19134 --data-dir "$tmp/g4" \
   --join http://127.0.0.1:19121 --cache-bytes 512MiB --move-rate "$JMOVE" $JFLAGS
-(sleep 6; date +%s.%N >"$tmp/join.start"
+# The join is the load's marked window (dhtkv-load: SIGUSR1, SIGUSR2).
+(sleep 6; date +%s.%N >"$tmp/join.start"; kill -USR1 "$(cat "$tmp/load.pid")"
  "$B/dhtkvctl" join --admin 127.0.0.1:19131 --wait-timeout 30m http://127.0.0.1:19124 >"$tmp/join.out" 2>&1
- date +%s.%N >"$tmp/join.end") &
+ kill -USR2 "$(cat "$tmp/load.pid")"; date +%s.%N >"$tmp/join.end") &
 joiner=$!
 GPIDS="$PID_g1 $PID_g2 $PID_g3 $PID_g4"
 date +%s.%N >"$tmp/load.start"
@@ -351,9 +354,16 @@ try:  # the pace on each node during the join (LOGS: sampled once a second)
 except (OSError, IndexError, ValueError, TypeError):
     pass
 try:
-    tl = json.loads(js).get("timeline") or []
+    d = json.loads(js)
 except Exception:
-    tl = []
+    d = {}
+tl = d.get("timeline") or []
+mk = d.get("marked")
+if mk:
+    l = mk.get("latency_us", {})
+    print(f"{'':42s}the requests due during the join ({mk.get('to_s', 0) - mk.get('from_s', 0):.1f} s): {mk.get('requests')}, "
+          f"p50 {l.get('50', 0) / 1000:.2f} p99 {l.get('99', 0) / 1000:.2f} p99.9 {l.get('99.9', 0) / 1000:.2f} "
+          f"max {l.get('100', 0) / 1000:.1f} ms, failures {mk.get('failures')}")
 # the load's seconds count from after its 1 s warm-up
 inside = [s for s in tl if start <= load + 1 + s.get("second", 0) and load + 2 + s.get("second", 0) <= end + 1]
 if inside:

@@ -14,11 +14,13 @@
 // when none did (no answer, 5xx, other 4xx) or the run failed, 2 for bad
 // arguments.
 //
-// SIGUSR1 opens a marked window of the run and SIGUSR2 closes it: the
-// requests due inside it are also summed up apart ("marked" in the JSON,
-// a line of the text report), so that a script can report the clients'
-// latency while something it started (a membership change, a rebuild)
-// was at work, from the same run as the rest (loadgen.Mark).
+// SIGUSR1 (or --marked-from-start) opens a marked window of the run and
+// SIGUSR2 closes it: the requests due inside it are also summed up apart
+// ("marked" in the JSON, a line of the text report), so that a script can
+// report the clients' latency while something it started (a membership
+// change, a rebuild) was at work, from the same run as the rest
+// (loadgen.Mark). The signals are listened to from the start; one sent
+// before that ends the process, as SIGUSR1 and SIGUSR2 do by default.
 package main
 
 import (
@@ -47,6 +49,8 @@ type options struct {
 	readAll  int64
 	fillOnly bool
 	output   loadgen.Output
+	// markedFromStart opens the marked window as the run starts.
+	markedFromStart bool
 }
 
 func parseFlags(args []string, stderr io.Writer) (loadgen.Config, options, error) {
@@ -77,6 +81,7 @@ func parseFlags(args []string, stderr io.Writer) (loadgen.Config, options, error
 	fs.Uint64Var(&cfg.Seed, "seed", 0, "random seed for keys and operations (0 = time-based)")
 	fs.Int64Var(&opt.fill, "fill", 0, "before the run, PUT keys k0..k<fill-1> once each with --connections workers")
 	fs.Int64Var(&opt.readAll, "read-all", 0, "before the run (after --fill), GET keys k0..k<read-all-1> once each with --connections workers, so that the read caches hold them (with --ack and --from at the replication factor, every replica's)")
+	fs.BoolVar(&opt.markedFromStart, "marked-from-start", false, "open the marked window (else opened by SIGUSR1) as the run starts, for a script that began what it measures before the load; SIGUSR2 closes it")
 	fs.BoolVar(&opt.fillOnly, "fill-only", false, "exit after --fill and --read-all without a run (prefills a server for other tools, such as the wrk scripts)")
 	output := fs.String("output", string(loadgen.OutputText), "report `format`: text (wrk2's summary), wrk2 (text and wrk2 --latency's detailed percentile spectrum), json (one object, dhtkv-load's schema) or vegeta (vegeta report -type=json's object)")
 	asJSON := fs.Bool("json", false, "short for --output json")
@@ -167,6 +172,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 0
 	}
 
+	if opt.markedFromStart {
+		cfg.Mark.Open(time.Now())
+	}
 	res, err := loadgen.Run(ctx, cfg)
 	if err != nil {
 		log.Error("run failed", "err", err)
