@@ -83,9 +83,19 @@ ready() { # index...
 }
 for i in 1 2 3; do start_node $i; done
 ready 1 2 3
-load() { # targets, then dhtkv-load flags...
+load() { # targets, then dhtkv-load flags... (its pid in $tmp/load.pid while it runs)
   "$tmp/dhtkv-load" --json --targets "$1" --ack 2 --from 3 --keyspace "$KEYSPACE" \
-    --value-size "$VALUE_SIZE" --connections "$CONNECTIONS" "${@:2}" 2>/dev/null
+    --value-size "$VALUE_SIZE" --connections "$CONNECTIONS" "${@:2}" 2>/dev/null &
+  echo $! >"$tmp/load.pid"
+  wait $!
+}
+# signal_load SIG: open (USR1) or close (USR2) the running load's marked
+# window (dhtkv-load), so that it sums up the requests due while the
+# mechanism worked; a generator that ended is not signalled.
+signal_load() {
+  local p
+  p=$(cat "$tmp/load.pid" 2>/dev/null) || return 0
+  grep -q dhtkv-load "/proc/$p/cmdline" 2>/dev/null && kill "-$1" "$p" 2>/dev/null || true
 }
 source "$ROOT/loadtest/settle.sh"
 load "$cluster" --workload put --duration 1s --fill "$KEYSPACE" >/dev/null
@@ -122,6 +132,7 @@ repair() { # POST /repair on every node at once; returns when they answered
 trigger() { # mechanism: set it to work, wait until it is done, and write its start and end to $tmp/busy
   local p t0 last now
   t0=$(date +%s.%N)
+  signal_load USR1
   case $1 in
   antientropy) # /repair answers once its exchanges are over
     repair ;;
@@ -147,6 +158,7 @@ trigger() { # mechanism: set it to work, wait until it is done, and write its st
       sleep 1
     done ;;
   esac
+  signal_load USR2
   echo "$t0 $(date +%s.%N)" >"$tmp/busy"
 }
 
@@ -180,6 +192,7 @@ for m in $MECHANISMS; do
     fi
     echo
     echo "## $m, $mode: $(jq -r '"requests \(.requests), failures \(.non_2xx + .errors.connect + .errors.timeout + .errors.other); p50 \(.latency_us["50"]) µs, p99 \(.latency_us["99"]) µs, p99.9 \(.latency_us["99.9"]) µs, max \(.latency_us["100"]) µs"' <<<"$out")"
+    echo "# the requests due while $m worked: $(jq -r 'if .marked then "\(.marked.requests), failures \(.marked.failures); p50 \(.marked.latency_us["50"]) µs, p99 \(.marked.latency_us["99"]) µs, p99.9 \(.marked.latency_us["99.9"]) µs, max \(.marked.latency_us["100"]) µs" else "none marked" end' <<<"$out")"
     jq -r '.timeline[] | "\(.second) \(.requests) \(.p50_us) \(.p99_us) \(.max_us)"' <<<"$out" |
       awk -v start="$start" -v busy="$(cat "$tmp/busy" 2>/dev/null || echo "0 0")" -v m="$m" '
         BEGIN { split(busy, b, " "); from = b[1] - start; to = b[2] - start
