@@ -19,8 +19,8 @@
 // ("marked" in the JSON, a line of the text report), so that a script can
 // report the clients' latency while something it started (a membership
 // change, a rebuild) was at work, from the same run as the rest
-// (loadgen.Mark). The signals are listened to from the start; one sent
-// before that ends the process, as SIGUSR1 and SIGUSR2 do by default.
+// (loadgen.Mark). Go ignores SIGUSR1 and SIGUSR2 in a program that does
+// not listen to them, so one sent before main listens is lost, not fatal.
 package main
 
 import (
