@@ -95,7 +95,7 @@ load() { # targets, then dhtkv-load flags... (its pid in $tmp/load.pid while it 
 signal_load() {
   local p
   p=$(cat "$tmp/load.pid" 2>/dev/null) || return 0
-  grep -q dhtkv-load "/proc/$p/cmdline" 2>/dev/null && kill "-$1" "$p" 2>/dev/null || true
+  case $(readlink "/proc/$p/exe" 2>/dev/null) in */dhtkv-load) kill "-$1" "$p" 2>/dev/null || true ;; esac
 }
 source "$ROOT/loadtest/settle.sh"
 load "$cluster" --workload put --duration 1s --fill "$KEYSPACE" >/dev/null

@@ -176,7 +176,7 @@ marked() { # name -> the requests due while the change ran (the generator's mark
 signal_load() {
   local p
   p=$(cat "$tmp/generator.pid" 2>/dev/null) || return 0
-  grep -q dhtkv-load "/proc/$p/cmdline" 2>/dev/null && kill "-$1" "$p" 2>/dev/null || true
+  case $(readlink "/proc/$p/exe" 2>/dev/null) in */dhtkv-load) kill "-$1" "$p" 2>/dev/null || true ;; esac
 }
 mark() { signal_load USR1; }
 unmark() { signal_load USR2; }

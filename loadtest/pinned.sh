@@ -100,6 +100,13 @@ load() { # targets workload conns [flags...]: JSON on stdout; the generator's pi
   echo $! >"$tmp/load.pid"
   wait $!
 }
+# signal_load SIG: open (USR1) or close (USR2) the running load's marked
+# window; a generator that ended is not signalled.
+signal_load() {
+  local p
+  p=$(cat "$tmp/load.pid" 2>/dev/null) || return 0
+  case $(readlink "/proc/$p/exe" 2>/dev/null) in */dhtkv-load) kill "-$1" "$p" 2>/dev/null || true ;; esac
+}
 fill() { # targets [flags...]
   taskset -c $GEN "$B/dhtkv-load" --targets "$1" --keyspace $KS --value-size 1024 --connections 64 \
     --fill $KS --fill-only "${@:2}" >/dev/null 2>&1
@@ -309,9 +316,9 @@ DUR=$JLOAD run "no change: mixed @$JRATE/s" GPIDS $GL mixed 128 --ack 2 --from 3
 start g4 "$N2" 0 "$B/dhtkv" --listen 127.0.0.1:19124 --admin-listen 127.0.0.1:19134 --data-dir "$tmp/g4" \
   --join http://127.0.0.1:19121 --cache-bytes 512MiB --move-rate "$JMOVE" $JFLAGS
 # The join is the load's marked window (dhtkv-load: SIGUSR1, SIGUSR2).
-(sleep 6; date +%s.%N >"$tmp/join.start"; kill -USR1 "$(cat "$tmp/load.pid")"
+(sleep 6; date +%s.%N >"$tmp/join.start"; signal_load USR1
  "$B/dhtkvctl" join --admin 127.0.0.1:19131 --wait-timeout 30m http://127.0.0.1:19124 >"$tmp/join.out" 2>&1
- kill -USR2 "$(cat "$tmp/load.pid")"; date +%s.%N >"$tmp/join.end") &
+ signal_load USR2; date +%s.%N >"$tmp/join.end") &
 joiner=$!
 GPIDS="$PID_g1 $PID_g2 $PID_g3 $PID_g4"
 date +%s.%N >"$tmp/load.start"
@@ -361,7 +368,8 @@ tl = d.get("timeline") or []
 mk = d.get("marked")
 if mk:
     l = mk.get("latency_us", {})
-    print(f"{'':42s}the requests due during the join ({mk.get('to_s', 0) - mk.get('from_s', 0):.1f} s): {mk.get('requests')}, "
+    span = f"{mk['to_s'] - mk.get('from_s', 0):.1f} s" if 'to_s' in mk else "to the load's end: the join outlasted it"
+    print(f"{'':42s}the requests due during the join ({span}): {mk.get('requests')}, "
           f"p50 {l.get('50', 0) / 1000:.2f} p99 {l.get('99', 0) / 1000:.2f} p99.9 {l.get('99.9', 0) / 1000:.2f} "
           f"max {l.get('100', 0) / 1000:.1f} ms, failures {mk.get('failures')}")
 # the load's seconds count from after its 1 s warm-up

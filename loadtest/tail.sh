@@ -80,6 +80,11 @@ printf "%6s %8s %9s %9s %10s %8s %8s %7s %9s\n" second rps "p50 µs" "p99 µs" "
 jq -r '.timeline[] | "\(.second) \(.requests) \(.p50_us) \(.p99_us) \(.max_us)"' <<<"$out" |
   awk -v start="$start" -v samples="$tmp/pebble" -v us="$((1000000 / $(getconf CLK_TCK)))" '
     BEGIN { while ((getline l < samples) > 0) { split(l, a, " "); n++; t[n] = a[1]; v["f", n] = a[2]; v["c", n] = a[3]; v["s", n] = a[4]; v["t", n] = a[5] } }
-    function at(x, col,   i) { for (i = n; i > 0; i--) if (t[i] <= x) return v[col, i]; return v[col, 1] }
+    function last(x,   i) { for (i = n; i > 1; i--) if (t[i] <= x) return i; return 1 }
+    function at(x, col) { return v[col, last(x)] }
+    # The CPU of a second: the ticks between the samples around it, over
+    # the time between them (samples come about a second apart).
+    function cpu(lo, hi,   a, b) { a = last(lo); b = last(hi); if (b <= a) b = a + 1; if (b > n) return 0
+      return (v["t", b] - v["t", a]) * us / (t[b] - t[a]) }
     { sec = $1; lo = start + sec; hi = lo + 1
-      printf "%6d %8d %9d %9d %10d %8d %8d %7d %9.1f\n", sec, $2, $3, $4, $5, at(hi, "f") - at(lo, "f"), at(hi, "c") - at(lo, "c"), at(hi, "s") - at(lo, "s"), ($2 > 0 ? (at(hi, "t") - at(lo, "t")) * us / $2 : 0) }'
+      printf "%6d %8d %9d %9d %10d %8d %8d %7d %9.1f\n", sec, $2, $3, $4, $5, at(hi, "f") - at(lo, "f"), at(hi, "c") - at(lo, "c"), at(hi, "s") - at(lo, "s"), ($2 > 0 ? cpu(lo, hi) / $2 : 0) }'

@@ -27,6 +27,11 @@ func TestHotPathDoesNotAllocate(t *testing.T) {
 	noErr(t, err)
 	w := workers[0]
 	defer w.release()
+	// with a timeline and an open marked window, as dhtkv-load runs
+	m := new(Mark)
+	m.Open(time.Now())
+	w.rec.keepTimeline(time.Now())
+	w.rec.keepMarked(m)
 
 	step := func() {
 		o, uri := w.gen.next()

@@ -18,20 +18,31 @@ import (
 // at or after the opening and before the closing. A request is recorded
 // after it started, so one recorded before the opening started before it
 // and one recorded before the closing started before that: deciding at
-// record time with what is known then is exact. The window opens once
-// and closes once; a window never closed lasts to the run's end. Its
-// methods are safe for concurrent use.
+// record time with what is known then is exact, but for a request
+// recorded between Open's or Close's reading of the clock and its store
+// (nanoseconds, unless that thread is descheduled). Times are compared on
+// the monotonic clock, so a step of the wall clock moves nothing. The
+// window opens once and closes once; a window never closed lasts to the
+// run's end. Its methods are safe for concurrent use.
 type Mark struct {
-	from, to atomic.Int64 // Unix nanoseconds; 0 while not set
+	// from and to are 1 + nanoseconds since markEpoch; 0 while not set.
+	from, to atomic.Int64
 }
 
+// markEpoch is the monotonic origin of every Mark's times.
+var markEpoch = time.Now()
+
+func sinceEpoch(t time.Time) int64 { return int64(t.Sub(markEpoch)) + 1 }
+
+func fromEpoch(n int64) time.Time { return markEpoch.Add(time.Duration(n - 1)) }
+
 // Open opens the window at t, unless it was opened before.
-func (m *Mark) Open(t time.Time) { m.from.CompareAndSwap(0, t.UnixNano()) }
+func (m *Mark) Open(t time.Time) { m.from.CompareAndSwap(0, sinceEpoch(t)) }
 
 // Close closes the window at t, if it is open and was not closed before.
 func (m *Mark) Close(t time.Time) {
 	if m.from.Load() != 0 {
-		m.to.CompareAndSwap(0, t.UnixNano())
+		m.to.CompareAndSwap(0, sinceEpoch(t))
 	}
 }
 
@@ -42,7 +53,7 @@ func (m *Mark) Holds(start time.Time) bool {
 	if from == 0 {
 		return false
 	}
-	s := start.UnixNano()
+	s := sinceEpoch(start)
 	to := m.to.Load()
 	return s >= from && (to == 0 || s < to)
 }
@@ -52,14 +63,18 @@ type MarkedWindow struct {
 	// FromS and ToS are the window's opening and closing in seconds after
 	// the start of the measured window (negative: during the warm-up);
 	// ToS is absent if it was never closed.
-	FromS    float64        `json:"from_s"`
-	ToS      *float64       `json:"to_s,omitempty"`
-	Requests int64          `json:"requests"`
+	FromS    float64  `json:"from_s"`
+	ToS      *float64 `json:"to_s,omitempty"`
+	Requests int64    `json:"requests"`
+	// Failures are the requests that got no 2xx answer (a GET's 404
+	// included), as the timeline counts them.
 	Failures int64          `json:"failures"`
 	Latency  LatencySummary `json:"latency_us"`
 }
 
-// marked is what one worker recorded inside the window.
+// marked is what one worker recorded inside the window; hist is made
+// with the window's first request (a histogram is some 140 KB, and a
+// run with no window needs none).
 type marked struct {
 	hist     *hdrhistogram.Histogram
 	requests int64
@@ -67,6 +82,12 @@ type marked struct {
 }
 
 func (m *marked) merge(o *marked) {
+	if o.hist == nil {
+		return
+	}
+	if m.hist == nil {
+		m.hist = newHistogram()
+	}
 	m.hist.Merge(o.hist)
 	m.requests += o.requests
 	m.failures += o.failures
@@ -78,14 +99,18 @@ func markedWindow(mark *Mark, rec *recorder, origin time.Time) *MarkedWindow {
 	if mark == nil || rec.marked == nil || mark.from.Load() == 0 {
 		return nil
 	}
+	h := rec.marked.hist
+	if h == nil { // no request was due in the window
+		h = newHistogram()
+	}
 	w := &MarkedWindow{
-		FromS:    roundTo(time.Unix(0, mark.from.Load()).Sub(origin).Seconds(), 3),
+		FromS:    roundTo(fromEpoch(mark.from.Load()).Sub(origin).Seconds(), 3),
 		Requests: rec.marked.requests,
 		Failures: rec.marked.failures,
-		Latency:  summarize(rec.marked.hist),
+		Latency:  summarize(h),
 	}
 	if to := mark.to.Load(); to != 0 {
-		s := roundTo(time.Unix(0, to).Sub(origin).Seconds(), 3)
+		s := roundTo(fromEpoch(to).Sub(origin).Seconds(), 3)
 		w.ToS = &s
 	}
 	return w

@@ -87,7 +87,7 @@ func newRecorder() *recorder {
 func (r *recorder) keepTimeline(origin time.Time) { r.timeline = &timeline{origin: origin} }
 
 // keepMarked makes r sum up the requests of m's window apart.
-func (r *recorder) keepMarked(m *Mark) { r.mark, r.marked = m, &marked{hist: newHistogram()} }
+func (r *recorder) keepMarked(m *Mark) { r.mark, r.marked = m, &marked{} }
 
 // record accounts for one finished request, started at start (sent, or
 // due on a constant-rate schedule) and ended at end. Responses of any
@@ -116,6 +116,9 @@ func (r *recorder) record(status int, err error, start, end time.Time) {
 	if r.mark != nil && r.mark.Holds(start) {
 		in = r.marked
 		in.requests++
+		if in.hist == nil {
+			in.hist = newHistogram()
+		}
 	}
 	if sec != nil || in != nil {
 		failed := err != nil || status < 200 || status > 299

@@ -104,6 +104,12 @@ func TestPressurePath(t *testing.T) {
 		// a tmpfs over /sys/fs/cgroup hides the cgroup2 mount there
 		{"hidden by a tmpfs above it", "0::/a\n", unified +
 			"51 23 0:40 / /sys/fs rw - tmpfs tmpfs rw\n", ""},
+		// the initrd mounted /sys and the cgroup2 under it, then moved them
+		// under the real root, listed after them: the root hides nothing
+		{"the root listed after the mounts on it", "0::/user.slice/u\n",
+			"22 98 0:21 / /sys rw - sysfs sysfs rw\n" +
+				"29 22 0:26 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n" +
+				"98 1 253:0 / / rw - ext4 /dev/vda1 rw\n", "/sys/fs/cgroup/user.slice/u/cpu.pressure"},
 		{"a later mount beside it", "0::/a\n", unified +
 			"52 23 0:41 / /sys/fs/cgroupx rw - tmpfs tmpfs rw\n", "/sys/fs/cgroup/a/cpu.pressure"},
 	} {

@@ -103,9 +103,12 @@ func cgroupPressurePath() string {
 // path of the "0::" line of cgroup, made relative to the mount's root (a
 // mount of a cgroup below the hierarchy's root, as in a container without
 // a cgroup namespace, shows that cgroup as its root). mountinfo lists
-// mounts in the order they were made, so a mount is hidden by any later
-// one on its mount point or on a directory above it; of the cgroup2
-// mounts that fit, the last one not hidden is used.
+// mounts about in the order they were made, so a mount is taken as hidden
+// by a later one on its mount point or on a directory above it, unless
+// that one is among its ancestors (a mount it sits on: where the initrd
+// mounted /sys and /sys/fs/cgroup and then moved them under the real
+// root, / is listed after them); of the cgroup2 mounts that fit, the last
+// one not hidden is used.
 func pressurePath(cgroup, mountinfo string) string {
 	var path string
 	found := false
@@ -119,9 +122,10 @@ func pressurePath(cgroup, mountinfo string) string {
 		return ""
 	}
 	type mount struct {
-		point   string
-		cgroup2 bool
-		root    string
+		id, parent string
+		point      string
+		cgroup2    bool
+		root       string
 	}
 	var mounts []mount
 	for _, line := range strings.Split(mountinfo, "\n") {
@@ -132,14 +136,33 @@ func pressurePath(cgroup, mountinfo string) string {
 			continue
 		}
 		mounts = append(mounts, mount{
+			id:      f[0],
+			parent:  f[1],
 			point:   unescapeMount(f[4]),
 			cgroup2: strings.HasPrefix(post, "cgroup2 "),
 			root:    unescapeMount(f[3]),
 		})
 	}
+	byID := make(map[string]int, len(mounts))
+	for i, m := range mounts {
+		byID[m.id] = i
+	}
+	ancestor := func(a, i int) bool { // a is a mount i sits on, directly or not
+		for seen := 0; seen < len(mounts); seen++ { // a cycle ends the walk
+			p, ok := byID[mounts[i].parent]
+			if !ok || p == i {
+				return false
+			}
+			if p == a {
+				return true
+			}
+			i = p
+		}
+		return false
+	}
 	hidden := func(i int) bool {
-		for _, later := range mounts[i+1:] {
-			if under(mounts[i].point, later.point) {
+		for j := i + 1; j < len(mounts); j++ {
+			if under(mounts[i].point, mounts[j].point) && !ancestor(j, i) {
 				return true
 			}
 		}
