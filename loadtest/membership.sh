@@ -30,7 +30,10 @@
 # node the third replica of a third of the partitions (moves as a join's:
 # streamed, then compared). DHTKV: the server binary
 # (default: built from this repository), to compare two builds in one
-# sitting.
+# sitting. CGROUPS=1 starts each node in a cgroup of its own (where the
+# cgroup2 file system is writable: as root), so that its background pace
+# reads its own CPU pressure, as on a machine or pod of its own, instead
+# of what every process here shares.
 #
 # The join's run is printed second by second (dhtkv-load --timeline), each
 # second beside what the nodes did in it, sampled from their /metrics once
@@ -61,16 +64,24 @@ PORT=${PORT:-18680}       # nodes listen on PORT+i, their admin listeners on POR
 
 tmp=$(mktemp -d)
 declare -A pid=()
+CGROOT=""
 cleanup() {
   local p
   for p in "${pid[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
   wait 2>/dev/null || true
   if [ "${KEEP:-}" ]; then echo "kept $tmp" >&2; else rm -rf "$tmp"; fi
+  if [ -n "$CGROOT" ]; then rmdir "$CGROOT"/*/ "$CGROOT" 2>/dev/null || true; fi
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 (cd "$ROOT" && go build -o "$tmp/dhtkv-load" ./cmd/dhtkv-load && go build -o "$tmp/dhtkvctl" ./cmd/dhtkvctl)
 if [ -n "${DHTKV:-}" ]; then cp "$DHTKV" "$tmp/dhtkv"; else (cd "$ROOT" && go build -o "$tmp/dhtkv" ./cmd/dhtkv); fi
+
+if [ "${CGROUPS:-0}" = 1 ]; then
+  cg2=$(awk '/ - cgroup2 / {print $5; exit}' /proc/self/mountinfo)
+  if [ -n "$cg2" ] && mkdir "$cg2/membership-$$" 2>/dev/null; then CGROOT=$cg2/membership-$$; fi
+  echo "each node in a cgroup of its own: ${CGROOT:-no (the cgroup2 file system is not writable here)}"
+fi
 
 port() { echo $((PORT + $1)); }
 admin() { echo $((PORT + 10 + $1)); }
@@ -79,9 +90,13 @@ now() { date +%s.%N; }
 since() { awk -v a="$1" -v b="$(now)" 'BEGIN {printf "%.1f", b - a}'; }
 
 start_node() { # i flags...
-  local i=$1
+  local i=$1 pre=()
   shift
-  "$tmp/dhtkv" --listen "127.0.0.1:$(port "$i")" --admin-listen "127.0.0.1:$(admin "$i")" \
+  if [ -n "$CGROOT" ] && mkdir -p "$CGROOT/node$i"; then
+    # shellcheck disable=SC2016 # $$ and $@ are the inner shell's
+    pre=(bash -c '{ echo $$ >"$0/cgroup.procs"; } 2>/dev/null || echo "membership.sh: not moved into $0" >&2; exec "$@"' "$CGROOT/node$i")
+  fi
+  "${pre[@]}" "$tmp/dhtkv" --listen "127.0.0.1:$(port "$i")" --admin-listen "127.0.0.1:$(admin "$i")" \
     --data-dir "$tmp/node$i" --ae-rate "$AE_RATE" --ae-interval 0 ${MOVE_RATE:+--move-rate "$MOVE_RATE"} \
     ${DROP_RATE:+--drop-rate "$DROP_RATE"} ${NODE_FLAGS:-} "$@" >>"$tmp/node$i.log" 2>&1 &
   pid[$i]=$!
