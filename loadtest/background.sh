@@ -90,13 +90,9 @@ load() { # targets, then dhtkv-load flags... (its pid in $tmp/load.pid while it 
   wait $!
 }
 # signal_load SIG: open (USR1) or close (USR2) the running load's marked
-# window (dhtkv-load), so that it sums up the requests due while the
-# mechanism worked; a generator that ended is not signalled.
-signal_load() {
-  local p
-  p=$(cat "$tmp/load.pid" 2>/dev/null) || return 0
-  case $(readlink "/proc/$p/exe" 2>/dev/null) in */dhtkv-load) kill "-$1" "$p" 2>/dev/null || true ;; esac
-}
+# window, so that it sums up the requests due while the mechanism worked.
+source "$ROOT/loadtest/mark.sh"
+signal_load() { mark_load "$tmp/load.pid" "$1"; }
 source "$ROOT/loadtest/settle.sh"
 load "$cluster" --workload put --duration 1s --fill "$KEYSPACE" >/dev/null
 settle "${ports[@]}"

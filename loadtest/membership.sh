@@ -186,15 +186,10 @@ marked() { # name -> the requests due while the change ran (the generator's mark
   jq -r 'if .marked then "\(.marked.requests) requests in \(if .marked.to_s then "\((.marked.to_s - .marked.from_s) * 10 | floor / 10) s" else "the rest of the run" end), \(.marked.failures) failed, p50 \(.marked.latency_us."50" / 1000) ms, p99 \(.marked.latency_us."99" / 1000) ms, p99.9 \(.marked.latency_us."99.9" / 1000) ms, max \(.marked.latency_us."100" / 1000) ms" else "no marked window" end' "$tmp/$1.json" 2>/dev/null
 }
 # mark and unmark open and close the running load generator's marked
-# window (dhtkv-load: SIGUSR1, SIGUSR2): a change's start and end. Only a
-# live dhtkv-load is signalled (the pid file may name one that ended).
-signal_load() {
-  local p
-  p=$(cat "$tmp/generator.pid" 2>/dev/null) || return 0
-  case $(readlink "/proc/$p/exe" 2>/dev/null) in */dhtkv-load) kill "-$1" "$p" 2>/dev/null || true ;; esac
-}
-mark() { signal_load USR1; }
-unmark() { signal_load USR2; }
+# window (dhtkv-load: SIGUSR1, SIGUSR2): a change's start and end.
+source "$ROOT/loadtest/mark.sh"
+mark() { mark_load "$tmp/generator.pid" USR1; }
+unmark() { mark_load "$tmp/generator.pid" USR2; }
 await_done() { # admin-node -> seconds until its map has no change
   local t0 end
   t0=$(now)

@@ -101,12 +101,9 @@ load() { # targets workload conns [flags...]: JSON on stdout; the generator's pi
   wait $!
 }
 # signal_load SIG: open (USR1) or close (USR2) the running load's marked
-# window; a generator that ended is not signalled.
-signal_load() {
-  local p
-  p=$(cat "$tmp/load.pid" 2>/dev/null) || return 0
-  case $(readlink "/proc/$p/exe" 2>/dev/null) in */dhtkv-load) kill "-$1" "$p" 2>/dev/null || true ;; esac
-}
+# window.
+source "$ROOT/loadtest/mark.sh"
+signal_load() { mark_load "$tmp/load.pid" "$1"; }
 fill() { # targets [flags...]
   taskset -c $GEN "$B/dhtkv-load" --targets "$1" --keyspace $KS --value-size 1024 --connections 64 \
     --fill $KS --fill-only "${@:2}" >/dev/null 2>&1
