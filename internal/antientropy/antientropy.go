@@ -83,6 +83,15 @@ type Options struct {
 	// peers, together (--ae-rate; default 8 MiB/s). Summaries are not
 	// counted: they are small next to the records they spare.
 	Rate int64
+	// SummaryRate is the most index entries a second this node's
+	// exchanges read to hash the partitions they compare, together
+	// (--ae-summary-rate; default DefaultSummaryRate). Under writes every
+	// partition's hashes are stale, and an exchange reads the node's
+	// whole index; unpaced, exchanges started on several nodes at once
+	// took the CPU from requests for a fifth of a second
+	// (docs/benchmarks.md section 47). A peer's summaries are read as
+	// the exchange asks for them, so this paces both ends.
+	SummaryRate int
 	// Concurrency is how many peers are compared at once (--ae-concurrency;
 	// default 1).
 	Concurrency int
@@ -104,6 +113,12 @@ type Options struct {
 	Writable func() error
 }
 
+// DefaultSummaryRate is Options.SummaryRate's default, the garbage
+// collector's (gc.DefaultRate): an index entry costs about half a
+// microsecond to read, so an exchange reads at most about a tenth of a
+// core's worth, and a node's index of 10M entries in under a minute.
+const DefaultSummaryRate = 200_000
+
 // DefaultOptions returns the defaults the fields document, an hour's
 // Interval.
 func DefaultOptions() Options {
@@ -117,13 +132,14 @@ func DefaultOptions() Options {
 func (o *Options) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&o.Interval, "ae-interval", o.Interval, "how often anti-entropy compares this node's data with each peer (0: only on demand, POST /repair on the admin port)")
 	sizeflag.Var(fs, &o.Rate, "ae-rate", "most records anti-entropy pulls and pushes per second, a `size`")
+	fs.IntVar(&o.SummaryRate, "ae-summary-rate", o.SummaryRate, "most index `entries` a second anti-entropy reads to hash the partitions it compares; slowed down to an eighth while requests wait for the CPU (--background-sched-latency)")
 	fs.IntVar(&o.Concurrency, "ae-concurrency", o.Concurrency, "peers anti-entropy compares at once")
 }
 
 // Validate refuses settings that cannot work.
 func (o *Options) Validate() error {
-	if o.Interval < 0 || o.Rate <= 0 || o.Concurrency < 1 {
-		return errors.New("--ae-interval must not be negative, --ae-rate must be positive and --ae-concurrency at least 1")
+	if o.Interval < 0 || o.Rate <= 0 || o.Concurrency < 1 || o.SummaryRate < 0 {
+		return errors.New("--ae-interval must not be negative, --ae-rate and --ae-summary-rate must be positive and --ae-concurrency at least 1")
 	}
 	return nil
 }
@@ -138,6 +154,9 @@ func (o *Options) EnsureDefaults() {
 	}
 	if o.Concurrency <= 0 {
 		o.Concurrency = 1
+	}
+	if o.SummaryRate <= 0 {
+		o.SummaryRate = DefaultSummaryRate
 	}
 	if o.Timeout <= 0 {
 		o.Timeout = 300 * time.Millisecond
@@ -218,6 +237,7 @@ type Service struct {
 	rebuilding func() bool
 	o          Options
 	limit      *rate.Limiter
+	walk       *rate.Limiter // the summaries' index reads (SummaryRate)
 	sem        chan struct{} // Concurrency slots
 	wake       chan struct{}
 	log        *slog.Logger
@@ -243,7 +263,10 @@ func New(local *replica.Replica, views func() *view.View, apply ApplyFunc, rebui
 		local: local, views: views, apply: apply, rebuilding: rebuilding, o: o, log: log, m: newMetrics(), work: worker.New(),
 		// A second's worth at most at once; a larger record waits for a
 		// full bucket.
-		limit:   rate.NewLimiter(rate.Limit(o.Rate), int(o.Rate)),
+		limit: rate.NewLimiter(rate.Limit(o.Rate), int(o.Rate)),
+		// A sixteenth of a second's worth at once: a partition's walk
+		// waits in steps of that (pace.WaitBytes).
+		walk:    rate.NewLimiter(rate.Limit(o.SummaryRate), max(o.SummaryRate/16, 1)),
 		sem:     make(chan struct{}, o.Concurrency),
 		wake:    make(chan struct{}, 1),
 		due:     make([]time.Time, clustermap.MaxNodeID+1),
@@ -255,6 +278,10 @@ func New(local *replica.Replica, views func() *view.View, apply ApplyFunc, rebui
 // Limiter is the rate limiter of the exchanges' records (Rate), for the
 // node's background pace (package pace) to govern.
 func (a *Service) Limiter() *rate.Limiter { return a.limit }
+
+// SummaryLimiter is the rate limiter of the exchanges' index reads
+// (SummaryRate), for the node's background pace to govern.
+func (a *Service) SummaryLimiter() *rate.Limiter { return a.walk }
 
 // Register adds the instruments to reg.
 func (a *Service) Register(reg prometheus.Registerer) { a.m.register(reg) }

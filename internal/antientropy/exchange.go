@@ -56,8 +56,11 @@ func (a *Service) Exchange(ctx context.Context, v *view.View, i int, shared []pa
 		shared = shared[len(chunk):]
 		hashes = hashes[:0]
 		for _, part := range chunk {
-			h, err := local.PartitionHash(part)
+			h, walked, err := local.PartitionHashWalked(part)
 			if err != nil {
+				return st, err
+			}
+			if err := a.paceWalk(ctx, walked); err != nil {
 				return st, err
 			}
 			hashes = append(hashes, h)
@@ -78,7 +81,11 @@ func (a *Service) Exchange(ctx context.Context, v *view.View, i int, shared []pa
 	var segs []rpc.Segment
 	var mine [partition.Segments]uint64
 	for _, d := range differing {
-		if err := local.SegmentHashes(d.Part, &mine); err != nil {
+		walked, err := local.SegmentHashesWalked(d.Part, &mine)
+		if err != nil {
+			return st, err
+		}
+		if err := a.paceWalk(ctx, walked); err != nil {
 			return st, err
 		}
 		for s := range mine {
@@ -428,4 +435,17 @@ func (x *transfer) pushOut(b *transferBatch, keys, envs [][]byte, size int) (mov
 		n += len(c.Key) + len(c.Env)
 	}
 	return moved, n, err
+}
+
+// paceWalk waits until the summaries' rate allows walked more index
+// entries read: the next partition's hashes, and the peer's summary of
+// it, which is asked for only then, wait for this one's.
+func (a *Service) paceWalk(ctx context.Context, walked int) error {
+	if walked == 0 {
+		return nil
+	}
+	if err := pace.WaitBytes(ctx, a.walk, walked); err != nil {
+		return fmt.Errorf("anti-entropy summaries: %w", err)
+	}
+	return nil
 }

@@ -154,7 +154,7 @@ func (n *Node) buildCluster(cmap *clustermap.Map, self int, joined bool, topo cl
 	n.rebuild.Register(n.registry)
 	n.pace = pace.New(cfg.Pace, log)
 	n.streamPace = partcopy.SendLimiter(cfg.Move)
-	for _, l := range []*rate.Limiter{ae.Limiter(), n.hints.Limiter(), copier.Limiter(), n.streamPace, n.members.Limiter(), n.gc.Limiter(), n.settle.Limiter()} {
+	for _, l := range []*rate.Limiter{ae.Limiter(), ae.SummaryLimiter(), n.hints.Limiter(), copier.Limiter(), n.streamPace, n.members.Limiter(), n.gc.Limiter(), n.settle.Limiter()} {
 		n.pace.Govern(l)
 	}
 	n.pace.Register(n.registry)

@@ -125,6 +125,14 @@ func (m *summary) touch(part partition.ID) { m.stale[part].Store(true) }
 // the partition's index range if the partition was written since its
 // hashes were last computed.
 func (s *Store) SegmentHashes(part partition.ID, dst *[partition.Segments]uint64) error {
+	_, err := s.SegmentHashesWalked(part, dst)
+	return err
+}
+
+// SegmentHashesWalked is SegmentHashes, and how many index entries it
+// read to recompute them (0: they were current), for a caller that paces
+// its walks.
+func (s *Store) SegmentHashesWalked(part partition.ID, dst *[partition.Segments]uint64) (walked int, err error) {
 	m := &s.summary
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -132,29 +140,36 @@ func (s *Store) SegmentHashes(part partition.ID, dst *[partition.Segments]uint64
 		var fresh [partition.Segments]uint64
 		err := s.SegmentEntries(part, -1, func(seg uint8, key []byte, e IndexEntry) error {
 			fresh[seg] ^= partition.EntryHash(key, e.Version)
+			walked++
 			return nil
 		})
 		if err != nil {
 			m.stale[part].Store(true)
-			return err
+			return walked, err
 		}
 		m.segs[part] = fresh
 	}
 	*dst = m.segs[part]
-	return nil
+	return walked, nil
 }
 
 // PartitionHash returns the XOR of partition part's segment hashes.
 func (s *Store) PartitionHash(part partition.ID) (uint64, error) {
+	h, _, err := s.PartitionHashWalked(part)
+	return h, err
+}
+
+// PartitionHashWalked is PartitionHash, and how many index entries it
+// read (SegmentHashesWalked).
+func (s *Store) PartitionHashWalked(part partition.ID) (h uint64, walked int, err error) {
 	var segs [partition.Segments]uint64
-	if err := s.SegmentHashes(part, &segs); err != nil {
-		return 0, err
+	if walked, err = s.SegmentHashesWalked(part, &segs); err != nil {
+		return 0, walked, err
 	}
-	var h uint64
 	for _, x := range segs {
 		h ^= x
 	}
-	return h, nil
+	return h, walked, nil
 }
 
 // SegmentEntries calls fn with every key's index entry in segment seg of

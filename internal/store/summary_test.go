@@ -289,3 +289,36 @@ func TestSegmentReader(t *testing.T) {
 	require.NoError(t, r.Close())
 	require.Equal(t, after, list(r.Entries, part, int(seg)), "usable after Close")
 }
+
+// A recomputation reports the index entries it read, for a caller that
+// paces its walks: every entry of a stale partition, none once its
+// hashes are current, all of them again after a write touches it.
+func TestSegmentHashesWalked(t *testing.T) {
+	s := openTemp(t)
+	perPart := map[partition.ID]int{}
+	for i := range 300 {
+		key := []byte(fmt.Sprintf("k%d", i))
+		require.NoError(t, s.Apply(key, &record.Record{Version: uint64(1000 + i), Value: []byte("v")}))
+		p, _ := partition.Of(key)
+		perPart[p]++
+	}
+	total := 0
+	for p := range partition.Count {
+		_, walked, err := s.PartitionHashWalked(partition.ID(p))
+		require.NoError(t, err)
+		require.Equal(t, perPart[partition.ID(p)], walked, "partition %d", p)
+		total += walked
+	}
+	require.Equal(t, 300, total, "a store opens with every partition stale")
+
+	key := []byte("k7")
+	part, _ := partition.Of(key)
+	var segs [partition.Segments]uint64
+	walked, err := s.SegmentHashesWalked(part, &segs)
+	require.NoError(t, err)
+	require.Zero(t, walked, "current hashes are not read again")
+	require.NoError(t, s.Apply(key, &record.Record{Version: 5000, Value: []byte("w")}))
+	walked, err = s.SegmentHashesWalked(part, &segs)
+	require.NoError(t, err)
+	require.Equal(t, perPart[part], walked, "a write makes its partition stale: every entry read again")
+}

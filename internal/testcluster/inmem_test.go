@@ -161,3 +161,31 @@ func TestInMemoryJoinKeepsMoveRate(t *testing.T) {
 		require.InDelta(t, want.Seconds(), took.Seconds(), poll.Seconds()*1.01, "to the polling interval")
 	})
 }
+
+// An exchange reads its partitions' index entries to hash them at
+// --ae-summary-rate: on the fake clock, an exchange over 300 keys at 100
+// entries a second takes the walk over the rate, less the limiter's
+// burst (a sixteenth of a second's worth); unpaced it would take no fake
+// time at all.
+func TestInMemoryExchangeSummariesPaced(t *testing.T) {
+	InBubble(t, func(t *testing.T) {
+		const keys, rate = 300, 100
+		c := StartInMemory(t, 2, func(_ int, cfg *node.Config) { cfg.AntiEntropy.SummaryRate, cfg.Replicas = rate, 2 })
+		cl := c.Client()
+		for k := range keys {
+			require.Equal(t, http.StatusCreated, cl.Put(t, c.URL(0), fmt.Sprintf("k%03d", k), []byte("v"), 2, 2))
+		}
+		start := time.Now()
+		ex := c.Repair(0)
+		took := time.Since(start)
+		require.Len(t, ex, 1)
+		require.Empty(t, ex[0].Error)
+		require.Zero(t, ex[0].PartitionsDiffering, "both replicas hold every key")
+		// Every partition is stale (written, and a store opens with all
+		// stale): the exchange reads all the node's 300 entries.
+		least := time.Duration(float64(keys-rate/16) / rate * float64(time.Second))
+		t.Logf("exchange took %v (at least %v)", took, least)
+		require.GreaterOrEqual(t, took, least)
+		require.Less(t, took, least+time.Second, "nothing else waited")
+	})
+}
