@@ -30,6 +30,9 @@
 #
 #   loadtest/background.sh
 #   MECHANISMS="hints rebuild" WINDOW=40s loadtest/background.sh
+#
+# RATE holds that constant rate instead of FRACTION of the closed loop's,
+# so that two builds (DHTKV) are compared at the same load.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 MECHANISMS=${MECHANISMS:-antientropy hints rebuild gc}
@@ -102,7 +105,7 @@ t0=$(ticks)
 out=$(load "$front" --workload put --duration 10s)
 fgcores=$(awk -v t=$(($(ticks) - t0)) -v hz="$hz" 'BEGIN {printf "%.2f", t / hz / 10}')
 closed=$(jq -r .throughput_rps <<<"$out")
-rate=$(awk -v r="$closed" -v f="$FRACTION" 'BEGIN {printf "%d", r * f}')
+rate=${RATE:-$(awk -v r="$closed" -v f="$FRACTION" 'BEGIN {printf "%d", r * f}')}
 
 prepare() { # mechanism: the unmeasured work before a run
   case $1 in

@@ -261,9 +261,12 @@ func New(local *replica.Replica, views func() *view.View, apply ApplyFunc, rebui
 	}
 	return &Service{
 		local: local, views: views, apply: apply, rebuilding: rebuilding, o: o, log: log, m: newMetrics(), work: worker.New(),
-		// A second's worth at most at once; a larger record waits for a
-		// full bucket.
-		limit: rate.NewLimiter(rate.Limit(o.Rate), int(o.Rate)),
+		// A sixteenth of a second's worth at once (at least 64 KiB): the
+		// bucket is full when an exchange begins moving records, and a
+		// second's worth, 8 MiB at the default rate whatever the pace's
+		// factor, went out in one burst (docs/benchmarks.md section 47). A
+		// larger record waits in steps (pace.WaitBytes).
+		limit: rate.NewLimiter(rate.Limit(o.Rate), int(max(o.Rate/16, 64<<10))),
 		// A sixteenth of a second's worth at once: a partition's walk
 		// waits in steps of that (pace.WaitBytes).
 		walk:    rate.NewLimiter(rate.Limit(o.SummaryRate), max(o.SummaryRate/16, 1)),

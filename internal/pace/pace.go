@@ -2,8 +2,9 @@
 // wait for the CPU, and lets it go at its full rates while they do not.
 //
 // Anti-entropy, hint replay, partition copies, drops and garbage
-// collection each have a rate limit in bytes or records a second
-// (--ae-rate, --hint-replay-rate, --move-rate, --drop-rate, --gc-rate). A fixed rate cannot be right on every
+// collection each have a rate limit in bytes, records or index entries a
+// second (--ae-rate, --ae-summary-rate, --hint-replay-rate, --move-rate,
+// --drop-rate, --gc-rate). A fixed rate cannot be right on every
 // machine: on two cores the defaults let anti-entropy take as much CPU as
 // the foreground writes (docs/benchmarks.md sections 23 and 25), on
 // sixteen they are a small share. The Governor measures what the
