@@ -80,8 +80,9 @@ type Options struct {
 	// on demand (Repair) and after dropped hints.
 	Interval time.Duration
 	// Rate is the most record bytes a second pulled from and pushed to
-	// peers, together (--ae-rate; default 8 MiB/s). Summaries are not
-	// counted: they are small next to the records they spare.
+	// peers, together (--ae-rate; default 8 MiB/s). The summaries' bytes
+	// are not counted: they are few next to the records they spare (their
+	// index reads are, SummaryRate).
 	Rate int64
 	// SummaryRate is the most index entries a second this node's
 	// exchanges read to hash the partitions they compare, together

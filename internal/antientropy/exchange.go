@@ -56,7 +56,7 @@ func (a *Service) Exchange(ctx context.Context, v *view.View, i int, shared []pa
 		shared = shared[len(chunk):]
 		hashes = hashes[:0]
 		for _, part := range chunk {
-			h, walked, err := local.PartitionHashWalked(part)
+			h, walked, err := local.PartitionHash(part)
 			if err != nil {
 				return st, err
 			}

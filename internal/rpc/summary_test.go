@@ -40,7 +40,7 @@ func TestServeSummary(t *testing.T) {
 	hashes := make([]uint64, partition.Count)
 	for p := range parts {
 		parts[p] = partition.ID(p)
-		h, err := st.PartitionHash(parts[p])
+		h, _, err := st.PartitionHash(parts[p])
 		require.NoError(t, err)
 		hashes[p] = h
 	}

@@ -153,15 +153,9 @@ func (s *Store) SegmentHashesWalked(part partition.ID, dst *[partition.Segments]
 	return walked, nil
 }
 
-// PartitionHash returns the XOR of partition part's segment hashes.
-func (s *Store) PartitionHash(part partition.ID) (uint64, error) {
-	h, _, err := s.PartitionHashWalked(part)
-	return h, err
-}
-
-// PartitionHashWalked is PartitionHash, and how many index entries it
-// read (SegmentHashesWalked).
-func (s *Store) PartitionHashWalked(part partition.ID) (h uint64, walked int, err error) {
+// PartitionHash returns the XOR of partition part's segment hashes, and
+// how many index entries it read to recompute them (SegmentHashesWalked).
+func (s *Store) PartitionHash(part partition.ID) (h uint64, walked int, err error) {
 	var segs [partition.Segments]uint64
 	if walked, err = s.SegmentHashesWalked(part, &segs); err != nil {
 		return 0, walked, err

@@ -304,7 +304,7 @@ func TestSegmentHashesWalked(t *testing.T) {
 	}
 	total := 0
 	for p := range partition.Count {
-		_, walked, err := s.PartitionHashWalked(partition.ID(p))
+		_, walked, err := s.PartitionHash(partition.ID(p))
 		require.NoError(t, err)
 		require.Equal(t, perPart[partition.ID(p)], walked, "partition %d", p)
 		total += walked
