@@ -26,7 +26,10 @@
 #      90/10 GET/PUT load at JOIN_RATE (10000/s) for JOIN_LOAD (60s),
 #      beside the same load with no change: the stream's MB/s and the
 #      clients' tail during the join, in one run (issue 24, point 2);
-#      JOIN_FLAGS, more flags for the four nodes (--background-cpu-pressure 0)
+#      JOIN_FLAGS, more flags for the four nodes (--background-cpu-pressure 0);
+#      JOIN_PROFILE=SECONDS, a CPU profile of node 1 (a source) and node 4
+#      for that long from 3 s into the join (with LOGS: cpu-g1.pprof,
+#      cpu-g4.pprof)
 #
 # SECTIONS picks them (default "A B C D").
 # Binaries come from BIN (default bin/: dhtkv, dhtkv-load,
@@ -53,7 +56,7 @@ tmp=$(mktemp -d /tmp/pinned.XXXX)
 pids=()
 cleanup() {
   kill "${pids[@]}" 2>/dev/null; wait "${pids[@]}" 2>/dev/null
-  [ -n "${LOGS:-}" ] && mkdir -p "$LOGS" && cp "$tmp"/*.log "$tmp"/*.json "$tmp"/*.tsv "$LOGS"/ 2>/dev/null
+  [ -n "${LOGS:-}" ] && mkdir -p "$LOGS" && cp "$tmp"/*.log "$tmp"/*.json "$tmp"/*.tsv "$tmp"/*.pprof "$LOGS"/ 2>/dev/null
   rm -rf "$tmp"
   [ -n "$CGROOT" ] && rmdir "$CGROOT"/*/ "$CGROOT" 2>/dev/null
 }
@@ -122,6 +125,9 @@ rps, n = d.get('throughput_rps', 0), max(1, d.get('requests', 0))
 errs = sum(d.get('errors', {}).values()) + d.get('non_2xx', 0)
 print(f"{name:40s} {rps:9.0f} rps  p50 {l.get('50',0)/1000:7.2f} p99 {l.get('99',0)/1000:8.2f} "
       f"p99.9 {l.get('99.9',0)/1000:8.2f} max {l.get('100',0)/1000:8.1f} ms  err {errs}  cpu {ticks*us_per_tick/n:6.1f} us/req")
+for op, l in sorted((d.get('latency_by_op_us') or {}).items()):  # a mix's GETs and PUTs apart
+    print(f"{'':42s}{op.upper()}: p50 {l.get('50',0)/1000:.2f} p90 {l.get('90',0)/1000:.2f} p99 {l.get('99',0)/1000:.2f} "
+          f"p99.9 {l.get('99.9',0)/1000:.2f} max {l.get('100',0)/1000:.1f} ms")
 tl = d.get('timeline') or []
 if tl:
     key = lambda s: s.get('p99_us', 0)
@@ -314,8 +320,14 @@ start g4 "$N2" 0 "$B/dhtkv" --listen 127.0.0.1:19124 --admin-listen 127.0.0.1:19
   --join http://127.0.0.1:19121 --cache-bytes 512MiB --move-rate "$JMOVE" $JFLAGS
 # The join is the load's marked window (dhtkv-load: SIGUSR1, SIGUSR2).
 (sleep 6; date +%s.%N >"$tmp/join.start"; signal_load USR1
+ if [ -n "${JOIN_PROFILE:-}" ]; then
+   for n in 1 4; do
+     (sleep 3; taskset -c $GEN python3 -c 'import sys, urllib.request as u; open(sys.argv[2], "wb").write(u.urlopen(sys.argv[1], timeout=120).read())' \
+       "http://127.0.0.1:1913$n/debug/pprof/profile?seconds=$JOIN_PROFILE" "$tmp/cpu-g$n.pprof" || echo "pinned.sh: no profile of node $n" >&2) &
+   done
+ fi
  "$B/dhtkvctl" join --admin 127.0.0.1:19131 --wait-timeout 30m http://127.0.0.1:19124 >"$tmp/join.out" 2>&1
- signal_load USR2; date +%s.%N >"$tmp/join.end") &
+ signal_load USR2; date +%s.%N >"$tmp/join.end"; wait) &
 joiner=$!
 GPIDS="$PID_g1 $PID_g2 $PID_g3 $PID_g4"
 date +%s.%N >"$tmp/load.start"
@@ -369,6 +381,9 @@ if mk:
     print(f"{'':42s}the requests due during the join ({span}): {mk.get('requests')}, "
           f"p50 {l.get('50', 0) / 1000:.2f} p99 {l.get('99', 0) / 1000:.2f} p99.9 {l.get('99.9', 0) / 1000:.2f} "
           f"max {l.get('100', 0) / 1000:.1f} ms, failures {mk.get('failures')}")
+    for op, l in sorted((mk.get("latency_by_op_us") or {}).items()):
+        print(f"{'':46s}{op.upper()}: p50 {l.get('50', 0) / 1000:.2f} p90 {l.get('90', 0) / 1000:.2f} "
+              f"p99 {l.get('99', 0) / 1000:.2f} p99.9 {l.get('99.9', 0) / 1000:.2f} max {l.get('100', 0) / 1000:.1f} ms")
 # the load's seconds count from after its 1 s warm-up
 inside = [s for s in tl if start <= load + 1 + s.get("second", 0) and load + 2 + s.get("second", 0) <= end + 1]
 if inside:

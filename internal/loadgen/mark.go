@@ -70,6 +70,9 @@ type MarkedWindow struct {
 	// included), as the timeline counts them.
 	Failures int64          `json:"failures"`
 	Latency  LatencySummary `json:"latency_us"`
+	// LatencyByOp is a mixed workload's Latency for its GETs and PUTs
+	// apart (Result.LatencyByOp).
+	LatencyByOp map[string]LatencySummary `json:"latency_by_op_us,omitempty"`
 }
 
 // marked is what one worker recorded inside the window; hist is made
@@ -79,6 +82,7 @@ type marked struct {
 	hist     *hdrhistogram.Histogram
 	requests int64
 	failures int64
+	ops      *byOp // a mixed workload's, made with its first request
 }
 
 func (m *marked) merge(o *marked) {
@@ -91,6 +95,12 @@ func (m *marked) merge(o *marked) {
 	m.hist.Merge(o.hist)
 	m.requests += o.requests
 	m.failures += o.failures
+	if o.ops != nil {
+		if m.ops == nil {
+			m.ops = &byOp{}
+		}
+		m.ops.merge(o.ops)
+	}
 }
 
 // markedWindow is the summary of rec's window, nil when the window was
@@ -109,6 +119,7 @@ func markedWindow(mark *Mark, rec *recorder, origin time.Time) *MarkedWindow {
 		Failures: rec.marked.failures,
 		Latency:  summarize(h),
 	}
+	w.LatencyByOp = rec.marked.ops.summaries()
 	if to := mark.to.Load(); to != 0 {
 		s := roundTo(fromEpoch(to).Sub(origin).Seconds(), 3)
 		w.ToS = &s

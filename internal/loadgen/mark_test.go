@@ -21,19 +21,19 @@ func TestMarkWindow(t *testing.T) {
 	a, b := newRecorder(), newRecorder()
 	a.keepMarked(&m)
 	b.keepMarked(&m)
-	a.record(200, nil, t0.Add(100*ms), t0.Add(101*ms)) // before the opening
+	a.record(opGet, 200, nil, t0.Add(100*ms), t0.Add(101*ms)) // before the opening
 
 	m.Open(t0.Add(1000 * ms))
-	m.Open(t0.Add(1500 * ms))                                              // opened before: kept at 1 s
-	b.record(200, nil, t0.Add(900*ms), t0.Add(1200*ms))                    // started before the opening: out
-	a.record(200, nil, t0.Add(1000*ms), t0.Add(1004*ms))                   // in: 4 ms
-	b.record(503, nil, t0.Add(1100*ms), t0.Add(1120*ms))                   // in: a failure, 20 ms
-	b.record(0, fasthttp.ErrDialTimeout, t0.Add(1200*ms), t0.Add(1200*ms)) // in: no answer, no latency
+	m.Open(t0.Add(1500 * ms))                                                     // opened before: kept at 1 s
+	b.record(opGet, 200, nil, t0.Add(900*ms), t0.Add(1200*ms))                    // started before the opening: out
+	a.record(opGet, 200, nil, t0.Add(1000*ms), t0.Add(1004*ms))                   // in: 4 ms
+	b.record(opGet, 503, nil, t0.Add(1100*ms), t0.Add(1120*ms))                   // in: a failure, 20 ms
+	b.record(opGet, 0, fasthttp.ErrDialTimeout, t0.Add(1200*ms), t0.Add(1200*ms)) // in: no answer, no latency
 
 	m.Close(t0.Add(2000 * ms))
-	m.Close(t0.Add(3000 * ms))                           // closed before: kept at 2 s
-	a.record(200, nil, t0.Add(1900*ms), t0.Add(2600*ms)) // started before the closing: in, 700 ms
-	a.record(200, nil, t0.Add(2000*ms), t0.Add(2001*ms)) // at the closing: out
+	m.Close(t0.Add(3000 * ms))                                  // closed before: kept at 2 s
+	a.record(opGet, 200, nil, t0.Add(1900*ms), t0.Add(2600*ms)) // started before the closing: in, 700 ms
+	a.record(opGet, 200, nil, t0.Add(2000*ms), t0.Add(2001*ms)) // at the closing: out
 
 	total := newRecorder()
 	total.merge(a)

@@ -76,6 +76,8 @@ type recorder struct {
 	// mark and marked, with Config.Mark: the requests of its window.
 	mark   *Mark
 	marked *marked
+	// ops, for a mixed workload: the latency of each operation apart.
+	ops *byOp
 }
 
 func newRecorder() *recorder {
@@ -89,12 +91,16 @@ func (r *recorder) keepTimeline(origin time.Time) { r.timeline = &timeline{origi
 // keepMarked makes r sum up the requests of m's window apart.
 func (r *recorder) keepMarked(m *Mark) { r.mark, r.marked = m, &marked{} }
 
-// record accounts for one finished request, started at start (sent, or
-// due on a constant-rate schedule) and ended at end. Responses of any
+// keepByOp makes r keep the latency of each operation apart, in the run
+// and in a marked window.
+func (r *recorder) keepByOp() { r.ops = &byOp{} }
+
+// record accounts for one finished request of o, started at start (sent,
+// or due on a constant-rate schedule) and ended at end. Responses of any
 // status and timeouts enter the histogram; other transport errors do not,
 // because their near-zero "latency" (e.g. an instant connection refusal)
 // would flatter it.
-func (r *recorder) record(status int, err error, start, end time.Time) {
+func (r *recorder) record(o op, status int, err error, start, end time.Time) {
 	r.requests++
 	if r.first.IsZero() || start.Before(r.first) {
 		r.first = start
@@ -120,10 +126,19 @@ func (r *recorder) record(status int, err error, start, end time.Time) {
 			in.hist = newHistogram()
 		}
 	}
+	// The latencies the run's histogram takes (see below).
+	timed := err == nil && status >= 0 && status < maxStatus || err != nil && classifyErr(err) == errTimeout
+	if timed && r.ops != nil {
+		r.ops.add(o, clampUS(latency))
+		if in != nil {
+			if in.ops == nil {
+				in.ops = &byOp{}
+			}
+			in.ops.add(o, clampUS(latency))
+		}
+	}
 	if sec != nil || in != nil {
 		failed := err != nil || status < 200 || status > 299
-		// The latencies the run's histogram takes (see below).
-		timed := err == nil && status >= 0 && status < maxStatus || err != nil && classifyErr(err) == errTimeout
 		if sec != nil {
 			if failed {
 				sec.failures++
@@ -202,6 +217,12 @@ func (r *recorder) merge(o *recorder) {
 			r.keepMarked(o.mark)
 		}
 		r.marked.merge(o.marked)
+	}
+	if o.ops != nil {
+		if r.ops == nil {
+			r.keepByOp()
+		}
+		r.ops.merge(o.ops)
 	}
 	r.bytesIn += o.bytesIn
 	r.bytesOut += o.bytesOut

@@ -73,6 +73,9 @@ type Result struct {
 	Non2xx        int64            `json:"non_2xx"`
 	Errors        ErrorCounts      `json:"errors"`
 	Latency       LatencySummary   `json:"latency_us"`
+	// LatencyByOp is a mixed workload's Latency for its GETs ("get") and
+	// PUTs ("put") apart; absent for the other workloads.
+	LatencyByOp map[string]LatencySummary `json:"latency_by_op_us,omitempty"`
 	// Spectrum is the whole latency distribution, from 0% to 100%, at
 	// wrk2's percentile steps; empty when nothing was recorded.
 	Spectrum []SpectrumPoint `json:"latency_spectrum_us"`
@@ -171,6 +174,7 @@ func newResult(cfg Config, rec *recorder, origin time.Time, elapsed time.Duratio
 		}
 	}
 	r.Latency = summarize(rec.hist)
+	r.LatencyByOp = rec.ops.summaries()
 	return r
 }
 
@@ -232,6 +236,7 @@ func (r *Result) writeText(w io.Writer, withSpectrum bool) error {
 	for i, us := range []int64{l.P50, l.P75, l.P90, l.P99, l.P999, l.P9999, l.P99999, l.P100} {
 		fmt.Fprintf(&b, "%7.3f%%%10s\n", reportPercentiles[i], fmtMS(us))
 	}
+	writeByOp(&b, "  ", r.LatencyByOp)
 	if withSpectrum {
 		if err := r.writeSpectrum(&b); err != nil {
 			return err
@@ -259,11 +264,22 @@ func (r *Result) writeText(w io.Writer, withSpectrum bool) error {
 		}
 		fmt.Fprintf(&b, "  Marked window %.1fs to %s: %d requests, %d failed; p50 %s, p99 %s, p99.9 %s, max %s\n",
 			m.FromS, to, m.Requests, m.Failures, fmtMS(m.Latency.P50), fmtMS(m.Latency.P99), fmtMS(m.Latency.P999), fmtMS(m.Latency.P100))
+		writeByOp(&b, "    ", m.LatencyByOp)
 	}
 	if _, err := io.WriteString(w, b.String()); err != nil {
 		return fmt.Errorf("write text result: %w", err)
 	}
 	return nil
+}
+
+// writeByOp writes a line for each operation of a mix (ops), GETs first.
+func writeByOp(b *strings.Builder, indent string, ops map[string]LatencySummary) {
+	for _, name := range []string{"get", "put"} {
+		if l, ok := ops[name]; ok {
+			fmt.Fprintf(b, "%s%s: p50 %s, p90 %s, p99 %s, p99.9 %s, max %s\n", indent, strings.ToUpper(name),
+				fmtMS(l.P50), fmtMS(l.P90), fmtMS(l.P99), fmtMS(l.P999), fmtMS(l.P100))
+		}
+	}
 }
 
 // describe is the settings line under the header.

@@ -26,13 +26,13 @@ func knownResult(t *testing.T) *Result {
 			status, body = 404, 0
 		}
 		start := knownStart.Add(time.Duration(us-1) * 2 * time.Millisecond)
-		rec.record(status, nil, start, start.Add(time.Duration(us)*time.Microsecond))
+		rec.record(opGet, status, nil, start, start.Add(time.Duration(us)*time.Microsecond))
 		rec.recordBytes(body, 0)
 	}
 	// Errors that got no answer: no latency recorded, no bytes.
 	at := knownStart.Add(time.Second)
 	for _, err := range []error{fasthttp.ErrDialTimeout, fasthttp.ErrDialTimeout, fasthttp.ErrDialTimeout, io.ErrUnexpectedEOF} {
-		rec.record(0, err, at, at.Add(time.Millisecond))
+		rec.record(opGet, 0, err, at, at.Add(time.Millisecond))
 	}
 	cfg := DefaultConfig()
 	cfg.Targets = []string{"http://127.0.0.1:8080", "http://127.0.0.1:8081", "http://127.0.0.1:8082"}
@@ -152,9 +152,9 @@ func TestJSONReport(t *testing.T) {
 
 func TestRecorderClampsAndClassifies(t *testing.T) {
 	rec := newRecorder()
-	rec.record(200, nil, knownStart, knownStart)                    // below 1µs
-	rec.record(200, nil, knownStart, knownStart.Add(2*time.Minute)) // beyond 60s
-	rec.record(0, errTimeoutForTest, knownStart, knownStart.Add(3*time.Second))
+	rec.record(opGet, 200, nil, knownStart, knownStart)                    // below 1µs
+	rec.record(opGet, 200, nil, knownStart, knownStart.Add(2*time.Minute)) // beyond 60s
+	rec.record(opGet, 0, errTimeoutForTest, knownStart, knownStart.Add(3*time.Second))
 	eq(t, int64(3), rec.requests, "requests")
 	eq(t, int64(3), rec.hist.TotalCount(), "timeouts enter the histogram")
 	eq(t, int64(1), rec.hist.Min(), "min")

@@ -73,6 +73,9 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		if cfg.Mark != nil {
 			w.rec.keepMarked(cfg.Mark)
 		}
+		if cfg.Workload == WorkloadMixed {
+			w.rec.keepByOp()
+		}
 	}
 
 	// Cancellation must also wake workers asleep until a far-off slot.

@@ -18,12 +18,12 @@ func TestTimeline(t *testing.T) {
 	a.keepTimeline(t0)
 	b.keepTimeline(t0)
 	ms := time.Millisecond
-	a.record(200, nil, t0.Add(100*ms), t0.Add(101*ms))                     // second 0: 1 ms
-	b.record(200, nil, t0.Add(900*ms), t0.Add(903*ms))                     // second 0: 3 ms
-	a.record(201, nil, t0.Add(2500*ms), t0.Add(4500*ms))                   // second 2: a 2 s stall
-	b.record(500, nil, t0.Add(2600*ms), t0.Add(2610*ms))                   // second 2: a failure, 10 ms
-	b.record(0, fasthttp.ErrDialTimeout, t0.Add(2700*ms), t0.Add(2700*ms)) // second 2: no answer, no latency
-	a.record(200, nil, t0.Add(-ms), t0)                                    // before the window: not in it
+	a.record(opGet, 200, nil, t0.Add(100*ms), t0.Add(101*ms))                     // second 0: 1 ms
+	b.record(opGet, 200, nil, t0.Add(900*ms), t0.Add(903*ms))                     // second 0: 3 ms
+	a.record(opGet, 201, nil, t0.Add(2500*ms), t0.Add(4500*ms))                   // second 2: a 2 s stall
+	b.record(opGet, 500, nil, t0.Add(2600*ms), t0.Add(2610*ms))                   // second 2: a failure, 10 ms
+	b.record(opGet, 0, fasthttp.ErrDialTimeout, t0.Add(2700*ms), t0.Add(2700*ms)) // second 2: no answer, no latency
+	a.record(opGet, 200, nil, t0.Add(-ms), t0)                                    // before the window: not in it
 	total := newRecorder()
 	total.merge(a)
 	total.merge(b)

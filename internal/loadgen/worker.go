@@ -100,7 +100,7 @@ func (w *worker) release() {
 // latency runs from: when it was sent, or, on a constant-rate schedule,
 // when it was due.
 func (w *worker) done(o op, status int, err error, start time.Time) {
-	w.rec.record(status, err, start, time.Now())
+	w.rec.record(o, status, err, start, time.Now())
 	if err == nil {
 		out := 0
 		if o == opPut {
