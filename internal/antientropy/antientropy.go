@@ -85,7 +85,8 @@ type Options struct {
 	// index reads are, SummaryRate).
 	Rate int64
 	// SummaryRate is the most index entries a second this node's
-	// exchanges read to hash the partitions they compare, together
+	// exchanges read to hash the partitions they compare, together, and
+	// each pull-only exchange (a membership change's comparison) apart
 	// (--ae-summary-rate; default DefaultSummaryRate). Under writes every
 	// partition's hashes are stale, and an exchange reads the node's
 	// whole index; unpaced, exchanges started on several nodes at once

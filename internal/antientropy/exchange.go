@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"golang.org/x/time/rate"
+
 	"github.com/dhtkv/dhtkv/internal/pace"
 	"github.com/dhtkv/dhtkv/internal/partition"
 	"github.com/dhtkv/dhtkv/internal/record"
@@ -25,7 +27,21 @@ var errDiffersStill = errors.New("keys left differing")
 // with the peer's and repairs both sides (see the package comment); with
 // pullOnly, only this side (partitions a membership change moves here).
 // It routes by v from start to end.
+//
+// Its index walks are paced at the summaries' rate (SummaryLimiter),
+// which paces the peer's too (paceWalk). The node's own exchanges share
+// that limiter. A pull-only exchange, a change's comparison of the
+// partitions it copied here with each other replica of their old set,
+// paces its walks on its own, at the limiter's rate of the moment (the
+// background pace's factor included): the change compares with every
+// old replica at once, each walked no faster than by one exchange, and
+// the walks of this node, which takes no reads of those partitions yet,
+// add up.
 func (a *Service) Exchange(ctx context.Context, v *view.View, i int, shared []partition.ID, pullOnly bool) (st ExchangeStats, err error) {
+	walk := a.walk
+	if pullOnly {
+		walk = rate.NewLimiter(a.walk.Limit(), a.walk.Burst())
+	}
 	p := v.Peers[i]
 	st = ExchangeStats{Peer: v.URL(i), Started: time.Now()}
 	defer func() {
@@ -60,7 +76,7 @@ func (a *Service) Exchange(ctx context.Context, v *view.View, i int, shared []pa
 			if err != nil {
 				return st, err
 			}
-			if err := a.paceWalk(ctx, walked); err != nil {
+			if err := a.paceWalk(ctx, walk, walked); err != nil {
 				return st, err
 			}
 			hashes = append(hashes, h)
@@ -85,7 +101,7 @@ func (a *Service) Exchange(ctx context.Context, v *view.View, i int, shared []pa
 		if err != nil {
 			return st, err
 		}
-		if err := a.paceWalk(ctx, walked); err != nil {
+		if err := a.paceWalk(ctx, walk, walked); err != nil {
 			return st, err
 		}
 		for s := range mine {
@@ -437,14 +453,21 @@ func (x *transfer) pushOut(b *transferBatch, keys, envs [][]byte, size int) (mov
 	return moved, n, err
 }
 
-// paceWalk waits until the summaries' rate allows walked more index
-// entries read: the next partition's hashes, and the peer's summary of
-// it, which is asked for only then, wait for this one's.
-func (a *Service) paceWalk(ctx context.Context, walked int) error {
+// paceWalk waits until walk, the summaries' limiter or a pull-only
+// exchange's own, allows walked more index entries read: the next
+// partition's hashes, and the peer's summary of it, which is asked for
+// only then, wait for this one's. An exchange's own limiter follows the
+// summaries' (the background pace sets that one's rate).
+func (a *Service) paceWalk(ctx context.Context, walk *rate.Limiter, walked int) error {
 	if walked == 0 {
 		return nil
 	}
-	if err := pace.WaitBytes(ctx, a.walk, walked); err != nil {
+	if walk != a.walk {
+		if l := a.walk.Limit(); walk.Limit() != l {
+			walk.SetLimit(l)
+		}
+	}
+	if err := pace.WaitBytes(ctx, walk, walked); err != nil {
 		return fmt.Errorf("anti-entropy summaries: %w", err)
 	}
 	return nil

@@ -217,7 +217,7 @@ func (mv *mover) copyGained(ctx context.Context, v *view.View) {
 		"streamed_from", len(bulk), "compared_with", len(rest))
 	// 1. Each partition streamed whole from one replica, every source at
 	// once.
-	var mu sync.Mutex // guards copied
+	var mu sync.Mutex // guards copied and total
 	stale := streamAll(ctx, slices.Sorted(maps.Keys(bulk)), moveRetry, func(ctx context.Context, r int) error {
 		st, err := s.o.Copy.Copy(ctx, v.URL(r), v.Epoch(), bulk[r])
 		mu.Lock()
@@ -242,27 +242,41 @@ func (mv *mover) copyGained(ctx context.Context, v *view.View) {
 		return
 	}
 	streamed := time.Since(start)
-	// 2. Compared with every other replica of their old set.
-	for len(rest) > 0 {
-		for _, r := range slices.Sorted(maps.Keys(rest)) {
-			st, err := s.o.Exchange.Exchange(ctx, v, r, rest[r], true)
-			total.Pulled += st.Pulled
-			total.RecordBytes += st.RecordBytes
-			total.SummaryBytes += st.SummaryBytes
-			s.m.moveRecords.Add(float64(st.Pulled))
-			s.m.moveBytes.Add(float64(st.RecordBytes + st.SummaryBytes))
-			if err != nil {
-				if ctx.Err() != nil {
+	// 2. Compared with every other replica of their old set, up to
+	// compareAtOnce of them at once (each exchange paces its own walks:
+	// antientropy.Service.Exchange), each tried again until it succeeds.
+	var wg sync.WaitGroup
+	slots := make(chan struct{}, compareAtOnce)
+	for r, parts := range rest {
+		wg.Go(func() {
+			select {
+			case slots <- struct{}{}:
+				defer func() { <-slots }()
+			case <-ctx.Done():
+				return
+			}
+			for {
+				st, err := s.o.Exchange.Exchange(ctx, v, r, parts, true)
+				mu.Lock()
+				total.Pulled += st.Pulled
+				total.RecordBytes += st.RecordBytes
+				total.SummaryBytes += st.SummaryBytes
+				mu.Unlock()
+				s.m.moveRecords.Add(float64(st.Pulled))
+				s.m.moveBytes.Add(float64(st.RecordBytes + st.SummaryBytes))
+				if err == nil || ctx.Err() != nil {
 					return
 				}
 				s.log.Warn("membership: comparing partitions with a replica failed; trying again", "peer", v.URL(r), "err", err)
-				continue
+				if !sleepCtx(ctx, moveRetry) {
+					return
+				}
 			}
-			delete(rest, r)
-		}
-		if len(rest) > 0 && !sleepCtx(ctx, moveRetry) {
-			return
-		}
+		})
+	}
+	wg.Wait()
+	if ctx.Err() != nil {
+		return
 	}
 	s.setMoved(v.Map.Epoch)
 	s.log.Info("membership: partitions copied", "epoch", v.Map.Epoch,
@@ -270,6 +284,17 @@ func (mv *mover) copyGained(ctx context.Context, v *view.View) {
 		"pulled_records", total.Pulled, "pulled_bytes", total.RecordBytes, "summary_bytes", total.SummaryBytes,
 		"took", time.Since(start).Round(time.Millisecond))
 }
+
+// compareAtOnce is how many old replicas a gaining node compares its
+// copies with at once. Each comparison paces its own index walks at the
+// summaries' rate (--ae-summary-rate, antientropy.Service.Exchange), and
+// the peer's walks follow it, so each peer is walked no faster than by
+// one exchange, and this node, which serves no reads of the partitions
+// it gains yet, at up to three times the rate. Three because at three
+// replicas a join compares each partition with the two other replicas of
+// its old set, spread over the old nodes: usually three peers, compared
+// in one pass rather than three.
+const compareAtOnce = 3
 
 // liveGains returns, by old replica, the partitions this node gains in
 // v's change, from every replica of the old set but those the map counts

@@ -162,6 +162,57 @@ func TestInMemoryJoinKeepsMoveRate(t *testing.T) {
 	})
 }
 
+// A join compares the partitions it streamed with every other replica
+// of their old set at once, each comparison pacing its own walks at
+// --ae-summary-rate: three nodes at three replicas hold 300 keys, and the
+// 4th gains about three quarters of them, streamed at once. Its
+// comparisons walk each gained partition's index entries once (the
+// second comparison of a partition finds its hash made by the first).
+// At 100 entries a second, one comparison after another took that walk
+// over the rate (about 2.2 s of the bubble's clock); three at once take
+// a third of it; unpaced, no time at all.
+func TestInMemoryJoinComparesAtOnce(t *testing.T) {
+	InBubble(t, func(t *testing.T) {
+		const keys, rate = 300, 100
+		c := StartInMemory(t, 3, func(_ int, cfg *node.Config) { cfg.AntiEntropy.SummaryRate = rate })
+		cl := c.Client()
+		for k := range keys {
+			require.Equal(t, http.StatusCreated, cl.Put(t, c.URL(0), fmt.Sprintf("k%03d", k), []byte("v"), 3, 3))
+		}
+		j := c.AddNode(0)
+		require.Equal(t, http.StatusAccepted, c.Join(0, j))
+		c.StartNode(j)
+		const poll = 10 * time.Millisecond
+		var from time.Time
+		var epoch uint64
+		for deadline := time.Now().Add(time.Minute); ; time.Sleep(poll) {
+			require.True(t, time.Now().Before(deadline), "the joiner did not copy its partitions within a minute")
+			m, _ := c.Node(j).Members().Map()
+			if m.Change != nil && m.Change.Stage == clustermap.Stream && from.IsZero() {
+				from, epoch = time.Now(), m.Epoch
+			}
+			if !from.IsZero() && c.Node(j).Members().Moved() >= epoch {
+				break
+			}
+		}
+		took := time.Since(from)
+		c.AwaitStable(time.Minute)
+		held := 0
+		for k := range keys {
+			_, found, err := c.Node(j).Store().Version(fmt.Appendf(nil, "k%03d", k))
+			require.NoError(t, err)
+			if found {
+				held++
+			}
+		}
+		oneAtATime := time.Duration(float64(held) / rate * float64(time.Second))
+		t.Logf("the joiner holds %d keys; stream and comparisons took %v (one comparison at a time: about %v)", held, took, oneAtATime)
+		require.Greater(t, held, keys/2)
+		require.Less(t, took, oneAtATime/2, "the comparisons ran one after another")
+		require.Greater(t, took, oneAtATime/5, "the comparisons' walks were not paced")
+	})
+}
+
 // An exchange reads its partitions' index entries to hash them at
 // --ae-summary-rate: on the fake clock, an exchange over 300 keys at 100
 // entries a second takes the walk over the rate, less the limiter's
