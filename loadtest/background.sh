@@ -32,7 +32,11 @@
 #   MECHANISMS="hints rebuild" WINDOW=40s loadtest/background.sh
 #
 # RATE holds that constant rate instead of FRACTION of the closed loop's,
-# so that two builds (DHTKV) are compared at the same load.
+# so that two builds (DHTKV) are compared at the same load. CGROUPS=1
+# starts each node in a cgroup of its own (where the cgroup2 file system
+# is writable: as root), as on a machine or pod of its own: the kernel
+# then shares the cores between the nodes, not between their threads, and
+# each node's background pace reads its own CPU pressure.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 MECHANISMS=${MECHANISMS:-antientropy hints rebuild gc}
@@ -55,7 +59,14 @@ pids=()
 cleanup() {
   kill -CONT "${pids[@]}" 2>/dev/null || true; kill "${pids[@]}" 2>/dev/null || true
   pkill -f -- "--data-dir $tmp/" 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$tmp"
+  [ -z "$CGROOT" ] || rmdir "$CGROOT"/*/ "$CGROOT" 2>/dev/null || true
 }
+CGROOT=""
+if [ "${CGROUPS:-0}" = 1 ]; then
+  cg2=$(awk '/ - cgroup2 / {print $5; exit}' /proc/self/mountinfo)
+  if [ -n "$cg2" ] && mkdir "$cg2/background-$$" 2>/dev/null; then CGROOT=$cg2/background-$$; fi
+  echo "# each node in a cgroup of its own: ${CGROOT:-no (the cgroup2 file system is not writable here)}"
+fi
 trap cleanup EXIT
 (cd "$ROOT" && go build -o "$tmp/dhtkv-load" ./cmd/dhtkv-load)
 if [ -n "${DHTKV:-}" ]; then cp "$DHTKV" "$tmp/dhtkv"; else (cd "$ROOT" && go build -o "$tmp/dhtkv" ./cmd/dhtkv); fi
@@ -70,9 +81,13 @@ front="http://127.0.0.1:${ports[0]},http://127.0.0.1:${ports[1]}"
 FLAGS="--ae-interval 0 --hint-window $HINT_WINDOW --max-clock-skew 500ms --gc-grace $GC_GRACE ${NODE_FLAGS:-}"
 declare -A npid
 start_node() { # index (1-3)
-  local p=${ports[$(($1 - 1))]}
+  local p=${ports[$(($1 - 1))]} pre=()
+  if [ -n "$CGROOT" ] && mkdir -p "$CGROOT/node$1"; then
+    # shellcheck disable=SC2016 # $$ and $@ are the inner shell's
+    pre=(bash -c '{ echo $$ >"$0/cgroup.procs"; } 2>/dev/null || echo "background.sh: not moved into $0" >&2; exec "$@"' "$CGROOT/node$1")
+  fi
   # shellcheck disable=SC2086 # FLAGS is a list of flags
-  "$tmp/dhtkv" --listen "127.0.0.1:$p" --admin-listen "127.0.0.1:$((p + 10))" --data-dir "$tmp/n$p" \
+  "${pre[@]}" "$tmp/dhtkv" --listen "127.0.0.1:$p" --admin-listen "127.0.0.1:$((p + 10))" --data-dir "$tmp/n$p" \
     --cluster "$cluster" $FLAGS >>"$tmp/n$p.log" 2>&1 &
   pids+=($!)
   npid[$1]=$!

@@ -44,6 +44,7 @@ import (
 func (n *Node) buildCluster(cmap *clustermap.Map, self int, joined bool, topo clustermap.Topology, clock *hlc.Clock, local *replica.Replica, peerTLS *tls.Config) error {
 	cfg, log := n.cfg, n.log
 	rpcMetrics := rpc.NewMetrics(n.registry)
+	n.lateBatches = rpcMetrics.Late
 	peerOpts := rpc.PeerOptions{
 		Timeout: cfg.ReplicaTimeout, Conns: cfg.PeerConns, Secret: cfg.ClusterSecret, Dial: cfg.PeerDial, TLS: peerTLS,
 		// Peers run with the same limits: a batch stays within their

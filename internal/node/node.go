@@ -68,8 +68,11 @@ type Node struct {
 	// streamPace paces the partition streams this node sends
 	// (rpc.Server.StreamPace).
 	streamPace *rate.Limiter
-	rebuild    *rebuild.Rebuilder
-	streams    *rpc.StreamClient
+	// lateBatches counts the batches refused for arriving after their
+	// sender's deadline (rpc.DeadlineHeader).
+	lateBatches prometheus.Counter
+	rebuild     *rebuild.Rebuilder
+	streams     *rpc.StreamClient
 	// The cluster map's log (maplog.go); logConns takes its connections
 	// from the public port.
 	mapLog   *maplog.Log
@@ -258,6 +261,7 @@ func NewContext(ctx context.Context, cfg Config) (_ *Node, err error) {
 			RequirePeerCert: certs != nil && certs.Mutual(),
 			MaxKeyBytes:     cfg.MaxKeyBytes, MaxValueBytes: cfg.MaxValueBytes,
 			StreamPace: n.streamPace,
+			Late:       n.lateBatches,
 		},
 		Metrics: httpapi.NewMetrics(n.registry),
 		Log:     log,

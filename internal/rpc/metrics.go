@@ -2,9 +2,13 @@ package rpc
 
 import "github.com/prometheus/client_golang/prometheus"
 
-// Metrics are the node-to-node client's instruments.
+// Metrics are node-to-node traffic's instruments: the batches the client
+// sends, and those the server refuses as late (Server.Late).
 type Metrics struct {
 	batchOps *prometheus.HistogramVec
+	// Late counts the batches this node refused for arriving after their
+	// sender's deadline (Server.Late).
+	Late prometheus.Counter
 }
 
 // NewMetrics creates the instruments and registers them with reg (nil: not
@@ -16,9 +20,13 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help:    "Replica operations per internal batch request sent, by peer.",
 			Buckets: prometheus.ExponentialBuckets(1, 2, 11),
 		}, []string{"peer"}),
+		Late: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "dhtkv_peer_batches_late_total",
+			Help: "Internal batches this node received after their sender's deadline (X-Dhtkv-Deadline) and did not serve: sent while it was paused or stalled, and long given up by their sender.",
+		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.batchOps)
+		reg.MustRegister(m.batchOps, m.Late)
 	}
 	return m
 }

@@ -624,11 +624,17 @@ func (p *Peer) sendOnce(batch []*call, req *fasthttp.Request, resp *fasthttp.Res
 	if bg {
 		req.Header.Set(BackgroundHeader, "1")
 	}
+	p.setDeadline(req, deadline)
 	req.SetBodyRaw(body)
 	resp.Reset()
 	err := p.exchange(req, resp, deadline)
 	if err == nil && resp.StatusCode() == fasthttp.StatusConflict {
 		return body, p.refusedStale(live, resp)
+	}
+	if err == nil && resp.StatusCode() == fasthttp.StatusGatewayTimeout {
+		// The peer found the batch past its deadline (DeadlineHeader):
+		// a timeout, and the calls with time left go again.
+		err = fmt.Errorf("%w: the peer received the batch after its deadline", ErrTimeout)
 	}
 	if err == nil && resp.StatusCode() != fasthttp.StatusOK {
 		err = errStatus{resp.StatusCode()}

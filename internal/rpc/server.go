@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"sync"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/time/rate"
 
 	"github.com/dhtkv/dhtkv/internal/record"
@@ -64,7 +65,10 @@ type Server struct {
 	// (LogPath, upgrade.go); nil: the node runs without the log, and
 	// LogPath answers 503.
 	LogConns *LogListener
-	Log      *slog.Logger
+	// Late counts the batches refused for arriving after their sender's
+	// deadline (DeadlineHeader); nil: not counted.
+	Late prometheus.Counter
+	Log  *slog.Logger
 }
 
 // DefaultMaxAnswerBytes is Server.MaxAnswerBytes's default: 1 MiB.
