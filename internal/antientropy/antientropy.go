@@ -536,6 +536,7 @@ func (a *Service) Warnings(now time.Time) []string {
 func (a *Service) setProgress(i int, f float64) {
 	a.mu.Lock()
 	a.state[i].Progress = f
+	peer := a.state[i].Peer // Members rewrites it under a.mu
 	a.mu.Unlock()
-	a.m.progress.WithLabelValues(a.state[i].Peer).Set(f)
+	a.m.progress.WithLabelValues(peer).Set(f)
 }

@@ -31,12 +31,12 @@ var errDiffersStill = errors.New("keys left differing")
 // Its index walks are paced at the summaries' rate (SummaryLimiter),
 // which paces the peer's too (paceWalk). The node's own exchanges share
 // that limiter. A pull-only exchange, a change's comparison of the
-// partitions it copied here with each other replica of their old set,
-// paces its walks on its own, at the limiter's rate of the moment (the
-// background pace's factor included): the change compares with every
-// old replica at once, each walked no faster than by one exchange, and
-// the walks of this node, which takes no reads of those partitions yet,
-// add up.
+// partitions it copied here with another replica of their old set, paces
+// its walks on its own, at the limiter's rate of the moment (the
+// background pace's factor included): the change compares with several
+// old replicas at once (membership's compareAtOnce), each walked by this
+// node's comparison no faster than by one exchange, and the walks of this
+// node, which takes no reads of those partitions yet, add up.
 func (a *Service) Exchange(ctx context.Context, v *view.View, i int, shared []partition.ID, pullOnly bool) (st ExchangeStats, err error) {
 	walk := a.walk
 	if pullOnly {

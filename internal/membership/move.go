@@ -249,14 +249,16 @@ func (mv *mover) copyGained(ctx context.Context, v *view.View) {
 	slots := make(chan struct{}, compareAtOnce)
 	for r, parts := range rest {
 		wg.Go(func() {
-			select {
-			case slots <- struct{}{}:
-				defer func() { <-slots }()
-			case <-ctx.Done():
-				return
-			}
 			for {
+				// A slot for each attempt: a peer that fails does not
+				// hold one while it waits to try again.
+				select {
+				case slots <- struct{}{}:
+				case <-ctx.Done():
+					return
+				}
 				st, err := s.o.Exchange.Exchange(ctx, v, r, parts, true)
+				<-slots
 				mu.Lock()
 				total.Pulled += st.Pulled
 				total.RecordBytes += st.RecordBytes
@@ -289,11 +291,13 @@ func (mv *mover) copyGained(ctx context.Context, v *view.View) {
 // copies with at once. Each comparison paces its own index walks at the
 // summaries' rate (--ae-summary-rate, antientropy.Service.Exchange), and
 // the peer's walks follow it, so each peer is walked no faster than by
-// one exchange, and this node, which serves no reads of the partitions
-// it gains yet, at up to three times the rate. Three because at three
-// replicas a join compares each partition with the two other replicas of
-// its old set, spread over the old nodes: usually three peers, compared
-// in one pass rather than three.
+// one exchange of this node's, and this node, which serves no reads of
+// the partitions it gains yet, at up to three times the rate. Three
+// because a join of a fourth node to three at three replicas compares
+// each partition with the two other replicas of its old set, spread over
+// the three old nodes: one pass rather than three. (Several nodes gaining
+// at once, in a leave or a change of the replication factor, may each
+// compare with the same peer, as before.)
 const compareAtOnce = 3
 
 // liveGains returns, by old replica, the partitions this node gains in

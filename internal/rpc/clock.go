@@ -72,13 +72,14 @@ func (p *Peer) ClockOffset() (s view.ClockSample, ok bool) { return p.offset.get
 
 // exchange sends req and measures the peer's clock from the answer.
 func (p *Peer) exchange(req *fasthttp.Request, resp *fasthttp.Response, deadline time.Time) error {
-	sent := p.now()
+	sent, sentMono := p.now(), time.Now()
 	err := p.client.DoDeadline(req, resp, deadline)
 	if err != nil || resp.StatusCode() != fasthttp.StatusOK && resp.StatusCode() != fasthttp.StatusGatewayTimeout {
 		return err // a late batch's answer (late.go) carries the time too
 	}
 	if peer, perr := strconv.ParseInt(string(resp.Header.Peek(TimeHeader)), 10, 64); perr == nil {
 		p.offset.measured(time.UnixMicro(peer), sent, p.now())
+		p.notePeerTime(time.UnixMicro(peer), sentMono)
 	}
 	return nil
 }

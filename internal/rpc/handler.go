@@ -76,22 +76,22 @@ func methodNotAllowed(ctx *fasthttp.RequestCtx, allow string) {
 // cluster is formed (FormedHeader).
 func (s *Server) HandleBatch(ctx *fasthttp.RequestCtx, body []byte) {
 	var num [20]byte
+	epoch := ctx.Request.Header.Peek(EpochHeader)
+	if !s.Admit(epoch) {
+		s.refuseStale(ctx)
+		return
+	}
 	if len(body) > 0 && s.late(ctx.Request.Header.Peek(DeadlineHeader)) {
 		// Its sender gave up on it (DeadlineHeader): nothing is applied,
-		// and the answer, should anyone still read it, is a timeout.
-		// With this node's time, from which the sender measures its
-		// offset anew: a clock stepped forward here makes its next
-		// batches timely again.
+		// and the answer, should anyone still read it, is a timeout,
+		// with this node's time, from which the sender reads this clock
+		// anew (a sender still waiting resends the batch: late.go).
+		s.Release(epoch)
 		if s.Late != nil {
 			s.Late.Inc()
 		}
 		ctx.Error("batch arrived after its sender's deadline\n", fasthttp.StatusGatewayTimeout)
 		ctx.Response.Header.SetBytesV(TimeHeader, s.AppendTime(num[:0]))
-		return
-	}
-	epoch := ctx.Request.Header.Peek(EpochHeader)
-	if !s.Admit(epoch) {
-		s.refuseStale(ctx)
 		return
 	}
 	buf := ctx.Response.SwapBody(nil)[:0]

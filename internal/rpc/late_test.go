@@ -1,10 +1,10 @@
 package rpc
 
 import (
-	"errors"
 	"io"
 	"log/slog"
 	"net"
+	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -22,69 +22,105 @@ import (
 	"github.com/dhtkv/dhtkv/internal/store"
 )
 
-// A batch that reaches a node more than lateGrace after its sender's
-// deadline (DeadlineHeader, on the receiver's clock as last measured) is
-// answered 504 and applied nowhere; its caller gets a timeout. The
-// receiver's clock stands in for a paused node's: stepped 5 s ahead, the
-// node finds the batch sent 5 s ago with a second to live. Before any
-// measurement no deadline is sent, and the 504 carries the node's time,
-// so the sender's next batch, with the new offset, is served.
-func TestLateBatch(t *testing.T) {
-	var step atomic.Int64 // the receiver's clock, ahead of time.Now by this
-	clock, err := hlc.New(1, func() time.Time { return time.Now().Add(time.Duration(step.Load())) })
-	require.NoError(t, err)
-	st, err := store.Open("/db", store.Options{FS: vfs.NewMem()})
-	require.NoError(t, err)
-	defer st.Close()
-	late := prometheus.NewCounter(prometheus.CounterOpts{Name: "late"})
-	srv := &Server{Replica: &replica.Replica{Store: st, Clock: clock}, MaxKeyBytes: 1024, MaxValueBytes: 1 << 20,
-		Late: late, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+// A batch carries its deadline on the receiver's clock, reckoned from the
+// receiver's last answer on the sender's monotonic clock: none before
+// any answer, and a step of the sender's wall clock changes nothing. A
+// step of the receiver's clock makes a timely batch look late: its 504
+// carries the receiver's time, and the sender, still waiting, sends it
+// once more, on time.
+func TestLateBatchClocks(t *testing.T) {
+	srv, st, late, step := lateServer(t)
+	var senderStep atomic.Int64 // the sender's wall clock, off by this
 	ln := fasthttputil.NewInmemoryListener()
 	served := make(chan error, 1)
 	go func() {
 		served <- fasthttp.Serve(ln, func(ctx *fasthttp.RequestCtx) { srv.HandleBatch(ctx, ctx.PostBody()) })
 	}()
 	defer func() { require.NoError(t, ln.Close()); <-served }()
-	p := NewPeer("http://127.0.0.1:1", PeerOptions{Timeout: time.Second, Conns: 1,
+	p := NewPeer("http://127.0.0.1:1", PeerOptions{Timeout: 2 * time.Second, Conns: 1,
+		Now:  func() time.Time { return time.Now().Add(time.Duration(senderStep.Load())) },
 		Dial: func(string, time.Duration) (net.Conn, error) { return ln.Dial() }}, nil)
 	defer p.Close()
-
-	put := func(key string) error {
-		v, err := clock.Next()
+	put := func(key string) {
+		t.Helper()
+		v, err := srv.Replica.Clock.Next()
 		require.NoError(t, err)
-		_, err = p.Apply([]byte(key), (&record.Record{Version: v, Value: []byte("v")}).Encode(), 0, time.Now().Add(time.Second))
-		return err
+		_, err = p.Apply([]byte(key), (&record.Record{Version: v, Value: []byte("v")}).Encode(), 0, time.Now().Add(2*time.Second))
+		require.NoError(t, err, key)
+		_, found, err := st.Version([]byte(key))
+		require.NoError(t, err)
+		require.True(t, found, key)
+	}
+
+	step.Store(int64(10 * time.Second)) // nothing read yet: no deadline sent
+	put("first")
+	require.NotNil(t, p.peerTime.Load(), "the answer's time is read")
+
+	senderStep.Store(int64(-30 * time.Second)) // the sender's wall clock steps back
+	put("sender stepped")
+	require.Zero(t, testutil.ToFloat64(late), "the deadline does not follow the sender's wall clock")
+
+	step.Store(int64(15 * time.Second)) // the receiver's steps 5 s ahead
+	put("receiver stepped")
+	require.Equal(t, 1.0, testutil.ToFloat64(late), "found late once")
+	put("after")
+	require.Equal(t, 1.0, testutil.ToFloat64(late), "then on time, from the 504's reading")
+}
+
+// A batch that arrives more than lateGrace after its DeadlineHeader is
+// answered 504, with this node's time, and nothing of it is applied; a
+// ping (an empty batch), a batch within the grace and one with a
+// malformed header are served as ever.
+func TestLateBatchRefused(t *testing.T) {
+	srv, st, late, _ := lateServer(t)
+	handle := func(key string, deadline string) *fasthttp.Response {
+		var ctx fasthttp.RequestCtx
+		ctx.Request.Header.Set(DeadlineHeader, deadline)
+		var body []byte
+		if key != "" {
+			v, err := srv.Replica.Clock.Next()
+			require.NoError(t, err)
+			body = AppendBatchOp(nil, OpWrite, []byte(key), (&record.Record{Version: v, Value: []byte("v")}).Encode())
+		}
+		srv.HandleBatch(&ctx, body)
+		return &ctx.Response
 	}
 	stored := func(key string) bool {
 		_, found, err := st.Version([]byte(key))
 		require.NoError(t, err)
 		return found
 	}
-
-	step.Store(int64(10 * time.Second)) // no measurement yet: no deadline sent, served
-	require.NoError(t, put("first"))
-	require.True(t, stored("first"))
-	s, ok := p.ClockOffset()
-	require.True(t, ok)
-	require.InDelta(t, 10*time.Second, s.Offset, float64(100*time.Millisecond), "measured off the answer")
-
-	step.Store(int64(15 * time.Second)) // 5 s more: the batch arrives 4 s after its deadline
-	err = put("late")
-	require.ErrorIs(t, err, ErrTimeout)
-	require.False(t, stored("late"), "a late batch is applied nowhere")
-	require.Equal(t, 1.0, testutil.ToFloat64(late))
-	s, _ = p.ClockOffset()
-	require.InDelta(t, 15*time.Second, s.Offset, float64(100*time.Millisecond), "the 504 carried the node's time")
-
-	require.NoError(t, put("again"), "with the new offset the next batch is on time")
-	require.True(t, stored("again"))
-	step.Store(int64(15*time.Second + 1500*time.Millisecond)) // within the deadline and its grace
-	require.NoError(t, put("within"))
-	require.True(t, stored("within"))
-	require.Equal(t, 1.0, testutil.ToFloat64(late))
-
-	for _, h := range []string{"", "x", "-"} {
-		require.False(t, srv.late([]byte(h)), "header %q: served as before", h)
+	at := func(d time.Duration) string {
+		return strconv.FormatInt(srv.Replica.Clock.Wall().Add(d).UnixMicro(), 10)
 	}
-	require.False(t, errors.Is(put("last"), ErrTimeout))
+
+	r := handle("late", at(-lateGrace-100*time.Millisecond))
+	require.Equal(t, fasthttp.StatusGatewayTimeout, r.StatusCode())
+	require.NotEmpty(t, r.Header.Peek(TimeHeader), "with this node's time")
+	require.False(t, stored("late"), "nothing applied")
+	require.Equal(t, 1.0, testutil.ToFloat64(late))
+
+	require.Equal(t, fasthttp.StatusOK, handle("", at(-time.Hour)).StatusCode(), "a ping")
+	require.Equal(t, fasthttp.StatusOK, handle("within", at(-lateGrace+100*time.Millisecond)).StatusCode())
+	require.True(t, stored("within"))
+	for _, h := range []string{"x", "-", ""} {
+		require.Equal(t, fasthttp.StatusOK, handle("malformed"+h, h).StatusCode(), "header %q", h)
+		require.True(t, stored("malformed"+h))
+	}
+	require.Equal(t, 1.0, testutil.ToFloat64(late))
+}
+
+// lateServer is a batch server on real Pebble (in memory) whose clock is
+// ahead of time.Now by step, and the counter of its late batches.
+func lateServer(t *testing.T) (*Server, *store.Store, prometheus.Counter, *atomic.Int64) {
+	t.Helper()
+	step := new(atomic.Int64)
+	clock, err := hlc.New(1, func() time.Time { return time.Now().Add(time.Duration(step.Load())) })
+	require.NoError(t, err)
+	st, err := store.Open("/db", store.Options{FS: vfs.NewMem()})
+	require.NoError(t, err)
+	t.Cleanup(func() { st.Close() })
+	late := prometheus.NewCounter(prometheus.CounterOpts{Name: "late"})
+	return &Server{Replica: &replica.Replica{Store: st, Clock: clock}, MaxKeyBytes: 1024, MaxValueBytes: 1 << 20,
+		Late: late, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}, st, late, step
 }

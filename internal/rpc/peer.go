@@ -10,6 +10,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -113,6 +114,10 @@ type Peer struct {
 	now      func() time.Time
 	maps     Maps
 	offset   clockOffset
+	// peerTime is the peer's clock as last read off an answer, against
+	// this process's monotonic clock: what DeadlineHeader is computed
+	// from (late.go). nil before any answer.
+	peerTime atomic.Pointer[peerTime]
 
 	mu      sync.RWMutex // guards closed against enqueues racing Close
 	closed  bool
@@ -349,8 +354,11 @@ type call struct {
 	envelope []byte // writes
 	epoch    uint64 // the cluster map's the call was routed by
 	deadline time.Time
-	bg       bool       // a background read (laneBackground)
-	ext      *view.Call // Go's call, finished on its Done; nil for Get and Apply
+	bg       bool // a background read (laneBackground)
+	// resent: sent again once already after a peer found its batch late
+	// while this node still waited (its clock stepped; late.go).
+	resent bool
+	ext    *view.Call // Go's call, finished on its Done; nil for Get and Apply
 
 	// Set by the sender before it signals done.
 	res batchResult
@@ -632,8 +640,23 @@ func (p *Peer) sendOnce(batch []*call, req *fasthttp.Request, resp *fasthttp.Res
 		return body, p.refusedStale(live, resp)
 	}
 	if err == nil && resp.StatusCode() == fasthttp.StatusGatewayTimeout {
-		// The peer found the batch past its deadline (DeadlineHeader):
-		// a timeout, and the calls with time left go again.
+		// The peer found the batch past its deadline (DeadlineHeader).
+		// Still waited for, it was not late: the peer's clock stepped
+		// ahead since this node read it, and the answer carried its
+		// time, read anew. Each call goes again, once. Otherwise it is a
+		// timeout, and the calls with time left go again.
+		if time.Now().Before(deadline) {
+			again := live[:0]
+			for _, c := range live {
+				if c.resent {
+					c.finish(fmt.Errorf("%w: the peer found the batch late twice", ErrTimeout))
+					continue
+				}
+				c.resent = true
+				again = append(again, c)
+			}
+			return body, again
+		}
 		err = fmt.Errorf("%w: the peer received the batch after its deadline", ErrTimeout)
 	}
 	if err == nil && resp.StatusCode() != fasthttp.StatusOK {
