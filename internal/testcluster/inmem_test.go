@@ -128,25 +128,7 @@ func TestInMemoryJoinKeepsMoveRate(t *testing.T) {
 		for k := range 256 {
 			require.Equal(t, http.StatusCreated, cl.Put(t, c.URL(0), fmt.Sprintf("k%03d", k), value, 1, 1))
 		}
-		j := c.AddNode(0)
-		require.Equal(t, http.StatusAccepted, c.Join(0, j))
-		c.StartNode(j)
-		// Polled every 10 ms of the fake clock: a condition polled every
-		// 2 ms wakes the bubble 500 times over the stream, slow under -race.
-		const poll = 10 * time.Millisecond
-		var from time.Time
-		var epoch uint64
-		for deadline := time.Now().Add(time.Minute); ; time.Sleep(poll) {
-			require.True(t, time.Now().Before(deadline), "the joiner did not copy its partitions within a minute")
-			m, _ := c.Node(j).Members().Map()
-			if m.Change != nil && m.Change.Stage == clustermap.Stream && from.IsZero() {
-				from, epoch = time.Now(), m.Epoch
-			}
-			if !from.IsZero() && c.Node(j).Members().Moved() >= epoch {
-				break
-			}
-		}
-		took := time.Since(from)
+		j, took := joinCopying(t, c)
 		c.AwaitStable(time.Minute)
 
 		code, body := cl.Do(t, http.MethodGet, c.AdminURL(j)+"/metrics", nil)
@@ -158,8 +140,34 @@ func TestInMemoryJoinKeepsMoveRate(t *testing.T) {
 		want := time.Duration((streamed - 64<<10) / partcopy.MinRate * float64(time.Second))
 		t.Logf("streamed %.0f bytes in %v (want %v)", streamed, took, want)
 		require.Greater(t, streamed, 0.8e6, "about a quarter of 4 MiB")
-		require.InDelta(t, want.Seconds(), took.Seconds(), poll.Seconds()*1.01, "to the polling interval")
+		require.InDelta(t, want.Seconds(), took.Seconds(), joinPoll.Seconds()*1.01, "to the polling interval")
 	})
+}
+
+// joinCopying adds a node to c through node 0, starts it, and returns its
+// index and how long it took, on the bubble's clock, from the stream
+// stage's install to its report that it copied its gains, to joinPoll.
+// joinPoll: a condition polled every 2 ms of the fake clock wakes the
+// bubble 500 times over a stream, slow under -race.
+const joinPoll = 10 * time.Millisecond
+
+func joinCopying(t *testing.T, c *InMemory) (j int, took time.Duration) {
+	t.Helper()
+	j = c.AddNode(0)
+	require.Equal(t, http.StatusAccepted, c.Join(0, j))
+	c.StartNode(j)
+	var from time.Time
+	var epoch uint64
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(joinPoll) {
+		require.True(t, time.Now().Before(deadline), "the joiner did not copy its partitions within a minute")
+		m, _ := c.Node(j).Members().Map()
+		if m.Change != nil && m.Change.Stage == clustermap.Stream && from.IsZero() {
+			from, epoch = time.Now(), m.Epoch
+		}
+		if !from.IsZero() && c.Node(j).Members().Moved() >= epoch {
+			return j, time.Since(from)
+		}
+	}
 }
 
 // A join compares the partitions it streamed with every other replica
@@ -179,23 +187,7 @@ func TestInMemoryJoinComparesAtOnce(t *testing.T) {
 		for k := range keys {
 			require.Equal(t, http.StatusCreated, cl.Put(t, c.URL(0), fmt.Sprintf("k%03d", k), []byte("v"), 3, 3))
 		}
-		j := c.AddNode(0)
-		require.Equal(t, http.StatusAccepted, c.Join(0, j))
-		c.StartNode(j)
-		const poll = 10 * time.Millisecond
-		var from time.Time
-		var epoch uint64
-		for deadline := time.Now().Add(time.Minute); ; time.Sleep(poll) {
-			require.True(t, time.Now().Before(deadline), "the joiner did not copy its partitions within a minute")
-			m, _ := c.Node(j).Members().Map()
-			if m.Change != nil && m.Change.Stage == clustermap.Stream && from.IsZero() {
-				from, epoch = time.Now(), m.Epoch
-			}
-			if !from.IsZero() && c.Node(j).Members().Moved() >= epoch {
-				break
-			}
-		}
-		took := time.Since(from)
+		j, took := joinCopying(t, c)
 		c.AwaitStable(time.Minute)
 		held := 0
 		for k := range keys {
