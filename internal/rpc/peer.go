@@ -113,7 +113,9 @@ type Peer struct {
 	batchOps prometheus.Observer
 	now      func() time.Time
 	maps     Maps
+	timeout  time.Duration // PeerOptions.Timeout
 	offset   clockOffset
+	silence  *peerSilence // silent.go
 	// peerTime is the peer's clock as last read off an answer, against
 	// this process's monotonic clock: what DeadlineHeader is computed
 	// from (late.go). nil before any answer.
@@ -147,8 +149,8 @@ const (
 
 // maxConns is the most connections a Peer with conns senders per
 // request lane holds to its node: those senders', the background lane's
-// one, and one for Ping.
-func maxConns(conns int) int { return 2*conns + 1 + 1 }
+// one, one for Ping and one for a silent peer's prober (silent.go).
+func maxConns(conns int) int { return 2*conns + 1 + 2 }
 
 func laneOf(c *call) int {
 	switch {
@@ -192,6 +194,7 @@ func NewPeer(baseURL string, o PeerOptions, m *Metrics) *Peer {
 		batchOps: m.batchOpsFor(baseURL),
 		now:      o.Now,
 		maps:     o.Maps,
+		timeout:  o.Timeout,
 		stop:     make(chan struct{}),
 		client: &fasthttp.HostClient{
 			Addr: addr,
@@ -257,6 +260,7 @@ func NewPeer(baseURL string, o PeerOptions, m *Metrics) *Peer {
 		p.lanes[l] = make(chan *call, queueLen)
 	}
 	p.conns = o.Conns
+	p.silence = m.silenceFor(baseURL)
 	return p
 }
 
@@ -391,6 +395,9 @@ func (p *Peer) enqueue(c *call) error {
 	defer p.mu.RUnlock()
 	if p.closed {
 		return ErrPeerClosed
+	}
+	if err := p.silentErr(1); err != nil {
+		return err
 	}
 	select {
 	case p.lanes[laneOf(c)] <- c: // c belongs to the senders until it is finished
@@ -617,6 +624,12 @@ func (p *Peer) sendOnce(batch []*call, req *fasthttp.Request, resp *fasthttp.Res
 	if len(live) == 0 {
 		return body, nil
 	}
+	if err := p.silentErr(len(live)); err != nil { // it turned silent while these queued
+		for _, c := range live {
+			c.finish(err)
+		}
+		return body, nil
+	}
 	p.batchOps.Observe(float64(len(live)))
 	body = body[:0]
 	for _, c := range live {
@@ -635,7 +648,9 @@ func (p *Peer) sendOnce(batch []*call, req *fasthttp.Request, resp *fasthttp.Res
 	p.setDeadline(req, deadline)
 	req.SetBodyRaw(body)
 	resp.Reset()
+	start := time.Now()
 	err := p.exchange(req, resp, deadline)
+	unanswered := err != nil
 	if err == nil && resp.StatusCode() == fasthttp.StatusConflict {
 		return body, p.refusedStale(live, resp)
 	}
@@ -666,6 +681,9 @@ func (p *Peer) sendOnce(batch []*call, req *fasthttp.Request, resp *fasthttp.Res
 		p.checkBehind(resp, epoch)
 	}
 	if err != nil && errors.Is(classify(err), ErrTimeout) {
+		if unanswered {
+			p.noteUnanswered(start, epoch)
+		}
 		again := live[:0]
 		for _, c := range live {
 			if c.deadline.After(deadline) {

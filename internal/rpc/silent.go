@@ -1,0 +1,123 @@
+package rpc
+
+import (
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/valyala/fasthttp"
+)
+
+// A peer that leaves a batch unanswered for at least half the replica
+// timeout turns silent: from then on its calls fail at once, with
+// ErrTimeout, without a request (a write's coordinator keeps a hint for
+// it at once, a read starts a spare replica at once), and one goroutine
+// pings it, one ping at a time, no more often than once a timeout, until
+// it answers. The first answer ends the silence.
+//
+// Why: without it every batch to a peer that stopped answering (a
+// stopped process, a frozen VM, a blackholed link) waits out its
+// deadline on a connection of its own, and is then abandoned there:
+// fasthttp closes the connection, but a frozen node's kernel has already
+// taken the request into its socket. A node paused for 30 s under 8,000
+// writes a second found 4,000 such connections and 200 MB of batches
+// when it ran again (docs/benchmarks.md section 49), and reading them
+// cost every request of the cluster the next seconds. Cassandra does
+// the same by its failure detector: a write to a replica it holds down
+// goes to a hint without being sent.
+//
+// Half the timeout, not any timeout: a batch goes out with the earliest
+// deadline of its calls, and a call that queued long leaves its batch
+// little time, so a short timeout says nothing of the peer. A healthy
+// peer answers in about a millisecond; one that is slow for half the
+// timeout is failed by the calls that wait on it anyway, and the ping
+// that follows at once ends the silence as soon as it answers.
+//
+// Invariant: silentSince is set only by the CompareAndSwap in
+// turnSilent, whose winner starts the one prober, and cleared only by
+// that prober, as its last act: at most one prober runs, and a silent
+// peer always has one (or is closed).
+
+// peerSilence is a Peer's silence, with its instruments.
+type peerSilence struct {
+	since      atomic.Pointer[time.Time] // nil: the peer answers
+	gauge      prometheus.Gauge
+	silences   prometheus.Counter
+	failedFast prometheus.Counter
+}
+
+// silentErr fails n calls to a silent peer, or is nil.
+func (p *Peer) silentErr(n int) error {
+	since := p.silence.since.Load()
+	if since == nil {
+		return nil
+	}
+	p.silence.failedFast.Add(float64(n))
+	return fmt.Errorf("%w: %s has not answered for %v (a batch went unanswered; calls fail at once until it answers a ping)",
+		ErrTimeout, p.url, time.Since(*since).Round(time.Millisecond))
+}
+
+// noteUnanswered is told that an exchange begun at start failed with a
+// timeout (classify), with the epoch it carried: the peer turns silent
+// if it had half the timeout to answer.
+func (p *Peer) noteUnanswered(start time.Time, epoch uint64) {
+	now := time.Now()
+	if now.Sub(start) < p.timeout/2 || !p.silence.since.CompareAndSwap(nil, &now) {
+		return
+	}
+	p.silence.gauge.Set(1)
+	p.silence.silences.Inc()
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	if p.closed {
+		return // Close waits for no prober; nothing is sent any more
+	}
+	p.senders.Add(1)
+	go p.probeSilent(epoch)
+}
+
+// probeSilent pings the silent peer until it answers (then ends the
+// silence) or the Peer closes.
+func (p *Peer) probeSilent(epoch uint64) {
+	defer p.senders.Done()
+	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+	defer func() {
+		fasthttp.ReleaseRequest(req)
+		fasthttp.ReleaseResponse(resp)
+	}()
+	wait := time.NewTimer(0)
+	defer wait.Stop()
+	for {
+		select {
+		case <-p.stop:
+			return
+		case <-wait.C:
+		}
+		start := time.Now()
+		if p.answers(req, resp, epoch, start.Add(p.timeout)) {
+			p.silence.since.Store(nil)
+			p.silence.gauge.Set(0)
+			return
+		}
+		// A refused connect fails at once: the next ping waits out the
+		// rest of a timeout.
+		wait.Reset(max(0, time.Until(start.Add(p.timeout))))
+	}
+}
+
+// answers sends the peer an empty batch (a ping) and reports whether any
+// answer came back by deadline: a refusal, a stale map's 409 or an
+// error status is an answer too, and the calls that follow learn what
+// it means.
+func (p *Peer) answers(req *fasthttp.Request, resp *fasthttp.Response, epoch uint64, deadline time.Time) bool {
+	req.Reset()
+	req.SetRequestURI(p.batchURL)
+	req.Header.SetMethod(fasthttp.MethodPost)
+	if p.secret != "" {
+		req.Header.Set(SecretHeader, p.secret)
+	}
+	setEpoch(&req.Header, epoch)
+	resp.Reset()
+	return p.exchange(req, resp, deadline) == nil
+}
