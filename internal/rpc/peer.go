@@ -96,6 +96,9 @@ const queueLen = 4096
 // goroutines never wait longer than they would on a direct request; nor
 // does a call fail before its deadline because a batch-mate's came first:
 // when the batch times out, the calls with time left are sent again.
+// The exception is a peer that turned silent (silent.go: a batch went
+// unanswered for half the timeout): its calls, queued or new, fail at
+// once until it answers a ping.
 //
 // Reads and writes queue in separate lanes with their own senders: a
 // write batch waits for the peer's fsync (about a millisecond here), and
@@ -325,7 +328,8 @@ func IsRefused(err error) bool {
 }
 
 // ErrTimeout marks a replica call that ran out of time (or could not even
-// be queued because the peer's queue was full).
+// be queued because the peer's queue was full, or failed at once because
+// the peer is silent: silent.go).
 var ErrTimeout = errors.New("replica timeout")
 
 // ErrPeerClosed fails calls made or still queued when the peer client closes.
@@ -602,7 +606,8 @@ func (p *Peer) send(batch []*call, req *fasthttp.Request, resp *fasthttp.Respons
 // sendOnce sends the calls of batch whose deadline has not passed, with the
 // earliest of their deadlines, and finishes them. If that deadline passes
 // first, the calls with a later deadline are not failed for a batch-mate's
-// (a hint queued long before, say): they are returned, to be sent again.
+// (a hint queued long before, say): they are returned, to be sent again,
+// unless the timeout made the peer silent (silent.go), which fails them.
 func (p *Peer) sendOnce(batch []*call, req *fasthttp.Request, resp *fasthttp.Response, body []byte, bg bool) ([]byte, []*call) {
 	now := time.Now()
 	live := batch[:0]
@@ -681,8 +686,8 @@ func (p *Peer) sendOnce(batch []*call, req *fasthttp.Request, resp *fasthttp.Res
 		p.checkBehind(resp, epoch)
 	}
 	if err != nil && errors.Is(classify(err), ErrTimeout) {
-		if unanswered {
-			p.noteUnanswered(start, epoch)
+		if unanswered && !bg {
+			p.noteUnanswered(start, deadline, epoch, err)
 		}
 		again := live[:0]
 		for _, c := range live {

@@ -1,6 +1,7 @@
 package rpc
 
 import (
+	"errors"
 	"fmt"
 	"sync/atomic"
 	"time"
@@ -20,23 +21,36 @@ import (
 // stopped process, a frozen VM, a blackholed link) waits out its
 // deadline on a connection of its own, and is then abandoned there:
 // fasthttp closes the connection, but a frozen node's kernel has already
-// taken the request into its socket. A node paused for 30 s under 8,000
+// taken the request into its socket. A node paused for about 20 s under 8,000
 // writes a second found 4,000 such connections and 200 MB of batches
 // when it ran again (docs/benchmarks.md section 49), and reading them
 // cost every request of the cluster the next seconds. Cassandra does
 // the same by its failure detector: a write to a replica it holds down
 // goes to a hint without being sent.
 //
-// Half the timeout, not any timeout: a batch goes out with the earliest
-// deadline of its calls, and a call that queued long leaves its batch
-// little time, so a short timeout says nothing of the peer. A healthy
-// peer answers in about a millisecond; one that is slow for half the
-// timeout is failed by the calls that wait on it anyway, and the ping
-// that follows at once ends the silence as soon as it answers.
+// What trips it, and what does not:
 //
-// Invariant: silentSince is set only by the CompareAndSwap in
-// turnSilent, whose winner starts the one prober, and cleared only by
-// that prober, as its last act: at most one prober runs, and a silent
+//   - Half the timeout, not any timeout: a batch goes out with the
+//     earliest deadline of its calls, and a call that queued long leaves
+//     its batch little time, so a short wait says nothing of the peer. A
+//     healthy peer answers in about a millisecond.
+//   - Only an exchange that got no answer: any status (a late batch's
+//     504, a stale map's 409) is an answer.
+//   - Not an exchange that came back well after its deadline (a quarter
+//     of the timeout or more): this process was not running (paused, or
+//     starved of CPU), and the answer may be in its socket unread.
+//   - Not a wait for a free connection of this node's own pool.
+//   - Not the background lane's batches (anti-entropy's reads), which
+//     may carry large answers to a busy peer.
+//
+// A spurious trip costs the calls queued for the peer at that moment and
+// those made until the first ping answers (about a round trip when the
+// peer is in fact healthy): they fail instead of waiting, writes among
+// them become hints, and reads go to a spare replica.
+//
+// Invariant: silence.since is set only by the CompareAndSwap in
+// noteUnanswered, whose winner starts the one prober, and cleared only
+// by that prober, as its last act: at most one prober runs, and a silent
 // peer always has one (or is closed).
 
 // peerSilence is a Peer's silence, with its instruments.
@@ -58,12 +72,16 @@ func (p *Peer) silentErr(n int) error {
 		ErrTimeout, p.url, time.Since(*since).Round(time.Millisecond))
 }
 
-// noteUnanswered is told that an exchange begun at start failed with a
-// timeout (classify), with the epoch it carried: the peer turns silent
-// if it had half the timeout to answer.
-func (p *Peer) noteUnanswered(start time.Time, epoch uint64) {
+// noteUnanswered is told that an exchange begun at start, with the
+// given deadline and epoch, failed with err, a timeout (classify): the
+// peer turns silent if it had half the timeout to answer and this
+// process ran meanwhile (see above).
+func (p *Peer) noteUnanswered(start, deadline time.Time, epoch uint64, err error) {
 	now := time.Now()
-	if now.Sub(start) < p.timeout/2 || !p.silence.since.CompareAndSwap(nil, &now) {
+	if now.Sub(start) < p.timeout/2 || now.Sub(deadline) >= p.timeout/4 || errors.Is(err, fasthttp.ErrNoFreeConns) {
+		return
+	}
+	if !p.silence.since.CompareAndSwap(nil, &now) {
 		return
 	}
 	p.silence.gauge.Set(1)
@@ -71,9 +89,10 @@ func (p *Peer) noteUnanswered(start time.Time, epoch uint64) {
 	p.mu.RLock()
 	defer p.mu.RUnlock()
 	if p.closed {
-		return // Close waits for no prober; nothing is sent any more
+		p.silence.gauge.Set(0) // nothing is sent any more, and no prober waits
+		return
 	}
-	p.senders.Add(1)
+	p.senders.Add(1) // the caller is a sender: the count is above zero, and Close waits after closed is set
 	go p.probeSilent(epoch)
 }
 
@@ -91,13 +110,16 @@ func (p *Peer) probeSilent(epoch uint64) {
 	for {
 		select {
 		case <-p.stop:
+			p.silence.gauge.Set(0) // closed: nothing is sent any more
 			return
 		case <-wait.C:
 		}
 		start := time.Now()
 		if p.answers(req, resp, epoch, start.Add(p.timeout)) {
-			p.silence.since.Store(nil)
+			// The gauge first: once since is cleared, another silence
+			// may begin and set it.
 			p.silence.gauge.Set(0)
+			p.silence.since.Store(nil)
 			return
 		}
 		// A refused connect fails at once: the next ping waits out the

@@ -16,13 +16,14 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/dhtkv/dhtkv/internal/record"
+	"github.com/dhtkv/dhtkv/internal/view"
 )
 
 // A peer that leaves a batch unanswered for half the timeout turns
 // silent: its calls then fail at once without a request, one ping at a
 // time asks whether it answers again, and the first answer ends the
 // silence. A batch that times out with less than half the timeout to
-// answer says nothing of the peer.
+// answer says nothing of the peer, nor does a background read's.
 func TestSilentPeer(t *testing.T) {
 	ignore := goleak.IgnoreCurrent()
 	t.Cleanup(func() { // last: after the store's and the server's ends
@@ -33,7 +34,7 @@ func TestSilentPeer(t *testing.T) {
 			goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*HostClient).connsCleaner"),
 			goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.updateServerDate.func1"))
 	})
-	const timeout = 300 * time.Millisecond
+	const timeout = time.Second // generous: a trip needs the timeout's answer back within a quarter of it
 	srv, _, _, _ := lateServer(t)
 	var (
 		received atomic.Int64 // requests the peer read, pings included
@@ -73,6 +74,11 @@ func TestSilentPeer(t *testing.T) {
 	// A batch with a tenth of the timeout left is not the peer's fault.
 	require.ErrorIs(t, put("short", time.Now().Add(timeout/10)), ErrTimeout)
 	require.Zero(t, gauge(), "not silent after a batch given a tenth of the timeout")
+	// Nor is a background read's, whose answer may be large.
+	done := make(chan *view.Call, 1)
+	p.Go(&view.Call{Key: []byte("before"), Deadline: time.Now().Add(timeout), Background: true, Done: done})
+	require.ErrorIs(t, (<-done).Err, ErrTimeout)
+	require.Zero(t, gauge(), "not silent after a background read unanswered for the whole timeout")
 
 	start := time.Now()
 	require.ErrorIs(t, put("stuck", start.Add(timeout)), ErrTimeout)
@@ -96,7 +102,8 @@ func TestSilentPeer(t *testing.T) {
 	close(thaw)
 	thaw = nil
 	mu.Unlock()
-	require.Eventually(t, func() bool { return gauge() == 0 }, 10*time.Second, 10*time.Millisecond, "the first answer to a ping ends the silence")
+	require.Eventually(t, func() bool { return p.silence.since.Load() == nil }, 10*time.Second, 10*time.Millisecond, "the first answer to a ping ends the silence")
+	require.Zero(t, gauge())
 	require.NoError(t, put("after", time.Now().Add(timeout)))
 	require.Equal(t, float64(calls), testutil.ToFloat64(p.silence.failedFast), "nothing failed fast once it answered")
 }
