@@ -420,7 +420,7 @@ func TestDashboardHasDataBeforeTraffic(t *testing.T) {
 		"dhtkv_antientropy_keys_total":      3,
 		"dhtkv_antientropy_bytes_total":     2,
 		"dhtkv_connections_refused_total":   2,
-		"dhtkv_replica_failures_total":      2 * 2 * 2, // peer, get/put, timeout/error
+		"dhtkv_replica_failures_total":      2 * 2 * 3, // peer, get/put, timeout/silent/error
 	}
 	metrics := panelMetrics(t, d)
 	for name := range wantSeries {

@@ -31,7 +31,7 @@ type ReplicasError struct {
 // ReplicaFailure is one replica's failure in a request.
 type ReplicaFailure struct {
 	Node   string
-	Reason string // "timeout", "refused", or the error
+	Reason string // "timeout", "silent" (failed unsent: rpc.ErrSilent), "refused", or the error
 }
 
 func (e *ReplicasError) Error() string {
@@ -56,6 +56,8 @@ func (e *ReplicasError) Is(target error) bool { return target == ErrNotEnoughRep
 // failureReason is a replica call's error in a word or a line.
 func failureReason(err error) string {
 	switch {
+	case errors.Is(err, rpc.ErrSilent):
+		return "silent"
 	case errors.Is(err, rpc.ErrTimeout):
 		return "timeout"
 	case rpc.IsRefused(err):

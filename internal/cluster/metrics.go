@@ -42,7 +42,7 @@ func newCoordMetrics() *coordMetrics {
 		}, []string{"peer", "op"}),
 		replicaErr: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "dhtkv_replica_failures_total",
-			Help: "Failed replica calls, by peer, operation and reason (timeout or error).",
+			Help: "Failed replica calls, by peer, operation and reason (timeout, silent: failed without a request because the peer left a batch unanswered, or error).",
 		}, []string{"peer", "op", "reason"}),
 		stragglers: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "dhtkv_coordinator_stragglers_total",
@@ -89,20 +89,27 @@ func (m *coordMetrics) register(reg prometheus.Registerer, hedgeDelay func() flo
 // callMetrics are one peer's instruments for one kind of call, resolved
 // once per peer so that a call costs no label lookup.
 type callMetrics struct {
-	latency        prometheus.Observer
-	timeouts, errs prometheus.Counter
+	latency                prometheus.Observer
+	timeouts, silent, errs prometheus.Counter
 }
 
 func (m *coordMetrics) calls(peer, op string) callMetrics {
 	return callMetrics{
 		latency:  m.replicaLat.WithLabelValues(peer, op),
 		timeouts: m.replicaErr.WithLabelValues(peer, op, "timeout"),
+		silent:   m.replicaErr.WithLabelValues(peer, op, "silent"),
 		errs:     m.replicaErr.WithLabelValues(peer, op, "error"),
 	}
 }
 
 // observe records one replica call that started at start and ended at end.
+// A call failed because its peer is silent was never sent: it has no
+// latency of the peer's to record.
 func (cm callMetrics) observe(start, end time.Time, err error) {
+	if errors.Is(err, rpc.ErrSilent) {
+		cm.silent.Inc()
+		return
+	}
 	cm.latency.Observe(end.Sub(start).Seconds())
 	switch {
 	case err == nil:

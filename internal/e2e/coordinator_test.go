@@ -104,7 +104,7 @@ func TestCoordinatorSilentPeer(t *testing.T) {
 	// Once the peer is silent its call fails first, and the request may
 	// fail before the other replica answered.
 	failed := regexp.MustCompile(`^not enough replicas: [01] of 2 answered, 2 needed; failed: ` + regexp.QuoteMeta(hole.URL()) +
-		` \((timeout|no answer by the deadline)\)(, \S+ \(no answer yet when ack was out of reach\))?\n$`)
+		` \(silent\)(, \S+ \(no answer yet when ack was out of reach\))?\n$`)
 
 	key := findKey(t, p, "silent-first", 0, 2)
 	var code int
@@ -142,6 +142,7 @@ func TestCoordinatorSilentPeer(t *testing.T) {
 		require.Equal(t, http.StatusGatewayTimeout, cl.Delete(t, c.URL(0), key, 2, 2), name)
 	}
 	require.Equal(t, sent, batches(), "no batch was sent to the silent peer")
+	require.Positive(t, c.Metric(t, 0, "dhtkv_replica_failures_total", "peer", hole.URL(), "reason", "silent"))
 	require.Equal(t, 1.0, silent(), "still silent")
 	require.Positive(t, c.Metric(t, 0, "dhtkv_peer_calls_failed_fast_total", "peer", hole.URL()))
 }

@@ -12,7 +12,7 @@ import (
 
 // A peer that leaves a batch unanswered for at least half the replica
 // timeout turns silent: from then on its calls fail at once, with
-// ErrTimeout, without a request (a write's coordinator keeps a hint for
+// ErrSilent (an ErrTimeout), without a request (a write's coordinator keeps a hint for
 // it at once, a read starts a spare replica at once), and one goroutine
 // pings it, one ping at a time, no more often than once a timeout, until
 // it answers. The first answer ends the silence.
@@ -53,6 +53,10 @@ import (
 // by that prober, as its last act: at most one prober runs, and a silent
 // peer always has one (or is closed).
 
+// ErrSilent fails a call to a silent peer without sending it. It is an
+// ErrTimeout: for its caller the peer did not answer in time.
+var ErrSilent = fmt.Errorf("%w: the peer is silent", ErrTimeout)
+
 // peerSilence is a Peer's silence, with its instruments.
 type peerSilence struct {
 	since      atomic.Pointer[time.Time] // nil: the peer answers
@@ -69,7 +73,7 @@ func (p *Peer) silentErr(n int) error {
 	}
 	p.silence.failedFast.Add(float64(n))
 	return fmt.Errorf("%w: %s has not answered for %v (a batch went unanswered; calls fail at once until it answers a ping)",
-		ErrTimeout, p.url, time.Since(*since).Round(time.Millisecond))
+		ErrSilent, p.url, time.Since(*since).Round(time.Millisecond))
 }
 
 // noteUnanswered is told that an exchange begun at start, with the

@@ -89,7 +89,8 @@ func TestSilentPeer(t *testing.T) {
 	const calls = 50
 	for i := range calls {
 		err := put(fmt.Sprint("fast-", i), time.Now().Add(timeout))
-		require.ErrorIs(t, err, ErrTimeout)
+		require.ErrorIs(t, err, ErrSilent)
+		require.ErrorIs(t, err, ErrTimeout, "a silent peer's call is a timeout to its caller")
 		require.ErrorContains(t, err, "calls fail at once")
 	}
 	// Each call failed at once; only the prober's pings reached the peer,
