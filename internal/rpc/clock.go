@@ -108,12 +108,7 @@ func (p *Peer) Ping(epoch uint64, deadline time.Time) (formed bool, err error) {
 	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseRequest(req)
 	defer fasthttp.ReleaseResponse(resp)
-	req.SetRequestURI(p.batchURL)
-	req.Header.SetMethod(fasthttp.MethodPost)
-	if p.secret != "" {
-		req.Header.Set(SecretHeader, p.secret)
-	}
-	setEpoch(&req.Header, epoch)
+	p.batchRequest(req, epoch)
 	if err := p.exchange(req, resp, deadline); err != nil {
 		return false, fmt.Errorf("ping %s: %w", p.url, classify(err))
 	}

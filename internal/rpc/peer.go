@@ -594,6 +594,18 @@ func failQueued(queue chan *call) {
 	}
 }
 
+// batchRequest makes req a request for BatchPath with the cluster secret
+// and epoch (setEpoch); the caller adds the rest.
+func (p *Peer) batchRequest(req *fasthttp.Request, epoch uint64) {
+	req.Reset()
+	req.SetRequestURI(p.batchURL)
+	req.Header.SetMethod(fasthttp.MethodPost)
+	if p.secret != "" {
+		req.Header.Set(SecretHeader, p.secret)
+	}
+	setEpoch(&req.Header, epoch)
+}
+
 // send sends one batch and finishes every call in it. It returns body, the
 // request buffer, for reuse.
 func (p *Peer) send(batch []*call, req *fasthttp.Request, resp *fasthttp.Response, body []byte, bg bool) []byte {
@@ -640,13 +652,7 @@ func (p *Peer) sendOnce(batch []*call, req *fasthttp.Request, resp *fasthttp.Res
 	for _, c := range live {
 		body = AppendBatchOp(body, c.kind, c.key, c.envelope)
 	}
-	req.Reset()
-	req.SetRequestURI(p.batchURL)
-	req.Header.SetMethod(fasthttp.MethodPost)
-	if p.secret != "" {
-		req.Header.Set(SecretHeader, p.secret)
-	}
-	setEpoch(&req.Header, epoch)
+	p.batchRequest(req, epoch)
 	if bg {
 		req.Header.Set(BackgroundHeader, "1")
 	}

@@ -137,13 +137,7 @@ func (p *Peer) probeSilent(epoch uint64) {
 // error status is an answer too, and the calls that follow learn what
 // it means.
 func (p *Peer) answers(req *fasthttp.Request, resp *fasthttp.Response, epoch uint64, deadline time.Time) bool {
-	req.Reset()
-	req.SetRequestURI(p.batchURL)
-	req.Header.SetMethod(fasthttp.MethodPost)
-	if p.secret != "" {
-		req.Header.Set(SecretHeader, p.secret)
-	}
-	setEpoch(&req.Header, epoch)
+	p.batchRequest(req, epoch)
 	resp.Reset()
 	return p.exchange(req, resp, deadline) == nil
 }
