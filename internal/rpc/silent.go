@@ -12,21 +12,21 @@ import (
 
 // A peer that leaves a batch unanswered for at least half the replica
 // timeout turns silent: from then on its calls fail at once, with
-// ErrSilent (an ErrTimeout), without a request (a write's coordinator keeps a hint for
-// it at once, a read starts a spare replica at once), and one goroutine
-// pings it, one ping at a time, no more often than once a timeout, until
-// it answers. The first answer ends the silence.
+// ErrSilent (an ErrTimeout), without a request (a write's coordinator
+// keeps a hint for it at once, a read starts a spare replica at once),
+// and one goroutine pings it, one ping at a time, no more often than once
+// a timeout, until it answers. The first answer ends the silence.
 //
 // Why: without it every batch to a peer that stopped answering (a
 // stopped process, a frozen VM, a blackholed link) waits out its
 // deadline on a connection of its own, and is then abandoned there:
 // fasthttp closes the connection, but a frozen node's kernel has already
-// taken the request into its socket. A node paused for about 20 s under 8,000
-// writes a second found 4,000 such connections and 200 MB of batches
-// when it ran again (docs/benchmarks.md section 49), and reading them
-// cost every request of the cluster the next seconds. Cassandra does
-// the same by its failure detector: a write to a replica it holds down
-// goes to a hint without being sent.
+// taken the request into its socket. A node paused for about 20 s under
+// 8,000 writes a second found 4,000 such connections and 200 MB of
+// batches when it ran again (docs/benchmarks.md section 49), and
+// reading them cost every request of the cluster the next seconds.
+// Cassandra does the same by its failure detector: a write to a replica
+// it holds down goes to a hint without being sent.
 //
 // What trips it, and what does not:
 //
