@@ -58,12 +58,23 @@ type Clock struct {
 	last    uint64 // last issued or observed version, node bits cleared
 	bound   uint64 // persisted upper bound of last (0: not persisting)
 	persist func(bound uint64) error
+	// renewing: a caller is writing a new bound, without mu (renew).
+	// renewed (on mu) is broadcast when it is done.
+	renewing bool
+	renewed  sync.Cond
 }
 
 // PersistWindow is how far ahead of the clock the persisted bound is set.
-// Under a steady stream of writes the bound is written (one synced Pebble
-// write, a fraction of a millisecond) once per window, and a restart waits
-// out at most this long before the node's versions are the wall clock's.
+// A restart waits out at most this long before the node's versions are
+// the wall clock's. Under a steady stream of versions the bound is
+// renewed (one synced Pebble write) about every half window: a caller
+// whose version passes the bound's first half writes the next one
+// without holding the clock, while the others go on under the old bound.
+// A caller waits for the write only if its version is beyond the bound,
+// that is, when a renewal takes longer than half a window: the clock's
+// mutex is never held across an fsync, which a busy disk makes long and
+// every request (writes, and reads observing their replicas' versions)
+// would wait behind.
 const PersistWindow = 100 * time.Millisecond
 
 const persistWindow = uint64(PersistWindow/time.Millisecond) << (logicalBits + nodeBits)
@@ -77,7 +88,9 @@ func New(node int, now func() time.Time) (*Clock, error) {
 	if now == nil {
 		now = time.Now
 	}
-	return &Clock{node: uint64(node), now: now, maxAhead: DefaultMaxAhead}, nil
+	c := &Clock{node: uint64(node), now: now, maxAhead: DefaultMaxAhead}
+	c.renewed.L = &c.mu
+	return c, nil
 }
 
 // SetMaxAhead sets how far ahead of this node's wall clock a version from
@@ -109,37 +122,73 @@ func (c *Clock) Restore(bound uint64, persist func(bound uint64) error) (ahead t
 	return max(time.Duration(ms-c.now().UnixMilli())*time.Millisecond, 0)
 }
 
-// advance moves last to v (node bits cleared), persisting a new bound first
-// when v passes the current one. The caller holds mu.
-func (c *Clock) advance(v uint64) error {
-	if c.persist != nil && v > c.bound {
-		nb := v + persistWindow
-		if err := c.persist(nb); err != nil {
-			return fmt.Errorf("hlc: persist clock bound: %w", err)
+// covered reports whether v (node bits cleared) may be used: it is within
+// the persisted bound. The caller holds mu. A v past the bound's first
+// half renews the bound (unless another caller is renewing it); a v
+// beyond the bound waits for the renewal. Both release mu meanwhile, so
+// after a false the caller must look again: the clock may have moved.
+// The error is a failed renewal that v needed.
+func (c *Clock) covered(v uint64) (bool, error) {
+	if c.persist == nil || v+persistWindow/2 <= c.bound {
+		return true, nil
+	}
+	if c.renewing {
+		if v <= c.bound {
+			return true, nil
 		}
+		c.renewed.Wait()
+		return false, nil
+	}
+	if err := c.renew(v + persistWindow); err != nil {
+		if v > c.bound {
+			return false, fmt.Errorf("hlc: persist clock bound: %w", err)
+		}
+		// v is still within the old bound: safe to use. A later caller
+		// tries the renewal again.
+		return true, nil
+	}
+	return false, nil // renewed, with mu released meanwhile
+}
+
+// renew persists nb as the bound, with mu released during the write. The
+// caller holds mu and no renewal is under way.
+func (c *Clock) renew(nb uint64) error {
+	c.renewing = true
+	c.mu.Unlock()
+	err := c.persist(nb)
+	c.mu.Lock()
+	c.renewing = false
+	if err == nil && nb > c.bound {
 		c.bound = nb
 	}
-	c.last = v
-	return nil
+	c.renewed.Broadcast()
+	return err
 }
 
 // Next returns a version greater than every version this clock has issued or
 // observed, since Restore's bound if it was restored.
 func (c *Clock) Next() (uint64, error) {
-	wall := uint64(c.now().UnixMilli()) << (logicalBits + nodeBits)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	v := c.last + 1<<nodeBits // same millisecond: next logical tick
-	if wall > v {
-		v = wall
+	for {
+		wall := uint64(c.now().UnixMilli()) << (logicalBits + nodeBits)
+		v := c.last + 1<<nodeBits // same millisecond: next logical tick
+		if wall > v {
+			v = wall
+		}
+		// Overflowing the logical counter carries into the millisecond
+		// field, which makes this clock run slightly ahead of the wall
+		// clock: allowed by the HLC, and it keeps versions strictly
+		// increasing.
+		ok, err := c.covered(v)
+		if err != nil {
+			return 0, err
+		}
+		if ok {
+			c.last = v
+			return v | c.node, nil
+		}
 	}
-	// Overflowing the logical counter carries into the millisecond field,
-	// which makes this clock run slightly ahead of the wall clock: allowed
-	// by the HLC, and it keeps versions strictly increasing.
-	if err := c.advance(v); err != nil {
-		return 0, err
-	}
-	return v | c.node, nil
 }
 
 // DefaultMaxAhead bounds how far ahead of this node's wall clock a version
@@ -177,10 +226,16 @@ func (c *Clock) Observe(v uint64) error {
 	v &^= MaxNodeID
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if v <= c.last {
-		return nil
+	for v > c.last {
+		ok, err := c.covered(v)
+		if err != nil {
+			return err
+		}
+		if ok {
+			c.last = v
+		}
 	}
-	return c.advance(v)
+	return nil
 }
 
 // Wall is the wall clock this clock's versions are made from.

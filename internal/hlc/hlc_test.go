@@ -3,9 +3,11 @@ package hlc
 import (
 	"errors"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -194,4 +196,101 @@ func TestSetMaxAhead(t *testing.T) {
 	require.ErrorIs(t, c.CheckAhead(v), ErrTooFarAhead)
 	c.SetMaxAhead(time.Hour)
 	require.NoError(t, c.CheckAhead(v))
+}
+
+// TestRenewalDoesNotStopTheClock: while one caller writes the next bound,
+// the others go on with versions within the bound already written, and
+// only a version beyond it waits for the write.
+func TestRenewalDoesNotStopTheClock(t *testing.T) {
+	var ms atomic.Int64
+	ms.Store(time.Date(2026, 11, 28, 0, 0, 0, 0, time.UTC).UnixMilli())
+	c, err := New(1, func() time.Time { return time.UnixMilli(ms.Load()) })
+	require.NoError(t, err)
+	var durable atomic.Uint64 // the bound written so far
+	started, release := make(chan struct{}, 1), make(chan struct{})
+	var hold atomic.Bool
+	c.Restore(0, func(b uint64) error {
+		if hold.Load() {
+			started <- struct{}{}
+			<-release
+		}
+		durable.Store(b)
+		return nil
+	})
+	first, err := c.Next() // writes the first bound at once
+	require.NoError(t, err)
+	require.LessOrEqual(t, first, durable.Load()|MaxNodeID)
+
+	// Past half the window: the next caller renews, and its write hangs.
+	hold.Store(true)
+	ms.Add(PersistWindow.Milliseconds() * 3 / 5)
+	renewer := make(chan uint64)
+	go func() {
+		v, err := c.Next()
+		assert.NoError(t, err)
+		renewer <- v
+	}()
+	<-started
+	old := durable.Load()
+	for range 100 { // the others are not held up: within the old bound
+		v, err := c.Next()
+		require.NoError(t, err)
+		require.LessOrEqual(t, v, old|MaxNodeID)
+	}
+	require.NoError(t, c.Observe(old-5<<(logicalBits+nodeBits)))
+
+	// Beyond the old bound: waits for the write.
+	ms.Add(PersistWindow.Milliseconds())
+	beyond := make(chan uint64)
+	go func() {
+		v, err := c.Next()
+		assert.NoError(t, err)
+		assert.LessOrEqual(t, v, durable.Load()|MaxNodeID, "a version beyond the bound written")
+		beyond <- v
+	}()
+	select {
+	case v := <-beyond:
+		t.Fatalf("version %d beyond the bound %d issued before the bound was written", v, old)
+	case <-time.After(50 * time.Millisecond): // a negative: a bounded look
+	}
+	hold.Store(false)
+	close(release)
+	v1, v2 := <-renewer, <-beyond
+	require.Greater(t, v2, old)
+	require.NotEqual(t, v1, v2)
+}
+
+// TestVersionsStayWithinTheWrittenBound: under concurrent Next and Observe
+// callers and slow writes of the bound, no version is used before a bound
+// covering it was written.
+func TestVersionsStayWithinTheWrittenBound(t *testing.T) {
+	c, err := New(2, nil)
+	require.NoError(t, err)
+	var durable atomic.Uint64
+	c.Restore(0, func(b uint64) error {
+		time.Sleep(time.Duration(b%3) * time.Millisecond) // a slow fsync
+		durable.Store(b)
+		return nil
+	})
+	stop := time.Now().Add(300 * time.Millisecond)
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for time.Now().Before(stop) {
+				if g%2 == 0 {
+					v, err := c.Next()
+					assert.NoError(t, err)
+					assert.LessOrEqual(t, v, durable.Load()|MaxNodeID)
+					continue
+				}
+				// A peer's version a little ahead of the wall clock.
+				v := uint64(time.Now().Add(30*time.Millisecond).UnixMilli()) << (logicalBits + nodeBits)
+				assert.NoError(t, c.Observe(v))
+				assert.LessOrEqual(t, v, durable.Load()|MaxNodeID)
+			}
+		}()
+	}
+	wg.Wait()
 }
