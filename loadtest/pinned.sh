@@ -30,7 +30,14 @@
 #      JOIN_FLAGS, more flags for the four nodes (--background-cpu-pressure 0);
 #      JOIN_PROFILE=SECONDS, a CPU profile of node 1 (a source) and node 4
 #      for that long from 3 s into the join (with LOGS: cpu-g1.pprof,
-#      cpu-g4.pprof)
+#      cpu-g4.pprof); where each core's time went over the join and over
+#      the load without a change (/proc/stat: the old nodes' cores, node
+#      4's, the generator's; the servers' own CPU; the kernel's threads
+#      that ran most); WRITEBACK_CPUS=LIST runs the kernel's unbound
+#      work queues (page writeback among them) on those cores only
+#      during G, restored after: on one machine every node's disk
+#      writes are flushed by kernel threads that run on any core, the old
+#      nodes' included, which separate machines would not share
 #
 # SECTIONS picks them (default "A B C D").
 # Binaries come from BIN (default bin/: dhtkv, dhtkv-load,
@@ -60,7 +67,10 @@ cleanup() {
   [ -n "${LOGS:-}" ] && mkdir -p "$LOGS" && cp "$tmp"/*.log "$tmp"/*.json "$tmp"/*.tsv "$tmp"/*.pprof "$LOGS"/ 2>/dev/null
   rm -rf "$tmp"
   [ -n "$CGROOT" ] && rmdir "$CGROOT"/*/ "$CGROOT" 2>/dev/null
+  local f
+  for f in "${!WQ_SAVED[@]}"; do echo "${WQ_SAVED[$f]}" >"$f" 2>/dev/null; done
 }
+declare -A WQ_SAVED
 # Each server in a cgroup of its own (CGROUPS=1, the default, where the
 # cgroup2 file system is writable: as root), so that each node's
 # background pace reads its own CPU pressure, as on a machine or pod of
@@ -187,6 +197,93 @@ with open(out, "w") as f:
 PY
   pids+=($!)
 }
+# cpustat NAME: once a second, each core's jiffies (/proc/stat) and every
+# process's CPU ticks with the core it last ran on, into cpustat-NAME.tsv,
+# until the script ends (cpu_report reads them over a window).
+cpustat() {
+  local out=$tmp/cpustat-$1.tsv
+  taskset -c $GEN python3 - "$out" <<'PY' &
+import os, sys, time
+out = sys.argv[1]
+with open(out, "w") as f:
+    while True:
+        t = time.time()
+        for l in open("/proc/stat"):
+            if l.startswith("cpu") and l[3].isdigit():
+                f.write(f"{t:.2f}\tcpu\t{l.split(None, 1)[0][3:]}\t" + "\t".join(l.split()[1:9]) + "\n")
+        for pid in os.listdir("/proc"):
+            if not pid.isdigit():
+                continue
+            try:
+                st = open(f"/proc/{pid}/stat").read()
+            except OSError:
+                continue
+            comm, rest = st[st.index("(") + 1:st.rindex(")")], st[st.rindex(")") + 2:].split()
+            busy = int(rest[11]) + int(rest[12])
+            if busy:  # ppid, utime+stime, the core it last ran on
+                f.write(f"{t:.2f}\ttask\t{pid}\t{comm.replace(chr(9), ' ')}\t{rest[1]}\t{busy}\t{rest[36]}\n")
+        f.flush()
+        time.sleep(max(0.0, 1 - (time.time() - t)))
+PY
+  pids+=($!)
+}
+# cpu_report NAME FROM TO LABEL CORES...: where the cores' time went between
+# two times (seconds since the epoch), per group of cores given as
+# NAME=LIST (0-5): busy cores (user, system, irq, softirq), iowait, and
+# how much of it the servers' processes (dhtkv) and the kernel's threads
+# (children of kthreadd) took; the kernel threads that ran most.
+cpu_report() {
+  python3 - "$tmp/cpustat-$1.tsv" "$2" "$3" "$4" "${@:5}" <<'PY'
+import collections, sys
+path, t0, t1, label, groups = sys.argv[1], float(sys.argv[2]), float(sys.argv[3]), sys.argv[4], sys.argv[5:]
+def cores(spec):
+    out = set()
+    for part in spec.split(","):
+        a, _, b = part.partition("-")
+        out.update(range(int(a), int(b or a) + 1))
+    return out
+cpu, tasks = collections.defaultdict(dict), collections.defaultdict(dict)
+for l in open(path):
+    r = l.rstrip("\n").split("\t")
+    t = float(r[0])
+    if r[1] == "cpu":
+        cpu[t][int(r[2])] = [int(x) for x in r[3:]]
+    else:
+        tasks[t][r[2]] = (r[3], r[4], int(r[5]), int(r[6]))
+ts = [t for t in sorted(cpu) if t0 - 0.5 <= t <= t1 + 0.5]
+if len(ts) < 2:
+    print(f"{'':42s}{label}: no CPU samples"); sys.exit()
+a, b = ts[0], ts[-1]
+secs, hz = b - a, 100.0
+comm = {}
+for t in (a, b):
+    for pid, v in tasks.get(t, {}).items():
+        comm[pid] = v
+def used(pid):  # ticks between a and b
+    va, vb = tasks.get(a, {}).get(pid), tasks.get(b, {}).get(pid)
+    return (vb[2] if vb else 0) - (va[2] if va else 0) if vb else 0
+print(f"{'':42s}{label} ({secs:.0f} s), cores busy (of them irq+softirq) / iowait; servers' and kernel threads' CPU by the core they last ran on:")
+kthreads = collections.Counter()
+for g in groups:
+    name, _, spec = g.partition("=")
+    cs = cores(spec)
+    d = [[cpu[b][c][i] - cpu[a][c][i] for i in range(8)] for c in cs if c in cpu[a] and c in cpu[b]]
+    # user nice system idle iowait irq softirq steal
+    busy = sum(x[0] + x[1] + x[2] + x[5] + x[6] for x in d) / hz / secs
+    irq = sum(x[5] + x[6] for x in d) / hz / secs
+    iow = sum(x[4] for x in d) / hz / secs
+    srv = sum(used(p) for p, v in comm.items() if v[0].startswith("dhtkv") and int(v[3]) in cs) / hz / secs
+    kern = 0.0
+    for p, v in comm.items():
+        if v[1] == "2" and int(v[3]) in cs:
+            u = used(p) / hz / secs
+            kern += u
+            kthreads[v[0]] += u
+    print(f"{'':46s}{name} (cores {spec}): busy {busy:.2f} ({irq:.2f}), iowait {iow:.2f}; dhtkv {srv:.2f}, kernel threads {kern:.2f}")
+top = ", ".join(f"{n} {u:.2f}" for n, u in kthreads.most_common(5) if u >= 0.005)
+print(f"{'':46s}kernel threads that ran most (cores): {top or 'none'}")
+PY
+}
 rps() { python3 -c "import json,sys; print(json.loads(sys.argv[1]).get('throughput_rps',0))" "$1" 2>/dev/null || echo 0; }
 
 SECTIONS=${SECTIONS:-A B C D}
@@ -234,6 +331,7 @@ done
 start n2 $N2 19094 "$B/dhtkv" --listen 127.0.0.1:19094 --data-dir "$tmp/n2" --cache-bytes 512MiB
 up 19091 19092 19093 19094 19141
 sample c 19141 19142 19143
+cpustat c
 fill $CL --ack 2 --from 3; fill http://127.0.0.1:19094
 CPIDS="$PID_c1 $PID_c2 $PID_c3"
 declare -A CLOSED
@@ -257,7 +355,9 @@ echo "## D. the cluster at half its closed-loop rate for $HOLD, latency from the
 for w in put get mixed; do
   [ $w != put ] && fill $CL --ack 3 --from 3 --read-all $KS
   rate=$(python3 -c "print(int(float('${CLOSED[$w]}')/2))")
+  h0=$(date +%s.%N)
   DUR=$HOLD run "cluster $w @$rate/s" CPIDS $CL $w 128 --ack 2 --from 3 --rate "$rate" --timeline
+  cpu_report c "$h0" "$(date +%s.%N)" "the hold" "nodes=$C1,$C2,$C3" "generator=$GEN"
 done
 echo "# peak RSS MiB: c1 $(($(awk '/VmHWM/{print $2}' /proc/$PID_c1/status) / 1024))"
 kill $CPIDS "$PID_n2"; sleep 0.5
@@ -315,12 +415,24 @@ for i in 1 2 3; do
 done
 up 19121 19122 19123 19131
 sample g 19131 19132 19133 19134
+cpustat g
+if [ -n "${WRITEBACK_CPUS:-}" ]; then
+  mask=$(python3 -c "import sys; print(format(sum(1 << c for p in sys.argv[1].split(',') for c in range(int(p.split('-')[0]), int(p.split('-')[-1]) + 1)), 'x'))" "$WRITEBACK_CPUS")
+  for f in /sys/devices/virtual/workqueue/cpumask /sys/bus/workqueue/devices/writeback/cpumask; do
+    old=$(cat "$f" 2>/dev/null) || continue
+    if echo "$mask" >"$f" 2>/dev/null; then WQ_SAVED[$f]=$old; fi
+  done
+  echo "kernel's unbound work queues on cores $WRITEBACK_CPUS: $(for f in "${!WQ_SAVED[@]}"; do printf '%s=%s ' "${f#/sys/}" "$(cat "$f")"; done)"
+fi
 t0=$(date +%s.%N)
 taskset -c $GEN "$B/dhtkv-load" --targets $GL --keyspace "$JN" --value-size 1024 --connections 128 \
   --fill "$JN" --fill-only --ack 3 --from 3 >/dev/null 2>&1
 echo "filled $JN keys (ack=3) in $(python3 -c "import time; print(round(time.time() - $t0, 1))") s"
 GPIDS="$PID_g1 $PID_g2 $PID_g3"
+nc0=$(date +%s.%N)
 DUR=$JLOAD run "no change: mixed @$JRATE/s" GPIDS $GL mixed 128 --ack 2 --from 3 --rate "$JRATE" --keyspace "$JN" --timeline
+nc1=$(date +%s.%N)
+cpu_report g "$nc0" "$nc1" "the load without a change" "old nodes=$C1,$C2,$C3" "node 4=$N2" "generator=$GEN"
 # Node 4 starts first (it waits for the join that adds it); the join
 # begins 5 s into the load run and dhtkvctl returns when it is over.
 start g4 "$N2" 0 "$B/dhtkv" --listen 127.0.0.1:19124 --admin-listen 127.0.0.1:19134 --data-dir "$tmp/g4" \
@@ -398,6 +510,7 @@ if inside:
     print(f"{'':42s}the {len(inside)} seconds of the join: p99 median {p[len(p) // 2]:.1f} ms, worst {p[-1]:.1f} ms, "
           f"max {max(s.get('max_us', 0) for s in inside) / 1000:.1f} ms, failures {sum(s.get('failures', 0) for s in inside)}")
 PY
+cpu_report g "$(cat "$tmp/join.start")" "$(cat "$tmp/join.end")" "the join" "old nodes=$C1,$C2,$C3" "node 4=$N2" "generator=$GEN"
 kill $GPIDS; sleep 0.5
 fi
 grep -ihE "panic|level=error|write stall|slow disk" "$tmp"/*.log | cut -c1-200 | sort | uniq -c | sort -rn | head -5
