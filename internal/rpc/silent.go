@@ -43,6 +43,13 @@ import (
 //   - Not the background lane's batches (anti-entropy's reads), which
 //     may carry large answers to a busy peer.
 //
+// A silence nobody asks about ends too: when a whole round of silentIdle
+// timeouts passes with no call failed by it, the prober stops and the
+// silence ends without an answer. A member that left the cluster (whose
+// Peer the node keeps) is then not pinged for the rest of the process's
+// life; a peer that is still silent costs the next call one timeout,
+// which makes it silent again.
+//
 // A spurious trip costs the calls queued for the peer at that moment and
 // those made until the first ping answers (about a round trip when the
 // peer is in fact healthy): they fail instead of waiting, writes among
@@ -50,16 +57,22 @@ import (
 //
 // Invariant: silence.since is set only by the CompareAndSwap in
 // noteUnanswered, whose winner starts the one prober, and cleared only
-// by that prober, as its last act: at most one prober runs, and a silent
-// peer always has one (or is closed).
+// by that prober, as its last act (on an answer, or idle): at most one
+// prober runs, and a silent peer always has one (or is closed).
 
 // ErrSilent fails a call to a silent peer without sending it. It is an
 // ErrTimeout: for its caller the peer did not answer in time.
 var ErrSilent = fmt.Errorf("%w: the peer is silent", ErrTimeout)
 
+// silentIdle is how many of the prober's rounds (a timeout each) may
+// pass with no call failed by the silence before the silence ends
+// unanswered.
+const silentIdle = 3
+
 // peerSilence is a Peer's silence, with its instruments.
 type peerSilence struct {
 	since      atomic.Pointer[time.Time] // nil: the peer answers
+	asked      atomic.Uint64             // calls failed by it since the prober's last round
 	gauge      prometheus.Gauge
 	silences   prometheus.Counter
 	failedFast prometheus.Counter
@@ -72,6 +85,7 @@ func (p *Peer) silentErr(n int) error {
 		return nil
 	}
 	p.silence.failedFast.Add(float64(n))
+	p.silence.asked.Add(uint64(n))
 	return fmt.Errorf("%w: %s has not answered for %v (a batch went unanswered; calls fail at once until it answers a ping)",
 		ErrSilent, p.url, time.Since(*since).Round(time.Millisecond))
 }
@@ -100,8 +114,8 @@ func (p *Peer) noteUnanswered(start, deadline time.Time, epoch uint64, err error
 	go p.probeSilent(epoch)
 }
 
-// probeSilent pings the silent peer until it answers (then ends the
-// silence) or the Peer closes.
+// probeSilent pings the silent peer until it answers or no call asks for
+// silentIdle rounds (either ends the silence), or the Peer closes.
 func (p *Peer) probeSilent(epoch uint64) {
 	defer p.senders.Done()
 	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
@@ -111,6 +125,8 @@ func (p *Peer) probeSilent(epoch uint64) {
 	}()
 	wait := time.NewTimer(0)
 	defer wait.Stop()
+	p.silence.asked.Store(0)
+	idle := 0
 	for {
 		select {
 		case <-p.stop:
@@ -120,16 +136,29 @@ func (p *Peer) probeSilent(epoch uint64) {
 		}
 		start := time.Now()
 		if p.answers(req, resp, epoch, start.Add(p.timeout)) {
-			// The gauge first: once since is cleared, another silence
-			// may begin and set it.
-			p.silence.gauge.Set(0)
-			p.silence.since.Store(nil)
+			p.endSilence()
+			return
+		}
+		if p.silence.asked.Swap(0) == 0 {
+			idle++
+		} else {
+			idle = 0
+		}
+		if idle >= silentIdle {
+			p.endSilence()
 			return
 		}
 		// A refused connect fails at once: the next ping waits out the
 		// rest of a timeout.
 		wait.Reset(max(0, time.Until(start.Add(p.timeout))))
 	}
+}
+
+// endSilence is the prober's last act. The gauge first: once since is
+// cleared, another silence may begin and set it.
+func (p *Peer) endSilence() {
+	p.silence.gauge.Set(0)
+	p.silence.since.Store(nil)
 }
 
 // answers sends the peer an empty batch (a ping) and reports whether any

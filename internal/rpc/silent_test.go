@@ -107,4 +107,23 @@ func TestSilentPeer(t *testing.T) {
 	require.Zero(t, gauge())
 	require.NoError(t, put("after", time.Now().Add(timeout)))
 	require.Equal(t, float64(calls), testutil.ToFloat64(p.silence.failedFast), "nothing failed fast once it answered")
+
+	// Silent again, and then nobody calls (a member that left): the
+	// silence ends unanswered after silentIdle rounds, and the pings stop.
+	mu.Lock()
+	thaw = make(chan struct{})
+	mu.Unlock()
+	require.ErrorIs(t, put("stuck-again", time.Now().Add(timeout)), ErrTimeout)
+	require.Equal(t, 1.0, gauge())
+	require.Eventually(t, func() bool { return p.silence.since.Load() == nil }, (silentIdle+3)*timeout, 10*time.Millisecond,
+		"a silence no call asks about ends")
+	require.Zero(t, gauge())
+	require.NotNil(t, frozen(), "ended unanswered: the peer is still frozen")
+	require.Equal(t, 2.0, testutil.ToFloat64(p.silence.silences))
+	// No prober is left to ping it: the goroutine check at the end says
+	// so (the frozen handlers end with the thaw).
+	mu.Lock()
+	close(thaw)
+	thaw = nil
+	mu.Unlock()
 }
