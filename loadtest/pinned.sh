@@ -37,7 +37,9 @@
 #      work queues (page writeback among them) on those cores only
 #      during G, restored after: on one machine every node's disk
 #      writes are flushed by kernel threads that run on any core, the old
-#      nodes' included, which separate machines would not share
+#      nodes' included, which separate machines would not share;
+#      JOIN_DIR4=DIR puts node 4's data directory in DIR (/dev/shm: its
+#      writes then reach no disk the old nodes' WAL fsyncs wait on)
 #
 # SECTIONS picks them (default "A B C D").
 # Binaries come from BIN (default bin/: dhtkv, dhtkv-load,
@@ -65,7 +67,7 @@ pids=()
 cleanup() {
   kill "${pids[@]}" 2>/dev/null; wait "${pids[@]}" 2>/dev/null
   [ -n "${LOGS:-}" ] && mkdir -p "$LOGS" && cp "$tmp"/*.log "$tmp"/*.json "$tmp"/*.tsv "$tmp"/*.pprof "$LOGS"/ 2>/dev/null
-  rm -rf "$tmp"
+  rm -rf "$tmp" ${G4DIR:+"$G4DIR"}
   [ -n "$CGROOT" ] && rmdir "$CGROOT"/*/ "$CGROOT" 2>/dev/null
   local f
   for f in "${!WQ_SAVED[@]}"; do echo "${WQ_SAVED[$f]}" >"$f" 2>/dev/null; done
@@ -435,7 +437,9 @@ nc1=$(date +%s.%N)
 cpu_report g "$nc0" "$nc1" "the load without a change" "old nodes=$C1,$C2,$C3" "node 4=$N2" "generator=$GEN"
 # Node 4 starts first (it waits for the join that adds it); the join
 # begins 5 s into the load run and dhtkvctl returns when it is over.
-start g4 "$N2" 0 "$B/dhtkv" --listen 127.0.0.1:19124 --admin-listen 127.0.0.1:19134 --data-dir "$tmp/g4" \
+g4dir=$tmp/g4
+if [ -n "${JOIN_DIR4:-}" ]; then G4DIR=$(mktemp -d "$JOIN_DIR4/pinned-g4.XXXX") && g4dir=$G4DIR && echo "node 4's data directory: $g4dir ($(df -hT "$g4dir" | awk 'NR == 2 {print $2 ", " $5 " free"}'))"; fi
+start g4 "$N2" 0 "$B/dhtkv" --listen 127.0.0.1:19124 --admin-listen 127.0.0.1:19134 --data-dir "$g4dir" \
   --join http://127.0.0.1:19121 --cache-bytes 512MiB --move-rate "$JMOVE" $JFLAGS
 # The join is the load's marked window (dhtkv-load: SIGUSR1, SIGUSR2).
 (sleep 6; date +%s.%N >"$tmp/join.start"; signal_load USR1
