@@ -33,7 +33,9 @@
 # sitting. CGROUPS=1 starts each node in a cgroup of its own (where the
 # cgroup2 file system is writable: as root), so that its background pace
 # reads its own CPU pressure, as on a machine or pod of its own, instead
-# of what every process here shares.
+# of what every process here shares. NODE4_DIR=DIR keeps the joining
+# node's data directory in DIR (/dev/shm: its writes reach no disk the
+# others' WAL fsyncs wait on, as on a machine of its own).
 #
 # The join's run is printed second by second (dhtkv-load --timeline), each
 # second beside what the nodes did in it, sampled from their /metrics once
@@ -69,7 +71,7 @@ cleanup() {
   local p
   for p in "${pid[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
   wait 2>/dev/null || true
-  if [ "${KEEP:-}" ]; then echo "kept $tmp" >&2; else rm -rf "$tmp"; fi
+  if [ "${KEEP:-}" ]; then echo "kept $tmp" >&2; else rm -rf "$tmp" ${NODE4_DIR:+"$NODE4_DIR/dhtkv-node4-$$"}; fi
   if [ -n "$CGROOT" ]; then rmdir "$CGROOT"/*/ "$CGROOT" 2>/dev/null || true; fi
 }
 trap cleanup EXIT
@@ -96,8 +98,10 @@ start_node() { # i flags...
     # shellcheck disable=SC2016 # $$ and $@ are the inner shell's
     pre=(bash -c '{ echo $$ >"$0/cgroup.procs"; } 2>/dev/null || echo "membership.sh: not moved into $0" >&2; exec "$@"' "$CGROOT/node$i")
   fi
+  local dir=$tmp/node$i
+  [ "$i" = 4 ] && [ -n "${NODE4_DIR:-}" ] && dir=$NODE4_DIR/dhtkv-node4-$$
   "${pre[@]}" "$tmp/dhtkv" --listen "127.0.0.1:$(port "$i")" --admin-listen "127.0.0.1:$(admin "$i")" \
-    --data-dir "$tmp/node$i" --ae-rate "$AE_RATE" --ae-interval 0 ${MOVE_RATE:+--move-rate "$MOVE_RATE"} \
+    --data-dir "$dir" --ae-rate "$AE_RATE" --ae-interval 0 ${MOVE_RATE:+--move-rate "$MOVE_RATE"} \
     ${DROP_RATE:+--drop-rate "$DROP_RATE"} ${NODE_FLAGS:-} "$@" >>"$tmp/node$i.log" 2>&1 &
   pid[$i]=$!
 }
