@@ -67,14 +67,16 @@ type Clock struct {
 // PersistWindow is how far ahead of the clock the persisted bound is set.
 // A restart waits out at most this long before the node's versions are
 // the wall clock's. Under a steady stream of versions the bound is
-// renewed (one synced Pebble write) about every half window: a caller
-// whose version passes the bound's first half writes the next one
-// without holding the clock, while the others go on under the old bound.
-// A caller waits for the write only if its version is beyond the bound,
-// that is, when a renewal takes longer than half a window: the clock's
-// mutex is never held across an fsync, which a busy disk makes long and
-// every request (writes, and reads observing their replicas' versions)
-// would wait behind.
+// renewed (one synced Pebble write) about every half window: the caller
+// whose version passes the bound's first half writes the next bound and
+// waits for it, without holding the clock, while the others go on with
+// versions within the bound already written. A caller waits for another's
+// write only when its version is beyond the bound: the first after a
+// pause longer than a window, an observed version well ahead of the
+// bound, or any while the disk takes more than half a window to sync. The
+// clock's mutex is never held across an fsync, which a busy disk makes
+// long and every request (writes, and reads observing their replicas'
+// versions) would wait behind.
 const PersistWindow = 100 * time.Millisecond
 
 const persistWindow = uint64(PersistWindow/time.Millisecond) << (logicalBits + nodeBits)
@@ -123,31 +125,31 @@ func (c *Clock) Restore(bound uint64, persist func(bound uint64) error) (ahead t
 }
 
 // covered reports whether v (node bits cleared) may be used: it is within
-// the persisted bound. The caller holds mu. A v past the bound's first
-// half renews the bound (unless another caller is renewing it); a v
-// beyond the bound waits for the renewal. Both release mu meanwhile, so
-// after a false the caller must look again: the clock may have moved.
-// The error is a failed renewal that v needed.
-func (c *Clock) covered(v uint64) (bool, error) {
+// the persisted bound. The caller holds mu, and a true comes back without
+// mu having been released, so that the caller may use v at once. A v
+// past the bound's first half renews the bound, unless a renewal is under
+// way or this call made one already (*renewed); a v beyond the bound
+// waits for the renewal under way. Both release mu meanwhile and return
+// false: the caller must look again, as the clock may have moved. The
+// error is a failed renewal that v needed.
+func (c *Clock) covered(v uint64, renewed *bool) (bool, error) {
 	if c.persist == nil || v+persistWindow/2 <= c.bound {
 		return true, nil
 	}
+	if v <= c.bound && (c.renewing || *renewed) {
+		return true, nil
+	}
 	if c.renewing {
-		if v <= c.bound {
-			return true, nil
-		}
 		c.renewed.Wait()
 		return false, nil
 	}
-	if err := c.renew(v + persistWindow); err != nil {
-		if v > c.bound {
-			return false, fmt.Errorf("hlc: persist clock bound: %w", err)
-		}
-		// v is still within the old bound: safe to use. A later caller
-		// tries the renewal again.
-		return true, nil
+	*renewed = true
+	if err := c.renew(v + persistWindow); err != nil && v > c.bound {
+		return false, fmt.Errorf("hlc: persist clock bound: %w", err)
 	}
-	return false, nil // renewed, with mu released meanwhile
+	// Renewed, or failed with v still within the old bound (usable; a
+	// later call tries the renewal again): look again either way.
+	return false, nil
 }
 
 // renew persists nb as the bound, with mu released during the write. The
@@ -170,17 +172,28 @@ func (c *Clock) renew(nb uint64) error {
 func (c *Clock) Next() (uint64, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	renewed, waited := false, false
 	for {
 		wall := uint64(c.now().UnixMilli()) << (logicalBits + nodeBits)
 		v := c.last + 1<<nodeBits // same millisecond: next logical tick
 		if wall > v {
 			v = wall
 		}
+		if waited && v > c.bound {
+			// After a wait for a renewal, the next version within the
+			// bound written rather than the wall clock: a disk slower
+			// than a window would otherwise leave every caller chasing a
+			// bound that the wall clock has passed again by the time it
+			// is durable. The version then lags the wall clock by the
+			// disk's delay, as a version made before a synchronous write
+			// of its bound does.
+			v = c.last + 1<<nodeBits
+		}
 		// Overflowing the logical counter carries into the millisecond
 		// field, which makes this clock run slightly ahead of the wall
 		// clock: allowed by the HLC, and it keeps versions strictly
 		// increasing.
-		ok, err := c.covered(v)
+		ok, err := c.covered(v, &renewed)
 		if err != nil {
 			return 0, err
 		}
@@ -188,6 +201,7 @@ func (c *Clock) Next() (uint64, error) {
 			c.last = v
 			return v | c.node, nil
 		}
+		waited = true
 	}
 }
 
@@ -226,8 +240,9 @@ func (c *Clock) Observe(v uint64) error {
 	v &^= MaxNodeID
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for v > c.last {
-		ok, err := c.covered(v)
+	renewed := false
+	for v > c.last { // looked at again after covered released mu
+		ok, err := c.covered(v, &renewed)
 		if err != nil {
 			return err
 		}

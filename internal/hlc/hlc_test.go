@@ -2,6 +2,7 @@ package hlc
 
 import (
 	"errors"
+	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -232,12 +233,21 @@ func TestRenewalDoesNotStopTheClock(t *testing.T) {
 	}()
 	<-started
 	old := durable.Load()
-	for range 100 { // the others are not held up: within the old bound
-		v, err := c.Next()
-		require.NoError(t, err)
-		require.LessOrEqual(t, v, old|MaxNodeID)
+	others := make(chan struct{})
+	go func() { // the others are not held up: within the old bound
+		defer close(others)
+		for range 100 {
+			v, err := c.Next()
+			assert.NoError(t, err)
+			assert.LessOrEqual(t, v, old|MaxNodeID)
+		}
+		assert.NoError(t, c.Observe(old-5<<(logicalBits+nodeBits)))
+	}()
+	select {
+	case <-others:
+	case <-time.After(10 * time.Second):
+		t.Fatal("callers within the bound waited for another's renewal")
 	}
-	require.NoError(t, c.Observe(old-5<<(logicalBits+nodeBits)))
 
 	// Beyond the old bound: waits for the write.
 	ms.Add(PersistWindow.Milliseconds())
@@ -261,36 +271,139 @@ func TestRenewalDoesNotStopTheClock(t *testing.T) {
 }
 
 // TestVersionsStayWithinTheWrittenBound: under concurrent Next and Observe
-// callers and slow writes of the bound, no version is used before a bound
-// covering it was written.
+// callers, writes of the bound that are sometimes slower than half a
+// window and sometimes fail, and observed versions up to 300 ms ahead, no
+// version is used before a bound covering it was written, and Next's
+// versions are unique and increase for each caller.
 func TestVersionsStayWithinTheWrittenBound(t *testing.T) {
 	c, err := New(2, nil)
 	require.NoError(t, err)
 	var durable atomic.Uint64
+	var writes atomic.Int64
 	c.Restore(0, func(b uint64) error {
-		time.Sleep(time.Duration(b%3) * time.Millisecond) // a slow fsync
+		switch n := writes.Add(1); {
+		case n%7 == 0:
+			return errors.New("disk full")
+		case n%5 == 0:
+			time.Sleep(60 * time.Millisecond) // slower than half a window
+		default:
+			time.Sleep(time.Duration(n%3) * time.Millisecond)
+		}
 		durable.Store(b)
 		return nil
 	})
-	stop := time.Now().Add(300 * time.Millisecond)
+	stop := time.Now().Add(500 * time.Millisecond)
+	var issued sync.Map
 	var wg sync.WaitGroup
 	for g := range 8 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
+			var last uint64
 			for time.Now().Before(stop) {
 				if g%2 == 0 {
 					v, err := c.Next()
-					assert.NoError(t, err)
-					assert.LessOrEqual(t, v, durable.Load()|MaxNodeID)
+					if err != nil {
+						assert.ErrorContains(t, err, "disk full")
+						continue
+					}
+					assert.LessOrEqual(t, v, durable.Load()|MaxNodeID, "a version beyond the bound written")
+					assert.Greater(t, v, last, "versions increase")
+					_, dup := issued.LoadOrStore(v, g)
+					assert.False(t, dup, "version %d issued twice", v)
+					last = v
 					continue
 				}
-				// A peer's version a little ahead of the wall clock.
-				v := uint64(time.Now().Add(30*time.Millisecond).UnixMilli()) << (logicalBits + nodeBits)
-				assert.NoError(t, c.Observe(v))
-				assert.LessOrEqual(t, v, durable.Load()|MaxNodeID)
+				// A peer's version up to 300 ms ahead of the wall clock.
+				ahead := time.Duration(rand.IntN(300)) * time.Millisecond
+				v := uint64(time.Now().Add(ahead).UnixMilli()) << (logicalBits + nodeBits)
+				if err := c.Observe(v); err != nil {
+					assert.ErrorContains(t, err, "disk full")
+					continue
+				}
+				assert.LessOrEqual(t, v, durable.Load()|MaxNodeID, "an observed version beyond the bound written")
 			}
-		}()
+		})
 	}
 	wg.Wait()
+}
+
+// TestFailedRenewalKeepsVersionsUnique: the caller whose renewal fails
+// while its version is still within the old bound gets a version after
+// every one the others got meanwhile, never one of theirs again; and an
+// Observe whose renewal fails does not take the clock back below a
+// version observed meanwhile.
+func TestFailedRenewalKeepsVersionsUnique(t *testing.T) {
+	var ms atomic.Int64
+	ms.Store(time.Date(2026, 11, 28, 0, 0, 0, 0, time.UTC).UnixMilli())
+	c, err := New(1, func() time.Time { return time.UnixMilli(ms.Load()) })
+	require.NoError(t, err)
+	started, release := make(chan struct{}, 1), make(chan struct{})
+	var fail atomic.Bool
+	c.Restore(0, func(uint64) error {
+		if fail.Load() {
+			started <- struct{}{}
+			<-release
+			return errors.New("disk failed")
+		}
+		return nil
+	})
+	_, err = c.Next() // the first bound, written
+	require.NoError(t, err)
+
+	fail.Store(true)
+	ms.Add(PersistWindow.Milliseconds() * 3 / 5) // past half the window
+	renewer := make(chan uint64)
+	go func() {
+		v, err := c.Next()
+		assert.NoError(t, err, "within the old bound: usable though its renewal failed")
+		renewer <- v
+	}()
+	<-started
+	var others []uint64
+	for range 3 {
+		v, err := c.Next()
+		require.NoError(t, err)
+		others = append(others, v)
+	}
+	release <- struct{}{}
+	v := <-renewer
+	require.Greater(t, v, others[len(others)-1], "the renewer's version after the others'")
+
+	// Observe: a renewal that fails while a larger version is observed.
+	base := v &^ MaxNodeID
+	small, big := base+2<<nodeBits, base+9<<nodeBits
+	observed := make(chan error)
+	go func() { observed <- c.Observe(small) }() // renews: past half the window
+	<-started
+	require.NoError(t, c.Observe(big)) // within the bound, not held up
+	release <- struct{}{}
+	require.NoError(t, <-observed)
+	fail.Store(false)
+	next, err := c.Next()
+	require.NoError(t, err)
+	require.Greater(t, next&^MaxNodeID, big, "the clock stays past the larger version observed")
+}
+
+// TestSlowDiskDoesNotStallTheClock: with every write of the bound taking
+// longer than a whole window, Next still returns after one renewal, not
+// chasing a bound the wall clock has passed again.
+func TestSlowDiskDoesNotStallTheClock(t *testing.T) {
+	var ms atomic.Int64
+	ms.Store(time.Date(2026, 11, 28, 0, 0, 0, 0, time.UTC).UnixMilli())
+	c, err := New(1, func() time.Time { return time.UnixMilli(ms.Load()) })
+	require.NoError(t, err)
+	var writes atomic.Int64
+	c.Restore(0, func(uint64) error {
+		writes.Add(1)
+		ms.Add(PersistWindow.Milliseconds() * 3 / 2) // the write takes 1.5 windows
+		return nil
+	})
+	var last uint64
+	for i := range 20 {
+		before := writes.Load()
+		v, err := c.Next()
+		require.NoError(t, err)
+		require.Greater(t, v, last)
+		last = v
+		require.LessOrEqual(t, writes.Load()-before, int64(1), "call %d wrote the bound more than once", i)
+	}
 }
