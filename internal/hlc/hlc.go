@@ -70,13 +70,14 @@ type Clock struct {
 // renewed (one synced Pebble write) about every half window: the caller
 // whose version passes the bound's first half writes the next bound and
 // waits for it, without holding the clock, while the others go on with
-// versions within the bound already written. A caller waits for another's
-// write only when its version is beyond the bound: the first after a
-// pause longer than a window, an observed version well ahead of the
-// bound, or any while the disk takes more than half a window to sync. The
-// clock's mutex is never held across an fsync, which a busy disk makes
-// long and every request (writes, and reads observing their replicas'
-// versions) would wait behind.
+// versions within the bound already written. A caller waits for a write
+// only when its version is beyond the bound written: after a pause longer
+// than a window (the first caller writes, those arriving meanwhile wait
+// for it), for an observed version well ahead of the bound, and while
+// the disk takes longer than half a window to sync. The clock's mutex is
+// never held across an fsync, which a busy disk makes long and every
+// request (writes, and reads observing their replicas' versions) would
+// wait behind.
 const PersistWindow = 100 * time.Millisecond
 
 const persistWindow = uint64(PersistWindow/time.Millisecond) << (logicalBits + nodeBits)
@@ -127,9 +128,10 @@ func (c *Clock) Restore(bound uint64, persist func(bound uint64) error) (ahead t
 // covered reports whether v (node bits cleared) may be used: it is within
 // the persisted bound. The caller holds mu, and a true comes back without
 // mu having been released, so that the caller may use v at once. A v
-// past the bound's first half renews the bound, unless a renewal is under
-// way or this call made one already (*renewed); a v beyond the bound
-// waits for the renewal under way. Both release mu meanwhile and return
+// past the bound's first half renews the bound, unless it is within the
+// bound and a renewal is under way or this call made one already
+// (*renewed); a v beyond the bound waits for the renewal under way, or
+// makes one. Both release mu meanwhile and return
 // false: the caller must look again, as the clock may have moved. The
 // error is a failed renewal that v needed.
 func (c *Clock) covered(v uint64, renewed *bool) (bool, error) {
@@ -180,14 +182,15 @@ func (c *Clock) Next() (uint64, error) {
 			v = wall
 		}
 		if waited && v > c.bound {
-			// After a wait for a renewal, the next version within the
-			// bound written rather than the wall clock: a disk slower
-			// than a window would otherwise leave every caller chasing a
-			// bound that the wall clock has passed again by the time it
-			// is durable. The version then lags the wall clock by the
-			// disk's delay, as a version made before a synchronous write
-			// of its bound does.
-			v = c.last + 1<<nodeBits
+			// After a wait for a renewal, the version the bound written
+			// was made for (the bound less a window), rather than the
+			// wall clock: a disk slower than a window would otherwise
+			// leave every caller chasing a bound that the wall clock has
+			// passed again by the time it is durable. The version then
+			// lags the wall clock by the disk's delay, as a version made
+			// before a synchronous write of its bound does; not by the
+			// time since the last version (c.last may be an hour old).
+			v = max(c.last+1<<nodeBits, c.bound-min(c.bound, persistWindow))
 		}
 		// Overflowing the logical counter carries into the millisecond
 		// field, which makes this clock run slightly ahead of the wall
