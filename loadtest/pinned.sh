@@ -178,7 +178,9 @@ names = ["dhtkv_background_pace_factor", "dhtkv_background_pace_sched_latency_p9
          "dhtkv_background_pace_cpu_pressure_ratio", "process_cpu_seconds_total",
          "go_gc_pauses_seconds_sum", "go_gc_pauses_seconds_count", "dhtkv_pebble_write_stall_seconds_total",
          "dhtkv_membership_moved_bytes_total", "dhtkv_antientropy_bytes_total",
-         "dhtkv_copy_throttled_seconds_total"]
+         "dhtkv_copy_throttled_seconds_total", "dhtkv_clock_bound_writes_total",
+         "dhtkv_clock_bound_write_seconds_total", "dhtkv_clock_bound_waits_total",
+         "dhtkv_clock_bound_wait_seconds_total"]
 with open(out, "w") as f:
     f.write("time\tport\t" + "\t".join(names) + "\n")
     while True:

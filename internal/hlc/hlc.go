@@ -62,6 +62,27 @@ type Clock struct {
 	// renewed (on mu) is broadcast when it is done.
 	renewing bool
 	renewed  sync.Cond
+	stats    Stats
+}
+
+// Stats counts the clock's writes of its bound and the calls that waited
+// for one: what the bound costs the requests (Clock.Stats).
+type Stats struct {
+	// Renewals counts the writes of the bound, Failed those that failed.
+	Renewals, Failed uint64
+	// RenewalTime is their time in all: each one's caller waited for it.
+	RenewalTime time.Duration
+	// Waits counts the calls that waited for another caller's write (their
+	// version was beyond the bound written), and WaitTime their time.
+	Waits    uint64
+	WaitTime time.Duration
+}
+
+// Stats returns the clock's counts so far.
+func (c *Clock) Stats() Stats {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.stats
 }
 
 // PersistWindow is how far ahead of the clock the persisted bound is set.
@@ -142,7 +163,10 @@ func (c *Clock) covered(v uint64, renewed *bool) (bool, error) {
 		return true, nil
 	}
 	if c.renewing {
+		start := time.Now()
 		c.renewed.Wait()
+		c.stats.Waits++
+		c.stats.WaitTime += time.Since(start)
 		return false, nil
 	}
 	*renewed = true
@@ -159,9 +183,16 @@ func (c *Clock) covered(v uint64, renewed *bool) (bool, error) {
 func (c *Clock) renew(nb uint64) error {
 	c.renewing = true
 	c.mu.Unlock()
+	start := time.Now()
 	err := c.persist(nb)
+	took := time.Since(start)
 	c.mu.Lock()
 	c.renewing = false
+	c.stats.Renewals++
+	c.stats.RenewalTime += took
+	if err != nil {
+		c.stats.Failed++
+	}
 	if err == nil && nb > c.bound {
 		c.bound = nb
 	}

@@ -268,6 +268,11 @@ func TestRenewalDoesNotStopTheClock(t *testing.T) {
 	v1, v2 := <-renewer, <-beyond
 	require.Greater(t, v2, old)
 	require.NotEqual(t, v1, v2)
+	st := c.Stats()
+	require.GreaterOrEqual(t, st.Renewals, uint64(2), "the first bound and the renewal (the waiter may renew next)")
+	require.Zero(t, st.Failed)
+	require.EqualValues(t, 1, st.Waits, "only the version beyond the bound waited")
+	require.Positive(t, st.WaitTime)
 }
 
 // TestVersionsStayWithinTheWrittenBound: under concurrent Next and Observe
@@ -381,6 +386,7 @@ func TestFailedRenewalKeepsVersionsUnique(t *testing.T) {
 	next, err := c.Next()
 	require.NoError(t, err)
 	require.Greater(t, next&^MaxNodeID, big, "the clock stays past the larger version observed")
+	require.EqualValues(t, 2, c.Stats().Failed)
 }
 
 // TestSlowDiskDoesNotStallTheClock: with every write of the bound taking

@@ -230,6 +230,7 @@ func NewContext(ctx context.Context, cfg Config) (_ *Node, err error) {
 		// from now on are the wall clock's (see hlc.Clock.Restore).
 		time.Sleep(ahead)
 	}
+	registerClock(n.registry, clock)
 	if n.cache, err = cache.New(cfg.CacheBytes); err != nil {
 		return nil, err
 	}
