@@ -152,9 +152,9 @@ func (c *Clock) Restore(bound uint64, persist func(bound uint64) error) (ahead t
 // past the bound's first half renews the bound, unless it is within the
 // bound and a renewal is under way or this call made one already
 // (*renewed); a v beyond the bound waits for the renewal under way, or
-// makes one. Both release mu meanwhile and return
-// false: the caller must look again, as the clock may have moved. The
-// error is a failed renewal that v needed.
+// makes one. Both release mu meanwhile and return false: the caller must
+// look again, as the clock may have moved. The error is a failed renewal
+// that v needed.
 func (c *Clock) covered(v uint64, renewed *bool) (bool, error) {
 	if c.persist == nil || v+persistWindow/2 <= c.bound {
 		return true, nil
@@ -192,8 +192,7 @@ func (c *Clock) renew(nb uint64) error {
 	c.stats.RenewalTime += took
 	if err != nil {
 		c.stats.Failed++
-	}
-	if err == nil && nb > c.bound {
+	} else if nb > c.bound {
 		c.bound = nb
 	}
 	c.renewed.Broadcast()
