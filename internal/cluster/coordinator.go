@@ -324,26 +324,11 @@ func (c *Coordinator) get(r *routes, key []byte, ack, from int) (Result, error) 
 	var best Result
 	var answered [maxReplicas]replicaState
 	na := 0
-	n, err := c.fanOut(r, deadline, key, reps, nil, ack, ack,
+	n, err := c.fanOut(r, deadline, key, reps, nil, ack, ack, fanOp{kind: opRead},
 		func(k []byte) answer { return c.localGet(r, k) },
 		func(i int, call *view.Call) {
 			call.Epoch = r.Epoch()
 			view.Go(r.peers[i].client, call)
-		},
-		func(i int, call *view.Call, sent time.Time) answer {
-			p := r.peers[i]
-			p.reads.observe(sent, call.Ended, call.Err)
-			if call.Err == nil {
-				p.readLat.record(call.Ended.Sub(sent), call.Ended)
-			}
-			if call.Found {
-				// Keeps clocks close; nothing is stored here, so a version
-				// beyond the bound (refused, not observed) or a failure to
-				// persist the clock's bound only costs that. A read
-				// repair then stores it by ApplyRemote's rules, or fails.
-				_ = c.local.Observe(call.Rec.Version)
-			}
-			return answer{rec: call.Rec, found: call.Found, err: call.Err}
 		},
 		func(a answer) {
 			if na < len(answered) {
@@ -514,18 +499,11 @@ func (c *Coordinator) writeRound(r *routes, key []byte, rec *record.Record, old,
 	// One immutable envelope for all remote replicas; it copies the value
 	// out of the handler's buffer.
 	env := rec.Encode()
-	n, err := c.fanOut(r, time.Now().Add(c.timeout), key, old, new, ack, len(old)+len(new),
+	n, err := c.fanOut(r, time.Now().Add(c.timeout), key, old, new, ack, len(old)+len(new), fanOp{kind: opWrite, env: env},
 		func(k []byte) answer { return answer{err: c.localApply(r, k, rec)} },
 		func(i int, call *view.Call) {
 			call.Env, call.Epoch = env, r.Epoch()
 			view.Go(r.peers[i].client, call)
-		},
-		func(i int, call *view.Call, sent time.Time) answer {
-			r.peers[i].writes.observe(sent, call.Ended, call.Err)
-			if err := call.Err; err != nil && !rpc.IsRefused(err) && !errors.Is(err, rpc.ErrStaleEpoch) && c.d.Hints != nil {
-				c.d.Hints.Add(i, call.Key, env) // the request's own copies
-			}
-			return answer{rec: record.Record{Version: call.Newer}, err: call.Err}
 		},
 		func(a answer) {
 			if a.rec.Version > newer {

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/dhtkv/dhtkv/internal/record"
 	"github.com/dhtkv/dhtkv/internal/rpc"
 	"github.com/dhtkv/dhtkv/internal/view"
 )
@@ -84,18 +85,24 @@ func failureReason(err error) string {
 //
 // Remote calls are started, not waited for: remote(n, call) starts call
 // to node n (view.Go; call's Key, Deadline, Tag and Done are set), and
-// the call comes back on one channel of the request's, where finish
-// turns it into an answer. No goroutine runs per call: a request that
+// the call comes back on one channel of the request's, where finishCall
+// turns it into an answer, by op. No goroutine runs per call: a request that
 // needs one remote replica wakes its own goroutine once, when the answer
 // is in. Calls still out when fanOut returns (stragglers) are received
-// and finished by one goroutine of the request's, so that what finish
+// and finished by one goroutine of the request's, so that what finishCall
 // does (a write's hint for a replica that failed, the latency metrics)
 // happens for every call; Close waits for it.
+//
+// Memory. The request's key is copied once, into its fan; the fan, its
+// timer and its calls are reused by later requests once every call has
+// come back. local, remote and merge run on the calling goroutine only,
+// and what finishes a call is data (op), not a closure, so that a
+// request that leaves no call behind allocates nothing here.
 func (c *Coordinator) fanOut(
 	r *routes, deadline time.Time, key []byte, old, new []int, ack, initial int,
+	op fanOp,
 	local func(key []byte) answer,
 	remote func(node int, call *view.Call),
-	finish func(node int, call *view.Call, sent time.Time) answer,
 	merge func(answer),
 ) (int, error) {
 	var repBuf [2 * maxReplicas]int
@@ -132,7 +139,9 @@ func (c *Coordinator) fanOut(
 	}
 	now := time.Now()
 	f := c.newFan(len(reps))
-	k := bytes.Clone(key) // the calls outlive the handler's buffer
+	f.r, f.op = r, op
+	f.key = append(f.key[:0], key...) // the calls outlive the handler's buffer
+	k := f.key
 	next, runLocal, out := 0, false, 0
 	launch := func(count int) {
 		for ; count > 0 && next < len(reps); count-- {
@@ -150,15 +159,6 @@ func (c *Coordinator) fanOut(
 			out++
 			remote(n, call)
 		}
-	}
-	// receive finishes a call that came back.
-	receive := func(call *view.Call) answer {
-		n := f.nodes[call.Tag]
-		a := finish(n, call, f.sent[call.Tag])
-		a.node = n
-		c.m.inFlight.Dec()
-		c.inflight.Done()
-		return a
 	}
 	launch(initial)
 
@@ -208,15 +208,14 @@ func (c *Coordinator) fanOut(
 		if hedging {
 			wait = min(wait, c.readHedgeDelayOf(r, now))
 		}
-		timer := time.NewTimer(wait)
-		defer timer.Stop()
+		f.timer.Reset(wait)
 	wait:
 		for !done() && !hopeless() {
 			select {
 			case call := <-f.results:
 				received++
-				take(receive(call))
-			case <-timer.C:
+				take(c.receive(f, call))
+			case <-f.timer.C:
 				if !hedging {
 					if firstErr == nil {
 						firstErr = fmt.Errorf("%w: no answer by the deadline", rpc.ErrTimeout)
@@ -229,14 +228,24 @@ func (c *Coordinator) fanOut(
 					c.m.hedgedReads.Inc()
 				}
 				launch(len(reps))
-				timer.Reset(time.Until(deadline) + grace)
+				f.timer.Reset(time.Until(deadline) + grace)
+			}
+		}
+		// Stopped before the fan can be recycled, so that this stop
+		// cannot undo a later request's Reset, and with no tick left
+		// for that request to read (none is, with Go 1.23's timers; the
+		// drain covers GODEBUG=asynctimerchan=1).
+		if !f.timer.Stop() {
+			select {
+			case <-f.timer.C:
+			default:
 			}
 		}
 	}
 	if next > answered {
 		c.m.stragglers.Add(float64(next - answered))
 	}
-	c.finishLater(f, out-received, receive)
+	c.finishLater(f, out-received)
 	if !done() {
 		pending := "no answer yet when ack was out of reach"
 		if timedOut {
@@ -253,6 +262,66 @@ func (c *Coordinator) fanOut(
 	return succeeded, nil
 }
 
+// fanOp is the kind of a fan-out's replica calls, which says what
+// finishing one does beside making it an answer (finishCall).
+type fanOp struct {
+	kind opKind
+	env  []byte // opWrite: the encoded record, for the hint of a replica that missed it
+}
+
+type opKind uint8
+
+const (
+	// opRead: a GET's read; an answer's latency feeds the hedge delay,
+	// and its version is observed by this node's clock.
+	opRead opKind = iota
+	// opWrite: a client's write; a replica that failed it gets a hint.
+	opWrite
+	// opRepair: a read repair's write; nothing more.
+	opRepair
+)
+
+// finishCall turns call, which came back from node n after starting at
+// sent, into an answer, and does what op asks of it. It may run after
+// fanOut has returned (a straggler): it reads only the fan and the call.
+func (c *Coordinator) finishCall(f *fan, n int, call *view.Call, sent time.Time) answer {
+	p := f.r.peers[n]
+	switch f.op.kind {
+	case opRead:
+		p.reads.observe(sent, call.Ended, call.Err)
+		if call.Err == nil {
+			p.readLat.record(call.Ended.Sub(sent), call.Ended)
+		}
+		if call.Found {
+			// Keeps clocks close; nothing is stored here, so a version
+			// beyond the bound (refused, not observed) or a failure to
+			// persist the clock's bound only costs that. A read
+			// repair then stores it by ApplyRemote's rules, or fails.
+			_ = c.local.Observe(call.Rec.Version)
+		}
+		return answer{rec: call.Rec, found: call.Found, err: call.Err}
+	case opWrite:
+		p.writes.observe(sent, call.Ended, call.Err)
+		if err := call.Err; err != nil && !rpc.IsRefused(err) && !errors.Is(err, rpc.ErrStaleEpoch) && c.d.Hints != nil {
+			// The key is the fan's, reused once the fan is; the
+			// envelope is this write's own.
+			c.d.Hints.Add(n, bytes.Clone(call.Key), f.op.env)
+		}
+		return answer{rec: record.Record{Version: call.Newer}, err: call.Err}
+	}
+	return answer{err: call.Err}
+}
+
+// receive finishes a call of f that came back.
+func (c *Coordinator) receive(f *fan, call *view.Call) answer {
+	n := f.nodes[call.Tag]
+	a := c.finishCall(f, n, call, f.sent[call.Tag])
+	a.node = n
+	c.m.inFlight.Dec()
+	c.inflight.Done()
+	return a
+}
+
 // fan is one request's remote calls, and the channel they come back on:
 // pooled, since every request with a remote replica needs one, and
 // returned once every call it started has come back.
@@ -261,7 +330,14 @@ type fan struct {
 	nodes   []int           // each call's replica
 	sent    []time.Time     // when each call started, for its latency
 	results chan *view.Call // room for every call: a peer never blocks on it
+	timer   *time.Timer     // fanOut's one timer; stopped whenever the fan is not in fanOut
+	key     []byte          // the request's key: every call's Key
+	r       *routes         // the routes the calls went by, and op: for finishCall
+	op      fanOp
 }
+
+// maxPooledKey is the largest key buffer a recycled fan keeps.
+const maxPooledKey = 1 << 10
 
 // pooledFan is the size of the fans kept for reuse: a larger fan out (a
 // replication factor above maxReplicas) gets a fan of its own.
@@ -274,29 +350,41 @@ func (c *Coordinator) newFan(n int) *fan {
 		}
 		n = pooledFan
 	}
-	return &fan{calls: make([]view.Call, n), nodes: make([]int, n), sent: make([]time.Time, n), results: make(chan *view.Call, n)}
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	return &fan{calls: make([]view.Call, n), nodes: make([]int, n), sent: make([]time.Time, n), results: make(chan *view.Call, n), timer: timer}
 }
 
 // finishLater receives and finishes the pending calls of f that fanOut
 // did not wait for, on a goroutine of their own, and then recycles f;
 // with none pending it recycles f at once.
-func (c *Coordinator) finishLater(f *fan, pending int, receive func(*view.Call) answer) {
-	recycle := func() {
-		if len(f.calls) == pooledFan {
-			clear(f.calls) // no references to the request's memory
-			c.fans.Put(f)
-		}
-	}
+func (c *Coordinator) finishLater(f *fan, pending int) {
 	if pending == 0 {
-		recycle()
+		c.recycle(f)
 		return
 	}
 	c.inflight.Add(1)
-	go func() {
-		defer c.inflight.Done()
-		for range pending {
-			receive(<-f.results)
-		}
-		recycle()
-	}()
+	go c.drain(f, pending)
+}
+
+func (c *Coordinator) drain(f *fan, pending int) {
+	defer c.inflight.Done()
+	for range pending {
+		c.receive(f, <-f.results)
+	}
+	c.recycle(f)
+}
+
+// recycle keeps f for a later request, without references to this one's
+// memory, once every call it started has come back.
+func (c *Coordinator) recycle(f *fan) {
+	if len(f.calls) != pooledFan {
+		return
+	}
+	clear(f.calls)
+	f.r, f.op = nil, fanOp{}
+	if cap(f.key) > maxPooledKey {
+		f.key = nil
+	}
+	c.fans.Put(f)
 }

@@ -78,6 +78,7 @@ func TestFanOut(t *testing.T) {
 			}
 			merged := 0
 			n, err := c.fanOut(c.routes.Load(), time.Now().Add(time.Minute), []byte("k"), tc.reps, nil, tc.ack, tc.initial,
+				fanOp{kind: opRepair}, // answers without side effects: no metrics, no clock
 				func([]byte) answer { return reply(self) },
 				func(node int, call *view.Call) {
 					go func() {
@@ -86,7 +87,6 @@ func TestFanOut(t *testing.T) {
 						call.Done <- call
 					}()
 				},
-				func(_ int, call *view.Call, _ time.Time) answer { return answer{found: call.Found, err: call.Err} },
 				func(answer) { merged++ })
 			close(release)
 			c.inflight.Wait()

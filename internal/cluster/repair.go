@@ -113,13 +113,12 @@ func (c *Coordinator) readRepair(r *routes, key []byte, best *record.Record, ans
 	// that cannot take best (down, or its clock too far behind) is so
 	// replaced by one that can.
 	need := ack - holders
-	n, err := c.fanOut(r, deadline, key, targets, nil, need, len(targets),
+	n, err := c.fanOut(r, deadline, key, targets, nil, need, len(targets), fanOp{kind: opRepair},
 		func(k []byte) answer { return answer{err: c.applyRepair(r.View, k, env)} },
 		func(i int, call *view.Call) {
 			call.Env, call.Epoch = env, r.Epoch()
 			view.Go(r.peers[i].client, call)
 		},
-		func(_ int, call *view.Call, _ time.Time) answer { return answer{err: call.Err} },
 		nil)
 	c.m.repairs.WithLabelValues("blocking", "ok").Add(float64(n))
 	if err != nil {

@@ -56,15 +56,26 @@ func (p *Peer) notePeerTime(peer, sent time.Time) {
 	if rtt < 0 || rtt > 2*time.Second {
 		return // too slow to tell, as clockOffset.measured
 	}
-	p.peerTime.Store(&peerTime{peer: peer.Add(rtt / 2), at: now, err: rtt / 2})
+	p.peerTimeMu.Lock()
+	p.peerTime = peerTime{peer: peer.Add(rtt / 2), at: now, err: rtt / 2}
+	p.peerTimeMu.Unlock()
+}
+
+// lastPeerTime is the peer's clock as last read; ok is false before any
+// answer was read.
+func (p *Peer) lastPeerTime() (t peerTime, ok bool) {
+	p.peerTimeMu.Lock()
+	t = p.peerTime
+	p.peerTimeMu.Unlock()
+	return t, !t.at.IsZero()
 }
 
 // setDeadline sets DeadlineHeader on req for a batch whose sender waits
 // until deadline (time.Now's clock), once an answer of the peer's was
 // read.
 func (p *Peer) setDeadline(req *fasthttp.Request, deadline time.Time) {
-	t := p.peerTime.Load()
-	if t == nil {
+	t, ok := p.lastPeerTime()
+	if !ok {
 		return
 	}
 	age := time.Since(t.at)

@@ -10,7 +10,6 @@ import (
 	"runtime"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -121,8 +120,11 @@ type Peer struct {
 	silence  *peerSilence // silent.go
 	// peerTime is the peer's clock as last read off an answer, against
 	// this process's monotonic clock: what DeadlineHeader is computed
-	// from (late.go). nil before any answer.
-	peerTime atomic.Pointer[peerTime]
+	// from (late.go). Its zero value: no answer read yet. A value under
+	// a mutex rather than a pointer swapped atomically: every batch's
+	// answer sets it, and a new pointer would be an allocation per batch.
+	peerTimeMu sync.Mutex
+	peerTime   peerTime
 
 	mu      sync.RWMutex // guards closed against enqueues racing Close
 	closed  bool
