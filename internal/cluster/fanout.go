@@ -105,6 +105,9 @@ func (c *Coordinator) fanOut(
 	remote func(node int, call *view.Call),
 	merge func(answer),
 ) (int, error) {
+	if op.kind == 0 {
+		panic("cluster: fanOut without an op kind") // a caller's bug, not a request's
+	}
 	var repBuf [2 * maxReplicas]int
 	reps := append(repBuf[:0], old...)
 	for _, n := range new {
@@ -273,8 +276,9 @@ type opKind uint8
 
 const (
 	// opRead: a GET's read; an answer's latency feeds the hedge delay,
-	// and its version is observed by this node's clock.
-	opRead opKind = iota
+	// and its version is observed by this node's clock. (The zero kind
+	// is none: fanOut refuses it.)
+	opRead opKind = iota + 1
 	// opWrite: a client's write; a replica that failed it gets a hint.
 	opWrite
 	// opRepair: a read repair's write; nothing more.
@@ -309,7 +313,7 @@ func (c *Coordinator) finishCall(f *fan, n int, call *view.Call, sent time.Time)
 		}
 		return answer{rec: record.Record{Version: call.Newer}, err: call.Err}
 	}
-	return answer{err: call.Err}
+	return answer{err: call.Err} // opRepair
 }
 
 // receive finishes a call of f that came back.

@@ -44,8 +44,11 @@ func TestSilentPeer(t *testing.T) {
 	frozen := func() chan struct{} { mu.Lock(); defer mu.Unlock(); return thaw }
 	ln := fasthttputil.NewInmemoryListener()
 	served := make(chan error, 1)
+	var handlers sync.WaitGroup // fasthttp.Serve returns without waiting for them
 	go func() {
 		served <- fasthttp.Serve(ln, func(ctx *fasthttp.RequestCtx) {
+			handlers.Add(1)
+			defer handlers.Done()
 			received.Add(1)
 			if c := frozen(); c != nil {
 				<-c
@@ -53,7 +56,10 @@ func TestSilentPeer(t *testing.T) {
 			srv.HandleBatch(ctx, ctx.PostBody())
 		})
 	}()
-	defer func() { require.NoError(t, ln.Close()); <-served }()
+	// After the peer's Close (deferred below, so run first): a handler
+	// thawed at the end must be done with the store before its cleanup
+	// closes it.
+	defer func() { require.NoError(t, ln.Close()); <-served; handlers.Wait() }()
 	reg := prometheus.NewRegistry()
 	p := NewPeer("http://127.0.0.1:1", PeerOptions{Timeout: timeout, Conns: 1,
 		Dial: func(string, time.Duration) (net.Conn, error) { return ln.Dial() }}, NewMetrics(reg))
