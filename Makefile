@@ -24,10 +24,11 @@ build:
 # a module of its own (the server's go.mod stays without the Kubernetes
 # API packages; the go command fetches them from the module proxy).
 K8S_VALIDATE := deploy/kubernetes/validate
+# make test also runs the allocation checks once without the race
+# detector, whose own allocations make them skip under -race.
 test:
 	$(GO) vet ./...
 	$(GO) test -race -count=1 -timeout 15m ./...
-	# The allocation checks, which the race detector's own allocations skip above.
 	$(GO) test -count=1 -run 'Allocat' ./internal/cluster ./internal/httpapi ./internal/loadgen ./internal/clientauth
 	cd $(K8S_VALIDATE) && $(GO) vet ./... && $(GO) test -race -count=1 -timeout 5m ./...
 

@@ -262,7 +262,7 @@ func (b *Bench) runScenario(ctx context.Context, sys System, spec ScenarioSpec, 
 		profiles = make(chan *Profiles, 1)
 		seconds := max(1, int(b.cfg.Duration/time.Second))
 		go func() {
-			profiles <- captureProfiles(pctx, rs.admins[0], b.cfg.Warmup, seconds, filepath.Dir(rs.procs[0].LogPath), spec.Name)
+			profiles <- captureProfiles(pctx, rs.admins[0], b.cfg.Warmup, seconds, b.cfg.Contention, filepath.Dir(rs.procs[0].LogPath), spec.Name)
 		}()
 	}
 	slog.Info("fixed-rate run", "scenario", spec.Name, "rate", r.FixedRate, "duration", b.cfg.Duration)

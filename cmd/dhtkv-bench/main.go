@@ -76,6 +76,7 @@ type Config struct {
 	FixedFrac    float64
 	Only         map[string]bool
 	Pin          PinMode
+	Contention   Contention // the mutex and block profiles' rates during the measured run
 }
 
 // modeDefaults are sized so `make bench` stays well under 30 minutes and
@@ -114,6 +115,8 @@ func parseFlags(args []string) (Config, error) {
 	valueSize := fs.Int("value-size", 1024, "value size in bytes")
 	fixedFrac := fs.Float64("fixed-fraction", 0.8, "fixed-rate run as a fraction of the saturation point")
 	pin := pinFlag(fs)
+	mutexFraction := fs.Int("mutex-profile-fraction", 100, "during each measured run, sample 1 in N contended mutex events on the profiled node (0: no mutex profile)")
+	blockRate := fs.Duration("block-profile-rate", time.Millisecond, "during each measured run, sample blocking events on the profiled node, one per this much time blocked (0: no block profile)")
 	only := fs.String("only", "", "comma-separated systems (ceiling for the baseline, node, node-nosync, cluster) or scenarios (e.g. node-get) to run")
 	if err := fs.Parse(args); err != nil {
 		return Config{}, err
@@ -126,6 +129,10 @@ func parseFlags(args []string) (Config, error) {
 	cfg.Quick, cfg.Keep, cfg.P99Threshold, cfg.Timeout = *quick, *keep, *threshold, *timeout
 	cfg.Connections, cfg.ValueSize, cfg.FixedFrac = *conns, *valueSize, *fixedFrac
 	cfg.Pin = *pin
+	cfg.Contention = Contention{MutexFraction: *mutexFraction, BlockRate: *blockRate}
+	if *mutexFraction < 0 || *blockRate < 0 {
+		return cfg, errors.New("--mutex-profile-fraction and --block-profile-rate must be 0 or more")
+	}
 	for _, o := range []struct {
 		dst *time.Duration
 		v   time.Duration

@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -22,23 +24,59 @@ type Profiles struct {
 	CPU         *profile.Profile
 	Alloc       *profile.Profile
 	AllocMethod string // how the allocation delta was obtained
-	CPUErr      error
-	AllocErr    error
+	// Mutex and Block are the contention during the window (deltas), and
+	// Goroutine a snapshot of where the goroutines were at its middle.
+	Mutex, Block, Goroutine *profile.Profile
+	// Rates says at what rates Mutex and Block were sampled.
+	Rates                                              string
+	CPUErr, AllocErr, MutexErr, BlockErr, GoroutineErr error
 }
 
-// captureProfiles fetches a CPU profile and an allocation delta for the
-// window [start+delay, start+delay+seconds] from a node's admin listener. It
-// runs alongside the load run; delay skips the load generator's warm-up so
-// the profile covers the measured part only.
-func captureProfiles(ctx context.Context, admin string, delay time.Duration, seconds int, rawDir, prefix string) *Profiles {
+// Contention is how the mutex and block profiles are sampled during the
+// measured window: the node's rates are set at its start and put back as
+// they were at its end (admin.ProfileRatesHandler). Sampling costs the
+// node a little CPU while it runs; both are off outside the window.
+type Contention struct {
+	// MutexFraction samples 1 in MutexFraction contended mutex events
+	// (--mutex-profile-fraction; default 100; 0: no mutex profile).
+	MutexFraction int
+	// BlockRate samples blocking events, one per BlockRate blocked on
+	// average; longer ones always (--block-profile-rate; default 1ms; 0:
+	// no block profile). The runtime scales what it samples, so the
+	// profile's totals stay unbiased.
+	BlockRate time.Duration
+}
+
+// captureProfiles fetches a CPU profile, an allocation delta, the mutex
+// and block deltas and a goroutine snapshot for the window
+// [start+delay, start+delay+seconds] from a node's admin listener. It
+// runs alongside the load run; delay skips the load generator's warm-up
+// so the profiles cover the measured part only.
+func captureProfiles(ctx context.Context, admin string, delay time.Duration, seconds int, c Contention, rawDir, prefix string) *Profiles {
 	p := &Profiles{Node: admin}
 	select {
 	case <-ctx.Done():
-		p.CPUErr, p.AllocErr = ctx.Err(), ctx.Err()
+		p.CPUErr, p.AllocErr, p.MutexErr, p.BlockErr, p.GoroutineErr = ctx.Err(), ctx.Err(), ctx.Err(), ctx.Err(), ctx.Err()
 		return p
 	case <-time.After(delay):
 	}
 	client := &http.Client{Timeout: time.Duration(seconds)*time.Second + 60*time.Second}
+	p.MutexErr, p.BlockErr = errors.New("off (--mutex-profile-fraction 0)"), errors.New("off (--block-profile-rate 0)")
+	if c.MutexFraction > 0 || c.BlockRate > 0 {
+		restore, err := setRates(ctx, client, admin, c.MutexFraction, int(c.BlockRate.Nanoseconds()))
+		if err != nil {
+			p.MutexErr, p.BlockErr = err, err
+		} else {
+			defer restore()
+			p.Rates = fmt.Sprintf("mutex events sampled 1 in %d, blocking events one per %s blocked", c.MutexFraction, c.BlockRate)
+			if c.MutexFraction > 0 {
+				p.MutexErr = nil
+			}
+			if c.BlockRate > 0 {
+				p.BlockErr = nil
+			}
+		}
+	}
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		p.CPU, p.CPUErr = fetchProfile(ctx, client, fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", admin, seconds),
@@ -47,8 +85,72 @@ func captureProfiles(ctx context.Context, admin string, delay time.Duration, sec
 	wg.Go(func() {
 		p.Alloc, p.AllocMethod, p.AllocErr = captureAllocDelta(ctx, client, admin, seconds, rawDir, prefix)
 	})
+	delta := func(kind string, into **profile.Profile, errp *error) {
+		if *errp != nil {
+			return
+		}
+		wg.Go(func() {
+			*into, *errp = fetchProfile(ctx, client, fmt.Sprintf("%s/debug/pprof/%s?seconds=%d", admin, kind, seconds),
+				filepath.Join(rawDir, prefix+"-"+kind+".pb.gz"))
+		})
+	}
+	delta("mutex", &p.Mutex, &p.MutexErr)
+	delta("block", &p.Block, &p.BlockErr)
+	wg.Go(func() {
+		select {
+		case <-ctx.Done():
+			p.GoroutineErr = ctx.Err()
+			return
+		case <-time.After(time.Duration(seconds) * time.Second / 2):
+		}
+		p.Goroutine, p.GoroutineErr = fetchProfile(ctx, client, admin+"/debug/pprof/goroutine",
+			filepath.Join(rawDir, prefix+"-goroutine.pb.gz"))
+	})
 	wg.Wait()
 	return p
+}
+
+// setRates sets a node's mutex and block profile rates (0 leaves one
+// off) and returns the function that puts back the rates it had.
+func setRates(ctx context.Context, client *http.Client, admin string, mutex, blockNS int) (restore func(), err error) {
+	rates := func(ctx context.Context, method, query string) (prev struct{ Mutex, Block int }, err error) {
+		req, err := http.NewRequestWithContext(ctx, method, admin+"/debug/pprof/rates"+query, nil)
+		if err != nil {
+			return prev, fmt.Errorf("profile rates: %w", err)
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			return prev, fmt.Errorf("profile rates: %w", err)
+		}
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		if err != nil {
+			return prev, fmt.Errorf("profile rates: %w", err)
+		}
+		if resp.StatusCode != http.StatusOK {
+			return prev, fmt.Errorf("profile rates: %s: %.200s", resp.Status, body)
+		}
+		if err := json.Unmarshal(body, &prev); err != nil {
+			return prev, fmt.Errorf("profile rates: %w", err)
+		}
+		return prev, nil
+	}
+	prev, err := rates(ctx, http.MethodGet, "")
+	if err != nil {
+		return nil, err
+	}
+	if _, err := rates(ctx, http.MethodPost, fmt.Sprintf("?mutex=%d&block=%d", mutex, blockNS)); err != nil {
+		return nil, err
+	}
+	return func() {
+		// Even when the run was interrupted: a node left sampling would
+		// pay for it in every later run.
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if _, err := rates(ctx, http.MethodPost, fmt.Sprintf("?mutex=%d&block=%d", prev.Mutex, prev.Block)); err != nil {
+			slog.Warn("could not put the node's profile rates back", "admin", admin, "err", err)
+		}
+	}, nil
 }
 
 // captureAllocDelta asks for the server-side delta (`allocs?seconds=N`, which
@@ -124,7 +226,12 @@ type ProfileArtifacts struct {
 	CPUTopCum   string
 	AllocTop    string
 	AllocMethod string
-	Notes       []string // what could not be captured, and why
+	// The contention profiles and the goroutine snapshot, likewise.
+	MutexSVG, MutexRaw, MutexTop             string
+	BlockSVG, BlockRaw, BlockTop             string
+	GoroutineSVG, GoroutineRaw, GoroutineTop string
+	Rates                                    string   // Profiles.Rates
+	Notes                                    []string // what could not be captured, and why
 }
 
 // renderProfiles writes the flame graphs of a scenario into outDir, each
@@ -133,7 +240,7 @@ type ProfileArtifacts struct {
 // files from an earlier run are removed when a profile is missing, so a
 // report never links a picture or profile of another run.
 func renderProfiles(outDir, scenario, subtitle string, p *Profiles) (*ProfileArtifacts, error) {
-	a := &ProfileArtifacts{Node: p.Node, AllocMethod: p.AllocMethod}
+	a := &ProfileArtifacts{Node: p.Node, AllocMethod: p.AllocMethod, Rates: p.Rates}
 	render := func(prof *profile.Profile, capErr error, typ, kind, title string) (svg, raw string, idx int, err error) {
 		svg, raw = fmt.Sprintf("%s-%s.svg", scenario, kind), fmt.Sprintf("%s-%s.pb.gz", scenario, kind)
 		svgPath, rawPath := filepath.Join(outDir, svg), filepath.Join(outDir, raw)
@@ -143,6 +250,10 @@ func renderProfiles(outDir, scenario, subtitle string, p *Profiles) (*ProfileArt
 		}
 		if capErr != nil {
 			a.Notes = append(a.Notes, fmt.Sprintf("%s profile not captured: %v", kind, capErr))
+			drop()
+			return "", "", 0, nil
+		}
+		if prof == nil { // not asked for
 			drop()
 			return "", "", 0, nil
 		}
@@ -182,6 +293,26 @@ func renderProfiles(outDir, scenario, subtitle string, p *Profiles) (*ProfileArt
 	}
 	if a.AllocSVG != "" {
 		a.AllocTop = flamegraph.Top(p.Alloc, idx, 20)
+	}
+	// Where goroutines wait is not their leaf frame (a channel receive, a
+	// mutex's Unlock): these tables are by cumulative value.
+	for _, k := range []struct {
+		prof          *profile.Profile
+		err           error
+		typ, kind     string
+		title         string
+		svg, raw, top *string
+	}{
+		{p.Mutex, p.MutexErr, "delay", "mutex", scenario + ": mutex contention (time waited, by where the holder unlocked)", &a.MutexSVG, &a.MutexRaw, &a.MutexTop},
+		{p.Block, p.BlockErr, "delay", "block", scenario + ": time blocked (channels, select, sync)", &a.BlockSVG, &a.BlockRaw, &a.BlockTop},
+		{p.Goroutine, p.GoroutineErr, "goroutine", "goroutine", scenario + ": goroutines, mid-window", &a.GoroutineSVG, &a.GoroutineRaw, &a.GoroutineTop},
+	} {
+		if *k.svg, *k.raw, idx, err = render(k.prof, k.err, k.typ, k.kind, k.title); err != nil {
+			return nil, err
+		}
+		if *k.svg != "" {
+			*k.top = flamegraph.TopCum(k.prof, idx, 20)
+		}
 	}
 	return a, nil
 }

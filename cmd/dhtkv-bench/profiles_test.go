@@ -2,14 +2,26 @@ package main
 
 import (
 	"bytes"
+	"context"
+	"encoding/json"
 	"errors"
+	"net/http"
+	"net/http/httptest"
+	httppprof "net/http/pprof"
 	"os"
 	"path/filepath"
+	"runtime"
 	"runtime/pprof"
 	"strings"
+	"sync"
 	"testing"
+	"time"
+
+	"github.com/google/pprof/profile"
+	"github.com/stretchr/testify/require"
 
 	"github.com/dhtkv/dhtkv/cmd/dhtkv-bench/flamegraph"
+	"github.com/dhtkv/dhtkv/internal/admin"
 )
 
 // TestRenderProfilesKeepsRaw renders this test process's own allocation
@@ -79,4 +91,91 @@ func TestRenderProfilesKeepsRaw(t *testing.T) {
 	if sum := RenderSummary([]*ScenarioResult{s}, s.Machine, false, s.Threshold, nil); !strings.Contains(sum, "| — | [svg](node-get-alloc.svg) [pb.gz](node-get-alloc.pb.gz) |") {
 		t.Errorf("summary does not link the raw profile:\n%s", sum)
 	}
+}
+
+// TestCaptureProfilesContention captures from a real admin handler (this
+// test process's own profiles) while goroutines contend for a lock and
+// block on it: the mutex and block deltas and the goroutine snapshot
+// come back with samples, their flame graphs and tables are drawn, and
+// the process's rates are put back as they were.
+func TestCaptureProfilesContention(t *testing.T) {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", httppprof.Index) // mutex, block, goroutine, allocs
+	mux.HandleFunc("/debug/pprof/profile", httppprof.Profile)
+	mux.Handle("/debug/pprof/rates", admin.ProfileRatesHandler())
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+	prevMutex := runtime.SetMutexProfileFraction(-1)
+
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	// Contention already under way when the rates are set, as a load
+	// run's is; with a pause between holds, so that the lock's queue of
+	// waiters empties now and then (a queue that never does keeps the
+	// waits that began before the rate was set, which are not sampled).
+	for range 4 {
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				case <-time.After(100 * time.Microsecond):
+				}
+				mu.Lock()
+				time.Sleep(100 * time.Microsecond)
+				mu.Unlock()
+			}
+		})
+	}
+	p := captureProfiles(context.Background(), srv.URL, 0, 1, Contention{MutexFraction: 1, BlockRate: time.Microsecond}, t.TempDir(), "x")
+	close(stop)
+	wg.Wait()
+
+	for kind, c := range map[string]struct {
+		prof *profile.Profile
+		err  error
+	}{"mutex": {p.Mutex, p.MutexErr}, "block": {p.Block, p.BlockErr}, "goroutine": {p.Goroutine, p.GoroutineErr}} {
+		require.NoError(t, c.err, kind)
+		require.NotEmpty(t, c.prof.Sample, "%s: no samples", kind)
+	}
+	require.Equal(t, prevMutex, runtime.SetMutexProfileFraction(-1), "the mutex rate is put back")
+	resp, err := http.Get(srv.URL + "/debug/pprof/rates")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	var rates struct{ Mutex, Block int }
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&rates))
+	require.Equal(t, struct{ Mutex, Block int }{prevMutex, 0}, rates, "the rates are put back")
+
+	dir := t.TempDir()
+	a, err := renderProfiles(dir, "node-put", "put at 1 rps", p)
+	require.NoError(t, err)
+	require.Equal(t, "node-put-mutex.svg", a.MutexSVG)
+	require.Equal(t, "node-put-block.pb.gz", a.BlockRaw)
+	require.Equal(t, "node-put-goroutine.svg", a.GoroutineSVG)
+	require.Contains(t, a.MutexTop, "TestCaptureProfilesContention", "the contended lock's unlocker")
+	s := sampleResult(t)
+	s.Profiles = a
+	md := RenderScenario(s)
+	for _, want := range []string{"### Mutex contention (delay)", "[![block flame graph](node-put-block.svg)]", "### Goroutines", "mutex events sampled 1 in 1"} {
+		require.Contains(t, md, want)
+	}
+}
+
+// TestCaptureProfilesContentionOff: with both rates 0 the node's rates
+// are not touched and the report says the profiles were off.
+func TestCaptureProfilesContentionOff(t *testing.T) {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", httppprof.Index)
+	mux.HandleFunc("/debug/pprof/profile", httppprof.Profile)
+	mux.HandleFunc("/debug/pprof/rates", func(w http.ResponseWriter, _ *http.Request) {
+		t.Error("the rates were asked for")
+		w.WriteHeader(http.StatusInternalServerError)
+	})
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+	p := captureProfiles(context.Background(), srv.URL, 0, 1, Contention{}, t.TempDir(), "x")
+	require.ErrorContains(t, p.MutexErr, "--mutex-profile-fraction 0")
+	require.Nil(t, p.Mutex)
+	require.NoError(t, p.GoroutineErr)
 }

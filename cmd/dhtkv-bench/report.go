@@ -253,6 +253,21 @@ func RenderScenario(s *ScenarioResult) string {
 			raw(p.AllocRaw, "allocations during the window only; `-sample_index=alloc_space` for bytes")
 			w("Top 20 by bytes allocated (flat):\n\n```text\n%s```\n\n", p.AllocTop)
 		}
+		if p.Rates != "" && (p.MutexSVG != "" || p.BlockSVG != "") {
+			w("Contention during the window only (deltas), sampled at these rates, set for the window and put back after it: %s. The runtime scales its samples, so the totals estimate the whole.\n\n", p.Rates)
+		}
+		for _, k := range []struct{ title, alt, svg, raw, what, top, by string }{
+			{"Mutex contention (delay)", "mutex flame graph", p.MutexSVG, p.MutexRaw, "time goroutines waited for locks, charged to where the holder unlocked", p.MutexTop, "time waited"},
+			{"Blocking (delay)", "block flame graph", p.BlockSVG, p.BlockRaw, "time goroutines were blocked in channel operations, select and sync", p.BlockTop, "time blocked"},
+			{"Goroutines (a snapshot in the middle of the window)", "goroutine flame graph", p.GoroutineSVG, p.GoroutineRaw, "where each goroutine was", p.GoroutineTop, "goroutines"},
+		} {
+			if k.svg == "" {
+				continue
+			}
+			w("### %s\n\n[![%s](%s)](%s)\n\n", k.title, k.alt, k.svg, k.svg)
+			raw(k.raw, k.what)
+			w("Top 20 by %s (cumulative):\n\n```text\n%s```\n\n", k.by, k.top)
+		}
 	}
 
 	w("## All load commands\n\nIn the order they ran (`--rate 0` is the closed loop):\n\n```sh\n")
