@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -64,17 +65,18 @@ func captureProfiles(ctx context.Context, admin string, delay time.Duration, sec
 	p.MutexErr, p.BlockErr = errors.New("off (--mutex-profile-fraction 0)"), errors.New("off (--block-profile-rate 0)")
 	if c.MutexFraction > 0 || c.BlockRate > 0 {
 		restore, err := setRates(ctx, client, admin, c.MutexFraction, int(c.BlockRate.Nanoseconds()))
-		if err != nil {
-			p.MutexErr, p.BlockErr = err, err
-		} else {
+		var rates []string
+		if c.MutexFraction > 0 {
+			p.MutexErr = err
+			rates = append(rates, fmt.Sprintf("mutex events sampled 1 in %d", c.MutexFraction))
+		}
+		if c.BlockRate > 0 {
+			p.BlockErr = err
+			rates = append(rates, fmt.Sprintf("blocking events one per %s blocked", c.BlockRate))
+		}
+		if err == nil {
 			defer restore()
-			p.Rates = fmt.Sprintf("mutex events sampled 1 in %d, blocking events one per %s blocked", c.MutexFraction, c.BlockRate)
-			if c.MutexFraction > 0 {
-				p.MutexErr = nil
-			}
-			if c.BlockRate > 0 {
-				p.BlockErr = nil
-			}
+			p.Rates = strings.Join(rates, ", ")
 		}
 	}
 	var wg sync.WaitGroup
@@ -110,8 +112,11 @@ func captureProfiles(ctx context.Context, admin string, delay time.Duration, sec
 	return p
 }
 
-// setRates sets a node's mutex and block profile rates (0 leaves one
-// off) and returns the function that puts back the rates it had.
+// setRates sets a node's mutex and block profile rates (0 leaves that one
+// as it is) and returns the function that puts back the rates it had.
+// Once the node has answered with its rates, they are put back whatever
+// happens: a change the node applied before its answer was lost (the run
+// cancelled meanwhile) is undone too.
 func setRates(ctx context.Context, client *http.Client, admin string, mutex, blockNS int) (restore func(), err error) {
 	rates := func(ctx context.Context, method, query string) (prev struct{ Mutex, Block int }, err error) {
 		req, err := http.NewRequestWithContext(ctx, method, admin+"/debug/pprof/rates"+query, nil)
@@ -139,18 +144,30 @@ func setRates(ctx context.Context, client *http.Client, admin string, mutex, blo
 	if err != nil {
 		return nil, err
 	}
-	if _, err := rates(ctx, http.MethodPost, fmt.Sprintf("?mutex=%d&block=%d", mutex, blockNS)); err != nil {
-		return nil, err
+	query := func(m, b int) string {
+		var q []string
+		if mutex > 0 {
+			q = append(q, fmt.Sprintf("mutex=%d", m))
+		}
+		if blockNS > 0 {
+			q = append(q, fmt.Sprintf("block=%d", b))
+		}
+		return "?" + strings.Join(q, "&")
 	}
-	return func() {
+	restore = func() {
 		// Even when the run was interrupted: a node left sampling would
 		// pay for it in every later run.
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
-		if _, err := rates(ctx, http.MethodPost, fmt.Sprintf("?mutex=%d&block=%d", prev.Mutex, prev.Block)); err != nil {
+		if _, err := rates(ctx, http.MethodPost, query(prev.Mutex, prev.Block)); err != nil {
 			slog.Warn("could not put the node's profile rates back", "admin", admin, "err", err)
 		}
-	}, nil
+	}
+	if _, err := rates(ctx, http.MethodPost, query(mutex, blockNS)); err != nil {
+		restore()
+		return nil, err
+	}
+	return restore, nil
 }
 
 // captureAllocDelta asks for the server-side delta (`allocs?seconds=N`, which

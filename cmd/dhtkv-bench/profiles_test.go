@@ -179,3 +179,43 @@ func TestCaptureProfilesContentionOff(t *testing.T) {
 	require.Nil(t, p.Mutex)
 	require.NoError(t, p.GoroutineErr)
 }
+
+// TestSetRatesUndoesWhatTheNodeApplied: the run is cancelled while the
+// node applies the new rates, so their answer is lost; the rates the
+// node had are put back all the same. And a rate left at 0 is not sent:
+// an operator's own mutex rate stays.
+func TestSetRatesUndoesWhatTheNodeApplied(t *testing.T) {
+	prev := runtime.SetMutexProfileFraction(7) // an operator's
+	defer runtime.SetMutexProfileFraction(prev)
+	rates := admin.ProfileRatesHandler()
+	ctx, cancel := context.WithCancel(context.Background())
+	var mu sync.Mutex
+	var posts []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPost {
+			mu.Lock()
+			posts = append(posts, r.URL.RawQuery)
+			first := len(posts) == 1
+			mu.Unlock()
+			if first { // applied, then the run is cancelled before the answer
+				rates.ServeHTTP(httptest.NewRecorder(), r)
+				cancel()
+				<-r.Context().Done()
+				return
+			}
+		}
+		rates.ServeHTTP(w, r)
+	}))
+	defer srv.Close()
+	_, err := setRates(ctx, srv.Client(), srv.URL, 0, int(time.Millisecond))
+	require.ErrorIs(t, err, context.Canceled)
+	resp, err := http.Get(srv.URL)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	var now struct{ Mutex, Block int }
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&now))
+	require.Equal(t, struct{ Mutex, Block int }{7, 0}, now, "the block rate put back, the operator's mutex rate untouched")
+	mu.Lock()
+	defer mu.Unlock()
+	require.Equal(t, []string{"block=1000000", "block=0"}, posts)
+}
