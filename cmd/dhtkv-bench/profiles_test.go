@@ -107,27 +107,42 @@ func TestCaptureProfilesContention(t *testing.T) {
 	defer srv.Close()
 	prevMutex := runtime.SetMutexProfileFraction(-1)
 
+	// Contention from the moment the rates are set: each round, one
+	// goroutine holds the lock for a millisecond while another waits
+	// for it. (A wait begun before the rate was set is not sampled, so
+	// the rounds start only once it is.)
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	var mu sync.Mutex
-	// Contention already under way when the rates are set, as a load
-	// run's is; with a pause between holds, so that the lock's queue of
-	// waiters empties now and then (a queue that never does keeps the
-	// waits that began before the rate was set, which are not sampled).
-	for range 4 {
-		wg.Go(func() {
-			for {
-				select {
-				case <-stop:
-					return
-				case <-time.After(100 * time.Microsecond):
-				}
-				mu.Lock()
-				time.Sleep(100 * time.Microsecond)
-				mu.Unlock()
+	wg.Go(func() {
+		for runtime.SetMutexProfileFraction(-1) == prevMutex {
+			select {
+			case <-stop:
+				return
+			case <-time.After(time.Millisecond):
 			}
-		})
-	}
+		}
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			mu.Lock()
+			waiting := make(chan struct{})
+			done := make(chan struct{})
+			go func() {
+				close(waiting)
+				mu.Lock() // waits for the holder below
+				mu.Unlock()
+				close(done)
+			}()
+			<-waiting
+			time.Sleep(time.Millisecond)
+			mu.Unlock()
+			<-done
+		}
+	})
 	p := captureProfiles(context.Background(), srv.URL, 0, 1, Contention{MutexFraction: 1, BlockRate: time.Microsecond}, t.TempDir(), "x")
 	close(stop)
 	wg.Wait()
