@@ -14,7 +14,11 @@
 #      and the cluster's 90/10 mix in a closed loop of its own
 #   D  the cluster held at half its closed-loop rate for HOLD (60s) each:
 #      PUT, GET, 90/10 mix, latency from the intended send time, with the
-#      worst seconds of the timeline and the CPU per request (point 3)
+#      worst seconds of the timeline and the CPU per request (point 3);
+#      HOLD_PROFILE=SECONDS, node 1's CPU, mutex and block profiles for
+#      that long from a third into each hold (with LOGS: cpu-d-W.pprof,
+#      mutex-d-W.pprof, block-d-W.pprof; the mutex and block rates, 1 in
+#      100 events and one per 1 ms blocked, only for that window)
 #   E  (not by default) the cluster's PUT tail at one rate (half of the
 #      first setting's closed loop) for each GOMAXPROCS in PROCS (default
 #      "2 8") of nodes on 2 cores each: do more Ps than cores keep requests
@@ -165,6 +169,32 @@ run() { # name pids-var target workload conns [flags...]
   row "$name" "$r" $((t1 - t0))
   [ -n "${LOGS:-}" ] && printf '%s\n' "$r" >"$tmp/run$RUNS.json"
   LAST=$r
+}
+# hold_profiles ADMIN-PORT TAG DELAY: after DELAY seconds, the node's CPU,
+# mutex and block profiles for HOLD_PROFILE seconds into
+# {cpu,mutex,block}-d-TAG.pprof, from the generator's cores; the mutex
+# and block rates are on for that window only.
+hold_profiles() {
+  taskset -c $GEN python3 - "$1" "$2" "$3" "$HOLD_PROFILE" "$tmp" <<'PY' || echo "pinned.sh: no profiles of the $2 hold" >&2
+import sys, threading, time, urllib.request as u
+port, tag, delay, secs, out = sys.argv[1], sys.argv[2], float(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
+base = f"http://127.0.0.1:{port}/debug/pprof"
+time.sleep(delay)
+def rates(q):
+    u.urlopen(u.Request(f"{base}/rates?{q}", method="POST"), timeout=10).read()
+def get(kind, path):
+    body = u.urlopen(f"{base}/{path}?seconds={secs}", timeout=secs + 60).read()
+    open(f"{out}/{kind}-d-{tag}.pprof", "wb").write(body)
+rates("mutex=100&block=1000000")
+try:
+    ts = [threading.Thread(target=get, args=k) for k in (("cpu", "profile"), ("mutex", "mutex"), ("block", "block"))]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+finally:
+    rates("mutex=0&block=0")
+PY
 }
 # sample NAME ADMIN-PORT...: with LOGS, each node's metrics once a second
 # into metrics-NAME.tsv (the generator's cores), until the script ends
@@ -360,7 +390,10 @@ for w in put get mixed; do
   [ $w != put ] && fill $CL --ack 3 --from 3 --read-all $KS
   rate=$(python3 -c "print(int(float('${CLOSED[$w]}')/2))")
   h0=$(date +%s.%N)
+  profiler=""
+  if [ -n "${HOLD_PROFILE:-}" ]; then hold_profiles 19141 $w "$(python3 -c "print(float('${HOLD%s}') / 3)")" & profiler=$!; fi
   DUR=$HOLD run "cluster $w @$rate/s" CPIDS $CL $w 128 --ack 2 --from 3 --rate "$rate" --timeline
+  [ -n "$profiler" ] && wait $profiler
   cpu_report c "$h0" "$(date +%s.%N)" "the hold" "nodes=$C1,$C2,$C3" "generator=$GEN"
 done
 echo "# peak RSS MiB: c1 $(($(awk '/VmHWM/{print $2}' /proc/$PID_c1/status) / 1024))"
