@@ -86,12 +86,12 @@ func failureReason(err error) string {
 // Remote calls are started, not waited for: remote(n, call) starts call
 // to node n (view.Go; call's Key, Deadline, Tag and Done are set), and
 // the call comes back on one channel of the request's, where finishCall
-// turns it into an answer, by op. No goroutine runs per call: a request that
-// needs one remote replica wakes its own goroutine once, when the answer
-// is in. Calls still out when fanOut returns (stragglers) are received
-// and finished by one goroutine of the request's, so that what finishCall
-// does (a write's hint for a replica that failed, the latency metrics)
-// happens for every call; Close waits for it.
+// turns it into an answer, by op. No goroutine runs per call: a request
+// that needs one remote replica wakes its own goroutine once, when the
+// answer is in. Calls still out when fanOut returns (stragglers) are
+// received and finished by one goroutine of the request's, so that what
+// finishCall does (a write's hint for a replica that failed, the latency
+// metrics) happens for every call; Close waits for it.
 //
 // Memory. The request's key is copied once, into its fan; the fan, its
 // timer and its calls are reused by later requests once every call has
