@@ -223,6 +223,9 @@ func (m *Map) Validate() error {
 		if c.Kind == Decommission && len(m.Nodes) == 1 {
 			return errors.New("cluster map: decommissioning the last node")
 		}
+		if c.Kind == Join && len(m.Nodes) == 1 {
+			return errors.New("cluster map: a join of the only node: the old set would be empty")
+		}
 		if c.Dead && (c.Kind != Decommission || c.Driver == c.Node) {
 			return fmt.Errorf("cluster map: %s of node %d driven by node %d marks a dead node: only a decommission's leaving node, which drives nothing, is", c.Kind, c.Node, c.Driver)
 		}
@@ -338,6 +341,14 @@ func (m *Map) idle() error {
 	return nil
 }
 
+// isDriver refuses a change driven by a node that is not a member.
+func (m *Map) isDriver(driver int) error {
+	if m.Node(driver) == nil {
+		return fmt.Errorf("driver node %d is not a member", driver)
+	}
+	return nil
+}
+
 // keepRemoving keeps of Removing the ids still in Nodes: a change that ends
 // may take one out (an aborted join's dead node).
 func (m *Map) keepRemoving() {
@@ -351,6 +362,9 @@ func (m *Map) keepRemoving() {
 // driven by node driver.
 func (m *Map) BeginJoin(url string, driver int) (*Map, error) {
 	if err := m.idle(); err != nil {
+		return nil, err
+	}
+	if err := m.isDriver(driver); err != nil {
 		return nil, err
 	}
 	u, err := NormalizeURL(url)
@@ -378,6 +392,9 @@ func (m *Map) BeginDecommission(id, driver int) (*Map, error) {
 	}
 	if m.Node(id) == nil {
 		return nil, fmt.Errorf("node %d is not a member", id)
+	}
+	if err := m.isDriver(driver); err != nil {
+		return nil, err
 	}
 	if len(m.Nodes) == 1 {
 		return nil, errors.New("the last node cannot be decommissioned")
@@ -410,6 +427,9 @@ func (m *Map) Remove(id, driver int) (*Map, error) {
 	}
 	if id == driver {
 		return nil, fmt.Errorf("node %d cannot remove itself: it answers, so it is not dead (decommission it)", id)
+	}
+	if err := m.isDriver(driver); err != nil {
+		return nil, err
 	}
 	if slices.Contains(m.Removing, id) {
 		return nil, fmt.Errorf("%w: node %d is counted dead and removed once the change under way is over", ErrBusy, id)
@@ -483,8 +503,8 @@ func (m *Map) BeginReplicas(n, driver int) (*Map, error) {
 	if n == m.Replicas {
 		return nil, fmt.Errorf("the replication factor is %d already", n)
 	}
-	if m.Node(driver) == nil {
-		return nil, fmt.Errorf("driver node %d is not a member", driver)
+	if err := m.isDriver(driver); err != nil {
+		return nil, err
 	}
 	next := m.next()
 	next.Change = &Change{Kind: Replicas, Node: driver, Stage: WriteBoth, Driver: driver, Replicas: n}

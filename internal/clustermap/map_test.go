@@ -94,9 +94,13 @@ func TestChangeRefused(t *testing.T) {
 		{"decommission the last node", func() (*Map, error) { return one.BeginDecommission(0, 0) }, "last node"},
 		{"replace with a member", func() (*Map, error) { return seed3(t).Replace(1, urls3[2]) }, "already a member"},
 		{"advance without a change", func() (*Map, error) { return seed3(t).Advance() }, "no change"},
+		{"join driven by a stranger", func() (*Map, error) { return seed3(t).BeginJoin("http://127.0.0.1:9000", 7) }, "driver node 7 is not a member"},
+		{"decommission driven by a stranger", func() (*Map, error) { return seed3(t).BeginDecommission(1, 7) }, "driver node 7 is not a member"},
+		{"remove driven by a stranger", func() (*Map, error) { return seed3(t).Remove(1, 7) }, "driver node 7 is not a member"},
 	} {
-		_, err := tc.try()
+		m, err := tc.try()
 		require.ErrorContains(t, err, tc.want, tc.name)
+		require.Nil(t, m, "%s: a refusal makes no map", tc.name)
 	}
 }
 
@@ -227,6 +231,7 @@ func TestDecodeRefuses(t *testing.T) {
 		{"unordered", `{"epoch":1,"replicas":1,"next_id":3,"nodes":[{"id":2,"url":"http://a:1"},{"id":1,"url":"http://b:1"}]}`, "ordered"},
 		{"id beyond next", `{"epoch":1,"replicas":1,"next_id":1,"nodes":[{"id":1,"url":"http://a:1"}]}`, "out of range"},
 		{"twice", `{"epoch":1,"replicas":1,"next_id":2,"nodes":[{"id":0,"url":"http://a:1"},{"id":1,"url":"http://a:1"}]}`, "twice"},
+		{"join of the only node", `{"epoch":1,"replicas":1,"next_id":1,"nodes":[{"id":0,"url":"http://a:1"}],"change":{"kind":"join","node":0,"stage":"stream","driver":0}}`, "old set would be empty"},
 		{"unknown stage", `{"epoch":1,"replicas":1,"next_id":2,"nodes":[{"id":0,"url":"http://a:1"},{"id":1,"url":"http://b:1"}],"change":{"kind":"join","node":1,"stage":"x","driver":0}}`, "unknown stage"},
 	} {
 		_, err := Decode([]byte(tc.json))
