@@ -60,12 +60,18 @@ lint:
 		(cd $(K8S_VALIDATE) && $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...); \
 	else echo "staticcheck not available from the module proxy; skipped"; fi
 
-# Fuzz the request parser, then the whole handler, for FUZZTIME each (default 30s).
-# make test runs their seed corpora only.
+# Fuzz each target for FUZZTIME (default 30s): the client API's request
+# parser and whole handler, a replica's batch handler on real Pebble, the
+# cluster maps a node may be handed and the changes made from them, and
+# the peers' answers and the scan's framing. make test runs their seed
+# corpora only.
 FUZZTIME ?= 30s
+FUZZ_TARGETS = httpapi:FuzzParseEntity httpapi:FuzzHandler rpc:FuzzServeBatch rpc:FuzzParseSegmentsAnswer \
+	placement:FuzzValidMaps scan/framing:FuzzJSONString
 fuzz:
-	$(GO) test ./internal/httpapi -run '^$$' -fuzz FuzzParseEntity -fuzztime $(FUZZTIME)
-	$(GO) test ./internal/httpapi -run '^$$' -fuzz FuzzHandler -fuzztime $(FUZZTIME)
+	@set -e; for t in $(FUZZ_TARGETS); do \
+		echo "== $$t"; $(GO) test ./internal/$${t%%:*} -run '^$$' -fuzz "^$${t#*:}$$" -fuzztime $(FUZZTIME); \
+	done
 
 # The local nodes of make run and make run-cluster: scripts/cluster.sh is
 # the recipe (found next to this Makefile, so make -f works from anywhere).
