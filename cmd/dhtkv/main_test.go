@@ -180,6 +180,7 @@ func TestFlags(t *testing.T) {
 		{[]string{"--listen", "127.0.0.1:0", "--max-connections", "-1"}, 2, "max-connections"},
 		{[]string{"--listen", "127.0.0.1:0", "--max-connections-per-ip", "-1"}, 2, "max-connections-per-ip"},
 		{[]string{"--listen", "127.0.0.1:0", "--max-value-bytes", "300000000"}, 2, "--max-inflight-body-bytes 268435456 must be 0 or hold the largest request body"},
+		{[]string{"--listen", "127.0.0.1:0", "--max-inflight-response-bytes", "1MiB"}, 2, "--max-inflight-response-bytes 1048576 must be 0 or hold the largest value, 16777216 bytes"},
 	} {
 		var out, errb bytes.Buffer
 		args := append([]string{"--data-dir", t.TempDir()}, tc.args...)

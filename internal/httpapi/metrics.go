@@ -80,7 +80,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 
 // Register adds the gauges of what the server holds against its caps,
 // read at scrape time: request body buffers against
-// --max-inflight-body-bytes, range streams against --max-scans.
+// --max-inflight-body-bytes, values being sent against
+// --max-inflight-response-bytes, range streams against --max-scans.
 func (s *Server) Register(reg prometheus.Registerer) {
 	reg.MustRegister(
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
@@ -91,6 +92,14 @@ func (s *Server) Register(reg prometheus.Registerer) {
 			Name: "dhtkv_request_body_max_bytes",
 			Help: "The budget of request body buffers (--max-inflight-body-bytes); 0: none.",
 		}, func() float64 { return float64(s.Limits.MaxInflightBodyBytes) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "dhtkv_response_held_bytes",
+			Help: "Bytes of the values answered by reference and not yet written to their clients (charged against --max-inflight-response-bytes; 503 beyond).",
+		}, func() float64 { return float64(s.heldBytes.Load()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "dhtkv_response_held_max_bytes",
+			Help: "The budget of values being sent (--max-inflight-response-bytes); 0: none.",
+		}, func() float64 { return float64(s.Limits.MaxInflightResponseBytes) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "dhtkv_scans_open",
 			Help: "Range streams in flight, public and internal (429 beyond --max-scans).",

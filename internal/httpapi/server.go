@@ -47,6 +47,11 @@ type Limits struct {
 	// hold the bodies of the requests in flight (body.go); a body that
 	// would take them past it is refused with 503. 0: no budget.
 	MaxInflightBodyBytes int64
+	// MaxInflightResponseBytes is the budget, in bytes, of the values
+	// answered by reference and not yet written to their clients
+	// (held.go); a GET whose value would take them past it is refused
+	// with 503. 0: no budget.
+	MaxInflightResponseBytes int64
 }
 
 // Server holds what the handlers need.
@@ -97,6 +102,7 @@ type Server struct {
 	scans     scanRegistry // range streams in flight (entities.go)
 	bodyBytes atomic.Int64 // request body buffers held, in bytes (body.go)
 	bodyPool  sync.Pool    // of *bodyBuf (body.go)
+	heldBytes atomic.Int64 // response values held, in bytes (held.go)
 }
 
 // DefaultMaxScans, DefaultScanMinRate and DefaultScanReleaseAfter are
@@ -257,7 +263,9 @@ func (s *Server) entity(ctx *fasthttp.RequestCtx, info *reqInfo) Op {
 			case op == OpHead:
 				ctx.Response.Header.SetContentLength(len(res.Rec.Value))
 			default:
-				s.setValue(ctx, res.Rec.Value)
+				if aerr := s.setValue(ctx, res.Rec.Value); aerr != nil {
+					fail(ctx, aerr)
+				}
 			}
 		default:
 			ctx.Error("not found\n", fasthttp.StatusNotFound)
@@ -289,17 +297,17 @@ func (s *Server) entity(ctx *fasthttp.RequestCtx, info *reqInfo) Op {
 const RawValueMinBytes = 16 << 10
 
 // setValue makes value the response body. A value of RawValueMinBytes or
-// more is not copied: the response references it (SetBodyRaw), so that
-// the connections sending one cached value share its bytes instead of
-// each holding a copy for as long as its client takes to read it. A
-// smaller one is copied into the connection's pooled body buffer, which
-// costs less than giving that buffer back to the pool and taking it again
-// per request, as SetBodyRaw does.
+// more is not copied: the response references it (a heldValue, charged to
+// MaxInflightResponseBytes: 503 beyond), so that the connections sending
+// one cached value share its bytes instead of each holding a copy for as
+// long as its client takes to read it. A smaller one is copied into the
+// connection's pooled body buffer, which costs less than giving that
+// buffer back to the pool and taking it again per request.
 //
-// SetBodyRaw's rule is that the slice must not change until the response
-// is written; fasthttp drops its reference then (Response.Reset after each
-// response, and when the connection's context is released). Nothing
-// changes a value Coordinator.Get returns:
+// A referenced value must not change until the response is written;
+// fasthttp drops its reference then (it closes the body stream once it
+// wrote it, failed to, or reset the response). Nothing changes a value
+// Coordinator.Get returns:
 //
 //   - a read-cache entry is one buffer, immutable once cached (package
 //     cache). ristretto v2.4.2 never writes into a value either: eviction
@@ -312,16 +320,16 @@ const RawValueMinBytes = 16 << 10
 //   - a cache fill, or a read with the cache off, returns a buffer
 //     store.AppendEnvelope allocated for that read;
 //   - another replica's answer is a clone rpc.Peer made for this call.
-func (s *Server) setValue(ctx *fasthttp.RequestCtx, value []byte) {
+func (s *Server) setValue(ctx *fasthttp.RequestCtx, value []byte) *apiError {
 	raw := s.RawValueMinBytes
 	if raw == 0 {
 		raw = RawValueMinBytes
 	}
 	if raw > 0 && len(value) >= raw {
-		ctx.Response.SetBodyRaw(value)
-		return
+		return s.holdValue(ctx, value)
 	}
 	ctx.SetBody(value) // copies into the response's body buffer
+	return nil
 }
 
 // replicaError answers a coordinator failure (replicaStatus).

@@ -73,6 +73,12 @@ type Config struct {
 	// the largest body (an internal batch: MaxValueBytes + MaxKeyBytes +
 	// 64); 0: no budget. The default value is 256 MiB.
 	MaxInflightBodyBytes int64
+	// MaxInflightResponseBytes is the budget, in bytes, of the values of
+	// RawValueMinBytes or more being sent to clients, held until each is
+	// read (--max-inflight-response-bytes): a GET whose value would take
+	// them past it is refused with 503. It must hold the largest value
+	// (MaxValueBytes); 0: no budget. The default value is 256 MiB.
+	MaxInflightResponseBytes int64
 
 	// ReadTimeout is the time to read a whole request, body included
 	// (--read-timeout). The default value is 30 s.
@@ -313,37 +319,38 @@ type Config struct {
 // DefaultConfig returns the defaults Config documents.
 func DefaultConfig() Config {
 	return Config{
-		Listen:               "127.0.0.1:8080",
-		DataDir:              "./data/node1",
-		CacheBytes:           64 << 20,
-		Store:                store.DefaultOptions(),
-		MemTableSpread:       0.25,
-		MaxKeyBytes:          1024,
-		MaxValueBytes:        16 << 20,
-		MaxHeaderBytes:       8 << 10,
-		MaxInflightBodyBytes: 256 << 20,
-		ReadTimeout:          30 * time.Second,
-		WriteTimeout:         30 * time.Second,
-		IdleTimeout:          2 * time.Minute,
-		LingerTimeout:        5 * time.Second,
-		MaxConnectionsPerIP:  1024,
-		ReplicaTimeout:       300 * time.Millisecond,
-		JoinWait:             10 * time.Minute,
-		MaxClockSkew:         hlc.DefaultMaxAhead,
-		Probe:                probe.DefaultOptions(),
-		Coordinator:          cluster.DefaultOptions(),
-		Handoff:              handoff.DefaultOptions(),
-		AntiEntropy:          antientropy.DefaultOptions(),
-		Move:                 partcopy.DefaultOptions(),
-		Membership:           membership.DefaultOptions(),
-		Pace:                 pace.DefaultOptions(),
-		MapLog:               maplog.DefaultOptions(),
-		GC:                   gc.DefaultOptions(),
-		Settle:               settle.DefaultOptions(),
-		MaxScans:             httpapi.DefaultMaxScans,
-		ScanMinRate:          httpapi.DefaultScanMinRate,
-		PeerConns:            1,
-		AccessLog:            httpapi.DefaultAccessLogOptions(),
+		Listen:                   "127.0.0.1:8080",
+		DataDir:                  "./data/node1",
+		CacheBytes:               64 << 20,
+		Store:                    store.DefaultOptions(),
+		MemTableSpread:           0.25,
+		MaxKeyBytes:              1024,
+		MaxValueBytes:            16 << 20,
+		MaxHeaderBytes:           8 << 10,
+		MaxInflightBodyBytes:     256 << 20,
+		MaxInflightResponseBytes: 256 << 20,
+		ReadTimeout:              30 * time.Second,
+		WriteTimeout:             30 * time.Second,
+		IdleTimeout:              2 * time.Minute,
+		LingerTimeout:            5 * time.Second,
+		MaxConnectionsPerIP:      1024,
+		ReplicaTimeout:           300 * time.Millisecond,
+		JoinWait:                 10 * time.Minute,
+		MaxClockSkew:             hlc.DefaultMaxAhead,
+		Probe:                    probe.DefaultOptions(),
+		Coordinator:              cluster.DefaultOptions(),
+		Handoff:                  handoff.DefaultOptions(),
+		AntiEntropy:              antientropy.DefaultOptions(),
+		Move:                     partcopy.DefaultOptions(),
+		Membership:               membership.DefaultOptions(),
+		Pace:                     pace.DefaultOptions(),
+		MapLog:                   maplog.DefaultOptions(),
+		GC:                       gc.DefaultOptions(),
+		Settle:                   settle.DefaultOptions(),
+		MaxScans:                 httpapi.DefaultMaxScans,
+		ScanMinRate:              httpapi.DefaultScanMinRate,
+		PeerConns:                1,
+		AccessLog:                httpapi.DefaultAccessLogOptions(),
 	}
 }
 
@@ -374,6 +381,9 @@ func (cfg *Config) Validate() error {
 	case cfg.MaxInflightBodyBytes < 0 || cfg.MaxInflightBodyBytes > 0 && cfg.MaxInflightBodyBytes < int64(cfg.maxBatchBytes()):
 		return fmt.Errorf("--max-inflight-body-bytes %d must be 0 or hold the largest request body, %d bytes (--max-value-bytes + --max-key-bytes + 64)",
 			cfg.MaxInflightBodyBytes, cfg.maxBatchBytes())
+	case cfg.MaxInflightResponseBytes < 0 || cfg.MaxInflightResponseBytes > 0 && cfg.MaxInflightResponseBytes < int64(cfg.MaxValueBytes):
+		return fmt.Errorf("--max-inflight-response-bytes %d must be 0 or hold the largest value, %d bytes (--max-value-bytes)",
+			cfg.MaxInflightResponseBytes, cfg.MaxValueBytes)
 	case cfg.MemTableSpread < 0 || cfg.MemTableSpread >= 1:
 		return fmt.Errorf("--memtable-spread %v must be in [0, 1)", cfg.MemTableSpread)
 	case cfg.SnapshotDir != "" && (within(cfg.SnapshotDir, cfg.DataDir) || within(cfg.DataDir, cfg.SnapshotDir)):

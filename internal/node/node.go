@@ -268,7 +268,7 @@ func NewContext(ctx context.Context, cfg Config) (_ *Node, err error) {
 		Log:     log,
 		Limits: httpapi.Limits{
 			MaxKeyBytes: cfg.MaxKeyBytes, MaxValueBytes: cfg.MaxValueBytes, MaxBatchBytes: cfg.maxBatchBytes(),
-			MaxInflightBodyBytes: cfg.MaxInflightBodyBytes,
+			MaxInflightBodyBytes: cfg.MaxInflightBodyBytes, MaxInflightResponseBytes: cfg.MaxInflightResponseBytes,
 		},
 		Started:          time.Now(),
 		ScanIdleTimeout:  cfg.WriteTimeout,

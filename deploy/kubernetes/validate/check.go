@@ -566,7 +566,8 @@ func (c *checker) resources(ct *corev1.Container, flags map[string]string) {
 		c.errorf("--memtable-spread %q: %v", flags["memtable-spread"], err)
 	}
 	budget := c.size(flags, "cache-bytes") + c.size(flags, "block-cache-bytes") +
-		4*c.size(flags, "memtable-bytes")*(1+spread) + c.size(flags, "max-inflight-body-bytes") + versionFilterBytes
+		4*c.size(flags, "memtable-bytes")*(1+spread) + c.size(flags, "max-inflight-body-bytes") +
+		c.size(flags, "max-inflight-response-bytes") + versionFilterBytes
 	if budget > float64(soft) {
 		c.errorf("container %s: the node's caches and buffers may hold %s, above GOMEMLIMIT %s", ct.Name, humanize.IBytes(uint64(math.Ceil(budget))), v)
 	}
