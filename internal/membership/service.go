@@ -298,17 +298,26 @@ func (s *Service) Epoch() uint64 { return s.View().Map.Epoch }
 func (s *Service) State() []byte { return s.state().Encode() }
 
 // Offer installs the map of another node's state if it is newer, and
-// answers this node's state (rpc.MapPath's POST).
+// answers this node's state (rpc.MapPath's POST). What the offer itself
+// gets wrong is refused with an *rpc.Error, whose status and one-line
+// reason the sender gets: a state that does not parse or holds an
+// invalid map (400), one not from a member (403), and a newer map of
+// another cluster (409: well-formed and from a node this map knows, but
+// it can never be installed here). Only this node's own failure, its
+// store refusing to persist the map, is an error of another kind (500).
 func (s *Service) Offer(b []byte) ([]byte, error) {
 	st, err := ParseState(b)
 	if err != nil {
-		return nil, &rpc.Error{Status: 400, Msg: err.Error()}
+		return nil, &rpc.Error{Status: http.StatusBadRequest, Msg: err.Error()}
 	}
 	if err := s.fromMember(st); err != nil {
-		return nil, &rpc.Error{Status: 403, Msg: err.Error()}
+		return nil, &rpc.Error{Status: http.StatusForbidden, Msg: err.Error()}
 	}
 	if _, err := s.install(st.Map); err != nil {
-		return nil, err
+		if errors.Is(err, ErrOtherCluster) {
+			return nil, &rpc.Error{Status: http.StatusConflict, Msg: fmt.Sprintf("cluster map from node %d: %v", st.Node, err)}
+		}
+		return nil, fmt.Errorf("install the cluster map offered by node %d: %w", st.Node, err)
 	}
 	return s.State(), nil
 }
