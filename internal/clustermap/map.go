@@ -24,6 +24,16 @@ import (
 // (hlc.MaxNodeID), so that two nodes never issue the same version.
 const MaxNodeID = 255
 
+// MaxEpoch is the largest epoch of a valid map (Validate). Each change
+// makes one map a stage, so a cluster never comes near it: a change every
+// microsecond would take some 146,000 years to reach it. The bound is
+// there for maps from outside, a peer's offer or a damaged directory:
+// without it a map at epoch 2^64-1 was installed, and the next change's
+// epoch wrapped to 0, which no map may have, so every change after it
+// failed. Now next() never wraps, and a map at MaxEpoch itself refuses
+// every change with that reason.
+const MaxEpoch = 1 << 62
+
 // Node is one member.
 type Node struct {
 	// ID is the node's identity for its lifetime in the cluster: the
@@ -108,7 +118,8 @@ type Map struct {
 	// Cluster identifies the cluster; it is fixed when the map is seeded
 	// and checked against every data directory's identity.
 	Cluster uint64 `json:"cluster"`
-	// Epoch increases with every change of the map.
+	// Epoch increases with every change of the map, from 1 (Seed) to at
+	// most MaxEpoch.
 	Epoch uint64 `json:"epoch"`
 	// Replicas is the replication factor, set when the map is seeded
 	// (--replicas) and changed only by a replicas change (BeginReplicas),
@@ -180,6 +191,9 @@ func NormalizeURL(s string) (string, error) {
 func (m *Map) Validate() error {
 	if m.Epoch == 0 {
 		return errors.New("cluster map: epoch 0")
+	}
+	if m.Epoch > MaxEpoch {
+		return fmt.Errorf("cluster map: epoch %d above the largest, %d", m.Epoch, uint64(MaxEpoch))
 	}
 	if len(m.Nodes) == 0 {
 		return errors.New("cluster map: no nodes")
@@ -313,8 +327,13 @@ func without(nodes []Node, id int) []Node {
 	return out
 }
 
-// clone returns a deep copy with the next epoch.
-func (m *Map) next() *Map {
+// next returns a deep copy with the next epoch: every change's map. A
+// valid map's epoch is at most MaxEpoch, so the next one never wraps to 0;
+// at MaxEpoch itself no change can follow, and next refuses it.
+func (m *Map) next() (*Map, error) {
+	if m.Epoch >= MaxEpoch {
+		return nil, fmt.Errorf("cluster map at epoch %d, the last one (MaxEpoch): no change can follow it", m.Epoch)
+	}
 	n := *m
 	n.Epoch++
 	n.Nodes = slices.Clone(m.Nodes)
@@ -323,7 +342,7 @@ func (m *Map) next() *Map {
 		c := *m.Change
 		n.Change = &c
 	}
-	return &n
+	return &n, nil
 }
 
 // ErrBusy refuses a change while another is under way.
@@ -377,7 +396,10 @@ func (m *Map) BeginJoin(url string, driver int) (*Map, error) {
 	if m.NextID > MaxNodeID {
 		return nil, fmt.Errorf("no node id left: %d nodes have joined this cluster, at most %d can", m.NextID, MaxNodeID+1)
 	}
-	n := m.next()
+	n, err := m.next()
+	if err != nil {
+		return nil, err
+	}
 	n.Nodes = append(n.Nodes, Node{ID: m.NextID, URL: u, Seed: xxhash.Sum64String(u)})
 	n.NextID++
 	n.Change = &Change{Kind: Join, Node: m.NextID, Stage: WriteBoth, Driver: driver}
@@ -399,7 +421,10 @@ func (m *Map) BeginDecommission(id, driver int) (*Map, error) {
 	if len(m.Nodes) == 1 {
 		return nil, errors.New("the last node cannot be decommissioned")
 	}
-	n := m.next()
+	n, err := m.next()
+	if err != nil {
+		return nil, err
+	}
 	n.Change = &Change{Kind: Decommission, Node: id, Stage: WriteBoth, Driver: driver}
 	return n, n.Validate()
 }
@@ -439,7 +464,10 @@ func (m *Map) Remove(id, driver int) (*Map, error) {
 		case c.Kind == Decommission && c.Node == id && c.Dead:
 			return nil, fmt.Errorf("%w: node %d is being removed already (%s)", ErrBusy, id, c.describe())
 		case c.Kind == Decommission && c.Node == id:
-			n := m.next()
+			n, err := m.next()
+			if err != nil {
+				return nil, err
+			}
 			n.Change.Dead, n.Change.Driver = true, driver
 			return n, n.Validate()
 		}
@@ -447,14 +475,20 @@ func (m *Map) Remove(id, driver int) (*Map, error) {
 			return nil, fmt.Errorf("removing node %d after the %s would leave %d nodes, fewer than the replication factor %d: "+
 				"replace it instead (dhtkvctl replace)", id, c.describe(), left, m.NewReplicas())
 		}
-		n := m.next()
+		n, err := m.next()
+		if err != nil {
+			return nil, err
+		}
 		n.Removing = append(n.Removing, id)
 		return n, n.Validate()
 	}
 	if len(m.Nodes)-1-len(m.Removing) < m.Replicas {
 		return nil, fmt.Errorf("removing node %d would leave %d nodes, fewer than the replication factor %d: lower it first (dhtkvctl replicas), or replace the node", id, len(m.Nodes)-1-len(m.Removing), m.Replicas)
 	}
-	n := m.next()
+	n, err := m.next()
+	if err != nil {
+		return nil, err
+	}
 	n.Change = &Change{Kind: Decommission, Node: id, Stage: WriteBoth, Driver: driver, Dead: true}
 	return n, n.Validate()
 }
@@ -478,7 +512,10 @@ func (m *Map) RemoveNext() (*Map, error) {
 			break
 		}
 	}
-	n := m.next()
+	n, err := m.next()
+	if err != nil {
+		return nil, err
+	}
 	id := n.Removing[0]
 	n.Removing = n.Removing[1:]
 	n.keepRemoving()
@@ -506,7 +543,10 @@ func (m *Map) BeginReplicas(n, driver int) (*Map, error) {
 	if err := m.isDriver(driver); err != nil {
 		return nil, err
 	}
-	next := m.next()
+	next, err := m.next()
+	if err != nil {
+		return nil, err
+	}
 	next.Change = &Change{Kind: Replicas, Node: driver, Stage: WriteBoth, Driver: driver, Replicas: n}
 	return next, next.Validate()
 }
@@ -533,7 +573,10 @@ func (m *Map) Advance() (*Map, error) {
 	if m.Change == nil {
 		return nil, errors.New("no change under way")
 	}
-	n := m.next()
+	n, err := m.next()
+	if err != nil {
+		return nil, err
+	}
 	switch m.Change.Stage {
 	case WriteBoth:
 		n.Change.Stage = Stream
@@ -566,7 +609,10 @@ func (m *Map) Abort() (*Map, error) {
 	if m.Change.Stage == ReadNew {
 		return nil, ErrPastReadNew
 	}
-	n := m.next()
+	n, err := m.next()
+	if err != nil {
+		return nil, err
+	}
 	n.Nodes = slices.Clone(m.Old())
 	n.Change = nil
 	n.keepRemoving() // a join's node counted dead leaves with the join
@@ -608,7 +654,10 @@ func (m *Map) Replace(id int, url string) (*Map, error) {
 	if m.ByURL(u) != nil {
 		return nil, fmt.Errorf("%s is already a member", u)
 	}
-	n := m.next()
+	n, err := m.next()
+	if err != nil {
+		return nil, err
+	}
 	n.Node(id).URL = u
 	return n, n.Validate()
 }

@@ -233,9 +233,61 @@ func TestDecodeRefuses(t *testing.T) {
 		{"twice", `{"epoch":1,"replicas":1,"next_id":2,"nodes":[{"id":0,"url":"http://a:1"},{"id":1,"url":"http://a:1"}]}`, "twice"},
 		{"join of the only node", `{"epoch":1,"replicas":1,"next_id":1,"nodes":[{"id":0,"url":"http://a:1"}],"change":{"kind":"join","node":0,"stage":"stream","driver":0}}`, "old set would be empty"},
 		{"unknown stage", `{"epoch":1,"replicas":1,"next_id":2,"nodes":[{"id":0,"url":"http://a:1"},{"id":1,"url":"http://b:1"}],"change":{"kind":"join","node":1,"stage":"x","driver":0}}`, "unknown stage"},
+		{"epoch 2^64-1", `{"epoch":18446744073709551615,"replicas":1,"next_id":1,"nodes":[{"id":0,"url":"http://a:1"}]}`, "above the largest"},
+		{"epoch MaxEpoch+1", `{"epoch":4611686018427387905,"replicas":1,"next_id":1,"nodes":[{"id":0,"url":"http://a:1"}]}`, "above the largest"},
+		{"epoch beyond uint64", `{"epoch":18446744073709551616,"replicas":1,"next_id":1,"nodes":[{"id":0,"url":"http://a:1"}]}`, "cluster map"},
 	} {
 		_, err := Decode([]byte(tc.json))
 		require.ErrorContains(t, err, tc.want, tc.name)
+	}
+}
+
+// A map at MaxEpoch is valid, and every change from it is refused with
+// no map and the reason, rather than made at an epoch that wraps to 0;
+// one epoch earlier each change is still made, at MaxEpoch.
+func TestLastEpoch(t *testing.T) {
+	idle, err := Seed(urls3, 2)
+	require.NoError(t, err)
+	joining, err := idle.BeginJoin("http://127.0.0.1:8083", 0)
+	require.NoError(t, err)
+	removing, err := joining.Remove(2, 0) // counted dead, removed once the join ends
+	require.NoError(t, err)
+	for range 3 {
+		removing, err = removing.Advance()
+		require.NoError(t, err)
+	}
+	require.Nil(t, removing.Change)
+	require.Equal(t, []int{2}, removing.Removing)
+	for _, epoch := range []uint64{MaxEpoch - 1, MaxEpoch} {
+		for _, tc := range []struct {
+			name   string
+			from   *Map
+			change func(m *Map) (*Map, error)
+		}{
+			{"join", idle, func(m *Map) (*Map, error) { return m.BeginJoin("http://127.0.0.1:8083", 0) }},
+			{"decommission", idle, func(m *Map) (*Map, error) { return m.BeginDecommission(2, 0) }},
+			{"remove", idle, func(m *Map) (*Map, error) { return m.Remove(2, 0) }},
+			{"replicas", idle, func(m *Map) (*Map, error) { return m.BeginReplicas(3, 0) }},
+			{"replace", idle, func(m *Map) (*Map, error) { return m.Replace(2, "http://127.0.0.1:8083") }},
+			{"advance", joining, (*Map).Advance},
+			{"abort", joining, (*Map).Abort},
+			{"remove during a change", joining, func(m *Map) (*Map, error) { return m.Remove(2, 0) }},
+			{"remove next", removing, (*Map).RemoveNext},
+		} {
+			m, err := Decode(tc.from.Encode())
+			require.NoError(t, err)
+			m.Epoch = epoch
+			back, err := Decode(m.Encode())
+			require.NoError(t, err, "epoch %d is valid", epoch)
+			n, err := tc.change(back)
+			if epoch == MaxEpoch {
+				require.Nil(t, n, tc.name)
+				require.ErrorContains(t, err, "no change can follow", tc.name)
+				continue
+			}
+			require.NoError(t, err, tc.name)
+			require.Equal(t, uint64(MaxEpoch), n.Epoch, tc.name)
+		}
 	}
 }
 

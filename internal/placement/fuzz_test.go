@@ -30,9 +30,14 @@ func FuzzValidMaps(f *testing.F) {
 	f.Add(uint8(5), uint64(0), int8(3), uint8(0), uint8(1), uint8(0), uint8(4), uint8(0), false, int8(0), uint8(2))
 	f.Add(uint8(1), uint64(0), int8(1), uint8(0), uint8(0), uint8(0), uint8(0), uint8(0), false, int8(0), uint8(0))
 	f.Add(uint8(1), uint64(0), int8(1), uint8(0), uint8(1), uint8(0), uint8(0), uint8(0), false, int8(0), uint8(0))
+	f.Add(uint8(4), uint64(0), int8(3), uint8(0), uint8(1), uint8(0xfd), uint8(3), uint8(0), false, int8(0), uint8(0)) // at MaxEpoch
+	f.Add(uint8(4), uint64(0), int8(3), uint8(0), uint8(0), uint8(0xfc), uint8(0), uint8(0), false, int8(2), uint8(0))
 	f.Fuzz(func(t *testing.T, nodes uint8, gaps uint64, replicas int8, nextExtra, kind, stage, node, driver uint8,
 		dead bool, newReplicas int8, removing uint8) {
 		m := &clustermap.Map{Cluster: 7, Epoch: 1 + uint64(stage)>>2, Replicas: int(replicas)}
+		if stage>>2 == 63 {
+			m.Epoch = clustermap.MaxEpoch // the last: every change refused
+		}
 		id := 0
 		for i := range int(nodes % 9) {
 			id += int(gaps >> (4 * i) & 0xf) // ids with gaps, as decommissions leave them
