@@ -82,10 +82,22 @@ func setMeta(h *fasthttp.ResponseHeader, rec *record.Record) {
 	if rec.ExpiresAt == 0 {
 		return
 	}
-	exp := time.UnixMilli(int64(rec.ExpiresAt)).UTC()
+	// record.Decode refuses an expiry beyond an int64's; the min keeps a
+	// record made otherwise from reading as a time before 1970.
+	exp := time.UnixMilli(int64(min(rec.ExpiresAt, record.MaxExpiresAt))).UTC()
 	h.AddBytesKV(headerExpiresAt, exp.AppendFormat(buf[:0], "2006-01-02T15:04:05.000Z07:00"))
-	left := (time.Until(exp) + time.Second - 1) / time.Second // rounded up: 1 s or more while live
-	h.AddBytesKV(headerTTL, strconv.AppendInt(buf[:0], int64(max(left, 1)), 10))
+	h.AddBytesKV(headerTTL, strconv.AppendInt(buf[:0], ttlLeft(time.Until(exp)), 10))
+}
+
+// ttlLeft is X-Dhtkv-TTL's value for a live value that expires in d: whole
+// seconds rounded up, 1 or more. time.Until saturates at the largest
+// Duration, so d is not rounded up by adding to it, which would wrap.
+func ttlLeft(d time.Duration) int64 {
+	left := d / time.Second
+	if d%time.Second > 0 {
+		left++
+	}
+	return int64(max(left, 1))
 }
 
 // appendETag appends version's entity tag: the decimal version, quoted.

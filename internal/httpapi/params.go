@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
+
+	"github.com/dhtkv/dhtkv/internal/record"
 )
 
 // apiError is a client error: a status and a one-line reason for the body.
@@ -179,8 +181,9 @@ func parsePositive(b []byte) (int, error) {
 	return n, nil
 }
 
-// MaxTTL is the longest ttl a PUT may ask for: ten years.
-const MaxTTL = 10 * 365 * 24 * time.Hour
+// MaxTTL is the longest ttl a PUT may ask for: ten years, the longest a
+// replica takes (record.MaxTTL).
+const MaxTTL = record.MaxTTL
 
 // TTLHeader carries a PUT's ttl for clients that cannot add a query
 // parameter; the same rules as ?ttl apply.

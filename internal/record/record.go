@@ -11,7 +11,7 @@
 //	                   bits must be zero)
 //	offset 2  8 bytes  version
 //	expires only:
-//	offset 10 8 bytes  expiry, Unix milliseconds
+//	offset 10 8 bytes  expiry, Unix milliseconds, 1 to 2^63-1
 //	then               value (empty for a tombstone)
 //
 // The format byte lets a later release read old records; an unknown format or
@@ -26,6 +26,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 )
 
@@ -44,6 +45,20 @@ const (
 	flagExpires   = 2
 )
 
+// MaxExpiresAt is the largest expiry an envelope may carry: the largest
+// Unix millisecond time an int64 holds. Decode refuses one beyond it as
+// corrupt: no write makes one (MaxTTL), and read back as an int64, as
+// time.UnixMilli does, it would be a time before 1970.
+const MaxExpiresAt = math.MaxInt64
+
+// MaxTTL is the longest ttl a write may have: ten years, so that a value
+// expires at most MaxTTL after its version's time. The client API refuses
+// a longer ttl (httpapi.MaxTTL), and a replica refuses a record whose
+// expiry is further from its version's time (rpc.Server.ServeBatch): no
+// write of any release so far made one. Raising it takes a release whose
+// replicas accept the new bound before any coordinator uses it.
+const MaxTTL = 10 * 365 * 24 * time.Hour
+
 // ErrCorrupt reports an envelope that cannot be decoded.
 var ErrCorrupt = errors.New("corrupt record")
 
@@ -60,7 +75,9 @@ type Record struct {
 	Version   uint64
 	Tombstone bool
 	// ExpiresAt is when the value expires, in Unix milliseconds (0: never).
-	// Always 0 for a tombstone.
+	// Always 0 for a tombstone, and at most MaxExpiresAt: a time.Time
+	// holds it (time.UnixMilli takes an int64). A coordinator sets it to
+	// its version's time plus the write's ttl, at most MaxTTL.
 	ExpiresAt uint64
 	Value     []byte
 }
@@ -136,6 +153,9 @@ func Decode(buf []byte) (Record, error) {
 		r.Value = buf[MaxHeaderSize:]
 		if r.ExpiresAt == 0 || r.Tombstone {
 			return Record{}, fmt.Errorf("%w: expiry %d on a tombstone=%v record", ErrCorrupt, r.ExpiresAt, r.Tombstone)
+		}
+		if r.ExpiresAt > MaxExpiresAt {
+			return Record{}, fmt.Errorf("%w: expiry %d beyond the largest Unix millisecond time, %d", ErrCorrupt, r.ExpiresAt, uint64(MaxExpiresAt))
 		}
 	}
 	if r.Tombstone && len(r.Value) > 0 {

@@ -15,6 +15,7 @@ func TestRoundTrip(t *testing.T) {
 		{Version: 7, Value: []byte("a\nb\x00\xff")},
 		{Version: 8, ExpiresAt: 1_800_000_000_000, Value: []byte("expires")},
 		{Version: 9, ExpiresAt: 1, Value: []byte{}},
+		{Version: 10, ExpiresAt: MaxExpiresAt, Value: []byte("the last expiry an int64 holds")},
 	} {
 		got, err := Decode(r.Encode())
 		require.NoError(t, err)
@@ -39,6 +40,9 @@ func TestDecodeRejects(t *testing.T) {
 		"expiry cut short":   append([]byte{1, 2}, good[2:]...),
 		"expiry zero":        append(append([]byte{1, 2}, good[2:HeaderSize]...), 0, 0, 0, 0, 0, 0, 0, 0),
 		"expiring tombstone": append(append([]byte{1, 3}, good[2:HeaderSize]...), 0, 0, 0, 0, 0, 0, 0, 9),
+		"expiry 2^64-1":      append(append([]byte{1, 2}, good[2:HeaderSize]...), 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff),
+		"expiry 2^63":        append(append([]byte{1, 2}, good[2:HeaderSize]...), 0x80, 0, 0, 0, 0, 0, 0, 0),
+		"expiry 2^63, value": append(append(append([]byte{1, 2}, good[2:HeaderSize]...), 0x80, 0, 0, 0, 0, 0, 0, 0), 'x'),
 	} {
 		_, err := Decode(b)
 		require.ErrorIs(t, err, ErrCorrupt, name)

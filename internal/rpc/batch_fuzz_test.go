@@ -22,7 +22,8 @@ import (
 // peer sends:
 //
 //   - a body ParseBatch refuses is refused as a whole with 400, and so is
-//     one with a key, an envelope, a version or a value out of bounds;
+//     one with a key, an envelope, a version, an expiry (more than
+//     record.MaxTTL after its version's time) or a value out of bounds;
 //   - a refused batch stores nothing: every key it names reads as before;
 //   - an accepted batch is answered with one well-formed result per
 //     operation, of a code its kind may have, and nothing after them;
@@ -43,6 +44,10 @@ func FuzzServeBatch(f *testing.F) {
 		AppendBatchOp(nil, OpWrite, []byte("c"), enc(record.Record{Version: now + 2, ExpiresAt: 1, Value: []byte("x")})),
 		AppendBatchOp(nil, OpWrite, []byte("d"), enc(record.Record{Version: ^uint64(0), Value: []byte("far ahead")})),
 		AppendBatchOp(nil, OpWrite, []byte("e"), enc(record.Record{Version: 0, Value: []byte("version 0")})),
+		AppendBatchOp(nil, OpWrite, []byte("g"), enc(record.Record{Version: now + 4, ExpiresAt: ^uint64(0), Value: []byte("x")})),
+		AppendBatchOp(nil, OpWrite, []byte("h"), enc(record.Record{Version: now + 5, ExpiresAt: 1<<63 - 1, Value: []byte("x")})),
+		AppendBatchOp(nil, OpWrite, []byte("i"), enc(record.Record{Version: now + 6, Value: []byte("x"),
+			ExpiresAt: uint64(hlc.TimeOf(now + 6).Add(record.MaxTTL).UnixMilli())})),
 		AppendBatchOp(nil, OpWrite, []byte("too long a key"), enc(record.Record{Version: now, Value: []byte("v")})),
 		AppendBatchOp(nil, OpWrite, []byte("f"), enc(record.Record{Version: now, Value: make([]byte, 40)})),
 		[]byte("g\xff\xff\xff"),
@@ -117,6 +122,10 @@ func FuzzServeBatch(f *testing.F) {
 				require.NoError(t, err, "operation %d's envelope was served", i)
 				require.NotZero(t, rec.Version, "operation %d's version 0 was served", i)
 				require.LessOrEqual(t, len(rec.Value), maxValue, "operation %d's value was served", i)
+				if rec.ExpiresAt != 0 {
+					require.False(t, hlc.TimeOf(rec.Version).Add(record.MaxTTL).Before(time.UnixMilli(int64(rec.ExpiresAt))),
+						"operation %d's expiry %d, beyond its version's time and MaxTTL, was served", i, rec.ExpiresAt)
+				}
 			}
 		}
 		rest := answer

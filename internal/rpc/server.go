@@ -7,10 +7,12 @@ import (
 	"log/slog"
 	"net/http"
 	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/time/rate"
 
+	"github.com/dhtkv/dhtkv/internal/hlc"
 	"github.com/dhtkv/dhtkv/internal/record"
 	"github.com/dhtkv/dhtkv/internal/replica"
 	"github.com/dhtkv/dhtkv/internal/store"
@@ -138,8 +140,15 @@ func (s *Server) ServeBatch(body, out []byte, background bool) ([]byte, error) {
 		}
 		var rec record.Record
 		if op.Kind == OpWrite {
-			if rec, err = record.Decode(op.Envelope); err != nil || rec.Version == 0 {
-				return out, refuse(http.StatusBadRequest, "operation %d: bad record envelope", i)
+			if rec, err = record.Decode(op.Envelope); err != nil {
+				return out, refuse(http.StatusBadRequest, "operation %d: bad record envelope: %v", i, err)
+			}
+			if rec.Version == 0 {
+				return out, refuse(http.StatusBadRequest, "operation %d: bad record envelope: version 0", i)
+			}
+			if !expiryInBounds(&rec) {
+				return out, refuse(http.StatusBadRequest, "operation %d: expiry %d ms is more than the longest ttl (%v) after its version's time, %d ms",
+					i, rec.ExpiresAt, record.MaxTTL, hlc.TimeOf(rec.Version).UnixMilli())
 			}
 			if len(rec.Value) > s.MaxValueBytes {
 				return out, refuse(http.StatusRequestEntityTooLarge, "operation %d: value of %d bytes, limit is %d", i, len(rec.Value), s.MaxValueBytes)
@@ -203,6 +212,23 @@ func (s *Server) ServeBatch(body, out []byte, background bool) ([]byte, error) {
 		}
 	}
 	return out, nil
+}
+
+// expiryInBounds reports whether rec's expiry, if any, is at most
+// record.MaxTTL after its version's time. Every write's expiry is its
+// version's time plus its ttl (cluster's expiry), and a ttl is at most
+// MaxTTL (the client API refuses more), so a record beyond it comes from
+// no write: it would be stored as a value that outlives any ttl. The
+// bound is the record's own version's, not this node's clock, so it takes
+// no clock skew: a version too far ahead of this node is refused on its
+// own (replica.ApplyRemote), which bounds a stored expiry by this node's
+// time plus --max-clock-skew plus MaxTTL.
+func expiryInBounds(rec *record.Record) bool {
+	if rec.ExpiresAt == 0 {
+		return true
+	}
+	// The version's milliseconds are 44 bits (hlc), so no overflow.
+	return rec.ExpiresAt <= uint64(hlc.TimeOf(rec.Version).UnixMilli())+uint64(record.MaxTTL/time.Millisecond)
 }
 
 // errRebuilding is the result of a read of a rebuilding replica, and the
