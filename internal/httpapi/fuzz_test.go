@@ -18,6 +18,7 @@ func FuzzHandler(f *testing.F) {
 		{"GET", "/v0/entities?start=a&format=binary", ""}, {"POST", "/v0/internal/batch", "w\x01k\x0b\x01\x00\x00\x00\x00\x00\x00\x00\x00\x05vg\x01k"},
 		{"POST", "/v0/internal/batch", "g\x01k"}, {"POST", "/v0/status", ""}, {"GET", "/%zz?id=%", ""},
 		{"PUT", "/v0/entity?id=&ack=0", ""}, {"GET", "/v0/entities?start=&scope=cluster&ack=9", ""},
+		{"PUT", "/v0/entity?id=k&ttl=5&ttl=6", "v"}, {"PUT", "/v0/entity?id=k&ttl=5&ttl=5", "v"},
 	} {
 		f.Add(s.method, s.uri, []byte(s.body))
 	}

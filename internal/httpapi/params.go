@@ -190,22 +190,35 @@ const MaxTTL = record.MaxTTL
 const TTLHeader = "X-Dhtkv-TTL"
 
 // parseTTL reads the ttl of a PUT, in whole seconds from 1 to MaxTTL, from
-// the ttl parameter or TTLHeader (0: none given). Both given is refused
-// unless they agree, so that neither silently wins.
-func parseTTL(args *fasthttp.Args, header []byte) (time.Duration, *apiError) {
+// the ttl parameter or TTLHeader (headers: every field of it, as
+// RequestHeader.PeekAll gives them; 0: none given). Every value given, of
+// a repeated parameter or header included, must be the same: sources that
+// disagree are refused, so that none silently wins (the first of a
+// repeated header or parameter would otherwise).
+func parseTTL(args *fasthttp.Args, headers [][]byte) (time.Duration, *apiError) {
 	var q []byte
 	hasQuery := args.Has("ttl")
 	if hasQuery {
 		q = args.Peek("ttl")
+		for k, v := range args.All() { // no allocation, unlike PeekMulti
+			if string(k) == "ttl" && !bytes.Equal(v, q) {
+				return 0, badRequest("ttl=%q and ttl=%q disagree", q, v)
+			}
+		}
 	}
-	if !hasQuery && header == nil {
+	if !hasQuery && len(headers) == 0 {
 		return 0, nil
 	}
-	if hasQuery && header != nil && string(q) != string(header) {
-		return 0, badRequest("ttl=%q and %s: %q disagree", q, TTLHeader, header)
+	for _, h := range headers {
+		switch {
+		case hasQuery && !bytes.Equal(h, q):
+			return 0, badRequest("ttl=%q and %s: %q disagree", q, TTLHeader, h)
+		case !hasQuery && !bytes.Equal(h, headers[0]):
+			return 0, badRequest("%s: %q and %s: %q disagree", TTLHeader, headers[0], TTLHeader, h)
+		}
 	}
 	if !hasQuery {
-		q = header
+		q = headers[0]
 	}
 	n, err := strconv.ParseInt(string(q), 10, 64)
 	if err != nil || n < 1 || n > int64(MaxTTL/time.Second) {

@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -55,43 +56,59 @@ func FuzzParseEntity(f *testing.F) {
 }
 
 // TestParseTTL: whole seconds from 1 to MaxTTL, from the parameter or the
-// header, and both only when they agree.
+// header, and every value given, of a repeated parameter or header too,
+// only when they agree.
 func TestParseTTL(t *testing.T) {
 	for _, tc := range []struct {
-		query, header string // header "-": absent
-		want          time.Duration
-		err           string
+		query   string
+		headers []string // TTLHeader's fields; none: absent
+		want    time.Duration
+		err     string
 	}{
-		{"", "-", 0, ""},
-		{"ttl=60", "-", time.Minute, ""},
-		{"", "60", time.Minute, ""},
-		{"ttl=60", "60", time.Minute, ""},
-		{"ttl=60", "61", 0, "disagree"},
-		{"ttl=315360000", "-", MaxTTL, ""},
-		{"ttl=315360001", "-", 0, "from 1 to 315360000"},
-		{"ttl=0", "-", 0, "from 1"},
-		{"ttl=-5", "-", 0, "from 1"},
-		{"ttl=1.5", "-", 0, "whole number"},
-		{"ttl=abc", "-", 0, "whole number"},
-		{"ttl=", "-", 0, "whole number"},
-		{"", "", 0, "whole number"},
-		{"ttl=99999999999999999999999", "-", 0, "whole number"},
+		{"", nil, 0, ""},
+		{"ttl=60", nil, time.Minute, ""},
+		{"", []string{"60"}, time.Minute, ""},
+		{"ttl=60", []string{"60"}, time.Minute, ""},
+		{"ttl=60", []string{"61"}, 0, `ttl="60" and X-Dhtkv-TTL: "61" disagree`},
+		{"", []string{"5", "5"}, 5 * time.Second, ""},
+		{"", []string{"5", "6"}, 0, `X-Dhtkv-TTL: "5" and X-Dhtkv-TTL: "6" disagree`},
+		{"", []string{"5", "5", "6"}, 0, `X-Dhtkv-TTL: "5" and X-Dhtkv-TTL: "6" disagree`},
+		{"", []string{"5", ""}, 0, `X-Dhtkv-TTL: "5" and X-Dhtkv-TTL: "" disagree`},
+		{"ttl=5", []string{"5", "5"}, 5 * time.Second, ""},
+		{"ttl=5", []string{"5", "6"}, 0, `ttl="5" and X-Dhtkv-TTL: "6" disagree`},
+		{"ttl=5&ttl=5", nil, 5 * time.Second, ""},
+		{"ttl=5&ttl=6", nil, 0, `ttl="5" and ttl="6" disagree`},
+		{"ttl=5&id=k&ttl=", nil, 0, `ttl="5" and ttl="" disagree`},
+		{"ttl=5&ttl=5", []string{"6"}, 0, `ttl="5" and X-Dhtkv-TTL: "6" disagree`},
+		{"", []string{"5, 6"}, 0, "whole number"}, // two values in one field
+		{"ttl=315360000", nil, MaxTTL, ""},
+		{"ttl=315360001", nil, 0, "from 1 to 315360000"},
+		{"ttl=0", nil, 0, "from 1"},
+		{"ttl=-5", nil, 0, "from 1"},
+		{"ttl=1.5", nil, 0, "whole number"},
+		{"ttl=abc", nil, 0, "whole number"},
+		{"ttl=", nil, 0, "whole number"},
+		{"", []string{""}, 0, "whole number"},
+		{"", []string{"abc", "abc"}, 0, "whole number"},
+		{"ttl=99999999999999999999999", nil, 0, "whole number"},
 	} {
+		name := fmt.Sprintf("%s / %q", tc.query, tc.headers)
 		var args fasthttp.Args
 		args.Parse(tc.query)
-		var h []byte
-		if tc.header != "-" {
-			h = []byte(tc.header)
+		var h [][]byte
+		for _, v := range tc.headers {
+			h = append(h, []byte(v))
 		}
 		got, aerr := parseTTL(&args, h)
 		if tc.err != "" {
-			require.NotNil(t, aerr, "%s / %s", tc.query, tc.header)
-			require.Equal(t, 400, aerr.code)
-			require.Contains(t, aerr.reason, tc.err)
+			require.NotNil(t, aerr, name)
+			require.Equal(t, 400, aerr.code, name)
+			require.Contains(t, aerr.reason, tc.err, name)
+			require.NotContains(t, aerr.reason, "\n", name)
 			continue
 		}
-		require.Nil(t, aerr, "%s / %s", tc.query, tc.header)
-		require.Equal(t, tc.want, got, "%s / %s", tc.query, tc.header)
+		require.Nil(t, aerr, name)
+		require.Equal(t, tc.want, got, name)
 	}
 }
 

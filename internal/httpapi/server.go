@@ -237,7 +237,7 @@ func (s *Server) entity(ctx *fasthttp.RequestCtx, info *reqInfo) Op {
 		return op
 	}
 	info.key, info.ack, info.from = p.key, p.ack, p.from
-	ttl, aerr := parseTTL(ctx.QueryArgs(), ctx.Request.Header.Peek(TTLHeader))
+	ttl, aerr := parseTTL(ctx.QueryArgs(), ctx.Request.Header.PeekAll(TTLHeader))
 	if aerr == nil && ttl > 0 && op != OpPut {
 		aerr = badRequest("ttl applies to PUT only")
 	}
