@@ -10,6 +10,7 @@ package admin
 import (
 	"net/http"
 	"net/http/pprof"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -26,13 +27,19 @@ import (
 //   - /readyz answers 200 "ok" when ready() returns nil, else 503 and
 //     ready's error as a one-line reason. Send client traffic only to a
 //     node whose /readyz answers 200.
-func Handler(reg *prometheus.Registry, ready func() error) http.Handler {
+//
+// A CPU profile, a trace or a delta profile (?seconds=N) longer than
+// maxProfile (0: DefaultOptions') is refused with 400 (boundProfile).
+func Handler(reg *prometheus.Registry, ready func() error, maxProfile time.Duration) http.Handler {
+	if maxProfile <= 0 {
+		maxProfile = DefaultOptions().MaxProfile
+	}
 	mux := newMux()
-	mux.HandleFunc("/debug/pprof/", pprof.Index) // heap, allocs, goroutine, mutex, block, ...
+	mux.Handle("/debug/pprof/", boundProfile(maxProfile, deltaWindow, pprof.Index)) // heap, allocs, goroutine, mutex, block, ...
 	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
-	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.Handle("/debug/pprof/profile", boundProfile(maxProfile, cpuWindow, pprof.Profile))
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	mux.Handle("/debug/pprof/trace", boundProfile(maxProfile, traceWindow, pprof.Trace))
 	mux.Handle("/debug/pprof/rates", ProfileRatesHandler())
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	mux.HandleFunc("GET /livez", func(w http.ResponseWriter, _ *http.Request) {

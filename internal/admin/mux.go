@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -33,6 +34,9 @@ type Parts struct {
 	// LogLevel serves /log-level (nil: 501, the level is fixed).
 	LogLevel *slog.LevelVar
 	Log      *slog.Logger
+	// MaxProfile is the longest profile or trace /debug/pprof/ takes
+	// (Options.MaxProfile; 0: its default).
+	MaxProfile time.Duration
 }
 
 // Mux returns every admin endpoint on one mux (see the package comment).
@@ -46,7 +50,7 @@ func Mux(p Parts) http.Handler {
 // mux is Mux's mux, before authorize.
 func mux(p Parts) *recordingMux {
 	mux := newMux()
-	mux.Handle("/", Handler(p.Registry, p.Ready))
+	mux.Handle("/", Handler(p.Registry, p.Ready, p.MaxProfile))
 	mux.Handle("/repair", RepairHandler(
 		func(ctx context.Context) any {
 			res := p.AntiEntropy.Repair(ctx)

@@ -6,6 +6,7 @@ import (
 	"runtime"
 	"strconv"
 	"sync"
+	"time"
 )
 
 // ProfileRatesHandler switches the mutex and block profiles, which cost
@@ -73,5 +74,59 @@ func ProfileRatesHandler() http.Handler {
 			return
 		}
 		writeJSON(w, http.StatusOK, map[string]int{"mutex": runtime.SetMutexProfileFraction(-1), "block": block})
+	})
+}
+
+// The windows of the pprof handlers boundProfile guards: how their
+// seconds parameter is read, and what its absence means.
+var (
+	// cpuWindow is /debug/pprof/profile's: whole seconds, 30 without.
+	cpuWindow = window{def: 30}
+	// traceWindow is /debug/pprof/trace's: seconds with a fraction, 1
+	// without.
+	traceWindow = window{def: 1, fraction: true}
+	// deltaWindow is a named profile's (/debug/pprof/allocs?seconds=N, a
+	// delta): whole seconds; without, a snapshot, no window.
+	deltaWindow = window{}
+)
+
+type window struct {
+	def      float64 // seconds when the parameter is absent
+	fraction bool    // seconds may have a fraction
+}
+
+// boundProfile serves next (a net/http/pprof handler) only when its
+// seconds parameter asks for a window of at most limit: a positive number
+// of seconds as win reads it, or none. Otherwise 400 with a one-line
+// reason: net/http/pprof would run a profile as long as its client waits,
+// and take a malformed seconds as its default.
+func boundProfile(limit time.Duration, win window, next http.HandlerFunc) http.Handler {
+	def, fraction := win.def, win.fraction
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		raw := r.FormValue("seconds")
+		sec := def
+		if raw != "" {
+			var err error
+			if fraction {
+				sec, err = strconv.ParseFloat(raw, 64)
+			} else {
+				var n int64
+				n, err = strconv.ParseInt(raw, 10, 64)
+				sec = float64(n)
+			}
+			if err != nil || !(sec > 0) {
+				plain(w, http.StatusBadRequest, fmt.Sprintf("seconds=%q: want a positive number of seconds, at most %d (--admin-max-profile %s)", raw, int64(limit.Seconds()), limit))
+				return
+			}
+		}
+		if sec > limit.Seconds() {
+			what := fmt.Sprintf("seconds=%s", raw)
+			if raw == "" {
+				what = fmt.Sprintf("the default %g s", def)
+			}
+			plain(w, http.StatusBadRequest, fmt.Sprintf("%s: longer than --admin-max-profile %s; ask for at most %d seconds", what, limit, int64(limit.Seconds())))
+			return
+		}
+		next(w, r)
 	})
 }

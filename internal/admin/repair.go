@@ -30,6 +30,7 @@ func RepairHandler(run func(context.Context) any, state func() any) http.Handler
 				writeJSON(w, http.StatusAccepted, map[string]string{"status": "started"})
 				return
 			}
+			unboundedWrite(w) // the exchanges end by themselves; a large difference takes long
 			res := run(r.Context())
 			if res == nil {
 				return // the client went away

@@ -66,6 +66,7 @@ func SnapshotHandler(cp Checkpointer, root string, log *slog.Logger) http.Handle
 			return
 		}
 		defer running.Unlock()
+		unboundedWrite(w) // a checkpoint that copies (another filesystem) takes as long as the copy
 		start := time.Now()
 		if err := cp.Checkpoint(dir); err != nil {
 			log.Error("snapshot failed", "dir", dir, "err", err)

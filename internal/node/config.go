@@ -11,6 +11,7 @@ import (
 	"github.com/cespare/xxhash/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
 
+	"github.com/dhtkv/dhtkv/internal/admin"
 	"github.com/dhtkv/dhtkv/internal/antientropy"
 	"github.com/dhtkv/dhtkv/internal/cluster"
 	"github.com/dhtkv/dhtkv/internal/gc"
@@ -36,6 +37,11 @@ type Config struct {
 	// AdminListen is the address of pprof and /metrics (--admin-listen).
 	// The default value is empty: no admin listener.
 	AdminListen string
+	// Admin bounds what a client may make the admin listener hold
+	// (admin.Options: --admin-read-timeout, --admin-write-timeout,
+	// --admin-idle-timeout, --admin-max-profile). The default value is
+	// admin.DefaultOptions().
+	Admin admin.Options
 	// DataDir is the Pebble directory (--data-dir). The default value is
 	// ./data/node1.
 	DataDir string
@@ -320,6 +326,7 @@ type Config struct {
 func DefaultConfig() Config {
 	return Config{
 		Listen:                   "127.0.0.1:8080",
+		Admin:                    admin.DefaultOptions(),
 		DataDir:                  "./data/node1",
 		CacheBytes:               64 << 20,
 		Store:                    store.DefaultOptions(),
@@ -393,7 +400,7 @@ func (cfg *Config) Validate() error {
 	case cfg.GC.Rate < 0:
 		return fmt.Errorf("--gc-rate %d must not be negative", cfg.GC.Rate)
 	}
-	for _, v := range []interface{ Validate() error }{&cfg.Store, &cfg.Probe, &cfg.Coordinator, &cfg.Handoff, &cfg.AntiEntropy, &cfg.AccessLog, &cfg.Move, &cfg.Membership, &cfg.Pace, &cfg.MapLog, &cfg.Settle} {
+	for _, v := range []interface{ Validate() error }{&cfg.Admin, &cfg.Store, &cfg.Probe, &cfg.Coordinator, &cfg.Handoff, &cfg.AntiEntropy, &cfg.AccessLog, &cfg.Move, &cfg.Membership, &cfg.Pace, &cfg.MapLog, &cfg.Settle} {
 		if err := v.Validate(); err != nil {
 			return err
 		}

@@ -14,6 +14,7 @@ func (cfg *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&cfg.Listen, "listen", cfg.Listen, "public API address `host:port`")
 	fs.StringVar(&cfg.DataDir, "data-dir", cfg.DataDir, "Pebble data `directory`")
 	fs.StringVar(&cfg.AdminListen, "admin-listen", cfg.AdminListen, "admin `host:port` for /debug/pprof/, /metrics, /livez, /readyz, /repair, /snapshot, /cluster and /log-level (off when empty; non-loopback needs --client-tokens)")
+	cfg.Admin.RegisterFlags(fs)
 	sizeflag.Var(fs, &cfg.CacheBytes, "cache-bytes", "read cache capacity, a `size` (64MiB, 1GB, bytes; 0 disables the cache)")
 	cfg.Store.RegisterFlags(fs)
 	fs.Float64Var(&cfg.MemTableSpread, "memtable-spread", cfg.MemTableSpread, "each node's memtable is --memtable-bytes times a factor within ±this fraction, fixed per node by its URL, so that replicas do not flush and compact in the same second (0: all the same)")

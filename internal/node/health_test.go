@@ -1,10 +1,12 @@
 package node_test
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -182,4 +184,36 @@ func TestNotReadyWithoutQuorum(t *testing.T) {
 	c.StartNode(b)
 	require.Eventually(t, func() bool { return c.Node(a).Ready() == nil }, 20*time.Second, 20*time.Millisecond,
 		"ready again with one peer back")
+}
+
+// The admin listener takes the node's --admin-* settings: an idle
+// keep-alive connection is closed after --admin-idle-timeout, and a
+// profile longer than --admin-max-profile is refused.
+func TestAdminPortBounds(t *testing.T) {
+	const idle = 300 * time.Millisecond
+	c, _ := testcluster.Single(t, func(_ int, cfg *node.Config) {
+		cfg.AdminListen = "127.0.0.1:0"
+		cfg.Admin.IdleTimeout, cfg.Admin.MaxProfile = idle, 2*time.Second
+	})
+	admin := c.Node(0).AdminAddr()
+	code, body := probe(admin, "/debug/pprof/profile?seconds=3")
+	require.Equal(t, http.StatusBadRequest, code)
+	require.Equal(t, "seconds=3: longer than --admin-max-profile 2s; ask for at most 2 seconds\n", body)
+
+	conn, err := net.Dial("tcp", admin)
+	require.NoError(t, err)
+	defer conn.Close()
+	_, err = io.WriteString(conn, "GET /livez HTTP/1.1\r\nHost: admin\r\n\r\n")
+	require.NoError(t, err)
+	r := bufio.NewReader(conn)
+	resp, err := http.ReadResponse(r, nil)
+	require.NoError(t, err)
+	_, err = io.Copy(io.Discard, resp.Body)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	start := time.Now()
+	require.NoError(t, conn.SetReadDeadline(start.Add(5*time.Second)))
+	_, err = r.ReadByte()
+	require.ErrorIs(t, err, io.EOF, "closed by the server, before the deadline")
+	require.GreaterOrEqual(t, time.Since(start), idle*3/4, "after the idle timeout, not at once")
 }

@@ -390,9 +390,9 @@ func (n *Node) Serve() error {
 	if n.adminLn != nil {
 		mux := admin.Mux(admin.Parts{
 			Registry: n.registry, Ready: n.Ready, AntiEntropy: n.ae, Checkpointer: n.checkpointer(),
-			Cluster: n.members.Handler(n.admissible), SnapshotDir: cfg.SnapshotDir, Tokens: n.tokens, LogLevel: cfg.LogLevel, Log: n.log,
+			Cluster: n.members.Handler(n.admissible), SnapshotDir: cfg.SnapshotDir, Tokens: n.tokens, LogLevel: cfg.LogLevel, Log: n.log, MaxProfile: cfg.Admin.MaxProfile,
 		})
-		n.adminSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		n.adminSrv = admin.NewServer(mux, cfg.Admin)
 		go func() {
 			if err := n.adminSrv.Serve(n.adminLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				n.log.Error("admin listener", "err", err)
