@@ -29,17 +29,19 @@ import (
 //     node whose /readyz answers 200.
 //
 // A CPU profile, a trace or a delta profile (?seconds=N) longer than
-// maxProfile (0: DefaultOptions') is refused with 400 (boundProfile).
+// maxProfile (0: DefaultOptions') is refused with 400 (boundProfile); a
+// CPU profile or a trace asked for while one is taken, with 409
+// (exclusive).
 func Handler(reg *prometheus.Registry, ready func() error, maxProfile time.Duration) http.Handler {
 	if maxProfile <= 0 {
 		maxProfile = DefaultOptions().MaxProfile
 	}
 	mux := newMux()
-	mux.Handle("/debug/pprof/", boundProfile(maxProfile, deltaWindow, pprof.Index)) // heap, allocs, goroutine, mutex, block, ...
+	mux.Handle("/debug/pprof/", boundProfile(maxProfile, deltaWindow, http.HandlerFunc(pprof.Index))) // heap, allocs, goroutine, mutex, block, ...
 	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
-	mux.Handle("/debug/pprof/profile", boundProfile(maxProfile, cpuWindow, pprof.Profile))
+	mux.Handle("/debug/pprof/profile", boundProfile(maxProfile, cpuWindow, exclusive(&cpuProfiling, cpuBusy, pprof.Profile)))
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-	mux.Handle("/debug/pprof/trace", boundProfile(maxProfile, traceWindow, pprof.Trace))
+	mux.Handle("/debug/pprof/trace", boundProfile(maxProfile, traceWindow, exclusive(&tracing, traceBusy, pprof.Trace)))
 	mux.Handle("/debug/pprof/rates", ProfileRatesHandler())
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	mux.HandleFunc("GET /livez", func(w http.ResponseWriter, _ *http.Request) {

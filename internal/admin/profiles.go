@@ -100,7 +100,7 @@ type window struct {
 // of seconds as win reads it, or none. Otherwise 400 with a one-line
 // reason: net/http/pprof would run a profile as long as its client waits,
 // and take a malformed seconds as its default.
-func boundProfile(limit time.Duration, win window, next http.HandlerFunc) http.Handler {
+func boundProfile(limit time.Duration, win window, next http.Handler) http.Handler {
 	def, fraction := win.def, win.fraction
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		raw := r.FormValue("seconds")
@@ -127,6 +127,31 @@ func boundProfile(limit time.Duration, win window, next http.HandlerFunc) http.H
 			plain(w, http.StatusBadRequest, fmt.Sprintf("%s: longer than --admin-max-profile %s; ask for at most %d seconds", what, limit, int64(limit.Seconds())))
 			return
 		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// cpuProfiling and tracing are held while a CPU profile or an execution
+// trace is taken: the runtime takes one of each at a time, for the whole
+// process (the nodes of an in-process test cluster share them).
+var cpuProfiling, tracing sync.Mutex
+
+// The one-line reasons of a 409 from exclusive.
+const (
+	cpuBusy   = "a CPU profile is being taken: try again when it ends"
+	traceBusy = "an execution trace is being taken: try again when it ends"
+)
+
+// exclusive serves next (pprof.Profile or pprof.Trace) while it holds
+// mu, and answers 409 with busy when another request holds it:
+// net/http/pprof would answer 500 ("cpu profiling already in use").
+func exclusive(mu *sync.Mutex, busy string, next http.HandlerFunc) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !mu.TryLock() {
+			plain(w, http.StatusConflict, busy)
+			return
+		}
+		defer mu.Unlock()
 		next(w, r)
 	})
 }
