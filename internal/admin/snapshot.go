@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode"
 
 	"github.com/dhtkv/dhtkv/client"
 )
@@ -38,8 +39,9 @@ type Checkpointer interface {
 // symbolic link, so that whoever may ask for a snapshot writes nowhere
 // else on the node's disk (snapshotTarget). The checkpoint creates the
 // missing directories between root and PATH, root included (0700 under
-// the node's umask). The answers: 200 and the JSON; 400 for a missing dir or
-// one that breaks those rules; 409 when dir exists or another snapshot is
+// the node's umask). The answers: 200 and the JSON; 400 for a missing dir,
+// one with a control character or one that breaks those rules, another
+// parameter or a malformed query; 409 when dir exists or another snapshot is
 // running (one at a time: each pins the store's files while it copies);
 // 405 for another method; 501 when cp is nil (the node's store cannot
 // checkpoint); 500 when the checkpoint failed (nothing is left in dir).
@@ -52,7 +54,12 @@ func SnapshotHandler(cp Checkpointer, root string, log *slog.Logger) http.Handle
 			plain(w, http.StatusMethodNotAllowed, "method not allowed: use POST")
 			return
 		}
-		dir, code, why := snapshotTarget(root, r.URL.Query().Get("dir"))
+		q, err := query(r, "dir=PATH, the new directory to write the snapshot to", "dir")
+		if err != nil {
+			plain(w, http.StatusBadRequest, err.Error())
+			return
+		}
+		dir, code, why := snapshotTarget(root, q.Get("dir"))
 		switch {
 		case why != "":
 			plain(w, code, why)
@@ -68,13 +75,13 @@ func SnapshotHandler(cp Checkpointer, root string, log *slog.Logger) http.Handle
 		defer running.Unlock()
 		unboundedWrite(w) // a checkpoint that copies (another filesystem) takes as long as the copy
 		start := time.Now()
-		if err := cp.Checkpoint(dir); err != nil {
+		if err = cp.Checkpoint(dir); err != nil {
 			log.Error("snapshot failed", "dir", dir, "err", err)
 			plain(w, http.StatusInternalServerError, "snapshot failed: "+err.Error())
 			return
 		}
 		s := client.Snapshot{Dir: dir, DurationSeconds: time.Since(start).Seconds()}
-		err := filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
+		err = filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
 			if err != nil || d.IsDir() {
 				return err
 			}
@@ -88,7 +95,7 @@ func SnapshotHandler(cp Checkpointer, root string, log *slog.Logger) http.Handle
 		})
 		if err != nil {
 			log.Error("snapshot written, but not readable", "dir", dir, "err", err)
-			plain(w, http.StatusInternalServerError, "snapshot written to "+dir+", but reading it back failed: "+err.Error())
+			plain(w, http.StatusInternalServerError, fmt.Sprintf("snapshot written to %q, but reading it back failed: %v", dir, err))
 			return
 		}
 		log.Info("snapshot written", "dir", dir, "files", s.Files, "bytes", s.Bytes, "duration", time.Since(start))
@@ -97,18 +104,24 @@ func SnapshotHandler(cp Checkpointer, root string, log *slog.Logger) http.Handle
 }
 
 // snapshotTarget is the directory a snapshot request's dir names inside
-// root, or the status and one-line reason it is refused with. root is
-// absolute and clean; it need not exist yet.
+// root, or the status and one-line reason it is refused with; a reason
+// quotes dir and the paths made from it (%q), so that what a client sent
+// cannot break the line. root is absolute and clean; it need not exist
+// yet. A dir with a control character is refused first: no directory
+// worth a snapshot is named so.
 //
 // The checks are made on the path as it is on disk now. Between them and
 // the checkpoint, only a process that can write inside root (the node's
 // own user: root is 0700) could put a symbolic link in the way.
 func snapshotTarget(root, dir string) (target string, code int, why string) {
 	bad := func(format string, args ...any) (string, int, string) {
-		return "", http.StatusBadRequest, "dir " + dir + ": " + fmt.Sprintf(format, args...)
+		return "", http.StatusBadRequest, fmt.Sprintf("dir %q: ", dir) + fmt.Sprintf(format, args...)
 	}
 	if dir == "" {
 		return "", http.StatusBadRequest, "missing dir parameter: the new directory to write the snapshot to, inside --snapshot-dir " + root
+	}
+	if strings.ContainsFunc(dir, unicode.IsControl) {
+		return bad("contains a control character: name a directory inside --snapshot-dir %s", root)
 	}
 	if slices.Contains(strings.Split(filepath.ToSlash(dir), "/"), "..") {
 		return bad("must not contain ..: snapshots stay inside --snapshot-dir %s", root)
@@ -137,11 +150,11 @@ func snapshotTarget(root, dir string) (target string, code int, why string) {
 		case err != nil:
 			return bad("%v", err)
 		case info.Mode()&fs.ModeSymlink != 0:
-			return bad("%s is a symbolic link: snapshots stay inside --snapshot-dir %s", at, root)
+			return bad("%q is a symbolic link: snapshots stay inside --snapshot-dir %s", at, root)
 		case i == len(parts)-1:
-			return "", http.StatusConflict, "dir " + dir + " already exists: a snapshot goes to a new directory"
+			return "", http.StatusConflict, fmt.Sprintf("dir %q already exists: a snapshot goes to a new directory", dir)
 		case !info.IsDir():
-			return bad("%s is not a directory", at)
+			return bad("%q is not a directory", at)
 		}
 	}
 	return target, 0, "" // not reached: the last part exists or not

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"unicode"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/stretchr/testify/assert"
@@ -124,11 +125,16 @@ func TestSnapshotHandler(t *testing.T) {
 		{"relative .. deeper", http.MethodPost, esc("backups/../../x"), pebbleCheckpointer{db}, 400, "must not contain .."},
 		{".. that stays inside", http.MethodPost, esc("backups/../x"), pebbleCheckpointer{db}, 400, "must not contain .."},
 		{"absolute ..", http.MethodPost, esc(base + "/../x"), pebbleCheckpointer{db}, 400, "must not contain .."},
-		{"through a link out", http.MethodPost, esc("out/x"), pebbleCheckpointer{db}, 400, filepath.Join(base, "out") + " is a symbolic link"},
+		{"through a link out", http.MethodPost, esc("out/x"), pebbleCheckpointer{db}, 400, fmt.Sprintf(`dir "out/x": %q is a symbolic link`, filepath.Join(base, "out"))},
 		{"a link out", http.MethodPost, esc(filepath.Join(base, "out")), pebbleCheckpointer{db}, 400, "is a symbolic link"},
 		{"through a link in", http.MethodPost, esc("in/x"), pebbleCheckpointer{db}, 400, "is a symbolic link"},
-		{"through a file", http.MethodPost, esc("file/x"), pebbleCheckpointer{db}, 400, filepath.Join(base, "file") + " is not a directory"},
-		{"existing dir", http.MethodPost, esc(existing), pebbleCheckpointer{db}, 409, "already exists"},
+		{"through a file", http.MethodPost, esc("file/x"), pebbleCheckpointer{db}, 400, fmt.Sprintf("%q is not a directory", filepath.Join(base, "file"))},
+		{"a NUL", http.MethodPost, "dir=%00", pebbleCheckpointer{db}, 400, `dir "\x00": contains a control character: name a directory inside --snapshot-dir ` + base},
+		{"a newline", http.MethodPost, esc("a\nb"), pebbleCheckpointer{db}, 400, `dir "a\nb": contains a control character`},
+		{"an escape sequence", http.MethodPost, esc("x\x1b[2J"), pebbleCheckpointer{db}, 400, `dir "x\x1b[2J": contains a control character`},
+		{"unknown parameter", http.MethodPost, esc("new") + "&force=1", pebbleCheckpointer{db}, 400, `unknown parameter "force": dir=PATH, the new directory to write the snapshot to`},
+		{"malformed query", http.MethodPost, "dir=%zz", pebbleCheckpointer{db}, 400, `malformed query: invalid URL escape "%zz"`},
+		{"existing dir", http.MethodPost, esc(existing), pebbleCheckpointer{db}, 409, fmt.Sprintf("dir %q already exists", existing)},
 		{"existing dir, relative", http.MethodPost, esc("existing"), pebbleCheckpointer{db}, 409, "already exists"},
 		{"the last snapshot's dir", http.MethodPost, esc(dir), pebbleCheckpointer{db}, 409, "already exists"},
 		{"a store that cannot checkpoint", http.MethodPost, esc(filepath.Join(base, "y")), nil, 501, "cannot make snapshots"},
@@ -141,6 +147,7 @@ func TestSnapshotHandler(t *testing.T) {
 		assert.Equal(t, tc.code, code, "%s: %s", tc.name, body)
 		assert.Contains(t, body, tc.reason, tc.name)
 		assert.Equal(t, 1, strings.Count(body, "\n"), "%s: one line", tc.name)
+		assert.False(t, strings.ContainsFunc(strings.TrimSuffix(body, "\n"), unicode.IsControl), "%s: no control character: %q", tc.name, body)
 	}
 	entries, err := os.ReadDir(outside)
 	require.NoError(t, err)
@@ -149,6 +156,8 @@ func TestSnapshotHandler(t *testing.T) {
 	assert.ErrorIs(t, err, os.ErrNotExist)
 	_, err = os.Stat(filepath.Join(base, "y"))
 	assert.ErrorIs(t, err, os.ErrNotExist)
+	_, err = os.Stat(filepath.Join(base, "new"))
+	assert.ErrorIs(t, err, os.ErrNotExist, "a refused request writes nothing")
 }
 
 // TestSnapshotOneAtATime: while a checkpoint runs, another request is

@@ -1,6 +1,7 @@
 package httpapi_test
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -51,4 +52,40 @@ func TestEntityQueryStrict(t *testing.T) {
 	code, body := cl.Get(t, base, "%A€", 0, 0)
 	require.Equal(t, 200, code, "%%25%%41%%e2%%82%%AC decodes to %%A€")
 	require.Equal(t, "v", string(body))
+}
+
+// /v0/status is as strict as the entity endpoints: verbose alone or a
+// boolean, no other parameter, each refusal a 400 with a one-line reason.
+func TestStatusQueryStrict(t *testing.T) {
+	_, base := testcluster.Single(t)
+	cl := testcluster.NewClient(t)
+	const plain, verbose = "OK\n", "{"
+	for _, c := range []struct {
+		name, method, query string
+		code                int
+		want                string // the body's start: plain, verbose, or the reason
+	}{
+		{"none", "GET", "", 200, plain},
+		{"verbose alone", "GET", "verbose", 200, verbose},
+		{"verbose empty", "GET", "verbose=", 200, verbose},
+		{"verbose=1", "GET", "verbose=1", 200, verbose},
+		{"verbose=true", "GET", "verbose=true", 200, verbose},
+		{"verbose=TRUE", "GET", "verbose=TRUE", 200, verbose},
+		{"verbose=0", "GET", "verbose=0", 200, plain},
+		{"verbose=false", "GET", "verbose=false", 200, plain},
+		{"escaped name", "GET", "%76erbose", 200, verbose}, // %76 is v
+		{"unknown", "GET", "foo", 400, `unknown parameter "foo": the parameters are verbose`},
+		{"unknown beside verbose", "GET", "verbose&foo=1", 400, `unknown parameter "foo"`},
+		{"unknown on HEAD", "HEAD", "foo", 400, ""},
+		{"not a boolean", "GET", "verbose=garbage", 400, `verbose="garbage": want true or false (1 or 0; the name alone is true)`},
+		{"a control character", "GET", "verbose=%00", 400, `verbose="\x00": want true or false`},
+		{"bad escape", "GET", "verbose=%zz", 400, `bad percent-encoding in "verbose": "%zz"`},
+	} {
+		code, body := cl.Do(t, c.method, base+"/v0/status?"+c.query, nil)
+		assert.Equal(t, c.code, code, "%s: %q", c.name, body)
+		assert.True(t, strings.HasPrefix(string(body), c.want), "%s: %q", c.name, body)
+		if code == 400 && c.method == "GET" {
+			assert.Equal(t, 1, strings.Count(string(body), "\n"), "%s: one line: %q", c.name, body)
+		}
+	}
 }

@@ -44,17 +44,28 @@ type DiskStatus interface {
 
 // status serves GET /v0/status. Plain, it is the course's contract: 200
 // and "OK", then one "warning: ..." line per thing an operator must know
-// (Status.Warnings). With the verbose parameter (any value, or
-// none) it is 200 and the node's client.Status as JSON. Either way it
-// answers 200 while the node serves: readiness is the admin port's
-// /readyz.
+// (Status.Warnings). With verbose (alone, or true: parseFlag) it is 200
+// and the node's client.Status as JSON. Either way it answers 200 while
+// the node serves: readiness is the admin port's /readyz. Another
+// parameter, or a verbose that is not a boolean, is 400 with a one-line
+// reason, as on the entity endpoints.
 func (s *Server) status(ctx *fasthttp.RequestCtx) {
 	if !ctx.IsGet() && !ctx.IsHead() {
 		methodNotAllowed(ctx, "GET, HEAD")
 		return
 	}
+	args := ctx.QueryArgs()
+	if aerr := checkQuery(ctx.URI().QueryString(), args, "verbose"); aerr != nil {
+		fail(ctx, aerr)
+		return
+	}
+	verbose, aerr := parseFlag(args, "verbose")
+	if aerr != nil {
+		fail(ctx, aerr)
+		return
+	}
 	warnings := s.Status.Warnings()
-	if !ctx.QueryArgs().Has("verbose") {
+	if !verbose {
 		ctx.SetBodyString("OK\n")
 		for _, w := range warnings {
 			ctx.Response.AppendBodyString("warning: " + w + "\n")
