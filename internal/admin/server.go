@@ -36,11 +36,18 @@ type Options struct {
 	// default), and loadtest/pinned.sh's, a third of HOLD (20 s by
 	// default).
 	MaxProfile time.Duration
+	// MaxConnections is how many connections the admin port holds open at
+	// once; one more is answered 503 and closed (--admin-max-connections;
+	// default 64, 0: the default). Each holds a descriptor, which the
+	// public port's default cap (--max-connections 0) leaves to Pebble,
+	// the process and the admin port together: the default fits in that
+	// reserve (node.reservedFiles). The node applies it (node.Serve).
+	MaxConnections int
 }
 
 // DefaultOptions returns the defaults Options documents.
 func DefaultOptions() Options {
-	return Options{ReadTimeout: 10 * time.Second, WriteTimeout: time.Minute, IdleTimeout: time.Minute, MaxProfile: 10 * time.Minute}
+	return Options{ReadTimeout: 10 * time.Second, WriteTimeout: time.Minute, IdleTimeout: time.Minute, MaxProfile: 10 * time.Minute, MaxConnections: 64}
 }
 
 // RegisterFlags defines the options' flags, with their current values as
@@ -50,9 +57,11 @@ func (o *Options) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&o.WriteTimeout, "admin-write-timeout", o.WriteTimeout, "time to answer a request on the admin port, a profile's seconds added; POST /repair and /snapshot are not bounded by it (0: the default)")
 	fs.DurationVar(&o.IdleTimeout, "admin-idle-timeout", o.IdleTimeout, "how long an idle keep-alive connection to the admin port stays open (0: the default)")
 	fs.DurationVar(&o.MaxProfile, "admin-max-profile", o.MaxProfile, "longest CPU profile, trace or delta profile (/debug/pprof/...?seconds=N) the admin port takes; longer, 400 (0: the default)")
+	fs.IntVar(&o.MaxConnections, "admin-max-connections", o.MaxConnections, "most `connections` open at once to the admin port; beyond, 503 and closed (0: the default)")
 }
 
-// Validate refuses negative durations and a MaxProfile under a second.
+// Validate refuses negative durations and caps, and a MaxProfile under a
+// second.
 func (o *Options) Validate() error {
 	for _, f := range []struct {
 		name string
@@ -61,6 +70,9 @@ func (o *Options) Validate() error {
 		if f.d < 0 {
 			return fmt.Errorf("%s %v: must not be negative (0: the default)", f.name, f.d)
 		}
+	}
+	if o.MaxConnections < 0 {
+		return fmt.Errorf("--admin-max-connections %d: must not be negative (0: the default)", o.MaxConnections)
 	}
 	if o.MaxProfile > 0 && o.MaxProfile < time.Second {
 		return fmt.Errorf("--admin-max-profile %v: at least 1s, profiles are taken in whole seconds (0: the default)", o.MaxProfile)
@@ -82,6 +94,9 @@ func (o *Options) EnsureDefaults() {
 	}
 	if o.MaxProfile <= 0 {
 		o.MaxProfile = d.MaxProfile
+	}
+	if o.MaxConnections <= 0 {
+		o.MaxConnections = d.MaxConnections
 	}
 }
 

@@ -187,13 +187,15 @@ func TestNotReadyWithoutQuorum(t *testing.T) {
 }
 
 // The admin listener takes the node's --admin-* settings: an idle
-// keep-alive connection is closed after --admin-idle-timeout, and a
-// profile longer than --admin-max-profile is refused.
+// keep-alive connection is closed after --admin-idle-timeout, a profile
+// longer than --admin-max-profile is refused, and a connection beyond
+// --admin-max-connections is answered 503 and closed until one of those
+// open closes.
 func TestAdminPortBounds(t *testing.T) {
 	const idle = 300 * time.Millisecond
 	c, _ := testcluster.Single(t, func(_ int, cfg *node.Config) {
 		cfg.AdminListen = "127.0.0.1:0"
-		cfg.Admin.IdleTimeout, cfg.Admin.MaxProfile = idle, 2*time.Second
+		cfg.Admin.IdleTimeout, cfg.Admin.MaxProfile, cfg.Admin.MaxConnections = idle, 2*time.Second, 2
 	})
 	admin := c.Node(0).AdminAddr()
 	code, body := probe(admin, "/debug/pprof/profile?seconds=3")
@@ -216,4 +218,33 @@ func TestAdminPortBounds(t *testing.T) {
 	_, err = r.ReadByte()
 	require.ErrorIs(t, err, io.EOF, "closed by the server, before the deadline")
 	require.GreaterOrEqual(t, time.Since(start), idle*3/4, "after the idle timeout, not at once")
+
+	// Two connections held open (each sends half a request line); the
+	// third is refused, and taken once one of the two closes. The
+	// connections of the requests above close first (idle timeout).
+	http.DefaultClient.CloseIdleConnections()
+	require.Eventually(t, func() bool { return c.Metric(t, 0, "dhtkv_admin_connections_open") == 0 }, 5*time.Second, 5*time.Millisecond)
+	held := make([]net.Conn, 2)
+	for i := range held {
+		held[i], err = net.Dial("tcp", admin)
+		require.NoError(t, err)
+		defer held[i].Close()
+		_, err = io.WriteString(held[i], "GET /liv")
+		require.NoError(t, err)
+	}
+	require.Eventually(t, func() bool { return c.Metric(t, 0, "dhtkv_admin_connections_open") == 2 }, 5*time.Second, 5*time.Millisecond)
+	third, err := net.Dial("tcp", admin)
+	require.NoError(t, err)
+	defer third.Close()
+	require.NoError(t, third.SetReadDeadline(time.Now().Add(5*time.Second)))
+	answer, err := io.ReadAll(third)
+	require.NoError(t, err)
+	require.Contains(t, string(answer), "HTTP/1.1 503 Service Unavailable")
+	require.Contains(t, string(answer), "too many connections to this node's admin port (--admin-max-connections)")
+	require.Equal(t, 1.0, c.Metric(t, 0, "dhtkv_admin_connections_refused_total", "reason", "max_connections"))
+	require.NoError(t, held[0].Close())
+	require.Eventually(t, func() bool {
+		code, _ := probe(admin, "/livez")
+		return code == http.StatusOK
+	}, 5*time.Second, 5*time.Millisecond, "served again once a connection closed")
 }

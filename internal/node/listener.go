@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -40,6 +41,28 @@ var refusals = map[string][]byte{
 	refusedPerIP: refusal(429, "Too Many Requests", "too many connections from your address (--max-connections-per-ip)"),
 }
 
+// listenerKind names what a limitListener serves: its metrics' prefix and
+// the answers to the connections it refuses.
+type listenerKind struct {
+	prefix   string // of the metrics' names: dhtkv_<prefix>connections_open ...
+	what     string // in their help: "Client connections" ...
+	capFlag  string // what sets the cap, in its help
+	refusals map[string][]byte
+}
+
+var (
+	// publicListener is the client and peer port's (--max-connections,
+	// --max-connections-per-ip).
+	publicListener = listenerKind{what: "Client connections", capFlag: "--max-connections, or the one derived from the descriptor limit", refusals: refusals}
+	// adminListener is the admin port's (--admin-max-connections; no
+	// per-address cap): its probes and /metrics need no token, and each
+	// connection holds a descriptor, which the cap on the public port
+	// leaves to Pebble (reservedFiles).
+	adminListener = listenerKind{prefix: "admin_", what: "Admin port connections", capFlag: "--admin-max-connections", refusals: map[string][]byte{
+		refusedMax: refusal(503, "Service Unavailable", "too many connections to this node's admin port (--admin-max-connections)"),
+	}}
+)
+
 func refusal(code int, text, reason string) []byte {
 	return fmt.Appendf(nil, "HTTP/1.1 %d %s\r\nConnection: close\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: %d\r\n\r\n%s\n",
 		code, text, len(reason)+1, reason)
@@ -66,7 +89,8 @@ const (
 	// reservedFiles is Pebble's and the process's own: Pebble keeps at
 	// most MaxOpenFiles (1000, its default, which store.Options leaves as
 	// it is) tables open, plus its WAL, MANIFEST, LOCK and OPTIONS files;
-	// then the listeners, the admin listener's connections, stdio.
+	// then the listeners, the admin listener's connections (at most
+	// --admin-max-connections, 64 by default), stdio.
 	reservedFiles = 1088
 	// reservedPerPeerStreams is, per other node, room for the range and
 	// rebuild streams opened to it on top of rpc.Peer's pooled
@@ -102,6 +126,7 @@ func DefaultMaxConnections(nofile uint64, clusterSize, peerConns int) int {
 // leaves the map at 0), so both always fall back once clients close.
 type limitListener struct {
 	net.Listener
+	kind      listenerKind
 	maxConns  int
 	perIP     int
 	silent    bool // close refused connections without an answer (TLS)
@@ -131,34 +156,48 @@ type listenerMetrics struct {
 // is closed without the plain-text answer, which a TLS client would only
 // see as a malformed record; it then fails its handshake on the close.
 func newLimitListener(inner net.Listener, maxConns, perIP int, tlsAbove bool, reg prometheus.Registerer, log *slog.Logger) *limitListener {
+	return newKindListener(publicListener, inner, maxConns, perIP, tlsAbove, reg, log)
+}
+
+// newAdminLimitListener wraps the admin listener: at most maxConns
+// connections at once (0: no cap), plain HTTP.
+func newAdminLimitListener(inner net.Listener, maxConns int, reg prometheus.Registerer, log *slog.Logger) *limitListener {
+	return newKindListener(adminListener, inner, maxConns, 0, false, reg, log)
+}
+
+func newKindListener(kind listenerKind, inner net.Listener, maxConns, perIP int, tlsAbove bool, reg prometheus.Registerer, log *slog.Logger) *limitListener {
+	name := func(n string) string { return "dhtkv_" + kind.prefix + n }
 	l := &limitListener{
-		Listener: inner, maxConns: maxConns, perIP: perIP, silent: tlsAbove, log: log,
+		Listener: inner, kind: kind, maxConns: maxConns, perIP: perIP, silent: tlsAbove, log: log,
 		done: make(chan struct{}), byIP: map[netip.Addr]int{},
 		instr: listenerMetrics{
 			refused: prometheus.NewCounterVec(prometheus.CounterOpts{
-				Name: "dhtkv_connections_refused_total",
-				Help: "Client connections closed at accept because a connection cap was reached, by cap.",
+				Name: name("connections_refused_total"),
+				Help: kind.what + " closed at accept because a connection cap was reached, by cap.",
 			}, []string{"reason"}),
 			retries: prometheus.NewCounter(prometheus.CounterOpts{
-				Name: "dhtkv_accept_retries_total",
+				Name: name("accept_retries_total"),
 				Help: "Accepts that failed for lack of descriptors or memory and were retried after a wait.",
 			}),
 		},
 	}
-	for _, reason := range []string{refusedMax, refusedPerIP} {
+	for reason := range kind.refusals {
 		l.instr.refused.WithLabelValues(reason) // exported at 0 before the first refusal
 	}
 	if reg != nil {
 		reg.MustRegister(l.instr.refused, l.instr.retries, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "dhtkv_connections_open",
-			Help: "Client connections accepted on the public listener and not yet closed.",
+			Name: name("connections_open"),
+			Help: kind.what + " accepted and not yet closed.",
 		}, func() float64 { return float64(l.Open()) }), prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "dhtkv_connections_max",
-			Help: "The cap on client connections open at once (--max-connections, or the one derived from the descriptor limit); 0: no cap.",
-		}, func() float64 { return float64(l.maxConns) }), prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "dhtkv_connections_per_ip_max",
-			Help: "The cap on connections open at once from one address (--max-connections-per-ip); 0: no cap.",
-		}, func() float64 { return float64(l.perIP) }))
+			Name: name("connections_max"),
+			Help: "The cap on " + strings.ToLower(kind.what) + " open at once (" + kind.capFlag + "); 0: no cap.",
+		}, func() float64 { return float64(l.maxConns) }))
+		if kind.refusals[refusedPerIP] != nil {
+			reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+				Name: name("connections_per_ip_max"),
+				Help: "The cap on connections open at once from one address (--max-connections-per-ip); 0: no cap.",
+			}, func() float64 { return float64(l.perIP) }))
+		}
 	}
 	return l
 }
@@ -196,7 +235,7 @@ func (l *limitListener) Accept() (net.Conn, error) {
 			l.instr.refused.WithLabelValues(reason).Inc()
 			if !l.silent {
 				_ = c.SetWriteDeadline(time.Now().Add(refuseWriteTimeout))
-				_, _ = c.Write(refusals[reason])
+				_, _ = c.Write(l.kind.refusals[reason])
 			}
 			_ = c.Close()
 			continue

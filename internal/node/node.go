@@ -388,6 +388,9 @@ func (n *Node) Serve() error {
 		}
 	}
 	if n.adminLn != nil {
+		ao := cfg.Admin
+		ao.EnsureDefaults()
+		n.adminLn = newAdminLimitListener(n.adminLn, ao.MaxConnections, n.registry, n.log)
 		mux := admin.Mux(admin.Parts{
 			Registry: n.registry, Ready: n.Ready, AntiEntropy: n.ae, Checkpointer: n.checkpointer(),
 			Cluster: n.members.Handler(n.admissible), SnapshotDir: cfg.SnapshotDir, Tokens: n.tokens, LogLevel: cfg.LogLevel, Log: n.log, MaxProfile: cfg.Admin.MaxProfile,
