@@ -28,12 +28,10 @@ func LogLevelHandler(level *slog.LevelVar, log *slog.Logger) http.Handler {
 		switch r.Method {
 		case http.MethodGet, http.MethodHead:
 		case http.MethodPut:
-			q := r.URL.Query()
-			for name := range q {
-				if name != "level" {
-					plain(w, http.StatusBadRequest, fmt.Sprintf("unknown parameter %q: level=debug|info|warn|error", name))
-					return
-				}
+			q, err := query(r, "level=debug|info|warn|error", "level")
+			if err != nil {
+				plain(w, http.StatusBadRequest, err.Error())
+				return
 			}
 			if !q.Has("level") {
 				plain(w, http.StatusBadRequest, "missing level parameter: level=debug|info|warn|error")

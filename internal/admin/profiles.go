@@ -33,12 +33,10 @@ func ProfileRatesHandler() http.Handler {
 		switch r.Method {
 		case http.MethodGet:
 		case http.MethodPost:
-			q := r.URL.Query()
-			for name := range q {
-				if name != "mutex" && name != "block" {
-					plain(w, http.StatusBadRequest, fmt.Sprintf("unknown parameter %q: mutex=N, block=NS", name))
-					return
-				}
+			q, err := query(r, "mutex=N, block=NS", "mutex", "block")
+			if err != nil {
+				plain(w, http.StatusBadRequest, err.Error())
+				return
 			}
 			rate := func(name string) (int, bool, error) {
 				if !q.Has(name) {
