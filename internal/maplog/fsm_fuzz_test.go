@@ -29,6 +29,8 @@ import (
 //     not counted dead acknowledged it (and, in the stream stage,
 //     reported its copy);
 //   - a request sent again is answered as the first was;
+//   - the rules in force never go down (acknowledgements of older
+//     releases included);
 //   - the state survives a snapshot.
 //
 // Each command takes four bytes: the operation, a node (a member by
@@ -124,6 +126,9 @@ func command(s *State, b []byte) Command {
 	c.URL = fmt.Sprintf("http://127.0.0.1:%d", 8080+int(b[3]%8))
 	c.Addr = fmt.Sprintf("127.0.0.1:%d", 9080+int(b[3]%8))
 	c.Replicas = 1 + int(b[3]%5)
+	if c.Op == OpAck && b[3]&0x40 != 0 {
+		c.Rules = 0 // a member on a release before the rules' versions
+	}
 	if isChange(c.Op) && b[3]&0x80 != 0 {
 		c.ID = fmt.Sprintf("request-%d", b[3]&7) // a few IDs: retries and collisions
 	}
@@ -144,6 +149,9 @@ func checkStep(t *testing.T, cur, next *State, c *Command, res *Result, seeds ma
 	}
 	if res.Map != n {
 		t.Fatalf("%+v: answered with %v, the log is at %s", c, res.Map, n)
+	}
+	if next.Rules < cur.Rules || next.Rules > Rules {
+		t.Fatalf("%+v: rules %d after %d", c, next.Rules, cur.Rules)
 	}
 	for _, node := range n.Nodes {
 		s, seen := seeds[node.ID]
