@@ -1,6 +1,7 @@
 package membership
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -110,11 +111,20 @@ func (s *Service) Handler(admissible func(url string) error) http.Handler {
 }
 
 // answer replies to a change's request: 202 with its first map, 409 when
-// it was refused, 500 when this node failed to install it.
+// it was refused, 503 when the log did not answer in time (no leader: a
+// majority of its voters down or cut off, or an election that outlasted
+// the call), 500 when this node failed to install it.
+//
+// A request the log did not answer may still be applied once a leader
+// takes it, so the 503's reason says to look before asking again; asked
+// again, it is a new request, which the log refuses if the first one took.
 func answer(reply func(int, any), refuse func(int, error), m *clustermap.Map, err error) {
 	switch {
 	case errors.Is(err, ErrChangeRefused):
 		refuse(http.StatusConflict, err)
+	case errors.Is(err, context.DeadlineExceeded):
+		refuse(http.StatusServiceUnavailable, fmt.Errorf("the cluster map's log did not answer within %v: it has no leader a majority of its voters agree on "+
+			"(are they up and reachable?); the change may still be applied, see GET /cluster before asking again: %w", logCallTimeout, err))
 	case err != nil:
 		refuse(http.StatusInternalServerError, err)
 	default:
