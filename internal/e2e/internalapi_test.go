@@ -5,6 +5,7 @@ package e2e_test
 
 import (
 	"bytes"
+	"io"
 	"net/http"
 	"slices"
 	"strconv"
@@ -261,6 +262,27 @@ func TestClusterSecret(t *testing.T) {
 		code, got := internalGet(t, cl, base, "direct", secret)
 		require.Equal(t, http.StatusOK, code)
 		require.Equal(t, rec, got)
+
+		// A ping (an empty batch) with the header once, and repeated in
+		// either order: a repeated header is refused whatever it holds.
+		for _, values := range [][]string{{secret}, {secret, "wrong"}, {"wrong", secret}, {secret, secret}} {
+			req, err := http.NewRequest(http.MethodPost, base+rpc.BatchPath, nil)
+			require.NoError(t, err)
+			for _, v := range values {
+				req.Header.Add(rpc.SecretHeader, v)
+			}
+			resp, err := http.DefaultClient.Do(req)
+			require.NoError(t, err)
+			body, err := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			require.NoError(t, err)
+			if len(values) == 1 {
+				require.Equal(t, http.StatusOK, resp.StatusCode, string(body))
+				continue
+			}
+			require.Equal(t, http.StatusForbidden, resp.StatusCode, "%q", values)
+			require.Equal(t, "forbidden: the cluster secret's header is repeated\n", string(body))
+		}
 	}
 
 	for via := range 2 {

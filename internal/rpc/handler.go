@@ -56,8 +56,16 @@ func (s *Server) Accept(ctx *fasthttp.RequestCtx, path string) bool {
 		ctx.Error("forbidden: without --cluster-secret-file or --peer-tls-ca the internal endpoints answer only loopback peers\n", fasthttp.StatusForbidden)
 		return false
 	}
-	if s.Authorized(ctx.Request.Header.Peek(SecretHeader)) {
+	// One SecretHeader field, and the secret: with two, a proxy that
+	// reads the last and this node the first would disagree on whether
+	// the request was authenticated.
+	got := ctx.Request.Header.PeekAll(SecretHeader)
+	if len(got) <= 1 && s.Authorized(ctx.Request.Header.Peek(SecretHeader)) {
 		return true
+	}
+	if len(got) > 1 {
+		ctx.Error("forbidden: the cluster secret's header is repeated\n", fasthttp.StatusForbidden)
+		return false
 	}
 	ctx.Error("forbidden: missing or wrong cluster secret\n", fasthttp.StatusForbidden)
 	return false
