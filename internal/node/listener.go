@@ -41,26 +41,34 @@ var refusals = map[string][]byte{
 	refusedPerIP: refusal(429, "Too Many Requests", "too many connections from your address (--max-connections-per-ip)"),
 }
 
-// listenerKind names what a limitListener serves: its metrics' prefix and
-// the answers to the connections it refuses.
+// listenerKind names what a limitListener serves: its metrics (spelled
+// out, so that a search of the code finds each) and the answers to the
+// connections it refuses.
 type listenerKind struct {
-	prefix   string // of the metrics' names: dhtkv_<prefix>connections_open ...
-	what     string // in their help: "Client connections" ...
-	capFlag  string // what sets the cap, in its help
-	refusals map[string][]byte
+	open, max, perIPMax, refused, retries string // the metrics' names; perIPMax "": no per-address cap
+	what                                  string // in their help: "Client connections" ...
+	capFlag                               string // what sets the cap, in its help
+	refusals                              map[string][]byte
 }
 
 var (
 	// publicListener is the client and peer port's (--max-connections,
 	// --max-connections-per-ip).
-	publicListener = listenerKind{what: "Client connections", capFlag: "--max-connections, or the one derived from the descriptor limit", refusals: refusals}
+	publicListener = listenerKind{
+		open: "dhtkv_connections_open", max: "dhtkv_connections_max", perIPMax: "dhtkv_connections_per_ip_max",
+		refused: "dhtkv_connections_refused_total", retries: "dhtkv_accept_retries_total",
+		what: "Client connections", capFlag: "--max-connections, or the one derived from the descriptor limit", refusals: refusals,
+	}
 	// adminListener is the admin port's (--admin-max-connections; no
 	// per-address cap): its probes and /metrics need no token, and each
 	// connection holds a descriptor, which the cap on the public port
 	// leaves to Pebble (reservedFiles).
-	adminListener = listenerKind{prefix: "admin_", what: "Admin port connections", capFlag: "--admin-max-connections", refusals: map[string][]byte{
-		refusedMax: refusal(503, "Service Unavailable", "too many connections to this node's admin port (--admin-max-connections)"),
-	}}
+	adminListener = listenerKind{
+		open: "dhtkv_admin_connections_open", max: "dhtkv_admin_connections_max",
+		refused: "dhtkv_admin_connections_refused_total", retries: "dhtkv_admin_accept_retries_total",
+		what: "Admin port connections", capFlag: "--admin-max-connections", refusals: map[string][]byte{
+			refusedMax: refusal(503, "Service Unavailable", "too many connections to this node's admin port (--admin-max-connections)"),
+		}}
 )
 
 func refusal(code int, text, reason string) []byte {
@@ -166,17 +174,16 @@ func newAdminLimitListener(inner net.Listener, maxConns int, reg prometheus.Regi
 }
 
 func newKindListener(kind listenerKind, inner net.Listener, maxConns, perIP int, tlsAbove bool, reg prometheus.Registerer, log *slog.Logger) *limitListener {
-	name := func(n string) string { return "dhtkv_" + kind.prefix + n }
 	l := &limitListener{
 		Listener: inner, kind: kind, maxConns: maxConns, perIP: perIP, silent: tlsAbove, log: log,
 		done: make(chan struct{}), byIP: map[netip.Addr]int{},
 		instr: listenerMetrics{
 			refused: prometheus.NewCounterVec(prometheus.CounterOpts{
-				Name: name("connections_refused_total"),
+				Name: kind.refused,
 				Help: kind.what + " closed at accept because a connection cap was reached, by cap.",
 			}, []string{"reason"}),
 			retries: prometheus.NewCounter(prometheus.CounterOpts{
-				Name: name("accept_retries_total"),
+				Name: kind.retries,
 				Help: "Accepts that failed for lack of descriptors or memory and were retried after a wait.",
 			}),
 		},
@@ -186,15 +193,15 @@ func newKindListener(kind listenerKind, inner net.Listener, maxConns, perIP int,
 	}
 	if reg != nil {
 		reg.MustRegister(l.instr.refused, l.instr.retries, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: name("connections_open"),
+			Name: kind.open,
 			Help: kind.what + " accepted and not yet closed.",
 		}, func() float64 { return float64(l.Open()) }), prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: name("connections_max"),
+			Name: kind.max,
 			Help: "The cap on " + strings.ToLower(kind.what) + " open at once (" + kind.capFlag + "); 0: no cap.",
 		}, func() float64 { return float64(l.maxConns) }))
-		if kind.refusals[refusedPerIP] != nil {
+		if kind.perIPMax != "" {
 			reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-				Name: name("connections_per_ip_max"),
+				Name: kind.perIPMax,
 				Help: "The cap on connections open at once from one address (--max-connections-per-ip); 0: no cap.",
 			}, func() float64 { return float64(l.perIP) }))
 		}
