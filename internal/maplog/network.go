@@ -100,6 +100,9 @@ type Network struct {
 	// refusedLog paces their warnings.
 	refused    atomic.Int64
 	refusedLog rate.Sometimes
+	// busyLog paces the warnings of connections closed because
+	// MaxPending are handshaking already.
+	busyLog rate.Sometimes
 	// open is every connection of this network not closed yet, accepted
 	// or dialed, keyed by the TCP connection: Close closes them all.
 	// raft's transport closes neither its pooled connections nor the
@@ -173,6 +176,7 @@ func NewNetwork(ln net.Listener, advertise string, dial Dialer, auth Auth, o Opt
 	return &Network{
 		ln: ln, addr: advertised(advertise), dialer: dial, auth: auth, o: o, log: log,
 		refusedLog: rate.Sometimes{Interval: refusedLogEvery},
+		busyLog:    rate.Sometimes{Interval: refusedLogEvery},
 		conns:      make(chan net.Conn),
 		sem:        make(chan struct{}, o.MaxPending),
 		closed:     make(chan struct{}),
@@ -209,7 +213,12 @@ func (n *Network) acceptLoop() {
 		select {
 		case n.sem <- struct{}{}:
 		default:
-			n.log.Warn("maplog: too many connections handshaking; closing one", "from", c.RemoteAddr().String(), "max", n.o.MaxPending)
+			// One warning per refusedLogEvery: a burst of upgrades
+			// logged a line for each connection it closed.
+			n.busyLog.Do(func() {
+				n.log.Warn("maplog: too many connections handshaking; closing the ones beyond (one warning per 10s)",
+					"from", c.RemoteAddr().String(), "max", n.o.MaxPending)
+			})
 			c.Close()
 			continue
 		}
