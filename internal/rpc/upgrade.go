@@ -131,6 +131,9 @@ func (s *Server) HandleLogUpgrade(ctx *fasthttp.RequestCtx) {
 	// The connection itself (under TLS the tls.Conn): the one fasthttp
 	// hands to the hijack handler ignores Close. Nothing of ctx is kept.
 	conn := ctx.Conn()
+	// The hijack handler writes the 101 itself; the status set here is
+	// what the request metrics and the access log see.
+	ctx.SetStatusCode(fasthttp.StatusSwitchingProtocols)
 	ctx.HijackSetNoResponse(true)
 	ctx.Hijack(func(net.Conn) {
 		// The server's read and write deadlines were for the request;

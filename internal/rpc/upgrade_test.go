@@ -4,6 +4,7 @@ import (
 	"io"
 	"net"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -15,12 +16,17 @@ import (
 // serveUpgrades serves s's LogPath on an in-memory listener (whose peers
 // are not loopback TCP addresses: a secret is what lets them in) and
 // returns a dialer to it.
-func serveUpgrades(t *testing.T, s *Server) func(string, time.Duration) (net.Conn, error) {
+// serveUpgrades serves s's log upgrades on an in-memory listener, and
+// returns its dialer and the status the handler left on the last request
+// (what the request metrics see).
+func serveUpgrades(t *testing.T, s *Server) (func(string, time.Duration) (net.Conn, error), *atomic.Int64) {
 	ln := fasthttputil.NewInmemoryListener()
+	status := new(atomic.Int64)
 	srv := &fasthttp.Server{Handler: func(ctx *fasthttp.RequestCtx) {
 		if s.Accept(ctx, LogPath) {
 			s.HandleLogUpgrade(ctx)
 		}
+		status.Store(int64(ctx.Response.StatusCode()))
 	}, ReadTimeout: time.Second, WriteTimeout: time.Second}
 	done := make(chan struct{})
 	go func() { defer close(done); _ = srv.Serve(ln) }()
@@ -28,7 +34,7 @@ func serveUpgrades(t *testing.T, s *Server) func(string, time.Duration) (net.Con
 		_ = srv.Shutdown()
 		<-done
 	})
-	return func(string, time.Duration) (net.Conn, error) { return ln.Dial() }
+	return func(string, time.Duration) (net.Conn, error) { return ln.Dial() }, status
 }
 
 // The upgrade's rules: the internal endpoints' authentication, the
@@ -37,8 +43,8 @@ func serveUpgrades(t *testing.T, s *Server) func(string, time.Duration) (net.Con
 func TestLogUpgrade(t *testing.T) {
 	logConns := NewLogListener("n1:1")
 	t.Cleanup(func() { logConns.Close() })
-	dial := serveUpgrades(t, &Server{Secret: "s3cret", LogConns: logConns})
-	noLog := serveUpgrades(t, &Server{Secret: "s3cret"})
+	dial, status := serveUpgrades(t, &Server{Secret: "s3cret", LogConns: logConns})
+	noLog, _ := serveUpgrades(t, &Server{Secret: "s3cret"})
 
 	for _, tc := range []struct {
 		name   string
@@ -75,6 +81,7 @@ func TestLogUpgrade(t *testing.T) {
 			}
 			require.NoError(t, err)
 			defer c.Close()
+			require.Equal(t, int64(fasthttp.StatusSwitchingProtocols), status.Load(), "counted as the 101 it is")
 			srv, err := logConns.Accept()
 			require.NoError(t, err)
 			defer srv.Close()
