@@ -78,7 +78,7 @@ func mux(p Parts) *recordingMux {
 	mux.Handle("/snapshot", SnapshotHandler(p.Checkpointer, p.SnapshotDir, p.Log))
 	mux.Handle("/log-level", LogLevelHandler(p.LogLevel, p.Log))
 	mux.Handle("/cluster", p.Cluster)
-	mux.Handle("/cluster/", p.Cluster)
+	mux.Handle("/cluster/", unbounded(p.Cluster))
 	return mux
 }
 

@@ -83,7 +83,7 @@ func (w *signalWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 func TestOneProfileAtATime(t *testing.T) {
 	for _, tc := range []struct{ name, path, busy string }{
 		{"cpu", "/debug/pprof/profile?seconds=1", cpuBusy},
-		{"trace", "/debug/pprof/trace?seconds=0.3", traceBusy},
+		{"trace", "/debug/pprof/trace?seconds=1", traceBusy},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := Handler(prometheus.NewRegistry(), func() error { return nil }, 0)

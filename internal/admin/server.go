@@ -21,8 +21,9 @@ type Options struct {
 	// end of its answer (--admin-write-timeout; default 1 min).
 	// net/http/pprof adds a profile's or a trace's seconds to it (since
 	// Go 1.23 it no longer refuses a longer one): MaxProfile bounds
-	// those. POST /repair and POST /snapshot are not bounded by it: they
-	// answer when the exchanges or the checkpoint end, however long that
+	// those. POST /repair, POST /snapshot and the membership changes
+	// (POST /cluster/...) are not bounded by it: they answer when the
+	// exchanges, the checkpoint or the map's log end, however long that
 	// takes.
 	WriteTimeout time.Duration
 	// IdleTimeout is how long a keep-alive connection may wait for its
@@ -54,7 +55,7 @@ func DefaultOptions() Options {
 // defaults.
 func (o *Options) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&o.ReadTimeout, "admin-read-timeout", o.ReadTimeout, "time to read a whole request on the admin port (0: the default)")
-	fs.DurationVar(&o.WriteTimeout, "admin-write-timeout", o.WriteTimeout, "time to answer a request on the admin port, a profile's seconds added; POST /repair and /snapshot are not bounded by it (0: the default)")
+	fs.DurationVar(&o.WriteTimeout, "admin-write-timeout", o.WriteTimeout, "time to answer a request on the admin port, a profile's seconds added; POST /repair, /snapshot and /cluster/... are not bounded by it (0: the default)")
 	fs.DurationVar(&o.IdleTimeout, "admin-idle-timeout", o.IdleTimeout, "how long an idle keep-alive connection to the admin port stays open (0: the default)")
 	fs.DurationVar(&o.MaxProfile, "admin-max-profile", o.MaxProfile, "longest CPU profile, trace or delta profile (/debug/pprof/...?seconds=N) the admin port takes; longer, 400 (0: the default)")
 	fs.IntVar(&o.MaxConnections, "admin-max-connections", o.MaxConnections, "most `connections` open at once to the admin port; beyond, 503 and closed (0: the default)")
@@ -110,6 +111,19 @@ func (o *Options) EnsureDefaults() {
 func NewServer(h http.Handler, o Options) *http.Server {
 	o.EnsureDefaults()
 	return &http.Server{Handler: h, ReadTimeout: o.ReadTimeout, WriteTimeout: o.WriteTimeout, IdleTimeout: o.IdleTimeout}
+}
+
+// unbounded serves h's requests other than GET with unboundedWrite: a
+// membership change's answer waits for the map's log (up to a minute and
+// more when it has no leader, whose 503 says so), and an answer cut off by
+// the write timeout would hide whether the change was made.
+func unbounded(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			unboundedWrite(w)
+		}
+		h.ServeHTTP(w, r)
+	})
 }
 
 // unboundedWrite lifts the server's WriteTimeout from the answer being

@@ -208,7 +208,7 @@ func (s *Service) logMap() (*clustermap.Map, error) {
 		case <-acks:
 			acks = nil // let the log decide (a dead node never acknowledges)
 		case <-t.C:
-			return nil, fmt.Errorf("%w: this node's log holds no cluster map yet (no leader of the log reached within %v)", ErrChangeRefused, logCallTimeout)
+			return nil, fmt.Errorf("this node's log holds no cluster map yet (no leader of the log reached within %v): %w", logCallTimeout, context.DeadlineExceeded)
 		}
 	}
 }

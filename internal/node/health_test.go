@@ -217,7 +217,7 @@ func TestAdminPortBounds(t *testing.T) {
 	require.NoError(t, conn.SetReadDeadline(start.Add(5*time.Second)))
 	_, err = r.ReadByte()
 	require.ErrorIs(t, err, io.EOF, "closed by the server, before the deadline")
-	require.GreaterOrEqual(t, time.Since(start), idle*3/4, "after the idle timeout, not at once")
+	require.GreaterOrEqual(t, time.Since(start), idle/3, "after the idle timeout, not at once (its clock started before this read)")
 
 	// Two connections held open (each sends half a request line); the
 	// third is refused, and taken once one of the two closes. The
