@@ -9,8 +9,9 @@ import (
 // Response values, held until their clients read them.
 //
 // A GET's value of RawValueMinBytes or more is answered by reference
-// (setValue), and its connection holds it until the client has read it
-// all: up to --write-timeout for a client that stops reading. A cache
+// (setValue), and its connection holds it until it has written it all to
+// the socket: up to --write-timeout for a client that stops reading once
+// the socket's buffer (a few MiB on loopback) is full. A cache
 // hit's value is the cache's and costs nothing more while the cache
 // holds it, but a miss's is read from the store for that request, and an
 // evicted value lives on in every response still sending it: without a
@@ -47,10 +48,20 @@ type heldValue struct {
 // budget, or refuses it with 503.
 func (s *Server) holdValue(ctx *fasthttp.RequestCtx, value []byte) *apiError {
 	n := int64(len(value))
-	used := s.heldBytes.Add(n)
-	if budget := s.Limits.MaxInflightResponseBytes; budget > 0 && used > budget {
-		s.heldBytes.Add(-n)
-		return errResponseBudget
+	if budget := s.Limits.MaxInflightResponseBytes; budget > 0 {
+		// Taken only if it fits: an add and a roll-back would show a
+		// charge that is not held, and refuse a value that fits.
+		for {
+			used := s.heldBytes.Load()
+			if used+n > budget {
+				return errResponseBudget
+			}
+			if s.heldBytes.CompareAndSwap(used, used+n) {
+				break
+			}
+		}
+	} else {
+		s.heldBytes.Add(n)
 	}
 	ctx.Response.SetBodyStream(&heldValue{b: value, s: s, charged: n}, len(value))
 	return nil

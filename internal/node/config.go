@@ -81,7 +81,7 @@ type Config struct {
 	MaxInflightBodyBytes int64
 	// MaxInflightResponseBytes is the budget, in bytes, of the values of
 	// RawValueMinBytes or more being sent to clients, held until each is
-	// read (--max-inflight-response-bytes): a GET whose value would take
+	// written to its socket (--max-inflight-response-bytes): a GET whose value would take
 	// them past it is refused with 503. It must hold the largest value
 	// (MaxValueBytes); 0: no budget. The default value is 256 MiB.
 	MaxInflightResponseBytes int64
