@@ -67,7 +67,7 @@ lint:
 # corpora only.
 FUZZTIME ?= 30s
 FUZZ_TARGETS = httpapi:FuzzParseEntity httpapi:FuzzHandler rpc:FuzzServeBatch rpc:FuzzParseSegmentsAnswer \
-	placement:FuzzValidMaps scan/framing:FuzzJSONString
+	placement:FuzzValidMaps maplog:FuzzRules scan/framing:FuzzDecoder scan/framing:FuzzJSONString
 fuzz:
 	@set -e; for t in $(FUZZ_TARGETS); do \
 		echo "== $$t"; $(GO) test ./internal/$${t%%:*} -run '^$$' -fuzz "^$${t#*:}$$" -fuzztime $(FUZZTIME); \

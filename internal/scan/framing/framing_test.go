@@ -77,3 +77,52 @@ func TestDecoderRejects(t *testing.T) {
 type errReader struct{ err error }
 
 func (e errReader) Read([]byte) (int, error) { return 0, e.err }
+
+// FuzzDecoder: whatever a peer or a proxy sends, the decoder never panics,
+// never returns a key or value beyond its limits, and accepts a stream
+// only if it is the records it returned followed by their end marker and
+// nothing after it (no byte after it, no prefix of it, is accepted): what the encoder writes for them, but for lengths
+// written with more bytes than they need (binary.ReadUvarint takes
+// "\x80\x00" for 0, as protobuf does), so never shorter.
+func FuzzDecoder(f *testing.F) {
+	f.Add(AppendEnd(nil, 0))
+	f.Add(AppendEnd(AppendRecord(AppendRecord(nil, []byte("a"), []byte("1")), []byte("b"), nil), 2))
+	f.Add(AppendEnd(AppendRecord(nil, []byte("a"), []byte("1")), 2))
+	f.Add(append(AppendEnd(nil, 0), 'x'))
+	f.Add([]byte{0x05, 'a'})
+	f.Add([]byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01})
+	f.Fuzz(func(t *testing.T, in []byte) {
+		const maxKey, maxValue = 16, 64
+		d := NewDecoder(bytes.NewReader(in), maxKey, maxValue)
+		var again []byte
+		for d.Next() {
+			if len(d.Key()) == 0 || len(d.Key()) > maxKey || len(d.Value()) > maxValue {
+				t.Fatalf("record %d: key of %d bytes, value of %d", d.Count(), len(d.Key()), len(d.Value()))
+			}
+			again = AppendRecord(again, d.Key(), d.Value())
+		}
+		if d.Err() != nil {
+			return
+		}
+		again = AppendEnd(again, d.Count())
+		if len(again) > len(in) || len(again) == len(in) && !bytes.Equal(again, in) {
+			t.Fatalf("accepted %q, which encodes as %q", in, again)
+		}
+		// Nothing may follow the end marker, and a stream cut anywhere
+		// before its end is truncated.
+		complete := func(b []byte) bool {
+			d := NewDecoder(bytes.NewReader(b), maxKey, maxValue)
+			for d.Next() {
+			}
+			return d.Err() == nil
+		}
+		if complete(append(in[:len(in):len(in)], 'x')) {
+			t.Fatalf("accepted %q with a byte after it", in)
+		}
+		for cut := range len(in) {
+			if complete(in[:cut]) {
+				t.Fatalf("accepted %q cut to %q", in, in[:cut])
+			}
+		}
+	})
+}
