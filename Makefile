@@ -62,9 +62,9 @@ lint:
 
 # Fuzz each target for FUZZTIME (default 30s): the client API's request
 # parser and whole handler, a replica's batch handler on real Pebble, the
-# cluster maps a node may be handed and the changes made from them, and
-# the peers' answers and the scan's framing. make test runs their seed
-# corpora only.
+# cluster maps a node may be handed and the changes made from them, the
+# map log's rules, the peers' answers and the record streams' framing.
+# make test runs their seed corpora only.
 FUZZTIME ?= 30s
 FUZZ_TARGETS = httpapi:FuzzParseEntity httpapi:FuzzHandler rpc:FuzzServeBatch rpc:FuzzParseSegmentsAnswer \
 	placement:FuzzValidMaps maplog:FuzzRules scan/framing:FuzzDecoder scan/framing:FuzzJSONString
