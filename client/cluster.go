@@ -124,10 +124,24 @@ func (c *Client) Join(ctx context.Context, admin, nodeURL string) (*ClusterMap, 
 
 // Decommission asks the node whose admin listener is at admin to begin
 // removing the node at nodeURL: its partitions move to the others, then it
-// stops.
-func (c *Client) Decommission(ctx context.Context, admin, nodeURL string) (*ClusterMap, error) {
-	return c.change(ctx, admin, "/cluster/decommission", url.Values{"node": {nodeURL}})
+// stops. Refused (ErrChangeRefused, with the reason) when it would leave
+// fewer nodes than the replication factor, unless Force is given: lower
+// the factor first (SetReplicas).
+func (c *Client) Decommission(ctx context.Context, admin, nodeURL string, opts ...ChangeOption) (*ClusterMap, error) {
+	q := url.Values{"node": {nodeURL}}
+	for _, o := range opts {
+		o(q)
+	}
+	return c.change(ctx, admin, "/cluster/decommission", q)
 }
+
+// ChangeOption modifies a membership change's request.
+type ChangeOption func(url.Values)
+
+// Force lets a decommission leave fewer nodes than the replication
+// factor: each node left then holds every partition, and requests at the
+// default ack fail while any one of them is down.
+func Force() ChangeOption { return func(q url.Values) { q.Set("force", "true") } }
 
 // Remove asks the node whose admin listener is at admin to begin
 // removing the dead node at nodeURL, whose machine will not come back: a

@@ -22,7 +22,9 @@ its --admin-listen), which drives them (docs/membership.md):
                         naming a member, before or after (started before,
                         it waits for the join: --join-wait)
   decommission URL      move the node's partitions to the others; it then
-                        stops by itself
+                        stops by itself. Refused when fewer nodes than the
+                        replication factor would be left (lower it first
+                        with replicas N, or --force)
   remove DEAD           shrink the cluster by a dead node whose machine
                         will not come back (no spare to replace it with):
                         a decommission that waits for nothing from it, the
@@ -57,7 +59,8 @@ another change, until that one and the removal after it), printing each
 stage, unless --no-wait; --wait-timeout bounds the wait (the change goes
 on without the command). Exit 1 when the change is refused (another one
 runs, except for a replace or a remove; a member does not answer; the node to
-replace or remove answers; the factor is out of range or unchanged) or
+replace or remove answers; the factor is out of range or unchanged; a
+decommission or a remove would leave fewer nodes than the factor) or
 the wait times out.`
 
 // membershipFlags are the flags of the membership commands.
@@ -216,15 +219,21 @@ func printCluster(w io.Writer, st *client.ClusterStatus, asJSON bool) error {
 }
 
 func membershipCmds(e *env, fs func(string) *flag.FlagSet) []*ffcli.Command {
+	decommission := fs("decommission")
+	force := decommission.Bool("force", false, "decommission even when fewer nodes than the replication factor are left (each then holds every partition; refused without it)")
 	return []*ffcli.Command{
 		clusterCmd(e, fs("cluster")),
 		changeCmd(e, fs("join"), "join", "URL", "add the node at URL to the cluster", 1,
 			func(ctx context.Context, c *client.Client, admin string, args []string) (*client.ClusterMap, error) {
 				return c.Join(ctx, admin, args[0])
 			}),
-		changeCmd(e, fs("decommission"), "decommission", "URL", "move a node's partitions to the others and stop it", 1,
+		changeCmd(e, decommission, "decommission", "URL", "move a node's partitions to the others and stop it", 1,
 			func(ctx context.Context, c *client.Client, admin string, args []string) (*client.ClusterMap, error) {
-				return c.Decommission(ctx, admin, args[0])
+				var opts []client.ChangeOption
+				if *force {
+					opts = append(opts, client.Force())
+				}
+				return c.Decommission(ctx, admin, args[0], opts...)
 			}),
 		changeCmd(e, fs("remove"), "remove", "DEAD-URL", "remove a dead node from the cluster; its partitions are copied from the other replicas", 1,
 			func(ctx context.Context, c *client.Client, admin string, args []string) (*client.ClusterMap, error) {

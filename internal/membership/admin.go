@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"strconv"
 
 	"github.com/dhtkv/dhtkv/internal/clustermap"
@@ -89,7 +90,12 @@ func (s *Service) Handler(admissible func(url string) error) http.Handler {
 				m, err = s.Join(node)
 			}
 		case "/cluster/decommission":
-			m, err = s.Decommission(node)
+			force, ferr := parseForce(q)
+			if ferr != nil {
+				refuse(http.StatusBadRequest, ferr)
+				return
+			}
+			m, err = s.Decommission(node, force)
 		case "/cluster/remove":
 			m, err = s.Remove(node)
 		case "/cluster/replace":
@@ -130,6 +136,23 @@ func answer(reply func(int, any), refuse func(int, error), m *clustermap.Map, er
 	default:
 		reply(http.StatusAccepted, m)
 	}
+}
+
+// parseForce reads /cluster/decommission's force: absent is false, the
+// name alone true, else a boolean strconv.ParseBool takes.
+func parseForce(q url.Values) (bool, error) {
+	if !q.Has("force") {
+		return false, nil
+	}
+	v := q.Get("force")
+	if v == "" {
+		return true, nil
+	}
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		return false, fmt.Errorf("force=%q: want true or false", v)
+	}
+	return b, nil
 }
 
 // parseFactor reads /cluster/replicas' n: a whole number from 1 to

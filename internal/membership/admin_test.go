@@ -44,3 +44,36 @@ func TestAdminMalformedURL(t *testing.T) {
 	}
 	require.Equal(t, before.Epoch, c.member(urls[0]).View().Map.Epoch, "no change started")
 }
+
+// A decommission that would leave fewer nodes than the replication factor
+// is refused with 409 and the reason, unless forced: two nodes at factor
+// 2 would leave one. A force that is not a boolean is a 400. Forced, the
+// change begins.
+func TestAdminDecommissionBelowFactor(t *testing.T) {
+	urls := []string{"http://n1:1", "http://n2:1"}
+	c, logs := loggedCluster(t, urls)
+	before := c.settled(logs[urls[0]], 2)
+	require.Equal(t, 2, before.Replicas)
+	h := c.member(urls[0]).Handler(nil)
+	node := "node=" + url.QueryEscape(urls[1])
+	post := func(query string) (int, string) {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/cluster/decommission?"+query, nil))
+		return rec.Code, strings.TrimSpace(rec.Body.String())
+	}
+	for _, q := range []string{node, node + "&force=false", node + "&force=0"} {
+		code, body := post(q)
+		require.Equal(t, http.StatusConflict, code, "%s: %s", q, body)
+		require.Contains(t, body, "decommissioning node 1 would leave 1 nodes, fewer than the replication factor 2", q)
+		require.Contains(t, body, "lower the factor first (dhtkvctl replicas 1), or force it", q)
+		require.NotContains(t, body, "\n", "one line")
+	}
+	code, body := post(node + "&force=maybe")
+	require.Equal(t, http.StatusBadRequest, code)
+	require.Equal(t, `force="maybe": want true or false`, body)
+	require.Equal(t, before.Epoch, c.member(urls[0]).View().Map.Epoch, "no change started")
+
+	code, body = post(node + "&force=true")
+	require.Equal(t, http.StatusAccepted, code, body)
+	require.Contains(t, body, `"kind":"decommission"`)
+}

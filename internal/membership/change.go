@@ -49,7 +49,17 @@ func (s *Service) Join(url string) (*clustermap.Map, error) {
 // Decommission begins removing the node at url: its partitions are
 // copied to the nodes that take them, then it drops out of the map and
 // stops.
-func (s *Service) Decommission(url string) (*clustermap.Map, error) {
+//
+// Unless force, it is refused when it would leave fewer nodes than the
+// replication factor, as a remove is and as Cassandra refuses such a
+// decommission: the nodes left would each hold every partition, and
+// requests at the default ack (a majority of the nodes left, then all of
+// them with two) would fail while any one of them is down, where at the
+// factor they did not. Lowering the factor first says so in the map.
+// The check is on the map the command is made from: the log applies the
+// command only at that map's epoch, so no change in between can make it
+// wrong.
+func (s *Service) Decommission(url string, force bool) (*clustermap.Map, error) {
 	m, err := s.logMap()
 	if err != nil {
 		return nil, err
@@ -57,6 +67,11 @@ func (s *Service) Decommission(url string) (*clustermap.Map, error) {
 	n, err := memberOf(m, url)
 	if err != nil {
 		return nil, err
+	}
+	if left := len(m.Nodes) - 1; !force && left >= 1 && left < m.Replicas {
+		return nil, fmt.Errorf("%w: decommissioning node %d would leave %d nodes, fewer than the replication factor %d: each would hold every partition, "+
+			"and one node down would fail requests at the default ack; lower the factor first (dhtkvctl replicas %d), or force it (force=true, dhtkvctl decommission --force)",
+			ErrChangeRefused, n.ID, left, m.Replicas, left)
 	}
 	return s.submit(maplog.Command{Op: maplog.OpDecommission, Epoch: m.Epoch, Node: n.ID})
 }

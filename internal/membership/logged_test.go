@@ -165,7 +165,7 @@ func TestLoggedJoin(t *testing.T) {
 
 	// A decommission through the log runs to its end: the gainers report
 	// their copies, and the node that left installs the last map (out).
-	_, err = c.member("http://n4:1").Decommission(urls[0])
+	_, err = c.member("http://n4:1").Decommission(urls[0], false)
 	require.NoError(t, err)
 	require.Eventually(t, func() bool {
 		last := logs[urls[1]].State().Last
@@ -237,7 +237,7 @@ func TestLoggedConcurrentChangesOneWins(t *testing.T) {
 		delay := time.Duration(rand.N(1000)) * time.Microsecond
 		start := make(chan struct{})
 		wg.Go(func() { <-start; joinMap, joinErr = c.member(joinAt).Join(joiner) })
-		wg.Go(func() { <-start; time.Sleep(delay); decMap, decErr = c.member(decAt).Decommission(urls[2]) })
+		wg.Go(func() { <-start; time.Sleep(delay); decMap, decErr = c.member(decAt).Decommission(urls[2], false) })
 		close(start)
 		wg.Wait()
 		require.True(t, (joinErr == nil) != (decErr == nil), "round %d: exactly one accepted: join %v, decommission %v", round, joinErr, decErr)

@@ -143,7 +143,7 @@ func TestLoggedRemoveDuringItsDecommission(t *testing.T) {
 	c.mu.Lock()
 	c.hold = make(chan struct{})
 	c.mu.Unlock()
-	first, err := c.member(urls[2]).Decommission(urls[2])
+	first, err := c.member(urls[2]).Decommission(urls[2], false)
 	require.NoError(t, err)
 	var stream uint64
 	require.Eventually(t, func() bool {
