@@ -34,6 +34,9 @@ func TestMembershipCommands(t *testing.T) {
 		{name: "not a member", args: []string{"decommission", admin, "http://127.0.0.1:1"}, code: exitError, errHas: "not a member"},
 		{name: "malformed", args: []string{"decommission", admin, "127.0.0.1:1"}, code: exitBadRequest, errHas: "bad request (400): bad node URL"},
 		{name: "abort takes no URL", args: []string{"abort", admin, "http://127.0.0.1:1"}, code: exitUsage, errHas: "takes 0 arguments"},
+		{name: "decommission help", args: []string{"decommission", "-h"}, outHas: []string{"--force", "fewer nodes than the replication factor"}},
+		{name: "below the factor", args: []string{"decommission", admin, "--no-wait", c.URL(1)}, code: exitError,
+			errHas: "would leave 1 nodes, fewer than the replication factor 2"},
 		{name: "abort with no change", args: []string{"abort", admin}, code: exitError, errHas: "no change under way"},
 	} {
 		s.run(t)
