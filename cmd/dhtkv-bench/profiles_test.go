@@ -114,6 +114,7 @@ func TestCaptureProfilesContention(t *testing.T) {
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	var mu sync.Mutex
+	rounds := 0 // under mu: what the waiter does once it has the lock
 	wg.Go(func() {
 		for runtime.SetMutexProfileFraction(-1) == prevMutex {
 			select {
@@ -134,6 +135,7 @@ func TestCaptureProfilesContention(t *testing.T) {
 			go func() {
 				close(waiting)
 				mu.Lock() // waits for the holder below
+				rounds++
 				mu.Unlock()
 				close(done)
 			}()
