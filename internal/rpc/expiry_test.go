@@ -1,19 +1,15 @@
 package rpc
 
 import (
-	"log/slog"
 	"math"
 	"net/http"
 	"testing"
 	"time"
 
-	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/stretchr/testify/require"
 
 	"github.com/dhtkv/dhtkv/internal/hlc"
 	"github.com/dhtkv/dhtkv/internal/record"
-	"github.com/dhtkv/dhtkv/internal/replica"
-	"github.com/dhtkv/dhtkv/internal/store"
 )
 
 // A batch write whose expiry no write makes is refused whole with 400 and
@@ -22,15 +18,7 @@ import (
 // more than record.MaxTTL after its version's time. One at the bound, or
 // any shorter, is stored and reads back with its expiry.
 func TestServeBatchExpiryBounds(t *testing.T) {
-	st, err := store.Open("/db", store.Options{FS: vfs.NewMem(), Logger: slog.New(slog.DiscardHandler)})
-	require.NoError(t, err)
-	defer st.Close()
-	clock, err := hlc.New(2, time.Now)
-	require.NoError(t, err)
-	s := &Server{
-		Replica: &replica.Replica{Store: st, Clock: clock}, MaxKeyBytes: 1024, MaxValueBytes: 1 << 20,
-		Log: slog.New(slog.DiscardHandler),
-	}
+	s, _, _, _ := lateServer(t) // a batch server on real Pebble, in memory
 	v := hlc.VersionAt(time.Now()) | 1
 	vms := uint64(hlc.TimeOf(v).UnixMilli())
 	maxTTL := uint64(record.MaxTTL / time.Millisecond)
