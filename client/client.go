@@ -28,9 +28,13 @@ type Config struct {
 	// is tried. The default value is 2 s. It is not used with Transport.
 	DialTimeout time.Duration
 	// MaxRecordBytes is the longest key and the largest value a Scan
-	// accepts from a node: a guard against a corrupt length, which would
-	// otherwise make the client allocate it. The default value is 64 MiB,
-	// four times a node's default --max-value-bytes.
+	// accepts from a node, and the largest answer any other call reads
+	// whole (a Get's value, a JSON answer, a node's refusal): a guard
+	// against a corrupt length or a misbehaving endpoint, which would
+	// otherwise make the client allocate whatever it sends. A larger
+	// answer fails the call with ErrAnswerTooLarge, without trying another
+	// endpoint (a value's size is the same on every replica). The default
+	// value is 64 MiB, four times a node's default --max-value-bytes.
 	MaxRecordBytes int
 	// Transport, when set, carries the requests instead of the client's
 	// own http.Transport (for a proxy, or instrumentation). The default is
@@ -300,6 +304,9 @@ func (c *Client) roundTrip(ctx context.Context, method, path string, q url.Value
 	for i := range n {
 		idx := (first + i) % n
 		a, err := c.try(ctx, c.endpoints[idx], method, path, q, body, stream)
+		if errors.Is(err, ErrAnswerTooLarge) {
+			return answer{}, fmt.Errorf("dhtkv: %s %s via %s: %w", method, path, c.endpoints[idx], err)
+		}
 		if err == nil && !failsOver(a.code) {
 			if idx != first {
 				c.preferred.Store(int32(idx))
@@ -364,8 +371,8 @@ func (c *Client) try(ctx context.Context, endpoint, method, path string, q url.V
 		return a, nil
 	}
 	defer resp.Body.Close()
-	if a.body, err = io.ReadAll(resp.Body); err != nil {
-		return answer{}, fmt.Errorf("reading the answer: %w", err)
+	if a.body, err = c.readAnswer(resp); err != nil {
+		return answer{}, err
 	}
 	if method == http.MethodHead && len(a.body) == 0 {
 		// An answer to HEAD has no body: a node puts its reason in a
@@ -373,6 +380,24 @@ func (c *Client) try(ctx context.Context, endpoint, method, path string, q url.V
 		a.body = []byte(resp.Header.Get(errorHeader))
 	}
 	return a, nil
+}
+
+// readAnswer reads resp's whole body, at most MaxRecordBytes of it: a
+// longer one, announced or not, is ErrAnswerTooLarge, and the rest of it
+// is not read (closing the body then closes the connection).
+func (c *Client) readAnswer(resp *http.Response) ([]byte, error) {
+	limit := int64(c.maxRecord)
+	if resp.ContentLength > limit {
+		return nil, fmt.Errorf("%w: %d bytes announced, limit %d", ErrAnswerTooLarge, resp.ContentLength, limit)
+	}
+	b, err := io.ReadAll(io.LimitReader(resp.Body, limit+1))
+	if err != nil {
+		return nil, fmt.Errorf("reading the answer: %w", err)
+	}
+	if int64(len(b)) > limit {
+		return nil, fmt.Errorf("%w: more than %d bytes", ErrAnswerTooLarge, limit)
+	}
+	return b, nil
 }
 
 // unwrapURLError drops net/http's *url.Error wrapper, whose message

@@ -18,6 +18,8 @@
 //     the message lists each endpoint's failure. With it
 //     ErrInsufficientStorage when every endpoint refused a write with
 //     507: their disks are below --min-free-space, or failed.
+//   - ErrAnswerTooLarge: the answer was longer than
+//     Config.MaxRecordBytes; it does not fail over.
 //   - the context's error when it ended first.
 //
 // # Failover

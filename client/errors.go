@@ -23,6 +23,11 @@ var (
 	// volumes are below --min-free-space, or their stores failed a write.
 	// Nothing was stored.
 	ErrInsufficientStorage = errors.New("dhtkv: insufficient storage")
+	// ErrAnswerTooLarge is returned when an endpoint's answer is longer
+	// than Config.MaxRecordBytes (a value stored through a node whose
+	// --max-value-bytes is above it, or an endpoint that is not a dhtkv
+	// node). It does not fail over: the client read none of it.
+	ErrAnswerTooLarge = errors.New("dhtkv: answer larger than Config.MaxRecordBytes")
 )
 
 // BadRequestError is a node's refusal of the request itself: a 4xx other
