@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
-	"strconv"
 )
 
 // query parses r's query strictly, as the public API's endpoints do: a
@@ -24,24 +23,4 @@ func query(r *http.Request, usage string, known ...string) (url.Values, error) {
 		}
 	}
 	return q, nil
-}
-
-// boolParam reads the boolean parameter name of q as a boolean command-line
-// flag is read, and as the public /v0/status reads verbose: absent is
-// def, the name alone ("?wait", "?wait=") true, and a value one of
-// strconv.ParseBool's (1, t, true, 0, f, false, the words in lower, upper
-// or title case). Another value is an error with a one-line reason.
-func boolParam(q url.Values, name string, def bool) (bool, error) {
-	if !q.Has(name) {
-		return def, nil
-	}
-	v := q.Get(name)
-	if v == "" {
-		return true, nil
-	}
-	b, err := strconv.ParseBool(v)
-	if err != nil {
-		return false, fmt.Errorf("%s=%q: want true or false (1 or 0; the name alone is true)", name, v)
-	}
-	return b, nil
 }

@@ -45,6 +45,8 @@ func TestRepairQuery(t *testing.T) {
 		{"POST", "wait=no", 400, `wait="no": want true or false`},
 		{"POST", "wait=%00", 400, `wait="\x00": want true or false`},
 		{"POST", "wait=%zz", 400, `malformed query: invalid URL escape "%zz"`},
+		{"POST", "wait=0&wait=false", 202, ""},
+		{"POST", "wait=0&wait", 400, "wait given 2 times with different values: give it once"},
 		{"POST", "wait=0;x=1", 400, "malformed query: invalid semicolon separator in query"},
 		{"GET", "", 200, ""},
 		{"GET", "wait=0", 400, `unknown parameter "wait": GET /repair takes none`},

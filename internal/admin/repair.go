@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+
+	"github.com/dhtkv/dhtkv/internal/queryparam"
 )
 
 // RepairHandler serves the on-demand anti-entropy trigger:
@@ -32,7 +34,7 @@ func RepairHandler(run func(context.Context) any, state func() any) http.Handler
 			q, err := query(r, "wait=false answers 202 at once, wait=true (the default) when the exchanges ended", "wait")
 			var wait bool
 			if err == nil {
-				wait, err = boolParam(q, "wait", true)
+				wait, err = queryparam.Bool("wait", q["wait"], true)
 			}
 			if err != nil {
 				plain(w, http.StatusBadRequest, err.Error())

@@ -12,10 +12,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dhtkv/dhtkv/internal/httpapi"
-	"github.com/dhtkv/dhtkv/internal/node"
 	"github.com/stretchr/testify/require"
 	"github.com/valyala/fasthttp"
+
+	"github.com/dhtkv/dhtkv/internal/httpapi"
+	"github.com/dhtkv/dhtkv/internal/node"
 )
 
 // newBenchServer builds a single node the way the binary does (node.New),

@@ -95,25 +95,6 @@ func isOneOf(k []byte, set []string) bool {
 	return false
 }
 
-// parseFlag reads a boolean parameter as a boolean command-line flag is
-// read: absent is false, the name alone ("?verbose", "?verbose=") true,
-// and a value one of strconv.ParseBool's (1, t, true, 0, f, false, the
-// words in lower, upper or title case). Another value is 400.
-func parseFlag(args *fasthttp.Args, name string) (bool, *apiError) {
-	if !args.Has(name) {
-		return false, nil
-	}
-	v := args.Peek(name)
-	if len(v) == 0 {
-		return true, nil
-	}
-	b, err := strconv.ParseBool(string(v))
-	if err != nil {
-		return false, badRequest("%s=%q: want true or false (1 or 0; the name alone is true)", name, v)
-	}
-	return b, nil
-}
-
 // parseKey reads the id parameter. fasthttp has already percent-decoded it,
 // so keys are arbitrary bytes.
 func parseKey(args *fasthttp.Args, name string, maxKey int) ([]byte, *apiError) {

@@ -80,6 +80,8 @@ func TestStatusQueryStrict(t *testing.T) {
 		{"not a boolean", "GET", "verbose=garbage", 400, `verbose="garbage": want true or false (1 or 0; the name alone is true)`},
 		{"a control character", "GET", "verbose=%00", 400, `verbose="\x00": want true or false`},
 		{"bad escape", "GET", "verbose=%zz", 400, `bad percent-encoding in "verbose": "%zz"`},
+		{"repeated alike", "GET", "verbose&verbose=1", 200, verbose},
+		{"repeated unlike", "GET", "verbose=1&verbose=0", 400, "verbose given 2 times with different values: give it once"},
 	} {
 		code, body := cl.Do(t, c.method, base+"/v0/status?"+c.query, nil)
 		assert.Equal(t, c.code, code, "%s: %q", c.name, body)

@@ -13,6 +13,7 @@ import (
 	"github.com/dhtkv/dhtkv/internal/buildinfo"
 	"github.com/dhtkv/dhtkv/internal/clustermap"
 	"github.com/dhtkv/dhtkv/internal/probe"
+	"github.com/dhtkv/dhtkv/internal/queryparam"
 )
 
 // Status is what /v0/status reports of the node's cluster parts (package
@@ -59,9 +60,13 @@ func (s *Server) status(ctx *fasthttp.RequestCtx) {
 		fail(ctx, aerr)
 		return
 	}
-	verbose, aerr := parseFlag(args, "verbose")
-	if aerr != nil {
-		fail(ctx, aerr)
+	var given []string
+	for _, v := range args.PeekMulti("verbose") {
+		given = append(given, string(v))
+	}
+	verbose, err := queryparam.Bool("verbose", given, false)
+	if err != nil {
+		fail(ctx, badRequest("%s", err))
 		return
 	}
 	warnings := s.Status.Warnings()

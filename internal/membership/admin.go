@@ -6,10 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"net/url"
 	"strconv"
 
 	"github.com/dhtkv/dhtkv/internal/clustermap"
+	"github.com/dhtkv/dhtkv/internal/queryparam"
 )
 
 // Handler serves the admin port's /cluster: GET answers the
@@ -90,7 +90,7 @@ func (s *Service) Handler(admissible func(url string) error) http.Handler {
 				m, err = s.Join(node)
 			}
 		case "/cluster/decommission":
-			force, ferr := parseForce(q)
+			force, ferr := queryparam.Bool("force", q["force"], false)
 			if ferr != nil {
 				refuse(http.StatusBadRequest, ferr)
 				return
@@ -136,23 +136,6 @@ func answer(reply func(int, any), refuse func(int, error), m *clustermap.Map, er
 	default:
 		reply(http.StatusAccepted, m)
 	}
-}
-
-// parseForce reads /cluster/decommission's force: absent is false, the
-// name alone true, else a boolean strconv.ParseBool takes.
-func parseForce(q url.Values) (bool, error) {
-	if !q.Has("force") {
-		return false, nil
-	}
-	v := q.Get("force")
-	if v == "" {
-		return true, nil
-	}
-	b, err := strconv.ParseBool(v)
-	if err != nil {
-		return false, fmt.Errorf("force=%q: want true or false", v)
-	}
-	return b, nil
 }
 
 // parseFactor reads /cluster/replicas' n: a whole number from 1 to

@@ -70,7 +70,10 @@ func TestAdminDecommissionBelowFactor(t *testing.T) {
 	}
 	code, body := post(node + "&force=maybe")
 	require.Equal(t, http.StatusBadRequest, code)
-	require.Equal(t, `force="maybe": want true or false`, body)
+	require.Equal(t, `force="maybe": want true or false (1 or 0; the name alone is true)`, body)
+	code, body = post(node + "&force&force=0")
+	require.Equal(t, http.StatusBadRequest, code)
+	require.Equal(t, "force given 2 times with different values: give it once", body)
 	require.Equal(t, before.Epoch, c.member(urls[0]).View().Map.Epoch, "no change started")
 
 	code, body = post(node + "&force=true")
