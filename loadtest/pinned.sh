@@ -256,6 +256,17 @@ with open(out, "w") as f:
             busy = int(rest[11]) + int(rest[12])
             if busy:  # ppid, utime+stime, the core it last ran on
                 f.write(f"{t:.2f}\ttask\t{pid}\t{comm.replace(chr(9), ' ')}\t{rest[1]}\t{busy}\t{rest[36]}\n")
+            if comm.startswith("dhtkv"):  # its threads' time runnable but not running (schedstat), ns
+                wait = 0
+                try:
+                    for tid in os.listdir(f"/proc/{pid}/task"):
+                        try:
+                            wait += int(open(f"/proc/{pid}/task/{tid}/schedstat").read().split()[1])
+                        except (OSError, IndexError, ValueError):
+                            pass
+                except OSError:
+                    pass
+                f.write(f"{t:.2f}\twait\t{pid}\t{wait}\n")
         f.flush()
         time.sleep(max(0.0, 1 - (time.time() - t)))
 PY
@@ -265,7 +276,10 @@ PY
 # two times (seconds since the epoch), per group of cores given as
 # NAME=LIST (0-5): busy cores (user, system, irq, softirq), iowait, and
 # how much of it the servers' processes (dhtkv) and the kernel's threads
-# (children of kthreadd) took; the kernel threads that ran most.
+# (children of kthreadd) took, and "waiting": the time the servers'
+# threads were ready to run but had no core (each thread's schedstat run
+# delay, summed: cores' worth of threads queued for a core, which Go's
+# scheduler latency does not see); the kernel threads that ran most.
 cpu_report() {
   python3 - "$tmp/cpustat-$1.tsv" "$2" "$3" "$4" "${@:5}" <<'PY'
 import collections, sys
@@ -276,12 +290,14 @@ def cores(spec):
         a, _, b = part.partition("-")
         out.update(range(int(a), int(b or a) + 1))
     return out
-cpu, tasks = collections.defaultdict(dict), collections.defaultdict(dict)
+cpu, tasks, waits = collections.defaultdict(dict), collections.defaultdict(dict), collections.defaultdict(dict)
 for l in open(path):
     r = l.rstrip("\n").split("\t")
     t = float(r[0])
     if r[1] == "cpu":
         cpu[t][int(r[2])] = [int(x) for x in r[3:]]
+    elif r[1] == "wait":
+        waits[t][r[2]] = int(r[3])
     else:
         tasks[t][r[2]] = (r[3], r[4], int(r[5]), int(r[6]))
 ts = [t for t in sorted(cpu) if t0 - 0.5 <= t <= t1 + 0.5]
@@ -296,7 +312,10 @@ for t in (a, b):
 def used(pid):  # ticks between a and b
     va, vb = tasks.get(a, {}).get(pid), tasks.get(b, {}).get(pid)
     return (vb[2] if vb else 0) - (va[2] if va else 0) if vb else 0
-print(f"{'':42s}{label} ({secs:.0f} s), cores busy (of them irq+softirq) / iowait; servers' and kernel threads' CPU by the core they last ran on:")
+def waited(pid):  # seconds its threads were runnable but not running, between a and b
+    wa, wb = waits.get(a, {}).get(pid), waits.get(b, {}).get(pid)
+    return max(0, wb - (wa or 0)) / 1e9 if wb is not None else 0
+print(f"{'':42s}{label} ({secs:.0f} s), cores busy (of them irq+softirq) / iowait; servers' and kernel threads' CPU by the core they last ran on, and the servers' threads waiting for a core:")
 kthreads = collections.Counter()
 for g in groups:
     name, _, spec = g.partition("=")
@@ -307,13 +326,14 @@ for g in groups:
     irq = sum(x[5] + x[6] for x in d) / hz / secs
     iow = sum(x[4] for x in d) / hz / secs
     srv = sum(used(p) for p, v in comm.items() if v[0].startswith("dhtkv") and int(v[3]) in cs) / hz / secs
+    wait = sum(waited(p) for p, v in comm.items() if v[0].startswith("dhtkv") and int(v[3]) in cs) / secs
     kern = 0.0
     for p, v in comm.items():
         if v[1] == "2" and int(v[3]) in cs:
             u = used(p) / hz / secs
             kern += u
             kthreads[v[0]] += u
-    print(f"{'':46s}{name} (cores {spec}): busy {busy:.2f} ({irq:.2f}), iowait {iow:.2f}; dhtkv {srv:.2f}, kernel threads {kern:.2f}")
+    print(f"{'':46s}{name} (cores {spec}): busy {busy:.2f} ({irq:.2f}), iowait {iow:.2f}; dhtkv {srv:.2f}, kernel threads {kern:.2f}; waiting {wait:.2f}")
 top = ", ".join(f"{n} {u:.2f}" for n, u in kthreads.most_common(5) if u >= 0.005)
 print(f"{'':46s}kernel threads that ran most (cores): {top or 'none'}")
 PY
