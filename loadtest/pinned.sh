@@ -231,6 +231,52 @@ with open(out, "w") as f:
 PY
   pids+=($!)
 }
+# fsyncs OUT ADMIN-PORT...: the WAL fsync latency histogram
+# (dhtkv_pebble_wal_fsync_seconds) summed over the nodes, into OUT (JSON);
+# fsync_report BEFORE AFTER SECONDS prints the fsyncs between the two: how
+# many a second, their mean, and the bucket bounds that hold their p50,
+# p99 and p99.9 (a replicated PUT waits for its coordinator's fsync and
+# one other replica's).
+fsyncs() {
+  local out=$1; shift
+  python3 - "$out" "$@" <<'PY' || echo '{}' >"$out"
+import json, sys, urllib.request
+out, ports = sys.argv[1], sys.argv[2:]
+h = {"sum": 0.0, "count": 0, "le": {}}
+for p in ports:
+    try:
+        m = urllib.request.urlopen(f"http://127.0.0.1:{p}/metrics", timeout=2).read().decode()
+    except Exception:
+        continue
+    for l in m.splitlines():
+        if l.startswith("dhtkv_pebble_wal_fsync_seconds_bucket{"):
+            le = l.split('le="')[1].split('"')[0]
+            h["le"][le] = h["le"].get(le, 0) + float(l.split()[-1])
+        elif l.startswith("dhtkv_pebble_wal_fsync_seconds_sum"):
+            h["sum"] += float(l.split()[-1])
+        elif l.startswith("dhtkv_pebble_wal_fsync_seconds_count"):
+            h["count"] += int(float(l.split()[-1]))
+json.dump(h, open(out, "w"))
+PY
+}
+fsync_report() {
+  python3 - "$1" "$2" "$3" <<'PY'
+import json, sys
+a, b, secs = json.load(open(sys.argv[1])), json.load(open(sys.argv[2])), float(sys.argv[3])
+n = b.get("count", 0) - a.get("count", 0)
+if n <= 0:
+    print(f"{'':42s}WAL fsyncs: none counted"); sys.exit()
+les = sorted(b["le"], key=lambda x: float("inf") if x == "+Inf" else float(x))
+cum = [(le, b["le"][le] - a["le"].get(le, 0)) for le in les]
+def q(f):
+    for le, c in cum:
+        if c >= f * n:
+            return "over 6.6 s" if le == "+Inf" else f"<= {float(le) * 1e3:g} ms"
+    return "?"
+mean = (b["sum"] - a["sum"]) / n * 1e3
+print(f"{'':42s}WAL fsyncs of the three nodes: {n / secs:.0f}/s, mean {mean:.2f} ms, p50 {q(0.5)}, p99 {q(0.99)}, p99.9 {q(0.999)}")
+PY
+}
 # cpustat NAME: once a second, each core's jiffies (/proc/stat) and every
 # process's CPU ticks with the core it last ran on, into cpustat-NAME.tsv,
 # until the script ends (cpu_report reads them over a window).
@@ -410,10 +456,13 @@ for w in put get mixed; do
   [ $w != put ] && fill $CL --ack 3 --from 3 --read-all $KS
   rate=$(python3 -c "print(int(float('${CLOSED[$w]}')/2))")
   h0=$(date +%s.%N)
+  fsyncs "$tmp/fsync-$w-0.json" 19141 19142 19143
   profiler=""
   if [ -n "${HOLD_PROFILE:-}" ]; then hold_profiles 19141 $w "$(python3 -c "print(float('${HOLD%s}') / 3)")" & profiler=$!; fi
   DUR=$HOLD run "cluster $w @$rate/s" CPIDS $CL $w 128 --ack 2 --from 3 --rate "$rate" --timeline
   [ -n "$profiler" ] && wait $profiler
+  fsyncs "$tmp/fsync-$w-1.json" 19141 19142 19143
+  fsync_report "$tmp/fsync-$w-0.json" "$tmp/fsync-$w-1.json" "$(python3 -c "import time; print(time.time() - $h0)")"
   cpu_report c "$h0" "$(date +%s.%N)" "the hold" "nodes=$C1,$C2,$C3" "generator=$GEN"
 done
 echo "# peak RSS MiB: c1 $(($(awk '/VmHWM/{print $2}' /proc/$PID_c1/status) / 1024))"
