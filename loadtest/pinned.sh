@@ -45,6 +45,11 @@
 #      JOIN_DIR4=DIR puts node 4's data directory in DIR (/dev/shm: its
 #      writes then reach no disk the old nodes' WAL fsyncs wait on)
 #
+# SCHED_SLICE_NS=N gives every thread of every dhtkv server a kernel time
+# slice of N ns (100000 to 100000000; the kernel's default is 0.7 ms
+# times 1 + log2 of the cores, at most 8: 2.8 ms on 16): a shorter slice
+# lets a thread that wakes preempt the running one sooner.
+#
 # SECTIONS picks them (default "A B C D").
 # Binaries come from BIN (default bin/: dhtkv, dhtkv-load,
 # dhtkv-baseline, and dhtkvctl for G; `make build`), so that the script runs where no Go
@@ -109,6 +114,18 @@ start() { # name cores port binary flags...: a pinned server, its pid in PID_nam
   if [ -n "$CGROOT" ] && mkdir -p "$CGROOT/$name"; then
     # shellcheck disable=SC2016 # $$ and $@ are the inner shell's
     pre+=(bash -c '{ echo $$ >"$0/cgroup.procs"; } 2>/dev/null || echo "pinned.sh: not moved into $0" >&2; exec "$@"' "$CGROOT/$name")
+  fi
+  if [ -n "${SCHED_SLICE_NS:-}" ] && [ "${1##*/}" = dhtkv ]; then
+    # the kernel's time slice of every thread of the node (sched_setattr's
+    # sched_runtime, Linux 6.12+; threads inherit it from the one that
+    # makes them), set before exec
+    pre+=(python3 -c '
+import ctypes, os, struct, sys
+nr = {"x86_64": 314, "aarch64": 274}[os.uname().machine]
+attr = ctypes.create_string_buffer(struct.pack("IIQiIQQQII", 56, 0, 0, 0, 0, int(sys.argv[1]), 0, 0, 0, 0), 56)
+if ctypes.CDLL(None, use_errno=True).syscall(nr, 0, attr, 0) != 0:
+    sys.exit("pinned.sh: sched_setattr: " + os.strerror(ctypes.get_errno()))
+os.execvp(sys.argv[2], sys.argv[2:])' "$SCHED_SLICE_NS")
   fi
   "${pre[@]}" taskset -c "$cores" "$@" >"$tmp/$name.log" 2>&1 &
   pids+=($!); printf -v "PID_$name" %s $!
