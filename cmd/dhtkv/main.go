@@ -116,7 +116,7 @@ func parseFlags(args []string, stdout io.Writer) (*settings, error) {
 // ctlEnv are dhtkvctl's variables (its global flags), which an operator
 // may well have exported where a node starts: not dhtkv's, but not a
 // mistake either.
-var ctlEnv = []string{"DHTKV_ENDPOINTS", "DHTKV_ACK", "DHTKV_FROM", "DHTKV_TIMEOUT", "DHTKV_CACERT", "DHTKV_CERT", "DHTKV_KEY", "DHTKV_TOKEN", "DHTKV_TOKEN_FILE"}
+var ctlEnv = []string{"DHTKV_ENDPOINTS", "DHTKV_ACK", "DHTKV_FROM", "DHTKV_TIMEOUT", "DHTKV_CACERT", "DHTKV_CERT", "DHTKV_KEY", "DHTKV_TOKEN", "DHTKV_TOKEN_FILE", "DHTKV_MAX_ANSWER_BYTES"}
 
 // unknownEnv returns the DHTKV_* variables of environ (KEY=value) that
 // name none of fs's flags (as ff names them: upper case, -, . and / as _)

@@ -37,6 +37,7 @@ import (
 
 	"github.com/dhtkv/dhtkv/client"
 	"github.com/dhtkv/dhtkv/internal/buildinfo"
+	"github.com/dhtkv/dhtkv/internal/sizeflag"
 	"github.com/dhtkv/dhtkv/internal/tlsconf"
 )
 
@@ -52,7 +53,8 @@ const (
 
 const rootHelp = `Global flags may also be set by environment variables: DHTKV_ENDPOINTS,
 DHTKV_ACK, DHTKV_FROM, DHTKV_TIMEOUT, DHTKV_CACERT, DHTKV_CERT, DHTKV_KEY,
-DHTKV_TOKEN, DHTKV_TOKEN_FILE (a flag on the command line wins). Every
+DHTKV_TOKEN, DHTKV_TOKEN_FILE, DHTKV_MAX_ANSWER_BYTES (a flag on the command
+line wins). Every
 command also takes the global flags after its name. Flags come before
 arguments.
 
@@ -95,6 +97,8 @@ type globals struct {
 	cacert, cert, key string
 	// The bearer token, or the file holding it.
 	token, tokenFile string
+	// maxAnswer is client.Config.MaxRecordBytes.
+	maxAnswer int
 }
 
 // register defines the global flags on fs, all bound to g: the root's
@@ -110,6 +114,7 @@ func (g *globals) register(fs *flag.FlagSet) {
 	fs.StringVar(&g.key, "key", g.key, "PEM `file` of --cert's private key")
 	fs.StringVar(&g.token, "token", g.token, "bearer `token` for nodes with --client-tokens (other local users see it in ps: prefer DHTKV_TOKEN or --token-file)")
 	fs.StringVar(&g.tokenFile, "token-file", g.tokenFile, "`file` holding the bearer token, one line")
+	sizeflag.Var(fs, &g.maxAnswer, "max-answer-bytes", "the largest value, scanned record or other answer a command reads, a `size` (raise it for nodes whose --max-value-bytes is larger)")
 }
 
 // bearerToken is the token the flags give: --token, or the one line of
@@ -192,7 +197,7 @@ func (e *env) client() (*client.Client, context.Context, context.CancelFunc, err
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	c, err := client.New(client.Config{Endpoints: eps, TLSConfig: tlsConf, Token: token})
+	c, err := client.New(client.Config{Endpoints: eps, TLSConfig: tlsConf, Token: token, MaxRecordBytes: e.g.maxAnswer})
 	if err != nil {
 		return nil, nil, nil, usageError{err.Error()}
 	}
@@ -219,7 +224,7 @@ func (e *env) options() []client.Option {
 // the exit code. Results go to stdout; errors, one line, to stderr; -h
 // writes the help to stdout.
 func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	g := &globals{endpoints: "127.0.0.1:8080", timeout: 5 * time.Second}
+	g := &globals{endpoints: "127.0.0.1:8080", timeout: 5 * time.Second, maxAnswer: 64 << 20}
 	e := &env{g: g, stdin: stdin, stdout: stdout}
 	var help bytes.Buffer // the flag package's output: -h's help, or noise after a parse error
 	root := newRoot(e, &help)
@@ -236,8 +241,11 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	code := exitCode(err)
 	if code != exitOK {
 		msg := err.Error()
-		if code == exitUsage {
+		switch {
+		case code == exitUsage:
 			msg += " (see dhtkvctl -h)"
+		case errors.Is(err, client.ErrAnswerTooLarge):
+			msg += " (--max-answer-bytes)"
 		}
 		fmt.Fprintf(stderr, "dhtkvctl: %s\n", msg)
 	}

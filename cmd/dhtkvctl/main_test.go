@@ -176,6 +176,11 @@ func TestEndpointsFromEnvironment(t *testing.T) {
 	t.Setenv("DHTKV_ACK", "2")
 	step{name: "env ack", args: []string{"get", "k"}, code: exitBadRequest, errHas: "ack=2 exceeds from=1"}.run(t)
 	step{name: "flag wins", args: []string{"--ack", "1", "get", "k"}, out: "v"}.run(t)
+	step{name: "put 2 KiB", args: []string{"--ack", "1", "put", "big", strings.Repeat("v", 2048)}, out: "OK\n"}.run(t)
+	t.Setenv("DHTKV_MAX_ANSWER_BYTES", "1KiB")
+	step{name: "an answer over the bound", args: []string{"--ack", "1", "get", "big"}, code: exitError,
+		errHas: "answer larger than Config.MaxRecordBytes: 2048 bytes announced, limit 1024 (--max-answer-bytes)"}.run(t)
+	step{name: "the bound raised", args: []string{"--ack", "1", "--max-answer-bytes", "2KiB", "get", "big"}, out: strings.Repeat("v", 2048)}.run(t)
 	t.Setenv("DHTKV_ENDPOINTS", testcluster.DeadEndpoint(t))
 	step{name: "flag wins over the environment", args: []string{"--endpoints", c.URL(0), "--ack", "1", "get", "k"}, out: "v"}.run(t)
 }
