@@ -53,7 +53,8 @@
 # SECTIONS picks them (default "A B C D").
 # Binaries come from BIN (default bin/: dhtkv, dhtkv-load,
 # dhtkv-baseline, and dhtkvctl for G; `make build`), so that the script runs where no Go
-# toolchain is. Needs 16 cores (servers on 0-7, the generator on 8-15);
+# toolchain is; DHTKV=PATH runs another server binary (named dhtkv), to
+# compare two builds. Needs 16 cores (servers on 0-7, the generator on 8-15);
 # SMALL=1 runs it all on the cores there are, as a smoke test. Uses only
 # taskset, python3 and bash's /dev/tcp; contacts only 127.0.0.1. LOGS=DIR
 # keeps there every server's log, dhtkv's at level debug (each flush and
@@ -68,6 +69,7 @@
 set -u
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 B=${BIN:-$ROOT/bin}
+DHTKV=${DHTKV:-$B/dhtkv}
 DUR=${DUR:-5s}
 HOLD=${HOLD:-60s}
 KS=100000
@@ -97,7 +99,7 @@ if [ "${SMALL:-0}" = 1 ]; then
 else
   GEN=8-15; S1=0; S2=0-1; S4=0-3; S8=0-7; C1=0-1; C2=2-3; C3=4-5; N2=6-7
 fi
-echo "# $(date -u +%FT%TZ) $(nproc) cpus,$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2), kernel $(uname -r), $("$B/dhtkv" --version 2>/dev/null | head -1)"
+echo "# $(date -u +%FT%TZ) $(nproc) cpus,$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2), kernel $(uname -r), $("$DHTKV" --version 2>/dev/null | head -1)"
 echo "# taskset -c $GEN gives: $(taskset -c $GEN grep Cpus_allowed_list /proc/self/status | cut -f2)"
 echo "# each server in a cgroup of its own: ${CGROOT:-no (every node reads the whole machine CPU pressure)}"
 
@@ -408,8 +410,8 @@ on() { [[ " $SECTIONS " == *" $1 "* ]]; }
 if on A; then
 echo "## A. one node vs the in-memory baseline, server on 4 cores ($S4), generator on $GEN"
 start base4 $S4 19080 "$B/dhtkv-baseline" --listen 127.0.0.1:19080
-start node4 $S4 19081 "$B/dhtkv" --listen 127.0.0.1:19081 --data-dir "$tmp/node4" --cache-bytes 512MiB
-start nosync4 $S4 19082 "$B/dhtkv" --listen 127.0.0.1:19082 --data-dir "$tmp/nosync4" --cache-bytes 512MiB --sync=false
+start node4 $S4 19081 "$DHTKV" --listen 127.0.0.1:19081 --data-dir "$tmp/node4" --cache-bytes 512MiB
+start nosync4 $S4 19082 "$DHTKV" --listen 127.0.0.1:19082 --data-dir "$tmp/nosync4" --cache-bytes 512MiB --sync=false
 up 19080 19081 19082
 for p in 19080 19081 19082; do fill http://127.0.0.1:$p --read-all $KS; done
 for c in 64 256; do for w in get put; do
@@ -425,7 +427,7 @@ if on B; then
 echo "## B. scaling with cores: GET hit and PUT fsync, 256 connections"
 for cores in $S1 $S2 $S8; do
   start bs "$cores" 19083 "$B/dhtkv-baseline" --listen 127.0.0.1:19083
-  start ns "$cores" 19084 "$B/dhtkv" --listen 127.0.0.1:19084 --data-dir "$tmp/ns-$cores" --cache-bytes 512MiB
+  start ns "$cores" 19084 "$DHTKV" --listen 127.0.0.1:19084 --data-dir "$tmp/ns-$cores" --cache-bytes 512MiB
   up 19083 19084
   fill http://127.0.0.1:19083 --read-all $KS; fill http://127.0.0.1:19084 --read-all $KS
   for w in get put; do
@@ -442,10 +444,10 @@ echo "## C. 3 nodes x 2 cores, ack=2 from=3, against one node on 2 cores ($N2), 
 CL=http://127.0.0.1:19091,http://127.0.0.1:19092,http://127.0.0.1:19093
 for i in 1 2 3; do
   c=C$i
-  start "c$i" "${!c}" 0 "$B/dhtkv" --listen 127.0.0.1:1909$i --admin-listen 127.0.0.1:1914$i --data-dir "$tmp/c$i" \
+  start "c$i" "${!c}" 0 "$DHTKV" --listen 127.0.0.1:1909$i --admin-listen 127.0.0.1:1914$i --data-dir "$tmp/c$i" \
     --cluster $CL --cache-bytes 512MiB
 done
-start n2 $N2 19094 "$B/dhtkv" --listen 127.0.0.1:19094 --data-dir "$tmp/n2" --cache-bytes 512MiB
+start n2 $N2 19094 "$DHTKV" --listen 127.0.0.1:19094 --data-dir "$tmp/n2" --cache-bytes 512MiB
 up 19091 19092 19093 19094 19141
 sample c 19141 19142 19143
 cpustat c
@@ -492,7 +494,7 @@ rate=""
 for procs in ${PROCS:-2 8}; do
   for i in 1 2 3; do
     c=C$i
-    GMP=$procs start "e$i" "${!c}" 0 "$B/dhtkv" --listen 127.0.0.1:1910$i --data-dir "$tmp/e$procs-$i" \
+    GMP=$procs start "e$i" "${!c}" 0 "$DHTKV" --listen 127.0.0.1:1910$i --data-dir "$tmp/e$procs-$i" \
       --cluster http://127.0.0.1:19101,http://127.0.0.1:19102,http://127.0.0.1:19103 --cache-bytes 512MiB
   done
   EL=http://127.0.0.1:19101,http://127.0.0.1:19102,http://127.0.0.1:19103
@@ -515,7 +517,7 @@ kill "$PID_bf"; sleep 0.5
 n=0
 for procs in ${PROCS1:-8 4 2 1 4 8}; do
   n=$((n + 1))
-  GMP=$procs start nf "$S1" 19111 "$B/dhtkv" --listen 127.0.0.1:19111 --data-dir "$tmp/f$n" --cache-bytes 512MiB
+  GMP=$procs start nf "$S1" 19111 "$DHTKV" --listen 127.0.0.1:19111 --data-dir "$tmp/f$n" --cache-bytes 512MiB
   up 19111
   fill http://127.0.0.1:19111 --read-all $KS
   for w in get put; do run "dhtkv GOMAXPROCS=$procs $w" PID_nf http://127.0.0.1:19111 $w 256; done
@@ -533,7 +535,7 @@ echo "## G. a join: 3 -> 4 nodes on 2 cores each, $JN records of 1 KiB, --move-r
 GL=http://127.0.0.1:19121,http://127.0.0.1:19122,http://127.0.0.1:19123
 for i in 1 2 3; do
   c=C$i
-  start "g$i" "${!c}" 0 "$B/dhtkv" --listen 127.0.0.1:1912$i --admin-listen 127.0.0.1:1913$i --data-dir "$tmp/g$i" \
+  start "g$i" "${!c}" 0 "$DHTKV" --listen 127.0.0.1:1912$i --admin-listen 127.0.0.1:1913$i --data-dir "$tmp/g$i" \
     --cluster $GL --cache-bytes 512MiB --move-rate "$JMOVE" $JFLAGS
 done
 up 19121 19122 19123 19131
@@ -560,7 +562,7 @@ cpu_report g "$nc0" "$nc1" "the load without a change" "old nodes=$C1,$C2,$C3" "
 # begins 5 s into the load run and dhtkvctl returns when it is over.
 g4dir=$tmp/g4
 if [ -n "${JOIN_DIR4:-}" ]; then G4DIR=$(mktemp -d "$JOIN_DIR4/pinned-g4.XXXX") && g4dir=$G4DIR && echo "node 4's data directory: $g4dir ($(df -hT "$g4dir" | awk 'NR == 2 {print $2 ", " $5 " free"}'))"; fi
-start g4 "$N2" 0 "$B/dhtkv" --listen 127.0.0.1:19124 --admin-listen 127.0.0.1:19134 --data-dir "$g4dir" \
+start g4 "$N2" 0 "$DHTKV" --listen 127.0.0.1:19124 --admin-listen 127.0.0.1:19134 --data-dir "$g4dir" \
   --join http://127.0.0.1:19121 --cache-bytes 512MiB --move-rate "$JMOVE" $JFLAGS
 # The join is the load's marked window (dhtkv-load: SIGUSR1, SIGUSR2).
 (sleep 6; date +%s.%N >"$tmp/join.start"; signal_load USR1
