@@ -229,7 +229,7 @@ names = ["dhtkv_background_pace_factor", "dhtkv_background_pace_sched_latency_p9
          "dhtkv_membership_moved_bytes_total", "dhtkv_antientropy_bytes_total",
          "dhtkv_copy_throttled_seconds_total", "dhtkv_clock_bound_writes_total",
          "dhtkv_clock_bound_write_seconds_total", "dhtkv_clock_bound_waits_total",
-         "dhtkv_clock_bound_wait_seconds_total"]
+         "dhtkv_clock_bound_wait_seconds_total", "go_cpu_classes_gc_total_cpu_seconds_total"]
 with open(out, "w") as f:
     f.write("time\tport\t" + "\t".join(names) + "\n")
     while True:
@@ -606,12 +606,15 @@ try:  # the pace on each node during the join (LOGS: sampled once a second)
             vs = sorted(v for v in (col(r, n) for r in mine) if v is not None and v >= 0)
             return vs[len(vs) // 2] if vs else float("nan")
         cpu = [col(r, "process_cpu_seconds_total") for r in mine]
+        def gc_cores(mine, secs):  # go_cpu_classes_gc_total_cpu_seconds_total's rate (nan: not exported)
+            gc = [v for v in (col(r, "go_cpu_classes_gc_total_cpu_seconds_total") for r in mine) if v is not None]
+            return (gc[-1] - gc[0]) / max(secs, 1e-9) if len(gc) > 1 else float("nan")
         waited = [col(r, "dhtkv_copy_throttled_seconds_total") or 0 for r in mine]
         secs = float(mine[-1][0]) - float(mine[0][0])
         print(f"{'':42s}node :{port} during the join: pace factor median {med('dhtkv_background_pace_factor'):.3g}, "
               f"sched p99 {med('dhtkv_background_pace_sched_latency_p99_seconds') * 1000:.2f} ms, "
               f"CPU pressure {med('dhtkv_background_pace_cpu_pressure_ratio'):.2f}, "
-              f"cores {(cpu[-1] - cpu[0]) / max(secs, 1e-9):.2f}, "
+              f"cores {(cpu[-1] - cpu[0]) / max(secs, 1e-9):.2f} (the collector's, as its Ps counted it, {gc_cores(mine, secs):.2f}), "
               f"its copies waited on its --move-rate {waited[-1] - waited[0]:.1f} s")
 except (OSError, IndexError, ValueError, TypeError):
     pass

@@ -18,13 +18,20 @@ import (
 
 // NewRegistry returns a registry holding the Go runtime and process
 // collectors and dhtkv_build_info. The runtime collector adds, to its
-// default set, the distributions of GC pauses (go_gc_pauses_seconds) and
-// of the time goroutines wait to run (go_sched_latencies_seconds), from
-// runtime/metrics: a latency spike is matched with them.
+// default set, from runtime/metrics: the distributions of GC pauses
+// (go_gc_pauses_seconds) and of the time goroutines wait to run
+// (go_sched_latencies_seconds), which a latency spike is matched with;
+// and the CPU time the collector's marking and the scavenger's return of
+// memory took (go_cpu_classes_gc_total_cpu_seconds_total,
+// go_cpu_classes_scavenge_total_cpu_seconds_total), whose rate beside
+// process_cpu_seconds_total says what share of the node's CPU went to
+// the collector. The runtime counts those as the time its Ps spent on
+// the work, so with more Ps than cores (--min-procs) they overstate it.
 func NewRegistry() *prometheus.Registry {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(collectors.WithGoCollectorRuntimeMetrics(
 		collectors.GoRuntimeMetricsRule{Matcher: regexp.MustCompile(`^/(gc/pauses|sched/latencies):seconds$`)},
+		collectors.GoRuntimeMetricsRule{Matcher: regexp.MustCompile(`^/cpu/classes/(gc|scavenge)/total:cpu-seconds$`)},
 	)), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildInfo())
 	return reg
 }
