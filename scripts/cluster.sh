@@ -16,8 +16,8 @@
 #               a node refuses a directory of a cluster with other URLs, so
 #               each base port has its own.
 #   BIN         directory of the dhtkv binary. Default ./bin.
-#   BALLAST     each cluster node's --ballast-size (docs/storage.md).
-#               Default 64MiB.
+#   BALLAST     each local node's --ballast-size (docs/storage.md), the
+#               single node's too. Default 64MiB.
 #
 # The cluster is what its nodes' directories hold. run starts nodes 1-3
 # (seeded from their list at the first start) and every further nodeN/ in
@@ -26,7 +26,8 @@
 # longer holds (decommissioned, removed or replaced) exits 0 saying so, and the
 # others go on without it. run waits until each node answers /v0/status,
 # prints the URLs, and stays until Ctrl-C, SIGTERM or `stop` (which stop
-# every node of DATA), or until a node exits otherwise. It refuses to
+# every node of DATA), or until no node of DATA runs: a node that exits,
+# is stopped alone or dies is told, and the others go on. It refuses to
 # start when one of the nodes' ports is already taken, rather than report
 # a cluster that is someone else's. node N starts node N in the
 # background (a new one takes the map from a running member: add it
@@ -164,26 +165,41 @@ run() {
   echo "try:  curl -X PUT --data-binary hello 'http://$HOST:$((PORT + started[0] - 1))/v0/entity?id=greeting'"
   echo "      bin/dhtkvctl --endpoints $(for i in "${started[@]}"; do printf '%s,' "$(url_of "$i")"; done | sed 's/,$//') get greeting"
   echo "Ctrl-C (or make stop-cluster PORT=$PORT) stops every node."
-  # A node decommissioned or removed (dhtkvctl decommission or remove,
-  # docs/membership.md) exits 0 by itself: the others go on. Any other
-  # exit stops them all.
-  local live exited code
-  live=("${pids[@]}")
-  while ((${#live[@]} > 0)); do
-    code=0
-    wait -n -p exited "${live[@]}" || code=$?
+  # Each node's exit is told as it happens, and the others go on: a node
+  # decommissioned or removed (dhtkvctl decommission or remove,
+  # docs/membership.md) exits 0 by itself; one stopped with make
+  # stop-node, or that died, is started again with make run-node (which
+  # writes its new pid file). run stays while any node of DATA runs, the
+  # ones run-node started included; it exits 1 when the last one it saw
+  # end had died, 0 when it was stopped or left.
+  local pid code died=0 f
+  while :; do
     for i in "${!pids[@]}"; do
-      [[ ${pids[i]} == "$exited" ]] || continue
+      pid=${pids[i]}
+      kill -0 "$pid" 2>/dev/null && continue
+      code=0
+      wait "$pid" 2>/dev/null || code=$?
+      unset "pids[i]"
+      died=0
+      if [[ $(cat "$DATA/node$i.pid" 2>/dev/null) != "$pid" ]]; then
+        echo "node$i stopped (make stop-node N=$i or stop-cluster; make run-node N=$i starts it again)"
+        continue
+      fi
+      rm -f "$DATA/node$i.pid"
       if left "$i" "$code"; then
         echo "node$i left the cluster (decommissioned or removed) and stopped; the others go on"
-        rm -f "$DATA/node$i.pid"
-        unset "pids[i]"
-        live=("${pids[@]}")
-        continue 2
+        continue
       fi
+      died=1
+      echo "node$i exited (status $code); the end of $DATA/node$i.log:"
+      tail -n 3 "$DATA/node$i.log" | sed 's/^/  /'
+      echo "the others go on (make run-node N=$i starts it again)"
     done
-    echo "a node exited (make stop-cluster, or see $DATA/node*.log)"
-    return
+    for f in "$DATA"/node*.pid; do
+      pid=$(cat "$f" 2>/dev/null) && kill -0 "$pid" 2>/dev/null && { sleep 0.5; continue 2; }
+    done
+    echo "no node of $DATA runs any more"
+    return "$died"
   done
 }
 
@@ -256,7 +272,10 @@ single() {
   [[ -x $BIN/dhtkv ]] || die "$BIN/dhtkv not found (make build)"
   mkdir -p "$DATA"
   echo "dhtkv node on http://$HOST:$PORT, admin http://$HOST:$ADMIN_PORT/metrics, data in $DATA/single"
-  exec "$BIN/dhtkv" --listen "$HOST:$PORT" --admin-listen "$HOST:$ADMIN_PORT" --data-dir "$DATA/single"
+  # A 64 MiB ballast, as the cluster's nodes (launch), not 1 GiB of a
+  # developer's disk.
+  exec "$BIN/dhtkv" --listen "$HOST:$PORT" --admin-listen "$HOST:$ADMIN_PORT" --data-dir "$DATA/single" \
+    --ballast-size "${BALLAST:-64MiB}"
 }
 
 case ${1:-} in

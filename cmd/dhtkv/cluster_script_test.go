@@ -105,10 +105,19 @@ func TestRunClusterScript(t *testing.T) {
 	type printed struct{ url, admin string }
 	var nodes []printed
 	started := make(chan struct{})
+	lines := make(chan string, 100) // the lines after the banner
 	go func() {
 		sc := bufio.NewScanner(pr)
+		banner := true
 		for sc.Scan() {
+			if !banner {
+				select {
+				case lines <- sc.Text():
+				default: // nobody waits for so many
+				}
+			}
 			if bytes.Contains(sc.Bytes(), []byte("stops every node")) {
+				banner = false
 				close(started)
 			}
 			if m := nodeLine.FindStringSubmatch(sc.Text()); m != nil {
@@ -116,6 +125,21 @@ func TestRunClusterScript(t *testing.T) {
 			}
 		}
 	}()
+	// said waits for a line of the script's holding want.
+	said := func(want string) {
+		t.Helper()
+		timeout := time.After(30 * time.Second)
+		for {
+			select {
+			case l := <-lines:
+				if strings.Contains(l, want) {
+					return
+				}
+			case <-timeout:
+				t.Fatalf("run-cluster did not say %q in 30 s", want)
+			}
+		}
+	}
 	select {
 	case <-started: // nodes is complete and no longer written
 	case <-exited:
@@ -150,7 +174,30 @@ func TestRunClusterScript(t *testing.T) {
 		assert.FileExists(t, filepath.Join(data, fmt.Sprintf("node%d.pid", i)))
 	}
 
-	out, err := clusterScript(t, env, "stop").CombinedOutput()
+	// A node that dies is named, and the others go on; make run-node
+	// starts it again, and make stop-node stops it alone.
+	pid, err := os.ReadFile(filepath.Join(data, "node2.pid"))
+	require.NoError(t, err)
+	require.NoError(t, exec.Command("kill", "-KILL", strings.TrimSpace(string(pid))).Run())
+	said("node2 exited (status 137)")
+	said("the others go on (make run-node N=2 starts it again)")
+	for _, n := range []int{0, 2} {
+		_, err := c.Status(t.Context(), nodes[n].url)
+		require.NoError(t, err, "node%d still serves", n+1)
+	}
+	out, err := clusterScript(t, env, "node", "2").CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	assert.Contains(t, string(out), "node2 running: "+nodes[1].url)
+	out, err = clusterScript(t, env, "stop-node", "2").CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	assert.Contains(t, string(out), "stopped node2")
+	out, err = clusterScript(t, env, "stop-node", "3").CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	said("node3 stopped (make stop-node N=3 or stop-cluster")
+	_, err = c.Status(t.Context(), nodes[0].url)
+	require.NoError(t, err, "node1 still serves")
+
+	out, err = clusterScript(t, env, "stop").CombinedOutput()
 	require.NoError(t, err, "%s", out)
 	assert.Contains(t, string(out), "stopped (PORT="+strconv.Itoa(base))
 	select {
