@@ -5,6 +5,8 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
+
+	"github.com/dhtkv/dhtkv/internal/queryparam"
 )
 
 // LogLevelHandler reads and changes the node's log level while it runs:
@@ -28,7 +30,7 @@ func LogLevelHandler(level *slog.LevelVar, log *slog.Logger) http.Handler {
 		switch r.Method {
 		case http.MethodGet, http.MethodHead:
 		case http.MethodPut:
-			q, err := query(r, "level=debug|info|warn|error", "level")
+			q, err := queryparam.Strict(r.URL.RawQuery, "level=debug|info|warn|error", "level")
 			if err != nil {
 				plain(w, http.StatusBadRequest, err.Error())
 				return
@@ -37,9 +39,14 @@ func LogLevelHandler(level *slog.LevelVar, log *slog.Logger) http.Handler {
 				plain(w, http.StatusBadRequest, "missing level parameter: level=debug|info|warn|error")
 				return
 			}
+			name, err := queryparam.One("level", q["level"])
+			if err != nil {
+				plain(w, http.StatusBadRequest, err.Error())
+				return
+			}
 			var l slog.Level
-			if err := l.UnmarshalText([]byte(q.Get("level"))); err != nil {
-				plain(w, http.StatusBadRequest, fmt.Sprintf("level %q: want debug, info, warn or error", q.Get("level")))
+			if err := l.UnmarshalText([]byte(name)); err != nil {
+				plain(w, http.StatusBadRequest, fmt.Sprintf("level %q: want debug, info, warn or error", name))
 				return
 			}
 			old := level.Level()

@@ -84,6 +84,7 @@ func TestLogLevel(t *testing.T) {
 		{http.MethodPut, "?level=verbose", 400, `level "verbose": want debug, info, warn or error`},
 		{http.MethodPut, "", 400, "missing level parameter: level=debug|info|warn|error"},
 		{http.MethodPut, "?level=info&lvl=2", 400, `unknown parameter "lvl": level=debug|info|warn|error`},
+		{http.MethodPut, "?level=info&level=debug", 400, "level given 2 times with different values: give it once"},
 		{http.MethodPut, "?level=%zz", 400, `malformed query: invalid URL escape "%zz"`},
 		{http.MethodPost, "?level=info", 405, "method not allowed: GET, PUT"},
 		{http.MethodDelete, "", 405, "method not allowed: GET, PUT"},

@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/dhtkv/dhtkv/internal/queryparam"
 )
 
 // ProfileRatesHandler switches the mutex and block profiles, which cost
@@ -33,7 +35,7 @@ func ProfileRatesHandler() http.Handler {
 		switch r.Method {
 		case http.MethodGet:
 		case http.MethodPost:
-			q, err := query(r, "mutex=N, block=NS", "mutex", "block")
+			q, err := queryparam.Strict(r.URL.RawQuery, "mutex=N, block=NS", "mutex", "block")
 			if err != nil {
 				plain(w, http.StatusBadRequest, err.Error())
 				return
@@ -42,9 +44,13 @@ func ProfileRatesHandler() http.Handler {
 				if !q.Has(name) {
 					return 0, false, nil
 				}
-				n, err := strconv.Atoi(q.Get(name))
+				v, err := queryparam.One(name, q[name])
+				if err != nil {
+					return 0, false, err
+				}
+				n, err := strconv.Atoi(v)
 				if err != nil || n < 0 {
-					return 0, false, fmt.Errorf("%s=%q: want a whole number, 0 or more", name, q.Get(name))
+					return 0, false, fmt.Errorf("%s=%q: want a whole number, 0 or more", name, v)
 				}
 				return n, true, nil
 			}

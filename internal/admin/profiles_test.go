@@ -46,7 +46,7 @@ func TestProfileRates(t *testing.T) {
 	require.Equal(t, map[string]int{"mutex": 5, "block": 10000}, rates)
 	require.Equal(t, 5, runtime.SetMutexProfileFraction(-1), "the runtime's rate")
 
-	for _, q := range []string{"mutex=-1", "block=x", "mutex=1&other=2", "mutex=1&block=%zz"} {
+	for _, q := range []string{"mutex=-1", "block=x", "mutex=1&other=2", "mutex=1&block=%zz", "mutex=1&mutex=2"} {
 		code, _ = call(http.MethodPost, q)
 		require.Equal(t, http.StatusBadRequest, code, q)
 	}

@@ -25,13 +25,13 @@ func RepairHandler(run func(context.Context) any, state func() any) http.Handler
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.Method {
 		case http.MethodGet:
-			if _, err := query(r, "GET /repair takes none"); err != nil {
+			if _, err := queryparam.Strict(r.URL.RawQuery, "GET /repair takes none"); err != nil {
 				plain(w, http.StatusBadRequest, err.Error())
 				return
 			}
 			writeJSON(w, http.StatusOK, state())
 		case http.MethodPost:
-			q, err := query(r, "wait=false answers 202 at once, wait=true (the default) when the exchanges ended", "wait")
+			q, err := queryparam.Strict(r.URL.RawQuery, "wait=false answers 202 at once, wait=true (the default) when the exchanges ended", "wait")
 			var wait bool
 			if err == nil {
 				wait, err = queryparam.Bool("wait", q["wait"], true)

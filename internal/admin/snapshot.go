@@ -15,6 +15,7 @@ import (
 	"unicode"
 
 	"github.com/dhtkv/dhtkv/client"
+	"github.com/dhtkv/dhtkv/internal/queryparam"
 )
 
 // Checkpointer makes a consistent copy of a node's store: everything its
@@ -54,12 +55,16 @@ func SnapshotHandler(cp Checkpointer, root string, log *slog.Logger) http.Handle
 			plain(w, http.StatusMethodNotAllowed, "method not allowed: use POST")
 			return
 		}
-		q, err := query(r, "dir=PATH, the new directory to write the snapshot to", "dir")
+		q, err := queryparam.Strict(r.URL.RawQuery, "dir=PATH, the new directory to write the snapshot to", "dir")
+		var target string
+		if err == nil {
+			target, err = queryparam.One("dir", q["dir"])
+		}
 		if err != nil {
 			plain(w, http.StatusBadRequest, err.Error())
 			return
 		}
-		dir, code, why := snapshotTarget(root, q.Get("dir"))
+		dir, code, why := snapshotTarget(root, target)
 		switch {
 		case why != "":
 			plain(w, code, why)

@@ -133,6 +133,7 @@ func TestSnapshotHandler(t *testing.T) {
 		{"a newline", http.MethodPost, esc("a\nb"), pebbleCheckpointer{db}, 400, `dir "a\nb": contains a control character`},
 		{"an escape sequence", http.MethodPost, esc("x\x1b[2J"), pebbleCheckpointer{db}, 400, `dir "x\x1b[2J": contains a control character`},
 		{"unknown parameter", http.MethodPost, esc("new") + "&force=1", pebbleCheckpointer{db}, 400, `unknown parameter "force": dir=PATH, the new directory to write the snapshot to`},
+		{"two dirs", http.MethodPost, esc("a") + "&" + esc("b"), pebbleCheckpointer{db}, 400, "dir given 2 times with different values: give it once"},
 		{"malformed query", http.MethodPost, "dir=%zz", pebbleCheckpointer{db}, 400, `malformed query: invalid URL escape "%zz"`},
 		{"existing dir", http.MethodPost, esc(existing), pebbleCheckpointer{db}, 409, fmt.Sprintf("dir %q already exists", existing)},
 		{"existing dir, relative", http.MethodPost, esc("existing"), pebbleCheckpointer{db}, 409, "already exists"},

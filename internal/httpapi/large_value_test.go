@@ -43,24 +43,26 @@ func startWithLargeValue(t testing.TB, opts ...testcluster.Option) (*testcluster
 }
 
 // settledHeap is the live heap once collections stop changing it: the
-// collector run until two readings in a row are within 1 MiB (which also
-// empties sync.Pools, whose victim caches survive one collection), so
-// that memory an earlier test's goroutines were still letting go of (a
-// closed cluster's stores, on a loaded machine) is not counted in a
-// reading and freed before the next one.
+// collector run until five readings in a row, 20 ms apart, are within
+// 1 MiB of each other (which also empties sync.Pools, whose victim caches
+// survive one collection), so that memory an earlier test's goroutines
+// were still letting go of (a closed cluster's stores, on a loaded
+// machine) is not counted in a reading and freed before the next one.
+// Two readings in a row were not enough: on a loaded machine a reading
+// once held 64 MiB that was freed during the measurement after it.
 func settledHeap() uint64 {
 	runtime.GC()
-	h := heapInUse()
-	for range 50 {
+	lo, hi := heapInUse(), heapInUse()
+	for steady, polls := 1, 0; steady < 5 && polls < 150; polls++ { // 3 s at most
 		time.Sleep(20 * time.Millisecond) // between polls: the goroutines letting go run
 		runtime.GC()
-		next := heapInUse()
-		if max(next, h)-min(next, h) < 1<<20 {
-			return next
+		h := heapInUse()
+		lo, hi, steady = min(lo, h), max(hi, h), steady+1
+		if hi-lo >= 1<<20 {
+			lo, hi, steady = h, h, 1
 		}
-		h = next
 	}
-	return h
+	return lo
 }
 
 // sendQueues is how many bytes the node's established connections on

@@ -41,7 +41,9 @@ type entityParams struct {
 // digits as it is, so "id=%G1" would name the key "%G1" where the client
 // meant something else: 400. An unknown parameter is most likely a typo
 // ("acks=3" for "ack=3") that would otherwise silently get the default:
-// 400 naming it. Parameters are compared decoded ("%61ck" is "ack").
+// 400 naming it. A known parameter given twice with different values is
+// refused too: nothing says which one the client meant. Parameters are
+// compared decoded ("%61ck" is "ack").
 func checkQuery(raw []byte, args *fasthttp.Args, known ...string) *apiError {
 	for i := bytes.IndexByte(raw, '%'); i >= 0; i = nextPercent(raw, i+1) {
 		if i+2 < len(raw) && isHex(raw[i+1]) && isHex(raw[i+2]) {
@@ -72,7 +74,23 @@ func checkQuery(raw []byte, args *fasthttp.Args, known ...string) *apiError {
 			return badRequest("unknown parameter %q: the parameters are %s", k, strings.Join(known, ", "))
 		}
 	}
-	return nil // repeated known parameters: the first counts
+	// Known parameters given more than once: each must mean the same
+	// every time, or nothing says which the client meant (?id=a&id=b).
+	// ttl and verbose have rules of their own that say when two
+	// spellings agree (parseTTL, queryparam.Bool).
+	for _, k := range known {
+		if k == "ttl" || k == "verbose" {
+			continue
+		}
+		if vs := args.PeekMulti(k); len(vs) > 1 {
+			for _, v := range vs[1:] {
+				if !bytes.Equal(v, vs[0]) {
+					return badRequest("%s given %d times with different values: give it once", k, len(vs))
+				}
+			}
+		}
+	}
+	return nil
 }
 
 func nextPercent(b []byte, from int) int {
@@ -130,7 +148,8 @@ func parseEntity(raw []byte, args *fasthttp.Args, replicas, maxAck, maxKey int) 
 }
 
 // parseReplication reads ack and from: from defaults to the replication
-// factor (--replicas, the cluster size unless set),
+// factor (the first --cluster's size or --replicas at the cluster's start,
+// until dhtkvctl replicas changes it),
 // ack to a majority of from (from/2+1); both must be numbers with
 // 1 <= ack <= from <= replicas and ack <= maxAck.
 //
@@ -149,7 +168,7 @@ func parseReplication(args *fasthttp.Args, replicas, maxAck int) (ack, from int,
 			return 0, 0, badRequest("from: %v", err)
 		}
 		if n > replicas {
-			return 0, 0, badRequest("from=%d exceeds the replication factor %d (the cluster size unless --replicas is set)", n, replicas)
+			return 0, 0, badRequest("from=%d exceeds the cluster's replication factor %d (dhtkvctl cluster prints it)", n, replicas)
 		}
 		from = n
 	}

@@ -36,6 +36,11 @@ func TestEntityQueryStrict(t *testing.T) {
 		{"unknown on put", "PUT", "id=a&replicas=2", 400, `unknown parameter "replicas"`},
 		{"unknown on delete", "DELETE", "id=a&ack=1&From=1", 400, `unknown parameter "From"`},
 		{"bare word", "GET", "id=a&x", 400, `unknown parameter "x"`},
+		{"the same id twice", "PUT", "id=d&id=d", 201, ""},
+		{"the same ack, spelled twice", "GET", "id=d&ack=1&%61ck=1", 200, ""},
+		{"two ids", "PUT", "id=e&id=f", 400, "id given 2 times with different values: give it once"},
+		{"two acks", "GET", "id=d&ack=1&ack=2", 400, "ack given 2 times with different values"},
+		{"two froms", "DELETE", "id=d&from=1&from=2", 400, "from given 2 times with different values"},
 	} {
 		var v []byte
 		if c.method == "PUT" {
@@ -45,7 +50,7 @@ func TestEntityQueryStrict(t *testing.T) {
 		assert.Equal(t, c.code, code, "%s: %q", c.name, body)
 		assert.Contains(t, string(body), c.reason, c.name)
 	}
-	for _, k := range []string{"%G1", "abc%", "G1", "abc"} {
+	for _, k := range []string{"%G1", "abc%", "G1", "abc", "e", "f"} {
 		code, _ := cl.Get(t, base, k, 0, 0)
 		assert.Equal(t, 404, code, "nothing stored under %q", k)
 	}

@@ -35,10 +35,30 @@ func (s *Service) Handler(admissible func(url string) error) http.Handler {
 		refuse := func(code int, err error) {
 			http.Error(w, err.Error(), code)
 		}
+		usage, known, ok := clusterParams(r.URL.Path)
+		if !ok {
+			refuse(http.StatusNotFound, fmt.Errorf("unknown path %s: /cluster, /cluster/join, /cluster/decommission, /cluster/remove, /cluster/replace, /cluster/replicas, /cluster/abort", r.URL.Path))
+			return
+		}
+		// A parameter the path does not take, or a malformed query, is
+		// refused before anything else is read; so is one given twice
+		// with different values (param).
+		q, qerr := queryparam.Strict(r.URL.RawQuery, usage, known...)
+		param := func(name string) string {
+			v, err := queryparam.One(name, q[name])
+			if err != nil && qerr == nil {
+				qerr = err
+			}
+			return v
+		}
 		if r.URL.Path == "/cluster" {
 			if r.Method != http.MethodGet {
 				w.Header().Set("Allow", "GET")
 				refuse(http.StatusMethodNotAllowed, errors.New("method not allowed: GET"))
+				return
+			}
+			if qerr != nil {
+				refuse(http.StatusBadRequest, qerr)
 				return
 			}
 			reply(http.StatusOK, s.ChangeStatus())
@@ -49,12 +69,16 @@ func (s *Service) Handler(admissible func(url string) error) http.Handler {
 			refuse(http.StatusMethodNotAllowed, errors.New("method not allowed: POST"))
 			return
 		}
-		q := r.URL.Query()
+		node, with, factor := param("node"), param("with"), param("n")
+		if qerr != nil {
+			refuse(http.StatusBadRequest, qerr)
+			return
+		}
 		var m *clustermap.Map
 		var err error
 		switch r.URL.Path {
 		case "/cluster/replicas":
-			n, perr := parseFactor(q.Get("n"))
+			n, perr := parseFactor(factor)
 			if perr != nil {
 				refuse(http.StatusBadRequest, perr)
 				return
@@ -67,15 +91,8 @@ func (s *Service) Handler(admissible func(url string) error) http.Handler {
 			answer(reply, refuse, m, err)
 			return
 		}
-		switch r.URL.Path {
-		case "/cluster/join", "/cluster/decommission", "/cluster/remove", "/cluster/replace":
-		default:
-			refuse(http.StatusNotFound, fmt.Errorf("unknown path %s: /cluster, /cluster/join, /cluster/decommission, /cluster/remove, /cluster/replace, /cluster/replicas, /cluster/abort", r.URL.Path))
-			return
-		}
 		// Every node URL a change names is checked here: one that does not
 		// parse is the request's fault (400), whatever the change.
-		node := q.Get("node")
 		if node == "" {
 			refuse(http.StatusBadRequest, errors.New("missing node=URL"))
 			return
@@ -99,7 +116,6 @@ func (s *Service) Handler(admissible func(url string) error) http.Handler {
 		case "/cluster/remove":
 			m, err = s.Remove(node)
 		case "/cluster/replace":
-			with := q.Get("with")
 			if with == "" {
 				refuse(http.StatusBadRequest, errors.New("missing with=URL (the new machine)"))
 				return
@@ -140,6 +156,25 @@ func answer(reply func(int, any), refuse func(int, error), m *clustermap.Map, er
 
 // parseFactor reads /cluster/replicas' n: a whole number from 1 to
 // MaxNodeID+1 (the map then bounds it by its number of nodes, a 409).
+// clusterParams is what a path of /cluster takes: the usage its refusal
+// of another parameter gives, the parameters, and whether the path is
+// one of /cluster's.
+func clusterParams(path string) (usage string, known []string, ok bool) {
+	switch path {
+	case "/cluster", "/cluster/abort":
+		return "", nil, true
+	case "/cluster/join", "/cluster/remove":
+		return "node=URL", []string{"node"}, true
+	case "/cluster/decommission":
+		return "node=URL, force=true (below the replication factor)", []string{"node", "force"}, true
+	case "/cluster/replace":
+		return "node=URL (the member replaced), with=URL (the new machine)", []string{"node", "with"}, true
+	case "/cluster/replicas":
+		return "n=N, the new replication factor", []string{"n"}, true
+	}
+	return "", nil, false
+}
+
 func parseFactor(raw string) (int, error) {
 	if raw == "" {
 		return 0, errors.New("missing n=N, the new replication factor")

@@ -11,9 +11,11 @@ import (
 )
 
 // Every change that names a node answers 400 with the parse's one-line
-// reason for a URL that does not parse, before it asks anything of the
-// map (which would answer 409: a refusal of a well-formed change), and
-// 404 for an unknown path whatever its query. Nothing changes.
+// reason for a URL that does not parse, a parameter its path does not
+// take, or one given twice with different values, before it asks
+// anything of the map (which would answer 409: a refusal of a well-formed
+// change), and 404 for an unknown path whatever its query. Nothing
+// changes.
 func TestAdminMalformedURL(t *testing.T) {
 	urls := []string{"http://n1:1", "http://n2:1", "http://n3:1"}
 	c, logs := loggedCluster(t, urls)
@@ -33,6 +35,13 @@ func TestAdminMalformedURL(t *testing.T) {
 		{"/cluster/replace?node=" + q(urls[2]) + "&with=n9", http.StatusBadRequest, "with: bad node URL"},
 		{"/cluster/replace?node=" + q(urls[2]), http.StatusBadRequest, "missing with=URL"},
 		{"/cluster/nothing?node=n3", http.StatusNotFound, "unknown path /cluster/nothing"},
+		{"/cluster/join?url=" + q("http://n9:1"), http.StatusBadRequest, `unknown parameter "url": node=URL`},
+		{"/cluster/join?node=" + q("http://n9:1") + "&node=" + q("http://n8:1"), http.StatusBadRequest, "node given 2 times with different values: give it once"},
+		{"/cluster/replace?node=" + q(urls[2]) + "&with=" + q("http://n9:1") + "&with=" + q("http://n8:1"), http.StatusBadRequest, "with given 2 times"},
+		{"/cluster/replicas?n=2&n=3", http.StatusBadRequest, "n given 2 times"},
+		{"/cluster/replicas?n=2&node=x", http.StatusBadRequest, `unknown parameter "node": n=N, the new replication factor`},
+		{"/cluster/abort?now=1", http.StatusBadRequest, `unknown parameter "now": this endpoint takes none`},
+		{"/cluster/join?node=%zz", http.StatusBadRequest, "malformed query"},
 		{"/cluster/decommission?node=" + q("http://n9:1"), http.StatusConflict, "not a member"},
 	} {
 		rec := httptest.NewRecorder()
@@ -42,6 +51,10 @@ func TestAdminMalformedURL(t *testing.T) {
 		require.Contains(t, body, tc.want, tc.target)
 		require.NotContains(t, body, "\n", "one line")
 	}
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/cluster?foo=1", nil))
+	require.Equal(t, http.StatusBadRequest, rec.Code, "GET /cluster takes no parameter: %s", rec.Body)
+	require.Contains(t, rec.Body.String(), `unknown parameter "foo"`)
 	require.Equal(t, before.Epoch, c.member(urls[0]).View().Map.Epoch, "no change started")
 }
 

@@ -50,3 +50,55 @@ func TestBool(t *testing.T) {
 		}
 	}
 }
+
+func TestOne(t *testing.T) {
+	for _, tc := range []struct {
+		query, want, err string
+	}{
+		{query: ""},
+		{query: "other=1"},
+		{query: "dir=", want: ""},
+		{query: "dir=a", want: "a"},
+		{query: "dir=a&dir=a", want: "a"},
+		{query: "dir=%61&dir=a", want: "a"}, // the same value, spelled otherwise
+		{query: "dir=a&dir=b", err: "dir given 2 times with different values: give it once"},
+		{query: "dir=a&dir=a&dir=", err: "dir given 3 times with different values: give it once"},
+		{query: "dir&dir=a", err: "dir given 2 times with different values: give it once"},
+	} {
+		q, err := url.ParseQuery(tc.query)
+		if !assert.NoError(t, err, tc.query) {
+			continue
+		}
+		got, err := One("dir", q["dir"])
+		if tc.err != "" {
+			assert.EqualError(t, err, tc.err, tc.query)
+			continue
+		}
+		assert.NoError(t, err, tc.query)
+		assert.Equal(t, tc.want, got, tc.query)
+	}
+}
+
+func TestStrict(t *testing.T) {
+	for _, tc := range []struct {
+		query, usage string
+		known        []string
+		err          string
+	}{
+		{query: "", known: nil},
+		{query: "node=x&force", known: []string{"node", "force"}},
+		{query: "node=x", known: []string{"node", "with"}},
+		{query: "url=x", usage: "node=URL", known: []string{"node"}, err: `unknown parameter "url": node=URL`},
+		{query: "foo=1", known: nil, err: `unknown parameter "foo": this endpoint takes none`},
+		{query: "b=1&a=1", usage: "u", known: nil, err: `unknown parameter "a": u`}, // the first in order: the same answer every time
+		{query: "node=%zz", known: []string{"node"}, err: `malformed query: invalid URL escape "%zz"`},
+		{query: "node=x;y", known: []string{"node"}, err: "malformed query: invalid semicolon separator in query"},
+	} {
+		_, err := Strict(tc.query, tc.usage, tc.known...)
+		if tc.err != "" {
+			assert.EqualError(t, err, tc.err, tc.query)
+			continue
+		}
+		assert.NoError(t, err, tc.query)
+	}
+}
