@@ -3,12 +3,16 @@ package maplog
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log"
 	"log/slog"
 	"net"
+	"sync"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
 )
 
 // slogger makes raft's hclog calls slog records of the node's logger:
@@ -17,14 +21,23 @@ import (
 // an error on a connection this process closed itself (net.ErrClosed):
 // raft's transport logs one for each connection it was reading when the
 // node shuts down, which is no fault.
+//
+// A warning or an error about one peer is logged once per repeatWindow
+// (repeats): raft logs one for every failed RPC and retries a peer it
+// cannot reach every half second or so, which made a leader log some
+// 2 errors a second per unreachable peer, thousands an hour.
 type slogger struct {
 	l    *slog.Logger
 	name string
 	args []any
+	rep  *repeats // shared by the loggers With and Named derive
 }
 
-func newHCLog(l *slog.Logger) hclog.Logger {
-	return &slogger{l: l.With("component", "maplog.raft")}
+func newHCLog(l *slog.Logger) hclog.Logger { return newHCLogClock(l, time.Now) }
+
+// newHCLogClock is newHCLog with the limiter's clock.
+func newHCLogClock(l *slog.Logger, now func() time.Time) *slogger {
+	return &slogger{l: l.With("component", "maplog.raft"), rep: newRepeats(now)}
 }
 
 func level(lv hclog.Level) slog.Level {
@@ -43,7 +56,20 @@ func (s *slogger) Log(lv hclog.Level, msg string, args ...any) {
 	if l > slog.LevelDebug && closedHere(args) {
 		l = slog.LevelDebug
 	}
-	s.l.Log(context.Background(), l, msg, append(append([]any{}, s.args...), args...)...)
+	all := append(append([]any{}, s.args...), args...)
+	if l > slog.LevelDebug {
+		if peer, ok := peerOf(all); ok {
+			v := s.rep.note(repeatKey{name: s.name, msg: msg, peer: peer})
+			if !v.log {
+				return
+			}
+			if v.suppressed > 0 {
+				l = min(l, slog.LevelWarn)
+				all = append(all, "suppressed", v.suppressed, "suppressed_since", v.since)
+			}
+		}
+	}
+	s.l.Log(context.Background(), l, msg, all...)
 }
 
 // closedHere reports whether one of args is an error on a connection this
@@ -56,6 +82,128 @@ func closedHere(args []any) bool {
 	}
 	return false
 }
+
+// peerOf returns the peer that hclog key/value args name, if any: the
+// keys hashicorp/raft v1.8.0 gives the other end of an RPC whose failure
+// it logs once per attempt. "peer" (a raft.Server, named by its id, or
+// an address): "failed to heartbeat to", "failed to appendEntries to",
+// "failed to send snapshot to", "failed to install snapshot", "failed
+// to start pipeline replication to", "failed to pipeline
+// appendEntries", "appendEntries rejected, sending older logs";
+// "server-id": "failed to contact"; "target" (a raft.Server): "failed
+// to make requestVote RPC" (a candidate's, every election round).
+// Messages that name no peer (a store's error, a connection's) are not
+// limited: distinct failures of the node itself would be merged.
+func peerOf(args []any) (string, bool) {
+	for i := 0; i+1 < len(args); i += 2 {
+		switch args[i] {
+		case "peer", "server-id", "target":
+			if srv, ok := args[i+1].(raft.Server); ok {
+				// By its id: a voter demoted is the same peer.
+				return string(srv.ID), true
+			}
+			return fmt.Sprint(args[i+1]), true
+		}
+	}
+	return "", false
+}
+
+// repeatWindow is how often a warning or an error about one peer is
+// logged while raft keeps repeating it. Longer than raft's longest retry
+// backoff (an AppendEntries to a failing peer backs off to about 10 s,
+// a heartbeat to half the heartbeat timeout), so a peer down for good
+// gives each message a line per window, not per attempt: an hour is about
+// 120 lines per message and peer, not thousands. Short enough that the
+// log says within half a minute that the failure continues, with raft's
+// latest error. A constant, as the package's other log paces are
+// (refusedLogEvery): nobody tunes it, and the transport's logger is made
+// before any Options.
+//
+// The first line of a failure is raft's, at raft's level: an ERROR, so
+// an operator who pages on errors hears that a peer went away. The lines
+// after it, one per window while the failure lasts, say how many
+// attempts failed unlogged since the last line (suppressed,
+// suppressed_since) and are warnings: the same failure, one page is
+// enough, and the ongoing state is the metrics' to alert on
+// (dhtkv_maplog_unreachable_peers on the leader; on the data path,
+// dhtkv_peer_silent and dhtkv_replica_failures_total by peer). A failure
+// that stops for a window and comes back is a new one: its first line is
+// raft's again. The count of a failure's last window goes untold when it
+// ends within it (nothing logs after the last attempt).
+const repeatWindow = 30 * time.Second
+
+// repeatMaxKeys bounds the (message, peer) pairs repeats remembers: a
+// map log's peers are its members, at most a few hundred, each with a few
+// messages. Beyond it, once none has been quiet for a window, the pairs
+// not remembered share one more entry (the zero repeatKey), so that a
+// flood of new peers is limited too, as one.
+const repeatMaxKeys = 1024
+
+// repeats decides which of the repeated lines about a peer are logged
+// (repeatWindow). Safe for concurrent use.
+type repeats struct {
+	now func() time.Time
+
+	mu   sync.Mutex
+	keys map[repeatKey]*repeat
+}
+
+// repeatKey is a line's logger name, message and peer.
+type repeatKey struct{ name, msg, peer string }
+
+// repeat is what repeats remembers of one repeatKey.
+type repeat struct {
+	logged     time.Time // the last line logged
+	last       time.Time // the last line, logged or not
+	suppressed int       // lines since logged, not logged
+}
+
+// verdict is what repeats.note decides of one line: log it or not, and
+// if so with how many were not logged since when.
+type verdict struct {
+	log        bool
+	suppressed int
+	since      time.Time
+}
+
+func newRepeats(now func() time.Time) *repeats {
+	return &repeats{now: now, keys: map[repeatKey]*repeat{}}
+}
+
+// note records a line of k now: the first of a failure is logged (no
+// line of k for a window), the others once the window since the last
+// logged one has passed, with how many were not.
+func (r *repeats) note(k repeatKey) verdict {
+	now := r.now()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	e := r.keys[k]
+	if e == nil && len(r.keys) >= repeatMaxKeys {
+		for old, oe := range r.keys {
+			if now.Sub(oe.last) >= repeatWindow {
+				delete(r.keys, old)
+			}
+		}
+		if len(r.keys) >= repeatMaxKeys {
+			k = repeatKey{} // the shared entry, the one beyond the bound
+			e = r.keys[k]
+		}
+	}
+	switch {
+	case e == nil || now.Sub(e.last) >= repeatWindow:
+		r.keys[k] = &repeat{logged: now, last: now}
+		return verdict{log: true}
+	case now.Sub(e.logged) < repeatWindow:
+		e.suppressed++
+		e.last = now
+		return verdict{}
+	default:
+		v := verdict{log: true, suppressed: e.suppressed, since: e.logged}
+		*e = repeat{logged: now, last: now}
+		return v
+	}
+}
+
 func (s *slogger) Trace(msg string, args ...any) { s.Log(hclog.Trace, msg, args...) }
 func (s *slogger) Debug(msg string, args ...any) { s.Log(hclog.Debug, msg, args...) }
 func (s *slogger) Info(msg string, args ...any)  { s.Log(hclog.Info, msg, args...) }
@@ -68,7 +216,7 @@ func (s *slogger) IsWarn() bool                  { return s.l.Enabled(context.Ba
 func (s *slogger) IsError() bool                 { return s.l.Enabled(context.Background(), slog.LevelError) }
 func (s *slogger) ImpliedArgs() []any            { return s.args }
 func (s *slogger) With(args ...any) hclog.Logger {
-	return &slogger{l: s.l, name: s.name, args: append(append([]any{}, s.args...), args...)}
+	return &slogger{l: s.l, name: s.name, args: append(append([]any{}, s.args...), args...), rep: s.rep}
 }
 func (s *slogger) Name() string { return s.name }
 func (s *slogger) Named(name string) hclog.Logger {
@@ -76,10 +224,10 @@ func (s *slogger) Named(name string) hclog.Logger {
 	if s.name != "" {
 		n = s.name + "." + name
 	}
-	return &slogger{l: s.l.With("subsystem", n), name: n, args: s.args}
+	return &slogger{l: s.l.With("subsystem", n), name: n, args: s.args, rep: s.rep}
 }
 func (s *slogger) ResetNamed(name string) hclog.Logger {
-	return &slogger{l: s.l.With("subsystem", name), name: name, args: s.args}
+	return &slogger{l: s.l.With("subsystem", name), name: name, args: s.args, rep: s.rep}
 }
 func (s *slogger) SetLevel(hclog.Level)  {}
 func (s *slogger) GetLevel() hclog.Level { return hclog.Debug }

@@ -200,7 +200,8 @@ func TestLogMetrics(t *testing.T) {
 		for _, reg := range regs {
 			g := gauges(t, reg)
 			if g["dhtkv_maplog_voters"] != 3 || g["dhtkv_maplog_applied_index"] < float64(res.Index) ||
-				g["dhtkv_maplog_last_contact_seconds"] < 0 || g["dhtkv_maplog_last_contact_seconds"] > 1 {
+				g["dhtkv_maplog_last_contact_seconds"] < 0 || g["dhtkv_maplog_last_contact_seconds"] > 1 ||
+				g["dhtkv_maplog_unreachable_peers"] != 0 {
 				return false
 			}
 			leaders += g["dhtkv_maplog_leader"]

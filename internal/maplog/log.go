@@ -452,6 +452,9 @@ func (l *Log) IsLeader() bool { return l.r.State() == raft.Leader }
 //     far behind the leader's are lagging);
 //   - dhtkv_maplog_last_contact_seconds: time since this follower last
 //     heard from a leader (0 on the leader, -1 before any contact);
+//   - dhtkv_maplog_unreachable_peers: members this leader's heartbeats
+//     fail to reach now (0 on a follower): what to alert on while one is
+//     down, raft's log saying so once per half minute (repeatWindow);
 //   - dhtkv_maplog_refused_connections_total: connections to the log's
 //     port refused for failing authentication (with a Network).
 func (l *Log) Register(reg prometheus.Registerer) {
@@ -490,6 +493,25 @@ func (l *Log) Register(reg prometheus.Registerer) {
 				return -1
 			}
 			return time.Since(t).Seconds()
+		}),
+		gauge("dhtkv_maplog_unreachable_peers", "Members of the cluster map's log whose heartbeats from this node, leading it, fail now (0 on a follower).", func() float64 {
+			if !l.IsLeader() {
+				return 0
+			}
+			servers, err := l.Configuration()
+			if err != nil {
+				return 0
+			}
+			l.mu.Lock()
+			defer l.mu.Unlock()
+			n := 0
+			for _, s := range servers {
+				// A server removed while failing stays in failing.
+				if _, ok := l.failing[s.ID]; ok {
+					n++
+				}
+			}
+			return float64(n)
 		}),
 	)
 	if n, ok := l.fwd.(*Network); ok {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 )
 
@@ -59,6 +60,9 @@ func TestRebalancePromotesOnlyAcknowledgedNonVoters(t *testing.T) {
 		_, ok := l.failing[ServerID(victim)]
 		return ok
 	}, 10*time.Second, 10*time.Millisecond, "the leader's heartbeats to the dead voter fail")
+	reg := prometheus.NewRegistry()
+	g.leader().log.Register(reg)
+	require.Equal(t, 1.0, gauges(t, reg)["dhtkv_maplog_unreachable_peers"], "the leader's gauge counts it")
 	// Two healthy voters of three: Rebalance looks for a non-voter to
 	// promote, and node 3 has acknowledged nothing.
 	l := g.leader().log
