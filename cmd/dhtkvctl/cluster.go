@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"text/tabwriter"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"github.com/peterbourgon/ff/v3/ffcli"
 
 	"github.com/dhtkv/dhtkv/client"
+	"github.com/dhtkv/dhtkv/internal/clustermap"
 )
 
 const membershipHelp = `Membership changes are asked of one member's admin listener (--admin,
@@ -56,12 +58,15 @@ its --admin-listen), which drives them (docs/membership.md):
 join, decommission, remove and replicas wait until the change is
 complete (every stage, the partitions copied; a remove asked during
 another change, until that one and the removal after it), printing each
-stage, unless --no-wait; --wait-timeout bounds the wait (the change goes
-on without the command). Exit 1 when the change is refused (another one
-runs, except for a replace or a remove; a member does not answer; the node to
-replace or remove answers; the factor is out of range or unchanged; a
-decommission or a remove would leave fewer nodes than the factor) or
-the wait times out.`
+stage and then "<change> completed", unless --no-wait; --wait-timeout
+bounds the wait (the change goes on without the command). Exit 1 when the
+change is refused (another one runs, except for a replace or a remove; a
+member does not answer; the node to replace or remove answers; the factor
+is out of range or unchanged; a decommission or a remove would leave fewer
+nodes than the factor), when it does not complete (aborted by a
+dhtkvctl abort, from here or elsewhere: "join of node 5 (URL) aborted at
+epoch 20"; a decommission whose node a remove counted dead ends as that
+remove), or when the wait times out.`
 
 // membershipFlags are the flags of the membership commands.
 type membershipFlags struct {
@@ -104,9 +109,15 @@ func clusterCmd(e *env, fs *flag.FlagSet) *ffcli.Command {
 	}
 }
 
+// changeCmd is a membership command: begin asks for the change, and own,
+// for a command that waits (nil: replace and abort, which are over as they
+// begin), identifies the change begin began, from the map the node
+// answered with and the command's arguments, so that the wait tells that
+// change's outcome from what the cluster did next.
 func changeCmd(e *env, fs *flag.FlagSet, name, usage, short string, nargs int,
-	begin func(ctx context.Context, c *client.Client, admin string, args []string) (*client.ClusterMap, error)) *ffcli.Command {
-	f := newMembershipFlags(fs, name != "replace" && name != "abort")
+	begin func(ctx context.Context, c *client.Client, admin string, args []string) (*client.ClusterMap, error),
+	own func(m *client.ClusterMap, args []string) (ownChange, error)) *ffcli.Command {
+	f := newMembershipFlags(fs, own != nil)
 	return &ffcli.Command{
 		Name: name, ShortUsage: "dhtkvctl " + name + " --admin HOST:PORT " + usage, ShortHelp: short,
 		LongHelp: membershipHelp, FlagSet: fs,
@@ -132,7 +143,11 @@ func changeCmd(e *env, fs *flag.FlagSet, name, usage, short string, nargs int,
 			if f.noWait == nil || *f.noWait {
 				return nil
 			}
-			return waitChange(e.stdout, c, *f.admin, m.Epoch, *f.waitTimeout)
+			ch, err := own(m, args)
+			if err != nil {
+				return fmt.Errorf("%s: %w", name, err)
+			}
+			return waitChange(e.stdout, c, *f.admin, ch, *f.waitTimeout)
 		},
 	}
 }
@@ -147,19 +162,182 @@ func (f membershipFlags) check(name string, args []string, nargs int) error {
 	return nil
 }
 
+// ownChange is the change a command began, as the cluster records its
+// outcome (client.ChangeOutcome, the admin answer's "last"): its kind, its
+// node, and the epoch of the map the request was answered with. No join
+// gets an id another node had (a map's next_id only grows, an abort
+// included), and the changes that have stages follow one another, each
+// over its own epochs, so kind, node and epoch name one change: not the
+// one an operator asks for next, nor one of the same node before.
+type ownChange struct {
+	// what names the change in messages: "join of node 5
+	// (http://10.0.0.5:8080)", "replicas change to 3".
+	what string
+	// kinds are the outcome kinds that are this change: its own, and for
+	// a decommission "remove", which it ends as once a remove counted its
+	// node dead (superseded).
+	kinds []string
+	// node is the outcome's node: the node joined, decommissioned or
+	// removed, or for a replicas change its driver (-1: not known).
+	node int
+	// epoch is the epoch of the map the node answered the request with:
+	// the change's first map (a request the log answered again after an
+	// uncertain outcome may get a later one of the same change).
+	epoch uint64
+	// remove: the change is a remove, whose outcome may begin before
+	// epoch (during the decommission of its node, which it finishes) or
+	// after it (during another change, the removal after that one).
+	remove bool
+	// done reports whether a map with no change under way shows the
+	// change's effect, and if not what it shows instead: the verdict when
+	// the change's outcome record was overwritten before the command saw
+	// it (a later change ended between two polls).
+	done func(m *client.ClusterMap) (bool, string)
+}
+
+// is reports whether outcome o is this change's.
+func (c ownChange) is(o *client.ChangeOutcome) bool {
+	switch {
+	case o == nil || !slices.Contains(c.kinds, o.Kind) || (c.node >= 0 && o.Node != c.node):
+		return false
+	case o.Ended <= c.epoch:
+		// Ended before the request was answered: another change's. A
+		// remove during another change records itself as ended at the
+		// epoch it counts the node dead in: only the removal after it,
+		// later, is the remove's outcome.
+		return false
+	}
+	// A remove's outcome may have begun before epoch: the decommission
+	// of its node, which it marked dead and finished. Any other began at
+	// or before epoch: a later one is a change of the same node asked
+	// after this one ended.
+	return c.remove || o.Began <= c.epoch
+}
+
+// verdict is the command's error for its change's outcome o: nil when
+// the change completed as asked.
+func (c ownChange) verdict(o *client.ChangeOutcome) error {
+	switch {
+	case o.Aborted:
+		return fmt.Errorf("%w at epoch %d", c.failed("aborted"), o.Ended)
+	case !c.remove && o.Kind == "remove":
+		return fmt.Errorf("%w at epoch %d: a remove counted the node dead, its partitions were copied from the other replicas", c.failed("ended as a remove"), o.Ended)
+	}
+	return nil
+}
+
+// failed is the error of a change that did not complete: how it ended.
+func (c ownChange) failed(how string) error {
+	return fmt.Errorf("%s %s", c.what, how)
+}
+
+// ownJoin, ownDecommission, ownRemove and ownReplicas identify the
+// change their command began from the node's answer (ownChange).
+func ownJoin(m *client.ClusterMap, args []string) (ownChange, error) {
+	id, u, err := nodeAt(m, args[0])
+	if err != nil {
+		return ownChange{}, err
+	}
+	return ownChange{
+		what: fmt.Sprintf("join of node %d (%s)", id, u), kinds: []string{"join"}, node: id, epoch: m.Epoch,
+		done: func(m *client.ClusterMap) (bool, string) {
+			return m.NodeURL(id) == u, fmt.Sprintf("node %d is not a member", id)
+		},
+	}, nil
+}
+
+func ownDecommission(m *client.ClusterMap, args []string) (ownChange, error) {
+	id, u, err := nodeAt(m, args[0])
+	if err != nil {
+		return ownChange{}, err
+	}
+	return ownChange{
+		what: fmt.Sprintf("decommission of node %d (%s)", id, u), kinds: []string{"decommission", "remove"}, node: id, epoch: m.Epoch,
+		done: func(m *client.ClusterMap) (bool, string) {
+			return m.NodeURL(id) == "", fmt.Sprintf("node %d is still a member", id)
+		},
+	}, nil
+}
+
+func ownRemove(m *client.ClusterMap, args []string) (ownChange, error) {
+	id, u, err := nodeAt(m, args[0])
+	if err != nil {
+		return ownChange{}, err
+	}
+	return ownChange{
+		what: fmt.Sprintf("remove of node %d (%s)", id, u), kinds: []string{"remove"}, node: id, epoch: m.Epoch, remove: true,
+		done: func(m *client.ClusterMap) (bool, string) {
+			return m.NodeURL(id) == "", fmt.Sprintf("node %d is still a member", id)
+		},
+	}, nil
+}
+
+func ownReplicas(m *client.ClusterMap, args []string) (ownChange, error) {
+	n, err := strconv.Atoi(args[0]) // checked by the command before it began
+	if err != nil {
+		return ownChange{}, err
+	}
+	driver := -1
+	if ch := m.Change; ch != nil && ch.Kind == "replicas" {
+		driver = ch.Node
+	}
+	return ownChange{
+		what: fmt.Sprintf("replicas change to %d", n), kinds: []string{"replicas"}, node: driver, epoch: m.Epoch,
+		done: func(m *client.ClusterMap) (bool, string) {
+			return m.Replicas == n, fmt.Sprintf("the replication factor is %d", m.Replicas)
+		},
+	}, nil
+}
+
+// nodeAt returns the id of the node at url in m, and its URL as the map
+// spells it.
+func nodeAt(m *client.ClusterMap, url string) (int, string, error) {
+	u, err := clustermap.NormalizeURL(url)
+	if err != nil {
+		return 0, "", err
+	}
+	for _, n := range m.Nodes {
+		if n.URL == u {
+			return n.ID, u, nil
+		}
+	}
+	return 0, "", fmt.Errorf("the node's answer, %s, does not name %s: see dhtkvctl cluster", describeMap(m), u)
+}
+
 // waitChange polls the driver until its map has no change under way,
-// printing every stage it sees.
-func waitChange(w io.Writer, c *client.Client, admin string, from uint64, timeout time.Duration) error {
+// printing every stage it sees, and returns nil if the change ch
+// completed, or an error naming how it ended otherwise. The end of "a
+// change under way" alone does not tell: an aborted change ends in a map
+// without one as a completed one does. The outcome is the driver's record
+// of the last change that ended ("last"), matched to ch; an abort is
+// reported as soon as it is seen, while the rest of the wait (a removal
+// counted dead during the change) would go on. Should a later change's
+// record overwrite ch's between two polls, the final map says whether
+// ch's effect is there (its node a member, or not; the factor).
+func waitChange(w io.Writer, c *client.Client, admin string, ch ownChange, timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	seen := from
+	seen, completed := ch.epoch, false
+	var st *client.ClusterStatus
 	for {
-		st, err := c.Cluster(ctx, admin)
-		if err == nil && st.Map.Epoch > seen {
-			seen = st.Map.Epoch
-			fmt.Fprintf(w, "%s\n", describeMap(st.Map))
-			if st.Map.Change == nil && len(st.Map.Removing) == 0 {
-				return nil
+		s, err := c.Cluster(ctx, admin)
+		if err == nil {
+			st = s
+			if st.Map.Epoch > seen {
+				seen = st.Map.Epoch
+				fmt.Fprintf(w, "%s\n", describeMap(st.Map))
+			}
+			if ch.is(st.Last) {
+				if err := ch.verdict(st.Last); err != nil {
+					return err
+				}
+				completed = true
+			}
+			// A map older than the answer's (the driver installs it a
+			// moment after the log applied it) still shows the map
+			// before the change.
+			if st.Map.Epoch >= ch.epoch && st.Map.Change == nil && len(st.Map.Removing) == 0 {
+				return ended(w, ch, st, completed)
 			}
 		}
 		select {
@@ -168,10 +346,28 @@ func waitChange(w io.Writer, c *client.Client, admin string, from uint64, timeou
 			if st != nil {
 				last = st.Driver
 			}
-			return fmt.Errorf("the change did not complete within %v (it goes on): %s", timeout, last)
+			return fmt.Errorf("%s did not complete within %v (it goes on): %s", ch.what, timeout, last)
 		case <-time.After(500 * time.Millisecond):
 		}
 	}
+}
+
+// ended is waitChange's verdict once the driver's map has no change under
+// way: completed, if ch's outcome said so; else what the map shows.
+func ended(w io.Writer, ch ownChange, st *client.ClusterStatus, completed bool) error {
+	if !completed {
+		ok, instead := ch.done(st.Map)
+		if !ok {
+			last := "none recorded"
+			if o := st.Last; o != nil {
+				last = fmt.Sprintf("%s of node %d, epochs %d-%d", o.Kind, o.Node, o.Began, o.Ended)
+			}
+			return fmt.Errorf("%w at epoch %d: %s (the last change the cluster recorded: %s; see dhtkvctl cluster)",
+				ch.failed("did not complete"), st.Map.Epoch, instead, last)
+		}
+	}
+	_, err := fmt.Fprintf(w, "%s completed\n", ch.what)
+	return err
 }
 
 func describeMap(m *client.ClusterMap) string {
@@ -226,7 +422,7 @@ func membershipCmds(e *env, fs func(string) *flag.FlagSet) []*ffcli.Command {
 		changeCmd(e, fs("join"), "join", "URL", "add the node at URL to the cluster", 1,
 			func(ctx context.Context, c *client.Client, admin string, args []string) (*client.ClusterMap, error) {
 				return c.Join(ctx, admin, args[0])
-			}),
+			}, ownJoin),
 		changeCmd(e, decommission, "decommission", "URL", "move a node's partitions to the others and stop it", 1,
 			func(ctx context.Context, c *client.Client, admin string, args []string) (*client.ClusterMap, error) {
 				var opts []client.ChangeOption
@@ -234,15 +430,15 @@ func membershipCmds(e *env, fs func(string) *flag.FlagSet) []*ffcli.Command {
 					opts = append(opts, client.Force())
 				}
 				return c.Decommission(ctx, admin, args[0], opts...)
-			}),
+			}, ownDecommission),
 		changeCmd(e, fs("remove"), "remove", "DEAD-URL", "remove a dead node from the cluster; its partitions are copied from the other replicas", 1,
 			func(ctx context.Context, c *client.Client, admin string, args []string) (*client.ClusterMap, error) {
 				return c.Remove(ctx, admin, args[0])
-			}),
+			}, ownRemove),
 		changeCmd(e, fs("replace"), "replace", "DEAD-URL NEW-URL", "give a dead node's identity to a new machine", 2,
 			func(ctx context.Context, c *client.Client, admin string, args []string) (*client.ClusterMap, error) {
 				return c.Replace(ctx, admin, args[0], args[1])
-			}),
+			}, nil),
 		changeCmd(e, fs("replicas"), "replicas", "N", "change the replication factor to N", 1,
 			func(ctx context.Context, c *client.Client, admin string, args []string) (*client.ClusterMap, error) {
 				n, err := strconv.Atoi(args[0])
@@ -250,10 +446,10 @@ func membershipCmds(e *env, fs func(string) *flag.FlagSet) []*ffcli.Command {
 					return nil, usagef("replicas takes the new replication factor, a whole number from 1 to the number of nodes, got %q", args[0])
 				}
 				return c.SetReplicas(ctx, admin, n)
-			}),
+			}, ownReplicas),
 		changeCmd(e, fs("abort"), "abort", "", "end the membership change under way with the old set of nodes", 0,
 			func(ctx context.Context, c *client.Client, admin string, _ []string) (*client.ClusterMap, error) {
 				return c.Abort(ctx, admin)
-			}),
+			}, nil),
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -61,6 +62,7 @@ func TestMembershipCommands(t *testing.T) {
 	// may pass quicker than its polls.
 	assert.Contains(t, out.String(), "join begun")
 	assert.Contains(t, out.String(), "3 nodes, replication factor 2, no change under way")
+	assert.Contains(t, out.String(), "join of node 2 ("+c.URL(joiner)+") completed")
 
 	out.Reset()
 	require.Equal(t, exitOK, run([]string{"cluster", admin, "--json"}, nil, &out, &errb), errb.String())
@@ -97,7 +99,7 @@ func TestReplicasCommand(t *testing.T) {
 		{name: "above the nodes", args: []string{"replicas", admin, "4"}, code: exitError, errHas: "replication factor 4 out of range: from 1 to the number of nodes, 3"},
 		{name: "unchanged", args: []string{"replicas", admin, "2"}, code: exitError, errHas: "the replication factor is 2 already"},
 		{name: "help", args: []string{"replicas", "-h"}, outHas: []string{"replicas N", "smaller factor"}},
-		{name: "grow", args: []string{"replicas", admin, "3"}, outHas: []string{"replicas begun: epoch 2, 3 nodes, replication factor 2, changing to 3 at stage write-both", "3 nodes, replication factor 3, no change under way"}},
+		{name: "grow", args: []string{"replicas", admin, "3"}, outHas: []string{"replicas begun: epoch 2, 3 nodes, replication factor 2, changing to 3 at stage write-both", "3 nodes, replication factor 3, no change under way", "replicas change to 3 completed"}},
 	} {
 		s.run(t)
 	}
@@ -132,6 +134,7 @@ func TestRemoveCommand(t *testing.T) {
 	(step{name: "dead", args: []string{"remove", "--timeout=1m", admin, c.URL(2)}, outHas: []string{
 		"remove begun: epoch 2, 3 nodes, replication factor 2, decommission of " + c.URL(2) + " (dead) at stage write-both",
 		"2 nodes, replication factor 2, no change under way",
+		"remove of node 2 (" + c.URL(2) + ") completed",
 	}}).run(t)
 	m := c.AwaitStable(t, 30*time.Second)
 	require.Nil(t, m.ByURL(c.URL(2)))
@@ -165,6 +168,7 @@ func TestRemoveTwoDeadCommand(t *testing.T) {
 	(step{name: "second", args: []string{"remove", "--timeout=1m", admin, c.URL(2)}, outHas: []string{
 		"decommission of " + c.URL(3) + " (dead) at stage write-both; " + c.URL(2) + " dead, removed next",
 		"2 nodes, replication factor 2, no change under way", // the wait ends only once both are out
+		"remove of node 2 (" + c.URL(2) + ") completed",
 	}}).run(t)
 	m := c.AwaitStable(t, 30*time.Second)
 	require.Len(t, m.Nodes, 2)
@@ -181,4 +185,92 @@ func startWithKeys(t *testing.T, prefix string) (*testcluster.Cluster, *testclus
 		require.Equal(t, http.StatusCreated, cl.Put(t, c.URL(0), fmt.Sprintf("%s%d", prefix, i), []byte("v"), 2, 2))
 	}
 	return c, cl
+}
+
+// A membership change that does not complete exits 1 with one line
+// naming its outcome, where the command used to see a map with no change
+// under way and exit 0 (a join aborted while it waited printed "no
+// change under way"). Each change waits at write-both for a member that
+// does not acknowledge it, a node never started or node 2 cut off from
+// the others, while dhtkvctl abort ends it; node 2's links are restored
+// and every member acknowledges the map before the next one begins. Last,
+// a decommission of node 2 that a remove of it finishes (node 2 counted
+// dead) is not the decommission asked for: exit 1 too, and the remove
+// that finished it exits 0.
+func TestChangeNotCompleted(t *testing.T) {
+	c := testcluster.StartLinked(t, 3, func(_ int, cfg *node.Config) { cfg.Replicas = 2 })
+	admin := "--admin=" + c.Node(0).AdminAddr()
+	// settled waits until the log has no change under way and every
+	// member acknowledged its map: a change begins only then.
+	settled := func(t *testing.T) {
+		t.Helper()
+		testcluster.Eventually(t, 60*time.Second, "the cluster settled", func() bool {
+			st := c.Node(0).MapLog().State()
+			return st.Map != nil && st.Map.Change == nil && len(st.Waiting(-1)) == 0
+		})
+	}
+	// begin runs args in the background once the cluster settled, and
+	// returns its exit code's channel once the change is under way.
+	begin := func(t *testing.T, args []string, out, errb *bytes.Buffer) <-chan int {
+		t.Helper()
+		code := make(chan int, 1)
+		go func() { code <- run(args, nil, out, errb) }()
+		testcluster.Eventually(t, 30*time.Second, "the change begun", func() bool {
+			st := c.Node(0).MapLog().State()
+			return st.Map != nil && st.Map.Change != nil
+		})
+		return code
+	}
+	exited := func(t *testing.T, code <-chan int) int {
+		t.Helper()
+		select {
+		case n := <-code:
+			return n
+		case <-time.After(60 * time.Second):
+			t.Fatal("the command did not return")
+			return -1
+		}
+	}
+	never := fmt.Sprintf("http://127.0.0.1:%d", testcluster.FreePorts(t, 1)[0])
+	for _, tc := range []struct {
+		name    string
+		args    []string
+		isolate bool // cut node 2 off: the change waits for its acknowledgement
+		errHas  string
+	}{
+		{name: "join", args: []string{"join", admin, never}, errHas: "join of node 3 (" + never + ") aborted at epoch "},
+		{name: "decommission", args: []string{"decommission", admin, c.URL(1)}, isolate: true,
+			errHas: "decommission of node 1 (" + c.URL(1) + ") aborted at epoch "},
+		{name: "replicas", args: []string{"replicas", admin, "3"}, isolate: true, errHas: "replicas change to 3 aborted at epoch "},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			settled(t)
+			if tc.isolate {
+				c.Isolate(2)
+				defer c.Heal()
+			}
+			var out, errb bytes.Buffer
+			code := begin(t, tc.args, &out, &errb)
+			// The log may have to elect a leader first (node 2 may have
+			// led it), past the default --timeout.
+			step{name: "abort", args: []string{"abort", "--timeout=1m", admin}, outHas: []string{"abort done: ", "no change under way"}}.run(t)
+			require.Equal(t, exitError, exited(t, code), "stdout %q, stderr %q", out.String(), errb.String())
+			assert.Contains(t, out.String(), tc.name+" begun: ")
+			assert.Contains(t, errb.String(), tc.errHas)
+			assert.Equal(t, 1, strings.Count(errb.String(), "\n"), "one line on stderr: %q", errb.String())
+			assert.NotContains(t, out.String(), "completed")
+		})
+	}
+
+	settled(t)
+	c.Isolate(2)
+	var out, errb bytes.Buffer
+	code := begin(t, []string{"decommission", admin, c.URL(2)}, &out, &errb)
+	(step{name: "remove", args: []string{"remove", "--timeout=1m", admin, c.URL(2)}, outHas: []string{
+		"remove begun: ", "decommission of " + c.URL(2) + " (dead)", "2 nodes, replication factor 2, no change under way",
+		"remove of node 2 (" + c.URL(2) + ") completed",
+	}}).run(t)
+	require.Equal(t, exitError, exited(t, code), "stdout %q, stderr %q", out.String(), errb.String())
+	assert.Contains(t, errb.String(), "decommission of node 2 ("+c.URL(2)+") ended as a remove at epoch ")
+	assert.Equal(t, 1, strings.Count(errb.String(), "\n"), "one line on stderr: %q", errb.String())
 }

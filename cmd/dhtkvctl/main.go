@@ -81,8 +81,8 @@ EXIT CODES
   4  not enough replicas answered (504)
   5  bad request (other 4xx: bad ack/from, key or value too large,
      401 without a token the node knows, 403 with a role too low);
-     the membership commands exit 1 when their change is refused (409),
-     as their help says`
+     the membership commands exit 1 when their change is refused (409)
+     or, waited for, does not complete (aborted), as their help says`
 
 func main() {
 	os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
