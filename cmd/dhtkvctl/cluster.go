@@ -158,6 +158,8 @@ func (f membershipFlags) check(name string, args []string, nargs int) error {
 		return usagef("%s takes %d arguments, got %d", name, nargs, len(args))
 	case *f.admin == "":
 		return usagef("%s needs --admin, a member's admin listener", name)
+	case f.waitTimeout != nil && !*f.noWait && *f.waitTimeout <= 0:
+		return usagef("--wait-timeout %v: want more than 0 (--no-wait does not wait)", *f.waitTimeout)
 	}
 	return nil
 }

@@ -117,6 +117,26 @@ func (g *globals) register(fs *flag.FlagSet) {
 	sizeflag.Var(fs, &g.maxAnswer, "max-answer-bytes", "the largest value, scanned record or other answer a command reads, a `size` (raise it for nodes whose --max-value-bytes is larger)")
 }
 
+// check refuses the values of the numeric flags that mean nothing, as a
+// usage error (exit 2) like a malformed one: the flag package takes -1
+// for an int and -1s for a duration, and the client would send a
+// negative ack or from the node answers 400 to, or drop it for the
+// node's default; a negative --timeout would mean no deadline, and a
+// --max-answer-bytes of 0 the client's default.
+func (g *globals) check() error {
+	switch {
+	case g.ack < 0:
+		return usagef("--ack %d: want 0 (the node's default) or more", g.ack)
+	case g.from < 0:
+		return usagef("--from %d: want 0 (the node's default) or more", g.from)
+	case g.timeout < 0:
+		return usagef("--timeout %v: want 0 (no deadline) or more", g.timeout)
+	case g.maxAnswer <= 0:
+		return usagef("--max-answer-bytes %d: want 1 or more", g.maxAnswer)
+	}
+	return nil
+}
+
 // bearerToken is the token the flags give: --token, or the one line of
 // --token-file ("" without either).
 func (g *globals) bearerToken() (string, error) {
@@ -236,7 +256,9 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	case err != nil: // a flag the command does not know, or a bad value
 		err = usageError{err.Error()}
 	default:
-		err = root.Run(context.Background())
+		if err = g.check(); err == nil {
+			err = root.Run(context.Background())
+		}
 	}
 	code := exitCode(err)
 	if code != exitOK {

@@ -80,6 +80,7 @@ func TestCommands(t *testing.T) {
 		{name: "put empty value", args: []string{eps, "put", "k3", ""}, out: "OK\n"},
 		{name: "get empty value", args: []string{eps, "get", "k3"}, out: ""},
 		{name: "global flags after the command", args: []string{"get", eps, "--ack", "3", "k1"}, out: "v1"},
+		{name: "negative ack", args: []string{eps, "--ack", "-1", "get", "k1"}, code: exitUsage, errHas: "--ack -1: want 0 (the node's default) or more"},
 		{name: "get absent", args: []string{eps, "get", "absent"}, code: exitNotFound, errHas: "not found"},
 		{name: "del", args: []string{eps, "del", "k3"}, out: "OK\n"},
 		{name: "get deleted", args: []string{eps, "get", "k3"}, code: exitNotFound, errHas: "not found"},
@@ -202,6 +203,17 @@ func TestUsage(t *testing.T) {
 		{name: "flag after arguments", args: []string{eps, "put", "k", "v", "--file", "f"}, code: exitUsage, errHas: "put takes KEY [VALUE], not 4"},
 		{name: "scan argument", args: []string{eps, "scan", "k"}, code: exitUsage, errHas: "scan takes no arguments"},
 		{name: "negative limit", args: []string{eps, "scan", "--limit", "-1"}, code: exitUsage, errHas: "--limit"},
+		// The flag package takes these; the node answers 400 to a
+		// negative ack or from, and the client used to drop them for the
+		// node's default (exit 0).
+		{name: "negative ack", args: []string{eps, "--ack", "-1", "get", "k"}, code: exitUsage, errHas: "--ack -1: want 0 (the node's default) or more"},
+		{name: "negative from after the command", args: []string{eps, "get", "--from", "-2", "k"}, code: exitUsage, errHas: "--from -2: want 0 (the node's default) or more"},
+		{name: "negative timeout", args: []string{eps, "--timeout", "-1s", "get", "k"}, code: exitUsage, errHas: "--timeout -1s: want 0 (no deadline) or more"},
+		{name: "no answer bytes", args: []string{eps, "--max-answer-bytes", "0", "get", "k"}, code: exitUsage, errHas: "--max-answer-bytes 0: want 1 or more"},
+		{name: "no wait timeout", args: []string{eps, "join", "--admin", "127.0.0.1:1", "--wait-timeout", "0s", "http://127.0.0.1:2"}, code: exitUsage,
+			errHas: "--wait-timeout 0s: want more than 0 (--no-wait does not wait)"},
+		{name: "negative wait timeout", args: []string{eps, "replicas", "--admin", "127.0.0.1:1", "--wait-timeout", "-1m", "2"}, code: exitUsage,
+			errHas: "--wait-timeout -1m0s: want more than 0"},
 		{name: "empty endpoints", args: []string{"--endpoints", " , ", "get", "k"}, code: exitUsage, errHas: "--endpoints is empty"},
 		{name: "bad endpoint", args: []string{"--endpoints", "ftp://x:1", "get", "k"}, code: exitUsage, errHas: "want http://host:port"},
 		{name: "missing file", args: []string{eps, "put", "--file", filepath.Join(t.TempDir(), "absent"), "k"}, code: exitError, errHas: "no such file"},
@@ -211,6 +223,8 @@ func TestUsage(t *testing.T) {
 	} {
 		s.run(t)
 	}
+	t.Setenv("DHTKV_ACK", "-1")
+	step{name: "negative ack from the environment", args: []string{eps, "get", "k"}, code: exitUsage, errHas: "--ack -1: want 0"}.run(t)
 }
 
 // A node that accepts and never answers: --timeout ends the command.
