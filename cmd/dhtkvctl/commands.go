@@ -76,8 +76,8 @@ instead:
   size        the value's length in bytes
   expires_at  when a value written with --ttl expires (RFC 3339, UTC), or
               "never"
-  ttl         the whole seconds left until then, rounded up (omitted with
-              "never")
+  ttl         the whole seconds left until then, rounded up, a number
+              (3600 for an hour; omitted with "never")
 
 An absent, deleted or expired key exits 3 either way.`
 
@@ -99,13 +99,15 @@ func getCmd(e *env, fs *flag.FlagSet) *ffcli.Command {
 	return cmd
 }
 
-// formatMeta is get --meta's output (getHelp).
+// formatMeta is get --meta's output (getHelp): ttl in whole seconds, the
+// node's X-Dhtkv-TTL as it sent it (client.Meta.TTL is whole seconds
+// already), a number a script reads without parsing Go's durations.
 func formatMeta(m client.Meta) []byte {
 	out := fmt.Appendf(nil, "version %d\nsize %d\n", m.Version, m.Size)
 	if m.ExpiresAt.IsZero() {
 		return append(out, "expires_at never\n"...)
 	}
-	return fmt.Appendf(out, "expires_at %s\nttl %s\n", m.ExpiresAt.UTC().Format("2006-01-02T15:04:05.000Z07:00"), m.TTL)
+	return fmt.Appendf(out, "expires_at %s\nttl %d\n", m.ExpiresAt.UTC().Format("2006-01-02T15:04:05.000Z07:00"), int64(m.TTL/time.Second))
 }
 
 func delCmd(e *env, fs *flag.FlagSet) *ffcli.Command {
