@@ -118,8 +118,15 @@ func changeCmd(e *env, fs *flag.FlagSet, name, usage, short string, nargs int,
 	begin func(ctx context.Context, c *client.Client, admin string, args []string) (*client.ClusterMap, error),
 	own func(m *client.ClusterMap, args []string) (ownChange, error)) *ffcli.Command {
 	f := newMembershipFlags(fs, own != nil)
+	shortUsage := "dhtkvctl " + name + " --admin HOST:PORT"
+	if own != nil {
+		shortUsage += " [--no-wait]"
+	}
+	if usage != "" { // abort takes no arguments
+		shortUsage += " " + usage
+	}
 	return &ffcli.Command{
-		Name: name, ShortUsage: "dhtkvctl " + name + " --admin HOST:PORT " + usage, ShortHelp: short,
+		Name: name, ShortUsage: shortUsage, ShortHelp: short,
 		LongHelp: membershipHelp, FlagSet: fs,
 		Exec: func(_ context.Context, args []string) error {
 			if err := f.check(name, args, nargs); err != nil {
@@ -154,6 +161,10 @@ func changeCmd(e *env, fs *flag.FlagSet, name, usage, short string, nargs int,
 
 func (f membershipFlags) check(name string, args []string, nargs int) error {
 	switch {
+	case len(args) != nargs && nargs == 0:
+		return usagef("%s takes no arguments, got %d", name, len(args))
+	case len(args) != nargs && nargs == 1:
+		return usagef("%s takes 1 argument, got %d", name, len(args))
 	case len(args) != nargs:
 		return usagef("%s takes %d arguments, got %d", name, nargs, len(args))
 	case *f.admin == "":
@@ -425,7 +436,7 @@ func membershipCmds(e *env, fs func(string) *flag.FlagSet) []*ffcli.Command {
 			func(ctx context.Context, c *client.Client, admin string, args []string) (*client.ClusterMap, error) {
 				return c.Join(ctx, admin, args[0])
 			}, ownJoin),
-		changeCmd(e, decommission, "decommission", "URL", "move a node's partitions to the others and stop it", 1,
+		changeCmd(e, decommission, "decommission", "[--force] URL", "move a node's partitions to the others and stop it", 1,
 			func(ctx context.Context, c *client.Client, admin string, args []string) (*client.ClusterMap, error) {
 				var opts []client.ChangeOption
 				if *force {

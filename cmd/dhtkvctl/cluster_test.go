@@ -30,11 +30,17 @@ func TestMembershipCommands(t *testing.T) {
 	admin := "--admin=" + c.Node(0).AdminAddr()
 	for _, s := range []step{
 		{name: "no admin", args: []string{"join", "http://127.0.0.1:1"}, code: exitUsage, errHas: "needs --admin"},
-		{name: "no URL", args: []string{"join", admin}, code: exitUsage, errHas: "takes 1 arguments"},
+		{name: "no URL", args: []string{"join", admin}, code: exitUsage, errHas: "takes 1 argument, got 0"},
 		{name: "help", args: []string{"join", "-h"}, outHas: []string{"--admin", "--join", "decommission"}},
 		{name: "not a member", args: []string{"decommission", admin, "http://127.0.0.1:1"}, code: exitError, errHas: "not a member"},
 		{name: "malformed", args: []string{"decommission", admin, "127.0.0.1:1"}, code: exitBadRequest, errHas: "bad request (400): bad node URL"},
-		{name: "abort takes no URL", args: []string{"abort", admin, "http://127.0.0.1:1"}, code: exitUsage, errHas: "takes 0 arguments"},
+		{name: "abort takes no URL", args: []string{"abort", admin, "http://127.0.0.1:1"}, code: exitUsage, errHas: "abort takes no arguments, got 1"},
+		{name: "replace takes two", args: []string{"replace", admin, "http://127.0.0.1:1"}, code: exitUsage, errHas: "replace takes 2 arguments, got 1"},
+		{name: "abort help", args: []string{"abort", "-h"}, check: func(t *testing.T, out string) {
+			assert.Contains(t, out, "dhtkvctl abort --admin HOST:PORT\n", "no trailing space")
+		}},
+		{name: "join help", args: []string{"join", "-h"}, outHas: []string{"dhtkvctl join --admin HOST:PORT [--no-wait] URL\n"}},
+		{name: "replace help", args: []string{"replace", "-h"}, outHas: []string{"dhtkvctl replace --admin HOST:PORT DEAD-URL NEW-URL\n"}},
 		{name: "decommission help", args: []string{"decommission", "-h"}, outHas: []string{"--force", "fewer nodes than the replication factor"}},
 		{name: "below the factor", args: []string{"decommission", admin, "--no-wait", c.URL(1)}, code: exitError,
 			errHas: "would leave 1 nodes, fewer than the replication factor 2"},
@@ -93,7 +99,7 @@ func TestReplicasCommand(t *testing.T) {
 	c, cl := startWithKeys(t, "r")
 	admin := "--admin=" + c.Node(1).AdminAddr()
 	for _, s := range []step{
-		{name: "no N", args: []string{"replicas", admin}, code: exitUsage, errHas: "takes 1 arguments"},
+		{name: "no N", args: []string{"replicas", admin}, code: exitUsage, errHas: "takes 1 argument, got 0"},
 		{name: "not a number", args: []string{"replicas", admin, "three"}, code: exitUsage, errHas: `a whole number from 1 to the number of nodes, got "three"`},
 		{name: "zero", args: []string{"replicas", admin, "0"}, code: exitUsage, errHas: "got \"0\""},
 		{name: "above the nodes", args: []string{"replicas", admin, "4"}, code: exitError, errHas: "replication factor 4 out of range: from 1 to the number of nodes, 3"},
@@ -121,7 +127,7 @@ func TestRemoveCommand(t *testing.T) {
 	c, cl := startWithKeys(t, "d")
 	admin := "--admin=" + c.Node(0).AdminAddr()
 	for _, s := range []step{
-		{name: "no URL", args: []string{"remove", admin}, code: exitUsage, errHas: "takes 1 arguments"},
+		{name: "no URL", args: []string{"remove", admin}, code: exitUsage, errHas: "takes 1 argument, got 0"},
 		{name: "help", args: []string{"remove", "-h"}, outHas: []string{"remove DEAD", "ack=1", "--no-wait"}},
 		{name: "answers", args: []string{"remove", admin, c.URL(2)}, code: exitError, errHas: c.URL(2) + " answers; only a dead node is removed"},
 		{name: "malformed", args: []string{"remove", admin, "127.0.0.1:1"}, code: exitBadRequest, errHas: "bad request (400): bad node URL"},

@@ -10,7 +10,7 @@
 //	dhtkvctl [global flags] repair --admin HOST:PORT [--json]
 //	dhtkvctl [global flags] cluster --admin HOST:PORT [--json]
 //	dhtkvctl [global flags] join --admin HOST:PORT [--no-wait] URL
-//	dhtkvctl [global flags] decommission --admin HOST:PORT [--no-wait] URL
+//	dhtkvctl [global flags] decommission --admin HOST:PORT [--no-wait] [--force] URL
 //	dhtkvctl [global flags] remove --admin HOST:PORT [--no-wait] DEAD-URL
 //	dhtkvctl [global flags] replace --admin HOST:PORT DEAD-URL NEW-URL
 //	dhtkvctl [global flags] replicas --admin HOST:PORT [--no-wait] N
