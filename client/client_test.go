@@ -90,7 +90,7 @@ func TestClientCalls(t *testing.T) {
 		{"empty key", func() error { _, err := cl.Get(ctx, ""); return err }, 400, "empty id"},
 		{"key too long", func() error { return cl.Put(ctx, strings.Repeat("k", 65), nil) }, 400, "id is 65 bytes, limit is 64"},
 		{"ack above from", func() error { return cl.Delete(ctx, "k", client.WithAck(3), client.WithFrom(2)) }, 400, "ack=3 exceeds from=2"},
-		{"from above the cluster", func() error { _, err := cl.Get(ctx, "k", client.WithFrom(4)); return err }, 400, "from=4 exceeds the replication factor 3"},
+		{"from above the cluster", func() error { _, err := cl.Get(ctx, "k", client.WithFrom(4)); return err }, 400, "from=4 exceeds the cluster's replication factor 3"},
 		{"value too large", func() error { return cl.Put(ctx, "k", make([]byte, 1001)) }, 413, "value too large"},
 	} {
 		err := tc.call()

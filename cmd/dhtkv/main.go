@@ -248,7 +248,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		// Still one line; a misspelt variable may be why.
 		note := ""
 		if len(s.unknownEnv) > 0 {
-			note = fmt.Sprintf(" (ignored, as no flag has their names: %s)", strings.Join(s.unknownEnv, ", "))
+			note = fmt.Sprintf("; the environment has variables no flag reads, misspelt perhaps: %s (dhtkv -h lists them)", strings.Join(s.unknownEnv, ", "))
 		}
 		fmt.Fprintf(stderr, "dhtkv: %v%s\n", err, note)
 		return 1

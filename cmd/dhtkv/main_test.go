@@ -231,7 +231,8 @@ func TestUnknownEnvironmentWarning(t *testing.T) {
 	code := run([]string{"--data-dir", t.TempDir(), "--listen", "127.0.0.1:0", "--cluster", "127.0.0.1:1"}, &out, &errb)
 	assert.Equal(t, 1, code)
 	assert.Contains(t, errb.String(), "bad node URL")
-	assert.Contains(t, errb.String(), "DHTKV_LISTN")
+	assert.Contains(t, errb.String(), "; the environment has variables no flag reads, misspelt perhaps: DHTKV_LISTN (dhtkv -h lists them)",
+		"said apart from the error, not as if the error's subject were ignored")
 	assert.Equal(t, 1, strings.Count(errb.String(), "\n"), "one line: %q", errb.String())
 
 	if testing.Short() {

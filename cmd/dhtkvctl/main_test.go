@@ -86,7 +86,7 @@ func TestCommands(t *testing.T) {
 		{name: "get deleted", args: []string{eps, "get", "k3"}, code: exitNotFound, errHas: "not found"},
 		{name: "del absent", args: []string{eps, "del", "absent"}, out: "OK\n"},
 		{name: "ack above from", args: []string{eps, "--ack", "3", "--from", "2", "get", "k1"}, code: exitBadRequest, errHas: "ack=3 exceeds from=2"},
-		{name: "from above the cluster", args: []string{eps, "--from", "4", "put", "k1", "v"}, code: exitBadRequest, errHas: "from=4 exceeds the replication factor 3"},
+		{name: "from above the cluster", args: []string{eps, "--from", "4", "put", "k1", "v"}, code: exitBadRequest, errHas: "from=4 exceeds the cluster's replication factor 3"},
 		{name: "key too long", args: []string{eps, "get", strings.Repeat("k", 1025)}, code: exitBadRequest, errHas: "limit is 1024"},
 
 		{name: "scan", args: []string{eps, "scan"}, out: "bin\xff\x00key\nfrom a file\x00\xff\nk1\nv1\nk2\nline 1\nline 2\n\n"},

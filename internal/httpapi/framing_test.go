@@ -83,6 +83,38 @@ func TestAmbiguousFramingRefused(t *testing.T) {
 	require.Equal(t, "abcde", string(body))
 }
 
+// A request fasthttp cannot read is a 400 whose one line says what was
+// wrong with it, fasthttp's reason without its dump of the read buffer,
+// and the connection is closed. Nothing is stored.
+func TestMalformedRequestReasons(t *testing.T) {
+	_, base := testcluster.Single(t)
+	for _, c := range []struct{ name, req, reason string }{
+		{"no HTTP version", "GET /v0/entity?id=a\r\n\r\n", `cannot find whitespace in the first line of request "GET /v0/entity?id=a\r\n\r\n"`},
+		{"no Host", "GET /v0/entity?id=a HTTP/1.1\r\n\r\n", "missing required host header in request"},
+		{"negative Content-Length", "PUT /v0/entity?id=m1 HTTP/1.1\r\nHost: x\r\nContent-Length: -1\r\n\r\n", "cannot parse content-length"},
+		{"two Content-Lengths", "PUT /v0/entity?id=m2 HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\nab", "duplicate content-length header"},
+		{"a header without a colon", "GET /v0/entity?id=a HTTP/1.1\r\nHost: x\r\nNoColon\r\n\r\n", `missing colon: "NoColon"`},
+		{"gzip", "PUT /v0/entity?id=m3 HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\n\r\n", `unsupported transfer-encoding: "gzip"`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			resp := exchange(t, base, c.req)
+			require.Regexp(t, `^HTTP/1.1 400 `, resp)
+			assert.Contains(t, resp, "\r\nConnection: close\r\n")
+			_, body, ok := strings.Cut(resp, "\r\n\r\n")
+			require.True(t, ok, "%q", resp)
+			assert.True(t, strings.HasPrefix(body, "malformed request: "), "%q", body)
+			assert.Contains(t, body, c.reason)
+			assert.NotContains(t, body, "buffer size=", "without fasthttp's dump of its buffer")
+			assert.Equal(t, 1, strings.Count(body, "\n"), "one line: %q", body)
+		})
+	}
+	cl := testcluster.NewClient(t)
+	for _, k := range []string{"m1", "m2", "m3"} {
+		code, _ := cl.Get(t, base, k, 0, 0)
+		assert.Equal(t, 404, code, "%s was never written", k)
+	}
+}
+
 // A PUT whose Content-Length is over the limit is refused at once, from
 // the headers alone: 413 with the reason, the connection closed, nothing
 // read or awaited of the body, and with Expect: 100-continue no 100

@@ -117,7 +117,7 @@ func TestHeadAndETag(t *testing.T) {
 	// Bad input: the GET's 400 and its reason, in the header.
 	for _, tc := range []struct{ q, reason string }{
 		{"&ack=3&from=2", "ack=3 exceeds from=2"},
-		{"&from=4", "from=4 exceeds the replication factor 3"},
+		{"&from=4", "from=4 exceeds the cluster's replication factor 3"},
 		{"&ttl=60", "ttl applies to PUT only"},
 		{"&acks=1", `unknown parameter "acks"`},
 	} {

@@ -197,7 +197,7 @@ func TestParseReplicationDuringReplicasChange(t *testing.T) {
 		{"ack=3&from=3", 3, 2, 0, 0, "ack at most 2 until the change is over"},
 		{"", 2, 1, 1, 2, ""}, // 2 to 1 or 1 to 2: the majority of 2 is cut to 1
 		{"ack=2", 2, 1, 0, 0, "ack=2 exceeds 1"},
-		{"from=4", 3, 2, 0, 0, "from=4 exceeds the replication factor 3"},
+		{"from=4", 3, 2, 0, 0, "from=4 exceeds the cluster's replication factor 3"},
 		{"ack=3", 3, 3, 3, 3, ""},
 	} {
 		var args fasthttp.Args

@@ -20,9 +20,11 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode"
 
 	"github.com/valyala/fasthttp"
 
@@ -397,6 +399,30 @@ func (s *Server) ErrorHandler(ctx *fasthttp.RequestCtx, err error) {
 	case errors.As(err, &netErr) && netErr.Timeout():
 		ctx.Error("request timeout\n", fasthttp.StatusRequestTimeout)
 	default:
-		ctx.Error("malformed request\n", fasthttp.StatusBadRequest)
+		ctx.Error("malformed request: "+parseReason(err)+"\n", fasthttp.StatusBadRequest)
 	}
+}
+
+// parseReason is fasthttp's reason for a request it could not read, as
+// one short line ("missing required host header in request",
+// "unsupported transfer-encoding: \"gzip\""): without the dump of the
+// read buffer fasthttp appends (": buffer size=N, contents: ..."), any
+// control character a snippet of the request let through cut, and the
+// length bounded.
+func parseReason(err error) string {
+	const most = 200
+	msg := strings.TrimPrefix(err.Error(), "error when reading request headers: ")
+	if i := strings.Index(msg, ": buffer size="); i >= 0 {
+		msg = msg[:i]
+	}
+	r := []rune(msg)
+	for i, c := range r {
+		if unicode.IsControl(c) {
+			r[i] = ' '
+		}
+	}
+	if len(r) > most {
+		return string(r[:most]) + "..."
+	}
+	return string(r)
 }
