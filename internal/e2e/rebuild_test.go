@@ -237,3 +237,43 @@ func TestRebuildTwoWipedNodesAtOnce(t *testing.T) {
 		})
 	}
 }
+
+// TestRebuildWipedSeedAfterJoinAndDecommission: as
+// TestRebuildWipedSeedAfterChange, after a join and then a decommission of
+// the joined node, so that the cluster is the three seeds again, at a
+// higher epoch. The wiped seed's pings, routed by the seeded map, are
+// refused as stale by every peer: that refusal says the cluster exists
+// and changed since, so the node must rebuild (it once took a refused
+// ping for a peer that had not seen the cluster, served an empty replica
+// as healthy, and answered ack=1 reads of its keys with 404).
+func TestRebuildWipedSeedAfterJoinAndDecommission(t *testing.T) {
+	c := testcluster.Start(t, 3)
+	cl := testcluster.NewClient(t)
+	for i := range 3 {
+		testcluster.Eventually(t, 10*time.Second, "cluster formed", func() bool { return c.Metric(t, i, "dhtkv_cluster_formed") == 1 })
+	}
+	const n = 200
+	for i := range n {
+		require.Equal(t, http.StatusCreated, cl.Put(t, c.URL(i%3), fmt.Sprintf("wd%d", i), []byte(fmt.Sprint(i)), 3, 3))
+	}
+	joined := c.AddNode(t, 0)
+	c.Join(t, 0, joined)
+	c.AwaitStable(t, 30*time.Second)
+	c.Decommission(t, 0, joined)
+	c.AwaitLeft(t, joined, 30*time.Second)
+	m := c.AwaitStable(t, 30*time.Second)
+	require.Len(t, m.Nodes, 3)
+	const seed = 2
+	c.StopNode(seed)
+	c.WipeNode(seed)
+	c.StartNode(seed)
+	testcluster.Eventually(t, 30*time.Second, "the wiped seed rebuilt on the current map", func() bool {
+		mine, _ := c.Node(seed).Members().Map()
+		return !c.Node(seed).Rebuilding() && mine.Epoch == m.Epoch && c.Metric(t, seed, "dhtkv_rebuild_records_total") > 0
+	})
+	for i := range n { // the seed's own replica, read without a quorum
+		code, rec := internalGet(t, cl, c.URL(seed), fmt.Sprintf("wd%d", i), "")
+		require.Equal(t, http.StatusOK, code, "wd%d on the wiped seed's replica", i)
+		require.Equal(t, fmt.Sprint(i), string(rec.Value))
+	}
+}

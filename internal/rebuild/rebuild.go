@@ -122,12 +122,21 @@ func (r *Rebuilder) Rebuilding() bool { return r.rebuilding.Load() }
 // the cluster exists (it has seen every node answer): a node whose
 // directory is empty then lost its disk, and must rebuild. In a new
 // cluster no node has seen all the others yet, so nobody waits.
+//
+// A peer that refuses the ping as routed by an older map than its own
+// (rpc.ErrStaleEpoch) knows the cluster too: a node with an empty
+// directory routes by the map its --cluster list seeds, epoch 1, and a
+// member holds a later one only after a change, which only a formed
+// cluster makes. (Counted as a peer that had not seen the cluster, a
+// seed wiped after any join or decommission served its empty replica as
+// whole.)
 func Needed(v *view.View, timeout time.Duration) bool {
 	for _, p := range v.Peers {
 		if p == nil {
 			continue
 		}
-		if formed, err := p.Ping(v.Epoch(), time.Now().Add(timeout)); err == nil && formed {
+		formed, err := p.Ping(v.Epoch(), time.Now().Add(timeout))
+		if (err == nil && formed) || errors.Is(err, rpc.ErrStaleEpoch) {
 			return true
 		}
 	}
