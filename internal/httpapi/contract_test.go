@@ -70,7 +70,7 @@ func TestContract(t *testing.T) {
 		{"ack zero", "GET", e("?id=k1&ack=0"), nil, 400, "ack"},
 		{"ack negative", "PUT", e("?id=k1&ack=-1"), []byte("v"), 400, "ack"},
 		{"ack > from", "GET", e("?id=k1&ack=2&from=1"), nil, 400, "exceeds"},
-		{"from > cluster", "DELETE", e("?id=k1&from=2"), nil, 400, "cluster size"},
+		{"from > cluster", "DELETE", e("?id=k1&from=2"), nil, 400, "exceeds the cluster's replication factor 1"},
 		{"from empty", "GET", e("?id=k1&from="), nil, 400, "from"},
 		{"ack=1 from=1 ok", "GET", e("?id=k1&ack=1&from=1"), nil, 200, "again"},
 		{"value kept after bad writes", "GET", e("?id=k1"), nil, 200, "again"},
