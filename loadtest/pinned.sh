@@ -32,9 +32,10 @@
 #      beside the same load with no change: the stream's MB/s and the
 #      clients' tail during the join, in one run (issue 24, point 2);
 #      JOIN_FLAGS, more flags for the four nodes (--background-cpu-pressure 0);
-#      JOIN_PROFILE=SECONDS, a CPU profile of node 1 (a source) and node 4
-#      for that long from 3 s into the join (with LOGS: cpu-g1.pprof,
-#      cpu-g4.pprof); where each core's time went over the join and over
+#      JOIN_PROFILE=SECONDS, node 1's (a source's) CPU, mutex and block
+#      profiles and node 4's CPU profile for that long from 3 s into the
+#      join (with LOGS: cpu-g-join.pprof, mutex-g-join.pprof,
+#      block-g-join.pprof, cpu-g4.pprof); where each core's time went over the join and over
 #      the load without a change (/proc/stat: the old nodes' cores, node
 #      4's, the generator's; the servers' own CPU; the kernel's threads
 #      that ran most); WRITEBACK_CPUS=LIST runs the kernel's unbound
@@ -189,21 +190,22 @@ run() { # name pids-var target workload conns [flags...]
   [ -n "${LOGS:-}" ] && printf '%s\n' "$r" >"$tmp/run$RUNS.json"
   LAST=$r
 }
-# hold_profiles ADMIN-PORT TAG DELAY: after DELAY seconds, the node's CPU,
-# mutex and block profiles for HOLD_PROFILE seconds into
-# {cpu,mutex,block}-d-TAG.pprof, from the generator's cores; the mutex
-# and block rates are on for that window only.
+# hold_profiles ADMIN-PORT TAG DELAY [SECTION]: after DELAY seconds, the
+# node's CPU, mutex and block profiles for HOLD_PROFILE seconds into
+# {cpu,mutex,block}-SECTION-TAG.pprof (SECTION d by default), from the
+# generator's cores; the mutex and block rates are on for that window
+# only.
 hold_profiles() {
-  taskset -c $GEN python3 - "$1" "$2" "$3" "$HOLD_PROFILE" "$tmp" <<'PY' || echo "pinned.sh: no profiles of the $2 hold" >&2
+  taskset -c $GEN python3 - "$1" "$2" "$3" "$HOLD_PROFILE" "$tmp" "${4:-d}" <<'PY' || echo "pinned.sh: no profiles of the $2 hold" >&2
 import sys, threading, time, urllib.request as u
-port, tag, delay, secs, out = sys.argv[1], sys.argv[2], float(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
+port, tag, delay, secs, out, section = sys.argv[1], sys.argv[2], float(sys.argv[3]), int(sys.argv[4]), sys.argv[5], sys.argv[6]
 base = f"http://127.0.0.1:{port}/debug/pprof"
 time.sleep(delay)
 def rates(q):
     u.urlopen(u.Request(f"{base}/rates?{q}", method="POST"), timeout=10).read()
 def get(kind, path):
     body = u.urlopen(f"{base}/{path}?seconds={secs}", timeout=secs + 60).read()
-    open(f"{out}/{kind}-d-{tag}.pprof", "wb").write(body)
+    open(f"{out}/{kind}-{section}-{tag}.pprof", "wb").write(body)
 rates("mutex=100&block=1000000")
 try:
     ts = [threading.Thread(target=get, args=k) for k in (("cpu", "profile"), ("mutex", "mutex"), ("block", "block"))]
@@ -567,10 +569,9 @@ start g4 "$N2" 0 "$DHTKV" --listen 127.0.0.1:19124 --admin-listen 127.0.0.1:1913
 # The join is the load's marked window (dhtkv-load: SIGUSR1, SIGUSR2).
 (sleep 6; date +%s.%N >"$tmp/join.start"; signal_load USR1
  if [ -n "${JOIN_PROFILE:-}" ]; then
-   for n in 1 4; do
-     (sleep 3; taskset -c $GEN python3 -c 'import sys, urllib.request as u; open(sys.argv[2], "wb").write(u.urlopen(sys.argv[1], timeout=120).read())' \
-       "http://127.0.0.1:1913$n/debug/pprof/profile?seconds=$JOIN_PROFILE" "$tmp/cpu-g$n.pprof" || echo "pinned.sh: no profile of node $n" >&2) &
-   done
+   HOLD_PROFILE=$JOIN_PROFILE hold_profiles 19131 join 3 g &
+   (sleep 3; taskset -c $GEN python3 -c 'import sys, urllib.request as u; open(sys.argv[2], "wb").write(u.urlopen(sys.argv[1], timeout=120).read())' \
+     "http://127.0.0.1:19134/debug/pprof/profile?seconds=$JOIN_PROFILE" "$tmp/cpu-g4.pprof" || echo "pinned.sh: no profile of node 4" >&2) &
  fi
  "$B/dhtkvctl" join --admin 127.0.0.1:19131 --wait-timeout 30m http://127.0.0.1:19124 >"$tmp/join.out" 2>&1
  signal_load USR2; date +%s.%N >"$tmp/join.end"; wait) &
