@@ -299,7 +299,9 @@ func TestClusterSecret(t *testing.T) {
 }
 
 // TestClusterSecretMismatch: a node started with another secret is refused
-// by its peers (403), which the coordinator counts as a failed replica.
+// by its peers (403), which the coordinator counts as a failed replica,
+// and its status says why, in the peer's words (the ping's error once
+// said only "status 403").
 func TestClusterSecretMismatch(t *testing.T) {
 	t.Parallel()
 	c := testcluster.Start(t, 2, func(i int, cfg *node.Config) { cfg.ClusterSecret = "secret-" + strconv.Itoa(i) })
@@ -313,6 +315,10 @@ func TestClusterSecretMismatch(t *testing.T) {
 	code, _ = internalGet(t, cl, c.URL(1), key, "secret-1")
 	require.Equal(t, http.StatusNotFound, code, "node 1 refused the write")
 	require.Equal(t, rpc.SecretHeader, "X-Dhtkv-Secret")
+	testcluster.Eventually(t, 10*time.Second, "node 0's status gives node 1's reason", func() bool {
+		code, body := cl.Do(t, http.MethodGet, c.URL(0)+"/v0/status?verbose", nil)
+		return code == http.StatusOK && strings.Contains(string(body), "status 403: forbidden: missing or wrong cluster secret")
+	})
 }
 
 // TestClockSurvivesRestart: a node stores a version far ahead of its wall

@@ -515,6 +515,11 @@ func (p *Prober) observeReachable(s *peerState, url string, err error) {
 		return
 	}
 	switch {
+	case down && refused(err):
+		// It answers, and refuses this node (a 4xx: its cluster secret or
+		// its CA is not this node's): a configuration to fix, not a peer
+		// still starting.
+		p.log.Warn("peer refuses this node", "peer", url, "err", err)
 	case down && seen:
 		p.log.Warn("peer not answering", "peer", url, "err", err)
 	case down:
@@ -522,6 +527,14 @@ func (p *Prober) observeReachable(s *peerState, url string, err error) {
 	case seen:
 		p.log.Info("peer answering again", "peer", url)
 	}
+}
+
+// refused reports whether err is a peer's answer that refuses this node
+// (a 4xx, which rpc's status errors say by Refused): the peer is up, and
+// its configuration and this node's disagree.
+func refused(err error) bool {
+	var r interface{ Refused() bool }
+	return errors.As(err, &r) && r.Refused()
 }
 
 // ClockWarning says why this node refuses writes, or "" when it does not:

@@ -122,7 +122,9 @@ func (p *Peer) Ping(epoch uint64, deadline time.Time) (formed bool, err error) {
 		p.checkBehind(resp, epoch)
 	}
 	if resp.StatusCode() != fasthttp.StatusOK {
-		return false, fmt.Errorf("ping %s: %w", p.url, errStatus{resp.StatusCode()})
+		// The peer's reason with it: a 403 says "missing or wrong
+		// cluster secret", which an operator needs in this node's log.
+		return false, fmt.Errorf("ping %s: %w: %s", p.url, errStatus{resp.StatusCode()}, firstLine(resp.Body()))
 	}
 	return string(resp.Header.Peek(FormedHeader)) == "1", nil
 }

@@ -317,6 +317,11 @@ type errStatus struct{ code int }
 
 func (e errStatus) Error() string { return fmt.Sprintf("status %d", e.code) }
 
+// Refused reports whether the status is a refusal (4xx): the peer is up
+// and will not take the request as sent. Callers outside the package
+// read it through an interface of their own (probe).
+func (e errStatus) Refused() bool { return e.code >= 400 && e.code < 500 }
+
 // ErrRefused is a write the replica refused and always will as sent (see
 // ResRefused).
 var ErrRefused = errors.New("refused by the replica")
@@ -326,7 +331,7 @@ var ErrRefused = errors.New("refused by the replica")
 // succeed.
 func IsRefused(err error) bool {
 	var e errStatus
-	return errors.Is(err, ErrRefused) || errors.As(err, &e) && e.code >= 400 && e.code < 500
+	return errors.Is(err, ErrRefused) || errors.As(err, &e) && e.Refused()
 }
 
 // ErrTimeout marks a replica call that ran out of time (or could not even
@@ -688,7 +693,7 @@ func (p *Peer) sendOnce(batch []*call, req *fasthttp.Request, resp *fasthttp.Res
 		err = fmt.Errorf("%w: the peer received the batch after its deadline", ErrTimeout)
 	}
 	if err == nil && resp.StatusCode() != fasthttp.StatusOK {
-		err = errStatus{resp.StatusCode()}
+		err = fmt.Errorf("%w: %s", errStatus{resp.StatusCode()}, firstLine(resp.Body()))
 	}
 	if err == nil {
 		p.checkBehind(resp, epoch)
