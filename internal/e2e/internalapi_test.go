@@ -283,6 +283,20 @@ func TestClusterSecret(t *testing.T) {
 			require.Equal(t, http.StatusForbidden, resp.StatusCode, "%q", values)
 			require.Equal(t, "forbidden: the cluster secret's header is repeated\n", string(body))
 		}
+
+		// A caller without the secret learns nothing of an endpoint's
+		// methods: a wrong method is a 403 before it is a 405.
+		for secretGiven, want := range map[string]int{"": http.StatusForbidden, secret: http.StatusMethodNotAllowed} {
+			req, err := http.NewRequest(http.MethodGet, base+rpc.BatchPath, nil)
+			require.NoError(t, err)
+			if secretGiven != "" {
+				req.Header.Set(rpc.SecretHeader, secretGiven)
+			}
+			resp, err := http.DefaultClient.Do(req)
+			require.NoError(t, err)
+			resp.Body.Close()
+			require.Equal(t, want, resp.StatusCode, "GET %s with secret %q", rpc.BatchPath, secretGiven)
+		}
 	}
 
 	for via := range 2 {

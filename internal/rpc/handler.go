@@ -21,12 +21,17 @@ import (
 //     OpenStream's iterator, as public scans are).
 
 // Accept answers, and returns false for, a request to an internal
-// endpoint (path) with a method it does not serve, or not from another
-// node: under mutual TLS (RequirePeerCert), on a connection with a
-// verified client certificate; otherwise with the cluster secret the
-// node requires, or, without one, from a loopback address. Under mutual
-// TLS a secret, if set, is required too.
+// endpoint (path) not from another node, or with a method the endpoint
+// does not serve. Another node is: under mutual TLS (RequirePeerCert), a
+// connection with a verified client certificate; otherwise one with the
+// cluster secret the node requires, or, without one, from a loopback
+// address. Under mutual TLS a secret, if set, is required too. The caller
+// is checked first: one that is not a node learns nothing of the
+// endpoints, their methods included, but 403.
 func (s *Server) Accept(ctx *fasthttp.RequestCtx, path string) bool {
+	if !s.fromNode(ctx) {
+		return false
+	}
 	switch path {
 	case BatchPath, SummaryPath, LogPath:
 		if !ctx.IsPost() {
@@ -44,6 +49,12 @@ func (s *Server) Accept(ctx *fasthttp.RequestCtx, path string) bool {
 			return false
 		}
 	}
+	return true
+}
+
+// fromNode answers 403, and returns false, for a request that is not
+// from another node (Accept).
+func (s *Server) fromNode(ctx *fasthttp.RequestCtx) bool {
 	switch {
 	case s.RequirePeerCert:
 		if !tlsconf.PeerVerified(ctx.TLSConnectionState()) {
