@@ -222,7 +222,7 @@ func (n *Node) claimIdentity(m *clustermap.Map, self int, joined bool) (store.Id
 		return id, nil, err
 	}
 	if ok && (id.Cluster != want.Cluster || id.Node != want.Node) {
-		return id, nil, fmt.Errorf("data directory %s belongs to node %d of cluster %016x; this is node %d of cluster %016x (the --cluster list changed?)",
+		return id, nil, fmt.Errorf("data directory %s belongs to node %d of cluster %016x; this is node %d of cluster %016x (another node's directory or snapshot, or a changed --cluster list)",
 			n.cfg.DataDir, id.Node, id.Cluster, want.Node, want.Cluster)
 	}
 	if !ok {
