@@ -209,6 +209,16 @@ func run(args []string, stdout, stderr io.Writer) int {
 	cfg.LogLevel = new(slog.LevelVar)
 	cfg.LogLevel.Set(s.logLevel)
 	cfg.Logger, _ = newLogger(stderr, s.logFormat, cfg.LogLevel) // checked by parseFlags
+	// last is the node's last line when it does not start: one line of
+	// text, or under --log-format json one record like all the others, so
+	// that a log shipper reading JSON lines reads it too.
+	last := func(level slog.Level, line string) {
+		if s.logFormat == "json" {
+			cfg.Logger.Log(context.Background(), level, line)
+			return
+		}
+		fmt.Fprintf(stderr, "dhtkv: %s\n", line)
+	}
 	// Before the node derives its connection cap from the limit; logged
 	// once it started, so that a refused configuration stays one line.
 	nofile, nofileErr := raiseNoFile()
@@ -236,12 +246,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 	stopped := startCtx.Err() != nil
 	startDone()
 	if err != nil && stopped {
-		fmt.Fprintf(stderr, "dhtkv: %v\n", err)
+		last(slog.LevelWarn, err.Error())
 		return 0
 	}
 	if errors.Is(err, membership.ErrLeft) {
 		// Not a failure: the node is done (see membership.ErrLeft).
-		fmt.Fprintf(stderr, "dhtkv: %v\n", err)
+		last(slog.LevelWarn, err.Error())
 		return 0
 	}
 	if err != nil {
@@ -250,7 +260,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		if len(s.unknownEnv) > 0 {
 			note = fmt.Sprintf("; the environment has variables no flag reads, misspelt perhaps: %s (dhtkv -h lists them)", strings.Join(s.unknownEnv, ", "))
 		}
-		fmt.Fprintf(stderr, "dhtkv: %v%s\n", err, note)
+		last(slog.LevelError, err.Error()+note)
 		return 1
 	}
 	if procs != procsBefore {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"io/fs"
 	"net/http"
@@ -234,6 +235,16 @@ func TestUnknownEnvironmentWarning(t *testing.T) {
 	assert.Contains(t, errb.String(), "; the environment has variables no flag reads, misspelt perhaps: DHTKV_LISTN (dhtkv -h lists them)",
 		"said apart from the error, not as if the error's subject were ignored")
 	assert.Equal(t, 1, strings.Count(errb.String(), "\n"), "one line: %q", errb.String())
+
+	// Under --log-format json the line is a record like the others.
+	errb.Reset()
+	code = run([]string{"--data-dir", t.TempDir(), "--listen", "127.0.0.1:0", "--cluster", "127.0.0.1:1", "--log-format", "json"}, &out, &errb)
+	assert.Equal(t, 1, code)
+	var rec struct{ Level, Msg string }
+	require.NoError(t, json.Unmarshal(errb.Bytes(), &rec), "one JSON record: %q", errb.String())
+	assert.Equal(t, "ERROR", rec.Level)
+	assert.Contains(t, rec.Msg, "bad node URL")
+	assert.Contains(t, rec.Msg, "DHTKV_LISTN")
 
 	if testing.Short() {
 		t.Skip("runs the binary: a process test; runs without -short")
