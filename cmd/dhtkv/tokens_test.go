@@ -79,6 +79,10 @@ func TestExposedNodeNeedsClientTokens(t *testing.T) {
 			"dhtkv: refusing to listen on 0.0.0.0:0: without --client-tokens, whoever reaches it may read, write and delete every key"},
 		{"admin port", []string{"--listen", "127.0.0.1:0", "--admin-listen", "0.0.0.0:0"},
 			"dhtkv: refusing the admin listener on 0.0.0.0:0: without --client-tokens"},
+		// An address this machine does not have: refused for its exposure,
+		// not failed by the bind (TEST-NET-1, never assigned).
+		{"an address not here", []string{"--listen", "192.0.2.1:8080", "--cluster-secret-file", secret},
+			"dhtkv: refusing to listen on 192.0.2.1:8080: without --client-tokens"},
 		{"bad token file", []string{"--listen", "127.0.0.1:0", "--client-tokens", writeTemp(t, "read short\n")},
 			":1: token of 5 characters: at least 16"},
 	} {

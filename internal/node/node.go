@@ -346,6 +346,12 @@ func StartContext(ctx context.Context, cfg Config) (_ *Node, err error) {
 			}
 		}
 	}()
+	// An address the node would refuse to serve without tokens is refused
+	// before it is bound: on an address this machine does not have, the
+	// bind's error would otherwise hide the reason (New checks it again).
+	if err := checkClientExposure(cfg); err != nil {
+		return nil, err
+	}
 	if cfg.Listener == nil {
 		if cfg.Listener, err = net.Listen("tcp", cfg.Listen); err != nil {
 			return nil, fmt.Errorf("listen %s: %w", cfg.Listen, err)
