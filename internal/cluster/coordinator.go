@@ -516,8 +516,10 @@ func (c *Coordinator) writeRound(r *routes, key []byte, rec *record.Record, old,
 	return newer, by, nil
 }
 
-// errLocalRebuilding fails reads of the local replica while it rebuilds.
-var errLocalRebuilding = fmt.Errorf("%w: this node's replica is rebuilding", ErrNotEnoughReplicas)
+// ErrLocalRebuilding fails reads of the local replica while it rebuilds:
+// a point read's coordinator asks other replicas instead; a scan of this
+// node's records alone (ScanLocal) has no other source and fails.
+var ErrLocalRebuilding = fmt.Errorf("%w: this node's replica is rebuilding", ErrNotEnoughReplicas)
 
 // errLocalStale fails a local replica call routed by a map older than the
 // one installed since: the request is routed again.
@@ -525,7 +527,7 @@ var errLocalStale = fmt.Errorf("local replica: %w", rpc.ErrStaleEpoch)
 
 func (c *Coordinator) localGet(r *routes, key []byte) answer {
 	if c.d.Rebuilding() {
-		return answer{err: errLocalRebuilding}
+		return answer{err: ErrLocalRebuilding}
 	}
 	if !c.d.Gate.Admit(r.Epoch()) {
 		return answer{err: errLocalStale}

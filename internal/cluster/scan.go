@@ -12,8 +12,14 @@ import (
 
 // ScanLocal returns this node's own records with start <= key < end (end
 // nil: to the last key), tombstones included, from a snapshot of its
-// store. The caller must close the iterator.
+// store; ErrLocalRebuilding while its replica rebuilds. The caller must
+// close the iterator.
 func (c *Coordinator) ScanLocal(start, end []byte) (scan.Iterator, error) {
+	if c.d.Rebuilding() {
+		// Incomplete: answered, its records would read as the range's
+		// whole (a point read of the local replica is refused alike).
+		return nil, ErrLocalRebuilding
+	}
 	it, err := c.local.NewIter(start, end)
 	if err != nil {
 		return nil, fmt.Errorf("scan: %w", err)
@@ -58,12 +64,8 @@ func (c *Coordinator) Scan(ctx context.Context, start, end []byte, ack, from int
 		})
 	}
 	// The local stream is read from the store directly, no HTTP; a
-	// rebuilding replica's is incomplete and does not count.
-	if c.d.Rebuilding() {
-		errs[self] = errLocalRebuilding
-	} else {
-		srcs[self], errs[self] = c.ScanLocal(start, end)
-	}
+	// rebuilding replica's is incomplete and does not count (ScanLocal).
+	srcs[self], errs[self] = c.ScanLocal(start, end)
 	wg.Wait()
 
 	var open []scan.Iterator

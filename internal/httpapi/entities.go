@@ -147,6 +147,11 @@ func (s *Server) openRange(st *scanStream, p rangeParams) (it scan.Iterator, nam
 
 // rangeErrorStatus is the answer to a range that could not be opened.
 func (s *Server) rangeErrorStatus(path []byte, err error) (int, string) {
+	if errors.Is(err, cluster.ErrLocalRebuilding) {
+		// scope=local on a rebuilding node: its records are not yet all
+		// its replica holds, and nothing else can stand in for them.
+		return fasthttp.StatusServiceUnavailable, "this node's replica is rebuilding: scan with scope=cluster, or through another node"
+	}
 	if errors.Is(err, cluster.ErrNotEnoughReplicas) {
 		return fasthttp.StatusGatewayTimeout, err.Error()
 	}
