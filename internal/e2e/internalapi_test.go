@@ -404,7 +404,7 @@ func TestInternalStreamParts(t *testing.T) {
 
 	sc := rpc.NewStreamClient(rpc.StreamOptions{OpenTimeout: time.Second, IdleTimeout: 5 * time.Second, MaxKey: 1024, MaxEnvelope: 1 << 20})
 	defer sc.Close()
-	it, err := sc.OpenParts(t.Context(), c.URL(0), 0, parts)
+	it, err := sc.OpenParts(t.Context(), c.URL(0), 0, parts, false)
 	require.NoError(t, err)
 	var got []string
 	tombstones := 0

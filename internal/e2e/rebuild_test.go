@@ -301,3 +301,43 @@ func TestLocalScanOfRebuildingNode(t *testing.T) {
 		require.Equal(t, http.StatusOK, code, "a point read is answered by another replica")
 	})
 }
+
+// TestRebuildCopiesARebuildingPeersWrites: C's disk is lost while A is
+// down, and C rebuilds, waiting for A; writes at ack=2 meanwhile reach B
+// and C alone. Then B's disk is lost and B rebuilds too. The writes are
+// now on C alone, a rebuilding peer: B must copy them from it all the
+// same (its rebuild once skipped a rebuilding peer, finished from A
+// alone, and a quorum of A and B read the writes as never written).
+func TestRebuildCopiesARebuildingPeersWrites(t *testing.T) {
+	testcluster.InBubble(t, func(t *testing.T) {
+		const a, b, cNode = 0, 1, 2
+		c := testcluster.StartInMemory(t, 3, func(_ int, cfg *node.Config) {
+			cfg.Coordinator.ReadRepair = cluster.RepairOff
+		})
+		c.AwaitFormed(time.Minute)
+		cl := c.Client()
+		c.StopNode(a)
+		c.StopNode(cNode)
+		c.WipeNode(cNode)
+		c.StartNode(cNode)
+		require.True(t, c.Node(cNode).Rebuilding(), "C rebuilds, waiting for A")
+		const keys = 50
+		for k := range keys {
+			require.Equal(t, http.StatusCreated, cl.Put(t, c.URL(b), fmt.Sprintf("rs%d", k), []byte("v"), 2, 3))
+		}
+		c.StopNode(b)
+		c.WipeNode(b)
+		c.StartNode(b)
+		require.True(t, c.Node(b).Rebuilding(), "B rebuilds")
+		c.StartNode(a)
+		c.Await(time.Minute, "both rebuilds finished", func() (bool, string) {
+			return !c.Node(b).Rebuilding() && !c.Node(cNode).Rebuilding(), "rebuilding"
+		})
+		require.Len(t, c.Replica(b), keys, "B copied C's writes")
+		c.StopNode(cNode) // one node down: a quorum (A, B) is left
+		for k := range keys {
+			code, _ := cl.Get(t, c.URL(a), fmt.Sprintf("rs%d", k), 2, 3)
+			require.Equal(t, http.StatusOK, code, "rs%d, acknowledged at ack=2, through a quorum of A and B", k)
+		}
+	})
+}

@@ -106,7 +106,9 @@ func (o *Options) RegisterFlags(fs *flag.FlagSet) {
 // Streams opens another node's record stream of some partitions
 // (rpc.StreamClient.OpenParts).
 type Streams interface {
-	OpenParts(ctx context.Context, url string, epoch uint64, parts *partition.Set) (scan.Iterator, error)
+	// OpenParts opens the stream of parts' records at url; partial asks
+	// a rebuilding node for its records all the same (rpc.StreamPath).
+	OpenParts(ctx context.Context, url string, epoch uint64, parts *partition.Set, partial bool) (scan.Iterator, error)
 }
 
 // Gate admits a store write routed by a map epoch while no newer map is
@@ -205,9 +207,20 @@ func (c *Copier) Register(reg prometheus.Registerer) { c.m.register(reg) }
 // map (ErrStale). The stats count what was received and applied, also on
 // an error: what was applied stays.
 func (c *Copier) Copy(ctx context.Context, url string, epoch uint64, parts *partition.Set) (Stats, error) {
+	return c.copy(ctx, url, epoch, parts, false)
+}
+
+// CopyPartial is Copy from a node that may be rebuilding its own share:
+// it sends what it holds all the same (rpc.StreamPath's partial), not the
+// whole of its replica. For a rebuild (package rebuild) only.
+func (c *Copier) CopyPartial(ctx context.Context, url string, epoch uint64, parts *partition.Set) (Stats, error) {
+	return c.copy(ctx, url, epoch, parts, true)
+}
+
+func (c *Copier) copy(ctx context.Context, url string, epoch uint64, parts *partition.Set, partial bool) (Stats, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	it, err := c.streams.OpenParts(ctx, url, epoch, parts)
+	it, err := c.streams.OpenParts(ctx, url, epoch, parts, partial)
 	if err != nil {
 		return Stats{}, err
 	}

@@ -76,7 +76,7 @@ type sender struct {
 	opened   int
 }
 
-func (s *sender) OpenParts(ctx context.Context, url string, epoch uint64, parts *partition.Set) (scan.Iterator, error) {
+func (s *sender) OpenParts(ctx context.Context, url string, epoch uint64, parts *partition.Set, _ bool) (scan.Iterator, error) {
 	s.mu.Lock()
 	s.opened++
 	s.mu.Unlock()

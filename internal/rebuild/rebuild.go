@@ -24,15 +24,17 @@
 // not answer, or whose copy left records out (their versions too far
 // ahead of this node's clock: the clock is behind), is tried again every
 // retry interval. Every such peer is needed: an acknowledged write
-// may be on this node and on a single other one. Except a peer that is
-// rebuilding too (its stream is refused with rpc.ErrRebuilding): it lost
-// its disk as this node did, so it holds no record from before its
-// rebuild, and a write it took since reached another replica as well
-// (ack of 2 or more), which this node copies or took itself. Waiting for
-// it would deadlock two nodes that lost their disks together (a rack,
-// two replaced machines), each waiting for the other. A partition whose
-// every other replica is rebuilding has nobody to copy from: what only
-// the lost disks held is gone, and the node says so (a warning and
+// may be on this node and on a single other one. A peer that is
+// rebuilding too (its stream is refused with rpc.ErrRebuilding) lost its
+// disk as this node did, and holds no record from before its rebuild;
+// but it took writes since, which may be on it and on this node alone
+// (this node before it lost its disk). So its records are copied all the
+// same (Copier.CopyPartial), and it counts as copied then, whatever its
+// own rebuild has yet to copy: waiting for its end would deadlock two
+// nodes that lost their disks together (a rack, two replaced machines),
+// each waiting for the other. A partition whose every other replica is
+// rebuilding has nobody to copy its older records from: what only the
+// lost disks held is gone, and the node says so (a warning and
 // dhtkv_rebuild_unsourced_partitions_total) rather than wait for ever.
 // Nor is a member the map counts dead (view.View.Dead: a remove's
 // leaving node, or one to be removed after the change under way): the
@@ -70,9 +72,11 @@ import (
 const rebuildRetry = time.Second
 
 // Copier copies every record of some partitions from another node,
-// routed by the map of epoch (partcopy.Copier.Copy).
+// routed by the map of epoch (partcopy.Copier.Copy); CopyPartial from a
+// node that rebuilds too, which then sends what it holds.
 type Copier interface {
 	Copy(ctx context.Context, url string, epoch uint64, parts *partition.Set) (partcopy.Stats, error)
+	CopyPartial(ctx context.Context, url string, epoch uint64, parts *partition.Set) (partcopy.Stats, error)
 }
 
 // Options configures a rebuild.
@@ -176,7 +180,7 @@ func (r *Rebuilder) copyPeers(ctx context.Context) bool {
 	for _, i := range r.views().Others() {
 		pending[i] = true
 	}
-	rebuilding := map[int]bool{}      // peers skipped: rebuilding too
+	rebuilding := map[int]bool{}      // peers rebuilding too: copied partially
 	copied := map[partition.ID]bool{} // partitions copied from a peer that is not
 	r.log.Info("rebuilding: copying this node's share from its peers before serving reads", "peers", len(pending))
 	for {
@@ -191,12 +195,17 @@ func (r *Rebuilder) copyPeers(ctx context.Context) bool {
 				delete(pending, i)
 				continue
 			}
-			st, err := r.copier.Copy(ctx, v.URL(i), v.Epoch(), partition.SetOf(shared...))
+			copyFrom := r.copier.Copy
+			if rebuilding[i] {
+				copyFrom = r.copier.CopyPartial
+			}
+			st, err := copyFrom(ctx, v.URL(i), v.Epoch(), partition.SetOf(shared...))
 			r.m.records.Add(float64(st.Records))
 			if errors.Is(err, rpc.ErrRebuilding) {
-				r.log.Warn("rebuild: the peer lost its disk too and rebuilds; not waiting for it", "peer", v.URL(i), "partitions", len(shared))
+				// Its records are copied all the same, now: the writes it
+				// took while rebuilding (see the package comment).
+				r.log.Warn("rebuild: the peer lost its disk too and rebuilds; copying what it holds, not waiting for its end", "peer", v.URL(i), "partitions", len(shared))
 				rebuilding[i] = true
-				delete(pending, i)
 				continue
 			}
 			if err == nil && st.Refused > 0 {
@@ -214,8 +223,10 @@ func (r *Rebuilder) copyPeers(ctx context.Context) bool {
 			}
 			r.log.Info("rebuild: copied the partitions shared with a peer", "peer", v.URL(i), "partitions", len(shared),
 				"records", st.Records, "bytes", st.Bytes, "stored", st.Applied)
-			for _, p := range shared {
-				copied[p] = true
+			if !rebuilding[i] { // a rebuilding peer's copy lacks what it had before
+				for _, p := range shared {
+					copied[p] = true
+				}
 			}
 			delete(pending, i)
 		}

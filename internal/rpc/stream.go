@@ -28,9 +28,13 @@ import (
 // cluster-wide range scan (docs/range-scans.md). With parts (partition.Set's
 // text) it carries only the records of those partitions, and nothing of
 // the others: what a node copies in bulk when a membership change gives it
-// partitions or it rebuilds its share (package partcopy).
+// partitions or it rebuilds its share (package partcopy). A rebuilding
+// node refuses its stream (ErrRebuilding): its records are not yet all
+// its replica holds. With parts and partial, for another node's rebuild,
+// it sends them all the same: the writes it took while rebuilding may be
+// on it and on the asking node alone, which lost them (package rebuild).
 //
-//	GET /v0/internal/entities?start=S[&end=E][&parts=P] → 200 + binary-framed envelopes
+//	GET /v0/internal/entities?start=S[&end=E][&parts=P[&partial=1]] → 200 + binary-framed envelopes
 const StreamPath = "/v0/internal/entities"
 
 // OpenStream opens the local store's records that a StreamPath query asks
@@ -38,7 +42,7 @@ const StreamPath = "/v0/internal/entities"
 // scan.FormatInternal and must close the iterator. A bad query is an
 // *Error.
 func (s *Server) OpenStream(query *fasthttp.Args) (scan.Iterator, error) {
-	if s.Rebuilding != nil && s.Rebuilding() {
+	if s.Rebuilding != nil && s.Rebuilding() && !(query.Has("parts") && query.Has("partial")) {
 		return nil, refuse(http.StatusServiceUnavailable, errRebuilding)
 	}
 	start, err := s.streamKey(query, "start")
@@ -185,9 +189,15 @@ func (c *StreamClient) Open(ctx context.Context, baseURL string, epoch uint64, s
 // node at baseURL, as Open does a range (every non-empty key). The node
 // leaves out the records of other partitions; one of a release without
 // partition streams ignores parts and sends its whole store, which the
-// caller must filter (partcopy does).
-func (c *StreamClient) OpenParts(ctx context.Context, baseURL string, epoch uint64, parts *partition.Set) (scan.Iterator, error) {
-	return c.open(ctx, baseURL, epoch, "start=%00&parts="+parts.String())
+// caller must filter (partcopy does). partial asks a rebuilding node for
+// its records all the same (StreamPath); without it, such a node refuses
+// with ErrRebuilding.
+func (c *StreamClient) OpenParts(ctx context.Context, baseURL string, epoch uint64, parts *partition.Set, partial bool) (scan.Iterator, error) {
+	q := "start=%00&parts=" + parts.String()
+	if partial {
+		q += "&partial=1"
+	}
+	return c.open(ctx, baseURL, epoch, q)
 }
 
 func (c *StreamClient) open(ctx context.Context, baseURL string, epoch uint64, query string) (scan.Iterator, error) {

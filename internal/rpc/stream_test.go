@@ -75,10 +75,44 @@ func TestOpenPartsRefusedAsRebuilding(t *testing.T) {
 			http.Error(w, tc.body, http.StatusServiceUnavailable)
 		}))
 		c := NewStreamClient(StreamOptions{OpenTimeout: 5 * time.Second, IdleTimeout: 5 * time.Second, MaxKey: 1024, MaxEnvelope: 1 << 20})
-		_, err := c.OpenParts(context.Background(), srv.URL, 1, partition.SetOf(1))
+		_, err := c.OpenParts(context.Background(), srv.URL, 1, partition.SetOf(1), false)
 		require.Error(t, err)
 		require.Equal(t, tc.rebuilding, errors.Is(err, ErrRebuilding), "%q: %v", tc.body, err)
 		c.Close()
 		srv.Close()
 	}
+}
+
+// TestOpenStreamOfRebuildingNode: a rebuilding node refuses its stream
+// (503, ErrRebuilding's text): to a cluster scan, to a range, to a
+// membership change's copy of partitions. Asked for partitions with
+// partial, for another node's rebuild, it sends the records it holds.
+func TestOpenStreamOfRebuildingNode(t *testing.T) {
+	s, want := summaryServer(t, 50)
+	s.MaxKeyBytes = 1024
+	s.Rebuilding = func() bool { return true }
+	all := partition.SetOf()
+	for p := range partition.ID(partition.Count) {
+		all.Add(p)
+	}
+	for _, q := range []string{"start=%00", "start=%00&partial=1", "start=%00&parts=" + all.String()} {
+		var args fasthttp.Args
+		args.Parse(q)
+		_, err := s.OpenStream(&args)
+		e, ok := IsRefusal(err)
+		require.True(t, ok, "%s: %v", q, err)
+		require.Equal(t, http.StatusServiceUnavailable, e.Status, q)
+		require.Equal(t, errRebuilding, e.Msg, q)
+	}
+	var args fasthttp.Args
+	args.Parse("start=%00&parts=" + all.String() + "&partial=1")
+	it, err := s.OpenStream(&args)
+	require.NoError(t, err)
+	defer it.Close()
+	got := 0
+	for it.Next() {
+		got++
+	}
+	require.NoError(t, it.Err())
+	require.Equal(t, len(want), got, "what it holds, all of it")
 }
