@@ -34,7 +34,9 @@ func (p newerPeer) Apply([]byte, []byte, uint64, time.Time) (uint64, error) {
 	}
 	return p.newer, nil
 }
-func (p newerPeer) Ping(uint64, time.Time) (bool, error)              { return true, nil }
+func (p newerPeer) Ping(uint64, time.Time) (view.PingAnswer, error) {
+	return view.PingAnswer{Formed: true}, nil
+}
 func (p newerPeer) Summary([]byte, uint64, time.Time) ([]byte, error) { return nil, nil }
 func (p newerPeer) Map([]byte, time.Time) ([]byte, error)             { return nil, nil }
 func (p newerPeer) Reach(string, time.Time) (bool, error)             { return false, nil }

@@ -341,3 +341,35 @@ func TestRebuildCopiesARebuildingPeersWrites(t *testing.T) {
 		}
 	})
 }
+
+// TestNotReadyWhileTheOtherReplicaRebuilds: A is down and B rebuilds
+// (waiting for A): C reaches B, whose pings answer, but B's replica
+// refuses every read, so no quorum read through C can succeed. C must say
+// so (/readyz 503, no quorum) rather than count B as a readable replica,
+// and be ready again once B's rebuild ends.
+func TestNotReadyWhileTheOtherReplicaRebuilds(t *testing.T) {
+	testcluster.InBubble(t, func(t *testing.T) {
+		const a, b, cNode = 0, 1, 2
+		c := testcluster.StartInMemory(t, 3)
+		c.AwaitFormed(time.Minute)
+		cl := c.Client()
+		require.Equal(t, http.StatusCreated, cl.Put(t, c.URL(cNode), "rd", []byte("v"), 3, 3))
+		c.StopNode(a)
+		c.StopNode(b)
+		c.WipeNode(b)
+		c.StartNode(b)
+		require.True(t, c.Node(b).Rebuilding())
+		c.Await(time.Minute, "C not ready: B rebuilds and A is down", func() (bool, string) {
+			err := c.Node(cNode).Ready()
+			return err != nil, fmt.Sprint(err)
+		})
+		require.ErrorIs(t, c.Node(cNode).Ready(), node.ErrNoQuorum)
+		code, _ := cl.Get(t, c.URL(cNode), "rd", 2, 3)
+		require.Equal(t, http.StatusGatewayTimeout, code, "no quorum read through C")
+		c.StartNode(a)
+		c.Await(time.Minute, "C ready once B rebuilt", func() (bool, string) {
+			err := c.Node(cNode).Ready()
+			return err == nil && !c.Node(b).Rebuilding(), fmt.Sprint(err)
+		})
+	})
+}

@@ -19,7 +19,8 @@ var ErrNoQuorum = errors.New("cannot reach a quorum of replicas")
 // quorumProblem says which partitions this node cannot serve at the
 // default ack, and why, or "" when it can serve every one. A replica
 // counts as reachable when it is this node and its replica is not
-// rebuilding, or a peer whose last probe did not fail: a peer no probe
+// rebuilding, or a peer whose last probe did not fail and did not say it
+// rebuilds (it answers pings while refusing every read): a peer no probe
 // has ended for since this node started counts (its first probe ends
 // within --probe-interval and timeout), so that a node does not flap to
 // not-ready at every start of a healthy cluster.
@@ -32,7 +33,7 @@ func (n *Node) quorumProblem() string {
 	}
 	reachable := map[string]bool{}
 	for _, st := range n.probe.PeerStates() {
-		reachable[st.URL] = !st.Probed || st.Reachable
+		reachable[st.URL] = !st.Probed || st.Reachable && !st.Rebuilding
 	}
 	up := func(id int) bool {
 		if id == v.Self {

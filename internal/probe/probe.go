@@ -189,8 +189,9 @@ type lease struct {
 
 // peerState is what the probes found of one peer.
 type peerState struct {
-	down atomic.Bool // the last probe failed
-	seen atomic.Bool // a probe succeeded once
+	down       atomic.Bool // the last probe failed
+	seen       atomic.Bool // a probe succeeded once
+	rebuilding atomic.Bool // the last probe's answer: its replica rebuilds
 	// The probes' last outcomes, for status (PeerStates).
 	mu                sync.Mutex
 	lastOK, lastErrAt time.Time
@@ -274,7 +275,10 @@ func (p *Prober) round() {
 		}
 		s := p.state(v.URL(i))
 		wg.Go(func() {
-			_, err := peer.Ping(v.Epoch(), time.Now().Add(p.o.Timeout))
+			a, err := peer.Ping(v.Epoch(), time.Now().Add(p.o.Timeout))
+			if err == nil {
+				s.rebuilding.Store(a.Rebuilding)
+			}
 			p.observeReachable(s, v.URL(i), err)
 			if err != nil || !s.seen.Load() {
 				failed.Add(1)
@@ -554,11 +558,14 @@ func (p *Prober) ClockWarning() string {
 // probes.
 type PeerState struct {
 	URL       string
-	Probed    bool      // a probe has ended since this node started
-	Reachable bool      // the last probe succeeded
-	LastOK    time.Time // the last probe that succeeded (zero: none since start)
-	LastError string    // the last probe that failed ("" : none since start)
-	LastErrAt time.Time
+	Probed    bool // a probe has ended since this node started
+	Reachable bool // the last probe succeeded
+	// Rebuilding: the last answer said its replica is rebuilding after a
+	// lost disk, and refuses reads until done.
+	Rebuilding bool
+	LastOK     time.Time // the last probe that succeeded (zero: none since start)
+	LastError  string    // the last probe that failed ("" : none since start)
+	LastErrAt  time.Time
 }
 
 // PeerStates returns every peer's state, in topology order (this node is
@@ -574,8 +581,8 @@ func (p *Prober) PeerStates() []PeerState {
 		s.mu.Lock()
 		out = append(out, PeerState{
 			URL: v.URL(i), Probed: !s.lastOK.IsZero() || !s.lastErrAt.IsZero(),
-			Reachable: s.seen.Load() && !s.down.Load(),
-			LastOK:    s.lastOK, LastError: s.lastErr, LastErrAt: s.lastErrAt,
+			Reachable: s.seen.Load() && !s.down.Load(), Rebuilding: s.rebuilding.Load(),
+			LastOK: s.lastOK, LastError: s.lastErr, LastErrAt: s.lastErrAt,
 		})
 		s.mu.Unlock()
 	}

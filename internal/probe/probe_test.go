@@ -26,11 +26,13 @@ func (p clockPeer) Get([]byte, uint64, time.Time) (record.Record, bool, error) {
 	return record.Record{}, false, nil
 }
 func (p clockPeer) Apply([]byte, []byte, uint64, time.Time) (uint64, error) { return 0, nil }
-func (p clockPeer) Ping(uint64, time.Time) (bool, error)                    { return true, nil }
-func (p clockPeer) Summary([]byte, uint64, time.Time) ([]byte, error)       { return nil, nil }
-func (p clockPeer) Map([]byte, time.Time) ([]byte, error)                   { return nil, nil }
-func (p clockPeer) Reach(string, time.Time) (bool, error)                   { return false, nil }
-func (p clockPeer) Close()                                                  {}
+func (p clockPeer) Ping(uint64, time.Time) (view.PingAnswer, error) {
+	return view.PingAnswer{Formed: true}, nil
+}
+func (p clockPeer) Summary([]byte, uint64, time.Time) ([]byte, error) { return nil, nil }
+func (p clockPeer) Map([]byte, time.Time) ([]byte, error)             { return nil, nil }
+func (p clockPeer) Reach(string, time.Time) (bool, error)             { return false, nil }
+func (p clockPeer) Close()                                            {}
 func (p clockPeer) ClockOffset() (view.ClockSample, bool) {
 	return view.ClockSample{Offset: p.offset, At: p.at}, !p.at.IsZero()
 }
@@ -96,13 +98,13 @@ type pingPeer struct {
 	down   bool
 }
 
-func (p *pingPeer) Ping(uint64, time.Time) (bool, error) {
+func (p *pingPeer) Ping(uint64, time.Time) (view.PingAnswer, error) {
 	p.pings.Add(1)
 	if p.down {
-		return false, errors.New("down")
+		return view.PingAnswer{}, errors.New("down")
 	}
 	p.sample.At = time.Now()
-	return true, nil
+	return view.PingAnswer{Formed: true}, nil
 }
 
 func (p *pingPeer) ClockOffset() (view.ClockSample, bool) { return p.sample, !p.sample.At.IsZero() }

@@ -139,8 +139,8 @@ func Needed(v *view.View, timeout time.Duration) bool {
 		if p == nil {
 			continue
 		}
-		formed, err := p.Ping(v.Epoch(), time.Now().Add(timeout))
-		if (err == nil && formed) || errors.Is(err, rpc.ErrStaleEpoch) {
+		a, err := p.Ping(v.Epoch(), time.Now().Add(timeout))
+		if (err == nil && a.Formed) || errors.Is(err, rpc.ErrStaleEpoch) {
 			return true
 		}
 	}

@@ -91,6 +91,11 @@ func (p *Peer) exchange(req *fasthttp.Request, resp *fasthttp.Response, deadline
 // from (package rebuild).
 const FormedHeader = "X-Dhtkv-Formed"
 
+// RebuildingHeader is on the answer to a ping, "1", while the answering
+// node's replica rebuilds after a lost disk and refuses reads: a node
+// counting the replicas it can read (its readiness) leaves it out.
+const RebuildingHeader = "X-Dhtkv-Rebuilding"
+
 // Formed reports what FormedHeader says.
 func (s *Server) Formed() (bool, error) {
 	if s.ClusterFormed != nil && s.ClusterFormed() {
@@ -104,19 +109,19 @@ func (s *Server) Formed() (bool, error) {
 // exists (FormedHeader). The
 // coordinator pings every peer periodically, so all are known even while
 // no request needs the peer.
-func (p *Peer) Ping(epoch uint64, deadline time.Time) (formed bool, err error) {
+func (p *Peer) Ping(epoch uint64, deadline time.Time) (view.PingAnswer, error) {
 	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseRequest(req)
 	defer fasthttp.ReleaseResponse(resp)
 	p.batchRequest(req, epoch)
 	if err := p.exchange(req, resp, deadline); err != nil {
-		return false, fmt.Errorf("ping %s: %w", p.url, classify(err))
+		return view.PingAnswer{}, fmt.Errorf("ping %s: %w", p.url, classify(err))
 	}
 	if resp.StatusCode() == fasthttp.StatusConflict {
 		if p.maps != nil {
 			p.maps.Stale(slices.Clone(resp.Body()))
 		}
-		return false, fmt.Errorf("ping %s: %w", p.url, ErrStaleEpoch)
+		return view.PingAnswer{}, fmt.Errorf("ping %s: %w", p.url, ErrStaleEpoch)
 	}
 	if resp.StatusCode() == fasthttp.StatusOK {
 		p.checkBehind(resp, epoch)
@@ -124,7 +129,10 @@ func (p *Peer) Ping(epoch uint64, deadline time.Time) (formed bool, err error) {
 	if resp.StatusCode() != fasthttp.StatusOK {
 		// The peer's reason with it: a 403 says "missing or wrong
 		// cluster secret", which an operator needs in this node's log.
-		return false, fmt.Errorf("ping %s: %w: %s", p.url, errStatus{resp.StatusCode()}, firstLine(resp.Body()))
+		return view.PingAnswer{}, fmt.Errorf("ping %s: %w: %s", p.url, errStatus{resp.StatusCode()}, firstLine(resp.Body()))
 	}
-	return string(resp.Header.Peek(FormedHeader)) == "1", nil
+	return view.PingAnswer{
+		Formed:     string(resp.Header.Peek(FormedHeader)) == "1",
+		Rebuilding: string(resp.Header.Peek(RebuildingHeader)) == "1",
+	}, nil
 }

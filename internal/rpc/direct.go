@@ -144,11 +144,12 @@ func (d *Direct) Apply(key, env []byte, epoch uint64, _ time.Time) (uint64, erro
 }
 
 // Ping is as for Peer.
-func (d *Direct) Ping(epoch uint64, _ time.Time) (bool, error) {
+func (d *Direct) Ping(epoch uint64, _ time.Time) (view.PingAnswer, error) {
 	if _, err := d.batch(nil, epoch); err != nil {
-		return false, fmt.Errorf("ping %s: %w", d.URL, err)
+		return view.PingAnswer{}, fmt.Errorf("ping %s: %w", d.URL, err)
 	}
-	return d.Server.Formed()
+	formed, err := d.Server.Formed()
+	return view.PingAnswer{Formed: formed, Rebuilding: d.Server.Rebuilding != nil && d.Server.Rebuilding()}, err
 }
 
 // Summary is as for Peer.

@@ -132,6 +132,9 @@ func (s *Server) HandleBatch(ctx *fasthttp.RequestCtx, body []byte) {
 		if formed {
 			ctx.Response.Header.Set(FormedHeader, "1")
 		}
+		if s.Rebuilding != nil && s.Rebuilding() {
+			ctx.Response.Header.Set(RebuildingHeader, "1")
+		}
 	}
 	setAnswer(ctx, buf, out)
 }

@@ -13,6 +13,16 @@ import (
 	"github.com/dhtkv/dhtkv/internal/record"
 )
 
+// PingAnswer is what a peer says of itself in answer to a ping.
+type PingAnswer struct {
+	// Formed: it has seen every node of its cluster answer, or holds
+	// records (package rebuild).
+	Formed bool
+	// Rebuilding: its replica is copying its share after a lost disk,
+	// and refuses reads until done (package rebuild).
+	Rebuilding bool
+}
+
 // Peer is another node as this node's protocols reach it: the transport
 // seam. *rpc.Peer implements it over HTTP; tests put other
 // implementations behind it. Every call ends by its deadline; one routed
@@ -25,9 +35,9 @@ type Peer interface {
 	// replica; newer is the version the peer holds above it (the write
 	// was then not applied), 0 when it was applied.
 	Apply(key, env []byte, epoch uint64, deadline time.Time) (newer uint64, err error)
-	// Ping sends an empty batch: whether the peer answers, and whether it
-	// has seen every node of its cluster answer.
-	Ping(epoch uint64, deadline time.Time) (formed bool, err error)
+	// Ping sends an empty batch: whether the peer answers, and what it
+	// says of itself (PingAnswer).
+	Ping(epoch uint64, deadline time.Time) (PingAnswer, error)
 	// Summary exchanges an anti-entropy summary request for its answer.
 	Summary(body []byte, epoch uint64, deadline time.Time) ([]byte, error)
 	// Map offers the peer a map state (nil: only asks) and returns the
