@@ -8,11 +8,12 @@ import (
 	"log"
 	"log/slog"
 	"net"
-	"sync"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
+
+	"github.com/dhtkv/dhtkv/internal/lograte"
 )
 
 // slogger makes raft's hclog calls slog records of the node's logger:
@@ -23,21 +24,21 @@ import (
 // node shuts down, which is no fault.
 //
 // A warning or an error about one peer is logged once per repeatWindow
-// (repeats): raft logs one for every failed RPC and retries a peer it
+// (lograte): raft logs one for every failed RPC and retries a peer it
 // cannot reach every half second or so, which made a leader log some
 // 2 errors a second per unreachable peer, thousands an hour.
 type slogger struct {
 	l    *slog.Logger
 	name string
 	args []any
-	rep  *repeats // shared by the loggers With and Named derive
+	rep  *lograte.Limiter[repeatKey] // shared by the loggers With and Named derive
 }
 
 func newHCLog(l *slog.Logger) hclog.Logger { return newHCLogClock(l, time.Now) }
 
 // newHCLogClock is newHCLog with the limiter's clock.
 func newHCLogClock(l *slog.Logger, now func() time.Time) *slogger {
-	return &slogger{l: l.With("component", "maplog.raft"), rep: newRepeats(now)}
+	return &slogger{l: l.With("component", "maplog.raft"), rep: lograte.New[repeatKey](repeatWindow, repeatMaxKeys, now)}
 }
 
 func level(lv hclog.Level) slog.Level {
@@ -59,13 +60,13 @@ func (s *slogger) Log(lv hclog.Level, msg string, args ...any) {
 	all := append(append([]any{}, s.args...), args...)
 	if l > slog.LevelDebug {
 		if peer, ok := peerOf(all); ok {
-			v := s.rep.note(repeatKey{name: s.name, msg: msg, peer: peer})
-			if !v.log {
+			v := s.rep.Note(repeatKey{name: s.name, msg: msg, peer: peer})
+			if !v.Log {
 				return
 			}
-			if v.suppressed > 0 {
+			if v.Suppressed > 0 {
 				l = min(l, slog.LevelWarn)
-				all = append(all, "suppressed", v.suppressed, "suppressed_since", v.since)
+				all = append(all, "suppressed", v.Suppressed, "suppressed_since", v.Since)
 			}
 		}
 	}
@@ -132,77 +133,15 @@ func peerOf(args []any) (string, bool) {
 // ends within it (nothing logs after the last attempt).
 const repeatWindow = 30 * time.Second
 
-// repeatMaxKeys bounds the (message, peer) pairs repeats remembers: a
+// repeatMaxKeys bounds the (message, peer) pairs the limiter remembers: a
 // map log's peers are its members, at most a few hundred, each with a few
 // messages. Beyond it, once none has been quiet for a window, the pairs
 // not remembered share one more entry (the zero repeatKey), so that a
 // flood of new peers is limited too, as one.
 const repeatMaxKeys = 1024
 
-// repeats decides which of the repeated lines about a peer are logged
-// (repeatWindow). Safe for concurrent use.
-type repeats struct {
-	now func() time.Time
-
-	mu   sync.Mutex
-	keys map[repeatKey]*repeat
-}
-
 // repeatKey is a line's logger name, message and peer.
 type repeatKey struct{ name, msg, peer string }
-
-// repeat is what repeats remembers of one repeatKey.
-type repeat struct {
-	logged     time.Time // the last line logged
-	last       time.Time // the last line, logged or not
-	suppressed int       // lines since logged, not logged
-}
-
-// verdict is what repeats.note decides of one line: log it or not, and
-// if so with how many were not logged since when.
-type verdict struct {
-	log        bool
-	suppressed int
-	since      time.Time
-}
-
-func newRepeats(now func() time.Time) *repeats {
-	return &repeats{now: now, keys: map[repeatKey]*repeat{}}
-}
-
-// note records a line of k now: the first of a failure is logged (no
-// line of k for a window), the others once the window since the last
-// logged one has passed, with how many were not.
-func (r *repeats) note(k repeatKey) verdict {
-	now := r.now()
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	e := r.keys[k]
-	if e == nil && len(r.keys) >= repeatMaxKeys {
-		for old, oe := range r.keys {
-			if now.Sub(oe.last) >= repeatWindow {
-				delete(r.keys, old)
-			}
-		}
-		if len(r.keys) >= repeatMaxKeys {
-			k = repeatKey{} // the shared entry, the one beyond the bound
-			e = r.keys[k]
-		}
-	}
-	switch {
-	case e == nil || now.Sub(e.last) >= repeatWindow:
-		r.keys[k] = &repeat{logged: now, last: now}
-		return verdict{log: true}
-	case now.Sub(e.logged) < repeatWindow:
-		e.suppressed++
-		e.last = now
-		return verdict{}
-	default:
-		v := verdict{log: true, suppressed: e.suppressed, since: e.logged}
-		*e = repeat{logged: now, last: now}
-		return v
-	}
-}
 
 func (s *slogger) Trace(msg string, args ...any) { s.Log(hclog.Trace, msg, args...) }
 func (s *slogger) Debug(msg string, args ...any) { s.Log(hclog.Debug, msg, args...) }

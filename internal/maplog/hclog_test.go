@@ -15,7 +15,6 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 	"github.com/stretchr/testify/assert"
-	"github.com/stretchr/testify/require"
 )
 
 func TestHCLogLevels(t *testing.T) {
@@ -46,83 +45,6 @@ func TestHCLogLevels(t *testing.T) {
 			assert.Contains(t, b.String(), "component=maplog.raft")
 		})
 	}
-}
-
-// repeats logs the first line of a (message, peer) at once, then one per
-// repeatWindow while it repeats, with how many were not logged since the
-// last; a line after a window of quiet starts afresh. The clock is a
-// fake one: each step advances it by its after.
-func TestRepeats(t *testing.T) {
-	hb := repeatKey{msg: "failed to heartbeat to", peer: "10.0.0.2:7000"}
-	hb3 := repeatKey{msg: "failed to heartbeat to", peer: "10.0.0.3:7000"}
-	ae := repeatKey{msg: "failed to appendEntries to", peer: "2"}
-	type step struct {
-		after time.Duration // the clock advances by it first
-		key   repeatKey
-		want  verdict
-	}
-	t0 := time.Unix(1_700_000_000, 0)
-	at := func(d time.Duration) time.Time { return t0.Add(d) }
-	logged := verdict{log: true}
-	for _, tc := range []struct {
-		name  string
-		steps []step
-	}{
-		{"the first is logged", []step{{0, hb, logged}}},
-		{"repeats within the window are not", []step{
-			{0, hb, logged}, {time.Second, hb, verdict{}}, {28 * time.Second, hb, verdict{}},
-		}},
-		{"the window passed: one line with the count", []step{
-			{0, hb, logged}, {10 * time.Second, hb, verdict{}}, {10 * time.Second, hb, verdict{}},
-			{10 * time.Second, hb, verdict{log: true, suppressed: 2, since: at(0)}},
-			{10 * time.Second, hb, verdict{}},
-			{20 * time.Second, hb, verdict{log: true, suppressed: 1, since: at(30 * time.Second)}},
-		}},
-		{"a peer of its own, a message of its own", []step{
-			{0, hb, logged}, {0, hb3, logged}, {0, ae, logged}, {time.Second, hb, verdict{}},
-			{0, hb3, verdict{}}, {0, ae, verdict{}},
-		}},
-		{"quiet for a window: a new failure, its first line raft's", []step{
-			{0, hb, logged}, {time.Second, hb, verdict{}}, {repeatWindow, hb, logged}, {time.Second, hb, verdict{}},
-		}},
-		{"a line every window is logged, each a first", []step{
-			{0, hb, logged}, {repeatWindow, hb, logged}, {repeatWindow, hb, logged},
-		}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			now := t0
-			r := newRepeats(func() time.Time { return now })
-			for i, s := range tc.steps {
-				now = now.Add(s.after)
-				assert.Equal(t, s.want, r.note(s.key), "step %d at %v", i, now.Sub(t0))
-			}
-		})
-	}
-}
-
-// repeats remembers at most repeatMaxKeys pairs and one shared entry for
-// the others: those quiet for a window are forgotten first, and the
-// pairs beyond are limited as one.
-func TestRepeatsBounded(t *testing.T) {
-	now := time.Unix(1_700_000_000, 0)
-	r := newRepeats(func() time.Time { return now })
-	key := func(i int) repeatKey { return repeatKey{msg: "failed to heartbeat to", peer: strconv.Itoa(i)} }
-	for i := range repeatMaxKeys {
-		require.True(t, r.note(key(i)).log)
-	}
-	require.True(t, r.note(key(repeatMaxKeys)).log, "the first beyond the bound: the shared entry's first")
-	require.False(t, r.note(key(repeatMaxKeys+1)).log, "the next shares its window")
-	require.False(t, r.note(key(0)).log, "a remembered pair keeps its own")
-	require.Len(t, r.keys, repeatMaxKeys+1)
-
-	now = now.Add(repeatWindow)
-	require.True(t, r.note(key(repeatMaxKeys+2)).log, "the quiet ones are forgotten for it")
-	require.LessOrEqual(t, len(r.keys), repeatMaxKeys+1)
-	for i := range 3 * repeatMaxKeys {
-		now = now.Add(time.Millisecond)
-		r.note(key(i))
-	}
-	require.LessOrEqual(t, len(r.keys), repeatMaxKeys+1)
 }
 
 // The adapter, fed what hashicorp/raft's leader logs while a follower is

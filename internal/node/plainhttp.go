@@ -7,8 +7,9 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
-	"sync"
 	"time"
+
+	"github.com/dhtkv/dhtkv/internal/lograte"
 )
 
 // Plain HTTP sent to the public listener when it speaks TLS. crypto/tls
@@ -100,21 +101,12 @@ func looksLikeHTTP(hdr [5]byte) bool {
 // most plainHTTPMaxAddrs addresses; when all of them warned within the
 // interval, the addresses beyond share one more slot (the zero Addr).
 type plainHTTPWarner struct {
-	log *slog.Logger
-	now func() time.Time
-
-	mu    sync.Mutex
-	addrs map[netip.Addr]*plainHTTPClient
-}
-
-// plainHTTPClient is what the warner remembers of one address.
-type plainHTTPClient struct {
-	warned     time.Time // the last warning
-	suppressed int       // requests answered since, without a warning
+	log   *slog.Logger
+	limit *lograte.Limiter[netip.Addr]
 }
 
 func newPlainHTTPWarner(log *slog.Logger, now func() time.Time) *plainHTTPWarner {
-	return &plainHTTPWarner{log: log, now: now, addrs: map[netip.Addr]*plainHTTPClient{}}
+	return &plainHTTPWarner{log: log, limit: lograte.New[netip.Addr](plainHTTPWarnEvery, plainHTTPMaxAddrs, now)}
 }
 
 // warn records a plain HTTP request from addr to local and logs it if no
@@ -136,30 +128,6 @@ func (w *plainHTTPWarner) warn(addr netip.Addr, local net.Addr) {
 // due reports whether a warning about addr is due now and records it if
 // so, with how many requests from addr went without one since the last.
 func (w *plainHTTPWarner) due(addr netip.Addr) (suppressed int, ok bool) {
-	now := w.now()
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	c := w.addrs[addr]
-	if c == nil && len(w.addrs) >= plainHTTPMaxAddrs {
-		for a, old := range w.addrs {
-			if now.Sub(old.warned) >= plainHTTPWarnEvery {
-				delete(w.addrs, a)
-			}
-		}
-		if len(w.addrs) >= plainHTTPMaxAddrs {
-			addr = netip.Addr{} // the shared slot, the one beyond the bound
-			c = w.addrs[addr]
-		}
-	}
-	if c == nil {
-		w.addrs[addr] = &plainHTTPClient{warned: now}
-		return 0, true
-	}
-	if now.Sub(c.warned) < plainHTTPWarnEvery {
-		c.suppressed++
-		return 0, false
-	}
-	suppressed = c.suppressed
-	c.warned, c.suppressed = now, 0
-	return suppressed, true
+	v := w.limit.Note(addr)
+	return v.Suppressed, v.Log
 }

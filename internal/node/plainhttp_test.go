@@ -50,12 +50,12 @@ func TestPlainHTTPWarnerRateAndBound(t *testing.T) {
 	assert.True(t, due, "the first beyond the bound warns, in the shared slot")
 	_, due = w.due(d)
 	assert.False(t, due, "the others beyond the bound share its minute")
-	assert.LessOrEqual(t, len(w.addrs), plainHTTPMaxAddrs+1)
+	assert.LessOrEqual(t, w.limit.Len(), plainHTTPMaxAddrs+1)
 	now = now.Add(plainHTTPWarnEvery)
 	_, due = w.due(d)
 	assert.True(t, due)
-	assert.Contains(t, w.addrs, d, "old entries made room for it")
-	assert.LessOrEqual(t, len(w.addrs), plainHTTPMaxAddrs+1)
+	assert.True(t, w.limit.Remembers(d), "old entries made room for it")
+	assert.LessOrEqual(t, w.limit.Len(), plainHTTPMaxAddrs+1)
 }
 
 func TestLooksLikeHTTP(t *testing.T) {
