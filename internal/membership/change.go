@@ -7,6 +7,7 @@ import (
 
 	"github.com/dhtkv/dhtkv/internal/clustermap"
 	"github.com/dhtkv/dhtkv/internal/maplog"
+	"github.com/dhtkv/dhtkv/internal/rpc"
 	"github.com/dhtkv/dhtkv/internal/view"
 )
 
@@ -146,8 +147,12 @@ func (s *Service) deadMember(url, verb string) (*clustermap.Map, *clustermap.Nod
 	if n.ID == v.Self {
 		return nil, nil, fmt.Errorf("%w: this node is %s and answers: ask another member", ErrChangeRefused, n.URL)
 	}
-	if s.answers(v, n) {
-		return nil, nil, fmt.Errorf("%w: %s answers; only a dead node is %s (decommission a live one)", ErrChangeRefused, n.URL, verb)
+	if ok, refusal := s.answers(v, n); ok {
+		how := ""
+		if refusal != nil {
+			how = fmt.Sprintf(" (and refuses this node: %v)", refusal)
+		}
+		return nil, nil, fmt.Errorf("%w: %s answers%s; only a dead node is %s (decommission a live one)", ErrChangeRefused, n.URL, how, verb)
 	}
 	if by := s.reachedBy(v, n); by != "" {
 		return nil, nil, fmt.Errorf("%w: %s answers %s though not this node (a cut link, not a dead node); only a dead node is %s", ErrChangeRefused, n.URL, by, verb)
@@ -163,10 +168,12 @@ func (s *Service) deadMember(url, verb string) (*clustermap.Map, *clustermap.Nod
 }
 
 // answers reports whether member n (not this node) answers a ping
-// within Timeout.
-func (s *Service) answers(v *view.View, n *clustermap.Node) bool {
+// within Timeout, whatever it answers (rpc.Answered): a node that refuses
+// this one, for a newer map, a cluster secret or a CA that differ, is
+// alive, and refusal is its answer then.
+func (s *Service) answers(v *view.View, n *clustermap.Node) (ok bool, refusal error) {
 	_, err := v.Peers[n.ID].Ping(v.Map.Epoch, time.Now().Add(s.o.Timeout))
-	return err == nil
+	return rpc.Answered(err), err
 }
 
 // reachedBy asks every other member at once whether dead answers it

@@ -16,6 +16,7 @@ import (
 	"github.com/dhtkv/dhtkv/internal/membership"
 	"github.com/dhtkv/dhtkv/internal/partition"
 	"github.com/dhtkv/dhtkv/internal/placement"
+	"github.com/dhtkv/dhtkv/internal/rpc"
 )
 
 // requireLiveSources checks that the node at u copied every partition it
@@ -275,6 +276,47 @@ func TestLoggedDeadCheckAsksEveryMember(t *testing.T) {
 
 	c.mu.Lock()
 	for _, from := range urls[1:3] {
+		c.links[[2]string{from, urls[3]}].Cut(true)
+	}
+	c.mu.Unlock()
+	m, err := asked.Remove(urls[3])
+	require.NoError(t, err)
+	require.True(t, m.Change.Dead)
+	final := c.settled(l, 3)
+	require.Nil(t, final.ByURL(urls[3]))
+}
+
+// A node that answers every member with a refusal (restarted with another
+// cluster secret: 403) is alive: it may still serve its clients, and
+// replaced it would make versions with its id beside its replacement.
+// Replace and remove refuse it with its reason; the member asked to
+// vouch for it (Reaches) says it answers too. Once it is silent, it is
+// removed.
+func TestLoggedDeadCheckCountsARefusalAsAnAnswer(t *testing.T) {
+	c, urls, _, l := fourSettled(t)
+	refuse := func(e *rpc.Error) {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		for _, from := range urls[:3] {
+			c.links[[2]string{from, urls[3]}].Refuse(e)
+		}
+	}
+	refuse(&rpc.Error{Status: http.StatusForbidden, Msg: "forbidden: missing or wrong cluster secret"})
+	asked := c.member(urls[0])
+	_, err := asked.Replace(urls[3], "http://n5:1")
+	require.ErrorIs(t, err, membership.ErrChangeRefused)
+	require.ErrorContains(t, err, "http://n4:1 answers (and refuses this node: ")
+	require.ErrorContains(t, err, "status 403: forbidden: missing or wrong cluster secret); only a dead node is replaced")
+	_, err = asked.Remove(urls[3])
+	require.ErrorContains(t, err, "http://n4:1 answers (and refuses this node: ")
+	ok, err := c.member(urls[1]).Reaches(urls[3])
+	require.NoError(t, err)
+	require.True(t, ok, "another member vouches for it")
+	require.Nil(t, l.Map().Change, "nothing began")
+
+	refuse(nil)
+	c.mu.Lock()
+	for _, from := range urls[:3] {
 		c.links[[2]string{from, urls[3]}].Cut(true)
 	}
 	c.mu.Unlock()

@@ -464,7 +464,8 @@ func (s *Service) Reaches(url string) (bool, error) {
 	case n.ID == v.Self:
 		return true, nil
 	}
-	return s.answers(v, n), nil
+	ok, _ := s.answers(v, n)
+	return ok, nil
 }
 
 // CleanupPending reports whether this node still has partitions to drop

@@ -33,12 +33,31 @@ type Direct struct {
 	Maps   Maps
 	Now    func() time.Time
 
-	cut    atomic.Bool
-	offset clockOffset
+	cut     atomic.Bool
+	refusal atomic.Pointer[Error]
+	offset  clockOffset
 }
 
 // Cut makes every call fail with ErrLinkCut (true) or go through again.
 func (d *Direct) Cut(cut bool) { d.cut.Store(cut) }
+
+// Refuse makes every call fail as Peer's does when the other node answers
+// with e's status and reason (a 403 for a cluster secret that differs), or
+// go through again (nil). Unlike a cut link, the other node answers: it is
+// alive (Answered).
+func (d *Direct) Refuse(e *Error) { d.refusal.Store(e) }
+
+// reach is what the link lets through: ErrLinkCut while cut, the refusal
+// while one is set, nil otherwise.
+func (d *Direct) reach() error {
+	if d.cut.Load() {
+		return ErrLinkCut
+	}
+	if e := d.refusal.Load(); e != nil {
+		return fmt.Errorf("%w: %s", errStatus{e.Status}, e.Msg)
+	}
+	return nil
+}
 
 // Close does nothing: a Direct holds no connection.
 func (d *Direct) Close() {}
@@ -77,8 +96,8 @@ func (d *Direct) release(epoch uint64) {
 
 // batch serves one batch of ops at the other node and returns its answer.
 func (d *Direct) batch(body []byte, epoch uint64) ([]byte, error) {
-	if d.cut.Load() {
-		return nil, fmt.Errorf("%s: %w", d.URL, ErrLinkCut)
+	if err := d.reach(); err != nil {
+		return nil, fmt.Errorf("%s: %w", d.URL, err)
 	}
 	if !d.admit(epoch) {
 		return nil, fmt.Errorf("%w (%s)", ErrStaleEpoch, d.URL)
@@ -154,8 +173,8 @@ func (d *Direct) Ping(epoch uint64, _ time.Time) (view.PingAnswer, error) {
 
 // Summary is as for Peer.
 func (d *Direct) Summary(body []byte, epoch uint64, _ time.Time) ([]byte, error) {
-	if d.cut.Load() {
-		return nil, fmt.Errorf("summary from %s: %w", d.URL, ErrLinkCut)
+	if err := d.reach(); err != nil {
+		return nil, fmt.Errorf("summary from %s: %w", d.URL, err)
 	}
 	if !d.admit(epoch) {
 		return nil, fmt.Errorf("summary from %s: %w", d.URL, ErrStaleEpoch)
@@ -170,8 +189,8 @@ func (d *Direct) Summary(body []byte, epoch uint64, _ time.Time) ([]byte, error)
 
 // Map is as for Peer.
 func (d *Direct) Map(offer []byte, _ time.Time) ([]byte, error) {
-	if d.cut.Load() {
-		return nil, fmt.Errorf("cluster map from %s: %w", d.URL, ErrLinkCut)
+	if err := d.reach(); err != nil {
+		return nil, fmt.Errorf("cluster map from %s: %w", d.URL, err)
 	}
 	if d.Server.Maps == nil {
 		return nil, fmt.Errorf("cluster map from %s: it serves no cluster map", d.URL)

@@ -2,6 +2,8 @@ package rpc
 
 import (
 	"bytes"
+	"crypto/tls"
+	"errors"
 	"fmt"
 	"net/url"
 	"time"
@@ -47,6 +49,29 @@ func (s *Server) HandleReach(ctx *fasthttp.RequestCtx) {
 	}
 }
 
+// Answered reports whether err, returned by a call to a peer, still
+// came from a process at the peer's address: nil; any HTTP status, a
+// stale epoch's 409 and a 403 for a cluster secret that differs among
+// them; a TLS handshake the other end took part in (a certificate this
+// node does not trust, or plain HTTP where TLS was asked); or a
+// connection it accepted and closed unanswered (what a TLS 1.3 server
+// that wants a client certificate this node lacks does). A node that
+// answers so is alive, though it may not serve this one: only the errors
+// of a connection never made or left unanswered (a refused or timed-out
+// connect, a read that timed out, a cut link) may count it dead. Where
+// the two meet (a process that exits while it reads the ping), it errs
+// on the side of alive: counted dead, a live node would be replaced while
+// it serves.
+func Answered(err error) bool {
+	var (
+		status errStatus
+		verify *tls.CertificateVerificationError
+		header tls.RecordHeaderError
+	)
+	return err == nil || errors.Is(err, ErrStaleEpoch) || errors.As(err, &status) ||
+		errors.As(err, &verify) || errors.As(err, &header) || errors.Is(err, fasthttp.ErrConnectionClosed)
+}
+
 // Reach asks the peer whether the member at target answers it
 // (ReachPath).
 func (p *Peer) Reach(target string, deadline time.Time) (bool, error) {
@@ -59,8 +84,8 @@ func (p *Peer) Reach(target string, deadline time.Time) (bool, error) {
 
 // Reach is as for Peer.
 func (d *Direct) Reach(target string, _ time.Time) (bool, error) {
-	if d.cut.Load() {
-		return false, fmt.Errorf("reach of %s from %s: %w", target, d.URL, ErrLinkCut)
+	if err := d.reach(); err != nil {
+		return false, fmt.Errorf("reach of %s from %s: %w", target, d.URL, err)
 	}
 	if d.Server.Maps == nil {
 		return false, fmt.Errorf("reach of %s from %s: it serves no cluster map", target, d.URL)

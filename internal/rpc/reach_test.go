@@ -1,0 +1,98 @@
+package rpc
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"io"
+	"log"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/dhtkv/dhtkv/internal/testpki"
+)
+
+// A ping's error says whether a process at the peer's address answered
+// it (Answered): any HTTP status and any TLS handshake the other end took
+// part in are answers, so a node that refuses this one (another cluster
+// secret, another CA, TLS on one side only) is alive; only a connection
+// refused or left unanswered is silence. A replace or remove counts a
+// node dead by it (package membership).
+func TestAnswered(t *testing.T) {
+	status := func(code int, body string) func() string {
+		return func() string {
+			s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+				w.WriteHeader(code)
+				_, _ = w.Write([]byte(body))
+			}))
+			t.Cleanup(s.Close)
+			return s.URL
+		}
+	}
+	ca, other := testpki.NewCA(t, "ca"), testpki.NewCA(t, "other")
+	serveTLS := func(ca *testpki.CA, clientAuth tls.ClientAuthType) func() string {
+		return func() string {
+			cert, key, _ := ca.Issue("127.0.0.1", x509.ExtKeyUsageServerAuth)
+			s := httptest.NewUnstartedServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+			s.Config.ErrorLog = log.New(io.Discard, "", 0) // the handshakes refused
+			s.TLS = &tls.Config{Certificates: []tls.Certificate{testpki.KeyPair(t, cert, key)},
+				ClientAuth: clientAuth, ClientCAs: ca.Pool, MinVersion: tls.VersionTLS12}
+			s.StartTLS()
+			t.Cleanup(s.Close)
+			return "http://" + s.Listener.Addr().String()
+		}
+	}
+	closed := func() string {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		addr := ln.Addr().String()
+		require.NoError(t, ln.Close())
+		return "http://" + addr
+	}
+	unanswered := func() string { // accepts, reads nothing, answers nothing
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = ln.Close() })
+		go func() {
+			for {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				t.Cleanup(func() { _ = c.Close() })
+			}
+		}()
+		return "http://" + ln.Addr().String()
+	}
+	for _, tc := range []struct {
+		name     string
+		url      func() string
+		tls      *tls.Config
+		answered bool
+	}{
+		{"200", status(http.StatusOK, ""), nil, true},
+		{"403: another cluster secret", status(http.StatusForbidden, "forbidden: missing or wrong cluster secret\n"), nil, true},
+		{"409: a newer map", status(http.StatusConflict, "not a map\n"), nil, true},
+		{"503: shutting down", status(http.StatusServiceUnavailable, "shutting down\n"), nil, true},
+		{"its certificate from a CA this node does not trust", serveTLS(other, tls.NoClientCert), ca.ClientConfig(), true},
+		{"it wants a client certificate this node does not have", serveTLS(ca, tls.RequireAndVerifyClientCert), ca.ClientConfig(), true},
+		{"plain HTTP where TLS is asked", status(http.StatusOK, ""), ca.ClientConfig(), true},
+		{"connection refused", closed, nil, false},
+		{"connected, never answered", unanswered, nil, false},
+		{"connected over TLS, never answered", unanswered, ca.ClientConfig(), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := NewPeer(tc.url(), PeerOptions{Timeout: 200 * time.Millisecond, TLS: tc.tls}, nil)
+			defer p.Close()
+			_, err := p.Ping(0, time.Now().Add(200*time.Millisecond))
+			if tc.name != "200" {
+				require.Error(t, err)
+			}
+			require.Equal(t, tc.answered, Answered(err), "%v", err)
+		})
+	}
+}
