@@ -217,7 +217,10 @@ type PeerSync struct {
 	Peer string `json:"peer"`
 	// LastSuccess is when the last exchange that left nothing differing
 	// started (zero: none since this node started).
-	LastSuccess time.Time      `json:"last_success"`
+	LastSuccess time.Time `json:"last_success"`
+	// Incarnation is the peer's before and after that exchange
+	// (view.Synced; 0: they differed, or either was not known).
+	Incarnation uint64         `json:"-"`
 	Running     bool           `json:"running"`
 	Progress    float64        `json:"progress"` // of the running exchange, 0 to 1
 	Last        *ExchangeStats `json:"last,omitempty"`
@@ -376,13 +379,21 @@ func (a *Service) runExchange(i int) ExchangeStats {
 	// compared by the next exchange, within a minute: soon after the
 	// change reaches read-new, also for a peer whose hints were dropped.
 	partial := v.Moving && !v.ReadNew && len(parts) < len(v.Shared(v.Self, i))
+	before := incarnation(v, i)
 	st, err := a.Exchange(a.work.Context(), v, i, parts, false)
+	after := incarnation(v, i)
 	a.mu.Lock()
 	s := &a.state[i]
 	s.Running, s.Last = false, &st
 	switch {
 	case err == nil:
 		s.LastSuccess, s.Progress = st.Started, 1
+		s.Incarnation = 0
+		if before == after {
+			s.Incarnation = before
+		} else {
+			partial = true // the peer restarted during it: again soon
+		}
 		if partial {
 			a.due[i] = time.Now().Add(aeRetry)
 		} else if a.o.Interval > 0 {
@@ -408,6 +419,20 @@ func (a *Service) runExchange(i int) ExchangeStats {
 	}
 	return st
 }
+
+// incarnation asks peer i of v which process answers (a ping; 0: none
+// answered, or one that does not say).
+func incarnation(v *view.View, i int) uint64 {
+	a, err := v.Peers[i].Ping(v.Epoch(), time.Now().Add(pingTimeout))
+	if err != nil {
+		return 0
+	}
+	return a.Incarnation
+}
+
+// pingTimeout bounds incarnation's ping (the peer's own timeout, the
+// node's --replica-timeout, bounds it further).
+const pingTimeout = 5 * time.Second
 
 // Soon schedules an exchange with peer i within a minute (sooner if one
 // was due sooner): after a hint for it was dropped.
@@ -494,14 +519,15 @@ func (a *Service) Status() []PeerSync {
 }
 
 // SyncedSince returns, per node, when the last exchange with it that left
-// nothing differing started (zero: none since this node started; zero for
-// this node too).
-func (a *Service) SyncedSince() []time.Time {
+// nothing differing started, and with which of its incarnations
+// (view.Synced; zero: none since this node started; zero for this node
+// too).
+func (a *Service) SyncedSince() []view.Synced {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	out := make([]time.Time, len(a.state))
+	out := make([]view.Synced, len(a.state))
 	for i, s := range a.state {
-		out[i] = s.LastSuccess
+		out[i] = view.Synced{At: s.LastSuccess, Incarnation: s.Incarnation}
 	}
 	return out
 }

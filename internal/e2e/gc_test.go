@@ -106,6 +106,81 @@ func TestGCNoZombie(t *testing.T) {
 	require.Equal(t, "new", string(body))
 }
 
+// TestGCAfterRestoreWithinGrace: a node restored from a backup taken
+// before a delete, within the delete's grace, lacks the delete. The
+// others' exchanges with it before the restore found it holding the
+// tombstone, and counted on, they would collect the tombstone while it
+// holds the value (a quorum read through it then answers the deleted
+// value). The restored node runs another incarnation, so they do not:
+//
+//   - z is written to all three and node 1 takes a backup; z is deleted,
+//     and nodes 0 and 2 exchange with node 1, which holds the tombstone;
+//   - node 1 is restored from its backup and started cut off, so no
+//     exchange can bring it the delete; it holds z's value again;
+//   - past the delete's grace, nodes 0 and 2 keep the tombstone;
+//   - healed, an exchange carries the delete to node 1, and then every
+//     node collects the tombstone; z is not found through any node.
+func TestGCAfterRestoreWithinGrace(t *testing.T) {
+	testcluster.InBubble(t, func(t *testing.T) {
+		const restored = 1
+		c := testcluster.StartInMemory(t, 3, func(_ int, cfg *node.Config) {
+			cfg.GC.Grace = 5 * time.Minute
+			cfg.GC.Interval = 5 * time.Second
+			cfg.Handoff.Window = 30 * time.Second
+			cfg.MaxClockSkew = 500 * time.Millisecond
+			cfg.AntiEntropy.Interval = 24 * time.Hour // exchanges on demand (Repair)
+		})
+		c.AwaitFormed(time.Minute)
+		cl := c.Client()
+		require.Equal(t, http.StatusCreated, cl.Put(t, c.URL(0), "z", []byte("old"), 3, 3))
+		require.NoError(t, c.Node(restored).Store().Checkpoint("/backup"))
+		require.Equal(t, http.StatusAccepted, cl.Delete(t, c.URL(0), "z", 3, 3))
+		// An exchange counts for the records that arrived before it
+		// started, to the millisecond (the bubble's clock stands still
+		// while anything runs): each round below begins a millisecond on.
+		exchange := func(nodes ...int) {
+			time.Sleep(time.Millisecond)
+			for _, i := range nodes {
+				for _, st := range c.Repair(i) {
+					require.Empty(t, st.Error, "node %d", i)
+				}
+			}
+		}
+		exchange(0, 2)
+
+		c.StopNode(restored)
+		c.RestoreCheckpoint(restored, "/backup")
+		c.Isolate(restored)
+		c.StartNode(restored)
+		held := c.Replica(restored)
+		require.Len(t, held, 1)
+		require.Equal(t, "old", held[0].Value, "the backup's value")
+
+		time.Sleep(6 * time.Minute) // the behaviour under test: past the delete's grace, passes every 5 s
+		for _, i := range []int{0, 2} {
+			require.Zero(t, c.Node(i).CollectGarbage(), "node %d", i)
+			held = c.Replica(i)
+			require.Len(t, held, 1, "node %d", i)
+			require.True(t, held[0].Tombstone, "node %d keeps the tombstone", i)
+		}
+
+		c.Heal()
+		exchange(0, 2)     // the tombstone to node 1
+		exchange(restored) // node 1's, after it arrived
+		for i := range 3 {
+			testcluster.Eventually(t, time.Minute, fmt.Sprintf("node %d collected the tombstone", i), func() bool {
+				return len(c.Replica(i)) == 0
+			})
+		}
+		for i := range 3 {
+			for _, ack := range []int{1, 2, 3} {
+				code, body := cl.Get(t, c.URL(i), "z", ack, 3)
+				require.Equal(t, http.StatusNotFound, code, "z through node %d with ack=%d: %q", i, ack, body)
+			}
+		}
+	})
+}
+
 // TestGCExpired: an expired value is collected like a tombstone, from its
 // expiry plus the grace, on a single node (no other replica to confirm).
 func TestGCExpired(t *testing.T) {

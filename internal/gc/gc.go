@@ -9,10 +9,16 @@
 //     left nothing differing. Such an exchange pushed it, or found the
 //     peer holding it or something newer. Arrival is in the record's index
 //     entry; exchanges' start times are in memory only, so after a restart
-//     nothing is removed before a new exchange with every peer. A replica
-//     that is down or cut off therefore stops collection of every
-//     partition it shares, for as long as it is away: it can never come
-//     back to find a delete forgotten.
+//     nothing is removed before a new exchange with every peer. What an
+//     exchange found holds only while the peer's process runs: restarted,
+//     it may hold older data (a backup restored, even within Grace). So
+//     an exchange counts only while the peer still answers a ping with
+//     the incarnation it had before and after the exchange
+//     (view.Synced), asked at the start of a pass and again before each
+//     removal that follows the last answer by more than reconfirm. A
+//     replica that is down, cut off or restarted since therefore stops
+//     collection of every partition it shares until the next exchange
+//     with it: it can never come back to find a delete forgotten.
 //  2. its delete (the tombstone's version time, or the expiry) is older
 //     than Grace. Removing raises the store's horizon to that cut-off, and
 //     from then on the replica drops every write older than it (answering
@@ -38,6 +44,7 @@ import (
 	"flag"
 	"log/slog"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -114,7 +121,7 @@ const gcBatch = 1024
 type Collector struct {
 	local      *replica.Replica
 	views      func() *view.View
-	synced     func() []time.Time
+	synced     func() []view.Synced
 	rebuilding func() bool
 	o          Options
 	log        *slog.Logger
@@ -126,15 +133,15 @@ type Collector struct {
 	// The last pass (the loop's goroutine only): when, and what the
 	// exchanges' start times were then.
 	lastPass   time.Time
-	lastSynced []time.Time
+	lastSynced []view.Synced
 }
 
 // New returns the collector of local's records, routed by the views views
 // returns. synced returns, per node, when the last anti-entropy exchange
-// with it that left nothing differing started
-// (antientropy.Service.SyncedSince); while rebuilding reports true (nil:
-// never), nothing is removed. Start starts the passes.
-func New(local *replica.Replica, views func() *view.View, synced func() []time.Time, rebuilding func() bool, o Options, log *slog.Logger) *Collector {
+// with it that left nothing differing started, with the peer's
+// incarnation then (antientropy.Service.SyncedSince); while rebuilding
+// reports true (nil: never), nothing is removed. Start starts the passes.
+func New(local *replica.Replica, views func() *view.View, synced func() []view.Synced, rebuilding func() bool, o Options, log *slog.Logger) *Collector {
 	o.EnsureDefaults()
 	if rebuilding == nil {
 		rebuilding = func() bool { return false }
@@ -159,8 +166,8 @@ func (g *Collector) Register(reg prometheus.Registerer) { g.m.register(reg) }
 // whole index, so between exchanges it runs at most once a Grace; a
 // record whose grace ends between exchanges waits for the next exchange
 // or that long.
-func (g *Collector) due(now time.Time, synced []time.Time) bool {
-	if now.Sub(g.lastPass) >= g.o.Grace || !slices.EqualFunc(synced, g.lastSynced, time.Time.Equal) {
+func (g *Collector) due(now time.Time, synced []view.Synced) bool {
+	if now.Sub(g.lastPass) >= g.o.Grace || !slices.EqualFunc(synced, g.lastSynced, view.Synced.Equal) {
 		g.lastPass, g.lastSynced = now, synced
 		return true
 	}
@@ -196,6 +203,9 @@ func (g *Collector) Pass(ctx context.Context) int {
 	if v.Moving {
 		return 0 // see the rule above: not while partitions move
 	}
+	running := incarnations(v)
+	confirmed := time.Now()
+	g.logRestarted(v, synced, running)
 	var buf [8]int
 	var cands []store.Candidate
 	for p := range partition.Count {
@@ -210,10 +220,13 @@ func (g *Collector) Pass(ctx context.Context) int {
 				mine = true
 				continue
 			}
-			if synced[r].Before(v.Since) {
+			switch s := synced[r]; {
+			case s.Incarnation == 0 || s.Incarnation != running[r]:
+				arrivedBefore = time.Time{} // restarted, or silent: stops the partition
+			case s.At.Before(v.Since):
 				arrivedBefore = time.Time{} // not since this map: stops the partition
-			} else if synced[r].Before(arrivedBefore) {
-				arrivedBefore = synced[r] // zero (never) stops the partition
+			case s.At.Before(arrivedBefore):
+				arrivedBefore = s.At // zero (never) stops the partition
 			}
 		}
 		if !mine || arrivedBefore.IsZero() {
@@ -238,6 +251,13 @@ func (g *Collector) Pass(ctx context.Context) int {
 			if pace.WaitBytes(ctx, g.limit, len(chunk)*removeCost) != nil {
 				break
 			}
+			if time.Since(confirmed) > reconfirm {
+				if !slices.Equal(incarnations(v), running) {
+					g.log.Info("garbage collection stopped: a peer restarted or stopped answering during the pass; the next pass follows its next exchange", "removed", removed)
+					return removed
+				}
+				confirmed = time.Now()
+			}
 			n, err := g.local.Collect(chunk, horizon)
 			if err != nil {
 				g.log.Error("garbage collection", "partition", p, "err", err)
@@ -252,4 +272,43 @@ func (g *Collector) Pass(ctx context.Context) int {
 		g.log.Info("garbage collection", "removed", removed, "horizon", cutoff.UTC().Format(time.RFC3339))
 	}
 	return removed
+}
+
+// reconfirm is how old the peers' last answers (incarnations) may be when
+// a pass removes records on the strength of their exchanges: a second,
+// against passes that take minutes on a large store.
+const reconfirm = time.Second
+
+// incarnations pings every peer of v at once and returns, per node, the
+// incarnation that answered (0: none answered, or one that does not say;
+// 0 for this node).
+func incarnations(v *view.View) []uint64 {
+	out := make([]uint64, len(v.Peers))
+	var wg sync.WaitGroup
+	for i, p := range v.Peers {
+		if p == nil {
+			continue
+		}
+		wg.Go(func() {
+			if a, err := p.Ping(v.Epoch(), time.Now().Add(pingTimeout)); err == nil {
+				out[i] = a.Incarnation
+			}
+		})
+	}
+	wg.Wait()
+	return out
+}
+
+// pingTimeout bounds incarnations' pings (the peer's own timeout, the
+// node's --replica-timeout, bounds them further).
+const pingTimeout = 5 * time.Second
+
+// logRestarted says which peers a pass does not trust the last exchange
+// with because they run another incarnation now.
+func (g *Collector) logRestarted(v *view.View, synced []view.Synced, running []uint64) {
+	for _, i := range v.Others() {
+		if s := synced[i].Incarnation; s != 0 && running[i] != 0 && s != running[i] {
+			g.log.Info("garbage collection: a peer restarted since the last exchange with it; what it shares waits for the next", "peer", v.URL(i))
+		}
+	}
 }

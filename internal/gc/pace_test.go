@@ -2,9 +2,12 @@ package gc
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -42,7 +45,7 @@ func singleNode(t *testing.T, live, tombs int, o Options) (*Collector, *store.St
 	require.NoError(t, err)
 	v := view.New(m, 0, url, func(string) view.Peer { return nil }, time.Now())
 	o.Grace = time.Hour
-	g := New(local, func() *view.View { return v }, func() []time.Time { return make([]time.Time, 1) }, nil, o, slog.New(slog.DiscardHandler))
+	g := New(local, func() *view.View { return v }, func() []view.Synced { return make([]view.Synced, 1) }, nil, o, slog.New(slog.DiscardHandler))
 	g.now = func() time.Time { return time.Now().Add(time.Second) } // every record arrived before now
 	return g, st
 }
@@ -80,4 +83,88 @@ func TestPassWaitsForItsRate(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
 	require.Zero(t, g.Pass(ctx), "five entries at one a second, from an empty bucket")
+}
+
+// incarnationPeer answers pings with the incarnations of incs in turn,
+// the last for good (0: silent); no other call is made of it.
+type incarnationPeer struct {
+	view.Peer
+	mu    sync.Mutex
+	incs  []uint64
+	pings int
+}
+
+func (p *incarnationPeer) Ping(uint64, time.Time) (view.PingAnswer, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	inc := p.incs[min(p.pings, len(p.incs)-1)]
+	p.pings++
+	if inc == 0 {
+		return view.PingAnswer{}, errors.New("silent")
+	}
+	return view.PingAnswer{Incarnation: inc}, nil
+}
+
+// An exchange with a peer counts only while the peer answers with the
+// incarnation it had then: a peer restarted since (a backup restored may
+// lack the tombstone the exchange found) or silent stops the collection
+// of what it shares, as does one that restarts while the pass runs. The
+// pass asks again before removing once its last answer is older than a
+// second; in the bubble a drained limiter makes the pass take minutes.
+func TestPassTrustsAnExchangeWhileItsIncarnationRuns(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		synced  uint64   // the incarnation the exchange saw (0: it changed during it)
+		answers []uint64 // the peer's pings, in turn
+		slow    bool     // the pass waits for its rate
+		removed int
+	}{
+		{"the same incarnation", 7, []uint64{7}, false, 20},
+		{"the same incarnation, a slow pass", 7, []uint64{7}, true, 20},
+		{"restarted since the exchange", 7, []uint64{8}, false, 0},
+		{"silent", 7, []uint64{0}, false, 0},
+		{"restarted during the exchange", 0, []uint64{7}, false, 0},
+		{"restarted during the pass", 7, []uint64{7, 8}, true, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				peer := &incarnationPeer{incs: tc.answers}
+				g := twoNodes(t, 20, peer, tc.synced)
+				if tc.slow {
+					require.True(t, g.Limiter().AllowN(time.Now(), g.Limiter().Burst()), "drain the bucket")
+				}
+				require.Equal(t, tc.removed, g.Pass(context.Background()))
+				if tc.slow {
+					require.Greater(t, peer.pings, 1, "asked again before removing")
+				}
+			})
+		})
+	}
+}
+
+// twoNodes is a collector of node 0 of a two-node cluster of factor 2 (the
+// peer shares every partition) whose store holds tombs tombstones deleted
+// two hours ago, with a grace of one hour, and an exchange with the peer,
+// whose incarnation was synced, after they all arrived.
+func twoNodes(t *testing.T, tombs int, peer view.Peer, synced uint64) *Collector {
+	t.Helper()
+	st, err := store.Open("db", store.Options{FS: vfs.NewMem()})
+	require.NoError(t, err)
+	t.Cleanup(func() { st.Close() })
+	clock, err := hlc.New(1, time.Now)
+	require.NoError(t, err)
+	local := &replica.Replica{Store: st, Clock: clock}
+	deleted := hlc.VersionAt(time.Now().Add(-2*time.Hour)) + 1
+	for i := range tombs {
+		require.NoError(t, st.Apply(fmt.Appendf(nil, "k%04d", i), &record.Record{Version: deleted, Tombstone: true}))
+	}
+	urls := []string{"http://127.0.0.1:1", "http://127.0.0.1:2"}
+	m, err := clustermap.Seed(urls, 2)
+	require.NoError(t, err)
+	v := view.New(m, 0, urls[0], func(string) view.Peer { return peer }, time.Now().Add(-time.Hour))
+	exchange := []view.Synced{{}, {At: time.Now().Add(time.Millisecond), Incarnation: synced}}
+	g := New(local, func() *view.View { return v }, func() []view.Synced { return exchange }, nil,
+		Options{Grace: time.Hour, Rate: 1}, slog.New(slog.DiscardHandler))
+	g.now = func() time.Time { return time.Now().Add(time.Second) }
+	return g
 }

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"sync"
@@ -257,7 +258,8 @@ func NewContext(ctx context.Context, cfg Config) (_ *Node, err error) {
 		Status: status{n},
 		RPC: &rpc.Server{
 			Replica: local, Secret: cfg.ClusterSecret, Log: log,
-			Rebuilding: n.rebuild.Rebuilding, ClusterFormed: n.probe.Formed, Maps: n.members,
+			Incarnation: incarnation(),
+			Rebuilding:  n.rebuild.Rebuilding, ClusterFormed: n.probe.Formed, Maps: n.members,
 			LogConns:        n.logConns,
 			RequirePeerCert: certs != nil && certs.Mutual(),
 			MaxKeyBytes:     cfg.MaxKeyBytes, MaxValueBytes: cfg.MaxValueBytes,
@@ -609,4 +611,14 @@ type fasthttpLogger struct{ l *slog.Logger }
 
 func (f fasthttpLogger) Printf(format string, args ...any) {
 	f.l.Debug(fmt.Sprintf(format, args...), "component", "fasthttp")
+}
+
+// incarnation draws the name of this run of the node (rpc.Server.Incarnation):
+// random, never 0.
+func incarnation() uint64 {
+	for {
+		if i := rand.Uint64(); i != 0 {
+			return i
+		}
+	}
 }

@@ -96,6 +96,10 @@ const FormedHeader = "X-Dhtkv-Formed"
 // counting the replicas it can read (its readiness) leaves it out.
 const RebuildingHeader = "X-Dhtkv-Rebuilding"
 
+// IncarnationHeader is on the answer to a ping: the answering process's
+// Server.Incarnation, in hexadecimal (view.PingAnswer.Incarnation).
+const IncarnationHeader = "X-Dhtkv-Incarnation"
+
 // Formed reports what FormedHeader says.
 func (s *Server) Formed() (bool, error) {
 	if s.ClusterFormed != nil && s.ClusterFormed() {
@@ -131,8 +135,10 @@ func (p *Peer) Ping(epoch uint64, deadline time.Time) (view.PingAnswer, error) {
 		// cluster secret", which an operator needs in this node's log.
 		return view.PingAnswer{}, fmt.Errorf("ping %s: %w: %s", p.url, errStatus{resp.StatusCode()}, firstLine(resp.Body()))
 	}
+	inc, _ := strconv.ParseUint(string(resp.Header.Peek(IncarnationHeader)), 16, 64) // absent or malformed: 0, unknown
 	return view.PingAnswer{
-		Formed:     string(resp.Header.Peek(FormedHeader)) == "1",
-		Rebuilding: string(resp.Header.Peek(RebuildingHeader)) == "1",
+		Formed:      string(resp.Header.Peek(FormedHeader)) == "1",
+		Rebuilding:  string(resp.Header.Peek(RebuildingHeader)) == "1",
+		Incarnation: inc,
 	}, nil
 }

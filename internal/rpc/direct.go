@@ -168,7 +168,8 @@ func (d *Direct) Ping(epoch uint64, _ time.Time) (view.PingAnswer, error) {
 		return view.PingAnswer{}, fmt.Errorf("ping %s: %w", d.URL, err)
 	}
 	formed, err := d.Server.Formed()
-	return view.PingAnswer{Formed: formed, Rebuilding: d.Server.Rebuilding != nil && d.Server.Rebuilding()}, err
+	return view.PingAnswer{Formed: formed, Rebuilding: d.Server.Rebuilding != nil && d.Server.Rebuilding(),
+		Incarnation: d.Server.Incarnation}, err
 }
 
 // Summary is as for Peer.

@@ -2,6 +2,7 @@ package rpc
 
 import (
 	"bytes"
+	"strconv"
 
 	"github.com/valyala/fasthttp"
 
@@ -134,6 +135,9 @@ func (s *Server) HandleBatch(ctx *fasthttp.RequestCtx, body []byte) {
 		}
 		if s.Rebuilding != nil && s.Rebuilding() {
 			ctx.Response.Header.Set(RebuildingHeader, "1")
+		}
+		if s.Incarnation != 0 {
+			ctx.Response.Header.SetBytesV(IncarnationHeader, strconv.AppendUint(num[:0], s.Incarnation, 16))
 		}
 	}
 	setAnswer(ctx, buf, out)

@@ -44,6 +44,12 @@ type Server struct {
 	// still copying its share and would answer "never written" for keys
 	// it has not copied yet (nil: never).
 	Rebuilding func() bool
+	// Incarnation names this process among the node's runs (0: not said):
+	// the node draws it at random when it starts, and the answer to a
+	// ping carries it (IncarnationHeader), so that peers can tell a
+	// restart, after which the replica may hold other data (a backup
+	// restored, a disk wiped), from a node that stayed up.
+	Incarnation uint64
 	// ClusterFormed reports whether this node has seen every other node
 	// answer (nil: unknown); see FormedHeader.
 	ClusterFormed func() bool

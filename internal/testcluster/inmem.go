@@ -323,6 +323,22 @@ func (c *InMemory) WipeNode(i int) {
 	c.nodes[i].fs = vfs.NewMem()
 }
 
+// RestoreCheckpoint gives stopped node i, as its data directory, the
+// checkpoint it wrote to dir (store.Store.Checkpoint) on its own file
+// system: its backup restored, and nothing else of the file system kept.
+func (c *InMemory) RestoreCheckpoint(i int, dir string) {
+	c.t.Helper()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	m := c.nodes[i]
+	require.Nil(c.t, m.n, "node %d is running", i)
+	restored := vfs.NewMem()
+	ok, err := vfs.Clone(m.fs, restored, dir, m.cfg.DataDir)
+	require.NoError(c.t, err)
+	require.True(c.t, ok, "node %d has no %s", i, dir)
+	m.fs = restored
+}
+
 // StopAll stops every running node.
 func (c *InMemory) StopAll() {
 	for i := range c.Size() {

@@ -21,7 +21,27 @@ type PingAnswer struct {
 	// Rebuilding: its replica is copying its share after a lost disk,
 	// and refuses reads until done (package rebuild).
 	Rebuilding bool
+	// Incarnation names the peer's process: drawn at random when it
+	// started, so it changes whenever the process does (0: a release
+	// that does not say). A restarted node may hold other data than
+	// before (a backup restored, a disk wiped), so what was learned of
+	// its replica before is not trusted after (Synced).
+	Incarnation uint64
 }
+
+// Synced is when the last anti-entropy exchange with a peer that left
+// nothing differing started, and the peer's incarnation before and after
+// it (PingAnswer.Incarnation; 0 when the two differed or either was not
+// known). What the exchange found the peer holding holds for as long as
+// that incarnation runs: garbage collection trusts it only while the
+// peer still answers with it.
+type Synced struct {
+	At          time.Time
+	Incarnation uint64
+}
+
+// Equal reports whether s and o are the same exchange.
+func (s Synced) Equal(o Synced) bool { return s.At.Equal(o.At) && s.Incarnation == o.Incarnation }
 
 // Peer is another node as this node's protocols reach it: the transport
 // seam. *rpc.Peer implements it over HTTP; tests put other
