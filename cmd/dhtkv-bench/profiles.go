@@ -15,8 +15,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/dhtkv/dhtkv/cmd/dhtkv-bench/flamegraph"
 	"github.com/google/pprof/profile"
+
+	"github.com/dhtkv/dhtkv/cmd/dhtkv-bench/flamegraph"
 )
 
 // Profiles are what was captured from one node during the measured run.
