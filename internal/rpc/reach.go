@@ -52,16 +52,15 @@ func (s *Server) HandleReach(ctx *fasthttp.RequestCtx) {
 // Answered reports whether err, returned by a call to a peer, still
 // came from a process at the peer's address: nil; any HTTP status, a
 // stale epoch's 409 and a 403 for a cluster secret that differs among
-// them; a TLS handshake the other end took part in (a certificate this
-// node does not trust, or plain HTTP where TLS was asked); or a
-// connection it accepted and closed unanswered (what a TLS 1.3 server
-// that wants a client certificate this node lacks does). A node that
-// answers so is alive, though it may not serve this one: only the errors
-// of a connection never made or left unanswered (a refused or timed-out
-// connect, a read that timed out, a cut link) may count it dead. Where
-// the two meet (a process that exits while it reads the ping), it errs
-// on the side of alive: counted dead, a live node would be replaced while
-// it serves.
+// them; or a TLS handshake the other end took part in (a certificate
+// this node does not trust, or plain HTTP where TLS was asked). A node
+// that answers so is alive, though it may not serve this one. The errors
+// of a connection never made, left unanswered or closed unanswered (a
+// refused or timed-out connect, a read that timed out, a cut link, a
+// kept-alive connection whose process has died) count as silence: so
+// does, for want of a way to tell it from the last, a TLS 1.3 server
+// that closes the connection because this node lacks the client
+// certificate it wants (fasthttp reports the close, not the alert).
 func Answered(err error) bool {
 	var (
 		status errStatus
@@ -69,7 +68,7 @@ func Answered(err error) bool {
 		header tls.RecordHeaderError
 	)
 	return err == nil || errors.Is(err, ErrStaleEpoch) || errors.As(err, &status) ||
-		errors.As(err, &verify) || errors.As(err, &header) || errors.Is(err, fasthttp.ErrConnectionClosed)
+		errors.As(err, &verify) || errors.As(err, &header)
 }
 
 // Reach asks the peer whether the member at target answers it

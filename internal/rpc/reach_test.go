@@ -19,9 +19,9 @@ import (
 // A ping's error says whether a process at the peer's address answered
 // it (Answered): any HTTP status and any TLS handshake the other end took
 // part in are answers, so a node that refuses this one (another cluster
-// secret, another CA, TLS on one side only) is alive; only a connection
-// refused or left unanswered is silence. A replace or remove counts a
-// node dead by it (package membership).
+// secret, another CA, TLS on one side only) is alive; a connection
+// refused, left unanswered or closed unanswered is silence. A replace or
+// remove counts a node dead by it (package membership).
 func TestAnswered(t *testing.T) {
 	status := func(code int, body string) func() string {
 		return func() string {
@@ -68,6 +68,21 @@ func TestAnswered(t *testing.T) {
 		}()
 		return "http://" + ln.Addr().String()
 	}
+	hangsUp := func() string { // accepts and closes at once, as a cut link may
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = ln.Close() })
+		go func() {
+			for {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				_ = c.Close()
+			}
+		}()
+		return "http://" + ln.Addr().String()
+	}
 	for _, tc := range []struct {
 		name     string
 		url      func() string
@@ -79,10 +94,11 @@ func TestAnswered(t *testing.T) {
 		{"409: a newer map", status(http.StatusConflict, "not a map\n"), nil, true},
 		{"503: shutting down", status(http.StatusServiceUnavailable, "shutting down\n"), nil, true},
 		{"its certificate from a CA this node does not trust", serveTLS(other, tls.NoClientCert), ca.ClientConfig(), true},
-		{"it wants a client certificate this node does not have", serveTLS(ca, tls.RequireAndVerifyClientCert), ca.ClientConfig(), true},
+		{"it wants a client certificate this node does not have (TLS 1.3: a closed connection)", serveTLS(ca, tls.RequireAndVerifyClientCert), ca.ClientConfig(), false},
 		{"plain HTTP where TLS is asked", status(http.StatusOK, ""), ca.ClientConfig(), true},
 		{"connection refused", closed, nil, false},
 		{"connected, never answered", unanswered, nil, false},
+		{"connected, closed unanswered", hangsUp, nil, false},
 		{"connected over TLS, never answered", unanswered, ca.ClientConfig(), false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
