@@ -373,3 +373,97 @@ func TestNotReadyWhileTheOtherReplicaRebuilds(t *testing.T) {
 		})
 	})
 }
+
+// TestRebuildWipedNodeStartedCutOff is TestRebuildWipedNode's history
+// with B started while its links are down (a switch rebooting, the peers
+// restarting after a power cut): at its start no peer answers, so it
+// cannot tell a lost disk from a new cluster, and goes on unconfirmed.
+// Once the links are back C says the cluster was formed before B's
+// directory was made, and B rebuilds, waiting for A: quorum reads never
+// answer 404 for the writes acknowledged at ack=2 (B once served its
+// empty replica as whole for good). With A back the rebuild ends, and a
+// restart neither rebuilds nor asks again.
+func TestRebuildWipedNodeStartedCutOff(t *testing.T) {
+	testcluster.InBubble(t, func(t *testing.T) {
+		const a, b, cNode = 0, 1, 2
+		c := testcluster.StartInMemory(t, 3, func(_ int, cfg *node.Config) {
+			cfg.Handoff.Window = time.Millisecond
+			cfg.Coordinator.ReadRepair = cluster.RepairOff
+		})
+		c.AwaitFormed(time.Minute)
+		cl := c.Client()
+		c.StopNode(cNode)
+		const keys = 100
+		for k := range keys {
+			require.Equal(t, http.StatusCreated, cl.Put(t, c.URL(k%2), fmt.Sprintf("cut%d", k), []byte("v"), 2, 3))
+		}
+		c.StartNode(cNode)
+		c.StopNode(b)
+		c.WipeNode(b)
+		c.StopNode(a)
+		c.Isolate(b)
+		c.StartNode(b)
+		require.True(t, c.Node(b).Unconfirmed(), "no peer answered B's start")
+		require.False(t, c.Node(b).Rebuilding())
+		time.Sleep(time.Minute) // the behaviour under test: cut off, B keeps asking and stays unconfirmed
+		require.True(t, c.Node(b).Unconfirmed())
+
+		c.Heal()
+		c.Await(10*time.Second, "B learned it lost its disk", func() (bool, string) {
+			return !c.Node(b).Unconfirmed() && c.Node(b).Rebuilding(), "unconfirmed"
+		})
+		for k := range keys {
+			for _, via := range []int{b, cNode} {
+				code, _ := cl.Get(t, c.URL(via), fmt.Sprintf("cut%d", k), 2, 3)
+				require.NotEqual(t, http.StatusNotFound, code, "cut%d via node %d: an acknowledged write read as never written", k, via)
+			}
+		}
+		c.StartNode(a)
+		c.Await(time.Minute, "B's rebuild finished", func() (bool, string) { return !c.Node(b).Rebuilding(), "rebuilding" })
+		for k := range keys {
+			code, _ := cl.Get(t, c.URL(b), fmt.Sprintf("cut%d", k), 2, 3)
+			require.Equal(t, http.StatusOK, code, "cut%d via B", k)
+		}
+		c.StopNode(b)
+		c.StartNode(b)
+		require.False(t, c.Node(b).Rebuilding(), "done is recorded")
+		require.False(t, c.Node(b).Unconfirmed(), "and what the peers said")
+	})
+}
+
+// TestNewClusterStartedApartDoesNotRebuild: the nodes of a new cluster
+// start a minute apart, so the first two find no peer, or not every
+// peer, answering, and go on unconfirmed; once every peer answered, none
+// of which was formed before their directories were made, they know it
+// was a new cluster. Nobody rebuilds, and every node serves reads
+// throughout.
+func TestNewClusterStartedApartDoesNotRebuild(t *testing.T) {
+	testcluster.InBubble(t, func(t *testing.T) {
+		c := testcluster.StartInMemory(t, 3)
+		c.AwaitFormed(time.Minute)
+		c.StopAll()
+		cl := c.Client()
+		for i := range 3 {
+			c.WipeNode(i) // a new cluster of the same list
+		}
+		for i := range 3 {
+			c.StartNode(i)
+			require.Equal(t, i < 2, c.Node(i).Unconfirmed(), "node %d: not every peer answered its start", i)
+			for j := range i + 1 {
+				require.False(t, c.Node(j).Rebuilding(), "node %d", j)
+				code, _ := cl.Get(t, c.URL(j), "missing", 1, 3)
+				require.Equal(t, http.StatusNotFound, code, "node %d serves its replica", j)
+			}
+			time.Sleep(time.Minute) // the behaviour under test: nodes starting apart
+		}
+		c.Await(10*time.Second, "every node confirmed", func() (bool, string) {
+			for i := range 3 {
+				if c.Node(i).Unconfirmed() || c.Node(i).Rebuilding() {
+					return false, fmt.Sprintf("node %d unconfirmed %v, rebuilding %v", i, c.Node(i).Unconfirmed(), c.Node(i).Rebuilding())
+				}
+			}
+			return true, ""
+		})
+		c.AwaitFormed(time.Minute)
+	})
+}

@@ -103,7 +103,7 @@ func (n *Node) buildCluster(cmap *clustermap.Map, self int, joined bool, topo cl
 		return err
 	}
 	copier = partcopy.New(local, n.streams, n.members, cfg.Move, log)
-	id, record, err := n.claimIdentity(cmap, self, joined)
+	id, err := n.claimIdentity(cmap, self, joined)
 	if err != nil {
 		n.members.Close()
 		n.closeMapLog()
@@ -113,10 +113,21 @@ func (n *Node) buildCluster(cmap *clustermap.Map, self int, joined bool, topo cl
 	probeOpts := cfg.Probe
 	probeOpts.MaxClockSkew, probeOpts.Timeout, probeOpts.Wall = cfg.MaxClockSkew, cfg.ReplicaTimeout, clock.Wall
 	probeOpts.Formed = id.Formed
-	probeOpts.RecordFormed = func() error { return record(func(i *store.Identity) { i.Formed = true }) }
+	probeOpts.RecordFormed = func() error {
+		return n.identity.update(func(i *store.Identity) {
+			i.Formed = true
+			if i.FormedAt.IsZero() {
+				i.FormedAt = time.Now()
+			}
+		})
+	}
 	n.probe = probe.New(n.members.View, probeOpts, log)
 	n.rebuild = rebuild.New(n.members.View, copier, rebuild.Options{
-		Rebuilding: id.Rebuilding, Done: func() error { return record(func(i *store.Identity) { i.Rebuilding = false }) },
+		Rebuilding: id.Rebuilding, Done: func() error { return n.identity.update(func(i *store.Identity) { i.Rebuilding = false }) },
+		Unconfirmed: id.Unconfirmed, Created: id.Created, Skew: cfg.MaxClockSkew, Timeout: cfg.ReplicaTimeout,
+		Confirmed: func(lost bool) error {
+			return n.identity.update(func(i *store.Identity) { i.Unconfirmed, i.Rebuilding = false, lost })
+		},
 	}, log)
 	hintOpts := cfg.Handoff
 	hintOpts.Timeout = cfg.ReplicaTimeout
@@ -207,60 +218,86 @@ func (f exchangeFunc) Exchange(ctx context.Context, v *view.View, peer int, part
 // node of this one, is refused: serving it would mix two datasets. An
 // empty directory while a peer knows the cluster is formed is a wiped or
 // replaced disk: the node rebuilds its share before serving reads
-// (package rebuild), and resumes a rebuild a stop interrupted. It returns
-// the identity, and the function by which the parts record what changes
-// of it later (formed, rebuilt).
+// (package rebuild), and resumes a rebuild a stop interrupted; while not
+// every peer answered, it is unconfirmed, and asks them later. It returns
+// the identity, and keeps it in n.identity, by which the parts record
+// what changes of it later (formed, rebuilt, confirmed).
 //
 // A node that joined (--join) is given its identity whole: formed, and
 // rebuilding unless it is the node a join adds before the join's stream
 // stage (joinsBeforeStream), which gets its partitions by that stage: a
 // replacement rebuilds.
-func (n *Node) claimIdentity(m *clustermap.Map, self int, joined bool) (store.Identity, func(change func(*store.Identity)) error, error) {
+func (n *Node) claimIdentity(m *clustermap.Map, self int, joined bool) (store.Identity, error) {
 	want := store.Identity{Cluster: m.Cluster, Node: self}
 	id, ok, err := n.store.Identity()
 	if err != nil {
-		return id, nil, err
+		return id, err
 	}
 	if ok && (id.Cluster != want.Cluster || id.Node != want.Node) {
-		return id, nil, fmt.Errorf("data directory %s belongs to node %d of cluster %016x; this is node %d of cluster %016x (another node's directory or snapshot, or a changed --cluster list)",
+		return id, fmt.Errorf("data directory %s belongs to node %d of cluster %016x; this is node %d of cluster %016x (another node's directory or snapshot, or a changed --cluster list)",
 			n.cfg.DataDir, id.Node, id.Cluster, want.Node, want.Cluster)
 	}
 	if !ok {
 		has, err := n.store.HasData()
 		if err != nil {
-			return id, nil, err
+			return id, err
 		}
 		// A directory with data but no identity is adopted, and its
 		// identity recorded: nothing in it contradicts this node's, and
 		// refusing it would strand its data.
+		want.Created = time.Now()
 		switch {
 		case joined:
-			want.Formed = true
+			want.Formed, want.FormedAt = true, want.Created
 			want.Rebuilding = !has && !joinsBeforeStream(m, self)
-		default:
-			want.Rebuilding = !has && len(m.Nodes) > 1 && rebuild.Needed(n.members.View(), n.cfg.ReplicaTimeout)
+		case !has && len(m.Nodes) > 1:
+			lost, all := rebuild.Needed(n.members.View(), n.cfg.ReplicaTimeout)
+			want.Rebuilding = lost
+			want.Unconfirmed = !lost && !all
 		}
 		if err := n.store.SetIdentity(want); err != nil {
-			return id, nil, err
+			return id, err
 		}
 		id = want
 	}
-	// The identity is written by one goroutine at a time: the rebuild's
-	// end and the probe's first full round may meet.
-	var mu sync.Mutex
-	cur := id
-	update := func(change func(*store.Identity)) error {
-		mu.Lock()
-		defer mu.Unlock()
-		next := cur
-		change(&next)
-		if err := n.store.SetIdentity(next); err != nil {
-			return err
+	n.identity = &identity{store: n.store, cur: id}
+	if id.Formed && id.FormedAt.IsZero() {
+		// Formed under a release that did not record when: now is later
+		// than that, which can only make a wiped node miss it (package
+		// rebuild), never rebuild for nothing.
+		if err := n.identity.update(func(i *store.Identity) { i.FormedAt = time.Now() }); err != nil {
+			return id, err
 		}
-		cur = next
-		return nil
 	}
-	return id, update, nil
+	return n.identity.get(), nil
+}
+
+// identity is the data directory's identity as the node's parts change
+// it (formed, rebuilt, confirmed), written by one of them at a time: the
+// rebuild's end and the probe's first full round may meet.
+type identity struct {
+	store *store.Store
+	mu    sync.Mutex
+	cur   store.Identity
+}
+
+func (i *identity) get() store.Identity {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	return i.cur
+}
+
+// update applies change to the identity and records it durably.
+func (i *identity) update(change func(*store.Identity)) error {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	next := i.cur
+	change(&next)
+	if err := i.store.SetIdentity(next); err != nil {
+		return err
+	}
+	i.cur = next
+	return nil
 }
 
 // joinsBeforeStream reports whether node self is the node m's join adds,
@@ -303,6 +340,9 @@ func (s status) Warnings() []string {
 	ws := s.n.store.Warnings()
 	if w := s.n.probe.ClockWarning(); w != "" {
 		ws = append(ws, w)
+	}
+	if s.n.rebuild.Unconfirmed() {
+		ws = append(ws, "started with an empty data directory while not every peer answered: serving as a new cluster's node until they say whether the cluster existed before (then it rebuilds)")
 	}
 	if s.n.rebuild.Rebuilding() {
 		ws = append(ws, "rebuilding: copying this node's share from its peers; its replica is not read until done")

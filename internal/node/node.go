@@ -73,6 +73,7 @@ type Node struct {
 	// sender's deadline (rpc.DeadlineHeader).
 	lateBatches prometheus.Counter
 	rebuild     *rebuild.Rebuilder
+	identity    *identity // the data directory's (claimIdentity)
 	streams     *rpc.StreamClient
 	// The cluster map's log (maplog.go); logConns takes its connections
 	// from the public port.
@@ -259,6 +260,7 @@ func NewContext(ctx context.Context, cfg Config) (_ *Node, err error) {
 		RPC: &rpc.Server{
 			Replica: local, Secret: cfg.ClusterSecret, Log: log,
 			Incarnation: incarnation(),
+			FormedAt:    func() time.Time { return n.identity.get().FormedAt },
 			Rebuilding:  n.rebuild.Rebuilding, ClusterFormed: n.probe.Formed, Maps: n.members,
 			LogConns:        n.logConns,
 			RequirePeerCert: certs != nil && certs.Mutual(),
@@ -530,6 +532,11 @@ func (n *Node) PeerStates() []probe.PeerState { return n.probe.PeerStates() }
 // Rebuilding reports whether the node's replica is still copying its
 // share from its peers.
 func (n *Node) Rebuilding() bool { return n.rebuild.Rebuilding() }
+
+// Unconfirmed reports whether the node, started with an empty data
+// directory while not every peer answered, has yet to learn whether it
+// lost its disk (package rebuild).
+func (n *Node) Unconfirmed() bool { return n.rebuild.Unconfirmed() }
 
 // AdminAddr is the admin listener's address, or "" without one.
 func (n *Node) AdminAddr() string {

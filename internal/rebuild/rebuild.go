@@ -46,6 +46,21 @@
 // stops when a newer map is installed, then runs again by the new one.
 // The state is in the data directory's identity (store.Identity), so a
 // node that stops while rebuilding resumes at its next start.
+//
+// Whether a node with an empty directory lost its disk is asked of its
+// peers at its start (Needed): one that knows the cluster is formed, or
+// routes by a newer map, says so. A node none of whose peers answers
+// then (its links down, every peer restarting) cannot tell a new cluster
+// from a lost disk, and goes on as a new cluster would, unconfirmed
+// (Options.Unconfirmed): it asks every peer that has not answered yet
+// once a second, and rebuilds as soon as one says the cluster was formed
+// before the directory was made (view.PingAnswer.FormedAt, earlier than
+// Options.Created by more than the clock skew bound) or routes by a newer
+// map; once every peer answered without, it was a new cluster. A peer
+// formed since cannot say so: it saw this node answer, which this node
+// did only after its directory was made. Until one answers the node
+// serves its replica as whole, as it did before this rule, but only for
+// as long as it reaches none of them.
 package rebuild
 
 import (
@@ -87,7 +102,32 @@ type Options struct {
 	// Done records that the copy finished (the node clears it in its
 	// identity). nil: not recorded.
 	Done func() error
+	// Unconfirmed is whether this node started with an empty directory
+	// while not every peer answered Needed: Start then asks them until it
+	// knows whether it lost its disk (see the package comment).
+	Unconfirmed bool
+	// Created is when the directory was given its identity
+	// (store.Identity.Created), for Unconfirmed.
+	Created time.Time
+	// Skew is the clock skew bound between nodes (the node's
+	// --max-clock-skew): a peer formed less than Skew before Created may
+	// have been formed with this node.
+	Skew time.Duration
+	// Timeout bounds each ping while Unconfirmed (the node's
+	// --replica-timeout).
+	Timeout time.Duration
+	// Confirmed records what the peers said while Unconfirmed: lost, the
+	// node rebuilds, which must be recorded before it does (the node sets
+	// Rebuilding in its identity and clears Unconfirmed); or a new
+	// cluster (it clears Unconfirmed). An error is logged, and the
+	// question asked again. nil: not recorded.
+	Confirmed func(lost bool) error
 }
+
+// confirmEvery is how often an unconfirmed node asks the peers that have
+// not answered yet: a node that lost its disk serves its empty replica as
+// whole for at most this long after the first peer that knows answers.
+const confirmEvery = 250 * time.Millisecond
 
 // Rebuilder copies the share of one node. Its methods are safe for
 // concurrent use.
@@ -96,9 +136,11 @@ type Rebuilder struct {
 	copier     Copier
 	o          Options
 	rebuilding atomic.Bool
-	log        *slog.Logger
-	m          *metrics
-	work       *worker.Group
+	// unconfirmed: Options.Unconfirmed, until the peers said.
+	unconfirmed atomic.Bool
+	log         *slog.Logger
+	m           *metrics
+	work        *worker.Group
 }
 
 // New returns the rebuild of this node's replica from the peers of the
@@ -109,23 +151,33 @@ func New(views func() *view.View, copier Copier, o Options, log *slog.Logger) *R
 	if o.Rebuilding {
 		r.rebuilding.Store(true)
 		r.m.rebuilding.Set(1)
+	} else if o.Unconfirmed {
+		r.unconfirmed.Store(true)
+		r.m.unconfirmed.Set(1)
 	}
 	return r
 }
 
 // Register adds the instruments to reg.
 func (r *Rebuilder) Register(reg prometheus.Registerer) {
-	reg.MustRegister(r.m.rebuilding, r.m.records, r.m.unsourced)
+	reg.MustRegister(r.m.rebuilding, r.m.unconfirmed, r.m.records, r.m.unsourced)
 }
 
 // Rebuilding reports whether the local replica is still copying its share
 // (see the package comment).
 func (r *Rebuilder) Rebuilding() bool { return r.rebuilding.Load() }
 
+// Unconfirmed reports whether this node, started with an empty directory
+// while not every peer answered, has yet to learn whether it lost its
+// disk (see the package comment).
+func (r *Rebuilder) Unconfirmed() bool { return r.unconfirmed.Load() }
+
 // Needed pings every peer of v once and reports whether any of them knows
 // the cluster exists (it has seen every node answer): a node whose
 // directory is empty then lost its disk, and must rebuild. In a new
-// cluster no node has seen all the others yet, so nobody waits.
+// cluster no node has seen all the others yet, so nobody waits. all
+// reports whether every peer answered: if not, and none knew the cluster,
+// the node cannot tell yet (Options.Unconfirmed).
 //
 // A peer that refuses the ping as routed by an older map than its own
 // (rpc.ErrStaleEpoch) knows the cluster too: a node with an empty
@@ -134,39 +186,113 @@ func (r *Rebuilder) Rebuilding() bool { return r.rebuilding.Load() }
 // cluster makes. (Counted as a peer that had not seen the cluster, a
 // seed wiped after any join or decommission served its empty replica as
 // whole.)
-func Needed(v *view.View, timeout time.Duration) bool {
+func Needed(v *view.View, timeout time.Duration) (lost, all bool) {
+	all = true
 	for _, p := range v.Peers {
 		if p == nil {
 			continue
 		}
 		a, err := p.Ping(v.Epoch(), time.Now().Add(timeout))
 		if (err == nil && a.Formed) || errors.Is(err, rpc.ErrStaleEpoch) {
-			return true
+			return true, true
 		}
+		all = all && err == nil
 	}
-	return false
+	return false, all
 }
 
 // Start copies every peer's records in the background, if this node is
-// rebuilding; then it records that (Options.Done) and serves reads. Close
-// stops it; the next start resumes.
+// rebuilding; then it records that (Options.Done) and serves reads. If
+// it is unconfirmed, Start asks the peers in the background until they
+// said, and rebuilds if they said it lost its disk. Close stops either;
+// the next start resumes.
 func (r *Rebuilder) Start() {
-	if !r.rebuilding.Load() {
-		return
+	switch {
+	case r.rebuilding.Load():
+		r.work.Go(r.run)
+	case r.unconfirmed.Load():
+		r.work.Go(r.confirm)
 	}
-	r.work.Go(func(ctx context.Context) {
-		if !r.copyPeers(ctx) {
-			return // stopping
+}
+
+// run copies every peer's records, records the end, and serves reads.
+func (r *Rebuilder) run(ctx context.Context) {
+	if !r.copyPeers(ctx) {
+		return // stopping
+	}
+	if r.o.Done != nil {
+		if err := r.o.Done(); err != nil {
+			r.log.Error("rebuild finished but could not be recorded; it runs again at the next start", "err", err)
 		}
-		if r.o.Done != nil {
-			if err := r.o.Done(); err != nil {
-				r.log.Error("rebuild finished but could not be recorded; it runs again at the next start", "err", err)
+	}
+	r.rebuilding.Store(false)
+	r.m.rebuilding.Set(0)
+	r.log.Info("rebuild finished: serving reads")
+}
+
+// confirm asks every peer that has not answered yet, once a
+// confirmEvery, whether the cluster was formed before this node's
+// directory was made, until one says so (the node rebuilds) or every
+// peer answered without (a new cluster).
+func (r *Rebuilder) confirm(ctx context.Context) {
+	r.log.Warn("started with an empty data directory while not every peer answered: serving as a new cluster's node until they say whether the cluster existed before (then it rebuilds)")
+	answered := map[int]bool{}
+	for {
+		lost, all := r.ask(answered)
+		if lost || all {
+			err := error(nil)
+			if r.o.Confirmed != nil {
+				err = r.o.Confirmed(lost)
 			}
+			if err == nil {
+				r.unconfirmed.Store(false)
+				r.m.unconfirmed.Set(0)
+				if !lost {
+					r.log.Info("every peer answered, none formed before this node's directory was made: a new cluster, nothing to rebuild")
+					return
+				}
+				r.log.Warn("a peer knew the cluster before this node's directory was made: its disk was lost; rebuilding")
+				r.rebuilding.Store(true)
+				r.m.rebuilding.Set(1)
+				r.run(ctx)
+				return
+			}
+			r.log.Error("what the peers said of this node's empty directory could not be recorded; asking again", "lost", lost, "err", err)
 		}
-		r.rebuilding.Store(false)
-		r.m.rebuilding.Set(0)
-		r.log.Info("rebuild finished: serving reads")
-	})
+		if !r.work.Sleep(confirmEvery) {
+			return
+		}
+	}
+}
+
+// ask pings the peers of the current view not in answered, adds those
+// that answer, and reports whether one knew the cluster before this
+// node's directory was made (lost) and whether every peer has answered
+// (all). A member the map counts dead will not answer, and is not waited
+// for.
+func (r *Rebuilder) ask(answered map[int]bool) (lost, all bool) {
+	v := r.views()
+	all = true
+	for i, p := range v.Peers {
+		if p == nil || answered[i] || v.Dead(i) {
+			continue
+		}
+		a, err := p.Ping(v.Epoch(), time.Now().Add(r.o.Timeout))
+		switch {
+		case errors.Is(err, rpc.ErrStaleEpoch):
+			r.log.Info("a peer routes by a newer cluster map than this node's empty directory knows", "peer", v.URL(i))
+			return true, true
+		case err != nil:
+			all = false
+			continue
+		case !a.FormedAt.IsZero() && a.FormedAt.Before(r.o.Created.Add(-r.o.Skew)):
+			r.log.Info("a peer was formed before this node's directory was made", "peer", v.URL(i),
+				"formed_at", a.FormedAt.UTC().Format(time.RFC3339Nano), "directory_made", r.o.Created.UTC().Format(time.RFC3339Nano))
+			return true, true
+		}
+		answered[i] = true
+	}
+	return false, all
 }
 
 // Close stops a rebuild under way.
@@ -271,6 +397,8 @@ func (r *Rebuilder) unsourced(rebuilding map[int]bool, copied map[partition.ID]b
 type metrics struct {
 	// rebuilding is 1 while the local replica copies its share.
 	rebuilding prometheus.Gauge
+	// unconfirmed is 1 while Rebuilder.Unconfirmed.
+	unconfirmed prometheus.Gauge
 	// records counts records copied by rebuilds.
 	records prometheus.Counter
 	// unsourced counts partitions rebuilt with no replica to copy from.
@@ -282,6 +410,10 @@ func newMetrics() *metrics {
 		rebuilding: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "dhtkv_rebuilding",
 			Help: "1 while this node copies its share from its peers after starting with an empty data directory; its replica is not read meanwhile.",
+		}),
+		unconfirmed: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "dhtkv_rebuild_unconfirmed",
+			Help: "1 while this node, started with an empty data directory while not every peer answered, has yet to learn from them whether it lost its disk (it then rebuilds).",
 		}),
 		records: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "dhtkv_rebuild_records_total",

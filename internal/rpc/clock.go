@@ -100,6 +100,19 @@ const RebuildingHeader = "X-Dhtkv-Rebuilding"
 // Server.Incarnation, in hexadecimal (view.PingAnswer.Incarnation).
 const IncarnationHeader = "X-Dhtkv-Incarnation"
 
+// FormedAtHeader is on the answer to a ping once the answering node is
+// formed and knows since when: Server.FormedAt in Unix milliseconds
+// (view.PingAnswer.FormedAt).
+const FormedAtHeader = "X-Dhtkv-Formed-At"
+
+// formedAt is what FormedAtHeader says: zero when not known.
+func (s *Server) formedAt() time.Time {
+	if s.FormedAt == nil {
+		return time.Time{}
+	}
+	return s.FormedAt()
+}
+
 // Formed reports what FormedHeader says.
 func (s *Server) Formed() (bool, error) {
 	if s.ClusterFormed != nil && s.ClusterFormed() {
@@ -136,9 +149,13 @@ func (p *Peer) Ping(epoch uint64, deadline time.Time) (view.PingAnswer, error) {
 		return view.PingAnswer{}, fmt.Errorf("ping %s: %w: %s", p.url, errStatus{resp.StatusCode()}, firstLine(resp.Body()))
 	}
 	inc, _ := strconv.ParseUint(string(resp.Header.Peek(IncarnationHeader)), 16, 64) // absent or malformed: 0, unknown
-	return view.PingAnswer{
+	a := view.PingAnswer{
 		Formed:      string(resp.Header.Peek(FormedHeader)) == "1",
 		Rebuilding:  string(resp.Header.Peek(RebuildingHeader)) == "1",
 		Incarnation: inc,
-	}, nil
+	}
+	if ms, err := strconv.ParseInt(string(resp.Header.Peek(FormedAtHeader)), 10, 64); err == nil && ms > 0 {
+		a.FormedAt = time.UnixMilli(ms) // absent or malformed: zero, unknown
+	}
+	return a, nil
 }

@@ -136,6 +136,9 @@ func (s *Server) HandleBatch(ctx *fasthttp.RequestCtx, body []byte) {
 		if s.Rebuilding != nil && s.Rebuilding() {
 			ctx.Response.Header.Set(RebuildingHeader, "1")
 		}
+		if at := s.formedAt(); !at.IsZero() {
+			ctx.Response.Header.SetBytesV(FormedAtHeader, strconv.AppendInt(num[:0], at.UnixMilli(), 10))
+		}
 		if s.Incarnation != 0 {
 			ctx.Response.Header.SetBytesV(IncarnationHeader, strconv.AppendUint(num[:0], s.Incarnation, 16))
 		}

@@ -50,6 +50,10 @@ type Server struct {
 	// restart, after which the replica may hold other data (a backup
 	// restored, a disk wiped), from a node that stayed up.
 	Incarnation uint64
+	// FormedAt returns when this node first saw every other node answer,
+	// as its identity records it (store.Identity.FormedAt; zero: not
+	// yet, or not known). nil: never said. See FormedAtHeader.
+	FormedAt func() time.Time
 	// ClusterFormed reports whether this node has seen every other node
 	// answer (nil: unknown); see FormedHeader.
 	ClusterFormed func() bool

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 )
@@ -20,10 +21,35 @@ type Identity struct {
 	// cluster exists, and a member starting empty later is a lost disk,
 	// not a new cluster.
 	Formed bool
+	// FormedAt is when Formed was first set, by this machine's clock, to
+	// the millisecond (zero: not formed, or formed under a release that
+	// did not record it, until the node records its start instead).
+	FormedAt time.Time
+	// Unconfirmed is set on an identity given to an empty directory while
+	// not every peer answered: the node could not tell a new cluster from
+	// a lost disk, and asks the peers until it can (package rebuild).
+	Unconfirmed bool
+	// Created is when the identity was given to an empty directory, by
+	// this machine's clock, to the millisecond (zero: under a release that
+	// did not record it).
+	Created time.Time
 }
 
 // identityKey holds the Identity; it sorts before every data key.
 const identityKey = "\x00identity"
+
+// The identity's encoding: the cluster (8 bytes, big-endian), the node
+// (1), the flags (1), then Created and FormedAt in Unix milliseconds (8
+// each, 0 for zero). Releases before the times wrote the first 10 bytes
+// alone, which read as zero times.
+const (
+	identityV1Len = 10
+	identityLen   = identityV1Len + 16
+
+	flagRebuilding  = 1
+	flagFormed      = 2
+	flagUnconfirmed = 4
+)
 
 // Identity returns the stored identity; ok is false for a directory that
 // has none yet.
@@ -36,24 +62,50 @@ func (s *Store) Identity() (id Identity, ok bool, err error) {
 		return Identity{}, false, fmt.Errorf("read identity in %s: %w", s.dir, err)
 	}
 	defer closer.Close()
-	if len(v) != 10 {
-		return Identity{}, false, fmt.Errorf("read identity in %s: %d bytes, want 10", s.dir, len(v))
+	if len(v) != identityV1Len && len(v) != identityLen {
+		return Identity{}, false, fmt.Errorf("read identity in %s: %d bytes, want %d or %d", s.dir, len(v), identityV1Len, identityLen)
 	}
-	return Identity{Cluster: binary.BigEndian.Uint64(v), Node: int(v[8]), Rebuilding: v[9]&1 != 0, Formed: v[9]&2 != 0}, true, nil
+	id = Identity{Cluster: binary.BigEndian.Uint64(v), Node: int(v[8]),
+		Rebuilding: v[9]&flagRebuilding != 0, Formed: v[9]&flagFormed != 0, Unconfirmed: v[9]&flagUnconfirmed != 0}
+	if len(v) == identityLen {
+		id.Created = fromMillis(binary.BigEndian.Uint64(v[10:]))
+		id.FormedAt = fromMillis(binary.BigEndian.Uint64(v[18:]))
+	}
+	return id, true, nil
 }
 
 // SetIdentity durably records id.
 func (s *Store) SetIdentity(id Identity) error {
-	v := binary.BigEndian.AppendUint64(nil, id.Cluster)
-	v = append(v, byte(id.Node), 0)
+	v := binary.BigEndian.AppendUint64(make([]byte, 0, identityLen), id.Cluster)
+	var flags byte
 	if id.Rebuilding {
-		v[9] |= 1
+		flags |= flagRebuilding
 	}
 	if id.Formed {
-		v[9] |= 2
+		flags |= flagFormed
 	}
+	if id.Unconfirmed {
+		flags |= flagUnconfirmed
+	}
+	v = append(v, byte(id.Node), flags)
+	v = binary.BigEndian.AppendUint64(v, toMillis(id.Created))
+	v = binary.BigEndian.AppendUint64(v, toMillis(id.FormedAt))
 	if err := s.write(func() error { return s.db.Set([]byte(identityKey), v, pebble.Sync) }); err != nil {
 		return fmt.Errorf("write identity in %s: %w", s.dir, err)
 	}
 	return nil
+}
+
+func toMillis(t time.Time) uint64 {
+	if t.IsZero() {
+		return 0
+	}
+	return uint64(t.UnixMilli())
+}
+
+func fromMillis(ms uint64) time.Time {
+	if ms == 0 {
+		return time.Time{}
+	}
+	return time.UnixMilli(int64(ms))
 }

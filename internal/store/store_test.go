@@ -240,3 +240,33 @@ func BenchmarkApplyBatch(b *testing.B) {
 		})
 	}
 }
+
+// An identity reads back as written, its times to the millisecond; one
+// written by a release before the times (10 bytes) reads with zero times;
+// any other length is refused.
+func TestIdentityEncoding(t *testing.T) {
+	s := open(t, t.TempDir())
+	defer s.Close()
+	created, formed := time.UnixMilli(1_790_000_000_123), time.UnixMilli(1_790_000_100_456)
+	for _, id := range []Identity{
+		{Cluster: 42, Node: 7},
+		{Cluster: 1 << 63, Node: 255, Rebuilding: true, Formed: true, Unconfirmed: true, Created: created, FormedAt: formed},
+		{Cluster: 3, Node: 1, Unconfirmed: true, Created: created},
+	} {
+		require.NoError(t, s.SetIdentity(id))
+		got, ok, err := s.Identity()
+		require.NoError(t, err)
+		require.True(t, ok)
+		require.True(t, got.Created.Equal(id.Created) && got.FormedAt.Equal(id.FormedAt), "%+v", got)
+		got.Created, got.FormedAt = id.Created, id.FormedAt
+		require.Equal(t, id, got)
+	}
+	require.NoError(t, s.db.Set([]byte(identityKey), []byte{0, 0, 0, 0, 0, 0, 0, 42, 3, flagFormed}, pebble.Sync))
+	got, ok, err := s.Identity()
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, Identity{Cluster: 42, Node: 3, Formed: true}, got, "a release before the times")
+	require.NoError(t, s.db.Set([]byte(identityKey), []byte{1, 2, 3}, pebble.Sync))
+	_, _, err = s.Identity()
+	require.ErrorContains(t, err, "3 bytes, want 10 or 26")
+}

@@ -27,6 +27,11 @@ type PingAnswer struct {
 	// before (a backup restored, a disk wiped), so what was learned of
 	// its replica before is not trusted after (Synced).
 	Incarnation uint64
+	// FormedAt is when the peer first saw every node of its cluster
+	// answer, by its clock (zero: not yet, or not said): a node that
+	// started with an empty directory after it lost its disk (package
+	// rebuild).
+	FormedAt time.Time
 }
 
 // Synced is when the last anti-entropy exchange with a peer that left
