@@ -3,6 +3,7 @@ package e2e_test
 import (
 	"context"
 	"fmt"
+	"io/fs"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -13,6 +14,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/dhtkv/dhtkv/client"
+	"github.com/dhtkv/dhtkv/internal/node"
+	"github.com/dhtkv/dhtkv/internal/store"
 	"github.com/dhtkv/dhtkv/internal/testcluster"
 )
 
@@ -64,7 +67,11 @@ func TestSnapshotRestore(t *testing.T) {
 	data := c.Config(2).DataDir
 	require.NoError(t, os.RemoveAll(data))
 	require.NoError(t, os.Rename(dir, data))
+	_, err = os.Stat(filepath.Join(data, store.SnapshotMark))
+	require.NoError(t, err, "the snapshot says when it was taken")
 	c.StartNode(2)
+	_, err = os.Stat(filepath.Join(data, store.SnapshotMark))
+	require.ErrorIs(t, err, fs.ErrNotExist, "started on, the directory is the node's own again")
 	local := func(i int) [][2]string {
 		resp := testcluster.HTTPGet(t, c.URL(i)+"/v0/entities?start=%00&format=binary")
 		require.Equal(t, http.StatusOK, resp.StatusCode)
@@ -75,4 +82,43 @@ func TestSnapshotRestore(t *testing.T) {
 	c.Repair(t, 2)
 	require.Equal(t, testcluster.ScanOf(want, "", ""), local(2), "anti-entropy brought it up to date")
 	require.Equal(t, local(0), local(2))
+}
+
+// TestOldSnapshotRefused: a node restored from a snapshot older than
+// --gc-grace refuses to start, saying why and what to do: the others may
+// have collected deletes made since, and it would serve the deleted
+// values again. --restore-old-snapshot (every node restored) starts it,
+// and it is the node's own directory from then on.
+func TestOldSnapshotRefused(t *testing.T) {
+	t.Parallel()
+	c := testcluster.Start(t, 3, withGC())
+	cl := testcluster.NewClient(t)
+	require.Equal(t, http.StatusCreated, cl.Put(t, c.URL(0), "k", []byte("v"), 3, 3))
+	ctl, err := client.New(client.Config{Endpoints: []string{c.URL(2)}})
+	require.NoError(t, err)
+	defer ctl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	snap, err := ctl.Snapshot(ctx, c.Node(2).AdminAddr(), "old")
+	require.NoError(t, err)
+	time.Sleep(1500 * time.Millisecond) // the behaviour under test: older than the grace (1 s)
+
+	c.StopNode(2)
+	data := c.Config(2).DataDir
+	require.NoError(t, os.RemoveAll(data))
+	require.NoError(t, os.Rename(snap.Dir, data))
+	_, err = node.New(c.Config(2))
+	require.ErrorContains(t, err, "is a snapshot taken at ")
+	require.ErrorContains(t, err, "longer than --gc-grace (1s): the other replicas may have collected deletes made since")
+	require.ErrorContains(t, err, "--restore-old-snapshot")
+	require.NotContains(t, err.Error(), "\n", "one line")
+
+	c.Reconfigure(2, func(cfg *node.Config) { cfg.RestoreOldSnapshot = true })
+	c.StartNode(2)
+	c.StopNode(2)
+	c.Reconfigure(2, func(cfg *node.Config) { cfg.RestoreOldSnapshot = false })
+	c.StartNode(2) // its own directory now
+	code, body := cl.Get(t, c.URL(2), "k", 3, 3)
+	require.Equal(t, http.StatusOK, code)
+	require.Equal(t, "v", string(body))
 }

@@ -368,3 +368,32 @@ func (s status) Disk() *client.Disk {
 	}
 	return d
 }
+
+// checkRestoredSnapshot refuses a data directory restored from a
+// snapshot older than the garbage collection's grace, in a cluster of
+// more than one node, unless RestoreOldSnapshot: the other replicas may
+// have collected the tombstones of deletes made since the snapshot, and
+// this node would serve the deleted values again, which nothing would
+// correct. A younger one is accepted (the others collect nothing before
+// an exchange with this node's new process has carried the deletes to
+// it: package gc) and its mark removed, so later starts are restarts.
+func (n *Node) checkRestoredSnapshot(nodes int) error {
+	taken, ok, err := n.store.RestoredSnapshot()
+	if err != nil || !ok {
+		return err
+	}
+	grace := n.cfg.gcGrace()
+	age := time.Since(taken)
+	switch {
+	case nodes > 1 && age > grace && !n.cfg.RestoreOldSnapshot:
+		return fmt.Errorf("data directory %s is a snapshot taken at %s, %v ago, longer than --gc-grace (%v): the other replicas may have collected deletes made since, and this node would serve the deleted values again. Start it with an empty directory instead (it rebuilds from its peers), or, when restoring every node of the cluster from its snapshots, with --restore-old-snapshot",
+			n.cfg.DataDir, taken.UTC().Format(time.RFC3339), age.Round(time.Second), grace)
+	case nodes > 1 && age > grace:
+		n.log.Warn("starting on a snapshot older than --gc-grace (--restore-old-snapshot): values deleted since may come back unless every node was restored",
+			"taken", taken.UTC().Format(time.RFC3339), "age", age.Round(time.Second), "gc_grace", grace)
+	default:
+		n.log.Info("starting on a restored snapshot: anti-entropy brings it up to date with the peers",
+			"taken", taken.UTC().Format(time.RFC3339), "age", age.Round(time.Second))
+	}
+	return n.store.ForgetSnapshot()
+}

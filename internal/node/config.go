@@ -183,6 +183,13 @@ type Config struct {
 	// filesystem, so that Pebble hard-links the sstables instead of
 	// copying them.
 	SnapshotDir string
+	// RestoreOldSnapshot lets the node start on a data directory restored
+	// from a snapshot older than GC.Grace (--restore-old-snapshot), which
+	// it refuses otherwise: the other replicas may have collected deletes
+	// made since, and the node would serve the deleted values again.
+	// For restoring every node of a cluster from its snapshots, when
+	// nobody holds anything newer. The default value is false.
+	RestoreOldSnapshot bool
 	// ReplicaTimeout is one request's deadline for its replica calls
 	// (--replica-timeout; 504 beyond). The default value is 300 ms.
 	ReplicaTimeout time.Duration

@@ -196,6 +196,9 @@ func NewContext(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := n.checkRestoredSnapshot(len(cmap.Nodes)); err != nil {
+		return nil, err
+	}
 	urls := make([]string, len(cmap.Nodes))
 	for i, m := range cmap.Nodes {
 		urls[i] = m.URL

@@ -576,19 +576,3 @@ func (s *Store) Writable() error {
 	}
 	return s.guard.admit(0)
 }
-
-// Checkpoint writes a consistent copy of the store (records, hints, the
-// anti-entropy index, the identity, the clock bound and the GC horizon) as
-// of one instant into dir, which must not exist (its parents are
-// created), on the store's file system (Options.FS). The copy hard-links the sstables where the file system allows,
-// so it costs little space until the store compacts them away.
-func (s *Store) Checkpoint(dir string) error {
-	if err := s.Failure(); err != nil {
-		// Its WAL flush would wait on a commit pipeline the failure may have stopped.
-		return fmt.Errorf("checkpoint of %s: %w", s.dir, err)
-	}
-	if err := s.db.Checkpoint(dir, pebble.WithFlushedWAL()); err != nil {
-		return fmt.Errorf("checkpoint of %s in %s: %w", s.dir, dir, err)
-	}
-	return nil
-}
