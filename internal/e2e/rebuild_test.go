@@ -2,7 +2,10 @@ package e2e_test
 
 import (
 	"fmt"
+	"io/fs"
 	"net/http"
+	"os"
+	"path/filepath"
 	"slices"
 	"testing"
 	"time"
@@ -12,6 +15,8 @@ import (
 	"github.com/dhtkv/dhtkv/internal/cluster"
 	"github.com/dhtkv/dhtkv/internal/node"
 	"github.com/dhtkv/dhtkv/internal/placement"
+	"github.com/dhtkv/dhtkv/internal/sizeflag"
+	"github.com/dhtkv/dhtkv/internal/store"
 	"github.com/dhtkv/dhtkv/internal/testcluster"
 )
 
@@ -82,15 +87,28 @@ func TestFreshClusterDoesNotRebuild(t *testing.T) {
 }
 
 // TestDataDirOfAnotherNodeIsRefused: a node started on a data directory
-// that another node of the cluster wrote refuses to start.
+// that another node of the cluster wrote refuses to start, and writes no
+// emergency ballast into it first.
 func TestDataDirOfAnotherNodeIsRefused(t *testing.T) {
 	t.Parallel()
 	c := testcluster.Start(t, 2)
 	c.StopAll()
 	cfg := c.Config(0)
 	cfg.DataDir = c.Config(1).DataDir
+	cfg.Store.Ballast = sizeflag.Amount{Bytes: 1 << 20}
 	_, err := node.Start(cfg)
 	require.ErrorContains(t, err, "belongs to node 1")
+	_, err = os.Stat(filepath.Join(cfg.DataDir, store.BallastFile))
+	require.ErrorIs(t, err, fs.ErrNotExist, "nothing written into a directory refused")
+
+	cfg = c.Config(1) // its own: the ballast is made
+	cfg.Store.Ballast = sizeflag.Amount{Bytes: 1 << 20}
+	n, err := node.Start(cfg)
+	require.NoError(t, err)
+	require.NoError(t, n.Close())
+	st, err := os.Stat(filepath.Join(cfg.DataDir, store.BallastFile))
+	require.NoError(t, err)
+	require.Equal(t, int64(1<<20), st.Size())
 }
 
 // TestRebuildWipedSeedAfterChange: a node started with the --cluster list

@@ -182,6 +182,7 @@ func NewContext(ctx context.Context, cfg Config) (_ *Node, err error) {
 	storeOpts := cfg.Store
 	storeOpts.Logger, storeOpts.FS, storeOpts.StatFS = log, cfg.FS, cfg.StatFS
 	storeOpts.MemTableBytes = memTableBytes(cfg.Store.MemTableBytes, cfg.MemTableSpread, cfg.Self)
+	storeOpts.BallastLater = true // once the directory is found this node's (buildCluster)
 	n.store, err = store.Open(cfg.DataDir, storeOpts)
 	if err != nil {
 		return nil, lockError(cfg.DataDir, err)
@@ -257,6 +258,7 @@ func NewContext(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if err := n.buildCluster(cmap, self, joined, topo, clock, local, peerTLS); err != nil {
 		return nil, err
 	}
+	n.store.MakeBallast() // the directory is this node's: claimIdentity accepted it
 	n.api = &httpapi.Server{
 		Coord:  n.coord,
 		Status: status{n},

@@ -106,6 +106,12 @@ type Options struct {
 	// (DefaultOptions: 1%, CockroachDB's default; 0: none, and any
 	// ballast there is removed). Deleting it frees its space at once.
 	Ballast sizeflag.Amount
+	// BallastLater leaves the ballast to MakeBallast, for a caller that
+	// first checks that the directory is its own (the node: its identity
+	// and a restored snapshot's age), so that a directory it refuses is
+	// not written to (no flag). The default value is false: Open makes
+	// it.
+	BallastLater bool
 	// StatFS reports the usage of the volume holding a directory (no
 	// flag: tests inject a volume's state). The default value is nil:
 	// FS's GetDiskUsage, statfs(2) on the operating system's file
@@ -202,6 +208,7 @@ type Store struct {
 	// fs is the file system the store is in (Options.FS), as given: Pebble
 	// writes through a wrapper of it that calls onDiskFull.
 	fs        vfs.FS
+	ballast   sizeflag.Amount // Options.Ballast
 	guard     *spaceGuard
 	health    health
 	opening   atomic.Bool   // in Open: Pebble's Fatalf panics, and Open recovers it
@@ -269,11 +276,21 @@ func Open(dir string, o Options) (*Store, error) {
 	if err := s.open(popts); err != nil {
 		return nil, err
 	}
-	r := s.guard.reading()
-	if err := s.ensureBallast(ballastBytes(o.Ballast, r.total), r); err != nil {
-		s.log.Warn("no emergency ballast", "err", err)
+	s.ballast = o.Ballast
+	if !o.BallastLater {
+		s.MakeBallast()
 	}
 	return s, nil
+}
+
+// MakeBallast makes the emergency ballast Options.Ballast asks for, if it
+// is not there yet: Open does, unless Options.BallastLater. Its errors
+// are not the store's (a node runs without a ballast): it logs them.
+func (s *Store) MakeBallast() {
+	r := s.guard.reading()
+	if err := s.ensureBallast(ballastBytes(s.ballast, r.total), r); err != nil {
+		s.log.Warn("no emergency ballast", "err", err)
+	}
 }
 
 // open opens Pebble and checks what it holds. A fatal error of Pebble's
