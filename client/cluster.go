@@ -86,8 +86,8 @@ type ChangeOutcome struct {
 }
 
 // ErrChangeRefused is a membership change a node would not begin (another
-// is under way, a member does not answer, the node is not a member...);
-// the error says why.
+// is under way, a member has not acknowledged the current map, the node
+// is not a member...); the error says why.
 var ErrChangeRefused = errors.New("membership change refused")
 
 // Cluster returns the cluster status of the node whose admin listener is

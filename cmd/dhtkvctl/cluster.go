@@ -61,7 +61,8 @@ another change, until that one and the removal after it), printing each
 stage and then "<change> completed", unless --no-wait; --wait-timeout
 bounds the wait (the change goes on without the command). Exit 1 when the
 change is refused (another one runs, except for a replace or a remove; a
-member does not answer; the node to replace or remove answers; the factor
+member has not acknowledged the current map, being down or behind; the
+node to replace or remove answers, a refusal included; the factor
 is out of range or unchanged; a decommission or a remove would leave fewer
 nodes than the factor), when it does not complete (aborted by a
 dhtkvctl abort, from here or elsewhere: "join of node 5 (URL) aborted at
