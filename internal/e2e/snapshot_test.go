@@ -43,8 +43,10 @@ func TestSnapshotRestore(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	// A name inside the node's --snapshot-dir, by default beside its data
-	// directory.
+	// directory; after an exchange with every peer, so that the snapshot
+	// knows up to when it holds every write.
 	dir := filepath.Join(c.Config(2).DataDir+"-snapshots", "node3")
+	c.Repair(t, 2)
 	snap, err := ctl.Snapshot(ctx, c.Node(2).AdminAddr(), "node3")
 	if err != nil && strings.Contains(err.Error(), ": 501 ") {
 		t.Skipf("the store cannot checkpoint yet (store.Store.Checkpoint): %v", err)
@@ -84,40 +86,53 @@ func TestSnapshotRestore(t *testing.T) {
 	require.Equal(t, local(0), local(2))
 }
 
-// TestOldSnapshotRefused: a node restored from a snapshot older than
-// --gc-grace refuses to start, saying why and what to do: the others may
-// have collected deletes made since, and it would serve the deleted
-// values again. --restore-old-snapshot (every node restored) starts it,
-// and it is the node's own directory from then on.
+// TestOldSnapshotRefused: a node restored from a snapshot that may lack
+// a delete the others have collected refuses to start, saying why and
+// what to do: one complete as of longer ago than --gc-grace (less the
+// clock skew bound), and one taken before the node had completed an
+// exchange with every peer since its start (it may lack deletes made
+// while it was down). --restore-old-snapshot (every node restored)
+// starts it, and it is the node's own directory from then on.
 func TestOldSnapshotRefused(t *testing.T) {
 	t.Parallel()
-	c := testcluster.Start(t, 3, withGC())
+	c := testcluster.Start(t, 3, withGC()) // grace 1 s, skew bound 500 ms, exchanges on demand
 	cl := testcluster.NewClient(t)
 	require.Equal(t, http.StatusCreated, cl.Put(t, c.URL(0), "k", []byte("v"), 3, 3))
 	ctl, err := client.New(client.Config{Endpoints: []string{c.URL(2)}})
 	require.NoError(t, err)
 	defer ctl.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	snap, err := ctl.Snapshot(ctx, c.Node(2).AdminAddr(), "old")
-	require.NoError(t, err)
-	time.Sleep(1500 * time.Millisecond) // the behaviour under test: older than the grace (1 s)
-
-	c.StopNode(2)
+	snapshot := func(name string) string {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		snap, err := ctl.Snapshot(ctx, c.Node(2).AdminAddr(), name)
+		require.NoError(t, err)
+		return snap.Dir
+	}
+	unknown := snapshot("unknown") // no exchange yet
+	c.Repair(t, 2)
+	old := snapshot("old")
+	time.Sleep(1500 * time.Millisecond) // the behaviour under test: older than the grace less the skew bound
 	data := c.Config(2).DataDir
-	require.NoError(t, os.RemoveAll(data))
-	require.NoError(t, os.Rename(snap.Dir, data))
-	_, err = node.New(c.Config(2))
-	require.ErrorContains(t, err, "is a snapshot taken at ")
-	require.ErrorContains(t, err, "longer than --gc-grace (1s): the other replicas may have collected deletes made since")
-	require.ErrorContains(t, err, "--restore-old-snapshot")
-	require.NotContains(t, err.Error(), "\n", "one line")
+	for _, tc := range []struct{ dir, why string }{
+		{unknown, "before the node had completed an anti-entropy exchange with every peer since its start: it may lack deletes the other replicas have since collected"},
+		{old, "longer than --gc-grace (1s) less --max-clock-skew (500ms): the other replicas may have collected deletes made since"},
+	} {
+		c.StopNode(2)
+		require.NoError(t, os.RemoveAll(data))
+		require.NoError(t, os.Rename(tc.dir, data))
+		_, err = node.New(c.Config(2))
+		require.ErrorContains(t, err, tc.why)
+		require.ErrorContains(t, err, "Start it with an empty directory instead (it rebuilds from its peers), or, when restoring every node of the cluster from its snapshots, with --restore-old-snapshot")
+		require.NotContains(t, err.Error(), "\n", "one line")
+		_, err = os.Stat(filepath.Join(data, store.SnapshotMark))
+		require.NoError(t, err, "nothing changed in the directory refused")
 
-	c.Reconfigure(2, func(cfg *node.Config) { cfg.RestoreOldSnapshot = true })
-	c.StartNode(2)
-	c.StopNode(2)
-	c.Reconfigure(2, func(cfg *node.Config) { cfg.RestoreOldSnapshot = false })
-	c.StartNode(2) // its own directory now
+		c.Reconfigure(2, func(cfg *node.Config) { cfg.RestoreOldSnapshot = true })
+		c.StartNode(2)
+		c.StopNode(2)
+		c.Reconfigure(2, func(cfg *node.Config) { cfg.RestoreOldSnapshot = false })
+		c.StartNode(2) // its own directory now
+	}
 	code, body := cl.Get(t, c.URL(2), "k", 3, 3)
 	require.Equal(t, http.StatusOK, code)
 	require.Equal(t, "v", string(body))

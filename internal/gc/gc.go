@@ -15,10 +15,13 @@
 //     an exchange counts only while the peer still answers a ping with
 //     the incarnation it had before and after the exchange
 //     (view.Synced), asked at the start of a pass and again before each
-//     removal that follows the last answer by more than reconfirm. A
+//     removal that follows the last question by more than reconfirm. A
 //     replica that is down, cut off or restarted since therefore stops
 //     collection of every partition it shares until the next exchange
-//     with it: it can never come back to find a delete forgotten.
+//     with it: it can never come back to find a delete forgotten. (A
+//     restore done whole, the process stopped, its directory replaced
+//     and started again, between the last question and a removal, within
+//     reconfirm, would not be seen.)
 //  2. its delete (the tombstone's version time, or the expiry) is older
 //     than Grace. Removing raises the store's horizon to that cut-off, and
 //     from then on the replica drops every write older than it (answering
@@ -203,9 +206,15 @@ func (g *Collector) Pass(ctx context.Context) int {
 	if v.Moving {
 		return 0 // see the rule above: not while partitions move
 	}
+	confirmed := time.Now() // before the pings: an answer is at most this old
 	running := incarnations(v)
-	confirmed := time.Now()
 	g.logRestarted(v, synced, running)
+	// The peers whose exchanges the pass may rely on: they answer with
+	// the incarnation they had then.
+	relied := make([]bool, len(running))
+	for i, inc := range running {
+		relied[i] = inc != 0 && inc == synced[i].Incarnation
+	}
 	var buf [8]int
 	var cands []store.Candidate
 	for p := range partition.Count {
@@ -221,7 +230,7 @@ func (g *Collector) Pass(ctx context.Context) int {
 				continue
 			}
 			switch s := synced[r]; {
-			case s.Incarnation == 0 || s.Incarnation != running[r]:
+			case !relied[r]:
 				arrivedBefore = time.Time{} // restarted, or silent: stops the partition
 			case s.At.Before(v.Since):
 				arrivedBefore = time.Time{} // not since this map: stops the partition
@@ -252,11 +261,11 @@ func (g *Collector) Pass(ctx context.Context) int {
 				break
 			}
 			if time.Since(confirmed) > reconfirm {
-				if !slices.Equal(incarnations(v), running) {
-					g.log.Info("garbage collection stopped: a peer restarted or stopped answering during the pass; the next pass follows its next exchange", "removed", removed)
+				confirmed = time.Now()
+				if now := incarnations(v); !stillRunning(relied, running, now) {
+					g.log.Info("garbage collection stopped: a peer it relied on restarted or stopped answering during the pass; the next pass follows its next exchange", "removed", removed)
 					return removed
 				}
-				confirmed = time.Now()
 			}
 			n, err := g.local.Collect(chunk, horizon)
 			if err != nil {
@@ -297,6 +306,17 @@ func incarnations(v *view.View) []uint64 {
 	}
 	wg.Wait()
 	return out
+}
+
+// stillRunning reports whether every peer relied on answered with the
+// incarnation it ran before; the others do not matter to the pass.
+func stillRunning(relied []bool, before, now []uint64) bool {
+	for i, r := range relied {
+		if r && now[i] != before[i] {
+			return false
+		}
+	}
+	return true
 }
 
 // pingTimeout bounds incarnations' pings (the peer's own timeout, the

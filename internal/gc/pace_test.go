@@ -148,6 +148,15 @@ func TestPassTrustsAnExchangeWhileItsIncarnationRuns(t *testing.T) {
 // whose incarnation was synced, after they all arrived.
 func twoNodes(t *testing.T, tombs int, peer view.Peer, synced uint64) *Collector {
 	t.Helper()
+	return nodes(t, tombs, 2, []view.Peer{peer}, []uint64{synced})
+}
+
+// nodes is a collector of node 0 of a cluster of 1+len(peers) nodes and
+// the factor given, whose store holds tombs tombstones deleted two hours
+// ago, with a grace of one hour, and an exchange with each peer after
+// they all arrived, which saw the incarnation of synced.
+func nodes(t *testing.T, tombs, factor int, peers []view.Peer, synced []uint64) *Collector {
+	t.Helper()
 	st, err := store.Open("db", store.Options{FS: vfs.NewMem()})
 	require.NoError(t, err)
 	t.Cleanup(func() { st.Close() })
@@ -158,13 +167,38 @@ func twoNodes(t *testing.T, tombs int, peer view.Peer, synced uint64) *Collector
 	for i := range tombs {
 		require.NoError(t, st.Apply(fmt.Appendf(nil, "k%04d", i), &record.Record{Version: deleted, Tombstone: true}))
 	}
-	urls := []string{"http://127.0.0.1:1", "http://127.0.0.1:2"}
-	m, err := clustermap.Seed(urls, 2)
+	urls := []string{"http://127.0.0.1:1"}
+	byURL := map[string]view.Peer{}
+	exchange := []view.Synced{{}}
+	for i, p := range peers {
+		urls = append(urls, fmt.Sprintf("http://127.0.0.1:%d", i+2))
+		byURL[urls[i+1]] = p
+		exchange = append(exchange, view.Synced{At: time.Now().Add(time.Millisecond), Incarnation: synced[i]})
+	}
+	m, err := clustermap.Seed(urls, factor)
 	require.NoError(t, err)
-	v := view.New(m, 0, urls[0], func(string) view.Peer { return peer }, time.Now().Add(-time.Hour))
-	exchange := []view.Synced{{}, {At: time.Now().Add(time.Millisecond), Incarnation: synced}}
+	v := view.New(m, 0, urls[0], func(u string) view.Peer { return byURL[u] }, time.Now().Add(-time.Hour))
 	g := New(local, func() *view.View { return v }, func() []view.Synced { return exchange }, nil,
 		Options{Grace: time.Hour, Rate: 1}, slog.New(slog.DiscardHandler))
 	g.now = func() time.Time { return time.Now().Add(time.Second) }
 	return g
+}
+
+// A peer the pass does not rely on (silent at its start, so the
+// partitions it shares wait) may answer or fall silent during the pass:
+// the pass goes on with the partitions of the peers it relies on.
+func TestPassIgnoresPeersItDoesNotRelyOn(t *testing.T) {
+	removed := func(third []uint64) int {
+		var n int
+		synctest.Test(t, func(t *testing.T) {
+			g := nodes(t, 200, 2, []view.Peer{&incarnationPeer{incs: []uint64{7}}, &incarnationPeer{incs: third}}, []uint64{7, 5})
+			require.True(t, g.Limiter().AllowN(time.Now(), g.Limiter().Burst()), "drain the bucket: a pass of minutes")
+			n = g.Pass(context.Background())
+		})
+		return n
+	}
+	silent := removed([]uint64{0})
+	require.Positive(t, silent, "the partitions node 0 shares with node 1 alone")
+	require.Less(t, silent, 200, "not those it shares with node 2")
+	require.Equal(t, silent, removed([]uint64{0, 6}), "node 2 answers during the pass")
 }

@@ -262,15 +262,24 @@ func (n *Node) claimIdentity(m *clustermap.Map, self int, joined bool) (store.Id
 	}
 	n.identity = &identity{store: n.store, cur: id}
 	if id.Formed && id.FormedAt.IsZero() {
-		// Formed under a release that did not record when: now is later
-		// than that, which can only make a wiped node miss it (package
-		// rebuild), never rebuild for nothing.
-		if err := n.identity.update(func(i *store.Identity) { i.FormedAt = time.Now() }); err != nil {
+		// Formed under a release that did not record when: before any
+		// directory this release made, as the cluster existed then
+		// (formedLongAgo), so that a node wiped while the cluster
+		// restarts on this release still learns it lost its disk.
+		if err := n.identity.update(func(i *store.Identity) { i.FormedAt = formedLongAgo }); err != nil {
 			return id, err
 		}
 	}
 	return n.identity.get(), nil
 }
+
+// formedLongAgo is the formed time recorded for a node formed under a
+// release that did not record it: earlier than any directory this
+// release makes. A node with an empty directory that hears it (package
+// rebuild) lost its disk: the peer saw every node answer, this one
+// included, before this release ran anywhere, so this node held a
+// directory then.
+var formedLongAgo = time.UnixMilli(1)
 
 // identity is the data directory's identity as the node's parts change
 // it (formed, rebuilt, confirmed), written by one of them at a time: the
@@ -370,30 +379,43 @@ func (s status) Disk() *client.Disk {
 }
 
 // checkRestoredSnapshot refuses a data directory restored from a
-// snapshot older than the garbage collection's grace, in a cluster of
-// more than one node, unless RestoreOldSnapshot: the other replicas may
-// have collected the tombstones of deletes made since the snapshot, and
-// this node would serve the deleted values again, which nothing would
-// correct. A younger one is accepted (the others collect nothing before
-// an exchange with this node's new process has carried the deletes to
-// it: package gc) and its mark removed, so later starts are restarts.
-func (n *Node) checkRestoredSnapshot(nodes int) error {
-	taken, ok, err := n.store.RestoredSnapshot()
+// snapshot (store.Snapshot) that may lack a delete the others have
+// collected, in a cluster of more than one node, unless
+// RestoreOldSnapshot: this node would serve the deleted value again, and
+// nothing would correct it. The others collect a tombstone only once its
+// delete is older than the grace (and every replica had it), so a
+// snapshot complete as of less than the grace ago, less the clock skew
+// bound, lacks none; one whose completeness is unknown might. It reports
+// whether the directory is a restored snapshot, whose mark the node
+// removes once it has accepted the directory (buildCluster), so that
+// later starts are restarts.
+func (n *Node) checkRestoredSnapshot(nodes int) (restored bool, err error) {
+	snap, ok, err := n.store.RestoredSnapshot()
 	if err != nil || !ok {
-		return err
+		return false, err
 	}
 	grace := n.cfg.gcGrace()
-	age := time.Since(taken)
+	bound := grace - n.cfg.MaxClockSkew
+	taken := snap.Taken.UTC().Format(time.RFC3339)
+	age := time.Since(snap.Complete).Round(time.Second)
+	var why string
 	switch {
-	case nodes > 1 && age > grace && !n.cfg.RestoreOldSnapshot:
-		return fmt.Errorf("data directory %s is a snapshot taken at %s, %v ago, longer than --gc-grace (%v): the other replicas may have collected deletes made since, and this node would serve the deleted values again. Start it with an empty directory instead (it rebuilds from its peers), or, when restoring every node of the cluster from its snapshots, with --restore-old-snapshot",
-			n.cfg.DataDir, taken.UTC().Format(time.RFC3339), age.Round(time.Second), grace)
-	case nodes > 1 && age > grace:
-		n.log.Warn("starting on a snapshot older than --gc-grace (--restore-old-snapshot): values deleted since may come back unless every node was restored",
-			"taken", taken.UTC().Format(time.RFC3339), "age", age.Round(time.Second), "gc_grace", grace)
-	default:
-		n.log.Info("starting on a restored snapshot: anti-entropy brings it up to date with the peers",
-			"taken", taken.UTC().Format(time.RFC3339), "age", age.Round(time.Second))
+	case nodes <= 1:
+	case snap.Complete.IsZero():
+		why = fmt.Sprintf("data directory %s is a snapshot taken at %s before the node had completed an anti-entropy exchange with every peer since its start: it may lack deletes the other replicas have since collected, and this node would serve the deleted values again",
+			n.cfg.DataDir, taken)
+	case age > bound:
+		why = fmt.Sprintf("data directory %s is a snapshot taken at %s, complete as of %s, %v ago, longer than --gc-grace (%v) less --max-clock-skew (%v): the other replicas may have collected deletes made since, and this node would serve the deleted values again",
+			n.cfg.DataDir, taken, snap.Complete.UTC().Format(time.RFC3339), age, grace, n.cfg.MaxClockSkew)
 	}
-	return n.store.ForgetSnapshot()
+	switch {
+	case why != "" && !n.cfg.RestoreOldSnapshot:
+		return false, fmt.Errorf("%s. Start it with an empty directory instead (it rebuilds from its peers), or, when restoring every node of the cluster from its snapshots, with --restore-old-snapshot", why)
+	case why != "":
+		n.log.Warn("starting on a snapshot that may lack collected deletes (--restore-old-snapshot): values deleted since may come back unless every node was restored",
+			"taken", taken, "why", why)
+	default:
+		n.log.Info("starting on a restored snapshot: anti-entropy brings it up to date with the peers", "taken", taken)
+	}
+	return true, nil
 }

@@ -184,9 +184,11 @@ type Config struct {
 	// copying them.
 	SnapshotDir string
 	// RestoreOldSnapshot lets the node start on a data directory restored
-	// from a snapshot older than GC.Grace (--restore-old-snapshot), which
-	// it refuses otherwise: the other replicas may have collected deletes
-	// made since, and the node would serve the deleted values again.
+	// from a snapshot that may lack deletes the other replicas have
+	// collected (--restore-old-snapshot; complete as of longer ago than
+	// GC.Grace less MaxClockSkew, or not known to be complete:
+	// checkRestoredSnapshot), which it refuses otherwise, as it would
+	// serve the deleted values again.
 	// For restoring every node of a cluster from its snapshots, when
 	// nobody holds anything newer. The default value is false.
 	RestoreOldSnapshot bool

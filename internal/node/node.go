@@ -197,7 +197,8 @@ func NewContext(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := n.checkRestoredSnapshot(len(cmap.Nodes)); err != nil {
+	restored, err := n.checkRestoredSnapshot(len(cmap.Nodes))
+	if err != nil {
 		return nil, err
 	}
 	urls := make([]string, len(cmap.Nodes))
@@ -221,7 +222,7 @@ func NewContext(ctx context.Context, cfg Config) (_ *Node, err error) {
 	}
 	clock.SetMaxAhead(cfg.MaxClockSkew)
 	if cfg.FS == nil { // a checkpoint of a store elsewhere would not be on the disk
-		n.checkpoints = newCheckpoints(n.store)
+		n.checkpoints = newCheckpoints(markedCheckpoints{n})
 	}
 	// Versions issued after a restart must be newer than every stored one.
 	bound, err := n.store.ClockBound()
@@ -258,7 +259,14 @@ func NewContext(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if err := n.buildCluster(cmap, self, joined, topo, clock, local, peerTLS); err != nil {
 		return nil, err
 	}
-	n.store.MakeBallast() // the directory is this node's: claimIdentity accepted it
+	// The directory is this node's: claimIdentity accepted it.
+	n.store.MakeBallast()
+	if restored {
+		if err := n.store.ForgetSnapshot(); err != nil {
+			n.closeCluster()
+			return nil, err
+		}
+	}
 	n.api = &httpapi.Server{
 		Coord:  n.coord,
 		Status: status{n},

@@ -2,6 +2,7 @@ package node
 
 import (
 	"sync"
+	"time"
 
 	"github.com/dhtkv/dhtkv/internal/admin"
 )
@@ -59,4 +60,45 @@ func (n *Node) checkpointer() admin.Checkpointer {
 		return nil // not a typed nil: the handler answers 501
 	}
 	return n.checkpoints
+}
+
+// markedCheckpoints checkpoints the node's store, marked with the time up
+// to which its replica holds every write the cluster acknowledged
+// (completeAsOf), which a node started on a copy of it weighs against
+// the garbage collection's grace (checkRestoredSnapshot).
+type markedCheckpoints struct{ n *Node }
+
+func (m markedCheckpoints) Checkpoint(dir string) error {
+	complete := m.n.completeAsOf()
+	if complete.IsZero() {
+		m.n.log.Warn("snapshot taken before this node completed an anti-entropy exchange with every peer since its start (or while it rebuilds): a node started on it refuses to without --restore-old-snapshot, as it may lack deletes the others have since collected",
+			"dir", dir)
+	}
+	return m.n.store.Checkpoint(dir, complete)
+}
+
+// completeAsOf is the time up to which this node's replica holds every
+// write the cluster acknowledged, deletes included: the earliest start of
+// the last complete anti-entropy exchanges with its peers (each left it
+// holding everything the peer held when it started; a write acknowledged
+// without this node was on one of them), now for a node without peers,
+// and zero (unknown) when an exchange with one has not completed since
+// this node started, or while it rebuilds.
+func (n *Node) completeAsOf() time.Time {
+	if n.rebuild.Rebuilding() || n.rebuild.Unconfirmed() {
+		return time.Time{}
+	}
+	v := n.members.View()
+	synced := n.ae.SyncedSince()
+	complete := time.Now()
+	for _, i := range v.Others() {
+		at := synced[i].At
+		if at.IsZero() {
+			return time.Time{}
+		}
+		if at.Before(complete) {
+			complete = at
+		}
+	}
+	return complete
 }

@@ -55,8 +55,9 @@
 // (Options.Unconfirmed): it asks every peer that has not answered yet
 // once a second, and rebuilds as soon as one says the cluster was formed
 // before the directory was made (view.PingAnswer.FormedAt, earlier than
-// Options.Created by more than the clock skew bound) or routes by a newer
-// map; once every peer answered without, it was a new cluster. A peer
+// Options.Created by more than the clock skew bound), is of a release
+// that does not say when but knows the cluster, or routes by a newer map;
+// once every peer answered without, it was a new cluster. A peer
 // formed since cannot say so: it saw this node answer, which this node
 // did only after its directory was made. Until one answers the node
 // serves its replica as whole, as it did before this rule, but only for
@@ -70,6 +71,7 @@ import (
 	"log/slog"
 	"maps"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -265,32 +267,55 @@ func (r *Rebuilder) confirm(ctx context.Context) {
 	}
 }
 
-// ask pings the peers of the current view not in answered, adds those
-// that answer, and reports whether one knew the cluster before this
-// node's directory was made (lost) and whether every peer has answered
-// (all). A member the map counts dead will not answer, and is not waited
-// for.
+// ask pings the peers of the current view not in answered, all at once,
+// adds those that answer, and reports whether one knew the cluster
+// before this node's directory was made (lost) and whether every peer
+// has answered (all). A member the map counts dead will not answer, and
+// is not waited for.
 func (r *Rebuilder) ask(answered map[int]bool) (lost, all bool) {
 	v := r.views()
-	all = true
+	type reply struct {
+		peer int
+		a    view.PingAnswer
+		err  error
+	}
+	var replies []reply
 	for i, p := range v.Peers {
-		if p == nil || answered[i] || v.Dead(i) {
-			continue
+		if p != nil && !answered[i] && !v.Dead(i) {
+			replies = append(replies, reply{peer: i})
 		}
-		a, err := p.Ping(v.Epoch(), time.Now().Add(r.o.Timeout))
+	}
+	var wg sync.WaitGroup
+	for k := range replies {
+		wg.Go(func() {
+			rep := &replies[k]
+			rep.a, rep.err = v.Peers[rep.peer].Ping(v.Epoch(), time.Now().Add(r.o.Timeout))
+		})
+	}
+	wg.Wait()
+	all = true
+	for _, rep := range replies {
+		a, url := rep.a, v.URL(rep.peer)
 		switch {
-		case errors.Is(err, rpc.ErrStaleEpoch):
-			r.log.Info("a peer routes by a newer cluster map than this node's empty directory knows", "peer", v.URL(i))
+		case errors.Is(rep.err, rpc.ErrStaleEpoch):
+			r.log.Info("a peer routes by a newer cluster map than this node's empty directory knows", "peer", url)
 			return true, true
-		case err != nil:
+		case rep.err != nil:
 			all = false
 			continue
 		case !a.FormedAt.IsZero() && a.FormedAt.Before(r.o.Created.Add(-r.o.Skew)):
-			r.log.Info("a peer was formed before this node's directory was made", "peer", v.URL(i),
+			r.log.Info("a peer was formed before this node's directory was made", "peer", url,
 				"formed_at", a.FormedAt.UTC().Format(time.RFC3339Nano), "directory_made", r.o.Created.UTC().Format(time.RFC3339Nano))
 			return true, true
+		case a.Formed && a.Incarnation == 0:
+			// A release that says neither when it was formed nor its
+			// incarnation: most likely formed before, in a rolling
+			// upgrade. A rebuild for nothing costs a copy; one missed
+			// serves an empty replica as whole.
+			r.log.Info("a peer of an earlier release knows the cluster", "peer", url)
+			return true, true
 		}
-		answered[i] = true
+		answered[rep.peer] = true
 	}
 	return false, all
 }

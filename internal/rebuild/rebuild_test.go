@@ -39,8 +39,12 @@ func TestLostDiskRules(t *testing.T) {
 	silent := pinged{err: errors.New("ping: connection refused")}
 	stale := pinged{err: fmt.Errorf("ping: %w", rpc.ErrStaleEpoch)}
 	notFormed := pinged{}
-	formedAt := func(at time.Time) pinged { return pinged{a: view.PingAnswer{Formed: true, FormedAt: at}} }
-	formedUnknown := pinged{a: view.PingAnswer{Formed: true}} // a release that does not say when
+	formedAt := func(at time.Time) pinged {
+		return pinged{a: view.PingAnswer{Formed: true, FormedAt: at, Incarnation: 9}}
+	}
+	formedUnknown := pinged{a: view.PingAnswer{Formed: true}}           // a release that says neither when nor its incarnation
+	hasData := pinged{a: view.PingAnswer{Formed: true, Incarnation: 9}} // not formed, holding records: this release
+	formedLongAgo := formedAt(time.UnixMilli(1))                        // formed under a release before the times
 	for _, tc := range []struct {
 		name        string
 		peers       []pinged
@@ -54,7 +58,9 @@ func TestLostDiskRules(t *testing.T) {
 		{"formed since, with this node", []pinged{formedAt(made.Add(time.Second)), notFormed}, true, true, false, true},
 		{"formed within the skew bound before", []pinged{formedAt(made.Add(-skew / 2)), notFormed}, true, true, false, true},
 		{"formed just beyond the skew bound before", []pinged{formedAt(made.Add(-skew - time.Millisecond)), notFormed}, true, true, true, true},
-		{"formed, not saying when", []pinged{formedUnknown, notFormed}, true, true, false, true},
+		{"formed under an earlier release, saying neither", []pinged{formedUnknown, notFormed}, true, true, true, true},
+		{"formed before this release recorded when", []pinged{formedLongAgo, silent}, true, true, true, true},
+		{"holding records, not formed", []pinged{hasData, notFormed}, true, true, false, true},
 		{"a newer map", []pinged{stale, silent}, true, true, true, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -101,7 +107,7 @@ func TestAskRemembersWhoAnswered(t *testing.T) {
 
 	// Node 2 has since been formed (with this node); node 3 answers at last.
 	peers[urls[1]] = pinged{err: errors.New("not asked again")}
-	peers[urls[2]] = pinged{a: view.PingAnswer{Formed: true, FormedAt: made.Add(time.Minute)}}
+	peers[urls[2]] = pinged{a: view.PingAnswer{Formed: true, FormedAt: made.Add(time.Minute), Incarnation: 9}}
 	v = view.New(m, 0, urls[0], func(u string) view.Peer { return peers[u] }, made)
 	lost, all = r.ask(answered)
 	require.False(t, lost)

@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"net"
 	"net/url"
 	"time"
 
@@ -53,7 +54,8 @@ func (s *Server) HandleReach(ctx *fasthttp.RequestCtx) {
 // came from a process at the peer's address: nil; any HTTP status, a
 // stale epoch's 409 and a 403 for a cluster secret that differs among
 // them; or a TLS handshake the other end took part in (a certificate
-// this node does not trust, or plain HTTP where TLS was asked). A node
+// this node does not trust, plain HTTP where TLS was asked, or its alert:
+// TLS 1.2 refusing this node's client certificate). A node
 // that answers so is alive, though it may not serve this one. The errors
 // of a connection never made, left unanswered or closed unanswered (a
 // refused or timed-out connect, a read that timed out, a cut link, a
@@ -66,9 +68,11 @@ func Answered(err error) bool {
 		status errStatus
 		verify *tls.CertificateVerificationError
 		header tls.RecordHeaderError
+		op     *net.OpError
 	)
 	return err == nil || errors.Is(err, ErrStaleEpoch) || errors.As(err, &status) ||
-		errors.As(err, &verify) || errors.As(err, &header)
+		errors.As(err, &verify) || errors.As(err, &header) ||
+		errors.As(err, &op) && op.Op == "remote error" // an alert the other end sent (crypto/tls)
 }
 
 // Reach asks the peer whether the member at target answers it

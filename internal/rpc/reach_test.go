@@ -34,13 +34,13 @@ func TestAnswered(t *testing.T) {
 		}
 	}
 	ca, other := testpki.NewCA(t, "ca"), testpki.NewCA(t, "other")
-	serveTLS := func(ca *testpki.CA, clientAuth tls.ClientAuthType) func() string {
+	serveTLS := func(ca *testpki.CA, clientAuth tls.ClientAuthType, maxVersion uint16) func() string {
 		return func() string {
 			cert, key, _ := ca.Issue("127.0.0.1", x509.ExtKeyUsageServerAuth)
 			s := httptest.NewUnstartedServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
 			s.Config.ErrorLog = log.New(io.Discard, "", 0) // the handshakes refused
 			s.TLS = &tls.Config{Certificates: []tls.Certificate{testpki.KeyPair(t, cert, key)},
-				ClientAuth: clientAuth, ClientCAs: ca.Pool, MinVersion: tls.VersionTLS12}
+				ClientAuth: clientAuth, ClientCAs: ca.Pool, MinVersion: tls.VersionTLS12, MaxVersion: maxVersion}
 			s.StartTLS()
 			t.Cleanup(s.Close)
 			return "http://" + s.Listener.Addr().String()
@@ -93,8 +93,9 @@ func TestAnswered(t *testing.T) {
 		{"403: another cluster secret", status(http.StatusForbidden, "forbidden: missing or wrong cluster secret\n"), nil, true},
 		{"409: a newer map", status(http.StatusConflict, "not a map\n"), nil, true},
 		{"503: shutting down", status(http.StatusServiceUnavailable, "shutting down\n"), nil, true},
-		{"its certificate from a CA this node does not trust", serveTLS(other, tls.NoClientCert), ca.ClientConfig(), true},
-		{"it wants a client certificate this node does not have (TLS 1.3: a closed connection)", serveTLS(ca, tls.RequireAndVerifyClientCert), ca.ClientConfig(), false},
+		{"its certificate from a CA this node does not trust", serveTLS(other, tls.NoClientCert, 0), ca.ClientConfig(), true},
+		{"it wants a client certificate this node does not have (TLS 1.2: its alert)", serveTLS(ca, tls.RequireAndVerifyClientCert, tls.VersionTLS12), ca.ClientConfig(), true},
+		{"it wants a client certificate this node does not have (TLS 1.3: a closed connection)", serveTLS(ca, tls.RequireAndVerifyClientCert, 0), ca.ClientConfig(), false},
 		{"plain HTTP where TLS is asked", status(http.StatusOK, ""), ca.ClientConfig(), true},
 		{"connection refused", closed, nil, false},
 		{"connected, never answered", unanswered, nil, false},

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -35,16 +36,22 @@ type Identity struct {
 	Created time.Time
 }
 
-// identityKey holds the Identity; it sorts before every data key.
-const identityKey = "\x00identity"
-
-// The identity's encoding: the cluster (8 bytes, big-endian), the node
-// (1), the flags (1), then Created and FormedAt in Unix milliseconds (8
-// each, 0 for zero). Releases before the times wrote the first 10 bytes
-// alone, which read as zero times.
+// identityKey holds the Identity but its times, which identityTimesKey
+// holds; both sort before every data key.
 const (
-	identityV1Len = 10
-	identityLen   = identityV1Len + 16
+	identityKey      = "\x00identity"
+	identityTimesKey = "\x00identity-times"
+)
+
+// The identity's encoding under identityKey: the cluster (8 bytes,
+// big-endian), the node (1), the flags (1); under identityTimesKey,
+// Created and FormedAt in Unix milliseconds (8 bytes each, 0 for zero).
+// The times have a key of their own so that identityKey stays the
+// 10 bytes every release reads: a node rolled back to a release without
+// them still starts (it ignores the flag it does not know).
+const (
+	identityLen      = 10
+	identityTimesLen = 16
 
 	flagRebuilding  = 1
 	flagFormed      = 2
@@ -54,27 +61,43 @@ const (
 // Identity returns the stored identity; ok is false for a directory that
 // has none yet.
 func (s *Store) Identity() (id Identity, ok bool, err error) {
-	v, closer, err := s.db.Get([]byte(identityKey))
-	if errors.Is(err, pebble.ErrNotFound) {
-		return Identity{}, false, nil
+	v, err := s.meta(identityKey)
+	if err != nil || v == nil {
+		return Identity{}, false, err
 	}
-	if err != nil {
-		return Identity{}, false, fmt.Errorf("read identity in %s: %w", s.dir, err)
-	}
-	defer closer.Close()
-	if len(v) != identityV1Len && len(v) != identityLen {
-		return Identity{}, false, fmt.Errorf("read identity in %s: %d bytes, want %d or %d", s.dir, len(v), identityV1Len, identityLen)
+	if len(v) != identityLen {
+		return Identity{}, false, fmt.Errorf("read identity in %s: %d bytes, want %d", s.dir, len(v), identityLen)
 	}
 	id = Identity{Cluster: binary.BigEndian.Uint64(v), Node: int(v[8]),
 		Rebuilding: v[9]&flagRebuilding != 0, Formed: v[9]&flagFormed != 0, Unconfirmed: v[9]&flagUnconfirmed != 0}
-	if len(v) == identityLen {
-		id.Created = fromMillis(binary.BigEndian.Uint64(v[10:]))
-		id.FormedAt = fromMillis(binary.BigEndian.Uint64(v[18:]))
+	times, err := s.meta(identityTimesKey)
+	switch {
+	case err != nil:
+		return Identity{}, false, err
+	case times == nil: // written by a release before the times
+	case len(times) != identityTimesLen:
+		return Identity{}, false, fmt.Errorf("read identity times in %s: %d bytes, want %d", s.dir, len(times), identityTimesLen)
+	default:
+		id.Created = fromMillis(binary.BigEndian.Uint64(times))
+		id.FormedAt = fromMillis(binary.BigEndian.Uint64(times[8:]))
 	}
 	return id, true, nil
 }
 
-// SetIdentity durably records id.
+// meta returns a copy of the value under key, nil if there is none.
+func (s *Store) meta(key string) ([]byte, error) {
+	v, closer, err := s.db.Get([]byte(key))
+	if errors.Is(err, pebble.ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read %q in %s: %w", key, s.dir, err)
+	}
+	defer closer.Close()
+	return bytes.Clone(v), nil
+}
+
+// SetIdentity durably records id, its times with it in one commit.
 func (s *Store) SetIdentity(id Identity) error {
 	v := binary.BigEndian.AppendUint64(make([]byte, 0, identityLen), id.Cluster)
 	var flags byte
@@ -88,9 +111,14 @@ func (s *Store) SetIdentity(id Identity) error {
 		flags |= flagUnconfirmed
 	}
 	v = append(v, byte(id.Node), flags)
-	v = binary.BigEndian.AppendUint64(v, toMillis(id.Created))
-	v = binary.BigEndian.AppendUint64(v, toMillis(id.FormedAt))
-	if err := s.write(func() error { return s.db.Set([]byte(identityKey), v, pebble.Sync) }); err != nil {
+	times := binary.BigEndian.AppendUint64(make([]byte, 0, identityTimesLen), toMillis(id.Created))
+	times = binary.BigEndian.AppendUint64(times, toMillis(id.FormedAt))
+	b := s.db.NewBatch()
+	defer b.Close()
+	if err := errors.Join(b.Set([]byte(identityKey), v, nil), b.Set([]byte(identityTimesKey), times, nil)); err != nil {
+		return fmt.Errorf("write identity in %s: %w", s.dir, err)
+	}
+	if err := s.write(func() error { return b.Commit(pebble.Sync) }); err != nil {
 		return fmt.Errorf("write identity in %s: %w", s.dir, err)
 	}
 	return nil

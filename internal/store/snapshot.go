@@ -13,23 +13,40 @@ import (
 )
 
 // SnapshotMark is the file Checkpoint writes into a checkpoint beside
-// Pebble's files: the time it was taken. A node started on a copy of the
-// checkpoint (a backup restored) finds it (RestoredSnapshot), weighs the
-// snapshot's age against the time the other replicas keep deletes, and
-// removes it (ForgetSnapshot). Pebble ignores files it does not know.
+// Pebble's files: when it was taken, and up to when it holds every write
+// (Snapshot). A node started on a copy of the checkpoint (a backup
+// restored) finds it (RestoredSnapshot), weighs the snapshot's age
+// against the time the other replicas keep deletes, and removes it
+// (ForgetSnapshot). Pebble ignores files it does not know.
 const SnapshotMark = "DHTKV-SNAPSHOT"
 
-// snapshotMarkText follows the time in the mark, for whoever opens it.
-const snapshotMarkText = "when this dhtkv snapshot was taken; a node started on a copy of the directory checks its age against --gc-grace, then removes this file\n"
+// snapshotMarkText follows the times in the mark, for whoever opens it.
+const snapshotMarkText = "when this dhtkv snapshot was taken, and up to when it holds every write the cluster acknowledged (unknown: it may lack any); a node started on a copy of the directory checks the second against --gc-grace, then removes this file\n"
+
+// markUnknown stands for a zero Snapshot.Complete in the mark.
+const markUnknown = "unknown"
+
+// Snapshot is what a checkpoint's SnapshotMark says of it.
+type Snapshot struct {
+	// Taken is when the checkpoint was taken.
+	Taken time.Time
+	// Complete is the time up to which the checkpoint holds every write
+	// the cluster acknowledged, deletes included, as the node that took
+	// it knew (zero: unknown). It lacks only writes made after Complete,
+	// which the other replicas keep for at least the garbage
+	// collection's grace.
+	Complete time.Time
+}
 
 // Checkpoint writes a consistent copy of the store (records, hints, the
 // anti-entropy index, the identity, the clock bound and the GC horizon) as
 // of one instant into dir, which must not exist (its parents are
 // created), on the store's file system (Options.FS), and marks it with
-// that instant (SnapshotMark). The copy hard-links the sstables where the
-// file system allows, so it costs little space until the store compacts
-// them away.
-func (s *Store) Checkpoint(dir string) error {
+// that instant and complete (SnapshotMark, Snapshot.Complete; the caller
+// knows it: the node, from its anti-entropy exchanges). The copy
+// hard-links the sstables where the file system allows, so it costs
+// little space until the store compacts them away.
+func (s *Store) Checkpoint(dir string, complete time.Time) error {
 	if err := s.Failure(); err != nil {
 		// Its WAL flush would wait on a commit pipeline the failure may have stopped.
 		return fmt.Errorf("checkpoint of %s: %w", s.dir, err)
@@ -40,19 +57,24 @@ func (s *Store) Checkpoint(dir string) error {
 	if err := s.db.Checkpoint(dir, pebble.WithFlushedWAL()); err != nil {
 		return fmt.Errorf("checkpoint of %s in %s: %w", s.dir, dir, err)
 	}
-	if err := writeMark(s.fs, dir, taken); err != nil {
+	if err := writeMark(s.fs, dir, Snapshot{Taken: taken, Complete: complete}); err != nil {
 		return fmt.Errorf("checkpoint of %s in %s: %w", s.dir, dir, err)
 	}
 	return nil
 }
 
-// writeMark writes dir's SnapshotMark durably.
-func writeMark(fsys vfs.FS, dir string, taken time.Time) error {
+// writeMark writes dir's SnapshotMark durably: the two times, a line
+// each, then snapshotMarkText.
+func writeMark(fsys vfs.FS, dir string, snap Snapshot) error {
 	f, err := fsys.Create(fsys.PathJoin(dir, SnapshotMark), vfs.WriteCategoryUnspecified)
 	if err != nil {
 		return fmt.Errorf("mark the snapshot: %w", err)
 	}
-	_, err = io.WriteString(f, taken.UTC().Format(time.RFC3339Nano)+"\n"+snapshotMarkText)
+	complete := markUnknown
+	if !snap.Complete.IsZero() {
+		complete = snap.Complete.UTC().Format(time.RFC3339Nano)
+	}
+	_, err = io.WriteString(f, snap.Taken.UTC().Format(time.RFC3339Nano)+"\n"+complete+"\n"+snapshotMarkText)
 	if err = errors.Join(err, f.Sync(), f.Close()); err != nil {
 		return fmt.Errorf("mark the snapshot: %w", err)
 	}
@@ -72,27 +94,32 @@ func syncDir(fsys vfs.FS, dir string) error {
 
 // RestoredSnapshot reports whether the store's directory is a copy of a
 // checkpoint the node has not started on before (its SnapshotMark is
-// there), and when the checkpoint was taken.
-func (s *Store) RestoredSnapshot() (taken time.Time, ok bool, err error) {
+// there), and what the mark says of it.
+func (s *Store) RestoredSnapshot() (snap Snapshot, ok bool, err error) {
 	path := s.fs.PathJoin(s.dir, SnapshotMark)
 	f, err := s.fs.Open(path)
 	if errors.Is(err, fs.ErrNotExist) {
-		return time.Time{}, false, nil
+		return Snapshot{}, false, nil
 	}
 	if err != nil {
-		return time.Time{}, false, fmt.Errorf("read %s: %w", path, err)
+		return Snapshot{}, false, fmt.Errorf("read %s: %w", path, err)
 	}
 	defer f.Close()
 	b, err := io.ReadAll(io.LimitReader(f, 4096))
 	if err != nil {
-		return time.Time{}, false, fmt.Errorf("read %s: %w", path, err)
+		return Snapshot{}, false, fmt.Errorf("read %s: %w", path, err)
 	}
-	line, _, _ := strings.Cut(string(b), "\n")
-	taken, err = time.Parse(time.RFC3339Nano, line)
-	if err != nil {
-		return time.Time{}, false, fmt.Errorf("read %s: its first line %q is not the time the snapshot was taken: %w", path, line, err)
+	lines := strings.SplitN(string(b), "\n", 3)
+	if snap.Taken, err = time.Parse(time.RFC3339Nano, lines[0]); err != nil {
+		return Snapshot{}, false, fmt.Errorf("read %s: its first line %q is not the time the snapshot was taken: %w", path, lines[0], err)
 	}
-	return taken, true, nil
+	if len(lines) < 2 || lines[1] == markUnknown {
+		return snap, true, nil
+	}
+	if snap.Complete, err = time.Parse(time.RFC3339Nano, lines[1]); err != nil {
+		return Snapshot{}, false, fmt.Errorf("read %s: its second line %q is neither %q nor the time up to which the snapshot is complete: %w", path, lines[1], markUnknown, err)
+	}
+	return snap, true, nil
 }
 
 // ForgetSnapshot removes the store directory's SnapshotMark, durably:

@@ -11,9 +11,10 @@ import (
 	"github.com/dhtkv/dhtkv/internal/record"
 )
 
-// A checkpoint holds the store's records and the time it was taken
-// (SnapshotMark); a store opened on it says it is a restored snapshot
-// until ForgetSnapshot, and the live store never does. A mark that does
+// A checkpoint holds the store's records, the time it was taken and the
+// time up to which it is complete (SnapshotMark); a store opened on it
+// says it is a restored snapshot until ForgetSnapshot, and the live store
+// never does. A completeness not known reads as zero. A mark that does
 // not start with a time is an error, not a directory taken for the
 // node's own.
 func TestCheckpointMark(t *testing.T) {
@@ -24,17 +25,20 @@ func TestCheckpointMark(t *testing.T) {
 	defer s.Close()
 	require.NoError(t, s.Apply([]byte("k"), &record.Record{Version: 7, Value: []byte("v")}))
 	before := time.Now()
-	require.NoError(t, s.Checkpoint("snap"))
+	complete := before.Add(-time.Minute).Truncate(time.Millisecond)
+	require.NoError(t, s.Checkpoint("snap", complete))
+	require.NoError(t, s.Checkpoint("unknown", time.Time{}))
 	_, ok, err := s.RestoredSnapshot()
 	require.NoError(t, err)
 	require.False(t, ok, "the live store is no snapshot")
 
 	r, err := Open("snap", o)
 	require.NoError(t, err)
-	taken, ok, err := r.RestoredSnapshot()
+	snap, ok, err := r.RestoredSnapshot()
 	require.NoError(t, err)
 	require.True(t, ok)
-	require.WithinRange(t, taken, before.Add(-time.Millisecond), time.Now())
+	require.WithinRange(t, snap.Taken, before.Add(-time.Millisecond), time.Now())
+	require.True(t, complete.Equal(snap.Complete), "%v", snap.Complete)
 	_, found, err := get(r, []byte("k"))
 	require.NoError(t, err)
 	require.True(t, found, "the records are there")
@@ -52,4 +56,12 @@ func TestCheckpointMark(t *testing.T) {
 	_, _, err = r.RestoredSnapshot()
 	require.ErrorContains(t, err, `its first line "yesterday" is not the time the snapshot was taken`)
 	require.NoError(t, r.Close())
+
+	u, err := Open("unknown", o)
+	require.NoError(t, err)
+	defer u.Close()
+	snap, ok, err = u.RestoredSnapshot()
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.True(t, snap.Complete.IsZero(), "not known")
 }
