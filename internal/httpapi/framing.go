@@ -10,6 +10,9 @@ import (
 
 // Checks on a request's headers, before any byte of its body is read.
 //
+// A request line of another HTTP version than 1.1 or 1.0 is refused
+// (505): fasthttp would serve it as HTTP/1.1.
+//
 // fasthttp v1.74.0 takes a request with both Transfer-Encoding: chunked and
 // Content-Length (chunked wins) and one with Transfer-Encoding: identity
 // (dropped; without Content-Length the body is then read as the next
@@ -40,6 +43,7 @@ var refusals = [...]struct {
 	'L': {fasthttp.StatusRequestEntityTooLarge, ""},
 	'B': {fasthttp.StatusBadRequest, "both Transfer-Encoding and Content-Length: ambiguous message framing (RFC 9112 §6.1)"},
 	'T': {fasthttp.StatusBadRequest, "Transfer-Encoding other than chunked (RFC 9112 §6.1)"},
+	'V': {fasthttp.StatusHTTPVersionNotSupported, "HTTP version not supported: dhtkv speaks HTTP/1.1 (and HTTP/1.0)"},
 }
 
 // HeaderReceived is the node's fasthttp Server.HeaderReceived: it marks
@@ -49,6 +53,11 @@ func (s *Server) HeaderReceived(h *fasthttp.RequestHeader) fasthttp.RequestConfi
 	var mark byte
 	te, cl := framingHeaders(h.RawHeaders())
 	switch {
+	case !h.IsHTTP11() && !bytes.Equal(h.Protocol(), http10):
+		// fasthttp serves any version as HTTP/1.1: "HTTP/2.0" from a
+		// client that believes it speaks HTTP/2 would get answers in a
+		// protocol it does not read.
+		mark = 'V'
 	case te && cl:
 		mark = 'B'
 	case te && h.ContentLength() != -1: // identity: fasthttp dropped it
@@ -109,6 +118,7 @@ func isPath(uri, path []byte) bool {
 }
 
 var (
+	http10      = []byte("HTTP/1.0")
 	batchPath   = []byte(rpc.BatchPath)
 	summaryPath = []byte(rpc.SummaryPath)
 	mapPath     = []byte(rpc.MapPath)

@@ -83,6 +83,24 @@ func TestAmbiguousFramingRefused(t *testing.T) {
 	require.Equal(t, "abcde", string(body))
 }
 
+// A request line of an HTTP version other than 1.1 and 1.0 is a 505 with
+// its reason, the connection closed; 1.0 and 1.1 are served.
+func TestHTTPVersionRefused(t *testing.T) {
+	_, base := testcluster.Single(t)
+	for _, version := range []string{"HTTP/2.0", "HTTP/1.2", "HTTP/3.0"} {
+		t.Run(version, func(t *testing.T) {
+			resp := exchange(t, base, "GET /v0/status "+version+"\r\nHost: x\r\n\r\n")
+			require.Regexp(t, `^HTTP/1.1 505 `, resp)
+			assert.Contains(t, resp, "\r\nConnection: close\r\n")
+			assert.Contains(t, resp, "HTTP version not supported: dhtkv speaks HTTP/1.1 (and HTTP/1.0)\n")
+		})
+	}
+	for _, version := range []string{"HTTP/1.1", "HTTP/1.0"} {
+		resp := exchange(t, base, "GET /v0/status "+version+"\r\nHost: x\r\nConnection: close\r\n\r\n")
+		require.Regexp(t, `^HTTP/1.. 200 `, resp, version)
+	}
+}
+
 // A request fasthttp cannot read is a 400 whose one line says what was
 // wrong with it, fasthttp's reason without its dump of the read buffer,
 // and the connection is closed. Nothing is stored.
