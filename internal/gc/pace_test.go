@@ -26,12 +26,26 @@ import (
 // hours ago, with a grace of one hour: every tombstone is collectable.
 func singleNode(t *testing.T, live, tombs int, o Options) (*Collector, *store.Store) {
 	t.Helper()
+	local := replicaWith(t, live, tombs)
+	url := "http://127.0.0.1:1"
+	m, err := clustermap.Seed([]string{url}, 1)
+	require.NoError(t, err)
+	v := view.New(m, 0, url, func(string) view.Peer { return nil }, time.Now())
+	o.Grace = time.Hour
+	g := New(local, func() *view.View { return v }, func() []view.Synced { return make([]view.Synced, 1) }, nil, o, slog.New(slog.DiscardHandler))
+	g.now = func() time.Time { return time.Now().Add(time.Second) } // every record arrived before now
+	return g, local.Store
+}
+
+// replicaWith is a replica on an in-memory store holding live records
+// live, then tombstones tombs, all deleted two hours ago: k0000, k0001...
+func replicaWith(t *testing.T, live, tombs int) *replica.Replica {
+	t.Helper()
 	st, err := store.Open("db", store.Options{FS: vfs.NewMem()})
 	require.NoError(t, err)
 	t.Cleanup(func() { st.Close() })
 	clock, err := hlc.New(1, time.Now)
 	require.NoError(t, err)
-	local := &replica.Replica{Store: st, Clock: clock}
 	deleted := hlc.VersionAt(time.Now().Add(-2*time.Hour)) + 1
 	for i := range live + tombs {
 		rec := record.Record{Version: deleted, Value: []byte("v")}
@@ -40,14 +54,7 @@ func singleNode(t *testing.T, live, tombs int, o Options) (*Collector, *store.St
 		}
 		require.NoError(t, st.Apply(fmt.Appendf(nil, "k%04d", i), &rec))
 	}
-	url := "http://127.0.0.1:1"
-	m, err := clustermap.Seed([]string{url}, 1)
-	require.NoError(t, err)
-	v := view.New(m, 0, url, func(string) view.Peer { return nil }, time.Now())
-	o.Grace = time.Hour
-	g := New(local, func() *view.View { return v }, func() []view.Synced { return make([]view.Synced, 1) }, nil, o, slog.New(slog.DiscardHandler))
-	g.now = func() time.Time { return time.Now().Add(time.Second) } // every record arrived before now
-	return g, st
+	return &replica.Replica{Store: st, Clock: clock}
 }
 
 // TestPassTakesTokens: a pass takes a token for every index entry it
@@ -157,16 +164,7 @@ func twoNodes(t *testing.T, tombs int, peer view.Peer, synced uint64) *Collector
 // they all arrived, which saw the incarnation of synced.
 func nodes(t *testing.T, tombs, factor int, peers []view.Peer, synced []uint64) *Collector {
 	t.Helper()
-	st, err := store.Open("db", store.Options{FS: vfs.NewMem()})
-	require.NoError(t, err)
-	t.Cleanup(func() { st.Close() })
-	clock, err := hlc.New(1, time.Now)
-	require.NoError(t, err)
-	local := &replica.Replica{Store: st, Clock: clock}
-	deleted := hlc.VersionAt(time.Now().Add(-2*time.Hour)) + 1
-	for i := range tombs {
-		require.NoError(t, st.Apply(fmt.Appendf(nil, "k%04d", i), &record.Record{Version: deleted, Tombstone: true}))
-	}
+	local := replicaWith(t, 0, tombs)
 	urls := []string{"http://127.0.0.1:1"}
 	byURL := map[string]view.Peer{}
 	exchange := []view.Synced{{}}

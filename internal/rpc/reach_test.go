@@ -53,36 +53,26 @@ func TestAnswered(t *testing.T) {
 		require.NoError(t, ln.Close())
 		return "http://" + addr
 	}
-	unanswered := func() string { // accepts, reads nothing, answers nothing
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		require.NoError(t, err)
-		t.Cleanup(func() { _ = ln.Close() })
-		go func() {
-			for {
-				c, err := ln.Accept()
-				if err != nil {
-					return
+	// listener accepts connections and hands each to conn.
+	listener := func(conn func(net.Conn)) func() string {
+		return func() string {
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = ln.Close() })
+			go func() {
+				for {
+					c, err := ln.Accept()
+					if err != nil {
+						return
+					}
+					conn(c)
 				}
-				t.Cleanup(func() { _ = c.Close() })
-			}
-		}()
-		return "http://" + ln.Addr().String()
+			}()
+			return "http://" + ln.Addr().String()
+		}
 	}
-	hangsUp := func() string { // accepts and closes at once, as a cut link may
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		require.NoError(t, err)
-		t.Cleanup(func() { _ = ln.Close() })
-		go func() {
-			for {
-				c, err := ln.Accept()
-				if err != nil {
-					return
-				}
-				_ = c.Close()
-			}
-		}()
-		return "http://" + ln.Addr().String()
-	}
+	unanswered := listener(func(c net.Conn) { t.Cleanup(func() { _ = c.Close() }) }) // reads nothing, answers nothing
+	hangsUp := listener(func(c net.Conn) { _ = c.Close() })                          // closes at once, as a cut link may
 	for _, tc := range []struct {
 		name     string
 		url      func() string
