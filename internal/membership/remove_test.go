@@ -274,16 +274,7 @@ func TestLoggedDeadCheckAsksEveryMember(t *testing.T) {
 	require.ErrorContains(t, err, "a cut link, not a dead node")
 	require.Nil(t, l.Map().Change, "nothing began")
 
-	c.mu.Lock()
-	for _, from := range urls[1:3] {
-		c.links[[2]string{from, urls[3]}].Cut(true)
-	}
-	c.mu.Unlock()
-	m, err := asked.Remove(urls[3])
-	require.NoError(t, err)
-	require.True(t, m.Change.Dead)
-	final := c.settled(l, 3)
-	require.Nil(t, final.ByURL(urls[3]))
+	removeOnceSilent(t, c, l, asked, urls[1:3], urls[3])
 }
 
 // A node that answers every member with a refusal (restarted with another
@@ -315,16 +306,24 @@ func TestLoggedDeadCheckCountsARefusalAsAnAnswer(t *testing.T) {
 	require.Nil(t, l.Map().Change, "nothing began")
 
 	refuse(nil)
+	removeOnceSilent(t, c, l, asked, urls[:3], urls[3])
+}
+
+// removeOnceSilent cuts the links from froms to the member at dead, has
+// asked remove it, and checks that the change counts it dead and that it
+// leaves the map.
+func removeOnceSilent(t *testing.T, c *cluster, l *maplog.Log, asked *membership.Service, froms []string, dead string) {
+	t.Helper()
 	c.mu.Lock()
-	for _, from := range urls[:3] {
-		c.links[[2]string{from, urls[3]}].Cut(true)
+	for _, from := range froms {
+		c.links[[2]string{from, dead}].Cut(true)
 	}
 	c.mu.Unlock()
-	m, err := asked.Remove(urls[3])
+	m, err := asked.Remove(dead)
 	require.NoError(t, err)
 	require.True(t, m.Change.Dead)
 	final := c.settled(l, 3)
-	require.Nil(t, final.ByURL(urls[3]))
+	require.Nil(t, final.ByURL(dead))
 }
 
 // fourSettled is a cluster of four members on the log, n1 to n4, with
