@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"time"
 )
 
 // Snapshot is the JSON a node's admin listener answers to POST
@@ -22,6 +23,14 @@ type Snapshot struct {
 	Bytes int64 `json:"bytes"`
 	// DurationSeconds is how long the checkpoint took.
 	DurationSeconds float64 `json:"duration_seconds"`
+	// CompleteAsOf is the time up to which the snapshot holds every write
+	// the cluster acknowledged (the earliest start of the node's last
+	// anti-entropy exchanges with its peers); nil when not known, and
+	// Warning says so: a node started on it then refuses to without
+	// --restore-old-snapshot (README, Backup and restore).
+	CompleteAsOf *time.Time `json:"complete_as_of,omitempty"`
+	// Warning is what an operator must know of the snapshot, or empty.
+	Warning string `json:"warning,omitempty"`
 }
 
 // Snapshot asks the node whose admin listener is at admin (host:port, or

@@ -443,14 +443,19 @@ same filesystem as the node's data directory the checkpoint hard-links
 the data files and takes well under a second; elsewhere it copies them:
 raise --timeout (the node finishes the checkpoint even if dhtkvctl gave
 up waiting). README.md, Backup and restore, says how to restore one and
-which checkpoints must not be restored. Exit 5 when the node refuses the
+which checkpoints must not be restored: the line printed says up to when
+the snapshot holds every write the cluster acknowledged ("complete as
+of"), which decides whether a node may start on it; a snapshot taken
+before the node completed an anti-entropy exchange with every peer since
+its start is of unknown completeness (a warning says so: run dhtkvctl
+repair first). Exit 5 when the node refuses the
 request (dir outside --snapshot-dir or existing, a snapshot already
 running, no token of the admin role where the node has --client-tokens).`
 
 func snapshotCmd(e *env, fs *flag.FlagSet) *ffcli.Command {
 	admin := fs.String("admin", "", "the node's admin listener, `host:port`")
 	dir := fs.String("dir", "", "`path` of the new directory on the node's machine: relative to its --snapshot-dir, or absolute inside it")
-	asJSON := fs.Bool("json", false, "print the node's answer as JSON: dir, files, bytes, duration_seconds")
+	asJSON := fs.Bool("json", false, "print the node's answer as JSON: dir, files, bytes, duration_seconds, complete_as_of, warning")
 	return &ffcli.Command{
 		Name:       "snapshot",
 		ShortUsage: "dhtkvctl snapshot --admin HOST:PORT --dir PATH [--json]",
@@ -474,7 +479,14 @@ func snapshotCmd(e *env, fs *flag.FlagSet) *ffcli.Command {
 				if *asJSON {
 					return json.NewEncoder(e.stdout).Encode(s)
 				}
-				_, err = fmt.Fprintf(e.stdout, "snapshot in %s: %d files, %d bytes, %.3f s\n", s.Dir, s.Files, s.Bytes, s.DurationSeconds)
+				complete := "completeness unknown"
+				if s.CompleteAsOf != nil {
+					complete = "complete as of " + s.CompleteAsOf.UTC().Format(time.RFC3339)
+				}
+				if s.Warning != "" {
+					fmt.Fprintf(e.stderr, "dhtkvctl: warning: %s\n", s.Warning)
+				}
+				_, err = fmt.Fprintf(e.stdout, "snapshot in %s: %d files, %d bytes, %.3f s; %s\n", s.Dir, s.Files, s.Bytes, s.DurationSeconds, complete)
 				return err
 			})
 		},

@@ -196,6 +196,7 @@ type env struct {
 	g      *globals
 	stdin  io.Reader
 	stdout io.Writer
+	stderr io.Writer // warnings; errors go through run's exit
 }
 
 // client returns a client of the endpoints and the command's context.
@@ -245,7 +246,7 @@ func (e *env) options() []client.Option {
 // writes the help to stdout.
 func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	g := &globals{endpoints: "127.0.0.1:8080", timeout: 5 * time.Second, maxAnswer: 64 << 20}
-	e := &env{g: g, stdin: stdin, stdout: stdout}
+	e := &env{g: g, stdin: stdin, stdout: stdout, stderr: stderr}
 	var help bytes.Buffer // the flag package's output: -h's help, or noise after a parse error
 	root := newRoot(e, &help)
 	err := root.Parse(args)

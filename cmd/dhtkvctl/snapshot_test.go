@@ -47,7 +47,9 @@ func TestSnapshotCommand(t *testing.T) {
 		t.Skipf("the store cannot checkpoint yet: %s", errb.String())
 	}
 	require.Equal(t, exitOK, code, errb.String())
-	assert.Regexp(t, `^snapshot in `+regexp.QuoteMeta(dir)+`: \d+ files, \d+ bytes, [0-9.]+ s\n$`, out.String())
+	assert.Regexp(t, `^snapshot in `+regexp.QuoteMeta(dir)+`: \d+ files, \d+ bytes, [0-9.]+ s; complete as of \d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ\n$`, out.String(),
+		"a single node holds every write it acknowledged")
+	assert.Empty(t, errb.String(), "no warning")
 	manifests, err := filepath.Glob(filepath.Join(dir, "MANIFEST-*"))
 	require.NoError(t, err)
 	assert.NotEmpty(t, manifests, "a Pebble directory")

@@ -25,9 +25,16 @@ import (
 // the copy as its data directory is the node as it was at that instant.
 // The store implements it with Pebble's DB.Checkpoint, which hard-links
 // sstables when dir is on the same filesystem and copies them otherwise.
+// complete is the time up to which the copy holds every write the
+// cluster acknowledged (zero: not known), which a node started on it
+// weighs against the garbage collection's grace.
 type Checkpointer interface {
-	Checkpoint(dir string) error
+	Checkpoint(dir string) (complete time.Time, err error)
 }
+
+// unknownComplete is the answer's warning for a snapshot whose
+// completeness is not known.
+const unknownComplete = "completeness unknown: the node had not completed an anti-entropy exchange with every peer since its start (POST /repair first); a node started on this snapshot refuses to without --restore-old-snapshot"
 
 // SnapshotHandler serves the backup trigger:
 //
@@ -80,12 +87,19 @@ func SnapshotHandler(cp Checkpointer, root string, log *slog.Logger) http.Handle
 		defer running.Unlock()
 		unboundedWrite(w) // a checkpoint that copies (another filesystem) takes as long as the copy
 		start := time.Now()
-		if err = cp.Checkpoint(dir); err != nil {
+		complete, err := cp.Checkpoint(dir)
+		if err != nil {
 			log.Error("snapshot failed", "dir", dir, "err", err)
 			plain(w, http.StatusInternalServerError, "snapshot failed: "+err.Error())
 			return
 		}
 		s := client.Snapshot{Dir: dir, DurationSeconds: time.Since(start).Seconds()}
+		if complete.IsZero() {
+			s.Warning = unknownComplete
+		} else {
+			complete = complete.UTC()
+			s.CompleteAsOf = &complete
+		}
 		err = filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
 			if err != nil || d.IsDir() {
 				return err

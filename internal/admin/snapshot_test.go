@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 	"unicode"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -27,14 +28,14 @@ import (
 // WAL synced first.
 type pebbleCheckpointer struct{ db *pebble.DB }
 
-func (p pebbleCheckpointer) Checkpoint(dir string) error {
-	return p.db.Checkpoint(dir, pebble.WithFlushedWAL())
+func (p pebbleCheckpointer) Checkpoint(dir string) (time.Time, error) {
+	return time.Time{}, p.db.Checkpoint(dir, pebble.WithFlushedWAL())
 }
 
 // checkpointerFunc adapts a function (a failing or blocking store).
 type checkpointerFunc func(dir string) error
 
-func (f checkpointerFunc) Checkpoint(dir string) error { return f(dir) }
+func (f checkpointerFunc) Checkpoint(dir string) (time.Time, error) { return time.Time{}, f(dir) }
 
 func post(t *testing.T, srv *httptest.Server, method, query string) (int, string) {
 	t.Helper()

@@ -101,16 +101,24 @@ func TestOldSnapshotRefused(t *testing.T) {
 	ctl, err := client.New(client.Config{Endpoints: []string{c.URL(2)}})
 	require.NoError(t, err)
 	defer ctl.Close()
-	snapshot := func(name string) string {
+	snapshot := func(name string) *client.Snapshot {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		snap, err := ctl.Snapshot(ctx, c.Node(2).AdminAddr(), name)
 		require.NoError(t, err)
-		return snap.Dir
+		return snap
 	}
-	unknown := snapshot("unknown") // no exchange yet
+	snap := snapshot("unknown") // no exchange yet
+	require.Nil(t, snap.CompleteAsOf)
+	require.Contains(t, snap.Warning, "completeness unknown: the node had not completed an anti-entropy exchange with every peer since its start (POST /repair first)")
+	unknown := snap.Dir
+	before := time.Now()
 	c.Repair(t, 2)
-	old := snapshot("old")
+	snap = snapshot("old")
+	require.NotNil(t, snap.CompleteAsOf)
+	require.WithinRange(t, *snap.CompleteAsOf, before, time.Now(), "the start of its last exchanges")
+	require.Empty(t, snap.Warning)
+	old := snap.Dir
 	time.Sleep(1500 * time.Millisecond) // the behaviour under test: older than the grace less the skew bound
 	data := c.Config(2).DataDir
 	for _, tc := range []struct{ dir, why string }{

@@ -20,7 +20,7 @@ type checkpoints struct {
 
 // newCheckpoints returns the guard of s's checkpoints, or nil if s cannot
 // checkpoint. The store implements admin.Checkpointer with Pebble's
-// DB.Checkpoint (func (s *Store) Checkpoint(dir string) error); a store
+// DB.Checkpoint (markedCheckpoints); a store
 // without the method leaves /snapshot answering 501.
 func newCheckpoints(s any) *checkpoints {
 	cp, ok := s.(admin.Checkpointer)
@@ -31,11 +31,11 @@ func newCheckpoints(s any) *checkpoints {
 }
 
 // Checkpoint implements admin.Checkpointer.
-func (c *checkpoints) Checkpoint(dir string) error {
+func (c *checkpoints) Checkpoint(dir string) (time.Time, error) {
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
-		return ErrStopping
+		return time.Time{}, ErrStopping
 	}
 	c.running.Add(1)
 	c.mu.Unlock()
@@ -68,13 +68,13 @@ func (n *Node) checkpointer() admin.Checkpointer {
 // the garbage collection's grace (checkRestoredSnapshot).
 type markedCheckpoints struct{ n *Node }
 
-func (m markedCheckpoints) Checkpoint(dir string) error {
+func (m markedCheckpoints) Checkpoint(dir string) (time.Time, error) {
 	complete := m.n.completeAsOf()
 	if complete.IsZero() {
 		m.n.log.Warn("snapshot taken before this node completed an anti-entropy exchange with every peer since its start (or while it rebuilds): a node started on it refuses to without --restore-old-snapshot, as it may lack deletes the others have since collected",
 			"dir", dir)
 	}
-	return m.n.store.Checkpoint(dir, complete)
+	return complete, m.n.store.Checkpoint(dir, complete)
 }
 
 // completeAsOf is the time up to which this node's replica holds every

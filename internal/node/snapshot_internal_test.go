@@ -13,7 +13,7 @@ import (
 
 type checkpointFunc func(dir string) error
 
-func (f checkpointFunc) Checkpoint(dir string) error { return f(dir) }
+func (f checkpointFunc) Checkpoint(dir string) (time.Time, error) { return time.Time{}, f(dir) }
 
 // TestCheckpointsGuard: closing the guard (the store is about to close)
 // refuses new checkpoints and returns only once the running one has
@@ -39,14 +39,14 @@ func TestCheckpointsGuard(t *testing.T) {
 	}))
 	require.NotNil(t, c)
 	first := make(chan error, 1)
-	go func() { first <- c.Checkpoint("a") }()
+	go func() { _, err := c.Checkpoint("a"); first <- err }()
 	<-started
 	closed := make(chan struct{})
 	go func() {
 		c.close()
 		close(closed)
 	}()
-	require.Eventually(t, func() bool { return errors.Is(c.Checkpoint("b"), ErrStopping) }, 5*time.Second, time.Millisecond,
+	require.Eventually(t, func() bool { _, err := c.Checkpoint("b"); return errors.Is(err, ErrStopping) }, 5*time.Second, time.Millisecond,
 		"checkpoints refused once closing")
 	select {
 	case <-closed:
