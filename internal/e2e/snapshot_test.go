@@ -145,3 +145,32 @@ func TestOldSnapshotRefused(t *testing.T) {
 	require.Equal(t, http.StatusOK, code)
 	require.Equal(t, "v", string(body))
 }
+
+// A snapshot is complete as of the earliest start of the node's last
+// exchanges with its peers under the current cluster map: not known
+// before one with every peer, nor after a change (exchanges under the old
+// map compared other replica sets), even with the same peers left, until
+// the next.
+func TestSnapshotCompletenessFollowsTheMap(t *testing.T) {
+	testcluster.InBubble(t, func(t *testing.T) {
+		c := testcluster.StartInMemory(t, 4, func(_ int, cfg *node.Config) { cfg.Replicas = 3 }) // one may leave
+		c.AwaitFormed(time.Minute)
+		require.True(t, c.Node(0).CompleteAsOf().IsZero(), "no exchange yet")
+		time.Sleep(time.Millisecond) // the bubble's clock stands still while anything runs
+		before := time.Now()
+		c.Repair(0)
+		require.False(t, c.Node(0).CompleteAsOf().Before(before), "the start of its exchanges")
+
+		require.Equal(t, http.StatusAccepted, c.Decommission(1, 3))
+		c.AwaitLeft(3, time.Minute)
+		c.Await(10*time.Second, "node 0 installed the map without node 4", func() (bool, string) {
+			m, _ := c.Node(0).Members().Map()
+			return m.ByURL(c.URL(3)) == nil && m.Change == nil, m.String()
+		})
+		require.True(t, c.Node(0).CompleteAsOf().IsZero(), "its exchanges with nodes 2 and 3 were under the old map")
+		time.Sleep(time.Millisecond)
+		before = time.Now()
+		c.Repair(0)
+		require.False(t, c.Node(0).CompleteAsOf().Before(before))
+	})
+}

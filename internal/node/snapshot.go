@@ -82,18 +82,23 @@ func (m markedCheckpoints) Checkpoint(dir string) (time.Time, error) {
 // the last complete anti-entropy exchanges with its peers (each left it
 // holding everything the peer held when it started; a write acknowledged
 // without this node was on one of them), now for a node without peers,
-// and zero (unknown) when an exchange with one has not completed since
-// this node started, or while it rebuilds.
+// and zero (unknown) when an exchange with one has not completed under
+// the current cluster map (one under another compared other replica
+// sets, and one during a change only some partitions), while a change is
+// under way, or while the node rebuilds or is unconfirmed.
 func (n *Node) completeAsOf() time.Time {
 	if n.rebuild.Rebuilding() || n.rebuild.Unconfirmed() {
 		return time.Time{}
 	}
 	v := n.members.View()
+	if v.Moving {
+		return time.Time{}
+	}
 	synced := n.ae.SyncedSince()
 	complete := time.Now()
 	for _, i := range v.Others() {
 		at := synced[i].At
-		if at.IsZero() {
+		if at.IsZero() || at.Before(v.Since) {
 			return time.Time{}
 		}
 		if at.Before(complete) {
