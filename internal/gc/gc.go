@@ -47,7 +47,6 @@ import (
 	"flag"
 	"log/slog"
 	"slices"
-	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -293,18 +292,12 @@ const reconfirm = time.Second
 // 0 for this node).
 func incarnations(v *view.View) []uint64 {
 	out := make([]uint64, len(v.Peers))
-	var wg sync.WaitGroup
-	for i, p := range v.Peers {
-		if p == nil {
-			continue
+	others := v.Others()
+	for k, r := range v.PingAll(others, pingTimeout) {
+		if r.Err == nil {
+			out[others[k]] = r.Answer.Incarnation
 		}
-		wg.Go(func() {
-			if a, err := p.Ping(v.Epoch(), time.Now().Add(pingTimeout)); err == nil {
-				out[i] = a.Incarnation
-			}
-		})
 	}
-	wg.Wait()
 	return out
 }
 

@@ -71,7 +71,6 @@ import (
 	"log/slog"
 	"maps"
 	"slices"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -190,15 +189,11 @@ func (r *Rebuilder) Unconfirmed() bool { return r.unconfirmed.Load() }
 // whole.)
 func Needed(v *view.View, timeout time.Duration) (lost, all bool) {
 	all = true
-	for _, p := range v.Peers {
-		if p == nil {
-			continue
-		}
-		a, err := p.Ping(v.Epoch(), time.Now().Add(timeout))
-		if (err == nil && a.Formed) || errors.Is(err, rpc.ErrStaleEpoch) {
+	for _, r := range v.PingAll(v.Others(), timeout) {
+		if (r.Err == nil && r.Answer.Formed) || errors.Is(r.Err, rpc.ErrStaleEpoch) {
 			return true, true
 		}
-		all = all && err == nil
+		all = all && r.Err == nil
 	}
 	return false, all
 }
@@ -274,33 +269,22 @@ func (r *Rebuilder) confirm(ctx context.Context) {
 // is not waited for.
 func (r *Rebuilder) ask(answered map[int]bool) (lost, all bool) {
 	v := r.views()
-	type reply struct {
-		peer int
-		a    view.PingAnswer
-		err  error
-	}
-	var replies []reply
+	var asked []int
 	for i, p := range v.Peers {
 		if p != nil && !answered[i] && !v.Dead(i) {
-			replies = append(replies, reply{peer: i})
+			asked = append(asked, i)
 		}
 	}
-	var wg sync.WaitGroup
-	for k := range replies {
-		wg.Go(func() {
-			rep := &replies[k]
-			rep.a, rep.err = v.Peers[rep.peer].Ping(v.Epoch(), time.Now().Add(r.o.Timeout))
-		})
-	}
-	wg.Wait()
+	replies := v.PingAll(asked, r.o.Timeout)
 	all = true
-	for _, rep := range replies {
-		a, url := rep.a, v.URL(rep.peer)
+	for k, rep := range replies {
+		peer := asked[k]
+		a, url := rep.Answer, v.URL(peer)
 		switch {
-		case errors.Is(rep.err, rpc.ErrStaleEpoch):
+		case errors.Is(rep.Err, rpc.ErrStaleEpoch):
 			r.log.Info("a peer routes by a newer cluster map than this node's empty directory knows", "peer", url)
 			return true, true
-		case rep.err != nil:
+		case rep.Err != nil:
 			all = false
 			continue
 		case !a.FormedAt.IsZero() && a.FormedAt.Before(r.o.Created.Add(-r.o.Skew)):
@@ -315,7 +299,7 @@ func (r *Rebuilder) ask(answered map[int]bool) (lost, all bool) {
 			r.log.Info("a peer of an earlier release knows the cluster", "peer", url)
 			return true, true
 		}
-		answered[rep.peer] = true
+		answered[peer] = true
 	}
 	return false, all
 }

@@ -6,6 +6,7 @@ package view
 
 import (
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/dhtkv/dhtkv/internal/clustermap"
@@ -43,6 +44,31 @@ type PingAnswer struct {
 type Synced struct {
 	At          time.Time
 	Incarnation uint64
+}
+
+// PingReply is one peer's answer to a ping (Peer.Ping), or its error.
+type PingReply struct {
+	Answer PingAnswer
+	Err    error
+}
+
+// PingAll pings the peers of v with the ids given, all at once, each
+// within timeout, and returns their replies in the order of ids: what a
+// question asked of several peers waits for only as long as its slowest
+// one. An id without a peer (this node, a non-member) replies an error.
+func (v *View) PingAll(ids []int, timeout time.Duration) []PingReply {
+	replies := make([]PingReply, len(ids))
+	var wg sync.WaitGroup
+	for k, id := range ids {
+		p := v.Peers[id]
+		if p == nil {
+			replies[k].Err = fmt.Errorf("ping %s: not a peer", v.URL(id))
+			continue
+		}
+		wg.Go(func() { replies[k].Answer, replies[k].Err = p.Ping(v.Epoch(), time.Now().Add(timeout)) })
+	}
+	wg.Wait()
+	return replies
 }
 
 // Equal reports whether s and o are the same exchange.
