@@ -15,6 +15,7 @@
 #   D  the cluster held at half its closed-loop rate for HOLD (60s) each:
 #      PUT, GET, 90/10 mix, latency from the intended send time, with the
 #      worst seconds of the timeline and the CPU per request (point 3);
+#      HOLDS picks which of them (default "put get mixed");
 #      HOLD_PROFILE=SECONDS, node 1's CPU, mutex and block profiles for
 #      that long from a third into each hold (with LOGS: cpu-d-W.pprof,
 #      mutex-d-W.pprof, block-d-W.pprof; the mutex and block rates, 1 in
@@ -473,7 +474,7 @@ CLOSED[mixed]=$(rps "$LAST")
 echo "# the mix's closed loop from its GETs' and PUTs' alone (0.9/get + 0.1/put)^-1: $(python3 -c "print(int(1/(0.9/max(1,${CLOSED[get]})+0.1/max(1,${CLOSED[put]}))))")/s; measured: ${CLOSED[mixed]}/s"
 
 echo "## D. the cluster at half its closed-loop rate for $HOLD, latency from the intended send time"
-for w in put get mixed; do
+for w in ${HOLDS:-put get mixed}; do
   [ $w != put ] && fill $CL --ack 3 --from 3 --read-all $KS
   rate=$(python3 -c "print(int(float('${CLOSED[$w]}')/2))")
   h0=$(date +%s.%N)
