@@ -142,7 +142,7 @@ func gcAfterRestore(t *testing.T, cut bool) {
 		cl := c.Client()
 		require.Equal(t, http.StatusCreated, cl.Put(t, c.URL(0), "z", []byte("old"), 3, 3))
 		// Complete as of now: z reached every replica (ack=3).
-		require.NoError(t, c.Node(restored).Store().Checkpoint("/backup", time.Now()))
+		require.NoError(t, c.Node(restored).Store().Checkpoint("/backup", time.Now(), 0))
 		require.Equal(t, http.StatusAccepted, cl.Delete(t, c.URL(0), "z", 3, 3))
 		// An exchange counts for the records that arrived before it
 		// started, to the millisecond (the bubble's clock stands still

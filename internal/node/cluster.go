@@ -158,6 +158,7 @@ func (n *Node) buildCluster(cmap *clustermap.Map, self int, joined bool, topo cl
 	n.members.Register(n.registry)
 	copier.Register(n.registry)
 	n.probe.Register(n.registry)
+	n.registry.MustRegister(n.settingsMetric())
 	n.hints.Register(n.registry)
 	n.coord.Register(n.registry)
 	ae.Register(n.registry)
@@ -343,8 +344,9 @@ func (s status) NoQuorum() string                    { return s.n.quorumProblem(
 // (empty when all is well): a store that failed a write or a data volume
 // below --min-free-space (and how to free space at once), a clock off
 // from the peers', a rebuild under way, partitions without a reachable
-// quorum, a peer anti-entropy has not completed an exchange with for
-// long.
+// quorum, a peer whose settings differ where they must not
+// (settings.go), a peer anti-entropy has not completed an exchange with
+// for long.
 func (s status) Warnings() []string {
 	ws := s.n.store.Warnings()
 	if w := s.n.probe.ClockWarning(); w != "" {
@@ -359,6 +361,7 @@ func (s status) Warnings() []string {
 	if why := s.n.quorumProblem(); why != "" {
 		ws = append(ws, "no quorum: "+why)
 	}
+	ws = append(ws, settingsWarnings(s.n.settings, s.n.probe.PeerStates())...)
 	return append(ws, s.n.ae.Warnings(time.Now())...)
 }
 
@@ -383,9 +386,12 @@ func (s status) Disk() *client.Disk {
 // collected, in a cluster of more than one node, unless
 // RestoreOldSnapshot: this node would serve the deleted value again, and
 // nothing would correct it. The others collect a tombstone only once its
-// delete is older than the grace (and every replica had it), so a
+// delete is older than their grace (and every replica had it), so a
 // snapshot complete as of less than the grace ago, less the clock skew
-// bound, lacks none; one whose completeness is unknown might. It reports
+// bound, lacks none; one whose completeness is unknown might. The grace
+// is the shorter of this node's and the shortest among the cluster's
+// nodes when the snapshot was taken (Snapshot.Grace: the others collect
+// after their own; settings.go). It reports
 // whether the directory is a restored snapshot, whose mark the node
 // removes once it has accepted the directory (buildCluster), so that
 // later starts are restarts.
@@ -394,7 +400,10 @@ func (n *Node) checkRestoredSnapshot(nodes int) (restored bool, err error) {
 	if err != nil || !ok {
 		return false, err
 	}
-	grace := n.cfg.gcGrace()
+	grace, graceIs := n.cfg.gcGrace(), "--gc-grace"
+	if snap.Grace > 0 && snap.Grace < grace {
+		grace, graceIs = snap.Grace, "the shortest --gc-grace among the cluster's nodes when it was taken"
+	}
 	bound := grace - n.cfg.MaxClockSkew
 	taken := snap.Taken.UTC().Format(time.RFC3339)
 	age := time.Since(snap.Complete).Round(time.Second)
@@ -405,8 +414,8 @@ func (n *Node) checkRestoredSnapshot(nodes int) (restored bool, err error) {
 		why = fmt.Sprintf("data directory %s is a snapshot taken at %s before the node had completed an anti-entropy exchange with every peer since its start: it may lack deletes the other replicas have since collected, and this node would serve the deleted values again",
 			n.cfg.DataDir, taken)
 	case age > bound:
-		why = fmt.Sprintf("data directory %s is a snapshot taken at %s, complete as of %s, %v ago, longer than --gc-grace (%v) less --max-clock-skew (%v): the other replicas may have collected deletes made since, and this node would serve the deleted values again",
-			n.cfg.DataDir, taken, snap.Complete.UTC().Format(time.RFC3339), age, grace, n.cfg.MaxClockSkew)
+		why = fmt.Sprintf("data directory %s is a snapshot taken at %s, complete as of %s, %v ago, longer than %s (%v) less --max-clock-skew (%v): the other replicas may have collected deletes made since, and this node would serve the deleted values again",
+			n.cfg.DataDir, taken, snap.Complete.UTC().Format(time.RFC3339), age, graceIs, grace, n.cfg.MaxClockSkew)
 	}
 	switch {
 	case why != "" && !n.cfg.RestoreOldSnapshot:

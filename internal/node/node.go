@@ -74,7 +74,10 @@ type Node struct {
 	lateBatches prometheus.Counter
 	rebuild     *rebuild.Rebuilder
 	identity    *identity // the data directory's (claimIdentity)
-	streams     *rpc.StreamClient
+	// settings are this node's settings every node must share
+	// (settings.go).
+	settings string
+	streams  *rpc.StreamClient
 	// The cluster map's log (maplog.go); logConns takes its connections
 	// from the public port.
 	mapLog   *maplog.Log
@@ -169,7 +172,7 @@ func NewContext(ctx context.Context, cfg Config) (_ *Node, err error) {
 		wall := now
 		now = func() time.Time { return wall().Add(off) }
 	}
-	n := &Node{cfg: cfg, log: log, certs: certs, tokens: tokens, registry: metrics.NewRegistry(), served: make(chan error, 1), failed: make(chan error, 1), leftCh: make(chan struct{}, 1)}
+	n := &Node{cfg: cfg, log: log, certs: certs, tokens: tokens, registry: metrics.NewRegistry(), served: make(chan error, 1), failed: make(chan error, 1), leftCh: make(chan struct{}, 1), settings: cfg.sharedSettings()}
 	var peerTLS *tls.Config
 	if certs != nil {
 		peerTLS = certs.ClientConfig()
@@ -274,6 +277,7 @@ func NewContext(ctx context.Context, cfg Config) (_ *Node, err error) {
 			Replica: local, Secret: cfg.ClusterSecret, Log: log,
 			Incarnation: incarnation(),
 			FormedAt:    func() time.Time { return n.identity.get().FormedAt },
+			Settings:    n.settings,
 			Rebuilding:  n.rebuild.Rebuilding, ClusterFormed: n.probe.Formed, Maps: n.members,
 			LogConns:        n.logConns,
 			RequirePeerCert: certs != nil && certs.Mutual(),

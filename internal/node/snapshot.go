@@ -74,7 +74,7 @@ func (m markedCheckpoints) Checkpoint(dir string) (time.Time, error) {
 		m.n.log.Warn("snapshot taken before this node completed an anti-entropy exchange with every peer since its start (or while it rebuilds): a node started on it refuses to without --restore-old-snapshot, as it may lack deletes the others have since collected",
 			"dir", dir)
 	}
-	return complete, m.n.store.Checkpoint(dir, complete)
+	return complete, m.n.store.Checkpoint(dir, complete, shortestGrace(m.n.cfg.gcGrace(), m.n.probe.PeerStates()))
 }
 
 // completeAsOf is the time up to which this node's replica holds every

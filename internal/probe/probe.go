@@ -196,6 +196,7 @@ type peerState struct {
 	mu                sync.Mutex
 	lastOK, lastErrAt time.Time
 	lastErr           string
+	settings          string // the last answer's view.PingAnswer.Settings
 }
 
 // New returns the prober of the peers of the views views returns. Start
@@ -278,6 +279,9 @@ func (p *Prober) round() {
 			a, err := peer.Ping(v.Epoch(), time.Now().Add(p.o.Timeout))
 			if err == nil {
 				s.rebuilding.Store(a.Rebuilding)
+				s.mu.Lock()
+				s.settings = a.Settings
+				s.mu.Unlock()
 			}
 			p.observeReachable(s, v.URL(i), err)
 			if err != nil || !s.seen.Load() {
@@ -563,9 +567,12 @@ type PeerState struct {
 	// Rebuilding: the last answer said its replica is rebuilding after a
 	// lost disk, and refuses reads until done.
 	Rebuilding bool
-	LastOK     time.Time // the last probe that succeeded (zero: none since start)
-	LastError  string    // the last probe that failed ("" : none since start)
-	LastErrAt  time.Time
+	// Settings: the last answer's settings that every node must share
+	// (view.PingAnswer.Settings; "": not said, or no answer since start).
+	Settings  string
+	LastOK    time.Time // the last probe that succeeded (zero: none since start)
+	LastError string    // the last probe that failed ("" : none since start)
+	LastErrAt time.Time
 }
 
 // PeerStates returns every peer's state, in topology order (this node is
@@ -582,7 +589,7 @@ func (p *Prober) PeerStates() []PeerState {
 		out = append(out, PeerState{
 			URL: v.URL(i), Probed: !s.lastOK.IsZero() || !s.lastErrAt.IsZero(),
 			Reachable: s.seen.Load() && !s.down.Load(), Rebuilding: s.rebuilding.Load(),
-			LastOK: s.lastOK, LastError: s.lastErr, LastErrAt: s.lastErrAt,
+			LastOK: s.lastOK, LastError: s.lastErr, LastErrAt: s.lastErrAt, Settings: s.settings,
 		})
 		s.mu.Unlock()
 	}

@@ -105,6 +105,11 @@ const IncarnationHeader = "X-Dhtkv-Incarnation"
 // (view.PingAnswer.FormedAt).
 const FormedAtHeader = "X-Dhtkv-Formed-At"
 
+// SettingsHeader is on the answer to a ping: Server.Settings, the
+// answering node's settings that every node must share
+// (view.PingAnswer.Settings).
+const SettingsHeader = "X-Dhtkv-Settings"
+
 // formedAt is what FormedAtHeader says: zero when not known.
 func (s *Server) formedAt() time.Time {
 	if s.FormedAt == nil {
@@ -153,6 +158,7 @@ func (p *Peer) Ping(epoch uint64, deadline time.Time) (view.PingAnswer, error) {
 		Formed:      string(resp.Header.Peek(FormedHeader)) == "1",
 		Rebuilding:  string(resp.Header.Peek(RebuildingHeader)) == "1",
 		Incarnation: inc,
+		Settings:    string(resp.Header.Peek(SettingsHeader)),
 	}
 	if ms, err := strconv.ParseInt(string(resp.Header.Peek(FormedAtHeader)), 10, 64); err == nil && ms > 0 {
 		a.FormedAt = time.UnixMilli(ms) // absent or malformed: zero, unknown

@@ -169,7 +169,7 @@ func (d *Direct) Ping(epoch uint64, _ time.Time) (view.PingAnswer, error) {
 	}
 	formed, err := d.Server.Formed()
 	return view.PingAnswer{Formed: formed, Rebuilding: d.Server.Rebuilding != nil && d.Server.Rebuilding(),
-		Incarnation: d.Server.Incarnation, FormedAt: d.Server.formedAt()}, err
+		Incarnation: d.Server.Incarnation, FormedAt: d.Server.formedAt(), Settings: d.Server.Settings}, err
 }
 
 // Summary is as for Peer.

@@ -142,6 +142,9 @@ func (s *Server) HandleBatch(ctx *fasthttp.RequestCtx, body []byte) {
 		if s.Incarnation != 0 {
 			ctx.Response.Header.SetBytesV(IncarnationHeader, strconv.AppendUint(num[:0], s.Incarnation, 16))
 		}
+		if s.Settings != "" {
+			ctx.Response.Header.Set(SettingsHeader, s.Settings)
+		}
 	}
 	setAnswer(ctx, buf, out)
 }

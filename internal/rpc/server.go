@@ -54,6 +54,11 @@ type Server struct {
 	// as its identity records it (store.Identity.FormedAt; zero: not
 	// yet, or not known). nil: never said. See FormedAtHeader.
 	FormedAt func() time.Time
+	// Settings are this node's settings that every node of the cluster
+	// must share, as "name=value" words (node.Config.SharedSettings;
+	// "": not said). A ping's answer carries them (SettingsHeader), so
+	// that a node can tell its operator which peer differs.
+	Settings string
 	// ClusterFormed reports whether this node has seen every other node
 	// answer (nil: unknown); see FormedHeader.
 	ClusterFormed func() bool

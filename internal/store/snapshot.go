@@ -13,15 +13,18 @@ import (
 )
 
 // SnapshotMark is the file Checkpoint writes into a checkpoint beside
-// Pebble's files: when it was taken, and up to when it holds every write
-// (Snapshot). A node started on a copy of the checkpoint (a backup
+// Pebble's files: when it was taken, up to when it holds every write, and
+// the shortest garbage-collection grace in the cluster then (Snapshot). A node started on a copy of the checkpoint (a backup
 // restored) finds it (RestoredSnapshot), weighs the snapshot's age
 // against the time the other replicas keep deletes, and removes it
 // (ForgetSnapshot). Pebble ignores files it does not know.
 const SnapshotMark = "DHTKV-SNAPSHOT"
 
 // snapshotMarkText follows the times in the mark, for whoever opens it.
-const snapshotMarkText = "when this dhtkv snapshot was taken, and up to when it holds every write the cluster acknowledged (unknown: it may lack any); a node started on a copy of the directory checks the second against --gc-grace, then removes this file\n"
+const snapshotMarkText = "when this dhtkv snapshot was taken, up to when it holds every write the cluster acknowledged (unknown: it may lack any), and the shortest --gc-grace of the cluster's nodes then; a node started on a copy of the directory checks the second against the third and its own --gc-grace, then removes this file\n"
+
+// markGrace begins the mark's third line, Snapshot.Grace.
+const markGrace = "gc-grace "
 
 // markUnknown stands for a zero Snapshot.Complete in the mark.
 const markUnknown = "unknown"
@@ -36,17 +39,24 @@ type Snapshot struct {
 	// which the other replicas keep for at least the garbage
 	// collection's grace.
 	Complete time.Time
+	// Grace is the shortest garbage-collection grace (--gc-grace) among
+	// the nodes of the cluster that the node taking the snapshot knew
+	// of then, itself included (0: not recorded; a mark of an earlier
+	// release). The others collect a delete once it is older than their
+	// own grace.
+	Grace time.Duration
 }
 
 // Checkpoint writes a consistent copy of the store (records, hints, the
 // anti-entropy index, the identity, the clock bound and the GC horizon) as
 // of one instant into dir, which must not exist (its parents are
 // created), on the store's file system (Options.FS), and marks it with
-// that instant and complete (SnapshotMark, Snapshot.Complete; the caller
-// knows it: the node, from its anti-entropy exchanges). The copy
+// that instant, complete and grace (SnapshotMark, Snapshot.Complete and
+// Grace; the caller knows them: the node, from its anti-entropy exchanges
+// and its peers' ping answers). The copy
 // hard-links the sstables where the file system allows, so it costs
 // little space until the store compacts them away.
-func (s *Store) Checkpoint(dir string, complete time.Time) error {
+func (s *Store) Checkpoint(dir string, complete time.Time, grace time.Duration) error {
 	if err := s.Failure(); err != nil {
 		// Its WAL flush would wait on a commit pipeline the failure may have stopped.
 		return fmt.Errorf("checkpoint of %s: %w", s.dir, err)
@@ -57,14 +67,15 @@ func (s *Store) Checkpoint(dir string, complete time.Time) error {
 	if err := s.db.Checkpoint(dir, pebble.WithFlushedWAL()); err != nil {
 		return fmt.Errorf("checkpoint of %s in %s: %w", s.dir, dir, err)
 	}
-	if err := writeMark(s.fs, dir, Snapshot{Taken: taken, Complete: complete}); err != nil {
+	if err := writeMark(s.fs, dir, Snapshot{Taken: taken, Complete: complete, Grace: grace}); err != nil {
 		return fmt.Errorf("checkpoint of %s in %s: %w", s.dir, dir, err)
 	}
 	return nil
 }
 
 // writeMark writes dir's SnapshotMark durably: the two times, a line
-// each, then snapshotMarkText.
+// each, the grace's line if known, then snapshotMarkText. A release that
+// reads only the first two lines ignores the rest.
 func writeMark(fsys vfs.FS, dir string, snap Snapshot) error {
 	f, err := fsys.Create(fsys.PathJoin(dir, SnapshotMark), vfs.WriteCategoryUnspecified)
 	if err != nil {
@@ -74,7 +85,11 @@ func writeMark(fsys vfs.FS, dir string, snap Snapshot) error {
 	if !snap.Complete.IsZero() {
 		complete = snap.Complete.UTC().Format(time.RFC3339Nano)
 	}
-	_, err = io.WriteString(f, snap.Taken.UTC().Format(time.RFC3339Nano)+"\n"+complete+"\n"+snapshotMarkText)
+	grace := ""
+	if snap.Grace > 0 {
+		grace = markGrace + snap.Grace.String() + "\n"
+	}
+	_, err = io.WriteString(f, snap.Taken.UTC().Format(time.RFC3339Nano)+"\n"+complete+"\n"+grace+snapshotMarkText)
 	if err = errors.Join(err, f.Sync(), f.Close()); err != nil {
 		return fmt.Errorf("mark the snapshot: %w", err)
 	}
@@ -109,9 +124,16 @@ func (s *Store) RestoredSnapshot() (snap Snapshot, ok bool, err error) {
 	if err != nil {
 		return Snapshot{}, false, fmt.Errorf("read %s: %w", path, err)
 	}
-	lines := strings.SplitN(string(b), "\n", 3)
+	lines := strings.SplitN(string(b), "\n", 4)
 	if snap.Taken, err = time.Parse(time.RFC3339Nano, lines[0]); err != nil {
 		return Snapshot{}, false, fmt.Errorf("read %s: its first line %q is not the time the snapshot was taken: %w", path, lines[0], err)
+	}
+	if len(lines) >= 3 {
+		if g, ok := strings.CutPrefix(lines[2], markGrace); ok {
+			if snap.Grace, err = time.ParseDuration(g); err != nil || snap.Grace <= 0 {
+				return Snapshot{}, false, fmt.Errorf("read %s: its third line %q does not give a positive garbage-collection grace", path, lines[2])
+			}
+		}
 	}
 	if len(lines) < 2 || lines[1] == markUnknown {
 		return snap, true, nil

@@ -389,7 +389,7 @@ func TestWALErrorFailsTheStore(t *testing.T) {
 			require.Equal(t, hits, fault.hits.Load(), "a later write does not reach Pebble")
 			require.ErrorIs(t, s.CheckWrite(), ErrStoreFailed)
 			require.ErrorIs(t, s.SetClockBound(1<<40), ErrStoreFailed)
-			require.ErrorIs(t, s.Checkpoint("/snap", time.Time{}), ErrStoreFailed)
+			require.ErrorIs(t, s.Checkpoint("/snap", time.Time{}, 0), ErrStoreFailed)
 			for k, v := range acked {
 				got, found, err := get(s, []byte(k))
 				require.NoError(t, err)

@@ -33,6 +33,9 @@ type PingAnswer struct {
 	// started with an empty directory after it lost its disk (package
 	// rebuild).
 	FormedAt time.Time
+	// Settings are the peer's settings that every node must share, as
+	// "name=value" words ("": a release that does not say).
+	Settings string
 }
 
 // Synced is when the last anti-entropy exchange with a peer that left
