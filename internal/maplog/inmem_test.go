@@ -38,7 +38,7 @@ func (m *memNet) listen(addr string) net.Listener {
 }
 
 func (m *memNet) dialer(from string) Dialer {
-	return func(addr string, _ time.Duration) (net.Conn, error) {
+	return func(_ context.Context, addr string, _ time.Duration) (net.Conn, error) {
 		m.mu.Lock()
 		ln, cut := m.lns[addr], m.cut[[2]string{from, addr}]
 		m.mu.Unlock()

@@ -385,6 +385,9 @@ func (l *Log) Close() error {
 		close(l.stop)
 		l.wg.Wait()
 		l.r.DeregisterObserver(l.obs)
+		if i, ok := l.fwd.(interface{ Interrupt() }); ok {
+			i.Interrupt() // raft's RPCs in flight fail now, not at their timeout
+		}
 		if err := l.r.Shutdown().Error(); err != nil {
 			errs = append(errs, fmt.Errorf("maplog: shut raft down: %w", err))
 		}

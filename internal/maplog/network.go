@@ -91,8 +91,12 @@ type Network struct {
 	conns  chan net.Conn
 	sem    chan struct{}
 	closed chan struct{}
-	once   sync.Once
-	wg     sync.WaitGroup
+	// dials is canceled by Interrupt and Close: a dial under way (the
+	// dialer's upgrade included) ends at once.
+	dials     context.Context
+	stopDials context.CancelFunc
+	once      sync.Once
+	wg        sync.WaitGroup
 	// apply answers a forwarded proposal (set by the Log that uses this
 	// network; nil: proposals are refused).
 	apply atomic.Pointer[func(ctx context.Context, cmd []byte) []byte]
@@ -110,6 +114,9 @@ type Network struct {
 	// the latter until the peer hangs up.
 	openMu sync.Mutex
 	open   map[net.Conn]struct{}
+	// interrupted: Interrupt closed every connection, and no new one is
+	// dialed or accepted.
+	interrupted bool
 }
 
 // track records raw as open; it returns false once the network is closed
@@ -117,12 +124,32 @@ type Network struct {
 func (n *Network) track(raw net.Conn) bool {
 	n.openMu.Lock()
 	defer n.openMu.Unlock()
-	if n.open == nil {
+	if n.open == nil || n.interrupted {
 		raw.Close()
 		return false
 	}
 	n.open[raw] = struct{}{}
 	return true
+}
+
+// Interrupt ends every dial under way and closes every connection of the
+// network, dialed or accepted, and refuses new ones; the listener stays
+// until Close. A node stopping calls it before raft's Shutdown
+// (Log.Close), which waits for raft's RPCs in flight: one to a peer that
+// accepts connections and never answers (a hung process) would hold it
+// for the dial's timeout, 10 s, once for each RPC under way.
+func (n *Network) Interrupt() {
+	n.stopDials()
+	n.openMu.Lock()
+	n.interrupted = true
+	open := make([]net.Conn, 0, len(n.open))
+	for c := range n.open {
+		open = append(open, c)
+	}
+	n.openMu.Unlock()
+	for _, c := range open {
+		c.Close()
+	}
 }
 
 func (n *Network) untrack(raw net.Conn) {
@@ -147,9 +174,10 @@ func (c *tracked) Close() error {
 }
 
 // Dialer opens a connection to a peer's log address (host:port) within
-// timeout: a TCP dial, or in tests one over an in-memory link that a test
-// can cut (the shape of node.Config.PeerDial).
-type Dialer func(addr string, timeout time.Duration) (net.Conn, error)
+// timeout, or until ctx ends: a TCP dial (and the node's upgrade of an
+// HTTP connection, rpc.DialLog), or in tests one over an in-memory link
+// that a test can cut.
+type Dialer func(ctx context.Context, addr string, timeout time.Duration) (net.Conn, error)
 
 // Listen binds addr (host:port) over TCP and advertises the address
 // bound (a wildcard host is advertised as such: bind a reachable host, or
@@ -159,8 +187,8 @@ func Listen(addr string, auth Auth, o Options, log *slog.Logger) (*Network, erro
 	if err != nil {
 		return nil, fmt.Errorf("maplog: listen %s: %w", addr, err)
 	}
-	return NewNetwork(ln, ln.Addr().String(), func(addr string, timeout time.Duration) (net.Conn, error) {
-		return net.DialTimeout("tcp", addr, timeout)
+	return NewNetwork(ln, ln.Addr().String(), func(ctx context.Context, addr string, timeout time.Duration) (net.Conn, error) {
+		return (&net.Dialer{Timeout: timeout}).DialContext(ctx, "tcp", addr)
 	}, auth, o, log), nil
 }
 
@@ -173,7 +201,9 @@ func Listen(addr string, auth Auth, o Options, log *slog.Logger) (*Network, erro
 // in-memory listener needs one of them.
 func NewNetwork(ln net.Listener, advertise string, dial Dialer, auth Auth, o Options, log *slog.Logger) *Network {
 	o.EnsureDefaults()
+	dials, stopDials := context.WithCancel(context.Background())
 	return &Network{
+		dials: dials, stopDials: stopDials,
 		ln: ln, addr: advertised(advertise), dialer: dial, auth: auth, o: o, log: log,
 		refusedLog: rate.Sometimes{Interval: refusedLogEvery},
 		busyLog:    rate.Sometimes{Interval: refusedLogEvery},
@@ -319,7 +349,7 @@ func (n *Network) handshakeAccept(raw net.Conn) (net.Conn, byte, error) {
 
 // dial connects to addr and authenticates both ways.
 func (n *Network) dial(addr string, kind byte, timeout time.Duration) (net.Conn, error) {
-	raw, err := n.dialer(addr, timeout)
+	raw, err := n.dialer(n.dials, addr, timeout)
 	if err != nil {
 		return nil, fmt.Errorf("maplog: dial %s: %w", addr, err)
 	}
@@ -412,6 +442,7 @@ func (n *Network) Accept() (net.Conn, error) {
 func (n *Network) Close() error {
 	var err error
 	n.once.Do(func() {
+		n.stopDials()
 		close(n.closed)
 		err = n.ln.Close()
 		n.openMu.Lock()

@@ -65,7 +65,9 @@ func (n *Node) openMapLog(cmap *clustermap.Map, self int, topo clustermap.Topolo
 	o.AddrFromURL = true
 	n.logConns = rpc.NewLogListener(addr)
 	dialOpts := rpc.LogDialOptions{Dial: cfg.PeerDial, TLS: peerTLS, Secret: cfg.ClusterSecret}
-	dial := func(a string, timeout time.Duration) (net.Conn, error) { return rpc.DialLog(a, timeout, dialOpts) }
+	dial := func(ctx context.Context, a string, timeout time.Duration) (net.Conn, error) {
+		return rpc.DialLog(ctx, a, timeout, dialOpts)
+	}
 	network := maplog.NewNetwork(n.logConns, addr, dial, maplog.Auth{Secret: cfg.ClusterSecret, Upgraded: true}, o, n.log)
 	fsys := cfg.FS
 	if fsys == nil {

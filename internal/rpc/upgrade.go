@@ -2,6 +2,7 @@ package rpc
 
 import (
 	"bufio"
+	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -182,20 +183,34 @@ type LogDialOptions struct {
 const maxUpgradeAnswer = 64 << 10
 
 // DialLog opens a connection to the log of the node at addr (its URL's
-// host:port), upgraded to LogProtocol, within timeout.
-func DialLog(addr string, timeout time.Duration, o LogDialOptions) (net.Conn, error) {
+// host:port), upgraded to LogProtocol, within timeout, or until ctx ends
+// (a node stopping: maplog.Network.Interrupt).
+func DialLog(ctx context.Context, addr string, timeout time.Duration, o LogDialOptions) (net.Conn, error) {
 	deadline := time.Now().Add(timeout)
 	var raw net.Conn
 	var err error
 	if o.Dial != nil {
 		raw, err = o.Dial(addr, timeout)
 	} else {
-		raw, err = net.DialTimeout("tcp", addr, timeout)
+		raw, err = (&net.Dialer{Timeout: timeout}).DialContext(ctx, "tcp", addr)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("dial %s: %w", addr, err)
 	}
-	c, err := upgradeLog(raw, addr, deadline, o)
+	if err := raw.SetDeadline(deadline); err != nil {
+		raw.Close()
+		return nil, fmt.Errorf("dial %s: %w", addr, err)
+	}
+	// ctx ending ends the upgrade: its reads and writes fail at once.
+	stop := context.AfterFunc(ctx, func() { _ = raw.SetDeadline(time.Now()) })
+	c, err := upgradeLog(raw, addr, o)
+	if !stop() { // ctx ended: the deadline was cut, whatever came of it
+		if err == nil {
+			err = ctx.Err()
+		} else {
+			err = fmt.Errorf("%w: %w", ctx.Err(), err)
+		}
+	}
 	if err != nil {
 		raw.Close()
 		return nil, fmt.Errorf("upgrade %s to the cluster map's log: %w", addr, err)
@@ -203,10 +218,7 @@ func DialLog(addr string, timeout time.Duration, o LogDialOptions) (net.Conn, er
 	return c, nil
 }
 
-func upgradeLog(raw net.Conn, addr string, deadline time.Time, o LogDialOptions) (net.Conn, error) {
-	if err := raw.SetDeadline(deadline); err != nil {
-		return nil, err
-	}
+func upgradeLog(raw net.Conn, addr string, o LogDialOptions) (net.Conn, error) {
 	c := raw
 	if o.TLS != nil {
 		cfg := o.TLS.Clone()

@@ -1,6 +1,7 @@
 package rpc
 
 import (
+	"context"
 	"io"
 	"net"
 	"strings"
@@ -73,7 +74,7 @@ func TestLogUpgrade(t *testing.T) {
 				require.Contains(t, string(b[:n]), " "+tc.want+" ")
 				return
 			}
-			c, err := DialLog("n1:1", 5*time.Second, LogDialOptions{Dial: tc.dial, Secret: tc.secret})
+			c, err := DialLog(context.Background(), "n1:1", 5*time.Second, LogDialOptions{Dial: tc.dial, Secret: tc.secret})
 			if tc.want != "" {
 				require.Error(t, err)
 				require.Contains(t, err.Error(), tc.want)
@@ -102,4 +103,39 @@ func TestLogUpgrade(t *testing.T) {
 	require.True(t, headerHasToken("keep-alive, Upgrade", "upgrade"))
 	require.False(t, headerHasToken("keep-alive", "upgrade"))
 	require.True(t, strings.EqualFold(LogProtocol, "DHTKV-MAPLOG/1"))
+}
+
+// A dial's upgrade ends when its context does: a node stopping does not
+// wait out the timeout for a peer that accepts the connection and never
+// answers (maplog.Network.Interrupt).
+func TestDialLogEndsWithItsContext(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		// The upgrade's request read, then held open, never answered.
+		_, _ = c.Read(make([]byte, 16))
+		accepted <- c
+	}()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		_, err := DialLog(ctx, ln.Addr().String(), time.Hour, LogDialOptions{})
+		done <- err
+	}()
+	c := <-accepted
+	defer c.Close()
+	cancel()
+	select {
+	case err := <-done:
+		require.ErrorIs(t, err, context.Canceled)
+		require.ErrorContains(t, err, "upgrade "+ln.Addr().String()+" to the cluster map's log")
+	case <-time.After(time.Minute): // the dial's own timeout is an hour
+		t.Fatal("the dial did not end with its context")
+	}
 }
