@@ -442,16 +442,12 @@ func (n *Network) Accept() (net.Conn, error) {
 func (n *Network) Close() error {
 	var err error
 	n.once.Do(func() {
-		n.stopDials()
 		close(n.closed)
 		err = n.ln.Close()
+		n.Interrupt()
 		n.openMu.Lock()
-		open := n.open
 		n.open = nil
 		n.openMu.Unlock()
-		for c := range open {
-			c.Close()
-		}
 		n.wg.Wait()
 	})
 	return err
