@@ -166,7 +166,11 @@ func (c *Cluster) Node(i int) *node.Node {
 // AwaitReady waits until every running node is ready (node.Ready): its
 // probes found a majority of each partition's replicas, which a node may
 // not yet have just after the cluster started (its first probe of a peer
-// that started after it failed).
+// that started after it failed). It also waits until no node is still
+// asking its peers whether it lost its disk (node.Unconfirmed): a node
+// started before its peers asks again only every 250 ms, and one whose
+// peer stops before it asked stays unconfirmed, and says so in its
+// status's warnings, until that peer is back.
 func (c *Cluster) AwaitReady(timeout time.Duration) {
 	c.t.Helper()
 	var why error
@@ -177,6 +181,10 @@ func (c *Cluster) AwaitReady(timeout time.Duration) {
 			if n := c.Node(i); n != nil {
 				if err := n.Ready(); err != nil {
 					why = fmt.Errorf("node %d: %w", i, err)
+					break
+				}
+				if n.Unconfirmed() {
+					why = fmt.Errorf("node %d: unconfirmed: has not heard from every peer since it started with an empty directory", i)
 					break
 				}
 			}
