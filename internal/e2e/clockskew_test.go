@@ -217,6 +217,7 @@ func TestFaultClockSkewFailedWriteLoses(t *testing.T) {
 // (node 1 sees one clock a minute away and cannot reach the third: no
 // majority agrees), so node 2 is let back to node 1 first.
 func TestFaultClockSkewBound(t *testing.T) {
+	longFault(t) // make test: TestFaultClockSkewFailedWriteLoses
 	type skewCase struct {
 		off     int // the node whose clock is off: 2 coordinates W1, 0 W2
 		offset  time.Duration

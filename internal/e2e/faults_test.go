@@ -205,6 +205,7 @@ func TestFaultKillUnderLoad(t *testing.T) {
 	if testing.Short() {
 		t.Skip("SIGKILLs nodes of the binary under load: a process test; runs without -short")
 	}
+	longFault(t) // make test: TestProcessClusterSurvivesSIGKILL
 	t.Run("all mechanisms", func(t *testing.T) { killUnderLoad(t, 3, 8) })
 	t.Run("anti-entropy only", func(t *testing.T) {
 		killUnderLoad(t, 1, 500, "--read-repair=off", "--hint-max-bytes=1")

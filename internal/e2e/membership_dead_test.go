@@ -44,9 +44,10 @@ import (
 // the final map with identical records, every node's map the same.
 //
 // On a log that refuses a replace under a change (ErrBusy), the replace
-// is refused with 409 and the change never completes. make test runs the
-// first case, make test-faults both (casesToRun).
+// is refused with 409 and the change never completes. Only make
+// test-faults runs it (longFault).
 func TestMembershipFaultReplaceDeadMemberAtReadNew(t *testing.T) {
+	longFault(t) // make test: TestMembershipReplaceDeadNode
 	for _, victimIsJoiner := range casesToRun(t, []bool{false, true}) {
 		name := "a node of both sets"
 		if victimIsJoiner {

@@ -163,6 +163,7 @@ func TestRemoveRefusesANodeAnotherMemberReaches(t *testing.T) {
 // alone would be lost: the load's writes go to all three replicas, so
 // one reached a live one unless it was in flight at the kill.
 func TestMembershipFaultRemoveTwoDeadMembers(t *testing.T) {
+	longFault(t) // make test: TestMembershipFaultRemoveDeadMember
 	testcluster.InBubble(t, func(t *testing.T) {
 		members := []int{0, 1, 3}
 		c := startSeeded(t, 5)
