@@ -273,6 +273,10 @@ func TestNodeShutdownClosesPeerConnections(t *testing.T) {
 func TestCoordinatorReadHedging(t *testing.T) {
 	for _, delay := range []time.Duration{20 * time.Millisecond, 0} {
 		t.Run(fmt.Sprintf("delay=%v", delay), func(t *testing.T) {
+			// Each case has a cluster of its own and spends most of its
+			// time waiting out the silent peer's timeouts (the nodes'
+			// start-up pings and stops): the two overlap.
+			t.Parallel()
 			hole := newSilentPeer(t)
 			// The first call to the silent peer (the PUT's) makes it silent
 			// when its timeout ends, and calls fail at once from then on
