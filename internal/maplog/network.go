@@ -347,16 +347,31 @@ func (n *Network) handshakeAccept(raw net.Conn) (net.Conn, byte, error) {
 	return c, kind, c.SetDeadline(time.Time{})
 }
 
-// dial connects to addr and authenticates both ways.
-func (n *Network) dial(addr string, kind byte, timeout time.Duration) (net.Conn, error) {
-	raw, err := n.dialer(n.dials, addr, timeout)
+// dial connects to addr and authenticates both ways, within timeout, or
+// until ctx ends or the network is interrupted: a proposal forwarded for
+// a caller that gave up (a node stopping its seeding, an operator's
+// request cut) does not wait out the timeout on a member that accepts
+// connections and never answers.
+func (n *Network) dial(ctx context.Context, addr string, kind byte, timeout time.Duration) (net.Conn, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stopDials := context.AfterFunc(n.dials, cancel)
+	defer stopDials()
+	raw, err := n.dialer(ctx, addr, timeout)
 	if err != nil {
 		return nil, fmt.Errorf("maplog: dial %s: %w", addr, err)
 	}
 	if !n.track(raw) {
 		return nil, fmt.Errorf("maplog: dial %s: %w", addr, net.ErrClosed)
 	}
+	// The handshake's reads end when ctx does. If the cut has begun when
+	// the handshake is over, the connection's deadline may be in the past
+	// whatever the handshake left: it is not handed on.
+	stopCut := context.AfterFunc(ctx, func() { _ = raw.SetDeadline(time.Now()) })
 	c, err := n.handshakeDial(raw, addr, kind, timeout)
+	if !stopCut() && err == nil {
+		err = context.Cause(ctx)
+	}
 	if err != nil {
 		n.untrack(raw)
 		raw.Close()
@@ -464,7 +479,7 @@ func (a advertised) String() string  { return string(a) }
 
 // Dial implements raft.StreamLayer.
 func (n *Network) Dial(addr raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
-	return n.dial(string(addr), kindRaft, timeout)
+	return n.dial(context.Background(), string(addr), kindRaft, timeout)
 }
 
 // Refused returns how many connections were refused for failing
@@ -519,7 +534,7 @@ func (n *Network) answer(c net.Conn) error {
 // authenticated connection, and returns its answer.
 func (n *Network) Forward(ctx context.Context, addr string, cmd []byte) ([]byte, error) {
 	timeout := n.o.HandshakeTimeout
-	c, err := n.dial(addr, kindApply, timeout)
+	c, err := n.dial(ctx, addr, kindApply, timeout)
 	if err != nil {
 		return nil, err
 	}

@@ -181,3 +181,47 @@ func requireClosed(t *testing.T, c net.Conn) {
 	require.NoError(t, err, "closed by the server, not timed out")
 	require.NoError(t, c.Close())
 }
+
+// A proposal forwarded to a member that accepts connections and never
+// answers (a hung process) ends when its caller's context does, not at
+// the handshake's timeout: a node stopping its seeding, or an operator's
+// request cut, does not wait it out. Raft's own dials end at Interrupt.
+func TestForwardEndsWithItsContext(t *testing.T) {
+	o := fastOptions()
+	o.HandshakeTimeout = time.Minute
+	n := listen(t, Auth{Secret: "s"}, o)
+	defer n.Close()
+	hung, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer hung.Close()
+	go func() {
+		for {
+			c, err := hung.Accept()
+			if err != nil {
+				return
+			}
+			defer c.Close() // held open, never answered, until the test ends
+		}
+	}()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_, err = n.Forward(ctx, hung.Addr().String(), []byte(`{"op":"ack"}`))
+	require.Error(t, err)
+	require.Less(t, time.Since(start), 20*time.Second, "ended with its context, not the minute's handshake timeout")
+
+	done := make(chan error, 1)
+	go func() {
+		_, err := n.Dial(raftAddr(hung.Addr().String()), time.Minute)
+		done <- err
+	}()
+	time.Sleep(100 * time.Millisecond) // the behaviour under test: a dial under way when the node stops
+	n.Interrupt()
+	select {
+	case err := <-done:
+		require.Error(t, err)
+	case <-time.After(20 * time.Second):
+		t.Fatal("raft's dial outlived Interrupt")
+	}
+}
