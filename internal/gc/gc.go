@@ -23,12 +23,14 @@
 //     and started again, between the last question and a removal, within
 //     reconfirm, would not be seen.)
 //  2. its delete (the tombstone's version time, or the expiry) is older
-//     than Grace. Removing raises the store's horizon to that cut-off, and
-//     from then on the replica drops every write older than it (answering
-//     as if it held something newer): a write older than a removed delete,
-//     delivered late, cannot resurrect the key. Grace exceeds the hint
-//     window and the clock skew bound, so no hint the cluster still holds
-//     is ever refused.
+//     than Grace. Removing raises the horizon of the record's partition to
+//     that cut-off, and from then on the replica drops every write older
+//     than it of a key of that partition that holds nothing (answering as
+//     if it held something newer): a write older than a removed delete,
+//     delivered late, cannot resurrect the key (store's gc.go says why a
+//     horizon is a partition's and spares keys that hold an older record).
+//     Grace exceeds the hint window and the clock skew bound, so no hint
+//     the cluster still holds is ever refused.
 //
 // Another replica still holding a tombstone this node removed offers it in
 // the next exchange; this node drops it (below its horizon) and counts it
@@ -272,7 +274,7 @@ func (g *Collector) Pass(ctx context.Context) int {
 				break
 			}
 			removed += n
-			g.m.horizon.Set(float64(hlc.TimeOf(g.local.Store.Horizon()).UnixMilli()) / 1e3)
+			g.m.horizon.Set(float64(hlc.TimeOf(g.local.Store.HighestHorizon()).UnixMilli()) / 1e3)
 			g.m.removed.Add(float64(n))
 		}
 	}

@@ -22,7 +22,7 @@ func newMetrics() *metrics {
 		}),
 		horizon: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "dhtkv_gc_horizon_timestamp_seconds",
-			Help: "The garbage-collection horizon (Unix seconds): writes with older versions are dropped. 0 until something was removed.",
+			Help: "The highest partition's garbage-collection horizon (Unix seconds): writes with older versions of keys of that partition that hold nothing are dropped. 0 until something was removed.",
 		}),
 	}
 }

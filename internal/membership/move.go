@@ -343,6 +343,12 @@ func liveGains(v *view.View) (from map[int][]partition.ID, unsourced []partition
 // change), and the cleanup after that removal drops what is still not
 // held. Dropped now, p would be on one live replica fewer until then, and
 // with one replica (--replicas 1) on none.
+// notHeld reports, for v, the partitions this node drops: those it does
+// not hold, but those kept for a dead replica.
+func notHeld(v *view.View) func(partition.ID) bool {
+	return func(p partition.ID) bool { return !v.Holds(p, v.Self) && !keptForDead(v, p) }
+}
+
 func keptForDead(v *view.View, p partition.ID) bool {
 	if len(v.Map.Removing) == 0 {
 		return false
@@ -411,7 +417,12 @@ func (mv *mover) cleanup(ctx context.Context, v *view.View) {
 		s.log.Error("membership: read the pending cleanup; dropping anyway", "err", err)
 		pending = true
 	}
-	held, err := s.local.Store.Held(func(p partition.ID) bool { return !v.Holds(p, v.Self) && !keptForDead(v, p) })
+	// The horizons first: at a start, a change's end whose reset did not
+	// happen (an earlier release), or an earlier release's one horizon.
+	if err := s.local.Store.ResetHorizons(notHeld(v)); err != nil {
+		s.log.Error("membership: reset the horizons of the partitions not held; tried again at the next start", "err", err)
+	}
+	held, err := s.local.Store.Held(notHeld(v))
 	if err != nil {
 		s.log.Error("membership: find the partitions to drop; dropped at the next start", "err", err)
 		return

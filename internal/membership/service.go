@@ -355,9 +355,16 @@ func (s *Service) install(m *clustermap.Map) (bool, error) {
 		s.installMu.Unlock()
 		return false, fmt.Errorf("%w: %016x, this node's is %016x", ErrOtherCluster, m.Cluster, cur.Map.Cluster)
 	}
+	next := s.newView(m, cur.Self)
 	if cur.Moving && m.Change == nil {
 		// A change ends: the partitions no longer held are dropped
-		// (move.go), and a restart must finish that.
+		// (move.go), and a restart must finish that. Their horizons go
+		// first, before a later change can give one back while its drop
+		// is under way (store.Store.ResetHorizons).
+		if err := s.local.Store.ResetHorizons(notHeld(next)); err != nil {
+			s.installMu.Unlock()
+			return false, err
+		}
 		if err := s.local.Store.SetCleanupPending(true); err != nil {
 			s.installMu.Unlock()
 			return false, err
@@ -367,7 +374,6 @@ func (s *Service) install(m *clustermap.Map) (bool, error) {
 		s.installMu.Unlock()
 		return false, err
 	}
-	next := s.newView(m, cur.Self)
 	s.gate.Lock()
 	s.view.Store(next)
 	s.gate.Unlock()

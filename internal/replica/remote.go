@@ -9,9 +9,10 @@ import (
 // Outcome is what ApplyRemote did with one write.
 type Outcome struct {
 	// Newer is the version that kept the write out: the key's newer
-	// version here, or the store's garbage-collection horizon for a write
-	// below it (as if the key held something newer, which it may have
-	// had before a collection). 0 when it is not the reason.
+	// version here, or its partition's garbage-collection horizon for a
+	// write below it of a key that holds nothing (as if the key held
+	// something newer, which it may have had before a collection). 0 when
+	// it is not the reason.
 	Newer uint64
 	// Refused says why the write's version was refused: it is too far
 	// ahead of this node's clock (hlc.ErrTooFarAhead). nil when it is not
@@ -63,8 +64,9 @@ func (r *Replica) Observe(v uint64) error { return r.Clock.Observe(v) }
 //  2. the clock observes the highest version kept before anything is
 //     stored, so that no version this node makes later (after a restart
 //     too) is below one it stored;
-//  3. a write older than what the key holds, or below the horizon, is not
-//     applied (Outcome.Newer): last-write-wins, and a write older than a
+//  3. a write older than what the key holds, or below its partition's
+//     horizon where the key holds nothing, is not applied
+//     (Outcome.Newer): last-write-wins, and a write older than a
 //     collected delete cannot bring the key back; the same version again
 //     is the same write, and is applied;
 //  4. the rest go to the store in one commit (one fsync).

@@ -73,24 +73,28 @@ func (r *Replica) ApplyBatch(ws []store.Write) error {
 }
 
 // NewerVersion returns the version key holds if it is newer than v, and 0
-// if it holds v, an older version or nothing. A version below the store's
-// garbage-collection horizon gets the horizon: it would be dropped, as if
-// the key held something newer (it may have, before a collection).
+// if it holds v, an older version or nothing. A version below its
+// partition's garbage-collection horizon, of a key that holds nothing,
+// gets the horizon: it would be dropped, as if the key held something
+// newer (it may have, before a collection); of a key that holds an older
+// version, it is newer than anything the key had (store's gc.go).
 func (r *Replica) NewerVersion(key []byte, v uint64) (uint64, error) {
-	if h := r.Store.Horizon(); v < h {
-		return h, nil
-	}
-	if r.Versions.Below(key, v) {
+	part, _ := partition.Of(key)
+	h := r.Store.Horizon(part)
+	if v >= h && r.Versions.Below(key, v) {
 		return 0, nil
 	}
 	cur, found, err := r.Store.Version(key)
 	if err != nil {
 		return 0, fmt.Errorf("replica version: %w", err)
 	}
-	if !found || cur <= v {
-		return 0, nil
+	switch {
+	case found && cur > v:
+		return cur, nil
+	case !found && v < h:
+		return h, nil
 	}
-	return cur, nil
+	return 0, nil
 }
 
 // Collect removes the candidates' records (store.Collect) and drops them

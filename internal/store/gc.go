@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -18,35 +19,73 @@ import (
 // replica has it (package gc decides when); until then
 // it must stay, or a replica that missed the delete would bring the value
 // back. This file does the removal safely against concurrent writes, and
-// keeps the horizon: the version below which this store refuses every
-// write from then on (ApplyBatch drops it), so that a write older than a
-// collected delete, arriving late (a hint, a straggler), cannot resurrect
-// the key either. The horizon only rises, and is persisted with the
-// deletions it covers, in one batch.
+// keeps each partition's horizon: the version below which this store
+// refuses a write of a key of that partition that it holds nothing of
+// (ApplyBatch drops it), so that a write older than a collected delete,
+// arriving late (a hint, a straggler), cannot resurrect the key either.
+// A horizon only rises while the node holds its partition, and is
+// persisted with the deletions it covers, in one batch.
+//
+// Why a horizon per partition, and only for keys held nothing of: a
+// horizon says that deletes older than it may have been removed here, and
+// that is true only of the partitions whose records were removed here,
+// and of the keys that hold nothing now. One horizon for the whole store
+// made a node that had collected in one partition refuse every older
+// record of the others: the live records a membership change streamed to
+// it for a partition it gained (the change ended with the key on fewer
+// replicas than the replication factor, which anti-entropy never
+// repaired, as the refusal reads as "holds newer"), and the tombstone of
+// a delete it had missed while cut off, which its peer then counted
+// delivered and collected (the value came back). A key that holds a
+// record older than the write is not one whose delete was collected here
+// (a collection removes the key; whatever was stored after it was at or
+// above the horizon of that moment), so the write is newer than
+// everything the key had: last-write-wins applies as above the horizon.
+// When a membership change that took a partition away ends, its horizon
+// goes back to 0 (ResetHorizons): no write of it is routed here any more,
+// its records are being dropped, and should the node gain it again, the
+// copy brings every record the replicas hold, old ones included, as to a
+// node that never held it (with the horizon kept, the copy's records of
+// the keys already dropped would have been refused).
 //
 // Interleaving with writes: Collect deletes a candidate only if its data
-// key still holds the version the candidate names, and commits the
-// deletions while it holds gcState.mu exclusively; writers hold mu shared
-// for their whole commit, and count themselves in their partitions'
-// gcState.writes before it. Collect reads the candidates' versions without
-// the lock (a batch of cold records takes milliseconds, and every write of
-// the node would wait), between two moments it holds the lock: at the
-// first it notes the partitions' counts (no writer is then between its
-// count and its commit), at the second it reads again, under the lock,
-// the candidates of every partition whose count moved. So a write either
-// committed before Collect's read of the key (the version differs, nothing
-// is deleted), or counted itself after the first moment (the key is read
-// again under the lock), or commits after the deletion and the new horizon
-// (and is dropped if it is below it). A Pebble Delete removes every
-// earlier merge operand of the key, which is why a write must never commit
-// between the read that decides and the delete.
+// key still holds the version found, and commits the deletions while it
+// holds gcState.mu exclusively; writers hold mu shared for their whole
+// commit, and count themselves in their partitions' gcState.writes before
+// it. Collect reads the candidates' versions without the lock (a batch of
+// cold records takes milliseconds, and every write of the node would
+// wait), between two moments it holds the lock: at the first it notes the
+// partitions' counts (no writer is then between its count and its
+// commit), at the second it reads again, under the lock, the candidates
+// of every partition whose count moved. So a write either committed
+// before Collect's read of the key (the version differs, nothing is
+// deleted), or counted itself after the first moment (the key is read
+// again under the lock), or commits after the deletion and the new
+// horizon (and is dropped if it is below it and the key holds nothing).
+// A Pebble Delete removes every earlier merge operand of the key, which
+// is why a write must never commit between the read that decides and the
+// delete.
 
-// gcKey holds the horizon, 8 bytes big-endian.
-const gcKey = "\x00gc"
+// horizonPrefix starts each partition's horizon key (the prefix and the
+// partition, 2 bytes big-endian), whose value is the horizon, 8 bytes
+// big-endian; absent: 0. legacyHorizonKey held the one horizon of the
+// whole store of earlier releases (migrateHorizon).
+const (
+	horizonPrefix    = "\x00gcp"
+	horizonUpper     = "\x00gcq"
+	legacyHorizonKey = "\x00gc"
+)
+
+func horizonKey(part partition.ID) []byte {
+	return binary.BigEndian.AppendUint16([]byte(horizonPrefix), uint16(part))
+}
 
 type gcState struct {
-	mu      sync.RWMutex
-	horizon atomic.Uint64
+	mu sync.RWMutex
+	// horizons holds each partition's horizon; highest is the highest of
+	// them (a metric's).
+	horizons [partition.Count]atomic.Uint64
+	highest  atomic.Uint64
 	// writes counts, per partition, the writes of ApplyBatch, each before
 	// its commit under mu shared.
 	writes [partition.Count]atomic.Uint64
@@ -55,25 +94,159 @@ type gcState struct {
 	read func()
 }
 
-func (s *Store) loadHorizon() error {
-	v, closer, err := s.db.Get([]byte(gcKey))
+// setHorizon records part's horizon in memory (persisted by the caller).
+func (g *gcState) setHorizon(part partition.ID, h uint64) {
+	g.horizons[part].Store(h)
+	for {
+		top := g.highest.Load()
+		if h <= top || g.highest.CompareAndSwap(top, h) {
+			return
+		}
+	}
+}
+
+// loadHorizons reads every partition's horizon, then migrates an earlier
+// release's one horizon (migrateHorizon).
+func (s *Store) loadHorizons() error {
+	it, err := s.db.NewIter(&pebble.IterOptions{
+		LowerBound: []byte(horizonPrefix),
+		UpperBound: []byte(horizonUpper),
+	})
+	if err != nil {
+		return fmt.Errorf("read gc horizons in %s: %w", s.dir, err)
+	}
+	for it.First(); it.Valid(); it.Next() {
+		k, v := it.Key(), it.Value()
+		if len(k) != len(horizonPrefix)+2 || len(v) != 8 {
+			it.Close()
+			return fmt.Errorf("read gc horizons in %s: key %q holds %d bytes", s.dir, k, len(v))
+		}
+		part := binary.BigEndian.Uint16(k[len(horizonPrefix):])
+		if int(part) >= partition.Count {
+			it.Close()
+			return fmt.Errorf("read gc horizons in %s: partition %d", s.dir, part)
+		}
+		s.gc.setHorizon(partition.ID(part), binary.BigEndian.Uint64(v))
+	}
+	if err := it.Close(); err != nil {
+		return fmt.Errorf("read gc horizons in %s: %w", s.dir, err)
+	}
+	return s.migrateHorizon()
+}
+
+// migrateHorizon turns an earlier release's one horizon into the horizon
+// of every partition this store holds records of, and removes it: a
+// partition it holds nothing of was never collected here, or was dropped
+// (and its horizon with it, had it had one of its own).
+func (s *Store) migrateHorizon() error {
+	v, closer, err := s.db.Get([]byte(legacyHorizonKey))
 	if errors.Is(err, pebble.ErrNotFound) {
 		return nil
 	}
 	if err != nil {
 		return fmt.Errorf("read gc horizon in %s: %w", s.dir, err)
 	}
-	defer closer.Close()
 	if len(v) != 8 {
+		closer.Close()
 		return fmt.Errorf("read gc horizon in %s: %d bytes, want 8", s.dir, len(v))
 	}
-	s.gc.horizon.Store(binary.BigEndian.Uint64(v))
+	h := binary.BigEndian.Uint64(v)
+	closer.Close()
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: []byte{indexPrefix}, UpperBound: []byte{indexPrefix + 1}})
+	if err != nil {
+		return fmt.Errorf("migrate gc horizon in %s: %w", s.dir, err)
+	}
+	b := s.db.NewBatch()
+	defer b.Close()
+	var held []partition.ID
+	for p := range partition.Count {
+		part := partition.ID(p)
+		if !it.SeekGE([]byte{indexPrefix, byte(part >> 8), byte(part)}) {
+			break
+		}
+		if k := it.Key(); len(k) < 3 || binary.BigEndian.Uint16(k[1:3]) != uint16(part) || h <= s.gc.horizons[part].Load() {
+			continue
+		}
+		held = append(held, part)
+		if err := b.Set(horizonKey(part), binary.BigEndian.AppendUint64(nil, h), nil); err != nil {
+			it.Close()
+			return fmt.Errorf("migrate gc horizon: %w", err)
+		}
+	}
+	if err := it.Close(); err != nil {
+		return fmt.Errorf("migrate gc horizon in %s: %w", s.dir, err)
+	}
+	if err := b.Delete([]byte(legacyHorizonKey), nil); err != nil {
+		return fmt.Errorf("migrate gc horizon: %w", err)
+	}
+	if err := s.write(func() error { return s.db.Apply(b, pebble.Sync) }); err != nil {
+		return fmt.Errorf("migrate gc horizon in %s: %w", s.dir, err)
+	}
+	for _, part := range held {
+		s.gc.setHorizon(part, h)
+	}
 	return nil
 }
 
-// Horizon is the version below which writes are dropped (0: none
-// collected yet).
-func (s *Store) Horizon() uint64 { return s.gc.horizon.Load() }
+// Horizon is partition part's horizon: the version below which a write
+// of one of its keys that holds nothing is dropped (0: none collected
+// since the node holds the partition).
+func (s *Store) Horizon(part partition.ID) uint64 { return s.gc.horizons[part].Load() }
+
+// HighestHorizon is the highest partition's horizon (0: none).
+func (s *Store) HighestHorizon() uint64 { return s.gc.highest.Load() }
+
+// belowHorizon reports whether a write of version v of key, of partition
+// part, is dropped: v is below the partition's horizon and the key holds
+// nothing, or something at least as new (see above).
+func (s *Store) belowHorizon(key []byte, part partition.ID, v uint64) (bool, error) {
+	if v >= s.gc.horizons[part].Load() {
+		return false, nil
+	}
+	cur, found, err := s.Version(key)
+	if err != nil {
+		return false, err
+	}
+	return !found || cur > v, nil
+}
+
+// ResetHorizons puts back to 0 the horizon of every partition for which
+// gone reports true: partitions this node no longer holds (package
+// membership, as a change that took them away ends). Should the node
+// gain one again, the copy brings every record its replicas hold, old
+// ones included, as to a node that never held it (see above).
+func (s *Store) ResetHorizons(gone func(partition.ID) bool) error {
+	s.gc.mu.Lock()
+	defer s.gc.mu.Unlock()
+	b := s.db.NewBatch()
+	defer b.Close()
+	var reset []partition.ID
+	for p := range partition.Count {
+		part := partition.ID(p)
+		if s.gc.horizons[part].Load() == 0 || !gone(part) {
+			continue
+		}
+		if err := b.Delete(horizonKey(part), nil); err != nil {
+			return fmt.Errorf("reset gc horizons: %w", err)
+		}
+		reset = append(reset, part)
+	}
+	if len(reset) == 0 {
+		return nil
+	}
+	if err := s.write(func() error { return s.db.Apply(b, pebble.Sync) }); err != nil {
+		return fmt.Errorf("reset the gc horizons of %d partitions in %s: %w", len(reset), s.dir, err)
+	}
+	for _, part := range reset {
+		s.gc.horizons[part].Store(0)
+	}
+	var top uint64
+	for i := range s.gc.horizons {
+		top = max(top, s.gc.horizons[i].Load())
+	}
+	s.gc.highest.Store(top)
+	return nil
+}
 
 // Candidate is a record garbage collection may remove: the key, and the
 // version it held when found.
@@ -99,8 +272,9 @@ func (s *Store) Candidates(part partition.ID, collectBefore, arrivedBefore uint6
 }
 
 // Collect removes each candidate's record and index entry if the key
-// still holds the candidate's version, and raises the horizon to horizon
-// (never lowers it): from then on, writes below it are dropped. Every
+// still holds the candidate's version, and raises the horizon of each
+// partition it removed a record of to horizon (never lowers it): from
+// then on, writes below it of keys that hold nothing are dropped. Every
 // candidate's version must be below horizon. It returns the keys removed.
 func (s *Store) Collect(cands []Candidate, horizon uint64) (removed [][]byte, err error) {
 	for _, c := range cands {
@@ -161,21 +335,25 @@ func (s *Store) Collect(cands []Candidate, horizon uint64) (removed [][]byte, er
 		removed = append(removed, c.Key)
 		parts = append(parts, part)
 	}
-	if horizon > s.gc.horizon.Load() {
-		if err := b.Set([]byte(gcKey), binary.BigEndian.AppendUint64(nil, horizon), nil); err != nil {
-			return nil, fmt.Errorf("collect: %w", err)
-		}
-	}
 	if b.Empty() {
 		return nil, nil
+	}
+	slices.Sort(parts)
+	parts = slices.Compact(parts)
+	for _, p := range parts {
+		if horizon > s.gc.horizons[p].Load() {
+			if err := b.Set(horizonKey(p), binary.BigEndian.AppendUint64(nil, horizon), nil); err != nil {
+				return nil, fmt.Errorf("collect: %w", err)
+			}
+		}
 	}
 	if err := s.write(func() error { return s.db.Apply(b, pebble.Sync) }); err != nil {
 		return nil, fmt.Errorf("collect %d records in %s: %w", len(removed), s.dir, err)
 	}
-	if horizon > s.gc.horizon.Load() {
-		s.gc.horizon.Store(horizon)
-	}
 	for _, p := range parts {
+		if horizon > s.gc.horizons[p].Load() {
+			s.gc.setHorizon(p, horizon)
+		}
 		s.summary.touch(p)
 	}
 	return removed, nil

@@ -1,12 +1,15 @@
 package store
 
 import (
+	"encoding/binary"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2"
 	"github.com/stretchr/testify/require"
 
 	"github.com/dhtkv/dhtkv/internal/hlc"
@@ -55,8 +58,9 @@ func TestCandidates(t *testing.T) {
 }
 
 // TestCollect: a candidate is removed only if its key still holds the
-// version found; the horizon rises, persists, and from then on writes
-// below it are dropped, while newer ones are stored.
+// version found; its partition's horizon rises, persists, and from then
+// on writes below it of the key removed are dropped, while newer ones
+// are stored.
 func TestCollect(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "db")
 	s, err := Open(dir, Options{})
@@ -73,7 +77,7 @@ func TestCollect(t *testing.T) {
 	require.NoError(t, err)
 	require.False(t, found)
 	require.Empty(t, candidatesOf(t, s, 1<<62, 1<<62), "index entry gone too")
-	require.Equal(t, horizon, s.Horizon())
+	require.Equal(t, horizon, s.Horizon(partOf("a")))
 
 	apply("a", record.Record{Version: msVersion(900), Value: []byte("zombie")}) // below: dropped
 	_, found, err = s.Version([]byte("a"))
@@ -92,7 +96,124 @@ func TestCollect(t *testing.T) {
 	s, err = Open(dir, Options{})
 	require.NoError(t, err)
 	defer s.Close()
-	require.Equal(t, horizon, s.Horizon(), "persisted")
+	require.Equal(t, horizon, s.Horizon(partOf("a")), "persisted")
+}
+
+func partOf(key string) partition.ID {
+	p, _ := partition.Of([]byte(key))
+	return p
+}
+
+// keyIn returns a key of partition part other than those named.
+func keyIn(part partition.ID, not ...string) string {
+	for i := 0; ; i++ {
+		k := fmt.Sprintf("k%d", i)
+		if partOf(k) == part && !slices.Contains(not, k) {
+			return k
+		}
+	}
+}
+
+// TestHorizonIsAPartitions: a collection raises the horizon of the
+// partitions it removed records of, and no other. Below it, a write of a
+// key that holds nothing is dropped (its delete may have been removed
+// here), and one of a key that holds an older record is stored (no delete
+// of that key newer than its record was removed here: the tombstone of a
+// delete this replica missed, which it must not refuse); another
+// partition takes any version (a partition a membership change gives the
+// node). ResetHorizons puts a partition's back to 0; both persist.
+func TestHorizonIsAPartitions(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "db")
+	s, err := Open(dir, Options{})
+	require.NoError(t, err)
+	a := "a"
+	p := partOf(a)
+	older := keyIn(p, a)
+	other := "b"
+	for partOf(other) == p {
+		other += "b"
+	}
+	q := partOf(other)
+	apply := func(key string, v int64, tomb bool) {
+		rec := record.Record{Version: msVersion(v), Tombstone: tomb}
+		if !tomb {
+			rec.Value = []byte("v")
+		}
+		require.NoError(t, s.Apply([]byte(key), &rec))
+	}
+	holds := func(key string) int64 {
+		v, found, err := s.Version([]byte(key))
+		require.NoError(t, err)
+		if !found {
+			return 0
+		}
+		return hlc.TimeOf(v).UnixMilli()
+	}
+	apply(a, 1000, true)
+	apply(older, 500, false)
+	removed, err := s.Collect([]Candidate{{[]byte(a), msVersion(1000)}}, msVersion(2000))
+	require.NoError(t, err)
+	require.Len(t, removed, 1)
+	require.Equal(t, msVersion(2000), s.Horizon(p))
+	require.Zero(t, s.Horizon(q), "nothing of it was removed")
+	require.Equal(t, msVersion(2000), s.HighestHorizon())
+
+	apply(a, 900, false)
+	require.Zero(t, holds(a), "below the horizon, of a key that holds nothing: dropped")
+	apply(older, 1500, true)
+	require.EqualValues(t, 1500, holds(older), "below the horizon, newer than the key's record: stored")
+	apply(older, 1200, false)
+	require.EqualValues(t, 1500, holds(older), "older than the key's record: last-write-wins")
+	apply(other, 100, false)
+	require.EqualValues(t, 100, holds(other), "another partition's horizon is 0")
+
+	require.NoError(t, s.Close())
+	s, err = Open(dir, Options{})
+	require.NoError(t, err)
+	require.Equal(t, msVersion(2000), s.Horizon(p), "persisted")
+	require.Zero(t, s.Horizon(q))
+
+	require.NoError(t, s.ResetHorizons(func(part partition.ID) bool { return part == p }))
+	require.Zero(t, s.Horizon(p))
+	require.Zero(t, s.HighestHorizon())
+	apply(a, 900, false)
+	require.EqualValues(t, 900, holds(a), "the partition's old records are taken again")
+	require.NoError(t, s.Close())
+	s, err = Open(dir, Options{})
+	require.NoError(t, err)
+	defer s.Close()
+	require.Zero(t, s.Horizon(p), "the reset persisted")
+}
+
+// An earlier release's one horizon becomes the horizon of every partition
+// the store holds records of, and is removed.
+func TestHorizonMigrates(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "db")
+	s, err := Open(dir, Options{})
+	require.NoError(t, err)
+	held, empty := partOf("a"), partition.ID(0)
+	for empty == held {
+		empty++
+	}
+	require.NoError(t, s.Apply([]byte("a"), &record.Record{Version: msVersion(5000), Value: []byte("v")}))
+	legacy := binary.BigEndian.AppendUint64(nil, msVersion(2000))
+	require.NoError(t, s.db.Set([]byte(legacyHorizonKey), legacy, pebble.Sync))
+	require.NoError(t, s.Close())
+
+	s, err = Open(dir, Options{})
+	require.NoError(t, err)
+	defer s.Close()
+	require.Equal(t, msVersion(2000), s.Horizon(held))
+	for part := range partition.Count {
+		if partition.ID(part) != held {
+			require.Zero(t, s.Horizon(partition.ID(part)), "partition %d holds nothing", part)
+		}
+	}
+	_, closer, err := s.db.Get([]byte(legacyHorizonKey))
+	require.ErrorIs(t, err, pebble.ErrNotFound, "migrated")
+	if closer != nil {
+		closer.Close()
+	}
 }
 
 // TestCollectRacesWrites: writers rewrite keys while they are collected;

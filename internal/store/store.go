@@ -317,7 +317,7 @@ func (s *Store) open(popts *pebble.Options) (err error) {
 		db.Close()
 		return err
 	}
-	if err := s.loadHorizon(); err != nil {
+	if err := s.loadHorizons(); err != nil {
 		db.Close()
 		return err
 	}
@@ -486,8 +486,9 @@ func (s *Store) Version(key []byte) (v uint64, found bool, err error) {
 
 // Apply stores rec under key unless the key already holds a newer version
 // (last-write-wins, resolved by the merge operator) or rec's version is
-// below the garbage-collection horizon (gc.go: such a write could bring
-// back what a collected tombstone deleted, and is dropped). It returns
+// below the garbage-collection horizon of key's partition while the key
+// holds nothing (gc.go: such a write could bring back what a collected
+// tombstone deleted, and is dropped). It returns
 // once the write is durable (Sync) or in the memtable (no Sync).
 func (s *Store) Apply(key []byte, rec *record.Record) error {
 	return s.ApplyBatch([]Write{{Key: key, Rec: rec}})
@@ -510,17 +511,18 @@ func (s *Store) ApplyBatch(ws []Write) error {
 	// reads a record and deletes it only if it is still what it read.
 	s.gc.mu.RLock()
 	defer s.gc.mu.RUnlock()
-	horizon := s.gc.horizon.Load()
 	arrived := uint64(time.Now().UnixMilli())
 	b := s.db.NewBatch()
 	defer b.Close()
 	n := 0
 	for _, w := range ws {
-		if w.Rec.Version < horizon {
+		part, seg := partition.Of(w.Key)
+		if below, err := s.belowHorizon(w.Key, part, w.Rec.Version); err != nil {
+			return fmt.Errorf("apply batch: %w", err)
+		} else if below {
 			continue
 		}
-		part, err := addMerge(b, w.Key, w.Rec, arrived)
-		if err != nil {
+		if err := addMergeIn(b, w.Key, part, seg, w.Rec, arrived); err != nil {
 			return fmt.Errorf("apply batch: %w", err)
 		}
 		s.gc.writes[part].Add(1) // before the commit: see Collect
@@ -543,14 +545,21 @@ func (s *Store) ApplyBatch(ws []Write) error {
 // key's entry to the anti-entropy index, arrived at arrived (Unix ms); it
 // returns key's partition.
 func addMerge(b *pebble.Batch, key []byte, rec *record.Record, arrived uint64) (partition.ID, error) {
+	part, seg := partition.Of(key)
+	return part, addMergeIn(b, key, part, seg, rec, arrived)
+}
+
+// addMergeIn is addMerge for a key whose partition and segment the caller
+// has (partition.Of).
+func addMergeIn(b *pebble.Batch, key []byte, part partition.ID, seg uint8, rec *record.Record, arrived uint64) error {
 	op := b.MergeDeferred(1+len(key), rec.EncodedSize())
 	op.Key[0] = dataPrefix
 	copy(op.Key[1:], key)
 	rec.AppendEncode(op.Value[:0])
 	if err := op.Finish(); err != nil {
-		return 0, err
+		return err
 	}
-	return addIndex(b, key, indexEntryOf(rec, arrived))
+	return addIndexIn(b, key, part, seg, indexEntryOf(rec, arrived))
 }
 
 // batchBytes is about what ws adds to the store: keys, values, the

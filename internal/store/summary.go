@@ -88,10 +88,16 @@ func indexEntryOf(rec *record.Record, arrived uint64) IndexEntry {
 // addIndex adds key's index entry e to b.
 func addIndex(b *pebble.Batch, key []byte, e IndexEntry) (partition.ID, error) {
 	part, seg := partition.Of(key)
+	return part, addIndexIn(b, key, part, seg, e)
+}
+
+// addIndexIn is addIndex for a key whose partition and segment the
+// caller has.
+func addIndexIn(b *pebble.Batch, key []byte, part partition.ID, seg uint8, e IndexEntry) error {
 	ix := b.MergeDeferred(indexKeyLen(key), indexValueLen)
 	putIndexKey(ix.Key, part, seg, key)
 	e.put(ix.Value)
-	return part, ix.Finish()
+	return ix.Finish()
 }
 
 // indexKeyLen is the length of key's index key.
