@@ -54,6 +54,7 @@ func (a *Service) Exchange(ctx context.Context, v *view.View, i int, shared []pa
 		return st, errors.New("this node is rebuilding: its data is not its share yet")
 	}
 	local := a.local.Store
+	local.AwaitCommits() // before any hash: what arrived before Started is in them
 	st.Partitions = len(shared)
 	summary := func(body []byte) ([]byte, error) {
 		if err := ctx.Err(); err != nil {

@@ -5,11 +5,15 @@ import (
 	"fmt"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 	"github.com/stretchr/testify/require"
 
 	"github.com/dhtkv/dhtkv/internal/hlc"
@@ -391,4 +395,50 @@ func benchStore(b *testing.B, n int) *Store {
 	}
 	require.NoError(b, s.db.Flush())
 	return s
+}
+
+// AwaitCommits waits for a write that took its arrival time before the
+// call and whose commit waits for its WAL's sync: an exchange that hashed
+// without it would be counted by garbage collection for that record.
+func TestAwaitCommitsWaitsForAWriteInFlight(t *testing.T) {
+	var hold atomic.Bool
+	held, release := make(chan struct{}, 1), make(chan struct{})
+	inj := errorfs.InjectorFunc(func(op errorfs.Op) error {
+		isSync := op.Kind == errorfs.OpFileSync || op.Kind == errorfs.OpFileSyncData || op.Kind == errorfs.OpFileSyncTo
+		if isSync && hold.Load() && strings.HasSuffix(op.Path, ".log") {
+			select {
+			case held <- struct{}{}:
+			default:
+			}
+			<-release
+		}
+		return nil
+	})
+	s, err := Open("db", Options{FS: errorfs.Wrap(vfs.NewMem(), inj), Sync: true})
+	require.NoError(t, err)
+	defer s.Close()
+	releaseSync := sync.OnceFunc(func() { close(release) })
+	defer releaseSync() // before Close, which waits for the write
+
+	hold.Store(true)
+	applied := make(chan error, 1)
+	go func() { applied <- s.Apply([]byte("k"), &record.Record{Version: msVersion(1000), Tombstone: true}) }()
+	<-held // the write took its arrival time and waits for the WAL's sync
+	hold.Store(false)
+	awaited := make(chan struct{})
+	go func() {
+		s.AwaitCommits()
+		close(awaited)
+	}()
+	select {
+	case <-awaited:
+		t.Fatal("AwaitCommits returned while a write that arrived before it was not committed")
+	case <-time.After(200 * time.Millisecond): // the behaviour under test: it waits, however long the sync
+	}
+	releaseSync()
+	<-awaited
+	require.NoError(t, <-applied)
+	_, found, err := s.Version([]byte("k"))
+	require.NoError(t, err)
+	require.True(t, found)
 }
