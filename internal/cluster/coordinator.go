@@ -302,6 +302,9 @@ const maxReplicas = 8
 func (c *Coordinator) Get(key []byte, ack, from int) (Result, error) {
 	for try := 0; ; try++ {
 		r := c.route()
+		if r.Self < 0 {
+			return Result{}, ErrNotAMember
+		}
 		res, err := c.get(r, key, ack, from)
 		if err == nil || try == 2 || c.d.Views() == r.View {
 			return res, err
@@ -390,6 +393,9 @@ func (c *Coordinator) get(r *routes, key []byte, ack, from int) (Result, error) 
 // Storage. A node whose store takes no writes (Deps.Writable) refuses
 // to coordinate one, before it makes a version.
 func (c *Coordinator) Write(key, value []byte, tombstone bool, ttl time.Duration, ack, from int) error {
+	if c.d.Views().Self < 0 {
+		return ErrNotAMember
+	}
 	if err := c.d.Writable(); err != nil {
 		return fmt.Errorf("write: %w", err)
 	}
@@ -407,6 +413,9 @@ func (c *Coordinator) Write(key, value []byte, tombstone bool, ttl time.Duration
 	rec := record.Record{Version: version, Tombstone: tombstone, Value: value, ExpiresAt: expiry(version, ttl)}
 	for try := 0; ; try++ {
 		r := c.route()
+		if r.Self < 0 {
+			return ErrNotAMember // nothing was sent: no failure to answer late
+		}
 		err := c.write(r, key, &rec, ttl, ack, from)
 		if err == nil || try == 2 || c.d.Views() == r.View {
 			if err != nil && len(r.Map.Nodes) > 1 {
@@ -449,6 +458,13 @@ func (c *Coordinator) failLate(version uint64) {
 	c.m.failWait.Add(wait.Seconds())
 	time.Sleep(wait)
 }
+
+// ErrNotAMember refuses a request on a node that is not a member of the
+// cluster map it routes by: decommissioned or removed, or its id given to
+// a machine at another address (replace), and not stopped yet (it stops
+// once it learns so: node.Left). Its replica is no longer any key's, and
+// the map has no transport to the node now holding its id.
+var ErrNotAMember = errors.New("this node is not a member of the cluster map (decommissioned, removed or replaced): send requests to another node")
 
 // ErrReplicaAhead refuses a write because a replica holds a version of
 // the key too far ahead of this node's clock to be observed: a node whose

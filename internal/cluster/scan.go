@@ -45,10 +45,13 @@ func (c *Coordinator) Scan(ctx context.Context, start, end []byte, ack, from int
 		end = bytes.Clone(end)
 	}
 	v := c.d.Views()
+	if v.Self < 0 {
+		return nil, ErrNotAMember
+	}
 	nodes := v.Map.Nodes
 	srcs := make([]scan.Iterator, len(nodes))
 	errs := make([]error, len(nodes))
-	self := 0
+	self := -1
 	var wg sync.WaitGroup
 	for i, n := range nodes {
 		if n.ID == v.Self {

@@ -344,7 +344,8 @@ func (s *Server) replicaError(ctx *fasthttp.RequestCtx, err error) {
 // few replicas answered, or too few peers to verify this node's clock,
 // is the contract's 504; a write refused for a clock (this node's, off
 // or not verified, or the one that made a replica's version) is 503 with
-// the reason; a write this node's store cannot take now (its disk below
+// the reason, and so is any request on a node that is no longer a member
+// of the cluster map; a write this node's store cannot take now (its disk below
 // --min-free-space, or failed) is 507 with the reason; anything else is
 // the server's fault, logged.
 func (s *Server) replicaStatus(path []byte, err error) (int, string) {
@@ -361,7 +362,8 @@ func (s *Server) replicaStatus(path []byte, err error) (int, string) {
 		// Too few peers answered to verify this node's clock: as the
 		// write itself would find, not enough nodes answered.
 		return fasthttp.StatusGatewayTimeout, err.Error()
-	case errors.Is(err, probe.ErrClockSkew), errors.Is(err, probe.ErrClockUnverified), errors.Is(err, cluster.ErrReplicaAhead):
+	case errors.Is(err, probe.ErrClockSkew), errors.Is(err, probe.ErrClockUnverified), errors.Is(err, cluster.ErrReplicaAhead),
+		errors.Is(err, cluster.ErrNotAMember):
 		// A clock this node cannot vouch for, or a replica's version
 		// made by one: not the server's fault, and it says why.
 		return fasthttp.StatusServiceUnavailable, err.Error()
