@@ -261,6 +261,14 @@ func (g *Collector) Pass(ctx context.Context) int {
 			if pace.WaitBytes(ctx, g.limit, len(chunk)*removeCost) != nil {
 				break
 			}
+			if g.views() != v {
+				// A map installed since the pass began: a change may be
+				// under way (rule 1: nothing is removed while partitions
+				// move), and the exchanges relied on vouched for the
+				// old map's replica sets.
+				g.log.Info("garbage collection stopped: a new cluster map was installed during the pass; the next pass follows its exchanges", "removed", removed)
+				return removed
+			}
 			if time.Since(confirmed) > reconfirm {
 				confirmed = time.Now()
 				if now := incarnations(v); !stillRunning(relied, running, now) {

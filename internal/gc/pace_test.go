@@ -200,3 +200,29 @@ func TestPassIgnoresPeersItDoesNotRelyOn(t *testing.T) {
 	require.Less(t, silent, 200, "not those it shares with node 2")
 	require.Equal(t, silent, removed([]uint64{0, 6}), "node 2 answers during the pass")
 }
+
+// TestPassStopsAtANewMap: a map installed during a pass (a membership
+// change may have begun: rule 1) ends the pass before its next removal;
+// the next pass, under the map it finds, removes them.
+func TestPassStopsAtANewMap(t *testing.T) {
+	local := replicaWith(t, 0, 20)
+	url := "http://127.0.0.1:1"
+	m, err := clustermap.Seed([]string{url}, 1)
+	require.NoError(t, err)
+	first := view.New(m, 0, url, func(string) view.Peer { return nil }, time.Now())
+	installed := view.New(m, 0, url, func(string) view.Peer { return nil }, time.Now())
+	var mu sync.Mutex
+	calls := 0
+	views := func() *view.View {
+		mu.Lock()
+		defer mu.Unlock()
+		if calls++; calls == 1 {
+			return first
+		}
+		return installed
+	}
+	g := New(local, views, func() []view.Synced { return make([]view.Synced, 1) }, nil, Options{Grace: time.Hour}, slog.New(slog.DiscardHandler))
+	g.now = func() time.Time { return time.Now().Add(time.Second) }
+	require.Zero(t, g.Pass(context.Background()), "the map changed before the first removal")
+	require.Equal(t, 20, g.Pass(context.Background()), "the next pass, under the installed map")
+}
