@@ -179,6 +179,55 @@ func planCopy(from map[int][]partition.ID) (bulk map[int]*partition.Set, rest ma
 	return bulk, rest
 }
 
+// dropLeftovers drops, before the copy, whatever this node holds of the
+// partitions it gains: records left from an earlier time it held one,
+// whose drop this change cut short (cleanup stops at a newer map), and
+// the writes of this change's write-both stage. A leftover whose delete
+// the replicas collected while the partition was away would otherwise
+// outlive the delete: the copy brings nothing to beat it, and once the
+// change ends the partition is this node's again, so no cleanup drops
+// it. A write of write-both that was acknowledged reached a replica of
+// the old set as well, and the copy reads every live one (streamed from
+// one, compared with the others), so it brings each back; the gained
+// partitions are not read here until the copy is done (read-old). A
+// partition one of whose old replicas the map counts dead keeps what it
+// holds: a write acknowledged at ack=1 may be on that one and here only.
+// It reports false once ctx ended.
+func (mv *mover) dropLeftovers(ctx context.Context, v *view.View) bool {
+	s := mv.s
+	gained, deadSource := map[partition.ID]bool{}, map[partition.ID]bool{}
+	for r, ps := range v.Gains(v.Self) {
+		for _, p := range ps {
+			gained[p] = true
+			deadSource[p] = deadSource[p] || v.Dead(r)
+		}
+	}
+	held, err := s.local.Store.Held(func(p partition.ID) bool { return gained[p] && !deadSource[p] })
+	if err != nil {
+		s.log.Error("membership: find what this node holds of the partitions it gains; copying over it", "err", err)
+		return ctx.Err() == nil
+	}
+	removed := 0
+	for _, part := range held {
+		// Unpaced: the copy waits for it, and it drops no more than a
+		// drop cut short left, and the writes of one stage.
+		n, err := s.local.DropHeld(ctx, part, nil)
+		removed += n
+		s.m.moveDropped.Add(float64(n))
+		if ctx.Err() != nil {
+			return false
+		}
+		if err != nil {
+			s.log.Error("membership: drop what this node held of a partition it gains; copying over it", "partition", part, "err", err)
+		}
+	}
+	if removed > 0 {
+		s.log.Info("membership: dropped what this node held of the partitions it gains, before copying them", "epoch", v.Map.Epoch,
+			"partitions", len(held), "records", removed)
+	}
+	return true
+}
+
 // copyGained copies the partitions this node gains in v's change from
 // each of their old replicas (see mover), until every copy succeeded or
 // ctx ends.
@@ -203,6 +252,9 @@ func (mv *mover) copyGained(ctx context.Context, v *view.View) {
 	}
 	if len(from) == 0 {
 		s.setMoved(v.Map.Epoch)
+		return
+	}
+	if !mv.dropLeftovers(ctx, v) {
 		return
 	}
 	bulk, rest := planCopy(from)

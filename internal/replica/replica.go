@@ -110,6 +110,20 @@ func (r *Replica) Collect(cands []store.Candidate, horizon uint64) (int, error) 
 	return len(removed), nil
 }
 
+// DropHeld is DropPartition walking the partition once
+// (store.Store.DropHeld).
+func (r *Replica) DropHeld(ctx context.Context, part partition.ID, pace store.Pacer) (int, error) {
+	removed, err := r.Store.DropHeld(ctx, part, pace, func(keys [][]byte) {
+		for _, k := range keys {
+			r.Cache.Invalidate(k)
+		}
+	})
+	if err != nil {
+		return removed, fmt.Errorf("replica drop held: %w", err)
+	}
+	return removed, nil
+}
+
 // DropPartition deletes partition part's records here, paced by pace,
 // and from the cache batch by batch (see store.Store.DropPartition), and
 // returns how many; once ctx ends it returns ctx's error, having dropped

@@ -79,6 +79,21 @@ type Pacer interface {
 // anti-entropy, garbage collection and every later drop. The space comes
 // back with compaction.
 func (s *Store) DropPartition(ctx context.Context, part partition.ID, pace Pacer, dropped func(keys [][]byte)) (removed int, err error) {
+	return s.dropPartition(ctx, part, pace, dropped, true)
+}
+
+// DropHeld is DropPartition walking the partition's index once: it drops
+// what the partition held when the walk reached each key, and ends
+// although writes keep arriving (a partition this node gains during a
+// change, whose writes the walk may delete too, and the change's copy
+// brings back; package membership). DropPartition walks again until a
+// walk finds nothing, which writes that keep arriving would never let it
+// see.
+func (s *Store) DropHeld(ctx context.Context, part partition.ID, pace Pacer, dropped func(keys [][]byte)) (removed int, err error) {
+	return s.dropPartition(ctx, part, pace, dropped, false)
+}
+
+func (s *Store) dropPartition(ctx context.Context, part partition.ID, pace Pacer, dropped func(keys [][]byte), rewalk bool) (removed int, err error) {
 	// Partitions stop at 0x0fff: part+1 does not carry out of two bytes.
 	lower := []byte{indexPrefix, byte(part >> 8), byte(part)}
 	upper := []byte{indexPrefix, byte((part + 1) >> 8), byte(part + 1)}
@@ -93,7 +108,7 @@ func (s *Store) DropPartition(ctx context.Context, part partition.ID, pace Pacer
 			return removed, fmt.Errorf("drop partition %d in %s: %w", part, s.dir, err)
 		}
 		if len(keys) == 0 {
-			if found == 0 {
+			if found == 0 || !rewalk {
 				return removed, nil
 			}
 			from, found = lower, 0 // walk again: writes that raced behind the cursor
@@ -123,6 +138,9 @@ func (s *Store) DropPartition(ctx context.Context, part partition.ID, pace Pacer
 			dropped(keys)
 		}
 		if len(keys) < DropChunk {
+			if !rewalk {
+				return removed, nil
+			}
 			from, found = lower, 0 // this walk reached the partition's end
 			continue
 		}

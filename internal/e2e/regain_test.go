@@ -1,0 +1,126 @@
+package e2e_test
+
+import (
+	"fmt"
+	"net/http"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/dhtkv/dhtkv/internal/clustermap"
+	"github.com/dhtkv/dhtkv/internal/node"
+	"github.com/dhtkv/dhtkv/internal/placement"
+	"github.com/dhtkv/dhtkv/internal/record"
+	"github.com/dhtkv/dhtkv/internal/rpc"
+	"github.com/dhtkv/dhtkv/internal/testcluster"
+)
+
+// TestRegainedPartitionDropsItsLeftovers: node 3 gives partitions away in
+// a join, and its paced drop of them (a record a second here, thousands
+// of records behind) is still under way when some of the keys it gave
+// away are deleted, past the grace collected everywhere, and a
+// decommission gives the partitions back to it; the new change cuts the
+// drop short. Node 3 still held those keys' values, which the copy had
+// nothing to beat and no cleanup dropped afterwards (the partitions are
+// its own again): the deletes were undone for good, through any node.
+// Now node 3 drops what it holds of the partitions it gains before it
+// copies them.
+func TestRegainedPartitionDropsItsLeftovers(t *testing.T) {
+	testcluster.InBubble(t, func(t *testing.T) {
+		c, p := horizonCluster(t, 3, func(i int, cfg *node.Config) {
+			if i == 3 {
+				cfg.Membership.DropRate = 1 // the behaviour under test: a drop that lasts
+			}
+		})
+		cl := c.Client()
+		var keys []string
+		for i := 0; len(keys) < 40; i++ {
+			k := fmt.Sprintf("k%d", i)
+			if !slices.Contains(replicasOf(p, k, 3), 3) {
+				continue
+			}
+			require.Equal(t, http.StatusCreated, cl.Put(t, c.URL(0), k, []byte("live"), 3, 3))
+			keys = append(keys, k)
+		}
+		// Thousands of records on node 3 alone, so that its drop has not
+		// reached the keys when the next change begins.
+		_, rec := internalGet(t, cl, c.URL(3), keys[0], "")
+		for b := range 100 {
+			var body []byte
+			for i := range 50 {
+				r := record.Record{Version: rec.Version, Value: []byte("f")}
+				body = rpc.AppendBatchOp(body, rpc.OpWrite, fmt.Appendf(nil, "filler%d-%d", b, i), r.Encode())
+			}
+			code, out := internalBatch(t, cl, c.URL(3), body, "")
+			require.Equal(t, http.StatusOK, code, "%s", out)
+		}
+
+		j := c.AddNode(0)
+		require.Equal(t, http.StatusAccepted, c.Join(1, j))
+		c.StartNode(j)
+		joined := noChange(c)
+		pj := placement.New(joined.Nodes)
+		var gone []string
+		for _, k := range keys {
+			if slices.ContainsFunc(pj.Replicas([]byte(k), 3, nil), func(id int) bool { return joined.Node(id).URL == c.URL(3) }) {
+				continue
+			}
+			if code, _ := internalGet(t, cl, c.URL(3), k, ""); code != http.StatusOK {
+				continue // dropped already
+			}
+			require.Equal(t, http.StatusAccepted, cl.Delete(t, c.URL(0), k, 3, 3))
+			gone = append(gone, k)
+		}
+		require.NotEmpty(t, gone, "keys node 3 gave away and has not dropped yet")
+		time.Sleep(70 * time.Second) // the behaviour under test: past the deletes' grace
+		for _, i := range []int{0, 1, 2, j} {
+			c.Repair(i)
+		}
+		time.Sleep(time.Millisecond) // an exchange counts for the records that arrived before it started
+		collected := 0
+		for _, i := range []int{0, 1, 2, j} {
+			collected += c.Node(i).CollectGarbage()
+		}
+		require.Equal(t, 3*len(gone), collected, "every replica collected every tombstone")
+
+		require.Equal(t, http.StatusAccepted, c.Decommission(1, j))
+		c.AwaitLeft(j, 5*time.Minute)
+		noChange(c)
+		for _, k := range gone {
+			for i := range 3 {
+				code, body := cl.Get(t, c.URL(i), k, 3, 3)
+				require.Equal(t, http.StatusNotFound, code, "%s through node %d: %q", k, i, body)
+			}
+		}
+	})
+}
+
+// noChange waits until every running member has installed one map with
+// no change under way, and returns it; unlike AwaitStable it does not
+// wait for the members' drops to end.
+func noChange(c *testcluster.InMemory) *clustermap.Map {
+	var m *clustermap.Map
+	c.Await(5*time.Minute, "one map, no change under way", func() (bool, string) {
+		m = nil
+		for i := range c.Size() {
+			n := c.Node(i)
+			if n == nil {
+				continue
+			}
+			nm, self := n.Members().Map()
+			switch {
+			case self < 0:
+				continue
+			case nm.Change != nil:
+				return false, fmt.Sprintf("node %d: %s", i, nm)
+			case m != nil && nm.Epoch != m.Epoch:
+				return false, fmt.Sprintf("epochs %d and %d", m.Epoch, nm.Epoch)
+			}
+			m = nm
+		}
+		return m != nil, "no member"
+	})
+	return m
+}
