@@ -39,10 +39,10 @@ test:
 # saved and its path logged. The membership changes under partitions,
 # clock steps, dead members and slow links (TestMembershipFault*) run
 # every case, MEMBERSHIP_FAULT_COUNT times (3-3.5 min a time on 2 shared
-# cores). make test runs each scenario once, one case of each membership
-# fault, and leaves out the stories of 15 s or more (DHTKV_FAULTS=all
-# runs them: internal/e2e's longFault), so that it stays within ten
-# minutes.
+# cores). make test runs each scenario once, the first case of those
+# with several, and leaves out the stories of about 15 s or more whose
+# fault a shorter test covers (DHTKV_FAULTS=all runs them: internal/e2e's
+# longFault), so that it stays within ten minutes.
 FAULT_COUNT ?= 20
 MEMBERSHIP_FAULT_COUNT ?= 3
 test-faults:

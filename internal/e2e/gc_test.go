@@ -123,7 +123,7 @@ func TestGCNoZombie(t *testing.T) {
 //   - healed, an exchange carries the delete to node 1, and then every
 //     node collects the tombstone; z is not found through any node.
 func TestGCAfterRestoreWithinGrace(t *testing.T) {
-	for _, cut := range []bool{true, false} {
+	for _, cut := range casesToRun(t, []bool{true, false}) {
 		t.Run(fmt.Sprintf("cut=%v", cut), func(t *testing.T) { gcAfterRestore(t, cut) })
 	}
 }

@@ -429,10 +429,10 @@ func casesToRun[T any](t *testing.T, cases []T) []T {
 	return cases[:1]
 }
 
-// longFault skips t without allFaults: a fault story that takes 15 s or
-// more under -race on two shared cores even at its first case, which
-// make test-faults runs (and repeats). make test keeps a shorter story of
-// the same fault where there is one, named beside each call.
+// longFault skips t without allFaults: a fault story that takes about 15
+// s or more under -race on two shared cores even at its first case,
+// which make test-faults runs (and repeats). make test keeps a shorter
+// story of the same fault, named beside each call.
 func longFault(t *testing.T) {
 	t.Helper()
 	if !allFaults {

@@ -33,9 +33,10 @@ import (
 // faultRun.check: no acknowledged write lost and no stale read (the
 // history), every key on exactly its replicas under the final map with
 // identical records. A write acknowledged at ack=2 reached a live replica
-// of the old set, which every gainer copies from. make test runs the
-// first case, make test-faults both (casesToRun).
+// of the old set, which every gainer copies from. Only make test-faults
+// runs it (longFault).
 func TestMembershipFaultRemoveDeadMember(t *testing.T) {
+	longFault(t) // make test: membership's TestLoggedRemoveDeadMember
 	for _, duringDecommission := range casesToRun(t, []bool{false, true}) {
 		name := "no change under way"
 		if duringDecommission {
