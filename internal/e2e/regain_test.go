@@ -9,7 +9,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/dhtkv/dhtkv/internal/clustermap"
 	"github.com/dhtkv/dhtkv/internal/node"
 	"github.com/dhtkv/dhtkv/internal/placement"
 	"github.com/dhtkv/dhtkv/internal/record"
@@ -60,7 +59,7 @@ func TestRegainedPartitionDropsItsLeftovers(t *testing.T) {
 		j := c.AddNode(0)
 		require.Equal(t, http.StatusAccepted, c.Join(1, j))
 		c.StartNode(j)
-		joined := noChange(c)
+		joined := c.AwaitNoChange(5 * time.Minute)
 		pj := placement.New(joined.Nodes)
 		var gone []string
 		for _, k := range keys {
@@ -87,7 +86,7 @@ func TestRegainedPartitionDropsItsLeftovers(t *testing.T) {
 
 		require.Equal(t, http.StatusAccepted, c.Decommission(1, j))
 		c.AwaitLeft(j, 5*time.Minute)
-		noChange(c)
+		c.AwaitNoChange(5 * time.Minute)
 		for _, k := range gone {
 			for i := range 3 {
 				code, body := cl.Get(t, c.URL(i), k, 3, 3)
@@ -95,32 +94,4 @@ func TestRegainedPartitionDropsItsLeftovers(t *testing.T) {
 			}
 		}
 	})
-}
-
-// noChange waits until every running member has installed one map with
-// no change under way, and returns it; unlike AwaitStable it does not
-// wait for the members' drops to end.
-func noChange(c *testcluster.InMemory) *clustermap.Map {
-	var m *clustermap.Map
-	c.Await(5*time.Minute, "one map, no change under way", func() (bool, string) {
-		m = nil
-		for i := range c.Size() {
-			n := c.Node(i)
-			if n == nil {
-				continue
-			}
-			nm, self := n.Members().Map()
-			switch {
-			case self < 0:
-				continue
-			case nm.Change != nil:
-				return false, fmt.Sprintf("node %d: %s", i, nm)
-			case m != nil && nm.Epoch != m.Epoch:
-				return false, fmt.Sprintf("epochs %d and %d", m.Epoch, nm.Epoch)
-			}
-			m = nm
-		}
-		return m != nil, "no member"
-	})
-	return m
 }

@@ -436,6 +436,22 @@ func (c *InMemory) AwaitStable(timeout time.Duration) *clustermap.Map {
 // all still at the map before.)
 func (c *InMemory) AwaitStableAfter(epoch uint64, timeout time.Duration) *clustermap.Map {
 	c.t.Helper()
+	return c.awaitMap(epoch, timeout, true)
+}
+
+// AwaitNoChange is AwaitStable without waiting for the members' drops of
+// the partitions they no longer hold: a test that acts while a drop is
+// under way.
+func (c *InMemory) AwaitNoChange(timeout time.Duration) *clustermap.Map {
+	c.t.Helper()
+	return c.awaitMap(0, timeout, false)
+}
+
+// awaitMap waits until every running member has installed the same map,
+// newer than epoch, with no change under way, and, with drops, has dropped
+// the partitions it no longer holds.
+func (c *InMemory) awaitMap(epoch uint64, timeout time.Duration, drops bool) *clustermap.Map {
+	c.t.Helper()
 	var m *clustermap.Map
 	c.Await(timeout, "a stable cluster map", func() (bool, string) {
 		m = nil
@@ -457,7 +473,7 @@ func (c *InMemory) AwaitStableAfter(epoch uint64, timeout time.Duration) *cluste
 			if nm.Change != nil {
 				return false, fmt.Sprintf("node %d at %s", i, nm)
 			}
-			if n.Members().CleanupPending() {
+			if drops && n.Members().CleanupPending() {
 				return false, fmt.Sprintf("node %d still drops partitions it no longer holds", i)
 			}
 		}
