@@ -113,15 +113,7 @@ func (r *Replica) Collect(cands []store.Candidate, horizon uint64) (int, error) 
 // DropHeld is DropPartition walking the partition once
 // (store.Store.DropHeld).
 func (r *Replica) DropHeld(ctx context.Context, part partition.ID, pace store.Pacer) (int, error) {
-	removed, err := r.Store.DropHeld(ctx, part, pace, func(keys [][]byte) {
-		for _, k := range keys {
-			r.Cache.Invalidate(k)
-		}
-	})
-	if err != nil {
-		return removed, fmt.Errorf("replica drop held: %w", err)
-	}
-	return removed, nil
+	return r.drop(r.Store.DropHeld, ctx, part, pace)
 }
 
 // DropPartition deletes partition part's records here, paced by pace,
@@ -129,13 +121,19 @@ func (r *Replica) DropHeld(ctx context.Context, part partition.ID, pace store.Pa
 // returns how many; once ctx ends it returns ctx's error, having dropped
 // some.
 func (r *Replica) DropPartition(ctx context.Context, part partition.ID, pace store.Pacer) (int, error) {
-	removed, err := r.Store.DropPartition(ctx, part, pace, func(keys [][]byte) {
+	return r.drop(r.Store.DropPartition, ctx, part, pace)
+}
+
+// drop runs one of the store's drops with the cache invalidated batch by
+// batch.
+func (r *Replica) drop(fn func(context.Context, partition.ID, store.Pacer, func([][]byte)) (int, error), ctx context.Context, part partition.ID, pace store.Pacer) (int, error) {
+	removed, err := fn(ctx, part, pace, func(keys [][]byte) {
 		for _, k := range keys {
 			r.Cache.Invalidate(k)
 		}
 	})
 	if err != nil {
-		return removed, fmt.Errorf("replica drop partition: %w", err)
+		return removed, fmt.Errorf("replica drop partition %d: %w", part, err)
 	}
 	return removed, nil
 }
