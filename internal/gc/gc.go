@@ -46,6 +46,7 @@ package gc
 import (
 	"bytes"
 	"context"
+	"errors"
 	"flag"
 	"log/slog"
 	"slices"
@@ -262,12 +263,7 @@ func (g *Collector) Pass(ctx context.Context) int {
 				break
 			}
 			if g.views() != v {
-				// A map installed since the pass began: a change may be
-				// under way (rule 1: nothing is removed while partitions
-				// move), and the exchanges relied on vouched for the
-				// old map's replica sets.
-				g.log.Info("garbage collection stopped: a new cluster map was installed during the pass; the next pass follows its exchanges", "removed", removed)
-				return removed
+				return g.stoppedAtNewMap(removed)
 			}
 			if time.Since(confirmed) > reconfirm {
 				confirmed = time.Now()
@@ -276,7 +272,14 @@ func (g *Collector) Pass(ctx context.Context) int {
 					return removed
 				}
 			}
-			n, err := g.local.Collect(chunk, horizon)
+			// Checked again under the store's lock, as the removal
+			// commits: an install that happens after this check waits
+			// (store.AwaitCommits, package membership) until the
+			// commit is done, and one before it withdraws the commit.
+			n, err := g.local.Collect(chunk, horizon, func() bool { return g.views() == v })
+			if errors.Is(err, store.ErrCollectWithdrawn) {
+				return g.stoppedAtNewMap(removed)
+			}
 			if err != nil {
 				g.log.Error("garbage collection", "partition", p, "err", err)
 				break
@@ -289,6 +292,15 @@ func (g *Collector) Pass(ctx context.Context) int {
 	if removed > 0 {
 		g.log.Info("garbage collection", "removed", removed, "horizon", cutoff.UTC().Format(time.RFC3339))
 	}
+	return removed
+}
+
+// stoppedAtNewMap ends a pass during which a new cluster map was
+// installed: a change may be under way (rule 1: nothing is removed while
+// partitions move), and the exchanges relied on vouched for the old
+// map's replica sets.
+func (g *Collector) stoppedAtNewMap(removed int) int {
+	g.log.Info("garbage collection stopped: a new cluster map was installed during the pass; the next pass follows its exchanges", "removed", removed)
 	return removed
 }
 

@@ -226,3 +226,32 @@ func TestPassStopsAtANewMap(t *testing.T) {
 	require.Zero(t, g.Pass(context.Background()), "the map changed before the first removal")
 	require.Equal(t, 20, g.Pass(context.Background()), "the next pass, under the installed map")
 }
+
+// TestPassWithdrawsAtAMapInstalledAsItCommits: a map installed after a
+// removal's check and before its commit withdraws it (the check is made
+// again under the store's lock, which the install then waits for: see
+// store.Store.Collect's still); nothing is removed under the old map.
+func TestPassWithdrawsAtAMapInstalledAsItCommits(t *testing.T) {
+	local := replicaWith(t, 0, 20)
+	url := "http://127.0.0.1:1"
+	m, err := clustermap.Seed([]string{url}, 1)
+	require.NoError(t, err)
+	first := view.New(m, 0, url, func(string) view.Peer { return nil }, time.Now())
+	installed := view.New(m, 0, url, func(string) view.Peer { return nil }, time.Now())
+	var mu sync.Mutex
+	calls := 0
+	views := func() *view.View {
+		mu.Lock()
+		defer mu.Unlock()
+		// The pass's start and its check before the first removal see
+		// the first map; the install comes right after that check.
+		if calls++; calls <= 2 {
+			return first
+		}
+		return installed
+	}
+	g := New(local, views, func() []view.Synced { return make([]view.Synced, 1) }, nil, Options{Grace: time.Hour}, slog.New(slog.DiscardHandler))
+	g.now = func() time.Time { return time.Now().Add(time.Second) }
+	require.Zero(t, g.Pass(context.Background()), "the map changed before the first removal committed")
+	require.Equal(t, 20, g.Pass(context.Background()), "the next pass, under the installed map")
+}

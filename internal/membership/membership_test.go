@@ -56,12 +56,14 @@ type cluster struct {
 	left map[string]chan struct{}
 	// cut are links cut from the start, by [from, to] (c.mu held).
 	cut map[[2]string]bool
+	// stores are the nodes' stores, by URL.
+	stores map[string]*store.Store
 }
 
 func newCluster(t *testing.T) *cluster {
 	return &cluster{t: t, servers: map[string]*rpc.Server{}, links: map[[2]string]*rpc.Direct{},
 		members: map[string]*membership.Service{}, copied: map[string][]int{}, covered: map[string]map[partition.ID][]int{},
-		left: map[string]chan struct{}{}}
+		left: map[string]chan struct{}{}, stores: map[string]*store.Store{}}
 }
 
 // server returns the server of the node at url, made empty the first time
@@ -100,6 +102,7 @@ func (c *cluster) startWith(m *clustermap.Map, url string, l *maplog.Log) *membe
 	require.NoError(t, err)
 	local := &replica.Replica{Store: st, Clock: clock}
 	c.mu.Lock()
+	c.stores[url] = st
 	srv := c.server(url)
 	var rebuilding func() bool
 	left := make(chan struct{})

@@ -377,6 +377,11 @@ func (s *Service) install(m *clustermap.Map) (bool, error) {
 	s.gate.Lock()
 	s.view.Store(next)
 	s.gate.Unlock()
+	// A garbage collection decided under the old map either sees next
+	// as it commits and withdraws, or is waited for here: nothing it
+	// removes commits after this node acknowledges next, on which a
+	// change's moves wait (package gc's rule 1).
+	s.local.Store.AwaitCommits()
 	s.installMu.Unlock()
 	s.m.epoch.Set(float64(m.Epoch))
 	s.log.Info("cluster map installed", "map", m.String(), "was", cur.Map.Epoch)

@@ -40,7 +40,7 @@ func TestApplyRemote(t *testing.T) {
 	gone, stale := keyIn(part, "collected"), keyIn(part, "collected", keyIn(part, "collected"))
 	require.NoError(t, r.Apply([]byte(gone), &record.Record{Version: at(-3 * time.Hour), Tombstone: true}))
 	require.NoError(t, r.Apply([]byte(stale), &record.Record{Version: at(-3 * time.Hour), Value: []byte("old")}))
-	removed, err := st.Collect([]store.Candidate{{Key: []byte(gone), Version: at(-3 * time.Hour)}}, at(-time.Hour))
+	removed, err := st.Collect([]store.Candidate{{Key: []byte(gone), Version: at(-3 * time.Hour)}}, at(-time.Hour), nil)
 	require.NoError(t, err)
 	require.Len(t, removed, 1)
 	horizon := st.Horizon(part)

@@ -97,10 +97,10 @@ func (r *Replica) NewerVersion(key []byte, v uint64) (uint64, error) {
 	return 0, nil
 }
 
-// Collect removes the candidates' records (store.Collect) and drops them
-// from the cache; it returns how many it removed.
-func (r *Replica) Collect(cands []store.Candidate, horizon uint64) (int, error) {
-	removed, err := r.Store.Collect(cands, horizon)
+// Collect removes the candidates' records (store.Collect, still included)
+// and drops them from the cache; it returns how many it removed.
+func (r *Replica) Collect(cands []store.Candidate, horizon uint64, still func() bool) (int, error) {
+	removed, err := r.Store.Collect(cands, horizon, still)
 	if err != nil {
 		return 0, fmt.Errorf("replica collect: %w", err)
 	}

@@ -248,15 +248,21 @@ func (s *Store) ResetHorizons(gone func(partition.ID) bool) error {
 	return nil
 }
 
+// ErrCollectWithdrawn is Collect's error when its still reported false:
+// nothing was removed.
+var ErrCollectWithdrawn = errors.New("collection withdrawn: what it was decided on changed")
+
 // AwaitCommits returns once every write that took its arrival time
 // before the call (the index entry's Arrived, ApplyBatch) has committed or
-// failed. Writers take their arrival time and commit under gcState.mu
+// failed, and every Collect under way has committed or withdrawn. Writers take their arrival time and commit under gcState.mu
 // shared; this takes it exclusively, for an instant. An anti-entropy
 // exchange calls it once it noted its start, before it hashes anything:
 // garbage collection counts the exchange for every record that arrived
 // before that start (package gc's rule 1), and a record whose commit was
 // still in flight (a slow fsync) would be missing from the hashes the
-// exchange compared.
+// exchange compared. Package membership calls it once a new cluster map
+// is installed: no removal decided under the old map commits after it
+// (Collect's still).
 func (s *Store) AwaitCommits() {
 	s.gc.mu.Lock()
 	//lint:ignore SA2001 the empty critical section is the barrier
@@ -291,7 +297,14 @@ func (s *Store) Candidates(part partition.ID, collectBefore, arrivedBefore uint6
 // partition it removed a record of to horizon (never lowers it): from
 // then on, writes below it of keys that hold nothing are dropped. Every
 // candidate's version must be below horizon. It returns the keys removed.
-func (s *Store) Collect(cands []Candidate, horizon uint64) (removed [][]byte, err error) {
+//
+// still, when not nil, is called under the lock that AwaitCommits takes,
+// just before the commit: if it reports false (what the caller decided
+// on has changed, say the cluster map), Collect removes nothing and
+// returns ErrCollectWithdrawn. So a caller that changes what still reads
+// and then calls AwaitCommits knows that no removal decided before the
+// change commits after AwaitCommits returns.
+func (s *Store) Collect(cands []Candidate, horizon uint64, still func() bool) (removed [][]byte, err error) {
 	for _, c := range cands {
 		if c.Version >= horizon {
 			return nil, fmt.Errorf("collect %q: version %d is not below the horizon %d", c.Key, c.Version, horizon)
@@ -320,6 +333,9 @@ func (s *Store) Collect(cands []Candidate, horizon uint64) (removed [][]byte, er
 
 	s.gc.mu.Lock()
 	defer s.gc.mu.Unlock()
+	if still != nil && !still() {
+		return nil, ErrCollectWithdrawn
+	}
 	b := s.db.NewBatch()
 	defer b.Close()
 	var parts []partition.ID

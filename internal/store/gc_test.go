@@ -74,7 +74,7 @@ func TestCollect(t *testing.T) {
 	apply("b", record.Record{Version: msVersion(1000), Tombstone: true})
 	apply("b", record.Record{Version: msVersion(1500), Value: []byte("rewritten")}) // since found
 	horizon := msVersion(2000)
-	removed, err := s.Collect([]Candidate{{[]byte("a"), msVersion(1000)}, {[]byte("b"), msVersion(1000)}}, horizon)
+	removed, err := s.Collect([]Candidate{{[]byte("a"), msVersion(1000)}, {[]byte("b"), msVersion(1000)}}, horizon, nil)
 	require.NoError(t, err)
 	require.Equal(t, [][]byte{[]byte("a")}, removed)
 	_, found, err := s.Version([]byte("a"))
@@ -93,7 +93,7 @@ func TestCollect(t *testing.T) {
 	require.True(t, found)
 	require.Equal(t, msVersion(3000), v)
 
-	_, err = s.Collect([]Candidate{{[]byte("c"), msVersion(3000)}}, horizon)
+	_, err = s.Collect([]Candidate{{[]byte("c"), msVersion(3000)}}, horizon, nil)
 	require.ErrorContains(t, err, "not below the horizon")
 
 	require.NoError(t, s.Close())
@@ -155,7 +155,7 @@ func TestHorizonIsAPartitions(t *testing.T) {
 	}
 	apply(a, 1000, true)
 	apply(older, 500, false)
-	removed, err := s.Collect([]Candidate{{[]byte(a), msVersion(1000)}}, msVersion(2000))
+	removed, err := s.Collect([]Candidate{{[]byte(a), msVersion(1000)}}, msVersion(2000), nil)
 	require.NoError(t, err)
 	require.Len(t, removed, 1)
 	require.Equal(t, msVersion(2000), s.Horizon(p))
@@ -248,7 +248,7 @@ func TestCollectRacesWrites(t *testing.T) {
 	for len(cands) > 0 {
 		chunk := cands[:min(len(cands), 100)]
 		cands = cands[len(chunk):]
-		_, err := s.Collect(chunk, horizon)
+		_, err := s.Collect(chunk, horizon, nil)
 		require.NoError(t, err)
 	}
 	wg.Wait()
@@ -294,7 +294,7 @@ func TestCollectWriteBetweenReadAndDelete(t *testing.T) {
 	s.gc.read = func() {
 		require.NoError(t, s.Apply([]byte(a), &record.Record{Version: live, Value: []byte("back")}))
 	}
-	removed, err := s.Collect([]Candidate{{[]byte(a), dead}, {[]byte(b), dead}, {[]byte(c), dead}}, msVersion(2000))
+	removed, err := s.Collect([]Candidate{{[]byte(a), dead}, {[]byte(b), dead}, {[]byte(c), dead}}, msVersion(2000), nil)
 	require.NoError(t, err)
 	require.ElementsMatch(t, [][]byte{[]byte(b), []byte(c)}, removed)
 	v, found, err := s.Version([]byte(a))
@@ -346,7 +346,7 @@ func BenchmarkCollectWriteStall(b *testing.B) {
 			}
 		}()
 		b.StartTimer()
-		_, err := s.Collect(cands, msVersion(2000))
+		_, err := s.Collect(cands, msVersion(2000), nil)
 		b.StopTimer()
 		require.NoError(b, err)
 		close(stop)
