@@ -40,7 +40,13 @@
 // leaving node, or one to be removed after the change under way): the
 // change would wait for this node's rebuild, and the dead node would
 // leave only at its end (what it alone held is lost, docs/membership.md
-// "Removing a dead member").
+// "Removing a dead member"). But the remove may be aborted before its
+// read-new stage, and the node is then a member again, holding what it
+// held: it is copied from then, before the node serves reads if the
+// abort comes first, after if not (the reads served meanwhile may miss
+// what was on this node and on it alone, as they would from a replica
+// that missed the writes). A restart in between forgets it: anti-entropy
+// is left to compare them.
 // Each copy is routed by the cluster map of its start (the partitions
 // both hold in it, old set or new set while a change is under way) and
 // stops when a newer map is installed, then runs again by the new one.
@@ -212,9 +218,17 @@ func (r *Rebuilder) Start() {
 	}
 }
 
-// run copies every peer's records, records the end, and serves reads.
+// run copies every peer's records, records the end, and serves reads;
+// then it copies from the peers that were dead, should one be a member
+// again (see copyPeers).
 func (r *Rebuilder) run(ctx context.Context) {
-	if !r.copyPeers(ctx) {
+	v := r.views()
+	pending := map[int]string{}
+	for _, i := range v.Others() {
+		pending[i] = v.URL(i)
+	}
+	r.log.Info("rebuilding: copying this node's share from its peers before serving reads", "peers", len(pending))
+	if !r.copyPeers(ctx, pending, false) {
 		return // stopping
 	}
 	if r.o.Done != nil {
@@ -225,6 +239,11 @@ func (r *Rebuilder) run(ctx context.Context) {
 	r.rebuilding.Store(false)
 	r.m.rebuilding.Set(0)
 	r.log.Info("rebuild finished: serving reads")
+	if len(pending) > 0 {
+		r.log.Warn("rebuild: members counted dead were not copied from; should one be a member again (its remove aborted), it is copied from then",
+			"peers", slices.Collect(maps.Values(pending)))
+		r.copyPeers(ctx, pending, true)
+	}
 }
 
 // confirm asks every peer that has not answered yet, once a
@@ -307,22 +326,30 @@ func (r *Rebuilder) ask(answered map[int]bool) (lost, all bool) {
 // Close stops a rebuild under way.
 func (r *Rebuilder) Close() { r.work.Stop() }
 
-// copyPeers copies from every peer the partitions this node shares with
-// it until all were copied or found rebuilding too (true) or ctx ends
-// (false).
-func (r *Rebuilder) copyPeers(ctx context.Context) bool {
-	pending := map[int]bool{}
-	for _, i := range r.views().Others() {
-		pending[i] = true
-	}
+// copyPeers copies from every peer of pending (by id, with its URL) the
+// partitions this node shares with it, and removes each from pending
+// once copied or found rebuilding too (its records copied all the same),
+// or once it left the cluster. A member the map counts dead is not
+// waited for (the package comment says why) but stays in pending: a
+// remove aborted before read-new makes it a member again, holding what
+// it held, and it is copied from then. Before the node serves reads
+// (late false) copyPeers returns true once only dead peers are left; after
+// (late true), once none is, or a peer's id is given to another node
+// (a replacement, which holds nothing of this node's writes from before
+// the rebuild). It returns false when ctx ends.
+func (r *Rebuilder) copyPeers(ctx context.Context, pending map[int]string, late bool) bool {
 	rebuilding := map[int]bool{}      // peers rebuilding too: copied partially
 	copied := map[partition.ID]bool{} // partitions copied from a peer that is not
-	r.log.Info("rebuilding: copying this node's share from its peers before serving reads", "peers", len(pending))
 	for {
 		v := r.views()
+		dead := 0
 		for _, i := range slices.Sorted(maps.Keys(pending)) {
-			if v.Peers[i] == nil || v.Dead(i) { // it left the cluster meanwhile, or is dead and being removed
+			if v.Peers[i] == nil || (late && v.URL(i) != pending[i]) { // it left the cluster meanwhile
 				delete(pending, i)
+				continue
+			}
+			if v.Dead(i) {
+				dead++
 				continue
 			}
 			shared := v.Shared(v.Self, i)
@@ -365,8 +392,10 @@ func (r *Rebuilder) copyPeers(ctx context.Context) bool {
 			}
 			delete(pending, i)
 		}
-		if len(pending) == 0 {
-			r.unsourced(rebuilding, copied)
+		if len(pending) == 0 || (!late && len(pending) == dead) {
+			if !late {
+				r.unsourced(rebuilding, copied)
+			}
 			return true
 		}
 		if !r.work.Sleep(rebuildRetry) {
