@@ -179,22 +179,35 @@ func planCopy(from map[int][]partition.ID) (bulk map[int]*partition.Set, rest ma
 	return bulk, rest
 }
 
-// dropLeftovers drops, before the copy, whatever this node holds of the
-// partitions it gains: records left from an earlier time it held one,
-// whose drop this change cut short (cleanup stops at a newer map), and
-// the writes of this change's write-both stage. A leftover whose delete
-// the replicas collected while the partition was away would otherwise
-// outlive the delete: the copy brings nothing to beat it, and once the
-// change ends the partition is this node's again, so no cleanup drops
-// it. A write of write-both that was acknowledged reached a replica of
-// the old set as well, and the copy reads every live one (streamed from
-// one, compared with the others), so it brings each back; the gained
-// partitions are not read here until the copy is done (read-old). A
-// partition one of whose old replicas the map counts dead keeps what it
-// holds: a write acknowledged at ack=1 may be on that one and here only.
-// It reports false once ctx ended.
+// dropLeftovers drops, before the copy, what this node holds of the
+// partitions it gains from before the change began here (the time its
+// install of the change's first map recorded, store.Store.ChangeBegan):
+// records left from an earlier time it held one, whose drop the change
+// cut short (cleanup stops at a newer map). A leftover whose delete the
+// replicas collected while the partition was away would otherwise outlive
+// the delete: the copy brings nothing to beat it, and once the change
+// ends the partition is this node's again, so no cleanup drops it. What
+// arrived since stays: the writes of the change's write-both stage,
+// which an old replica may not have yet when the copy reads it, and the
+// copy itself, which the map's log may already count should this run
+// again after a restart (the log then moves on once the other gainers
+// are done, and a copy dropped and begun again would stop unfinished).
+// The gained partitions are not read here until the copy is done
+// (read-old). A partition one of whose old replicas the map counts dead
+// keeps what it holds: a write acknowledged at ack=1 may be on that one
+// and here only. With no time recorded (a node that joined with the
+// change has nothing from before) nothing is dropped. It reports false
+// once ctx ended.
 func (mv *mover) dropLeftovers(ctx context.Context, v *view.View) bool {
 	s := mv.s
+	began, err := s.local.Store.ChangeBegan()
+	if err != nil {
+		s.log.Error("membership: read when the change began here; copying over what this node holds of the partitions it gains", "err", err)
+		return ctx.Err() == nil
+	}
+	if began == 0 {
+		return true
+	}
 	gained, deadSource := map[partition.ID]bool{}, map[partition.ID]bool{}
 	for r, ps := range v.Gains(v.Self) {
 		for _, p := range ps {
@@ -210,8 +223,8 @@ func (mv *mover) dropLeftovers(ctx context.Context, v *view.View) bool {
 	removed := 0
 	for _, part := range held {
 		// Unpaced: the copy waits for it, and it drops no more than a
-		// drop cut short left, and the writes of one stage.
-		n, err := s.local.DropHeld(ctx, part, nil)
+		// drop cut short left.
+		n, err := s.local.DropHeld(ctx, part, nil, began)
 		removed += n
 		s.m.moveDropped.Add(float64(n))
 		if ctx.Err() != nil {
@@ -222,7 +235,7 @@ func (mv *mover) dropLeftovers(ctx context.Context, v *view.View) bool {
 		}
 	}
 	if removed > 0 {
-		s.log.Info("membership: dropped what this node held of the partitions it gains, before copying them", "epoch", v.Map.Epoch,
+		s.log.Info("membership: dropped what this node held of the partitions it gains from before the change, before copying them", "epoch", v.Map.Epoch,
 			"partitions", len(held), "records", removed)
 	}
 	return true

@@ -370,6 +370,15 @@ func (s *Service) install(m *clustermap.Map) (bool, error) {
 			return false, err
 		}
 	}
+	if !cur.Moving && m.Change != nil {
+		// A change begins here: what the partitions this node gains in
+		// it hold from before is what arrived before now (move.go,
+		// dropLeftovers).
+		if err := s.local.Store.SetChangeBegan(uint64(time.Now().UnixMilli())); err != nil {
+			s.installMu.Unlock()
+			return false, err
+		}
+	}
 	if err := s.local.Store.SetClusterMap(m.Encode()); err != nil {
 		s.installMu.Unlock()
 		return false, err

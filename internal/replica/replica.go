@@ -110,10 +110,12 @@ func (r *Replica) Collect(cands []store.Candidate, horizon uint64, still func() 
 	return len(removed), nil
 }
 
-// DropHeld is DropPartition walking the partition once
-// (store.Store.DropHeld).
-func (r *Replica) DropHeld(ctx context.Context, part partition.ID, pace store.Pacer) (int, error) {
-	return r.drop(r.Store.DropHeld, ctx, part, pace)
+// DropHeld is DropPartition walking the partition once and dropping only
+// what arrived before arrivedBefore (Unix ms; store.Store.DropHeld).
+func (r *Replica) DropHeld(ctx context.Context, part partition.ID, pace store.Pacer, arrivedBefore uint64) (int, error) {
+	return r.drop(func(ctx context.Context, part partition.ID, pace store.Pacer, dropped func([][]byte)) (int, error) {
+		return r.Store.DropHeld(ctx, part, pace, dropped, arrivedBefore)
+	}, ctx, part, pace)
 }
 
 // DropPartition deletes partition part's records here, paced by pace,

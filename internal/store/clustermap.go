@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -79,21 +80,23 @@ type Pacer interface {
 // anti-entropy, garbage collection and every later drop. The space comes
 // back with compaction.
 func (s *Store) DropPartition(ctx context.Context, part partition.ID, pace Pacer, dropped func(keys [][]byte)) (removed int, err error) {
-	return s.dropPartition(ctx, part, pace, dropped, true)
+	return s.dropPartition(ctx, part, pace, dropped, math.MaxUint64, true)
 }
 
-// DropHeld is DropPartition walking the partition's index once: it drops
-// what the partition held when the walk reached each key, and ends
-// although writes keep arriving (a partition this node gains during a
-// change, whose writes the walk may delete too, and the change's copy
-// brings back; package membership). DropPartition walks again until a
-// walk finds nothing, which writes that keep arriving would never let it
-// see.
-func (s *Store) DropHeld(ctx context.Context, part partition.ID, pace Pacer, dropped func(keys [][]byte)) (removed int, err error) {
-	return s.dropPartition(ctx, part, pace, dropped, false)
+// DropHeld is DropPartition walking the partition's index once, and
+// dropping only the records whose index entry says they arrived before
+// arrivedBefore (Unix ms; IndexEntry.Arrived): what the partition held
+// from before a moment, kept apart from what arrived since (package
+// membership: a partition this node gains during a change holds
+// leftovers from an earlier time it held it, and the change's own writes
+// and copies, which must stay). It ends although writes keep arriving;
+// DropPartition walks again until a walk finds nothing, which writes
+// that keep arriving would never let it see.
+func (s *Store) DropHeld(ctx context.Context, part partition.ID, pace Pacer, dropped func(keys [][]byte), arrivedBefore uint64) (removed int, err error) {
+	return s.dropPartition(ctx, part, pace, dropped, arrivedBefore, false)
 }
 
-func (s *Store) dropPartition(ctx context.Context, part partition.ID, pace Pacer, dropped func(keys [][]byte), rewalk bool) (removed int, err error) {
+func (s *Store) dropPartition(ctx context.Context, part partition.ID, pace Pacer, dropped func(keys [][]byte), arrivedBefore uint64, rewalk bool) (removed int, err error) {
 	// Partitions stop at 0x0fff: part+1 does not carry out of two bytes.
 	lower := []byte{indexPrefix, byte(part >> 8), byte(part)}
 	upper := []byte{indexPrefix, byte((part + 1) >> 8), byte(part + 1)}
@@ -103,16 +106,21 @@ func (s *Store) dropPartition(ctx context.Context, part partition.ID, pace Pacer
 		if err := ctx.Err(); err != nil {
 			return removed, err
 		}
-		keys, ikeys, err := s.indexKeys(from, upper, DropChunk)
+		keys, ikeys, last, err := s.indexKeys(from, upper, DropChunk, arrivedBefore)
 		if err != nil {
 			return removed, fmt.Errorf("drop partition %d in %s: %w", part, s.dir, err)
 		}
-		if len(keys) == 0 {
+		if last == nil { // the walk reached the partition's end
 			if found == 0 || !rewalk {
 				return removed, nil
 			}
 			from, found = lower, 0 // walk again: writes that raced behind the cursor
 			continue
+		}
+		// The next chunk starts just after this one's last index key.
+		from = append(last, 0)
+		if len(keys) == 0 {
+			continue // every entry of the chunk arrived since arrivedBefore
 		}
 		found += len(keys)
 		if pace != nil {
@@ -137,37 +145,43 @@ func (s *Store) dropPartition(ctx context.Context, part partition.ID, pace Pacer
 		if dropped != nil {
 			dropped(keys)
 		}
-		if len(keys) < DropChunk {
-			if !rewalk {
-				return removed, nil
-			}
-			from, found = lower, 0 // this walk reached the partition's end
-			continue
-		}
-		// The next chunk starts just after this one's last index key.
-		from = append(slices.Clone(ikeys[len(ikeys)-1]), 0)
 	}
 }
 
-// indexKeys returns up to max keys of the index between lower (included)
-// and upper, in order: the user keys and their index keys, each its own
-// copy.
-func (s *Store) indexKeys(lower, upper []byte, max int) (keys, ikeys [][]byte, err error) {
+// indexKeys reads up to max entries of the index between lower
+// (included) and upper, in order, and returns the user keys and index
+// keys (each its own copy) of those whose record arrived before
+// arrivedBefore (Unix ms; math.MaxUint64: all), and the last index key
+// read (nil: none, the range is done).
+func (s *Store) indexKeys(lower, upper []byte, max int, arrivedBefore uint64) (keys, ikeys [][]byte, last []byte, err error) {
 	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	for ok := it.First(); ok && len(keys) < max; ok = it.Next() {
+	read := 0
+	for ok := it.First(); ok && read < max; ok = it.Next() {
+		read++
 		k := it.Key()
 		if len(k) < 4 {
 			it.Close()
-			return nil, nil, fmt.Errorf("index key %q: %w", k, record.ErrCorrupt)
+			return nil, nil, nil, fmt.Errorf("index key %q: %w", k, record.ErrCorrupt)
+		}
+		last = append(last[:0], k...)
+		if arrivedBefore != math.MaxUint64 {
+			e, ok := decodeIndexValue(it.Value())
+			if !ok {
+				it.Close()
+				return nil, nil, nil, fmt.Errorf("index entry of %q: %w", k, record.ErrCorrupt)
+			}
+			if e.Arrived >= arrivedBefore {
+				continue
+			}
 		}
 		ik := slices.Clone(k)
 		ikeys = append(ikeys, ik)
 		keys = append(keys, ik[4:len(ik):len(ik)])
 	}
-	return keys, ikeys, errors.Join(it.Error(), it.Close())
+	return keys, ikeys, last, errors.Join(it.Error(), it.Close())
 }
 
 // Held returns the partitions of which the store holds any record, in
@@ -196,6 +210,41 @@ func (s *Store) Held(want func(partition.ID) bool) ([]partition.ID, error) {
 		return nil, fmt.Errorf("index of %s: %w", s.dir, err)
 	}
 	return out, nil
+}
+
+// changeBeganKey holds when this node installed the first map of the
+// change under way, Unix ms, 8 bytes big-endian (package membership):
+// what a partition it gains held from before the change is what arrived
+// before then (DropHeld). Absent: none recorded (a node that joined with
+// the change, or a store of an earlier release).
+const changeBeganKey = "\x00began"
+
+// ChangeBegan returns what SetChangeBegan recorded last (0: nothing).
+func (s *Store) ChangeBegan() (uint64, error) {
+	v, closer, err := s.db.Get([]byte(changeBeganKey))
+	if errors.Is(err, pebble.ErrNotFound) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("read when the change began in %s: %w", s.dir, err)
+	}
+	defer closer.Close()
+	if len(v) != 8 {
+		return 0, fmt.Errorf("read when the change began in %s: %d bytes, want 8: %w", s.dir, len(v), record.ErrCorrupt)
+	}
+	return binary.BigEndian.Uint64(v), nil
+}
+
+// SetChangeBegan durably records when the change under way began here
+// (Unix ms).
+func (s *Store) SetChangeBegan(ms uint64) error {
+	err := s.write(func() error {
+		return s.db.Set([]byte(changeBeganKey), binary.BigEndian.AppendUint64(nil, ms), pebble.Sync)
+	})
+	if err != nil {
+		return fmt.Errorf("record when the change began in %s: %w", s.dir, err)
+	}
+	return nil
 }
 
 // cleanupKey marks a cleanup of partitions no longer held as pending
