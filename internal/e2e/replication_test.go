@@ -14,6 +14,8 @@ import (
 
 	"github.com/dhtkv/dhtkv/internal/hlc"
 	"github.com/dhtkv/dhtkv/internal/node"
+	"github.com/dhtkv/dhtkv/internal/record"
+	"github.com/dhtkv/dhtkv/internal/rpc"
 	"github.com/dhtkv/dhtkv/internal/testcluster"
 )
 
@@ -286,11 +288,48 @@ func TestTwoNodesDistribute(t *testing.T) {
 	require.Positive(t, owned[1])
 }
 
+// TestLowerLimitsTakeAPeersBatch: a node whose --max-value-bytes is
+// lower than its peers' (a rolling change of the flag) takes a peer's
+// batch of many small writes (its batch body limit is at least the
+// peers' batch size, rpc.DefaultMaxBatchBytes) and refuses only the
+// write over its own limit; its batch-mates, other clients' writes, are
+// stored. Both used to be refused as a whole, 413, and the coordinator
+// kept no hint for a refusal.
+func TestLowerLimitsTakeAPeersBatch(t *testing.T) {
+	t.Parallel()
+	c := testcluster.Start(t, 1, func(_ int, cfg *node.Config) { cfg.MaxValueBytes = 1024 })
+	cl := testcluster.NewClient(t)
+	version := hlc.VersionAt(time.Now())
+	const small = 200
+	var body []byte
+	for i := range small {
+		env := (&record.Record{Version: version, Value: make([]byte, 1000)}).Encode()
+		body = rpc.AppendBatchOp(body, rpc.OpWrite, fmt.Appendf(nil, "k%d", i), env)
+	}
+	big := (&record.Record{Version: version, Value: make([]byte, 2000)}).Encode()
+	body = rpc.AppendBatchOp(body, rpc.OpWrite, []byte("big"), big)
+	require.Less(t, len(body), rpc.DefaultMaxBatchBytes, "a batch a peer sends")
+
+	code, ans := internalBatch(t, cl, c.URL(0), body, "")
+	require.Equal(t, http.StatusOK, code, "%s", ans)
+	for i := range small {
+		require.Equal(t, byte(rpc.ResApplied), ans[i], "write %d", i)
+	}
+	require.Equal(t, byte(rpc.ResRefused), ans[small], "the write over this node's limit")
+	require.Contains(t, string(ans[small:]), "value of 2000 bytes, limit is 1024")
+
+	code, rec := internalGet(t, cl, c.URL(0), "k7", "")
+	require.Equal(t, http.StatusOK, code)
+	require.Len(t, rec.Value, 1000)
+	code, _ = internalGet(t, cl, c.URL(0), "big", "")
+	require.Equal(t, http.StatusNotFound, code)
+}
+
 // TestTinyLimitsStillReplicate: with the smallest value and key limits a
-// node accepts, replicated writes still go through: the peers' batches are
-// bounded by the same setting the receiving side's body limit derives
-// from (a batch of a fixed 256 KiB would meet a body limit of 1,088
-// bytes, and most empty PUTs would answer 504).
+// node accepts, replicated writes still go through: a node's batch body
+// limit is at least the peers' batch size, whatever its value limit (a
+// body limit of 1,088 bytes against batches of 256 KiB once made most
+// empty PUTs answer 504).
 func TestTinyLimitsStillReplicate(t *testing.T) {
 	t.Parallel()
 	for _, lim := range []struct{ key, value int }{{1024, 0}, {1, 0}, {1, 1}} {

@@ -47,9 +47,9 @@ func (n *Node) buildCluster(cmap *clustermap.Map, self int, joined bool, topo cl
 	n.lateBatches = rpcMetrics.Late
 	peerOpts := rpc.PeerOptions{
 		Timeout: cfg.ReplicaTimeout, Conns: cfg.PeerConns, Secret: cfg.ClusterSecret, Dial: cfg.PeerDial, TLS: peerTLS,
-		// Peers run with the same limits: a batch stays within their
-		// request body limit below.
-		MaxBatchBytes:  min(256<<10, cfg.maxBatchBytes()),
+		// Every node's batch body limit holds this, whatever its
+		// --max-value-bytes (Config.maxBatchBytes).
+		MaxBatchBytes:  rpc.DefaultMaxBatchBytes,
 		SummaryTimeout: 30 * time.Second,
 		Now:            clock.Wall,
 	}

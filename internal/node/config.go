@@ -23,6 +23,7 @@ import (
 	"github.com/dhtkv/dhtkv/internal/pace"
 	"github.com/dhtkv/dhtkv/internal/partcopy"
 	"github.com/dhtkv/dhtkv/internal/probe"
+	"github.com/dhtkv/dhtkv/internal/rpc"
 	"github.com/dhtkv/dhtkv/internal/settle"
 	"github.com/dhtkv/dhtkv/internal/store"
 )
@@ -372,8 +373,14 @@ func DefaultConfig() Config {
 
 // maxBatchBytes is the largest body of an internal batch: one largest
 // write carries its key, the envelope header and framing on top of the
-// value.
-func (cfg *Config) maxBatchBytes() int { return cfg.MaxValueBytes + cfg.MaxKeyBytes + 64 }
+// value; and at least a peer's batch of several writes
+// (rpc.DefaultMaxBatchBytes), whatever this node's limits: they are each
+// node's flags, and a node whose own are lower (a rolling change of
+// them) takes its peers' batches of small writes all the same, refusing
+// only the operations over its limits (rpc.Server.ServeBatch).
+func (cfg *Config) maxBatchBytes() int {
+	return max(cfg.MaxValueBytes+cfg.MaxKeyBytes, rpc.DefaultMaxBatchBytes) + 64
+}
 
 // Validate checks the settings that the parts would otherwise misuse: the
 // node's own, then each part's (its Options.Validate). The command line
@@ -395,7 +402,7 @@ func (cfg *Config) Validate() error {
 	case cfg.MaxConnections < 0 || cfg.MaxConnectionsPerIP < 0:
 		return fmt.Errorf("--max-connections and --max-connections-per-ip must not be negative")
 	case cfg.MaxInflightBodyBytes < 0 || cfg.MaxInflightBodyBytes > 0 && cfg.MaxInflightBodyBytes < int64(cfg.maxBatchBytes()):
-		return fmt.Errorf("--max-inflight-body-bytes %d must be 0 or hold the largest request body, %d bytes (--max-value-bytes + --max-key-bytes + 64)",
+		return fmt.Errorf("--max-inflight-body-bytes %d must be 0 or hold the largest request body, %d bytes (--max-value-bytes + --max-key-bytes, at least 256 KiB, + 64)",
 			cfg.MaxInflightBodyBytes, cfg.maxBatchBytes())
 	case cfg.MaxInflightResponseBytes < 0 || cfg.MaxInflightResponseBytes > 0 && cfg.MaxInflightResponseBytes < int64(cfg.MaxValueBytes):
 		return fmt.Errorf("--max-inflight-response-bytes %d must be 0 or hold the largest value, %d bytes (--max-value-bytes)",

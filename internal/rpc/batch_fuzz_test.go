@@ -4,6 +4,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"slices"
 	"testing"
 	"time"
 
@@ -22,8 +23,10 @@ import (
 // peer sends:
 //
 //   - a body ParseBatch refuses is refused as a whole with 400, and so is
-//     one with a key, an envelope, a version, an expiry (more than
-//     record.MaxTTL after its version's time) or a value out of bounds;
+//     one with an empty key, an envelope, a version or an expiry (more
+//     than record.MaxTTL after its version's time) out of bounds; a key
+//     or a value over this node's limits is refused alone (a write's
+//     ResRefused, a read's ResError);
 //   - a refused batch stores nothing: every key it names reads as before;
 //   - an accepted batch is answered with one well-formed result per
 //     operation, of a code its kind may have, and nothing after them;
@@ -115,13 +118,15 @@ func FuzzServeBatch(f *testing.F) {
 			return
 		}
 		require.NoError(t, parseErr, "a batch ParseBatch refuses was served")
+		over := make([]bool, len(ops)) // over this node's limits: refused alone
 		for i, op := range ops {
-			require.True(t, len(op.Key) > 0 && len(op.Key) <= maxKey, "operation %d's key of %d bytes was served", i, len(op.Key))
+			require.NotEmpty(t, op.Key, "operation %d's empty key was served", i)
+			over[i] = len(op.Key) > maxKey
 			if op.Kind == OpWrite {
 				rec, err := record.Decode(op.Envelope)
 				require.NoError(t, err, "operation %d's envelope was served", i)
 				require.NotZero(t, rec.Version, "operation %d's version 0 was served", i)
-				require.LessOrEqual(t, len(rec.Value), maxValue, "operation %d's value was served", i)
+				over[i] = over[i] || len(rec.Value) > maxValue
 				if rec.ExpiresAt != 0 {
 					require.False(t, hlc.TimeOf(rec.Version).Add(record.MaxTTL).Before(time.UnixMilli(int64(rec.ExpiresAt))),
 						"operation %d's expiry %d, beyond its version's time and MaxTTL, was served", i, rec.ExpiresAt)
@@ -133,6 +138,19 @@ func FuzzServeBatch(f *testing.F) {
 			var r batchResult
 			r, rest, err = nextResult(rest)
 			require.NoError(t, err, "result %d of %d", i, len(ops))
+			if over[i] {
+				want := byte(ResRefused)
+				if op.Kind == OpRead {
+					want = ResError
+				}
+				require.Equal(t, want, r.code, "operation %d over the limits", i)
+				if e, ok := before[string(op.Key)]; ok && !slices.ContainsFunc(ops, func(o BatchOp) bool {
+					return o.Kind == OpWrite && string(o.Key) == string(op.Key)
+				}) {
+					require.Equal(t, e, read(t, op.Key), "key %q changed by a refused operation", op.Key)
+				}
+				continue
+			}
 			if op.Kind == OpRead {
 				require.Contains(t, []byte{ResFound, ResNotFound, ResOverLimit, ResError}, r.code, "read %d", i)
 				if r.code == ResFound {

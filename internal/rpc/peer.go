@@ -23,6 +23,11 @@ import (
 // SecretHeader carries --cluster-secret on internal requests.
 const SecretHeader = "X-Dhtkv-Secret"
 
+// DefaultMaxBatchBytes is PeerOptions.MaxBatchBytes' default, 256 KiB:
+// every node takes a batch body of this size from its peers whatever its
+// own --max-value-bytes (node.Config).
+const DefaultMaxBatchBytes = 256 << 10
+
 // PeerOptions configures the client for one peer. Zero fields take the
 // defaults noted.
 type PeerOptions struct {
@@ -37,9 +42,9 @@ type PeerOptions struct {
 	// waiting behind a slow batch. One per lane measured best where CPU
 	// is scarce (docs/benchmarks.md).
 	Conns int
-	// MaxBatchBytes bounds one batch's body in bytes (default 256 KiB); a
-	// single larger operation goes alone. Keep it below the peers' request
-	// body limit (--max-value-bytes).
+	// MaxBatchBytes bounds one batch's body in bytes (default
+	// DefaultMaxBatchBytes); a single larger operation goes alone. Keep it
+	// within the peers' request body limit.
 	MaxBatchBytes int
 	// Secret is sent in SecretHeader on every request when set
 	// (--cluster-secret; default none).
@@ -187,7 +192,7 @@ func NewPeer(baseURL string, o PeerOptions, m *Metrics) *Peer {
 		o.Conns = 1
 	}
 	if o.MaxBatchBytes <= 0 {
-		o.MaxBatchBytes = 256 << 10
+		o.MaxBatchBytes = DefaultMaxBatchBytes
 	}
 	base := transportURL(baseURL, o.TLS)
 	p := &Peer{

@@ -30,7 +30,8 @@ type Server struct {
 	Replica *replica.Replica
 	// MaxKeyBytes and MaxValueBytes are the node's own limits
 	// (--max-key-bytes, --max-value-bytes): an operation beyond them is
-	// refused like a public request would be.
+	// refused like a public request would be, alone (its batch-mates are
+	// other clients' calls, and the peers' limits may be larger).
 	MaxKeyBytes, MaxValueBytes int
 	// Secret, when set, must accompany every request (--cluster-secret).
 	Secret string
@@ -116,6 +117,7 @@ type batchScratch struct {
 	recs     []record.Record
 	writes   []store.Write
 	outcomes []replica.Outcome // per write, in operation order
+	oversize []string          // per operation: why it is over this node's limits ("": it is not)
 }
 
 var batchScratches = sync.Pool{New: func() any { return new(batchScratch) }}
@@ -126,6 +128,7 @@ func (sc *batchScratch) release() {
 	clear(sc.recs)
 	clear(sc.writes)
 	clear(sc.outcomes)
+	clear(sc.oversize)
 	batchScratches.Put(sc)
 }
 
@@ -138,7 +141,9 @@ func (sc *batchScratch) release() {
 // Writes carry the version the coordinator assigned; last-write-wins in
 // the store keeps the newest, and all the batch's accepted writes go to
 // the store in one commit (one fsync). Every operation is validated before
-// anything is applied, so a malformed batch (an *Error) stores nothing.
+// anything is applied, so a malformed batch (an *Error) stores nothing;
+// an operation whose key or value is over this node's limits is refused
+// alone (a write ResRefused, a read ResError).
 // The replica's failures (the store, persisting the clock) fail only the
 // operations they touch, each with its reason in the answer.
 func (s *Server) ServeBatch(body, out []byte, background bool) ([]byte, error) {
@@ -149,11 +154,19 @@ func (s *Server) ServeBatch(body, out []byte, background bool) ([]byte, error) {
 		return out, refuse(http.StatusBadRequest, "%v", err)
 	}
 	sc.recs = sc.recs[:0]
+	sc.oversize = sc.oversize[:0]
 	for i, op := range sc.ops {
-		if len(op.Key) == 0 || len(op.Key) > s.MaxKeyBytes {
-			return out, refuse(http.StatusBadRequest, "operation %d: key of %d bytes (1 to %d allowed)", i, len(op.Key), s.MaxKeyBytes)
+		if len(op.Key) == 0 {
+			return out, refuse(http.StatusBadRequest, "operation %d: key of 0 bytes (1 to %d allowed)", i, s.MaxKeyBytes)
 		}
 		var rec record.Record
+		// A key or value over this node's limits is that operation's
+		// refusal, not its batch's: the limits are each node's flags, and a
+		// coordinator with larger ones batches other clients' calls with it.
+		var over string
+		if len(op.Key) > s.MaxKeyBytes {
+			over = fmt.Sprintf("key of %d bytes (1 to %d allowed)", len(op.Key), s.MaxKeyBytes)
+		}
 		if op.Kind == OpWrite {
 			if rec, err = record.Decode(op.Envelope); err != nil {
 				return out, refuse(http.StatusBadRequest, "operation %d: bad record envelope: %v", i, err)
@@ -165,11 +178,12 @@ func (s *Server) ServeBatch(body, out []byte, background bool) ([]byte, error) {
 				return out, refuse(http.StatusBadRequest, "operation %d: expiry %d ms is more than the longest ttl (%v) after its version's time, %d ms",
 					i, rec.ExpiresAt, record.MaxTTL, hlc.TimeOf(rec.Version).UnixMilli())
 			}
-			if len(rec.Value) > s.MaxValueBytes {
-				return out, refuse(http.StatusRequestEntityTooLarge, "operation %d: value of %d bytes, limit is %d", i, len(rec.Value), s.MaxValueBytes)
+			if over == "" && len(rec.Value) > s.MaxValueBytes {
+				over = fmt.Sprintf("value of %d bytes, limit is %d", len(rec.Value), s.MaxValueBytes)
 			}
 		}
 		sc.recs = append(sc.recs, rec)
+		sc.oversize = append(sc.oversize, over)
 	}
 	// A version too far ahead is its write's problem only (its
 	// coordinator's clock), not the batch's: the other operations, other
@@ -179,7 +193,7 @@ func (s *Server) ServeBatch(body, out []byte, background bool) ([]byte, error) {
 	// cluster.Coordinator.Write). Both are replica.ApplyRemote's rules.
 	sc.writes = sc.writes[:0]
 	for i, op := range sc.ops {
-		if op.Kind == OpWrite {
+		if op.Kind == OpWrite && sc.oversize[i] == "" {
 			sc.writes = append(sc.writes, store.Write{Key: op.Key, Rec: &sc.recs[i]})
 		}
 	}
@@ -200,7 +214,15 @@ func (s *Server) ServeBatch(body, out []byte, background bool) ([]byte, error) {
 		maxAnswer = DefaultMaxAnswerBytes
 	}
 	w := 0 // the next write's outcome
-	for _, op := range sc.ops {
+	for i, op := range sc.ops {
+		if over := sc.oversize[i]; over != "" {
+			if op.Kind == OpWrite {
+				out = AppendResultRefused(out, over)
+			} else {
+				out = AppendResultError(out, over)
+			}
+			continue
+		}
 		if op.Kind == OpWrite {
 			o := sc.outcomes[w]
 			w++

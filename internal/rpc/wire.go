@@ -51,7 +51,7 @@ import (
 //	                               worth a hint: the replica takes writes
 //	                               again once it has space
 //
-// A malformed batch (bad framing, a key out of limits, a bad envelope, a
+// A malformed batch (bad framing, an empty key, a bad envelope, a
 // version 0) is refused as a whole with 400
 // and nothing of it is stored; a missing or wrong --cluster-secret gets
 // 403.
