@@ -36,6 +36,7 @@ import (
 	"github.com/dhtkv/dhtkv/internal/clustermap"
 	"github.com/dhtkv/dhtkv/internal/hlc"
 	"github.com/dhtkv/dhtkv/internal/partition"
+	"github.com/dhtkv/dhtkv/internal/rpc"
 	"github.com/dhtkv/dhtkv/internal/store"
 	"github.com/dhtkv/dhtkv/internal/view"
 	"github.com/dhtkv/dhtkv/internal/worker"
@@ -125,6 +126,18 @@ type Handoff struct {
 
 	mu      sync.Mutex
 	pending map[int]int64 // hint bytes per target
+
+	stripes [64]sync.Mutex // Add's, by hintStripe
+}
+
+// hintStripe is the stripe of Handoff.stripes that the hints of key for
+// target take.
+func hintStripe(target int, key []byte) int {
+	x := uint32(2166136261) ^ uint32(target)
+	for _, b := range key {
+		x = (x ^ uint32(b)) * 16777619
+	}
+	return int(x % 64)
 }
 
 // New returns the handoff of the hints in st, routed by the views views
@@ -206,6 +219,16 @@ func (h *Handoff) Add(target int, key, env []byte) {
 	hint := store.Hint{Target: target, Key: key, Envelope: env}
 	peer := h.views().URL(target)
 	size := int64(hint.Size())
+	// The same write hinted again for the same target (a write routed
+	// again with its version after the view changed) is the same stored
+	// hint: its bytes are reserved once. The stripe keeps two adds of it
+	// from both finding it absent.
+	stripe := &h.stripes[hintStripe(target, key)]
+	stripe.Lock()
+	defer stripe.Unlock()
+	if held, err := h.store.HasHint(hint); err == nil && held {
+		return
+	}
 	h.mu.Lock()
 	if h.pending[target]+size > h.o.MaxBytes {
 		h.mu.Unlock()
@@ -332,14 +355,28 @@ func (h *Handoff) send(v *view.View, target int, batch []store.Hint) (delivered 
 	p := v.Peers[target]
 	ok := make([]bool, len(batch))
 	errs := make([]error, len(batch))
+	// The first call the target does not answer stops the slice: the
+	// hints not started yet take none of the replay rate, which all
+	// targets share (a target that is down must not spend it on calls
+	// that fail at once), and a wait for it ends (a cancelled wait gives
+	// its tokens back). A refusal of one hint (its version too far ahead
+	// of the target's clock, say) is that hint's: the others go on.
+	ctx, stop := context.WithCancel(h.work.Context())
+	defer stop()
 	var wg sync.WaitGroup
 	for i, hint := range batch {
-		if err := h.limit.WaitN(h.work.Context(), min(hint.Size(), h.limit.Burst())); err != nil {
-			break // stopping
+		if err := h.limit.WaitN(ctx, min(hint.Size(), h.limit.Burst())); err != nil {
+			break // stopping, or one failed
+		}
+		if ctx.Err() != nil {
+			break
 		}
 		wg.Go(func() {
 			_, err := p.Apply(hint.Key, hint.Envelope, v.Epoch(), time.Now().Add(h.o.Timeout))
 			ok[i], errs[i] = err == nil, err
+			if err != nil && !rpc.IsRefused(err) {
+				stop() // no answer: the others would fail alike
+			}
 		})
 	}
 	wg.Wait()

@@ -58,6 +58,23 @@ func (s *Store) AddHint(h Hint) error {
 	return nil
 }
 
+// HasHint reports whether h is stored: the same write hinted for the same
+// target (its version and key) is one hint.
+func (s *Store) HasHint(h Hint) (bool, error) {
+	v, ok := record.PeekVersion(h.Envelope)
+	if !ok || h.Target < 0 || h.Target > 255 {
+		return false, fmt.Errorf("has hint for node %d: %w", h.Target, record.ErrCorrupt)
+	}
+	_, closer, err := s.db.Get(hintKey(h.Target, v, h.Key))
+	if errors.Is(err, pebble.ErrNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("has hint for node %d: %w", h.Target, err)
+	}
+	return true, closer.Close()
+}
+
 // Hints calls fn with target's hints, oldest first, until fn returns false.
 // after, if not nil, is a hint fn saw before: the walk starts past it, so
 // a caller going through a backlog in slices does not step again over the
