@@ -95,3 +95,66 @@ func TestRegainedPartitionDropsItsLeftovers(t *testing.T) {
 		}
 	})
 }
+
+// TestChangeStopsTheLastOnesCleanup: node 3's paced drop of what a join
+// took from it is still under way when the next change (a decommission,
+// which gives partitions back to it) begins. The drop stops there: by the
+// old map it would go on dropping a partition the new change gives back,
+// the writes of its write-both stage with it. Node 0 is stopped so that
+// the change waits in write-both; node 3 drops nothing meanwhile, and
+// drops again once the change is over (its cleanup marker stays).
+func TestChangeStopsTheLastOnesCleanup(t *testing.T) {
+	testcluster.InBubble(t, func(t *testing.T) {
+		c, _ := horizonCluster(t, 3, func(i int, cfg *node.Config) {
+			if i == 3 {
+				cfg.Membership.DropRate = 1 // the behaviour under test: a drop that lasts
+			}
+		})
+		cl := c.Client()
+		require.Equal(t, http.StatusCreated, cl.Put(t, c.URL(0), "k", []byte("v"), 3, 3))
+		_, rec := internalGet(t, cl, c.URL(0), "k", "")
+		// Thousands of records on node 3, so that its drop lasts: more
+		// than the pace's burst (a chunk) of them in partitions it gives
+		// away.
+		for b := range 100 {
+			var body []byte
+			for i := range 50 {
+				r := record.Record{Version: rec.Version, Value: []byte("f")}
+				body = rpc.AppendBatchOp(body, rpc.OpWrite, fmt.Appendf(nil, "filler%d-%d", b, i), r.Encode())
+			}
+			code, out := internalBatch(t, cl, c.URL(3), body, "")
+			require.Equal(t, http.StatusOK, code, "%s", out)
+		}
+		dropped := func() float64 {
+			return testcluster.Metric(t, c.Node(3).Registry(), "dhtkv_membership_dropped_records_total")
+		}
+
+		j := c.AddNode(0)
+		require.Equal(t, http.StatusAccepted, c.Join(1, j))
+		c.StartNode(j)
+		c.AwaitNoChange(5 * time.Minute)
+		c.Await(time.Minute, "node 3 drops what the join took", func() (bool, string) {
+			return dropped() > 0, "nothing dropped"
+		})
+		pending, err := c.Node(3).Store().CleanupPending()
+		require.NoError(t, err)
+		require.True(t, pending, "node 3's drop is still under way")
+
+		c.StopNode(0)
+		require.Equal(t, http.StatusAccepted, c.Decommission(1, j))
+		c.Await(time.Minute, "node 3 installs the decommission's first map", func() (bool, string) {
+			m, _ := c.Node(3).Members().Map()
+			return m.Change != nil, m.String()
+		})
+		before := dropped()
+		time.Sleep(30 * time.Second) // the behaviour under test: the change waits for node 0
+		require.Equal(t, before, dropped(), "node 3 went on dropping by the old map after the change began")
+
+		c.StartNode(0)
+		c.AwaitLeft(j, 5*time.Minute)
+		c.AwaitNoChange(5 * time.Minute)
+		c.Await(5*time.Minute, "node 3's drop goes on once the change is over", func() (bool, string) {
+			return dropped() > before, fmt.Sprint(dropped())
+		})
+	})
+}

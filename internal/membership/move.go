@@ -95,6 +95,16 @@ func (mv *mover) update(v *view.View) {
 		return
 	case v.Map.Change != nil && v.Map.Change.Stage == clustermap.Stream:
 		job = func(ctx context.Context) { mv.copyGained(ctx, v) }
+	case v.Map.Change != nil && prev != nil && !prev.Moving:
+		// A change begins: a cleanup still dropping what the last one
+		// took away stops, as it may drop a partition this one gives
+		// back, with the writes of its write-both stage. Its marker
+		// stays; it runs again when this change ends, by the map then.
+		if mv.cancel != nil {
+			mv.cancel()
+			mv.cancel = nil
+		}
+		return
 	case v.Map.Change == nil && prev != nil && prev.Moving:
 		// A change just ended (install marked the cleanup pending).
 		job = func(ctx context.Context) { mv.cleanup(ctx, v) }
@@ -206,6 +216,13 @@ func (mv *mover) dropLeftovers(ctx context.Context, v *view.View) bool {
 		return ctx.Err() == nil
 	}
 	if began == 0 {
+		return true
+	}
+	if now := uint64(time.Now().UnixMilli()); now < began {
+		// Arrivals since are stamped before the moment too: the drop
+		// would take this change's writes and copy for leftovers.
+		s.log.Warn("membership: this node's clock is behind the moment the change began here (stepped back?); keeping what it holds of the partitions it gains",
+			"behind", time.Duration(began-now)*time.Millisecond)
 		return true
 	}
 	gained, deadSource := map[partition.ID]bool{}, map[partition.ID]bool{}

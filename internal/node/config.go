@@ -77,8 +77,9 @@ type Config struct {
 	// MaxInflightBodyBytes is the budget, in bytes, of the buffers holding
 	// the bodies of the requests in flight (--max-inflight-body-bytes): a
 	// body that would take them past it is refused with 503. It must hold
-	// the largest body (an internal batch: MaxValueBytes + MaxKeyBytes +
-	// 64); 0: no budget. The default value is 256 MiB.
+	// the largest body (an internal batch, maxBatchBytes: MaxValueBytes +
+	// MaxKeyBytes, at least 256 KiB, + 64); 0: no budget. The default
+	// value is 256 MiB.
 	MaxInflightBodyBytes int64
 	// MaxInflightResponseBytes is the budget, in bytes, of the values of
 	// RawValueMinBytes or more being sent to clients, held until each is

@@ -128,24 +128,63 @@ func (s *Store) dropPartition(ctx context.Context, part partition.ID, pace Pacer
 				return removed, err
 			}
 		}
-		b := s.db.NewBatch()
-		for i, k := range keys {
-			if err := errors.Join(b.Delete(append([]byte{dataPrefix}, k...), nil), b.Delete(ikeys[i], nil)); err != nil {
-				b.Close()
-				return removed, fmt.Errorf("drop partition %d: %w", part, err)
-			}
-		}
-		err = s.write(func() error { return s.db.Apply(b, pebble.NoSync) }) // lost by a crash: dropped again at the next start
-		b.Close()
-		if err != nil {
+		if keys, err = s.dropChunk(keys, ikeys, arrivedBefore); err != nil {
 			return removed, fmt.Errorf("drop partition %d in %s: %w", part, s.dir, err)
 		}
 		s.summary.touch(part)
 		removed += len(keys)
-		if dropped != nil {
+		if dropped != nil && len(keys) > 0 {
 			dropped(keys)
 		}
 	}
+}
+
+// dropChunk deletes the records and index entries of keys (ikeys their
+// index keys) in one batch, applied without fsync (lost by a crash: the
+// caller drops them again at its next start), and returns the keys
+// deleted. With arrivedBefore (not math.MaxUint64) it holds writers off
+// (gcState.mu, as Collect does) and reads each entry again: a key
+// written since indexKeys read it arrived since, and stays.
+func (s *Store) dropChunk(keys, ikeys [][]byte, arrivedBefore uint64) ([][]byte, error) {
+	filter := arrivedBefore != math.MaxUint64
+	if filter {
+		s.gc.mu.Lock()
+		defer s.gc.mu.Unlock()
+	}
+	b := s.db.NewBatch()
+	defer b.Close()
+	n := 0
+	for i, k := range keys {
+		if filter {
+			v, closer, err := s.db.Get(ikeys[i])
+			if errors.Is(err, pebble.ErrNotFound) {
+				continue
+			}
+			if err != nil {
+				return nil, err
+			}
+			e, ok := decodeIndexValue(v)
+			closer.Close()
+			if !ok {
+				return nil, fmt.Errorf("index entry of %q: %w", k, record.ErrCorrupt)
+			}
+			if e.Arrived >= arrivedBefore {
+				continue
+			}
+		}
+		if err := errors.Join(b.Delete(append([]byte{dataPrefix}, k...), nil), b.Delete(ikeys[i], nil)); err != nil {
+			return nil, err
+		}
+		keys[n] = k
+		n++
+	}
+	if n == 0 {
+		return nil, nil
+	}
+	if err := s.write(func() error { return s.db.Apply(b, pebble.NoSync) }); err != nil {
+		return nil, err
+	}
+	return keys[:n], nil
 }
 
 // indexKeys reads up to max entries of the index between lower
