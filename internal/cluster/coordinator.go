@@ -346,7 +346,14 @@ func (c *Coordinator) get(r *routes, key []byte, ack, from int) (Result, error) 
 		return Result{}, fmt.Errorf("get: %d of %d replicas answered, need %d: %w", n, len(reps), ack, err)
 	}
 	if best.Found && c.repairMode != RepairOff {
-		if err := c.readRepair(r, key, &best.Rec, answered[:na], reps, ack, deadline); err != nil {
+		// Before read-new, the new set's replicas are read from next:
+		// the repair must leave ack of them holding best too.
+		var oldBuf, newBuf [maxReplicas]int
+		var newReps []int
+		if r.Moving && !r.ReadNew {
+			_, newReps = r.WriteSets(key, from, oldBuf[:0], newBuf[:0])
+		}
+		if err := c.readRepair(r, key, &best.Rec, answered[:na], reps, newReps, ack, deadline); err != nil {
 			return Result{}, fmt.Errorf("get: %w", err)
 		}
 	}

@@ -34,6 +34,12 @@ import (
 //     cannot be reached by the request's deadline, the read fails (504)
 //     rather than return a value a later read could contradict. The
 //     remaining writes finish in the background, bounded by the deadline.
+//   - while a membership change is under way, before its read-new stage,
+//     reads ask the old replica set and will ask the new one: the
+//     repair then goes to both sets and needs ack holders in each, as a
+//     write of that stage does; otherwise a read after read-new could
+//     meet none of the replicas the repair wrote, and answer older than
+//     a read before it (TestReadRepairDuringChangeKeepsReadsMonotonic).
 //
 // RepairAsync hands all of it to a bounded background queue and replies
 // at once (faster, not monotonic); RepairOff leaves disagreements to
@@ -80,9 +86,11 @@ type replicaState struct {
 }
 
 // readRepair brings the replicas of key up to best (see above). answered
-// are the replicas that answered the read, reps all the key's replicas,
-// ack how many must hold best before the read may answer.
-func (c *Coordinator) readRepair(r *routes, key []byte, best *record.Record, answered []replicaState, reps []int, ack int, deadline time.Time) error {
+// are the replicas that answered the read, reps all the key's replicas
+// it reads, newReps those of the new set while a membership change is
+// under way before read-new (nil otherwise), ack how many must hold best
+// before the read may answer, in each set.
+func (c *Coordinator) readRepair(r *routes, key []byte, best *record.Record, answered []replicaState, reps, newReps []int, ack int, deadline time.Time) error {
 	var targetBuf [maxReplicas]int
 	targets := targetBuf[:0]
 	holders := 0
@@ -102,6 +110,20 @@ func (c *Coordinator) readRepair(r *routes, key []byte, best *record.Record, ans
 			targets = append(targets, n)
 		}
 	}
+	old, need := targets, ack-holders
+	if newReps != nil {
+		// A change under way, before read-new: the read asked the old
+		// set, and reads will ask the new one from read-new on. Like a
+		// write of this stage, best must then reach ack replicas of each
+		// set; those that answered with it take it again (the same
+		// version, which they keep).
+		for _, n := range newReps {
+			if !slices.Contains(targets, n) {
+				targets = append(targets, n)
+			}
+		}
+		old, need = reps, ack
+	}
 	env := best.Encode() // copies the value: the cache's or the handler's memory
 	if c.repairMode == RepairAsync {
 		c.repairs.enqueue(key, env, targets)
@@ -112,8 +134,7 @@ func (c *Coordinator) readRepair(r *routes, key []byte, best *record.Record, ans
 	// writes finish in the background by the deadline. A stale replica
 	// that cannot take best (down, or its clock too far behind) is so
 	// replaced by one that can.
-	need := ack - holders
-	n, err := c.fanOut(r, deadline, key, targets, nil, need, len(targets), fanOp{kind: opRepair},
+	n, err := c.fanOut(r, deadline, key, old, newReps, need, len(old)+len(newReps), fanOp{kind: opRepair},
 		func(k []byte) answer { return answer{err: c.applyRepair(r.View, k, env)} },
 		func(i int, call *view.Call) {
 			call.Env, call.Epoch = env, r.Epoch()
