@@ -61,8 +61,13 @@ func (n *Node) buildCluster(cmap *clustermap.Map, self int, joined bool, topo cl
 		Secret:      cfg.ClusterSecret,
 		Dial:        cfg.PeerDial,
 		TLS:         peerTLS,
-		MaxKey:      cfg.MaxKeyBytes,
-		MaxEnvelope: cfg.MaxValueBytes + record.HeaderSize,
+		// A peer's record: an expiring one's header included, and at
+		// least what streamValueBytes allows whatever this node's own
+		// limits (a rolling change of them; records written before a
+		// limit was lowered). The decoder's memory follows the bytes
+		// received, so a generous bound costs nothing.
+		MaxKey:      max(cfg.MaxKeyBytes, streamKeyBytes),
+		MaxEnvelope: max(cfg.MaxValueBytes, streamValueBytes) + record.MaxHeaderSize,
 	})
 
 	// Membership, the copier and anti-entropy need each other: the mover
@@ -428,3 +433,14 @@ func (n *Node) checkRestoredSnapshot(nodes int) (restored bool, err error) {
 	}
 	return true, nil
 }
+
+// streamKeyBytes and streamValueBytes are the least a node takes of a
+// key and a value in a peer's record stream (cluster scans, partition
+// copies, rebuilds), whatever its own --max-key-bytes and
+// --max-value-bytes: a record within a peer's limits, or stored before a
+// limit was lowered, must not stop a scan or a membership change for
+// good.
+const (
+	streamKeyBytes   = 64 << 10
+	streamValueBytes = 1 << 30
+)

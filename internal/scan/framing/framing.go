@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 )
 
 // Binary framing (format=binary on the public endpoint, always on the
@@ -58,8 +59,8 @@ type Decoder struct {
 }
 
 // NewDecoder reads frames from r, refusing keys longer than maxKey and
-// values longer than maxValue bytes (a corrupt length must not make the
-// reader allocate gigabytes).
+// values longer than maxValue bytes. Memory follows the bytes received,
+// whatever a frame's length says (readN).
 func NewDecoder(r io.Reader, maxKey, maxValue int) *Decoder {
 	br, ok := r.(*bufio.Reader)
 	if !ok {
@@ -113,16 +114,33 @@ func (d *Decoder) readLen(what string, limit int) (int, error) {
 	return int(x), nil
 }
 
+// readN reads n bytes into buf's memory. A length beyond buf's capacity
+// grows buf with the bytes received, doubling from readStep: a corrupt or
+// hostile length holds no more memory than the bytes that follow it.
 func (d *Decoder) readN(buf []byte, n int) ([]byte, error) {
-	if cap(buf) < n {
-		buf = make([]byte, n)
+	if cap(buf) >= n {
+		buf = buf[:n]
+		if _, err := io.ReadFull(d.r, buf); err != nil {
+			return buf, eofIsTruncation(err)
+		}
+		return buf, nil
 	}
-	buf = buf[:n]
-	if _, err := io.ReadFull(d.r, buf); err != nil {
-		return buf, eofIsTruncation(err)
+	buf = buf[:0]
+	for len(buf) < n {
+		step := min(n-len(buf), max(len(buf), readStep))
+		buf = slices.Grow(buf, step)
+		m, err := io.ReadFull(d.r, buf[len(buf):len(buf)+step])
+		buf = buf[:len(buf)+m]
+		if err != nil {
+			return buf, eofIsTruncation(err)
+		}
 	}
 	return buf, nil
 }
+
+// readStep is the first allocation of a key or value longer than the
+// decoder's buffer.
+const readStep = 64 << 10
 
 // readEnd checks the record count and that nothing follows the marker.
 func (d *Decoder) readEnd() error {

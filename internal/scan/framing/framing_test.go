@@ -2,8 +2,10 @@ package framing
 
 import (
 	"bytes"
+	"encoding/binary"
 	"io"
 	"math/rand/v2"
+	"runtime"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -72,6 +74,31 @@ func TestDecoderRejects(t *testing.T) {
 			require.ErrorContains(t, d.Err(), c.want)
 		})
 	}
+}
+
+// TestDecoderMemoryFollowsTheBytes: a frame whose length says a gigabyte
+// and whose stream ends after a few bytes costs the decoder no more than
+// those bytes (and its first step), not the gigabyte; a long value that
+// does arrive is read whole, in steps.
+func TestDecoderMemoryFollowsTheBytes(t *testing.T) {
+	const limit = 1 << 30
+	frame := binary.AppendUvarint(append(binary.AppendUvarint(nil, 1), 'k'), limit)
+	frame = append(frame, "short"...)
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	d := NewDecoder(bytes.NewReader(frame), 16, limit)
+	require.False(t, d.Next())
+	runtime.ReadMemStats(&after)
+	require.ErrorIs(t, d.Err(), ErrTruncated)
+	require.Less(t, after.TotalAlloc-before.TotalAlloc, uint64(4<<20), "allocated for a gigabyte announced")
+
+	long := bytes.Repeat([]byte("v"), 3*readStep+7)
+	d = NewDecoder(bytes.NewReader(AppendEnd(AppendRecord(nil, []byte("k"), long), 1)), 16, limit)
+	require.True(t, d.Next())
+	require.Equal(t, long, d.Value())
+	require.False(t, d.Next())
+	require.NoError(t, d.Err())
 }
 
 type errReader struct{ err error }
