@@ -123,6 +123,9 @@ type Outcome struct {
 	Began   uint64 `json:"began"` // the epoch of its first map
 	Ended   uint64 `json:"ended"` // the epoch of the map without it
 	Aborted bool   `json:"aborted,omitempty"`
+	// AbortID is the abort request's Command.ID: the same request sent
+	// again is answered as the first was.
+	AbortID string `json:"abort_id,omitempty"`
 }
 
 // State is the replicated state: the map and the bookkeeping of the
@@ -316,7 +319,7 @@ func apply(cur *State, c *Command) (*State, *Result) {
 	// outcome of the first.
 	if c.ID != "" {
 		for _, o := range []*Outcome{cur.Current, cur.Last} {
-			if o != nil && o.ID == c.ID {
+			if o != nil && (o.ID == c.ID || o.AbortID == c.ID) {
 				return nil, &Result{Accepted: true, Map: m, Node: o.Node}
 			}
 		}
@@ -377,7 +380,7 @@ func apply(cur *State, c *Command) (*State, *Result) {
 		}
 		n := cur.clone()
 		o := n.current()
-		o.Ended, o.Aborted = a.Epoch, true
+		o.Ended, o.Aborted, o.AbortID = a.Epoch, true, c.ID
 		n.Map, n.Current, n.Last, n.Changed = a, nil, &o, true
 		n.forgetLeft()
 		return n, &Result{Accepted: true, Map: a, Node: o.Node}

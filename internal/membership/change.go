@@ -140,6 +140,9 @@ func (s *Service) Remove(url string) (*clustermap.Map, error) {
 // that map.
 func (s *Service) deadMember(url, verb string) (*clustermap.Map, *clustermap.Node, error) {
 	v := s.View()
+	if v.Self < 0 {
+		return nil, nil, fmt.Errorf("%w: this node is no longer a member of the cluster map: ask a member", ErrChangeRefused)
+	}
 	n, err := s.member(v, url)
 	if err != nil {
 		return nil, nil, err
@@ -172,7 +175,13 @@ func (s *Service) deadMember(url, verb string) (*clustermap.Map, *clustermap.Nod
 // this one, for a newer map, a cluster secret or a CA that differ, is
 // alive, and refusal is its answer then.
 func (s *Service) answers(v *view.View, n *clustermap.Node) (ok bool, refusal error) {
-	_, err := v.Peers[n.ID].Ping(v.Map.Epoch, time.Now().Add(s.o.Timeout))
+	p := v.Peers[n.ID]
+	if p == nil {
+		// n is this node's own old id, given to another URL (this node
+		// was replaced while it runs): nothing to ask.
+		return false, nil
+	}
+	_, err := p.Ping(v.Map.Epoch, time.Now().Add(s.o.Timeout))
 	return rpc.Answered(err), err
 }
 

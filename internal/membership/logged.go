@@ -1,6 +1,7 @@
 package membership
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"time"
@@ -72,6 +73,19 @@ func (s *Service) followOnce(ctx context.Context, st *maplog.State) bool {
 		if _, err := s.install(m); err != nil {
 			s.log.Warn("membership: install the log's cluster map", "map", m.String(), "err", err)
 			return false
+		}
+		// Another map of the log's epoch (a seed of other settings, say
+		// --replicas, or one an earlier release made in a rolling
+		// upgrade): acknowledged, the log would count this node as
+		// routing by its map while it routes by other replica sets. The
+		// log's is the cluster's.
+		if cur := s.View().Map; cur.Epoch == m.Epoch && !bytes.Equal(cur.Encode(), m.Encode()) {
+			s.log.Warn("membership: this node holds another cluster map of the log's epoch; installing the log's",
+				"installed", cur.String(), "replicas", cur.Replicas, "log", m.String(), "log_replicas", m.Replicas)
+			if _, err := s.installMap(m, true); err != nil {
+				s.log.Warn("membership: install the log's cluster map", "map", m.String(), "err", err)
+				return false
+			}
 		}
 	}
 	v := s.View()

@@ -1,6 +1,7 @@
 package membership
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"flag"
@@ -344,10 +345,15 @@ var ErrOtherCluster = errors.New("cluster map of another cluster")
 // one's: it is persisted first (a restart resumes from it), then
 // published under the gate, then acted on (moves, cleanup, leaving,
 // driving). It reports whether m was installed.
-func (s *Service) install(m *clustermap.Map) (bool, error) {
+func (s *Service) install(m *clustermap.Map) (bool, error) { return s.installMap(m, false) }
+
+// installMap is install; with sameEpoch, a map of the installed epoch
+// that differs from the installed one is installed too (the log's map,
+// the cluster's truth: see followOnce).
+func (s *Service) installMap(m *clustermap.Map, sameEpoch bool) (bool, error) {
 	s.installMu.Lock()
 	cur := s.View()
-	if m.Epoch <= cur.Map.Epoch {
+	if m.Epoch < cur.Map.Epoch || m.Epoch == cur.Map.Epoch && (!sameEpoch || bytes.Equal(m.Encode(), cur.Map.Encode())) {
 		s.installMu.Unlock()
 		return false, nil
 	}
@@ -479,6 +485,8 @@ func (s *Service) Reaches(url string) (bool, error) {
 	}
 	n := v.Map.ByURL(u)
 	switch {
+	case v.Self < 0:
+		return false, &rpc.Error{Status: http.StatusServiceUnavailable, Msg: "this node is no longer a member of the cluster map"}
 	case n == nil:
 		return false, &rpc.Error{Status: http.StatusBadRequest, Msg: u + " is not a member of this node's map"}
 	case n.ID == v.Self:

@@ -1,6 +1,7 @@
 package node
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -138,6 +139,12 @@ func (n *Node) seedMapLog(ctx context.Context, l *maplog.Log, m *clustermap.Map)
 			n.log.Warn("maplog: propose the cluster map's seed", "err", err)
 		case err == nil && res.Accepted:
 			n.log.Info("maplog: the log is seeded", "map", res.Map.String())
+			return
+		case err == nil && res.Map != nil && !bytes.Equal(res.Map.Encode(), m.Encode()):
+			// Another seed won (another seed node's settings, say
+			// --replicas): membership installs the log's.
+			n.log.Warn("maplog: the log was seeded with another map than this node's; this node follows the log's",
+				"log", res.Map.String(), "log_replicas", res.Map.Replicas, "own", m.String(), "own_replicas", m.Replicas)
 			return
 		}
 		select {
