@@ -421,7 +421,10 @@ func (c *Coordinator) Write(key, value []byte, tombstone bool, ttl time.Duration
 	for try := 0; ; try++ {
 		r := c.route()
 		if r.Self < 0 {
-			return ErrNotAMember // nothing was sent: no failure to answer late
+			if try > 0 && len(r.Map.Nodes) > 1 {
+				c.failLate(rec.Version) // the earlier tries were sent
+			}
+			return ErrNotAMember
 		}
 		err := c.write(r, key, &rec, ttl, ack, from)
 		if err == nil || try == 2 || c.d.Views() == r.View {

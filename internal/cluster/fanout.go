@@ -306,7 +306,7 @@ func (c *Coordinator) finishCall(f *fan, n int, call *view.Call, sent time.Time)
 		return answer{rec: call.Rec, found: call.Found, err: call.Err}
 	case opWrite:
 		p.writes.observe(sent, call.Ended, call.Err)
-		if err := call.Err; err != nil && !rpc.IsRefused(err) && !errors.Is(err, rpc.ErrStaleEpoch) && c.d.Hints != nil {
+		if err := call.Err; err != nil && (!rpc.IsRefused(err) || errors.Is(err, rpc.ErrAhead)) && !errors.Is(err, rpc.ErrStaleEpoch) && c.d.Hints != nil {
 			// The key is the fan's, reused once the fan is; the
 			// envelope is this write's own.
 			c.d.Hints.Add(n, bytes.Clone(call.Key), f.op.env)

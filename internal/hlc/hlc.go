@@ -205,8 +205,12 @@ func (c *Clock) Next() (uint64, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	renewed, waited := false, false
+	begun := uint64(0)
 	for {
 		wall := uint64(c.now().UnixMilli()) << (logicalBits + nodeBits)
+		if begun == 0 {
+			begun = wall // the wall clock when this call began
+		}
 		v := c.last + 1<<nodeBits // same millisecond: next logical tick
 		if wall > v {
 			v = wall
@@ -219,8 +223,13 @@ func (c *Clock) Next() (uint64, error) {
 			// passed again by the time it is durable. The version then
 			// lags the wall clock by the disk's delay, as a version made
 			// before a synchronous write of its bound does; not by the
-			// time since the last version (c.last may be an hour old).
-			v = max(c.last+1<<nodeBits, c.bound-min(c.bound, persistWindow))
+			// time since the last version (c.last may be an hour old),
+			// and never below the wall clock when this call began: a
+			// write's version is at least its coordinator's clock when
+			// it was asked (docs/replication.md, the clock rules' rule
+			// 3), and a bound's write slower than a window would break
+			// that.
+			v = max(c.last+1<<nodeBits, c.bound-min(c.bound, persistWindow), begun)
 		}
 		// Overflowing the logical counter carries into the millisecond
 		// field, which makes this clock run slightly ahead of the wall

@@ -41,12 +41,15 @@ const errorBits = 20
 // measured records the peer's clock, peer, read off an exchange sent at
 // sent and answered at got (both this node's clock).
 func (o *clockOffset) measured(peer, sent, got time.Time) {
-	rtt := got.Sub(sent)
+	// The wall readings, not the monotonic ones: a step of this clock
+	// during the exchange (settimeofday moves the wall, not the monotonic
+	// reading) must not pair the peer's time with the wall from before it.
+	rtt := got.Round(0).Sub(sent.Round(0))
 	errMicros := (rtt.Microseconds() + 1) / 2
-	if rtt < 0 || errMicros >= 1<<errorBits {
+	if rtt < 0 || errMicros >= 1<<errorBits || (got.Sub(sent)-rtt).Abs() > time.Millisecond {
 		return // the clock stepped meanwhile, or too slow to tell
 	}
-	mid := sent.Add(rtt / 2)
+	mid := sent.Round(0).Add(rtt / 2)
 	off := peer.UnixMicro() - mid.UnixMicro()
 	o.sample.Store(uint64(off)<<errorBits | uint64(errMicros))
 	o.at.Store(time.Now().UnixNano()) // local time: this clock may be the one off

@@ -153,7 +153,7 @@ func (d *Direct) Apply(key, env []byte, epoch uint64, _ time.Time) (uint64, erro
 	case r.code == ResNewer:
 		return r.version, nil
 	case r.code == ResRefused:
-		return 0, fmt.Errorf("apply to %s: %w: %s", d.URL, ErrRefused, r.msg)
+		return 0, fmt.Errorf("apply to %s: %w", d.URL, refusal(r.msg))
 	case r.code == ResNoSpace:
 		return 0, fmt.Errorf("apply to %s: %w", d.URL, storageError{r.msg})
 	case r.code == ResError:

@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/valyala/fasthttp"
 
+	"github.com/dhtkv/dhtkv/internal/hlc"
 	"github.com/dhtkv/dhtkv/internal/record"
 	"github.com/dhtkv/dhtkv/internal/view"
 )
@@ -330,6 +331,19 @@ func (e errStatus) Refused() bool { return e.code >= 400 && e.code < 500 }
 // ErrRefused is a write the replica refused and always will as sent (see
 // ResRefused).
 var ErrRefused = errors.New("refused by the replica")
+
+// ErrAhead is ErrRefused for a version too far ahead of the replica's
+// clock (hlc.ErrTooFarAhead): refused for now, taken once its clock is
+// within the bound of it, so worth a hint.
+var ErrAhead = errors.New("version too far ahead of the replica's clock, for now")
+
+// refusal is the error of a write's ResRefused answer, msg its reason.
+func refusal(msg string) error {
+	if strings.Contains(msg, hlc.ErrTooFarAhead.Error()) {
+		return fmt.Errorf("%w: %w: %s", ErrRefused, ErrAhead, msg)
+	}
+	return fmt.Errorf("%w: %s", ErrRefused, msg)
+}
 
 // IsRefused reports whether err is the peer refusing a write or a whole
 // batch (a 4xx: malformed or forbidden): sending the same again cannot
@@ -734,7 +748,7 @@ func (p *Peer) sendOnce(batch []*call, req *fasthttp.Request, resp *fasthttp.Res
 			continue
 		}
 		if r.code == ResRefused {
-			c.finish(fmt.Errorf("%w: %s", ErrRefused, r.msg))
+			c.finish(refusal(r.msg))
 			continue
 		}
 		if r.code == ResNoSpace && c.kind == OpWrite {
