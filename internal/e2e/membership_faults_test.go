@@ -429,10 +429,10 @@ func casesToRun[T any](t *testing.T, cases []T) []T {
 	return cases[:1]
 }
 
-// longFault skips t without allFaults: a fault story that takes about 15
-// s or more under -race on two shared cores even at its first case,
-// which make test-faults runs (and repeats). make test keeps a shorter
-// story of the same fault, named beside each call.
+// longFault skips t without allFaults: a fault or upgrade story that
+// takes about 15 s or more under -race on two shared cores even at its
+// first case, which make test-faults runs (and repeats). make test keeps
+// a shorter story of the same fault, named beside each call.
 func longFault(t *testing.T) {
 	t.Helper()
 	if !allFaults {
@@ -445,6 +445,7 @@ func longFault(t *testing.T) {
 // stage cannot advance until it heals), or the node gaining partitions
 // cut from an old replica of them (its copy fails and is tried again).
 func TestMembershipFaultPartitionDuringStream(t *testing.T) {
+	longFault(t) // make test: TestMembershipFaultHintsForMovedPartitions, membership's TestJoinThroughItsStages
 	for _, tc := range casesToRun(t, []faultCase{
 		{name: "join/gainer-old-replica", fault: cut(3, 0), hold: 3 * time.Second},
 		{name: "join/driver-member", fault: cut(1, 2), hold: 3 * time.Second},
