@@ -25,6 +25,9 @@ import (
 // others may read is accepted, with a warning in the returned string.
 func loadSecret(cfg *Config) (warning string, err error) {
 	if cfg.ClusterSecretFile == "" {
+		if err := checkSecret(cfg.ClusterSecret); err != nil {
+			return "", fmt.Errorf("--cluster-secret: %w", err)
+		}
 		return "", nil
 	}
 	if cfg.ClusterSecret != "" {
@@ -37,6 +40,9 @@ func loadSecret(cfg *Config) (warning string, err error) {
 	secret := strings.TrimRight(string(b), "\r\n")
 	if secret == "" || strings.ContainsAny(secret, "\r\n") {
 		return "", fmt.Errorf("--cluster-secret-file %s: want one non-empty line", cfg.ClusterSecretFile)
+	}
+	if err := checkSecret(secret); err != nil {
+		return "", fmt.Errorf("--cluster-secret-file %s: %w", cfg.ClusterSecretFile, err)
 	}
 	cfg.ClusterSecret = secret
 	if mode, open := readableByOthers(cfg.ClusterSecretFile); open {
@@ -170,4 +176,20 @@ func loopbackHostPort(hostport string) bool {
 	}
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
+}
+
+// checkSecret refuses a secret an HTTP header cannot carry as it is: one
+// that begins or ends with a space or a tab (the receiving node's parser
+// drops them from the value, so it would compare another secret and
+// answer 403 to every node), or holds a control byte.
+func checkSecret(secret string) error {
+	if strings.TrimLeft(secret, " \t") != secret || strings.TrimRight(secret, " \t") != secret {
+		return errors.New("the secret begins or ends with a space or a tab, which HTTP drops from a header: remove them")
+	}
+	for i := 0; i < len(secret); i++ {
+		if c := secret[i]; c < 0x20 && c != '\t' || c == 0x7f {
+			return fmt.Errorf("byte %d of the secret is the control byte 0x%02x, which a header cannot carry", i, c)
+		}
+	}
+	return nil
 }

@@ -163,7 +163,11 @@ func NewStreamClient(o StreamOptions) *StreamClient {
 		MaxIdleConnsPerHost: 4,
 		IdleConnTimeout:     30 * time.Second,
 	}
-	return &StreamClient{o: o, tr: tr, hc: &http.Client{Transport: tr}}
+	// A stream is asked of one member: a redirect is not followed, which
+	// would send SecretHeader to wherever the answer points (net/http
+	// forwards every header but Authorization and cookies).
+	hc := &http.Client{Transport: tr, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	return &StreamClient{o: o, tr: tr, hc: hc}
 }
 
 // Close drops idle connections.
