@@ -99,6 +99,10 @@ func parseFlags(args []string, stdout io.Writer) (*settings, error) {
 		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	case s.minProcs < 0:
 		return nil, errors.New("--min-procs must not be negative")
+	case s.shutdown <= 0:
+		// A spent context: every stop would cut the requests in flight
+		// and leave the store unclosed.
+		return nil, fmt.Errorf("--shutdown-timeout %v: must be positive", s.shutdown)
 	}
 	s.unknownEnv = unknownEnv(fs, os.Environ())
 	if err := cfg.Validate(); err != nil {

@@ -173,6 +173,8 @@ func TestFlags(t *testing.T) {
 		{[]string{"--log-format", "xml"}, 2, "log-format"},
 		{[]string{"--memtable-bytes", "0"}, 2, "memtable"},
 		{[]string{"--l0-compaction-threshold", "0"}, 2, "l0-compaction-threshold"},
+		{[]string{"--shutdown-timeout", "0"}, 2, "--shutdown-timeout 0s: must be positive"},
+		{[]string{"--shutdown-timeout", "-1s"}, 2, "--shutdown-timeout -1s: must be positive"},
 		{[]string{"--listen", "127.0.0.1:0", "--cluster", "http://127.0.0.1:1,http://127.0.0.1:2", "--self", "http://127.0.0.1:3"}, 1, "is not in --cluster"},
 		{[]string{"--listen", "127.0.0.1:0", "--cluster", "127.0.0.1:1"}, 1, "bad node URL"},
 		{[]string{"--listen", "127.0.0.1:0", "--replica-timeout", "0s"}, 2, "replica-timeout"},

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -110,6 +111,12 @@ func clusterCmd(e *env, fs *flag.FlagSet) *ffcli.Command {
 	}
 }
 
+// changeAnswer is the least a membership command waits for the node's
+// answer to its request, whatever --timeout: the node proposes the change
+// to the map's log for up to 30 s before it answers that the outcome is
+// not known (package membership's logCallTimeout).
+const changeAnswer = 35 * time.Second
+
 // changeCmd is a membership command: begin asks for the change, and own,
 // for a command that waits (nil: replace and abort, which are over as they
 // begin), identifies the change begin began, from the map the node
@@ -133,13 +140,26 @@ func changeCmd(e *env, fs *flag.FlagSet, name, usage, short string, nargs int,
 			if err := f.check(name, args, nargs); err != nil {
 				return err
 			}
-			c, ctx, cancel, err := e.client()
+			c, _, cancel, err := e.client()
 			if err != nil {
 				return err
 			}
 			defer cancel()
 			defer c.Close()
-			m, err := begin(ctx, c, *f.admin, args)
+			// The node answers once the map's log took the change or
+			// refused it, or after changeAnswer with a 503 saying the
+			// outcome is not known: a shorter --timeout would give up
+			// on a change the node goes on to make.
+			bctx, bcancel := context.Background(), context.CancelFunc(func() {})
+			if e.g.timeout > 0 {
+				bctx, bcancel = context.WithTimeout(bctx, max(e.g.timeout, changeAnswer))
+			}
+			m, err := begin(bctx, c, *f.admin, args)
+			bcancel()
+			if errors.Is(err, context.DeadlineExceeded) {
+				return fmt.Errorf("%s: the outcome is unknown: %s did not answer in time, and the change may still be made (see dhtkvctl cluster --admin %s): %w",
+					name, *f.admin, *f.admin, err)
+			}
 			if err != nil {
 				return fmt.Errorf("%s: %w", name, err)
 			}
@@ -335,6 +355,13 @@ func waitChange(w io.Writer, c *client.Client, admin string, ch ownChange, timeo
 	var st *client.ClusterStatus
 	for {
 		s, err := c.Cluster(ctx, admin)
+		if err != nil && ch.takesAway(st) && leftEverywhere(ctx, c, st.Map, st.Map.NodeURL(st.Self)) {
+			// The node asked is the one the change takes away: it stops
+			// once its map no longer has it, which every other member's
+			// says too.
+			_, err := fmt.Fprintf(w, "%s completed (the node asked left the cluster and stopped; no other member's map has it)\n", ch.what)
+			return err
+		}
 		if err == nil {
 			st = s
 			if st.Map.Epoch > seen {
@@ -364,6 +391,39 @@ func waitChange(w io.Writer, c *client.Client, admin string, ch ownChange, timeo
 		case <-time.After(500 * time.Millisecond):
 		}
 	}
+}
+
+// takesAway reports whether st, the last answer of the node asked, is
+// the answer of the node ch removes from the cluster (a decommission or
+// remove of the admin node itself).
+func (c ownChange) takesAway(st *client.ClusterStatus) bool {
+	return st != nil && st.Map != nil && c.node >= 0 && st.Self == c.node && slices.ContainsFunc(c.kinds, func(k string) bool {
+		return k == "decommission" || k == "remove"
+	})
+}
+
+// leftEverywhere asks the other members of m for their status
+// (GET /v0/status?verbose) and reports whether one answers with no
+// change under way and without u among its members, and none answers
+// with u among them.
+func leftEverywhere(ctx context.Context, c *client.Client, m *client.ClusterMap, u string) bool {
+	answered := false
+	for _, n := range m.Nodes {
+		if n.URL == u {
+			continue
+		}
+		sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		st, err := c.Status(sctx, n.URL)
+		cancel()
+		if err != nil {
+			continue
+		}
+		if st.Change != "" || slices.ContainsFunc(st.Members, func(mb client.Member) bool { return mb.URL == u }) {
+			return false
+		}
+		answered = true
+	}
+	return answered
 }
 
 // ended is waitChange's verdict once the driver's map has no change under

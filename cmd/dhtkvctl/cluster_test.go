@@ -280,3 +280,53 @@ func TestChangeNotCompleted(t *testing.T) {
 	assert.Contains(t, errb.String(), "decommission of node 2 ("+c.URL(2)+") ended as a remove at epoch ")
 	assert.Equal(t, 1, strings.Count(errb.String(), "\n"), "one line on stderr: %q", errb.String())
 }
+
+// dhtkvctl decommission asked of the leaving node's own admin listener
+// (kubectl exec dhtkv-4 -- dhtkvctl decommission --admin 127.0.0.1:6060
+// http://dhtkv-4.dhtkv:8080): the node stops once it is out of the map, as
+// the binary does on Left, and the command must still report the
+// decommission it asked for as completed (the other members' maps no
+// longer have it), where it waited for --wait-timeout and exited 1 with
+// "did not complete".
+func TestDecommissionAskedOfTheLeavingNode(t *testing.T) {
+	c, _ := startWithKeys(t, "s")
+	admin := "--admin=" + c.Node(2).AdminAddr()
+	stopped := make(chan struct{})
+	go func() { defer close(stopped); c.AwaitLeft(t, 2, 60*time.Second) }() // the process exits on Left
+	var out, errb bytes.Buffer
+	code := run([]string{"decommission", admin, "--wait-timeout=30s", c.URL(2)}, nil, &out, &errb)
+	<-stopped
+	assert.Contains(t, out.String(), "decommission begun")
+	require.Equal(t, exitOK, code, "stdout %q, stderr %q", out.String(), errb.String())
+	assert.Contains(t, out.String(), "completed")
+}
+
+// A membership command at the default --timeout (5 s) while the map's log
+// cannot answer at once (here the node asked is cut off from the other
+// two for 8 s, as in a leader election or a brief partition): the node
+// goes on proposing the change for up to 30 s (membership.logCallTimeout)
+// and applies it; dhtkvctl waits for that answer (changeAnswer), where it
+// gave up at 5 s and exited 1 with a bare "context deadline exceeded",
+// reporting as failed a change that happened.
+func TestChangeWaitsForTheNodesAnswer(t *testing.T) {
+	c := testcluster.StartLinked(t, 3, func(_ int, cfg *node.Config) { cfg.Replicas = 2 })
+	testcluster.Eventually(t, 60*time.Second, "the cluster settled", func() bool {
+		st := c.Node(0).MapLog().State()
+		return st.Map != nil && st.Map.Change == nil && len(st.Waiting(-1)) == 0
+	})
+	admin := "--admin=" + c.Node(0).AdminAddr()
+	joiner := fmt.Sprintf("http://127.0.0.1:%d", testcluster.FreePorts(t, 1)[0])
+	c.Isolate(0)
+	healed := time.AfterFunc(8*time.Second, c.Heal)
+	defer healed.Stop()
+	var out, errb bytes.Buffer
+	code := run([]string{"join", admin, "--no-wait", joiner}, nil, &out, &errb)
+	t.Logf("exit %d, stdout %q, stderr %q", code, out.String(), errb.String())
+	// What the cluster did with the request.
+	testcluster.Eventually(t, 40*time.Second, "the join applied", func() bool {
+		m := c.Node(0).MapLog().State().Map
+		return m != nil && m.ByURL(joiner) != nil
+	})
+	require.Equal(t, exitOK, code, "stderr %q", errb.String())
+	assert.Contains(t, out.String(), "join begun")
+}
