@@ -68,6 +68,8 @@ func (s *Store) Checkpoint(dir string, complete time.Time, grace time.Duration) 
 		return fmt.Errorf("checkpoint of %s in %s: %w", s.dir, dir, err)
 	}
 	if err := writeMark(s.fs, dir, Snapshot{Taken: taken, Complete: complete, Grace: grace}); err != nil {
+		// A checkpoint without its mark would be restored unchecked.
+		_ = s.fs.RemoveAll(dir)
 		return fmt.Errorf("checkpoint of %s in %s: %w", s.dir, dir, err)
 	}
 	return nil

@@ -16,6 +16,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"path/filepath"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -255,7 +256,7 @@ func Open(dir string, o Options) (*Store, error) {
 		// Every write Pebble makes that meets ENOSPC calls onDiskFull,
 		// then is tried once more; one that fails still fails the store
 		// at once (fileError).
-		FS: watchFS{FS: vfs.OnDiskFull(fsys, s.onDiskFull), onError: s.fileError},
+		FS: watchFS{FS: vfs.OnDiskFull(fsys, s.onDiskFull), onError: s.fileError, raw: fsys, dir: filepath.Clean(dir)},
 	}
 	if d := o.WALMinSyncInterval; d > 0 {
 		popts.WALMinSyncInterval = func() time.Duration { return d }

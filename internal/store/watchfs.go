@@ -3,6 +3,7 @@ package store
 import (
 	"errors"
 	"fmt"
+	"path/filepath"
 	"strings"
 	"syscall"
 
@@ -24,6 +25,20 @@ import (
 type watchFS struct {
 	vfs.FS
 	onError func(path string, err error)
+	// raw is the store's file system unwrapped, and dir its directory:
+	// files outside dir (a checkpoint's copy) are written through raw,
+	// so that their errors are neither the store's nor its volume's.
+	raw vfs.FS
+	dir string
+}
+
+// outside reports whether name is not in the store's directory.
+func (fs watchFS) outside(name string) bool {
+	if fs.raw == nil {
+		return false
+	}
+	name = filepath.Clean(name)
+	return name != fs.dir && filepath.Dir(name) != fs.dir
 }
 
 func (fs watchFS) watch(name string, f vfs.File, err error) (vfs.File, error) {
@@ -35,11 +50,17 @@ func (fs watchFS) watch(name string, f vfs.File, err error) (vfs.File, error) {
 }
 
 func (fs watchFS) Create(name string, category vfs.DiskWriteCategory) (vfs.File, error) {
+	if fs.outside(name) {
+		return fs.raw.Create(name, category)
+	}
 	f, err := fs.FS.Create(name, category)
 	return fs.watch(name, f, err)
 }
 
 func (fs watchFS) OpenReadWrite(name string, category vfs.DiskWriteCategory, opts ...vfs.OpenOption) (vfs.File, error) {
+	if fs.outside(name) {
+		return fs.raw.OpenReadWrite(name, category, opts...)
+	}
 	f, err := fs.FS.OpenReadWrite(name, category, opts...)
 	return fs.watch(name, f, err)
 }
@@ -51,6 +72,9 @@ func (fs watchFS) ReuseForWrite(oldname, newname string, category vfs.DiskWriteC
 
 // OpenDir's directory is synced after files are made in it.
 func (fs watchFS) OpenDir(name string) (vfs.File, error) {
+	if fs.outside(name) {
+		return fs.raw.OpenDir(name)
+	}
 	f, err := fs.FS.OpenDir(name)
 	if err != nil {
 		return f, err // reading: nothing failed to reach the disk
