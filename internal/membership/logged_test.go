@@ -75,6 +75,12 @@ func ctxFor(t *testing.T, d time.Duration) context.Context {
 func loggedCluster(t *testing.T, urls []string) (*cluster, map[string]*maplog.Log) {
 	m, err := clustermap.Seed(urls, 2)
 	require.NoError(t, err)
+	return loggedClusterOf(t, urls, m, nil)
+}
+
+// loggedClusterOf is loggedCluster with the log seeded with m, each node
+// starting from own(i, the log's map), or the log's when own is nil.
+func loggedClusterOf(t *testing.T, urls []string, m *clustermap.Map, own func(i int, m *clustermap.Map) *clustermap.Map) (*cluster, map[string]*maplog.Log) {
 	var servers []maplog.Server
 	addrs := map[int]string{}
 	nets := make([]*maplog.Network, len(urls))
@@ -92,9 +98,12 @@ func loggedCluster(t *testing.T, urls []string) (*cluster, map[string]*maplog.Lo
 	require.NoError(t, err)
 	require.True(t, res.Accepted, res.String())
 	c := newCluster(t)
-	for _, u := range urls {
+	for i, u := range urls {
 		got, _, err := membership.AwaitMember(ctxFor(t, 20*time.Second), logs[u], u)
 		require.NoError(t, err)
+		if own != nil {
+			got = own(i, got)
+		}
 		c.startWith(got, u, logs[u])
 	}
 	return c, logs

@@ -8,8 +8,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/dhtkv/dhtkv/internal/clustermap"
-	"github.com/dhtkv/dhtkv/internal/maplog"
-	"github.com/dhtkv/dhtkv/internal/membership"
 )
 
 // A member holding another map of the log's epoch (a seed node started
@@ -27,31 +25,12 @@ func TestFollowInstallsTheLogsMapOfItsEpoch(t *testing.T) {
 	require.Equal(t, logMap.Cluster, odd.Cluster)
 	require.Equal(t, logMap.Epoch, odd.Epoch)
 
-	var servers []maplog.Server
-	nets := make([]*maplog.Network, len(urls))
-	addrs := map[int]string{}
-	for i := range urls {
-		nets[i] = listenLog(t)
-		servers = append(servers, maplog.Server{ID: i, Addr: nets[i].Addr().String()})
-		addrs[i] = nets[i].Addr().String()
-	}
-	logs := map[string]*maplog.Log{}
-	for i, u := range urls {
-		logs[u] = openLog(t, nets[i], i)
-		require.NoError(t, logs[u].Bootstrap(servers))
-	}
-	res, err := logs[urls[0]].Submit(ctxFor(t, 20*time.Second), maplog.Command{Op: maplog.OpSeed, Map: logMap, Addrs: addrs})
-	require.NoError(t, err)
-	require.True(t, res.Accepted, res.String())
-	c := newCluster(t)
-	for i, u := range urls {
-		got, _, err := membership.AwaitMember(ctxFor(t, 20*time.Second), logs[u], u)
-		require.NoError(t, err)
+	c, logs := loggedClusterOf(t, urls, logMap, func(i int, m *clustermap.Map) *clustermap.Map {
 		if i == 2 {
-			got = odd // its own seed, stored before the log had one
+			return odd // its own seed, stored before the log had one
 		}
-		c.startWith(got, u, logs[u])
-	}
+		return m
+	})
 	l := logs[urls[0]]
 	consistent := func() bool {
 		st := l.State()
