@@ -3,6 +3,7 @@ package framing
 import (
 	"bytes"
 	"encoding/binary"
+	"fmt"
 	"io"
 	"math/rand/v2"
 	"runtime"
@@ -152,4 +153,28 @@ func FuzzDecoder(f *testing.F) {
 			}
 		}
 	})
+}
+
+// BenchmarkDecoder reads a stream of 64 records of each size, a new
+// decoder per stream (its buffers grow once, as a cluster scan's do).
+func BenchmarkDecoder(b *testing.B) {
+	for _, size := range []int{1 << 10, 1 << 20} {
+		var stream []byte
+		for i := range 64 {
+			stream = AppendRecord(stream, fmt.Appendf(nil, "k%03d", i), make([]byte, size))
+		}
+		stream = AppendEnd(stream, 64)
+		b.Run(fmt.Sprintf("value=%d", size), func(b *testing.B) {
+			b.ReportAllocs()
+			b.SetBytes(int64(len(stream)))
+			for b.Loop() {
+				d := NewDecoder(bytes.NewReader(stream), 16, 2<<20)
+				for d.Next() {
+				}
+				if d.Err() != nil {
+					b.Fatal(d.Err())
+				}
+			}
+		})
+	}
 }
