@@ -46,15 +46,7 @@ func TestRegainedPartitionDropsItsLeftovers(t *testing.T) {
 		// Thousands of records on node 3 alone, so that its drop has not
 		// reached the keys when the next change begins.
 		_, rec := internalGet(t, cl, c.URL(3), keys[0], "")
-		for b := range 100 {
-			var body []byte
-			for i := range 50 {
-				r := record.Record{Version: rec.Version, Value: []byte("f")}
-				body = rpc.AppendBatchOp(body, rpc.OpWrite, fmt.Appendf(nil, "filler%d-%d", b, i), r.Encode())
-			}
-			code, out := internalBatch(t, cl, c.URL(3), body, "")
-			require.Equal(t, http.StatusOK, code, "%s", out)
-		}
+		writeFillers(t, cl, c.URL(3), rec.Version)
 
 		j := c.AddNode(0)
 		require.Equal(t, http.StatusAccepted, c.Join(1, j))
@@ -116,15 +108,7 @@ func TestChangeStopsTheLastOnesCleanup(t *testing.T) {
 		// Thousands of records on node 3, so that its drop lasts: more
 		// than the pace's burst (a chunk) of them in partitions it gives
 		// away.
-		for b := range 100 {
-			var body []byte
-			for i := range 50 {
-				r := record.Record{Version: rec.Version, Value: []byte("f")}
-				body = rpc.AppendBatchOp(body, rpc.OpWrite, fmt.Appendf(nil, "filler%d-%d", b, i), r.Encode())
-			}
-			code, out := internalBatch(t, cl, c.URL(3), body, "")
-			require.Equal(t, http.StatusOK, code, "%s", out)
-		}
+		writeFillers(t, cl, c.URL(3), rec.Version)
 		dropped := func() float64 {
 			return testcluster.Metric(t, c.Node(3).Registry(), "dhtkv_membership_dropped_records_total")
 		}
@@ -157,4 +141,20 @@ func TestChangeStopsTheLastOnesCleanup(t *testing.T) {
 			return dropped() > before, fmt.Sprint(dropped())
 		})
 	})
+}
+
+// writeFillers writes 5,000 records of version v straight into the local
+// replica of the node at base (internal batches), so that a paced drop of
+// what it gives away lasts.
+func writeFillers(t *testing.T, cl *testcluster.Client, base string, v uint64) {
+	t.Helper()
+	for b := range 100 {
+		var body []byte
+		for i := range 50 {
+			r := record.Record{Version: v, Value: []byte("f")}
+			body = rpc.AppendBatchOp(body, rpc.OpWrite, fmt.Appendf(nil, "filler%d-%d", b, i), r.Encode())
+		}
+		code, out := internalBatch(t, cl, base, body, "")
+		require.Equal(t, http.StatusOK, code, "%s", out)
+	}
 }

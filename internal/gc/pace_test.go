@@ -202,56 +202,43 @@ func TestPassIgnoresPeersItDoesNotRelyOn(t *testing.T) {
 }
 
 // TestPassStopsAtANewMap: a map installed during a pass (a membership
-// change may have begun: rule 1) ends the pass before its next removal;
+// change may have begun: rule 1) ends the pass before its next removal,
+// or withdraws a removal whose commit it meets (the check is made again
+// under the store's lock, which the install then waits for: see
+// store.Store.Collect's still); nothing is removed under the old map, and
 // the next pass, under the map it finds, removes them.
 func TestPassStopsAtANewMap(t *testing.T) {
-	local := replicaWith(t, 0, 20)
-	url := "http://127.0.0.1:1"
-	m, err := clustermap.Seed([]string{url}, 1)
-	require.NoError(t, err)
-	first := view.New(m, 0, url, func(string) view.Peer { return nil }, time.Now())
-	installed := view.New(m, 0, url, func(string) view.Peer { return nil }, time.Now())
-	var mu sync.Mutex
-	calls := 0
-	views := func() *view.View {
-		mu.Lock()
-		defer mu.Unlock()
-		if calls++; calls == 1 {
-			return first
-		}
-		return installed
+	for _, tc := range []struct {
+		name string
+		// oldViews is how many of the pass's looks at the map see the
+		// first one: its start, then its check before the first removal,
+		// then that removal's check as it commits.
+		oldViews int
+	}{
+		{"installed before the first removal", 1},
+		{"installed as the first removal commits", 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			local := replicaWith(t, 0, 20)
+			url := "http://127.0.0.1:1"
+			m, err := clustermap.Seed([]string{url}, 1)
+			require.NoError(t, err)
+			first := view.New(m, 0, url, func(string) view.Peer { return nil }, time.Now())
+			installed := view.New(m, 0, url, func(string) view.Peer { return nil }, time.Now())
+			var mu sync.Mutex
+			calls := 0
+			views := func() *view.View {
+				mu.Lock()
+				defer mu.Unlock()
+				if calls++; calls <= tc.oldViews {
+					return first
+				}
+				return installed
+			}
+			g := New(local, views, func() []view.Synced { return make([]view.Synced, 1) }, nil, Options{Grace: time.Hour}, slog.New(slog.DiscardHandler))
+			g.now = func() time.Time { return time.Now().Add(time.Second) }
+			require.Zero(t, g.Pass(context.Background()), "the map changed before the first removal committed")
+			require.Equal(t, 20, g.Pass(context.Background()), "the next pass, under the installed map")
+		})
 	}
-	g := New(local, views, func() []view.Synced { return make([]view.Synced, 1) }, nil, Options{Grace: time.Hour}, slog.New(slog.DiscardHandler))
-	g.now = func() time.Time { return time.Now().Add(time.Second) }
-	require.Zero(t, g.Pass(context.Background()), "the map changed before the first removal")
-	require.Equal(t, 20, g.Pass(context.Background()), "the next pass, under the installed map")
-}
-
-// TestPassWithdrawsAtAMapInstalledAsItCommits: a map installed after a
-// removal's check and before its commit withdraws it (the check is made
-// again under the store's lock, which the install then waits for: see
-// store.Store.Collect's still); nothing is removed under the old map.
-func TestPassWithdrawsAtAMapInstalledAsItCommits(t *testing.T) {
-	local := replicaWith(t, 0, 20)
-	url := "http://127.0.0.1:1"
-	m, err := clustermap.Seed([]string{url}, 1)
-	require.NoError(t, err)
-	first := view.New(m, 0, url, func(string) view.Peer { return nil }, time.Now())
-	installed := view.New(m, 0, url, func(string) view.Peer { return nil }, time.Now())
-	var mu sync.Mutex
-	calls := 0
-	views := func() *view.View {
-		mu.Lock()
-		defer mu.Unlock()
-		// The pass's start and its check before the first removal see
-		// the first map; the install comes right after that check.
-		if calls++; calls <= 2 {
-			return first
-		}
-		return installed
-	}
-	g := New(local, views, func() []view.Synced { return make([]view.Synced, 1) }, nil, Options{Grace: time.Hour}, slog.New(slog.DiscardHandler))
-	g.now = func() time.Time { return time.Now().Add(time.Second) }
-	require.Zero(t, g.Pass(context.Background()), "the map changed before the first removal committed")
-	require.Equal(t, 20, g.Pass(context.Background()), "the next pass, under the installed map")
 }
