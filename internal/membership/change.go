@@ -164,10 +164,47 @@ func (s *Service) deadMember(url, verb string) (*clustermap.Map, *clustermap.Nod
 	if err != nil {
 		return nil, nil, err
 	}
-	if _, err := memberOf(m, url); err != nil {
+	ln, err := memberOf(m, url)
+	if err != nil {
 		return nil, nil, err
 	}
-	return m, n, nil
+	if ln.ID != n.ID {
+		// The URL rejoined under a new id that this node has not
+		// installed: its liveness was asked of the old id's machine.
+		return nil, nil, fmt.Errorf("%w: %s is node %d in the log's map and node %d in the map this node installed: try again once it installed the log's map",
+			ErrChangeRefused, url, ln.ID, n.ID)
+	}
+	if w := unloggedDrivers(s.o.Log.State(), m, n.ID); len(w) > 0 {
+		return nil, nil, fmt.Errorf("%w: the change under way in %s was begun before the log and nodes %v have not acknowledged it through the log: "+
+			"a node of a release without the log may still drive it, and would make another map of the epoch this change makes; "+
+			"upgrade them (or bring them back) first (docs/membership.md, \"Upgrading to the log\")", ErrChangeRefused, m, w)
+	}
+	return m, ln, nil
+}
+
+// unloggedDrivers returns the members of m but skip, not counted dead,
+// that have not acknowledged m through the log, when m is a seed's map
+// with a change under way that the log has not changed (st.Changed):
+// during a rolling upgrade from a release without the log, those members
+// may run the old release, whose driver goes on advancing the change and
+// knows nothing of the log. A replace or a remove during that change
+// (the FSM accepts both at a change's stage) would make a map of the
+// epoch the old driver's next stage makes too: two maps of one epoch.
+// The log's abort waits for the same (maplog's OpAbort). Once every
+// member acknowledged through the log, every one runs it and the log
+// drives the change. It is the requester's check, not the log's rule, so
+// that members of releases with and without it apply the log alike.
+func unloggedDrivers(st *maplog.State, m *clustermap.Map, skip int) []int {
+	if st == nil || st.Map == nil || st.Map.Epoch != m.Epoch || m.Change == nil || st.Changed {
+		return nil
+	}
+	var out []int
+	for _, node := range m.Nodes {
+		if node.ID != skip && !m.Dead(node.ID) && st.Acks[node.ID] < m.Epoch {
+			out = append(out, node.ID)
+		}
+	}
+	return out
 }
 
 // answers reports whether member n (not this node) answers a ping

@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -79,7 +80,9 @@ func loggedCluster(t *testing.T, urls []string) (*cluster, map[string]*maplog.Lo
 }
 
 // loggedClusterOf is loggedCluster with the log seeded with m, each node
-// starting from own(i, the log's map), or the log's when own is nil.
+// starting from own(i, the log's map), or the log's when own is nil. A
+// node for which own returns nil runs its log but no service: a member
+// that never acknowledges a map through the log (a release without it).
 func loggedClusterOf(t *testing.T, urls []string, m *clustermap.Map, own func(i int, m *clustermap.Map) *clustermap.Map) (*cluster, map[string]*maplog.Log) {
 	var servers []maplog.Server
 	addrs := map[int]string{}
@@ -102,7 +105,9 @@ func loggedClusterOf(t *testing.T, urls []string, m *clustermap.Map, own func(i 
 		got, _, err := membership.AwaitMember(ctxFor(t, 20*time.Second), logs[u], u)
 		require.NoError(t, err)
 		if own != nil {
-			got = own(i, got)
+			if got = own(i, got); got == nil {
+				continue
+			}
 		}
 		c.startWith(got, u, logs[u])
 	}
@@ -216,6 +221,52 @@ func TestLoggedReplaceDeadNode(t *testing.T) {
 	last := logs[urls[1]].State().Last
 	require.Equal(t, maplog.OpReplace, last.Kind)
 	require.Equal(t, m.Epoch, last.Ended)
+}
+
+// A rolling upgrade from a release without the log, caught mid-change:
+// the log is seeded with the old protocol's map of a join under way, and
+// node 3 (of the old release here: it never acknowledges through the
+// log) may still drive it. Node 2 dies. A replace or a remove of node 2
+// asked of an upgraded member is refused while node 3 has not
+// acknowledged through the log: accepted, it would make a map of the
+// epoch the old driver's next stage makes too. Once the old driver is
+// the one dead, nothing else drives the change and its replace goes on.
+func TestLoggedReplaceWaitsForTheOldReleasesDriver(t *testing.T) {
+	urls := []string{"http://n1:1", "http://n2:1", "http://n3:1", "http://n4:1"}
+	seed, err := clustermap.Seed(urls[:3], 2)
+	require.NoError(t, err)
+	join, err := seed.BeginJoin(urls[3], 2) // begun by node 3 on the old release
+	require.NoError(t, err)
+	c, logs := loggedClusterOf(t, urls, join, func(i int, m *clustermap.Map) *clustermap.Map {
+		if i == 2 {
+			return nil
+		}
+		return m
+	})
+	l := logs[urls[0]]
+	require.Eventually(t, func() bool {
+		return slices.Equal(l.State().Waiting(-1), []int{2})
+	}, 20*time.Second, 10*time.Millisecond, "every member but node 3 acknowledged the seed")
+
+	c.mu.Lock()
+	for k, d := range c.links {
+		if k[1] == urls[1] {
+			d.Cut(true) // node 2 dies
+		}
+	}
+	c.mu.Unlock()
+	_, err = c.member(urls[0]).Replace(urls[1], "http://n9:1")
+	require.ErrorIs(t, err, membership.ErrChangeRefused)
+	require.ErrorContains(t, err, "nodes [2] have not acknowledged it through the log")
+	_, err = c.member(urls[0]).Remove(urls[1])
+	require.ErrorIs(t, err, membership.ErrChangeRefused)
+	require.ErrorContains(t, err, "nodes [2] have not acknowledged it through the log")
+	require.Equal(t, join.Epoch, l.Map().Epoch, "the log's map is the seed's still")
+
+	// The old driver is the dead one: nothing else drives the change.
+	m, err := c.member(urls[0]).Replace(urls[2], "http://n9:1")
+	require.NoError(t, err)
+	require.Equal(t, 2, m.ByURL("http://n9:1").ID)
 }
 
 // A join and a decommission asked of two members at the same moment,
