@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"strconv"
 	"strings"
 	"time"
 
@@ -56,20 +57,39 @@ type Snapshot struct {
 // and its peers' ping answers). The copy
 // hard-links the sstables where the file system allows, so it costs
 // little space until the store compacts them away.
+//
+// dir holds a whole, marked checkpoint or nothing, even across a crash:
+// the copy and its mark are written into a sibling, "." + dir's name +
+// ".partial-" and a number, which is renamed to dir once both are
+// durable (a checkpoint without its mark would be restored unchecked).
+// A crash before the rename leaves the sibling, which is no snapshot,
+// for the operator to remove.
 func (s *Store) Checkpoint(dir string, complete time.Time, grace time.Duration) error {
 	if err := s.Failure(); err != nil {
 		// Its WAL flush would wait on a commit pipeline the failure may have stopped.
 		return fmt.Errorf("checkpoint of %s: %w", s.dir, err)
 	}
+	if _, err := s.fs.Stat(dir); err == nil {
+		return fmt.Errorf("checkpoint of %s in %s: %w", s.dir, dir, fs.ErrExist)
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("checkpoint of %s in %s: %w", s.dir, dir, err)
+	}
+	partial := s.fs.PathJoin(s.fs.PathDir(dir), "."+s.fs.PathBase(dir)+".partial-"+strconv.FormatInt(time.Now().UnixNano(), 36))
 	// Before the copy: every write it holds was acknowledged after this,
 	// or before; a delete it lacks was made after this.
 	taken := time.Now()
-	if err := s.db.Checkpoint(dir, pebble.WithFlushedWAL()); err != nil {
+	if err := s.db.Checkpoint(partial, pebble.WithFlushedWAL()); err != nil {
+		return fmt.Errorf("checkpoint of %s in %s: %w", s.dir, partial, err)
+	}
+	err := writeMark(s.fs, partial, Snapshot{Taken: taken, Complete: complete, Grace: grace})
+	if err == nil {
+		err = s.fs.Rename(partial, dir)
+	}
+	if err != nil {
+		_ = s.fs.RemoveAll(partial)
 		return fmt.Errorf("checkpoint of %s in %s: %w", s.dir, dir, err)
 	}
-	if err := writeMark(s.fs, dir, Snapshot{Taken: taken, Complete: complete, Grace: grace}); err != nil {
-		// A checkpoint without its mark would be restored unchecked.
-		_ = s.fs.RemoveAll(dir)
+	if err := syncDir(s.fs, s.fs.PathDir(dir)); err != nil {
 		return fmt.Errorf("checkpoint of %s in %s: %w", s.dir, dir, err)
 	}
 	return nil

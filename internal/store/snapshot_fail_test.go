@@ -3,6 +3,7 @@ package store
 import (
 	"os"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -79,29 +80,58 @@ func TestCheckpointToAFailingDestinationLeavesTheStoreAlone(t *testing.T) {
 // its directory (admin.SnapshotHandler: "500 when the checkpoint failed
 // (nothing is left in dir)"): a directory holding the checkpoint without
 // its mark is a store that RestoredSnapshot takes for no snapshot, so a
-// node restored from it would skip the age check against --gc-grace.
+// node restored from it would skip the age check against --gc-grace. Nor
+// does a crash after the copy, before its mark (played by a clean-up that
+// fails too): the copy is made beside dir and renamed to it marked.
 func TestCheckpointWhoseMarkFailsLeavesNothing(t *testing.T) {
-	inj := errorfs.InjectorFunc(func(op errorfs.Op) error {
-		if strings.HasSuffix(op.Path, "/"+SnapshotMark) && op.Kind.ReadOrWrite() == errorfs.OpIsWrite {
-			return &os.PathError{Op: "write", Path: op.Path, Err: syscall.ENOSPC}
-		}
-		return nil
-	})
-	fs := errorfs.Wrap(vfs.NewMem(), inj)
-	s := guarded(t, fs, newVolume(500*mib, 1000*mib), nil)
-	defer s.Close()
-	require.NoError(t, s.Apply([]byte("k"), rec(1, "v")))
+	for _, tc := range []struct {
+		name  string
+		crash bool // nothing removes what the failed snapshot wrote
+	}{
+		{"the mark fails", false},
+		{"a crash before the mark", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var healed atomic.Bool
+			inj := errorfs.InjectorFunc(func(op errorfs.Op) error {
+				if healed.Load() {
+					return nil
+				}
+				if strings.HasSuffix(op.Path, "/"+SnapshotMark) && op.Kind.ReadOrWrite() == errorfs.OpIsWrite ||
+					tc.crash && op.Kind == errorfs.OpRemoveAll && strings.HasPrefix(op.Path, "/backup/") {
+					return &os.PathError{Op: "write", Path: op.Path, Err: syscall.ENOSPC}
+				}
+				return nil
+			})
+			fs := errorfs.Wrap(vfs.NewMem(), inj)
+			s := guarded(t, fs, newVolume(500*mib, 1000*mib), nil)
+			defer s.Close()
+			require.NoError(t, s.Apply([]byte("k"), rec(1, "v")))
 
-	require.Error(t, s.Checkpoint("/backup/snap", time.Now(), time.Hour), "the mark cannot be written")
+			require.Error(t, s.Checkpoint("/backup/snap", time.Now(), time.Hour), "the mark cannot be written")
 
-	_, err := fs.Stat("/backup/snap")
-	if err == nil {
-		ls, _ := fs.List("/backup/snap")
-		r, err := Open("/backup/snap", Options{BlockCacheBytes: 1 << 20, MemTableBytes: 1 << 20, FS: fs})
-		require.NoError(t, err)
-		defer r.Close()
-		_, restored, err := r.RestoredSnapshot()
-		require.NoError(t, err)
-		t.Fatalf("a failed snapshot left %v in its directory, which opens as a store that is no restored snapshot (RestoredSnapshot: %v)", ls, restored)
+			_, err := fs.Stat("/backup/snap")
+			if err == nil {
+				ls, _ := fs.List("/backup/snap")
+				r, err := Open("/backup/snap", Options{BlockCacheBytes: 1 << 20, MemTableBytes: 1 << 20, FS: fs})
+				require.NoError(t, err)
+				defer r.Close()
+				_, restored, err := r.RestoredSnapshot()
+				require.NoError(t, err)
+				t.Fatalf("a failed snapshot left %v in its directory, which opens as a store that is no restored snapshot (RestoredSnapshot: %v)", ls, restored)
+			}
+			ls, err := fs.List("/backup")
+			require.NoError(t, err)
+			if tc.crash {
+				require.Len(t, ls, 1, "the partial copy beside it")
+				require.True(t, strings.HasPrefix(ls[0], ".snap.partial-"), ls[0])
+			} else {
+				require.Empty(t, ls)
+			}
+
+			// The same directory then takes a whole snapshot.
+			healed.Store(true)
+			require.NoError(t, s.Checkpoint("/backup/snap2", time.Now(), time.Hour))
+		})
 	}
 }
