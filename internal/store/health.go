@@ -185,9 +185,12 @@ func (l slogLogger) Errorf(format string, args ...any) {
 // end the process. It records the failure (every write is refused from
 // then on), then:
 //
-//   - on the goroutine of a commit (Pebble's "fatal commit error") or of
-//     Open, it panics with a fatalError, which Store.write and Open
-//     recover: that write, or the Open, fails with the error;
+//   - on the goroutine of a commit (Pebble's "fatal commit error"), or
+//     on any goroutine while the store opens, it panics with a
+//     fatalError, which Store.write and Open recover: that write, or the
+//     Open, fails with the error (a panic on a goroutine of Pebble's own
+//     during Open, which nothing recovers, ends the process: the node
+//     fails to start, as it would by Open's error);
 //   - on any other goroutine, one of Pebble's own (a flush or compaction
 //     whose MANIFEST write failed), it parks the goroutine for good. Locks
 //     it holds stay held: flushes and compactions stop, and so would

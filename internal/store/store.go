@@ -295,8 +295,11 @@ func (s *Store) MakeBallast() {
 }
 
 // open opens Pebble and checks what it holds. A fatal error of Pebble's
-// meanwhile (a MANIFEST it cannot write on a full disk) fails the Open
-// instead of the process (slogLogger.Fatalf).
+// on open's goroutine meanwhile (a MANIFEST it cannot write on a full
+// disk) fails the Open instead of the process (slogLogger.Fatalf); one
+// on a goroutine of Pebble's own (a flush or compaction while open
+// rebuilds the layout) ends the process, its message logged first: the
+// node fails to start either way.
 func (s *Store) open(popts *pebble.Options) (err error) {
 	s.opening.Store(true)
 	defer s.opening.Store(false)
