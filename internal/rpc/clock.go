@@ -31,7 +31,14 @@ func (s *Server) AppendTime(dst []byte) []byte {
 // 64-errorBits bits (signed: ±100 days), the error in the low errorBits.
 type clockOffset struct {
 	sample atomic.Uint64
-	at     atomic.Int64 // when measured, time.Now in Unix nanoseconds; 0: never
+	// base is when the first measurement was made, and at when the last
+	// was, in nanoseconds after base, plus 1 (0: never). Both from
+	// time.Now, with its monotonic reading: a reader that asks how old
+	// the sample is (ClockSample.At) gets the same answer after this
+	// host's wall clock is stepped, so a step back does not make an old
+	// sample of a silent peer count as fresh.
+	base atomic.Pointer[time.Time]
+	at   atomic.Int64
 }
 
 // errorBits holds an error up to about a second: a measurement over a
@@ -52,7 +59,14 @@ func (o *clockOffset) measured(peer, sent, got time.Time) {
 	mid := sent.Round(0).Add(rtt / 2)
 	off := peer.UnixMicro() - mid.UnixMicro()
 	o.sample.Store(uint64(off)<<errorBits | uint64(errMicros))
-	o.at.Store(time.Now().UnixNano()) // local time: this clock may be the one off
+	now := time.Now() // local time: this clock may be the one off
+	base := o.base.Load()
+	if base == nil {
+		first := now
+		o.base.CompareAndSwap(nil, &first) // once a peer
+		base = o.base.Load()
+	}
+	o.at.Store(int64(now.Sub(*base)) + 1)
 }
 
 // get returns the last measurement; ok is false before any.
@@ -61,11 +75,12 @@ func (o *clockOffset) get() (s view.ClockSample, ok bool) {
 	if ns == 0 {
 		return view.ClockSample{}, false
 	}
+	base := o.base.Load() // stored before at
 	w := o.sample.Load()
 	return view.ClockSample{
 		Offset: time.Duration(int64(w)>>errorBits) * time.Microsecond,
 		Error:  time.Duration(w&(1<<errorBits-1)) * time.Microsecond,
-		At:     time.Unix(0, ns),
+		At:     base.Add(time.Duration(ns - 1)),
 	}, true
 }
 

@@ -48,3 +48,21 @@ func TestClockOffsetAcrossAStep(t *testing.T) {
 	require.Greater(t, s.Offset.Abs()+s.Error, 29*time.Second,
 		"a sample taken across a 30 s step says the peer agrees with this clock")
 }
+
+// TestClockSampleAgeAcrossAStepBack: this host's clock is stepped an hour
+// back after a sample was taken. The sample's age (ClockSample.At against
+// a later time.Now, as the probe's freshness checks read it) is still
+// the time since it was taken: At was a wall time, so after the step an
+// old sample of a peer gone silent counted as fresh for an hour, and its
+// agreement kept the clock's lease.
+func TestClockSampleAgeAcrossAStepBack(t *testing.T) {
+	var o clockOffset
+	sent := time.Now()
+	o.measured(sent.Round(0), sent, sent.Add(time.Millisecond))
+	s, ok := o.get()
+	require.True(t, ok)
+	later := stepped(time.Now().Add(10*time.Second), -time.Hour)
+	age := later.Sub(s.At)
+	require.Greater(t, age, 9*time.Second, "the sample is 10 s old, whatever the wall clock says")
+	require.Less(t, age, 11*time.Second)
+}
