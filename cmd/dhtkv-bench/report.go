@@ -142,7 +142,7 @@ func RenderScenario(s *ScenarioResult) string {
 	if s.Search != nil {
 		w("## Saturation search\n\n")
 		w("A closed-loop run gives the upper bound; constant-rate steps then climb through fractions of it until one fails; ")
-		w("a step passes if it achieves ≥ 95%% of its target rate, p99 ≤ %s, sends every scheduled request and fails ≤ 1%% of requests (connection errors, timeouts, 5xx).\n\n", fmtDur(s.Threshold))
+		w("a step passes if it achieves ≥ 95%% of its target rate, p99 ≤ %s, sends every scheduled request and fails ≤ 1%% of requests (no answer, 5xx, or a 4xx but 404).\n\n", fmtDur(s.Threshold))
 		w("| # | mode | target rps | achieved rps | p50 | p99 | p99.9 | failed | verdict |\n|---|---|---|---|---|---|---|---|---|\n")
 		for i, st := range s.Search.Steps {
 			mode, target, verdict := "rate", rps(st.Rate), "pass"
@@ -160,7 +160,7 @@ func RenderScenario(s *ScenarioResult) string {
 			}
 			r := st.Run.Result
 			w("| %d | %s | %s | %s | %s | %s | %s | %d | %s: %s |\n", i, mode, target, rps(r.ThroughputRPS),
-				us(r.Latency.P50), us(r.Latency.P99), us(r.Latency.P999), r.ErrorCount()+r.ServerErrors(), verdict, mdEscape(st.Reason))
+				us(r.Latency.P50), us(r.Latency.P99), us(r.Latency.P999), failedRequests(r), verdict, mdEscape(st.Reason))
 		}
 		if s.Plots != nil && s.Plots.Throughput != "" {
 			w("\n[![p99 against throughput of every step](%s)](%s)\n", s.Plots.Throughput, s.Plots.Throughput)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"strconv"
 	"time"
 )
 
@@ -26,7 +27,7 @@ type SearchConfig struct {
 	Retries       int
 	P99Threshold  time.Duration
 	MinThroughput float64 // fraction of the target rate a step must achieve, e.g. 0.95
-	MaxFailFrac   float64 // fraction of requests allowed to fail (errors, 5xx)
+	MaxFailFrac   float64 // fraction of requests allowed to fail (errors, 5xx, 4xx but 404)
 	StepDuration  time.Duration
 	Warmup        time.Duration
 }
@@ -53,7 +54,7 @@ type Search struct {
 // not count as failures; they are answers.
 func Judge(r *LoadResult, rate float64, cfg SearchConfig) (bool, string) {
 	p99 := time.Duration(r.Latency.P99) * time.Microsecond
-	failed := r.ErrorCount() + r.ServerErrors()
+	failed := failedRequests(r)
 	summary := fmt.Sprintf("%.0f rps (%.1f%% of target), p99 %s", r.ThroughputRPS, 100*r.ThroughputRPS/rate, fmtDur(p99))
 	switch {
 	case r.Requests == 0:
@@ -65,9 +66,21 @@ func Judge(r *LoadResult, rate float64, cfg SearchConfig) (bool, string) {
 	case r.Unsent > 0:
 		return false, fmt.Sprintf("%s: %d requests never sent (client saturated)", summary, r.Unsent)
 	case float64(failed) > cfg.MaxFailFrac*float64(r.Requests):
-		return false, fmt.Sprintf("%s: %d failed requests (errors or 5xx)", summary, failed)
+		return false, fmt.Sprintf("%s: %d failed requests (errors, 5xx or 4xx but 404)", summary, failed)
 	}
 	return true, summary
+}
+
+// failedRequests counts the requests the system did not serve: no answer,
+// 5xx, or a 4xx but 404 (a 429 of a connection cap, a 413, a 400).
+func failedRequests(r *LoadResult) int64 {
+	n := r.ErrorCount()
+	for code, c := range r.Status {
+		if v, err := strconv.Atoi(code); err != nil || v/100 != 2 && v != 404 {
+			n += c
+		}
+	}
+	return n
 }
 
 // FindSaturation finds the highest constant rate the system sustains. A
@@ -86,10 +99,11 @@ func FindSaturation(ctx context.Context, r Runner, base RunSpec, cfg SearchConfi
 		return s, fmt.Errorf("closed-loop probe: %w", err)
 	}
 	s.Upper = run.Result.ThroughputRPS
-	if res := run.Result; float64(res.ErrorCount()+res.ServerErrors()) > cfg.MaxFailFrac*float64(max(res.Requests, 1)) {
+	if res := run.Result; float64(failedRequests(res)) > cfg.MaxFailFrac*float64(max(res.Requests, 1)) {
 		s.Steps = append(s.Steps, Step{Run: run, Bad: true, Reason: "closed loop: too many failed requests"})
-		return s, fmt.Errorf("closed-loop probe: %d of %d requests failed (connect %d, timeout %d, other %d, 5xx %d); a saturation search on this would be meaningless",
-			res.ErrorCount()+res.ServerErrors(), res.Requests, res.Errors.Connect, res.Errors.Timeout, res.Errors.Other, res.ServerErrors())
+		return s, fmt.Errorf("closed-loop probe: %d of %d requests failed (connect %d, timeout %d, other %d, 5xx %d, 4xx but 404 %d); a saturation search on this would be meaningless",
+			failedRequests(res), res.Requests, res.Errors.Connect, res.Errors.Timeout, res.Errors.Other, res.ServerErrors(),
+			failedRequests(res)-res.ErrorCount()-res.ServerErrors())
 	}
 	s.Steps = append(s.Steps, Step{Run: run, Reason: fmt.Sprintf("closed loop: %.0f rps, p99 %s (upper bound)",
 		s.Upper, fmtDur(time.Duration(run.Result.Latency.P99)*time.Microsecond))})

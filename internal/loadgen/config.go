@@ -46,7 +46,7 @@ const (
 // latency histogram can represent.
 const (
 	MaxDuration    = time.Hour
-	MaxTimeout     = time.Minute // the histogram tracks 1µs..60s
+	MaxTimeout     = time.Minute
 	MaxConnections = 10000
 	MaxValueSize   = 16 << 20
 )
@@ -165,8 +165,10 @@ func (c *Config) Validate() error {
 	} else if c.Connections < len(c.Targets) {
 		bad("connections %d: fewer than the %d targets, some would get no traffic", c.Connections, len(c.Targets))
 	}
-	if !(c.Rate >= 0) || c.Rate > 1e8 {
-		bad("rate %v: must be in [0, 1e8] requests/s", c.Rate)
+	// A slot interval beyond MaxDuration schedules one request at most,
+	// and one beyond MaxInt64 ns overflows the schedule's arithmetic.
+	if !(c.Rate >= 0) || c.Rate > 1e8 || c.Rate > 0 && c.Rate < 1/MaxDuration.Seconds() {
+		bad("rate %v: must be 0 (closed loop) or in [1/%v, 1e8] requests/s", c.Rate, MaxDuration)
 	}
 	if c.Duration <= 0 || c.Duration > MaxDuration {
 		bad("duration %v: must be > 0 and <= %v", c.Duration, MaxDuration)

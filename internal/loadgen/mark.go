@@ -68,8 +68,11 @@ type MarkedWindow struct {
 	Requests int64    `json:"requests"`
 	// Failures are the requests that got no 2xx answer (a GET's 404
 	// included), as the timeline counts them.
-	Failures int64          `json:"failures"`
-	Latency  LatencySummary `json:"latency_us"`
+	Failures int64 `json:"failures"`
+	// Unsent are the window's requests never sent (Result.Unsent); the
+	// latencies include their lower bounds.
+	Unsent  int64          `json:"unsent,omitempty"`
+	Latency LatencySummary `json:"latency_us"`
 	// LatencyByOp is a mixed workload's Latency for its GETs and PUTs
 	// apart (Result.LatencyByOp).
 	LatencyByOp map[string]LatencySummary `json:"latency_by_op_us,omitempty"`
@@ -82,6 +85,7 @@ type marked struct {
 	hist     *hdrhistogram.Histogram
 	requests int64
 	failures int64
+	unsent   int64
 	ops      *byOp // a mixed workload's, made with its first request
 }
 
@@ -95,6 +99,7 @@ func (m *marked) merge(o *marked) {
 	m.hist.Merge(o.hist)
 	m.requests += o.requests
 	m.failures += o.failures
+	m.unsent += o.unsent
 	if o.ops != nil {
 		if m.ops == nil {
 			m.ops = &byOp{}
@@ -117,6 +122,7 @@ func markedWindow(mark *Mark, rec *recorder, origin time.Time) *MarkedWindow {
 		FromS:    roundTo(fromEpoch(mark.from.Load()).Sub(origin).Seconds(), 3),
 		Requests: rec.marked.requests,
 		Failures: rec.marked.failures,
+		Unsent:   rec.marked.unsent,
 		Latency:  summarize(h),
 	}
 	w.LatencyByOp = rec.marked.ops.summaries()

@@ -12,11 +12,14 @@ import (
 	"github.com/valyala/fasthttp"
 )
 
-// Histogram bounds: microsecond resolution from 1µs to 60s, 3 significant
-// digits, as wrk2 does.
+// Histogram bounds: microsecond resolution from 1µs, 3 significant digits,
+// as wrk2 does, up to the longest latency a run can measure: on a
+// constant-rate schedule latency runs from the intended send time, so a
+// request due at the start of the window and sent at the end of the drain
+// has waited up to Duration + Drain before its Timeout began.
 const (
 	histMinUS  = 1
-	histMaxUS  = 60_000_000
+	histMaxUS  = int64((2*MaxDuration + MaxTimeout) / time.Microsecond)
 	histDigits = 3
 )
 
@@ -97,9 +100,11 @@ func (r *recorder) keepByOp() { r.ops = &byOp{} }
 
 // record accounts for one finished request of o, started at start (sent,
 // or due on a constant-rate schedule) and ended at end. Responses of any
-// status and timeouts enter the histogram; other transport errors do not,
-// because their near-zero "latency" (e.g. an instant connection refusal)
-// would flatter it.
+// status and transport errors enter the histogram, but a failed connect:
+// its near-zero "latency" (an instant refusal) would flatter it, and the
+// request reached no server. A request that waited and then lost its
+// connection (a node killed, a proxy cutting it) waited as long as any
+// answer, and leaving it out would hide the wait.
 func (r *recorder) record(o op, status int, err error, start, end time.Time) {
 	r.requests++
 	if r.first.IsZero() || start.Before(r.first) {
@@ -127,7 +132,7 @@ func (r *recorder) record(o op, status int, err error, start, end time.Time) {
 		}
 	}
 	// The latencies the run's histogram takes (see below).
-	timed := err == nil && status >= 0 && status < maxStatus || err != nil && classifyErr(err) == errTimeout
+	timed := err == nil && status >= 0 && status < maxStatus || err != nil && classifyErr(err) != errConnect
 	if timed && r.ops != nil {
 		r.ops.add(o, clampUS(latency))
 		if in != nil {
@@ -162,7 +167,7 @@ func (r *recorder) record(o op, status int, err error, start, end time.Time) {
 			r.errText[k] = err.Error()
 		}
 		r.errs[k]++
-		if k == errTimeout {
+		if k != errConnect {
 			r.recordLatency(latency)
 		}
 		return
@@ -176,6 +181,33 @@ func (r *recorder) record(o op, status int, err error, start, end time.Time) {
 	}
 	r.status[status]++
 	r.recordLatency(latency)
+}
+
+// recordUnsent accounts for a constant-rate slot due at intended that was
+// never sent: the run gave it up at gaveUp (the drain's end, or the run's
+// interruption). It waited at least gaveUp - intended, and that lower
+// bound enters the run's histogram, its second's and the marked window's,
+// so a stall that outlasts the drain shows in the percentiles instead of
+// leaving them to the requests sent before it (coordinated omission). It
+// is counted apart (Result.Unsent, TimelinePoint.Unsent,
+// MarkedWindow.Unsent), not as a request.
+func (r *recorder) recordUnsent(intended, gaveUp time.Time) {
+	us := clampUS(max(gaveUp.Sub(intended), 0))
+	_ = r.hist.RecordValue(us)
+	if r.timeline != nil {
+		if sec := r.timeline.at(intended); sec != nil {
+			sec.unsent++
+			_ = sec.hist.RecordValue(us)
+		}
+	}
+	if r.mark != nil && r.mark.Holds(intended) {
+		in := r.marked
+		if in.hist == nil {
+			in.hist = newHistogram()
+		}
+		in.unsent++
+		_ = in.hist.RecordValue(us)
+	}
 }
 
 // recordBytes adds an answered request's body bytes.

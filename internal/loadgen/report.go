@@ -153,7 +153,7 @@ func newResult(cfg Config, rec *recorder, origin time.Time, elapsed time.Duratio
 		},
 		Spectrum: spectrum(rec.hist),
 		Unsent:   unsent,
-		Timeline: timelinePoints(rec),
+		Timeline: timelinePoints(rec, min(elapsed, cfg.Duration)),
 		Marked:   markedWindow(cfg.Mark, rec, origin),
 		cfg:      cfg,
 		hist:     rec.hist,
@@ -255,7 +255,7 @@ func (r *Result) writeText(w io.Writer, withSpectrum bool) error {
 	fmt.Fprintf(&b, "  Socket errors: connect %d, timeout %d, other %d\n",
 		r.Errors.Connect, r.Errors.Timeout, r.Errors.Other)
 	if r.Unsent > 0 {
-		fmt.Fprintf(&b, "  Unsent: %d scheduled requests never sent (drain limit %v reached)\n", r.Unsent, r.cfg.Drain)
+		fmt.Fprintf(&b, "  Unsent: %d scheduled requests never sent (drain limit %v reached, or the run interrupted); the latencies count each from when it was due to when it was given up\n", r.Unsent, r.cfg.Drain)
 	}
 	if m := r.Marked; m != nil {
 		to := "the end"
@@ -328,10 +328,16 @@ func fmtMS(us int64) string {
 	return fmt.Sprintf("%.2fms", float64(us)/1000)
 }
 
-// timelinePoints is rec's timeline, nil when it kept none.
-func timelinePoints(rec *recorder) []TimelinePoint {
+// timelinePoints is rec's timeline, nil when it kept none: a point for
+// every second of the measured window as it lasted (window), those
+// without a recorded request included.
+func timelinePoints(rec *recorder, window time.Duration) []TimelinePoint {
 	if rec.timeline == nil {
 		return nil
 	}
-	return rec.timeline.points()
+	pts := rec.timeline.points()
+	for n := int((window + time.Second - 1) / time.Second); len(pts) < n; {
+		pts = append(pts, TimelinePoint{Second: len(pts)})
+	}
+	return pts
 }

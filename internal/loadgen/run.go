@@ -98,6 +98,10 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	}
 	wg.Wait()
 	end := time.Now()
+	gaveUp := end // when the unsent slots were given up
+	if p.drainEnd.Before(gaveUp) {
+		gaveUp = p.drainEnd
+	}
 
 	total := newRecorder()
 	for _, w := range workers {
@@ -115,6 +119,18 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	var unsent int64
 	if cfg.Rate > 0 {
 		unsent = max(p.measuredSlots(cfg.Warmup, cfg.Warmup+cfg.Duration)-total.requests, 0)
+		// The unsent slots are the window's last: a slot is given up
+		// only when it is taken after the drain's end (or the run's
+		// interruption), and slots are taken in order (but for workers
+		// that took two slots at one moment, due at most a few slots
+		// apart: the bound below may be a slot's interval off).
+		last := p.slotsBefore(cfg.Warmup + cfg.Duration)
+		if p.maxRequests > 0 {
+			last = min(last, p.maxRequests)
+		}
+		for i := last - unsent; i < last; i++ {
+			total.recordUnsent(p.start.Add(p.slotOffset(i)), gaveUp)
+		}
 	}
 	return newResult(cfg, total, p.measureStart, elapsed, unsent), nil
 }

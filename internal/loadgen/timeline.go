@@ -29,7 +29,10 @@ type TimelinePoint struct {
 	// Failures are the requests that got no 2xx answer: non-2xx answers
 	// and transport errors.
 	Failures int64 `json:"failures"`
-	P50US    int64 `json:"p50_us"`
+	// Unsent are the requests due in this second that were never sent
+	// (Result.Unsent); the latencies include their lower bounds.
+	Unsent int64 `json:"unsent,omitempty"`
+	P50US  int64 `json:"p50_us"`
 	P99US    int64 `json:"p99_us"`
 	MaxUS    int64 `json:"max_us"`
 }
@@ -39,6 +42,7 @@ type second struct {
 	hist     *hdrhistogram.Histogram
 	requests int64
 	failures int64
+	unsent   int64
 }
 
 // timeline is one worker's seconds, from origin.
@@ -79,6 +83,7 @@ func (t *timeline) merge(o *timeline) {
 		t.secs[i].hist.Merge(s.hist)
 		t.secs[i].requests += s.requests
 		t.secs[i].failures += s.failures
+		t.secs[i].unsent += s.unsent
 	}
 }
 
@@ -91,7 +96,7 @@ func (t *timeline) points() []TimelinePoint {
 		if s == nil {
 			continue
 		}
-		out[i].Requests, out[i].Failures = s.requests, s.failures
+		out[i].Requests, out[i].Failures, out[i].Unsent = s.requests, s.failures, s.unsent
 		if s.hist.TotalCount() > 0 {
 			out[i].P50US = s.hist.ValueAtPercentile(50)
 			out[i].P99US = s.hist.ValueAtPercentile(99)

@@ -68,7 +68,7 @@ func Check(b *Bundle, bin *Binary, tmp string) error {
 	c.selectors(sts)
 	ports := c.ports(node, flags)
 	c.probes(node, ports)
-	c.services(sts, node)
+	c.services(sts, node, ports)
 	c.identity(sts, node, ini, ports)
 	c.volumes(sts, node, ini, flags)
 	c.secrets(pod, node, ini, flags)
@@ -305,7 +305,7 @@ func (c *checker) probes(ct *corev1.Container, ports nodePorts) {
 // services checks the headless Service the StatefulSet names (it must
 // publish pods that are not ready: a node is ready only once it reaches
 // its peers) and that every Service port leads to a container port.
-func (c *checker) services(sts *appsv1.StatefulSet, ct *corev1.Container) {
+func (c *checker) services(sts *appsv1.StatefulSet, ct *corev1.Container, ports nodePorts) {
 	h := c.b.Service(sts.Spec.ServiceName)
 	if h == nil {
 		c.errorf("StatefulSet %s: serviceName %q: no such Service", sts.Name, sts.Spec.ServiceName)
@@ -327,8 +327,11 @@ func (c *checker) services(sts *appsv1.StatefulSet, ct *corev1.Container) {
 			if target.Type == intstr.Int && target.IntVal == 0 {
 				target = intstr.FromInt32(sp.Port)
 			}
-			if _, ok := resolve(ct, target); !ok {
+			p, ok := resolve(ct, target)
+			if !ok {
 				c.errorf("Service %s: port %s targets %s, which container %s does not declare", s.Name, sp.Name, target.String(), ct.Name)
+			} else if s.Spec.ClusterIP != corev1.ClusterIPNone && p != ports.api {
+				c.errorf("Service %s: port %s targets %s (container port %d), not the entity API's --listen port %d: clients would reach another listener", s.Name, sp.Name, target.String(), p, ports.api)
 			}
 		}
 	}
