@@ -33,8 +33,8 @@ type TimelinePoint struct {
 	// (Result.Unsent); the latencies include their lower bounds.
 	Unsent int64 `json:"unsent,omitempty"`
 	P50US  int64 `json:"p50_us"`
-	P99US    int64 `json:"p99_us"`
-	MaxUS    int64 `json:"max_us"`
+	P99US  int64 `json:"p99_us"`
+	MaxUS  int64 `json:"max_us"`
 }
 
 // second is what one worker recorded in one second.
