@@ -119,6 +119,9 @@ type Cache struct {
 	rc      *ristretto.Cache[uint64, []byte]
 	seed    maphash.Seed
 	stripes [nStripes]stripe
+	// evicted counts entries the policy evicted (OnEvict): ristretto's
+	// KeysEvicted counts every Del (Invalidate) too.
+	evicted atomic.Uint64
 }
 
 // stripe is one key stripe's lock and the read counters of its keys.
@@ -143,16 +146,19 @@ func New(maxBytes int64) (*Cache, error) {
 	if counters < 10000 {
 		counters = 10000
 	}
+	c := &Cache{seed: maphash.MakeSeed()}
 	rc, err := ristretto.NewCache(&ristretto.Config[uint64, []byte]{
 		NumCounters: counters,
 		MaxCost:     maxBytes,
 		BufferItems: 64,
 		Metrics:     true,
+		OnEvict:     func(*ristretto.Item[[]byte]) { c.evicted.Add(1) },
 	})
 	if err != nil {
 		return nil, fmt.Errorf("new cache: %w", err)
 	}
-	return &Cache{rc: rc, seed: maphash.MakeSeed()}, nil
+	c.rc = rc
+	return c, nil
 }
 
 // Close releases the cache's goroutines.
@@ -312,7 +318,7 @@ func (c *Cache) Metrics() Metrics {
 	}
 	m := c.rc.Metrics
 	return Metrics{
-		Hits: hits, Misses: misses, Evictions: m.KeysEvicted(),
+		Hits: hits, Misses: misses, Evictions: c.evicted.Load(),
 		SetsDropped: m.SetsDropped(), SetsRejected: m.SetsRejected(),
 		CostAdded: m.CostAdded(), CostEvicted: m.CostEvicted(),
 		MaxCost: c.rc.MaxCost(),

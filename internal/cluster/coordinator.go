@@ -251,15 +251,16 @@ func (c *Coordinator) Register(reg prometheus.Registerer) {
 // Start runs the background read repairs.
 func (c *Coordinator) Start() { c.repairs.start() }
 
-// Factors returns the largest from, and the largest ack a write and a read
-// may ask, from one view: the replication factor three times, but during a
-// replicas change, where from may be the larger of the two sets' factors
-// (each set is asked for at most its own), a write's ack at most the
-// smaller (it needs ack replicas of each set) and a read's at most the
-// factor of the set it reads at the stage. See placement.Sets.
-func (c *Coordinator) Factors() (from, writeAck, readAck int) {
+// Factors returns the largest from and ack a request may ask, and the
+// largest ack a read may ask, from one view: the replication factor
+// three times, but during a replicas change, where from and a write's
+// ack may be the larger of the two sets' factors (each set is asked for
+// at most its own, and gives ack replicas or all it has: fanOut) and a
+// read's ack at most the factor of the set it reads at the stage. See
+// placement.Sets.
+func (c *Coordinator) Factors() (from, readAck int) {
 	v := c.d.Views()
-	return v.Replicas, v.MaxAck, v.ReadFactor()
+	return v.Replicas, v.ReadFactor()
 }
 
 // Close waits for background replica calls to finish (each is bounded by

@@ -136,9 +136,12 @@ func (c *Coordinator) fanOut(
 			}
 		}
 	}
-	done := func() bool { return ok[0] >= ack && (new == nil || ok[1] >= ack) }
+	// Each set must give ack replicas, or all it has: during a replicas
+	// change one set may be smaller than ack (placement.Sets.MaxAck).
+	need := [2]int{min(ack, len(old)), min(ack, len(new))}
+	done := func() bool { return ok[0] >= need[0] && (new == nil || ok[1] >= need[1]) }
 	hopeless := func() bool {
-		return failed[0] > len(old)-ack || (new != nil && failed[1] > len(new)-ack)
+		return failed[0] > len(old)-need[0] || (new != nil && failed[1] > len(new)-need[1])
 	}
 	now := time.Now()
 	f := c.newFan(len(reps))

@@ -378,8 +378,25 @@ func (m *Map) keepRemoving() {
 }
 
 // BeginJoin returns the map in which the node at url starts joining,
-// driven by node driver.
+// driven by node driver. Its rendezvous seed is the hash of its URL, or,
+// if a member holds that seed (a replace keeps the dead node's seed and
+// frees its URL, which a new machine may then join at), one salted with
+// its id: with the same seed the two nodes would tie on every partition's
+// score, and the later one would rank right behind its twin everywhere
+// (at factor 1 it would get nothing).
 func (m *Map) BeginJoin(url string, driver int) (*Map, error) {
+	return m.beginJoin(url, driver, true)
+}
+
+// BeginJoinSharingSeeds is BeginJoin as the map's log applied it under
+// its rules below 2 (maplog.Rules): the seed is the URL's hash even if a
+// member holds it. A log whose members do not all apply rules 2 yet
+// applies a join so, so that every member makes the same map.
+func (m *Map) BeginJoinSharingSeeds(url string, driver int) (*Map, error) {
+	return m.beginJoin(url, driver, false)
+}
+
+func (m *Map) beginJoin(url string, driver int, ownSeed bool) (*Map, error) {
 	if err := m.idle(); err != nil {
 		return nil, err
 	}
@@ -400,7 +417,11 @@ func (m *Map) BeginJoin(url string, driver int) (*Map, error) {
 	if err != nil {
 		return nil, err
 	}
-	n.Nodes = append(n.Nodes, Node{ID: m.NextID, URL: u, Seed: xxhash.Sum64String(u)})
+	seed := xxhash.Sum64String(u)
+	for salt := 0; ownSeed && slices.ContainsFunc(m.Nodes, func(o Node) bool { return o.Seed == seed }); salt++ {
+		seed = xxhash.Sum64String(fmt.Sprintf("%s#%d#%d", u, m.NextID, salt))
+	}
+	n.Nodes = append(n.Nodes, Node{ID: m.NextID, URL: u, Seed: seed})
 	n.NextID++
 	n.Change = &Change{Kind: Join, Node: m.NextID, Stage: WriteBoth, Driver: driver}
 	return n, n.Validate()

@@ -109,7 +109,7 @@ func (s *Server) entities(ctx *fasthttp.RequestCtx) {
 		methodNotAllowed(ctx, "GET")
 		return
 	}
-	replicas, _, maxAck := s.Coord.Factors() // a scan reads
+	replicas, maxAck := s.Coord.Factors() // a scan reads
 	p, aerr := parseRange(ctx.URI().QueryString(), ctx.QueryArgs(), replicas, maxAck, s.Limits.MaxKeyBytes)
 	if aerr != nil {
 		fail(ctx, aerr)

@@ -153,13 +153,11 @@ func parseEntity(raw []byte, args *fasthttp.Args, replicas, maxAck, maxKey int) 
 // ack to a majority of from (from/2+1); both must be numbers with
 // 1 <= ack <= from <= replicas and ack <= maxAck.
 //
-// replicas and maxAck are the coordinator's Factors: the same but while a
-// replicas change is under way, where replicas is the larger of the two
-// sets' factors and maxAck, for a write, the smaller (a write needs ack
-// replicas of each set) and, for a read, the factor of the set it reads
-// (placement.Sets). The default ack is then cut to maxAck (a change to or
-// from factor 1 is the one where this happens, docs/membership.md); an
-// ack asked above it is refused, not cut.
+// replicas is the coordinator's Factors' from, and maxAck the same for a
+// write and, for a read, the factor of the set it reads: below replicas
+// only while a replicas change is under way and reads still ask the
+// smaller, old set (placement.Sets). A read's default ack is then cut to
+// maxAck (docs/membership.md); an ack asked above it is refused, not cut.
 func parseReplication(args *fasthttp.Args, replicas, maxAck int) (ack, from int, _ *apiError) {
 	from = replicas
 	if args.Has("from") {
@@ -182,7 +180,7 @@ func parseReplication(args *fasthttp.Args, replicas, maxAck int) (ack, from int,
 			return 0, 0, badRequest("ack=%d exceeds from=%d", n, from)
 		}
 		if n > maxAck {
-			return 0, 0, badRequest("ack=%d exceeds %d: the replication factor is changing between %d and %d, and a request needs ack replicas of both sets (ack at most %d until the change is over)", n, maxAck, maxAck, replicas, maxAck)
+			return 0, 0, badRequest("ack=%d exceeds %d: the replication factor is changing between %d and %d, and at this stage of the change a read asks the set of %d", n, maxAck, maxAck, replicas, maxAck)
 		}
 		ack = n
 	}

@@ -179,9 +179,10 @@ func TestParseRange(t *testing.T) {
 }
 
 // TestParseReplicationDuringReplicasChange: while the replication factor
-// changes (replicas is the larger factor, maxAck the smaller), from may
-// reach the larger, ack only the smaller; the default ack is a majority of
-// from cut to the smaller. Outside a change both bounds are the factor.
+// changes, from may reach the larger factor (replicas), and so may a
+// write's ack; a read's ack only the factor of the set it reads (maxAck),
+// and a read's default ack is a majority of from cut to it. Outside a
+// change both bounds are the factor.
 func TestParseReplicationDuringReplicasChange(t *testing.T) {
 	for _, tc := range []struct {
 		query            string
@@ -190,12 +191,12 @@ func TestParseReplicationDuringReplicasChange(t *testing.T) {
 		err              string
 	}{
 		{"", 3, 3, 2, 3, ""},
-		{"", 3, 2, 2, 3, ""},       // 2 to 3 or 3 to 2: the majority of 3 fits both sets
-		{"from=2", 3, 2, 2, 2, ""}, // both sets' first 2
+		{"", 3, 2, 2, 3, ""},       // a read of the set of 2 from 3: the majority of 3 fits it
+		{"from=2", 3, 2, 2, 2, ""}, // the set's first 2
 		{"ack=2&from=3", 3, 2, 2, 3, ""},
 		{"ack=3", 3, 2, 0, 0, "ack=3 exceeds 2: the replication factor is changing between 2 and 3"},
-		{"ack=3&from=3", 3, 2, 0, 0, "ack at most 2 until the change is over"},
-		{"", 2, 1, 1, 2, ""}, // 2 to 1 or 1 to 2: the majority of 2 is cut to 1
+		{"ack=3&from=3", 3, 2, 0, 0, "at this stage of the change a read asks the set of 2"},
+		{"", 2, 1, 1, 2, ""}, // a read of the set of 1 from 2: the majority of 2 is cut to 1
 		{"ack=2", 2, 1, 0, 0, "ack=2 exceeds 1"},
 		{"from=4", 3, 2, 0, 0, "from=4 exceeds the cluster's replication factor 3"},
 		{"ack=3", 3, 3, 3, 3, ""},

@@ -229,9 +229,10 @@ func (s *Server) entity(ctx *fasthttp.RequestCtx, info *reqInfo) Op {
 		methodNotAllowed(ctx, "GET, HEAD, PUT, DELETE")
 		return OpOther
 	}
-	replicas, maxAck, readAck := s.Coord.Factors()
+	replicas, readAck := s.Coord.Factors()
+	maxAck := replicas
 	if op == OpGet || op == OpHead {
-		maxAck = readAck // a read asks one set; a write's bound (both sets) is never above it
+		maxAck = readAck // a read asks one set
 	}
 	p, aerr := parseEntity(ctx.URI().QueryString(), ctx.QueryArgs(), replicas, maxAck, s.Limits.MaxKeyBytes)
 	if aerr != nil {

@@ -56,7 +56,10 @@ const (
 //	1  a remove of a member of a change under way, other than a
 //	   decommission's leaving node, counts it dead there
 //	   (clustermap.Map.Removing); before, it is refused
-const Rules = 1
+//	2  a join at a URL whose hash a member holds as its seed (a replaced
+//	   node's former URL) gets a seed of its own (clustermap.Map.BeginJoin);
+//	   before, it shares that member's (BeginJoinSharingSeeds)
+const Rules = 2
 
 // Command is one entry of the log. Commands that change the map are a
 // compare-and-set on its epoch: one made from epoch E applies only if the
@@ -409,7 +412,11 @@ func apply(cur *State, c *Command) (*State, *Result) {
 	switch c.Op {
 	case OpJoin:
 		subject = m.NextID
-		next, err = m.BeginJoin(c.URL, c.From)
+		if cur.Rules >= 2 {
+			next, err = m.BeginJoin(c.URL, c.From)
+		} else {
+			next, err = m.BeginJoinSharingSeeds(c.URL, c.From)
+		}
 	case OpDecommission:
 		next, err = m.BeginDecommission(c.Node, c.From)
 	case OpReplace:

@@ -25,7 +25,8 @@ var ErrNoQuorum = errors.New("cannot reach a quorum of replicas")
 // within --probe-interval and timeout), so that a node does not flap to
 // not-ready at every start of a healthy cluster.
 // The replica sets are those reads use, as they decide what a client
-// sees; the default ack is a majority of the replication factor.
+// sees; the default ack is a majority of the replication factor (during a
+// replicas change, of the larger one, cut to the read set's).
 func (n *Node) quorumProblem() string {
 	v := n.members.View()
 	if v == nil || v.Self < 0 {
@@ -53,8 +54,12 @@ func (n *Node) quorumProblem() string {
 	if v.ReadNew {
 		sets = v.New
 	}
-	factor := v.ReadFactor() // the read set's: they differ in a replicas change
-	need := factor/2 + 1
+	// The read set's factor, and a read's default ack (httpapi's
+	// parseReplication): a majority of the larger factor, cut to the read
+	// set's. They differ in a replicas change: growing 3 to 4, a default
+	// read needs all three old replicas until read-new.
+	factor := v.ReadFactor()
+	need := min(v.Replicas/2+1, factor)
 	short := 0
 	var missing []int
 	var buf [16]int

@@ -121,8 +121,8 @@ func checkMap(t *testing.T, m *clustermap.Map) {
 		t.Fatalf("%s decodes as %s", m, back)
 	}
 	s := Of(m)
-	if s.OldFactor < 1 || s.NewFactor < 1 || s.MaxAck < 1 {
-		t.Fatalf("%s: factors %d and %d, largest ack %d", m, s.OldFactor, s.NewFactor, s.MaxAck)
+	if s.OldFactor < 1 || s.NewFactor < 1 || s.Replicas != max(s.OldFactor, s.NewFactor) {
+		t.Fatalf("%s: factors %d and %d, largest from %d", m, s.OldFactor, s.NewFactor, s.Replicas)
 	}
 	for _, key := range []string{"a", "b", "some key", "\x00"} {
 		inSet := func(what string, got []int, factor int, set []clustermap.Node) {

@@ -32,13 +32,15 @@ type Sets struct {
 	// OldFactor and NewFactor are the sets' replication factors, each at
 	// most its set's size: the map's Replicas and NewReplicas.
 	OldFactor, NewFactor int
-	// Replicas is the largest from a request may ask: the larger factor.
-	// Each set is asked for at most its own factor of them.
+	// Replicas is the largest from a request may ask, and the largest ack
+	// a write may ask: the larger factor. Each set is asked for at most
+	// its own factor of replicas, and a write needs ack of each set, or
+	// every replica of a set smaller than ack (cluster.fanOut): so a write
+	// at the default ack, a majority of the larger factor, holds a
+	// majority of each set, which a read at the default ack of the set it
+	// reads always meets. A read may ask up to the factor of the set it
+	// reads (ReadFactor).
 	Replicas int
-	// MaxAck is the largest ack a write may ask: the smaller factor,
-	// since a write must have ack replicas of each set. A read asks one
-	// set, and may ask up to its factor (ReadFactor).
-	MaxAck int
 }
 
 // Of derives the sets of m.
@@ -51,7 +53,6 @@ func Of(m *clustermap.Map) *Sets {
 	s.OldFactor = min(m.Replicas, s.Old.Size())
 	s.NewFactor = min(m.NewReplicas(), s.New.Size())
 	s.Replicas = max(s.OldFactor, s.NewFactor)
-	s.MaxAck = min(s.OldFactor, s.NewFactor)
 	return s
 }
 

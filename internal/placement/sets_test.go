@@ -139,15 +139,15 @@ func TestSetsReceives(t *testing.T) {
 func TestSetsReplicasChange(t *testing.T) {
 	urls := []string{"http://127.0.0.1:1", "http://127.0.0.1:2", "http://127.0.0.1:3", "http://127.0.0.1:4"}
 	for _, tc := range []struct {
-		name          string
-		from, to      int
-		gainers       []int
-		maxAck, maxRF int
+		name     string
+		from, to int
+		gainers  []int
+		maxRF    int
 	}{
-		{"grow 2 to 3", 2, 3, []int{0, 1, 2, 3}, 2, 3},
-		{"shrink 3 to 2", 3, 2, nil, 2, 3},
-		{"grow 1 to 4", 1, 4, []int{0, 1, 2, 3}, 1, 4},
-		{"shrink 2 to 1", 2, 1, nil, 1, 2},
+		{"grow 2 to 3", 2, 3, []int{0, 1, 2, 3}, 3},
+		{"shrink 3 to 2", 3, 2, nil, 3},
+		{"grow 1 to 4", 1, 4, []int{0, 1, 2, 3}, 4},
+		{"shrink 2 to 1", 2, 1, nil, 2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			m, err := clustermap.Seed(urls, tc.from)
@@ -162,7 +162,6 @@ func TestSetsReplicasChange(t *testing.T) {
 				require.Equal(t, tc.from, s.OldFactor)
 				require.Equal(t, tc.to, s.NewFactor)
 				require.Equal(t, tc.maxRF, s.Replicas)
-				require.Equal(t, tc.maxAck, s.MaxAck)
 				require.Equal(t, map[bool]int{false: tc.from, true: tc.to}[stage == 2], s.ReadFactor())
 				require.Equal(t, tc.gainers, s.Gainers())
 				gained := map[partition.ID]int{}

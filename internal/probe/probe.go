@@ -267,6 +267,11 @@ func (p *Prober) nextRound(seen uint64) {
 // caller holds roundMu.
 func (p *Prober) round() {
 	start, wall := time.Now(), p.o.Wall().Round(0)
+	// A round's lease starts at its start and is stored at its end: a
+	// ping deadline at or beyond the lease (Timeout is --replica-timeout)
+	// would store every lease expired while one peer hangs. Interval is
+	// below the lease (Validate).
+	deadline := start.Add(min(p.o.Timeout, p.o.Interval))
 	var wg sync.WaitGroup
 	var failed atomic.Int32
 	v := p.views()
@@ -276,7 +281,7 @@ func (p *Prober) round() {
 		}
 		s := p.state(v.URL(i))
 		wg.Go(func() {
-			a, err := peer.Ping(v.Epoch(), time.Now().Add(p.o.Timeout))
+			a, err := peer.Ping(v.Epoch(), deadline)
 			if err == nil {
 				s.rebuilding.Store(a.Rebuilding)
 				s.mu.Lock()
