@@ -31,6 +31,7 @@ import (
 // stale read and every key reads back its last acknowledged write
 // (faultRun.check).
 func TestMembershipReplicasChangeUnderLoad(t *testing.T) {
+	longFault(t) // make test: membership's TestSetReplicasThroughItsStages and TestLoggedReplicas, TestReadyDuringAGrowthNeedsEveryOldReplica
 	testcluster.InBubble(t, func(t *testing.T) {
 		c := testcluster.StartInMemory(t, 4, func(_ int, cfg *node.Config) {
 			cfg.Replicas = 2
