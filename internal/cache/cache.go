@@ -153,6 +153,10 @@ func New(maxBytes int64) (*Cache, error) {
 		BufferItems: 64,
 		Metrics:     true,
 		OnEvict:     func(*ristretto.Item[[]byte]) { c.evicted.Add(1) },
+		// The cost of an entry is its buffer and entryOverhead, which
+		// stands for ristretto's own bookkeeping: its internal cost
+		// would count that twice.
+		IgnoreInternalCost: true,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("new cache: %w", err)

@@ -28,3 +28,26 @@ func TestInvalidationIsNotAnEviction(t *testing.T) {
 		t.Errorf("a 64 MiB cache holding 100 tiny entries reports %d evictions (all of them invalidations)", m.Evictions)
 	}
 }
+
+// An entry costs its buffer and entryOverhead, no more: ristretto added
+// its own per-item cost (56 bytes) on top of entryOverhead, which stands
+// for it, so dhtkv_cache_bytes read high and the cache held fewer small
+// entries than --cache-bytes allows.
+func TestEntryCostCountedOnce(t *testing.T) {
+	c, err := New(64 << 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	const n = 100
+	for i := range n {
+		if _, err := c.GetOrLoad([]byte{byte(i)}, loader(1, "v")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.rc.Wait()
+	m := c.Metrics()
+	if per := m.CostAdded / n; per < entryOverhead || per > entryOverhead+32 {
+		t.Errorf("a 1-byte value's entry costs %d bytes; want its buffer (a few bytes) and %d", per, entryOverhead)
+	}
+}
