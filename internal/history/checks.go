@@ -137,7 +137,9 @@ func (km *keyModel) checkRead(r Op, name string) (Violation, bool) {
 // returned. The check succeeds iff some choice among these for every such
 // read puts every pair of reads in order. It makes the choice greedily, in
 // call order: each read gets the smallest index it matches that is at
-// least the largest index of the reads that returned before it was called.
+// least the largest index of the reads that returned before it was called
+// and, for a not-found read, at least the index of the last write
+// acknowledged before it was called (CheckReads's rule), where one is.
 // Any other valid choice is pointwise at least as large, so the greedy one
 // fails only where every choice fails: no false alarm, none missed.
 //
@@ -183,6 +185,15 @@ func (km *keyModel) checkMonotonic() ([]Violation, error) {
 			}
 			continue
 		}
+		// CheckReads's rule bounds the choice too: a delete at or after
+		// the last write acknowledged before r was called (else r is
+		// CheckReads's violation, and only lb bounds it here).
+		if lo := max(lb, km.ackedBefore(r.Call)); lo > lb {
+			if d := km.deleteFrom(lo, r.Return); d != 0 {
+				index[n] = d
+				continue
+			}
+		}
 		if lb == 0 {
 			continue // not found matches the initial state, index 0
 		}
@@ -222,9 +233,9 @@ type Final struct {
 // was acknowledged, any write that did not fail, or not found. Every
 // violation is reported as RuleFinalState.
 //
-// To demand also that the final state is not older than anything a read
-// returned, record the final reads as reads of the history too and run
-// CheckMonotonic.
+// The final read must also not be older than anything a read of ops
+// returned (as CheckMonotonic demands of a read called after them all): a
+// write in doubt that a read saw may not be lost either.
 func CheckFinal(ops []Op, final map[string]Final) ([]Violation, error) {
 	m, err := build(ops)
 	if err != nil {
@@ -255,6 +266,19 @@ func CheckFinal(ops []Op, final map[string]Final) ([]Violation, error) {
 			v.Msg = fmt.Sprintf("%s (%s)", v.Msg, v.Rule)
 			v.Rule, v.Ops = RuleFinalState, v.Ops[1:]
 			vs = append(vs, v)
+			continue
+		}
+		// Every read of ops returned before the final read: it must not
+		// be older than any of them (a write in doubt that a read saw is
+		// not lost either).
+		km.reads = append(km.reads, r)
+		mvs, _ := km.checkMonotonic()
+		for _, v := range mvs {
+			if v.Ops[0].ID == r.ID && v.Ops[0].Client == r.Client {
+				v.Msg = fmt.Sprintf("%s: %s (%s)", name, v.Msg, v.Rule)
+				v.Rule, v.Ops = RuleFinalState, v.Ops[1:]
+				vs = append(vs, v)
+			}
 		}
 	}
 	return vs, nil

@@ -25,6 +25,7 @@ type Recorder struct {
 	start time.Time // carries the monotonic reading every offset is taken from
 
 	mu      sync.Mutex
+	last    time.Duration // the latest stamp given (stamp)
 	nextID  int
 	done    []Op
 	pending map[int]*Pending
@@ -53,6 +54,20 @@ func (r *Recorder) Read(client, key string) *Pending {
 	return r.invoke(Op{Client: client, Kind: Read, Key: key})
 }
 
+// stamp returns the clock's reading, made strictly later than every stamp
+// before it; r.mu must be held. Every call and return is stamped under
+// the lock, so that one operation's return stamped before another's call
+// compares before it even where the clock did not move between them (in
+// a synctest bubble a request in memory takes no time).
+func (r *Recorder) stamp() time.Duration {
+	now := r.Now()
+	if now <= r.last {
+		now = r.last + 1
+	}
+	r.last = now
+	return now
+}
+
 // invoke stamps the call time and the id under one lock, so ids follow
 // call order.
 func (r *Recorder) invoke(op Op) *Pending {
@@ -60,7 +75,7 @@ func (r *Recorder) invoke(op Op) *Pending {
 	defer r.mu.Unlock()
 	op.ID = r.nextID
 	r.nextID++
-	op.Call = r.Now()
+	op.Call = r.stamp()
 	p := &Pending{r: r, op: op}
 	r.pending[op.ID] = p
 	return p
@@ -71,8 +86,8 @@ func (r *Recorder) invoke(op Op) *Pending {
 // that never returned may still take effect, and it must be the last of its
 // key, since its client could not issue another.
 func (r *Recorder) History() History {
-	now := r.Now()
 	r.mu.Lock()
+	now := r.stamp() // under the lock: after every pending call
 	ops := slices.Clone(r.done)
 	for _, p := range r.pending {
 		op := p.op
@@ -153,7 +168,6 @@ func (p *Pending) Fail(err error) { p.finish("", Failed, false, "", err) }
 func (p *Pending) Unknown(err error) { p.finish("", Unknown, false, "", err) }
 
 func (p *Pending) finish(kind Kind, outcome Outcome, found bool, value string, err error) {
-	ret := p.r.Now()
 	if kind != "" && kind != p.op.Kind {
 		panic(fmt.Sprintf("history: %s outcome given to %v", kind, p.op))
 	}
@@ -162,6 +176,7 @@ func (p *Pending) finish(kind Kind, outcome Outcome, found bool, value string, e
 	if _, ok := p.r.pending[p.op.ID]; !ok {
 		panic(fmt.Sprintf("history: second outcome for %v", p.op))
 	}
+	ret := p.r.stamp()
 	delete(p.r.pending, p.op.ID)
 	op := p.op
 	op.Return, op.Outcome = ret, outcome

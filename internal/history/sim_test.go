@@ -205,11 +205,25 @@ func (km *keyModel) monotonicByBruteForce() (ordered, ok bool) {
 		case r.Found:
 			cands = []int{i}
 		default:
-			cands = []int{0}
+			// CheckReads's rule: index 0 only if no write was acknowledged
+			// before r, else a delete from then on; where none is left
+			// (CheckReads flags r), any of them.
+			j := km.ackedBefore(r.Call)
+			var all []int
+			if j == 0 {
+				cands = []int{0}
+			}
+			all = []int{0}
 			for _, d := range km.deletes {
 				if km.write(d).Call <= r.Return {
-					cands = append(cands, d)
+					all = append(all, d)
+					if d >= j {
+						cands = append(cands, d)
+					}
 				}
+			}
+			if len(cands) == 0 {
+				cands = all
 			}
 		}
 		reads = append(reads, read{r, cands})
