@@ -328,7 +328,7 @@ func (c *Coordinator) get(r *routes, key []byte, ack, from int) (Result, error) 
 	var best Result
 	var answered [maxReplicas]replicaState
 	na := 0
-	n, err := c.fanOut(r, deadline, key, reps, nil, ack, ack, fanOp{kind: opRead},
+	n, err := c.fanOut(r, deadline, key, reps, nil, ack, 0, ack, fanOp{kind: opRead},
 		func(k []byte) answer { return c.localGet(r, k) },
 		func(i int, call *view.Call) {
 			call.Epoch = r.Epoch()
@@ -354,7 +354,13 @@ func (c *Coordinator) get(r *routes, key []byte, ack, from int) (Result, error) 
 		if r.Moving && !r.ReadNew {
 			_, newReps = r.WriteSets(key, from, oldBuf[:0], newBuf[:0])
 		}
-		if err := c.readRepair(r, key, &best.Rec, answered[:na], reps, newReps, ack, deadline); err != nil {
+		// From read-new on, a read at this from asks the new set at up
+		// to a majority of from (the default): the repair leaves that
+		// many of the new set holding best, so that such a read meets
+		// one, even where this read's ack (cut to the old set's factor
+		// in a growth) is smaller.
+		newAck := max(ack, from/2+1)
+		if err := c.readRepair(r, key, &best.Rec, answered[:na], reps, newReps, ack, newAck, deadline); err != nil {
 			return Result{}, fmt.Errorf("get: %w", err)
 		}
 	}
@@ -526,7 +532,7 @@ func (c *Coordinator) writeRound(r *routes, key []byte, rec *record.Record, old,
 	// One immutable envelope for all remote replicas; it copies the value
 	// out of the handler's buffer.
 	env := rec.Encode()
-	n, err := c.fanOut(r, time.Now().Add(c.timeout), key, old, new, ack, len(old)+len(new), fanOp{kind: opWrite, env: env},
+	n, err := c.fanOut(r, time.Now().Add(c.timeout), key, old, new, ack, ack, len(old)+len(new), fanOp{kind: opWrite, env: env},
 		func(k []byte) answer { return answer{err: c.localApply(r, k, rec)} },
 		func(i int, call *view.Call) {
 			call.Env, call.Epoch = env, r.Epoch()

@@ -24,8 +24,9 @@ var ErrNotEnoughReplicas = errors.New("not enough replicas")
 type ReplicasError struct {
 	Answered, Need, Asked int
 	// BothSets: a membership change was under way, and Need was needed
-	// of the old and of the new replica set each.
+	// of the old replica set and NewNeed of the new.
 	BothSets bool
+	NewNeed  int
 	Failed   []ReplicaFailure
 }
 
@@ -39,7 +40,7 @@ func (e *ReplicasError) Error() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "not enough replicas: %d of %d answered, %d needed", e.Answered, e.Asked, e.Need)
 	if e.BothSets {
-		b.WriteString(" of the old and of the new replica set each (a membership change is under way)")
+		fmt.Fprintf(&b, " of the old replica set and %d of the new (a membership change is under way)", e.NewNeed)
 	}
 	for i, f := range e.Failed {
 		if i == 0 {
@@ -70,9 +71,9 @@ func failureReason(err error) string {
 // fanOut calls the replicas of old and new (the second set only while a
 // membership change is under way; nil otherwise) and feeds successful
 // answers to merge (on the calling goroutine, so merge needs no lock)
-// until ack answered in each set, or that became impossible. A replica in
-// both sets is called once and counts in both. It returns the number of
-// successes.
+// until ack answered in old and newAck in new (each, or all of a smaller
+// set), or that became impossible. A replica in both sets is called once
+// and counts in both. It returns the number of successes.
 //
 // Writes start every replica at once (initial = all). Reads start only
 // `initial` = ack of them, the local replica first (it costs no network),
@@ -99,7 +100,7 @@ func failureReason(err error) string {
 // and what finishes a call is data (op), not a closure, so that a
 // request that leaves no call behind allocates nothing here.
 func (c *Coordinator) fanOut(
-	r *routes, deadline time.Time, key []byte, old, new []int, ack, initial int,
+	r *routes, deadline time.Time, key []byte, old, new []int, ack, newAck, initial int,
 	op fanOp,
 	local func(key []byte) answer,
 	remote func(node int, call *view.Call),
@@ -136,9 +137,10 @@ func (c *Coordinator) fanOut(
 			}
 		}
 	}
-	// Each set must give ack replicas, or all it has: during a replicas
-	// change one set may be smaller than ack (placement.Sets.MaxAck).
-	need := [2]int{min(ack, len(old)), min(ack, len(new))}
+	// The old set must give ack replicas and the new newAck, each or all
+	// it has: during a replicas change one set may be smaller than ack
+	// (placement.Sets.Replicas).
+	need := [2]int{min(ack, len(old)), min(newAck, len(new))}
 	done := func() bool { return ok[0] >= need[0] && (new == nil || ok[1] >= need[1]) }
 	hopeless := func() bool {
 		return failed[0] > len(old)-need[0] || (new != nil && failed[1] > len(new)-need[1])
@@ -263,7 +265,7 @@ func (c *Coordinator) fanOut(
 			}
 		}
 		c.log.Debug("replicas failed", "ok", succeeded, "need", ack, "err", firstErr)
-		return succeeded, &ReplicasError{Answered: succeeded, Need: ack, Asked: next, BothSets: new != nil, Failed: failures}
+		return succeeded, &ReplicasError{Answered: succeeded, Need: need[0], Asked: next, BothSets: new != nil, NewNeed: need[1], Failed: failures}
 	}
 	return succeeded, nil
 }

@@ -55,7 +55,7 @@ func TestFanOutAllocatesNothing(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			allocs := testing.AllocsPerRun(200, func() {
-				n, err := c.fanOut(r, time.Now().Add(time.Minute), key, []int{0, 1, 2}, nil, tc.ack, tc.initial, tc.op,
+				n, err := c.fanOut(r, time.Now().Add(time.Minute), key, []int{0, 1, 2}, nil, tc.ack, 0, tc.initial, tc.op,
 					local, answerAtOnce, nil)
 				if err != nil || n != tc.ack {
 					t.Fatalf("%d answers, %v", n, err)
@@ -104,7 +104,7 @@ func TestStragglersHintsKeepTheirKeys(t *testing.T) {
 	want := make([]string, 0, 2*writes)
 	for i := range writes {
 		key := fmt.Sprintf("key-%03d", i)
-		n, err := c.fanOut(r, time.Now().Add(time.Minute), []byte(key), []int{0, 1, 2}, nil, 1, 3,
+		n, err := c.fanOut(r, time.Now().Add(time.Minute), []byte(key), []int{0, 1, 2}, nil, 1, 0, 3,
 			fanOp{kind: opWrite, env: []byte("env")}, local, remote, nil)
 		require.NoError(t, err)
 		require.Equal(t, 1, n)

@@ -77,7 +77,7 @@ func TestFanOut(t *testing.T) {
 				return answer{found: true}
 			}
 			merged := 0
-			n, err := c.fanOut(c.routes.Load(), time.Now().Add(time.Minute), []byte("k"), tc.reps, nil, tc.ack, tc.initial,
+			n, err := c.fanOut(c.routes.Load(), time.Now().Add(time.Minute), []byte("k"), tc.reps, nil, tc.ack, 0, tc.initial,
 				fanOp{kind: opRepair}, // answers without side effects: no metrics, no clock
 				func([]byte) answer { return reply(self) },
 				func(node int, call *view.Call) {

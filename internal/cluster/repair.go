@@ -3,6 +3,7 @@ package cluster
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -90,7 +91,7 @@ type replicaState struct {
 // it reads, newReps those of the new set while a membership change is
 // under way before read-new (nil otherwise), ack how many must hold best
 // before the read may answer, in each set.
-func (c *Coordinator) readRepair(r *routes, key []byte, best *record.Record, answered []replicaState, reps, newReps []int, ack int, deadline time.Time) error {
+func (c *Coordinator) readRepair(r *routes, key []byte, best *record.Record, answered []replicaState, reps, newReps []int, ack, newAck int, deadline time.Time) error {
 	var targetBuf [maxReplicas]int
 	targets := targetBuf[:0]
 	holders := 0
@@ -134,7 +135,7 @@ func (c *Coordinator) readRepair(r *routes, key []byte, best *record.Record, ans
 	// writes finish in the background by the deadline. A stale replica
 	// that cannot take best (down, or its clock too far behind) is so
 	// replaced by one that can.
-	n, err := c.fanOut(r, deadline, key, old, newReps, need, len(old)+len(newReps), fanOp{kind: opRepair},
+	n, err := c.fanOut(r, deadline, key, old, newReps, need, newAck, len(old)+len(newReps), fanOp{kind: opRepair},
 		func(k []byte) answer { return answer{err: c.applyRepair(r.View, k, env)} },
 		func(i int, call *view.Call) {
 			call.Env, call.Epoch = env, r.Epoch()
@@ -143,7 +144,15 @@ func (c *Coordinator) readRepair(r *routes, key []byte, best *record.Record, ans
 		nil)
 	c.m.repairs.WithLabelValues("blocking", "ok").Add(float64(n))
 	if err != nil {
-		c.m.repairs.WithLabelValues("blocking", "failed").Add(float64(len(targets) - n))
+		// The replicas that failed or had not answered: n may count
+		// holders that took best again (a change under way), so
+		// len(targets)-n can be negative, and a counter cannot decrease.
+		failed := len(targets) - n
+		var re *ReplicasError
+		if errors.As(err, &re) {
+			failed = len(re.Failed)
+		}
+		c.m.repairs.WithLabelValues("blocking", "failed").Add(float64(max(failed, 0)))
 		return fmt.Errorf("read repair: %d stale of %d answers, %d of %d more replicas hold the newest version: %w", stale, len(answered), n, need, err)
 	}
 	return nil

@@ -79,7 +79,11 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	}
 
 	// Cancellation must also wake workers asleep until a far-off slot.
+	// Its time is when the run gave up the slots not sent.
+	var interrupted atomic.Pointer[time.Time]
 	stopInterrupt := context.AfterFunc(ctx, func() {
+		now := time.Now()
+		interrupted.Store(&now)
 		for _, w := range workers {
 			w.sleep.interrupt()
 		}
@@ -102,6 +106,9 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	if p.drainEnd.Before(gaveUp) {
 		gaveUp = p.drainEnd
 	}
+	if t := interrupted.Load(); t != nil && t.Before(gaveUp) {
+		gaveUp = *t
+	}
 
 	total := newRecorder()
 	for _, w := range workers {
@@ -118,13 +125,16 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 
 	var unsent int64
 	if cfg.Rate > 0 {
-		unsent = max(p.measuredSlots(cfg.Warmup, cfg.Warmup+cfg.Duration)-total.requests, 0)
+		// Slots due after the run gave up (an interruption) were never
+		// due: they are not unsent, and have no latency.
+		due := min(cfg.Warmup+cfg.Duration, max(gaveUp.Sub(p.start), cfg.Warmup))
+		unsent = max(p.measuredSlots(cfg.Warmup, due)-total.requests, 0)
 		// The unsent slots are the window's last: a slot is given up
 		// only when it is taken after the drain's end (or the run's
 		// interruption), and slots are taken in order (but for workers
 		// that took two slots at one moment, due at most a few slots
 		// apart: the bound below may be a slot's interval off).
-		last := p.slotsBefore(cfg.Warmup + cfg.Duration)
+		last := p.slotsBefore(due)
 		if p.maxRequests > 0 {
 			last = min(last, p.maxRequests)
 		}
