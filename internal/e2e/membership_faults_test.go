@@ -81,7 +81,9 @@ func startSeeded(t *testing.T, n int) *testcluster.InMemory {
 
 // newMemLoad is the load every membership test under load runs on c: 4
 // workers of 12 keys each, an operation every 20 ms of the bubble's
-// clock, recorded in a new history kept if the test fails.
+// clock (a third of them writes of the worker's own keys, a quarter of
+// those deletes; the rest reads of any key), recorded in a new history
+// kept if the test fails.
 func newMemLoad(t *testing.T, c *testcluster.InMemory) (*memLoad, *history.Recorder) {
 	rec := history.NewRecorder()
 	rec.KeepOnFailure(t, "")
@@ -143,6 +145,28 @@ func (l *memLoad) put(via int, client, key, value string, ack int) int {
 	return code
 }
 
+// del records one DELETE, answered as put's PUT (202 for a DELETE).
+func (l *memLoad) del(via int, client, key string, ack int) int {
+	p := l.rec.Delete(client, key)
+	from := 3
+	if l.defaults {
+		ack, from = 0, 0
+	}
+	code, body, err := do(l.cl, http.MethodDelete, testcluster.EntityURL(l.c.URL(via), key, ack, from), nil)
+	switch {
+	case code == http.StatusAccepted:
+		p.OK()
+	case code >= 400 && code < 500:
+		p.Fail(fmt.Errorf("status %d: %s", code, body))
+	case strings.Contains(string(body), "refusing to coordinate writes"):
+		p.Fail(fmt.Errorf("status %d: %s", code, body))
+	default:
+		p.Unknown(fmt.Errorf("status %d: %s %v", code, body, err))
+	}
+	l.count(code)
+	return code
+}
+
 func (l *memLoad) count(code int) {
 	l.mu.Lock()
 	l.codes[code]++
@@ -165,7 +189,11 @@ func (l *memLoad) start() {
 				l.mu.Unlock()
 				if r.IntN(3) == 0 {
 					key := loadKey(w, r.IntN(l.keys))
-					l.put(via, fmt.Sprintf("writer%d", w), key, fmt.Sprintf("%s-%d", key, n), 2)
+					if r.IntN(4) == 0 { // a delete: its tombstone moves, repairs and is read as not found
+						l.del(via, fmt.Sprintf("writer%d", w), key, 2)
+					} else {
+						l.put(via, fmt.Sprintf("writer%d", w), key, fmt.Sprintf("%s-%d", key, n), 2)
+					}
 				} else {
 					key := loadKey(r.IntN(l.workers), r.IntN(l.keys))
 					ack, from := 2, 3
