@@ -20,6 +20,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -126,6 +127,7 @@ const (
 func (s *Server) Handler(ctx *fasthttp.RequestCtx) {
 	start := ctx.Time() // fasthttp's time.Now() of this request, taken just before the handler
 	var info reqInfo    // for the access log; on the stack
+	defer s.recoverPanic(ctx, start)
 	op := s.route(ctx, &info)
 	if ctx.RequestBodyStream() != nil && ctx.Request.Header.ContentLength() != 0 {
 		s.unreadBody(ctx)
@@ -143,6 +145,25 @@ func (s *Server) Handler(ctx *fasthttp.RequestCtx) {
 	if s.sampled() {
 		s.logAccess(ctx, op, &info, elapsed)
 	}
+}
+
+// recoverPanic answers 500 for a request whose handler panicked, logs
+// the panic with its stack, and closes the connection. fasthttp recovers
+// nothing: a bug that one request's path meets would end the whole node,
+// and a client retrying it through every node would end them all in turn
+// (a query of death). A panic is a bug; dhtkv_requests_total counts the
+// 500 (as op "other").
+func (s *Server) recoverPanic(ctx *fasthttp.RequestCtx, start time.Time) {
+	p := recover()
+	if p == nil {
+		return
+	}
+	s.Log.Error("request handler panicked (a bug): answered 500", "panic", p, "method", string(ctx.Method()),
+		"path", string(ctx.Path()), "stack", string(debug.Stack()))
+	ctx.Response.Reset()
+	fail(ctx, &apiError{code: fasthttp.StatusInternalServerError, reason: "internal error: this node hit a bug serving the request (logged)"})
+	ctx.SetConnectionClose()
+	s.Metrics.Request(OpOther, fasthttp.StatusInternalServerError, time.Since(start))
 }
 
 // unreadBody deals with a body the handler did not take (a GET's, a
