@@ -11,8 +11,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"go.uber.org/goleak"
 
+	"github.com/dhtkv/dhtkv/internal/leakcheck"
 	"github.com/dhtkv/dhtkv/internal/node"
 	"github.com/dhtkv/dhtkv/internal/testcluster"
 )
@@ -51,7 +51,7 @@ func call(t *testing.T, method, u string) (int, http.Header, string) {
 // change is logged where both levels show it; bad input is a 400 with a
 // one-line reason that leaves the level as it was.
 func TestLogLevel(t *testing.T) {
-	t.Cleanup(func() { goleak.VerifyNone(t, goleak.IgnoreCurrent()) })
+	leakcheck.Register(t)
 	var logs lockedBuffer
 	level := new(slog.LevelVar)
 	log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: level}))
@@ -108,7 +108,7 @@ func TestLogLevel(t *testing.T) {
 
 // A node whose level is fixed (no LevelVar) says so: 501.
 func TestLogLevelFixed(t *testing.T) {
-	t.Cleanup(func() { goleak.VerifyNone(t, goleak.IgnoreCurrent()) })
+	leakcheck.Register(t)
 	c := testcluster.Start(t, 1)
 	code, _, body := call(t, http.MethodGet, "http://"+c.Node(0).AdminAddr()+"/log-level")
 	assert.Equal(t, http.StatusNotImplemented, code)

@@ -7,8 +7,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"go.uber.org/goleak"
 
+	"github.com/dhtkv/dhtkv/internal/leakcheck"
 	"github.com/dhtkv/dhtkv/internal/testcluster"
 )
 
@@ -16,7 +16,7 @@ import (
 // alike: the same fields, the duration in seconds (duration_seconds) in
 // both, never duration_ns.
 func TestRepairAnswersAgree(t *testing.T) {
-	t.Cleanup(func() { goleak.VerifyNone(t, goleak.IgnoreCurrent()) })
+	leakcheck.Register(t)
 	c := testcluster.Start(t, 2)
 	admin := "http://" + c.Node(0).AdminAddr() + "/repair"
 	answer := func(method string) []map[string]any {

@@ -17,8 +17,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-	"go.uber.org/goleak"
 
+	"github.com/dhtkv/dhtkv/internal/leakcheck"
 	"github.com/dhtkv/dhtkv/internal/node"
 	"github.com/dhtkv/dhtkv/internal/rpc"
 	"github.com/dhtkv/dhtkv/internal/testcluster"
@@ -179,27 +179,15 @@ func TestCoordinatorRefusedPeer(t *testing.T) {
 	}
 }
 
-// ignoreLibraryGoroutines lists the background goroutines that may outlive a
-// node for reasons outside dhtkv's control:
-//
-//   - fasthttp's HostClient.connsCleaner sleeps for MaxIdleConnDuration (30s
-//     for peers) between passes and cannot be woken: even after every pooled
-//     connection is closed it exits only when its sleep ends.
-var ignoreLibraryGoroutines = []goleak.Option{
-	goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*HostClient).connsCleaner"),
-}
-
 // TestCoordinatorNoGoroutineLeak runs requests that leave stragglers behind
 // (a silent peer, ack=1) and requests that time out, stops the cluster, and
 // checks that no goroutine started by the nodes survives: fasthttp servers,
 // the coordinator's replica calls, ristretto and Pebble all stop on
 // Shutdown.
 func TestCoordinatorNoGoroutineLeak(t *testing.T) {
-	// Registered first, so it runs last: after the cluster has stopped and the
-	// test's own HTTP client has closed its connections.
-	t.Cleanup(func() {
-		goleak.VerifyNone(t, append([]goleak.Option{goleak.IgnoreCurrent()}, ignoreLibraryGoroutines...)...)
-	})
+	// Registered first, so it runs last: after the cluster has stopped and
+	// the test's own HTTP client has closed its connections.
+	leakcheck.Register(t)
 	hole := newSilentPeer(t)
 	c := testcluster.Start(t, 3, withReplicaTimeout(replicaTimeout), withExtraMembers(hole.URL()))
 	cl := testcluster.NewClient(t)

@@ -11,9 +11,9 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-	"go.uber.org/goleak"
 
 	"github.com/dhtkv/dhtkv/client"
+	"github.com/dhtkv/dhtkv/internal/leakcheck"
 	"github.com/dhtkv/dhtkv/internal/node"
 	"github.com/dhtkv/dhtkv/internal/record"
 	"github.com/dhtkv/dhtkv/internal/rpc"
@@ -28,9 +28,7 @@ import (
 // them over TLS with the nodes' certificates; a public client needs only
 // to trust the CA.
 func TestMutualTLSCluster(t *testing.T) {
-	t.Cleanup(func() {
-		goleak.VerifyNone(t, append([]goleak.Option{goleak.IgnoreCurrent()}, ignoreLibraryGoroutines...)...)
-	})
+	leakcheck.Register(t)
 	ca := testpki.NewCA(t, "cluster")
 	c := testcluster.Start(t, 3, testcluster.MutualTLS(ca))
 	public := testcluster.NewTLSClient(t, ca.ClientConfig())

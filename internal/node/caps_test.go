@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-	"go.uber.org/goleak"
 
+	"github.com/dhtkv/dhtkv/internal/leakcheck"
 	"github.com/dhtkv/dhtkv/internal/node"
 	"github.com/dhtkv/dhtkv/internal/testcluster"
 )
@@ -61,7 +61,7 @@ func refusedConn(t *testing.T, addr string, from net.IP) string {
 // 503 and closes them, and takes clients again as soon as connections
 // close, round after round: it never stops accepting.
 func TestMaxConnections(t *testing.T) {
-	t.Cleanup(func() { goleak.VerifyNone(t, goleak.IgnoreCurrent()) })
+	leakcheck.Register(t)
 	const capacity = 8
 	c := testcluster.Start(t, 1, func(_ int, cfg *node.Config) { cfg.MaxConnections = capacity })
 	addr := strings.TrimPrefix(c.URL(0), "http://")
@@ -94,7 +94,7 @@ func TestMaxConnections(t *testing.T) {
 // --max-connections-per-ip refuses one address's excess with 429 and
 // leaves other addresses alone.
 func TestMaxConnectionsPerIP(t *testing.T) {
-	t.Cleanup(func() { goleak.VerifyNone(t, goleak.IgnoreCurrent()) })
+	leakcheck.Register(t)
 	const perIP = 4
 	c := testcluster.Start(t, 1, func(_ int, cfg *node.Config) { cfg.MaxConnectionsPerIP = perIP })
 	addr := strings.TrimPrefix(c.URL(0), "http://")

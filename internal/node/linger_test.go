@@ -11,8 +11,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"go.uber.org/goleak"
 
+	"github.com/dhtkv/dhtkv/internal/leakcheck"
 	"github.com/dhtkv/dhtkv/internal/node"
 	"github.com/dhtkv/dhtkv/internal/testcluster"
 	"github.com/dhtkv/dhtkv/internal/testpki"
@@ -32,7 +32,7 @@ const overLimit = "PUT /v0/entity?id=k HTTP/1.1\r\nHost: x\r\nContent-Length: 10
 // --linger-timeout when the client neither sends nor closes, and for at
 // most twice the largest body when it keeps sending.
 func TestLingeringCloseIsBounded(t *testing.T) {
-	t.Cleanup(func() { goleak.VerifyNone(t, goleak.IgnoreCurrent()) })
+	leakcheck.Register(t)
 	t.Run("by time", func(t *testing.T) {
 		const linger = 300 * time.Millisecond
 		c, _ := testcluster.Single(t, func(_ int, cfg *node.Config) {
@@ -85,7 +85,7 @@ func TestLingeringCloseIsBounded(t *testing.T) {
 // sends a whole body one byte over the default 16 MiB limit before it
 // reads gets the 413.
 func TestLingeringCloseWithTLS(t *testing.T) {
-	t.Cleanup(func() { goleak.VerifyNone(t, goleak.IgnoreCurrent()) })
+	leakcheck.Register(t)
 	const limit = 16 << 20
 	ca := testpki.NewCA(t, "cluster")
 	var files [2]string

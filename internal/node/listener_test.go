@@ -17,7 +17,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"go.uber.org/goleak"
+
+	"github.com/dhtkv/dhtkv/internal/leakcheck"
 )
 
 func TestDefaultMaxConnections(t *testing.T) {
@@ -128,7 +129,7 @@ func TestLimitListenerCloseEndsRetryWait(t *testing.T) {
 // If the accept loop ends without Shutdown, the node says so on Failed
 // and logs it at error level; Shutdown still closes it cleanly.
 func TestServeFailureIsReported(t *testing.T) {
-	t.Cleanup(func() { goleak.VerifyNone(t, goleak.IgnoreCurrent()) })
+	leakcheck.Register(t)
 	// The node logs from its own goroutines: to a file, which the test
 	// reads without a data race.
 	logPath := filepath.Join(t.TempDir(), "node.log")

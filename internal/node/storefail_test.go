@@ -15,8 +15,8 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 	"github.com/stretchr/testify/require"
-	"go.uber.org/goleak"
 
+	"github.com/dhtkv/dhtkv/internal/leakcheck"
 	"github.com/dhtkv/dhtkv/internal/node"
 	"github.com/dhtkv/dhtkv/internal/testcluster"
 )
@@ -27,7 +27,7 @@ import (
 // /v0/status warns and dhtkv_store_failed is 1; the node shuts down when
 // asked, without hanging.
 func TestStoreFailureMakesTheNodeUnready(t *testing.T) {
-	t.Cleanup(func() { goleak.VerifyNone(t, goleak.IgnoreCurrent()) })
+	leakcheck.Register(t)
 	var failing atomic.Bool
 	inj := errorfs.InjectorFunc(func(op errorfs.Op) error {
 		if failing.Load() && strings.HasSuffix(op.Path, ".log") && op.Kind.ReadOrWrite() == errorfs.OpIsWrite {

@@ -18,8 +18,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"go.uber.org/goleak"
 
+	"github.com/dhtkv/dhtkv/internal/leakcheck"
 	"github.com/dhtkv/dhtkv/internal/node"
 	"github.com/dhtkv/dhtkv/internal/testcluster"
 	"github.com/dhtkv/dhtkv/internal/testpki"
@@ -72,7 +72,7 @@ func TestReloadServesRenewedCertificate(t *testing.T) {
 // is closed before its handshake, and once connections close the node
 // takes new ones.
 func TestMaxConnectionsWithTLS(t *testing.T) {
-	t.Cleanup(func() { goleak.VerifyNone(t, goleak.IgnoreCurrent()) })
+	leakcheck.Register(t)
 	const capacity = 4
 	ca := testpki.NewCA(t, "cluster")
 	var files [2]string
@@ -127,7 +127,7 @@ func (b *syncBuffer) String() string {
 // logs it at warn level once for the client's address however often it
 // comes; and the port still serves TLS.
 func TestPlainHTTPToTLSPort(t *testing.T) {
-	t.Cleanup(func() { goleak.VerifyNone(t, goleak.IgnoreCurrent()) })
+	leakcheck.Register(t)
 	ca := testpki.NewCA(t, "cluster")
 	var files [2]string
 	var logs syncBuffer

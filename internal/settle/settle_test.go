@@ -13,8 +13,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"go.uber.org/goleak"
 
+	"github.com/dhtkv/dhtkv/internal/leakcheck"
 	"github.com/dhtkv/dhtkv/internal/record"
 	"github.com/dhtkv/dhtkv/internal/store"
 )
@@ -47,7 +47,7 @@ func TestDue(t *testing.T) {
 // then left quiet, it ends with every table in the bottom level, its
 // records unchanged, and later quiet periods do nothing more.
 func TestSettleStore(t *testing.T) {
-	t.Cleanup(func() { goleak.VerifyNone(t, goleak.IgnoreCurrent()) })
+	leakcheck.Register(t)
 	o := store.DefaultOptions()
 	o.FS, o.Sync, o.MemTableBytes, o.Ballast.Percent = vfs.NewMem(), false, 256<<10, 0
 	o.L0CompactionThreshold = 64 // Pebble leaves the flushes in L0

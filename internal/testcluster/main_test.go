@@ -4,6 +4,8 @@ import (
 	"testing"
 
 	"go.uber.org/goleak"
+
+	"github.com/dhtkv/dhtkv/internal/leakcheck"
 )
 
 // Every node an in-process cluster starts is stopped at the end of its
@@ -14,9 +16,5 @@ import (
 // a stopped server's worker-pool cleaner finishes its sleep (10 s); the
 // process-wide server date updater never ends.
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m,
-		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*HostClient).connsCleaner"),
-		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*workerPool).Start.func2"),
-		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.updateServerDate.func1"),
-	)
+	goleak.VerifyTestMain(m, leakcheck.Library()...)
 }
