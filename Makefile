@@ -25,10 +25,12 @@ build:
 # API packages; the go command fetches them from the module proxy).
 K8S_VALIDATE := deploy/kubernetes/validate
 # make test also runs the allocation checks once without the race
-# detector, whose own allocations make them skip under -race.
+# detector, whose own allocations make them skip under -race. The race
+# run is scripts/test-race.sh: go test -race ./..., but internal/e2e's
+# tests in two processes beside the other packages (why: there).
 test:
 	$(GO) vet ./...
-	$(GO) test -race -count=1 -timeout 15m ./...
+	GO=$(GO) scripts/test-race.sh
 	$(GO) test -count=1 -run 'Allocat' ./internal/cluster ./internal/httpapi ./internal/loadgen ./internal/clientauth
 	cd $(K8S_VALIDATE) && $(GO) vet ./... && $(GO) test -race -count=1 -timeout 5m ./...
 
