@@ -13,15 +13,19 @@ GO=${GO:-go}
 E2E_HALF=${E2E_HALF:-'^(TestMembership|TestRegained|TestRestartAfterCopy|TestChangeStops|TestGC|TestRebuild)'}
 tmp=$(mktemp -d)
 pids=()
+goroot=$($GO env GOROOT)
 trap 'kill "${pids[@]}" 2>/dev/null; rm -rf "$tmp"' EXIT
 
 # $1: the half's name; the rest: its flags. Runs in internal/e2e, as go
 # test runs a package's tests (the tests build ../.. from there).
+# As go test runs a test binary: -test.paniconexit0 (a test that calls
+# os.Exit(0) fails rather than ending the run as a pass), and the go
+# command's GOROOT/bin first in PATH (the tests run "go build").
 half() {
 	local name=$1 start rc
 	shift
 	start=$(date +%s)
-	(cd internal/e2e && "$tmp/e2e.test" -test.timeout 15m -test.count 1 "$@") > "$tmp/$name.log" 2>&1
+	(cd internal/e2e && PATH="$goroot/bin:$PATH" "$tmp/e2e.test" -test.paniconexit0 -test.timeout 15m -test.count 1 "$@") > "$tmp/$name.log" 2>&1
 	rc=$?
 	echo "$rc $(($(date +%s) - start))" > "$tmp/$name.rc"
 }
@@ -42,8 +46,9 @@ wait "$others"
 rc=$?
 wait "${pids[@]:1}"
 for name in stories rest; do
+	code= secs=
 	read -r code secs < "$tmp/$name.rc"
-	if [ "$code" -ne 0 ]; then
+	if [ "$code" != 0 ]; then # a missing or unreadable status fails too
 		cat "$tmp/$name.log"
 		echo "FAIL	github.com/dhtkv/dhtkv/internal/e2e ($name)	${secs}s"
 		rc=1

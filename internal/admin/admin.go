@@ -8,6 +8,7 @@
 package admin
 
 import (
+	"fmt"
 	"net/http"
 	"net/http/pprof"
 	"time"
@@ -40,7 +41,7 @@ func Handler(reg *prometheus.Registry, ready func() error, maxProfile time.Durat
 	mux.Handle("/debug/pprof/", boundProfile(maxProfile, deltaWindow, http.HandlerFunc(pprof.Index))) // heap, allocs, goroutine, mutex, block, ...
 	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
 	mux.Handle("/debug/pprof/profile", boundProfile(maxProfile, cpuWindow, exclusive(&cpuProfiling, cpuBusy, pprof.Profile)))
-	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.Handle("/debug/pprof/symbol", limitBody(maxSymbolBody, http.HandlerFunc(pprof.Symbol)))
 	mux.Handle("/debug/pprof/trace", boundProfile(maxProfile, traceWindow, exclusive(&tracing, traceBusy, pprof.Trace)))
 	mux.Handle("/debug/pprof/rates", ProfileRatesHandler())
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
@@ -55,6 +56,25 @@ func Handler(reg *prometheus.Registry, ready func() error, maxProfile time.Durat
 		plain(w, http.StatusOK, "ok")
 	})
 	return mux
+}
+
+// maxSymbolBody bounds POST /debug/pprof/symbol's body: pprof.Symbol
+// reads it whole and buffers a line of answer (the function's full name)
+// per address in it. A lookup of every address of a large profile is
+// a few hundred KiB.
+const maxSymbolBody = 1 << 20
+
+// limitBody answers 413 to a request whose declared body is over max, and
+// cuts a longer undeclared one (chunked) at max.
+func limitBody(max int64, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.ContentLength > max {
+			plain(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("body of %d bytes: at most %d", r.ContentLength, max))
+			return
+		}
+		r.Body = http.MaxBytesReader(w, r.Body, max)
+		next.ServeHTTP(w, r)
+	})
 }
 
 func plain(w http.ResponseWriter, code int, line string) {

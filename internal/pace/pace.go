@@ -204,6 +204,9 @@ func (g *Governor) Start() {
 func WaitBytes(ctx context.Context, l *rate.Limiter, n int) error {
 	for n > 0 {
 		step := min(n, l.Burst())
+		if step <= 0 { // no burst: WaitN's answer for the whole (nil at rate.Inf, else its error)
+			return l.WaitN(ctx, n)
+		}
 		if err := l.WaitN(ctx, step); err != nil {
 			return err
 		}

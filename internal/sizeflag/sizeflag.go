@@ -54,7 +54,12 @@ const sizeForms = "a size is a number of bytes (1048576) or a number and a unit:
 // wrong with s and what a size looks like; the flag package, and ff for
 // the environment and the config file, name the flag.
 func Parse[T int | int64 | uint64](s string) (T, error) {
-	n, err := humanize.ParseBytes(s)
+	// A plain number of bytes is read exactly: go-humanize's float64
+	// rounds it above 2^53.
+	n, err := strconv.ParseUint(strings.TrimSpace(s), 10, 64)
+	if err != nil {
+		n, err = humanize.ParseBytes(s)
+	}
 	if err != nil {
 		return 0, fmt.Errorf("%q is not a size: %s; %s", s, notASize(s, err), sizeForms)
 	}
