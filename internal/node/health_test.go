@@ -248,3 +248,49 @@ func TestAdminPortBounds(t *testing.T) {
 		return code == http.StatusOK
 	}, 5*time.Second, 5*time.Millisecond, "served again once a connection closed")
 }
+
+// One address holding the admin port's connections open (its probes and
+// /metrics take no token) could take every slot, and the kubelet's
+// liveness probe from another address then got 503 and restarted the
+// pod. One address may hold three quarters of --admin-max-connections:
+// its next connection is refused with 429, and another address is
+// still served.
+func TestAdminPortKeepsSlotsForOtherAddresses(t *testing.T) {
+	c, _ := testcluster.Single(t, func(_ int, cfg *node.Config) {
+		cfg.AdminListen = "127.0.0.1:0"
+		cfg.Admin.MaxConnections = 4 // three from one address
+	})
+	admin := c.Node(0).AdminAddr()
+	from := func(ip string) (net.Conn, error) {
+		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(ip)}}
+		return d.Dial("tcp", admin)
+	}
+	for range 3 {
+		conn, err := from("127.0.0.1")
+		require.NoError(t, err)
+		defer conn.Close()
+		_, err = io.WriteString(conn, "GET /liv") // held open, half a request line
+		require.NoError(t, err)
+	}
+	require.Eventually(t, func() bool { return c.Metric(t, 0, "dhtkv_admin_connections_open") == 3 }, 5*time.Second, 5*time.Millisecond)
+	fourth, err := from("127.0.0.1")
+	require.NoError(t, err)
+	defer fourth.Close()
+	require.NoError(t, fourth.SetReadDeadline(time.Now().Add(5*time.Second)))
+	answer, err := io.ReadAll(fourth)
+	require.NoError(t, err)
+	require.Contains(t, string(answer), "HTTP/1.1 429 Too Many Requests")
+	require.Contains(t, string(answer), "too many connections from your address to this node's admin port")
+	require.Equal(t, 1.0, c.Metric(t, 0, "dhtkv_admin_connections_refused_total", "reason", "max_connections_per_ip"))
+
+	other, err := from("127.0.0.2") // the kubelet's probe, from elsewhere
+	require.NoError(t, err)
+	defer other.Close()
+	_, err = io.WriteString(other, "GET /livez HTTP/1.1\r\nHost: admin\r\nConnection: close\r\n\r\n")
+	require.NoError(t, err)
+	require.NoError(t, other.SetReadDeadline(time.Now().Add(5*time.Second)))
+	resp, err := http.ReadResponse(bufio.NewReader(other), nil)
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+}

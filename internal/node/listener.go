@@ -59,15 +59,16 @@ var (
 		refused: "dhtkv_connections_refused_total", retries: "dhtkv_accept_retries_total",
 		what: "Client connections", capFlag: "--max-connections, or the one derived from the descriptor limit", refusals: refusals,
 	}
-	// adminListener is the admin port's (--admin-max-connections; no
-	// per-address cap): its probes and /metrics need no token, and each
-	// connection holds a descriptor, which the cap on the public port
-	// leaves to Pebble (reservedFiles).
+	// adminListener is the admin port's (--admin-max-connections, and
+	// adminPerIP of them from one address): its probes and /metrics need
+	// no token, and each connection holds a descriptor, which the cap on
+	// the public port leaves to Pebble (reservedFiles).
 	adminListener = listenerKind{
 		open: "dhtkv_admin_connections_open", max: "dhtkv_admin_connections_max",
 		refused: "dhtkv_admin_connections_refused_total", retries: "dhtkv_admin_accept_retries_total",
 		what: "Admin port connections", capFlag: "--admin-max-connections", refusals: map[string][]byte{
-			refusedMax: refusal(503, "Service Unavailable", "too many connections to this node's admin port (--admin-max-connections)"),
+			refusedMax:   refusal(503, "Service Unavailable", "too many connections to this node's admin port (--admin-max-connections)"),
+			refusedPerIP: refusal(429, "Too Many Requests", "too many connections from your address to this node's admin port (three quarters of --admin-max-connections)"),
 		}}
 )
 
@@ -168,9 +169,22 @@ func newLimitListener(inner net.Listener, maxConns, perIP int, tlsAbove bool, re
 }
 
 // newAdminLimitListener wraps the admin listener: at most maxConns
-// connections at once (0: no cap), plain HTTP.
+// connections at once (0: no cap), and at most adminPerIP(maxConns) from
+// one address, plain HTTP.
 func newAdminLimitListener(inner net.Listener, maxConns int, reg prometheus.Registerer, log *slog.Logger) *limitListener {
-	return newKindListener(adminListener, inner, maxConns, 0, false, reg, log)
+	return newKindListener(adminListener, inner, maxConns, adminPerIP(maxConns), false, reg, log)
+}
+
+// adminPerIP is how many of the admin port's maxConns connections one
+// address may hold: all but a quarter, so that one client holding
+// connections open (the port takes no token for /livez, /readyz and
+// /metrics) cannot take every slot and fail the kubelet's liveness probe
+// or Prometheus's scrape from elsewhere; 0 (no cap) below 4.
+func adminPerIP(maxConns int) int {
+	if maxConns < 4 {
+		return 0
+	}
+	return maxConns - maxConns/4
 }
 
 func newKindListener(kind listenerKind, inner net.Listener, maxConns, perIP int, tlsAbove bool, reg prometheus.Registerer, log *slog.Logger) *limitListener {
