@@ -50,8 +50,9 @@ its --admin-listen), which drives them (docs/membership.md):
                         of nodes) over the same nodes: growing copies each
                         partition to its next-ranked node, shrinking drops
                         it from its last-ranked one at the end; while it
-                        runs a request's ack is at most the smaller factor
-                        (docs/membership.md)
+                        runs a write needs ack of each set (all of a smaller
+                        one), and a read's ack is at most the factor of the
+                        set it reads (docs/membership.md)
   abort                 end the change under way with the old set of nodes
                         (before its read-new stage; needs the map's log)
   cluster               print the cluster map and the change under way

@@ -104,7 +104,7 @@ func TestReplicasCommand(t *testing.T) {
 		{name: "zero", args: []string{"replicas", admin, "0"}, code: exitUsage, errHas: "got \"0\""},
 		{name: "above the nodes", args: []string{"replicas", admin, "4"}, code: exitError, errHas: "replication factor 4 out of range: from 1 to the number of nodes, 3"},
 		{name: "unchanged", args: []string{"replicas", admin, "2"}, code: exitError, errHas: "the replication factor is 2 already"},
-		{name: "help", args: []string{"replicas", "-h"}, outHas: []string{"replicas N", "smaller factor"}},
+		{name: "help", args: []string{"replicas", "-h"}, outHas: []string{"replicas N", "a write needs ack of each set"}},
 		{name: "grow", args: []string{"replicas", admin, "3"}, outHas: []string{"replicas begun: epoch 2, 3 nodes, replication factor 2, changing to 3 at stage write-both", "3 nodes, replication factor 3, no change under way", "replicas change to 3 completed"}},
 	} {
 		s.run(t)
