@@ -63,6 +63,21 @@ func put(rec *history.Recorder, cl *testcluster.Client, base, client, key, value
 	return code
 }
 
+// del records one DELETE (202 when acknowledged), as put records a PUT.
+func del(rec *history.Recorder, cl *testcluster.Client, base, client, key string, ack, from int) int {
+	p := rec.Delete(client, key)
+	code, _, err := do(cl, http.MethodDelete, testcluster.EntityURL(base, key, ack, from), nil)
+	switch {
+	case code == http.StatusAccepted:
+		p.OK()
+	case code >= 400 && code < 500:
+		p.Fail(fmt.Errorf("status %d", code))
+	default:
+		p.Unknown(fmt.Errorf("status %d: %v", code, err))
+	}
+	return code
+}
+
 // get records one GET.
 func get(rec *history.Recorder, cl *testcluster.Client, base, client, key string, ack, from int) int {
 	p := rec.Read(client, key)
@@ -213,8 +228,8 @@ func TestFaultKillUnderLoad(t *testing.T) {
 }
 
 // killUnderLoad runs TestFaultKillUnderLoad with one operation in every
-// oneIn a write (1: writes only), keysPerWriter keys for each of the
-// writers, and the extra flags.
+// oneIn a write (1: writes only; a quarter of the writes are deletes),
+// keysPerWriter keys for each of the writers, and the extra flags.
 func killUnderLoad(t *testing.T, oneIn, keysPerWriter int, flags ...string) {
 	pc := startProcCluster(t, 3, append([]string{"--sync=true", "--replica-timeout", "300ms"}, flags...)...)
 	cl := testcluster.NewClient(t)
@@ -234,10 +249,13 @@ func killUnderLoad(t *testing.T, oneIn, keysPerWriter int, flags ...string) {
 				}
 				key := fmt.Sprintf("w%d-k%d", w, r.IntN(keysPerWriter))
 				via := pc.urls[r.IntN(3)]
-				if r.IntN(oneIn) == 0 {
-					put(rec, cl, via, fmt.Sprintf("writer%d", w), key, fmt.Sprintf("%s-v%d", key, n), 2, 3)
-				} else {
+				switch {
+				case r.IntN(oneIn) != 0:
 					get(rec, cl, via, fmt.Sprintf("reader%d", w), key, 2, 3)
+				case r.IntN(4) == 0: // a quarter of the writes delete
+					del(rec, cl, via, fmt.Sprintf("writer%d", w), key, 2, 3)
+				default:
+					put(rec, cl, via, fmt.Sprintf("writer%d", w), key, fmt.Sprintf("%s-v%d", key, n), 2, 3)
 				}
 			}
 		})
