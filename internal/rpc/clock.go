@@ -1,6 +1,7 @@
 package rpc
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -102,6 +103,11 @@ func (p *Peer) exchange(req *fasthttp.Request, resp *fasthttp.Response, deadline
 	return nil
 }
 
+// ErrGateway is a ping answered 502 or 504 by something between this node
+// and the peer (a proxy, a load balancer) rather than by the peer: the
+// peer did not answer it (Answered is false).
+var ErrGateway = errors.New("a gateway answered for the peer, which did not")
+
 // FormedHeader is on the answer to an empty batch (a ping): "1" when the
 // answering node knows the cluster exists (it has seen every node answer,
 // or holds records). A node that starts with an empty data directory asks
@@ -165,6 +171,12 @@ func (p *Peer) Ping(epoch uint64, deadline time.Time) (view.PingAnswer, error) {
 	}
 	if resp.StatusCode() == fasthttp.StatusOK {
 		p.checkBehind(resp, epoch)
+	}
+	if code := resp.StatusCode(); (code == fasthttp.StatusBadGateway || code == fasthttp.StatusGatewayTimeout) && len(resp.Header.Peek(TimeHeader)) == 0 {
+		// A proxy's answer for a node behind it that did not answer
+		// (dhtkv sends no 502, and its 504, a late batch's, carries
+		// its clock): silence, not the node's answer.
+		return view.PingAnswer{}, fmt.Errorf("ping %s: %w (status %d: %s)", p.url, ErrGateway, code, firstLine(resp.Body()))
 	}
 	if resp.StatusCode() != fasthttp.StatusOK {
 		// The peer's reason with it: a 403 says "missing or wrong

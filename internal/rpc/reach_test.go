@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"testing"
 	"time"
 
@@ -17,7 +18,8 @@ import (
 )
 
 // A ping's error says whether a process at the peer's address answered
-// it (Answered): any HTTP status and any TLS handshake the other end took
+// it (Answered): any HTTP status (but a proxy's 502 or 504, which says the
+// node behind it did not answer) and any TLS handshake the other end took
 // part in are answers, so a node that refuses this one (another cluster
 // secret, another CA, TLS on one side only) is alive; a connection
 // refused, left unanswered or closed unanswered is silence. A replace or
@@ -71,6 +73,16 @@ func TestAnswered(t *testing.T) {
 			return "http://" + ln.Addr().String()
 		}
 	}
+	// late is this node's own 504 for a batch past its deadline, which
+	// carries its clock; a proxy's 502 or 504 does not.
+	late := func() string {
+		s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set(TimeHeader, strconv.FormatInt(time.Now().UnixMicro(), 10))
+			w.WriteHeader(http.StatusGatewayTimeout)
+		}))
+		t.Cleanup(s.Close)
+		return s.URL
+	}
 	unanswered := listener(func(c net.Conn) { t.Cleanup(func() { _ = c.Close() }) }) // reads nothing, answers nothing
 	hangsUp := listener(func(c net.Conn) { _ = c.Close() })                          // closes at once, as a cut link may
 	for _, tc := range []struct {
@@ -83,6 +95,9 @@ func TestAnswered(t *testing.T) {
 		{"403: another cluster secret", status(http.StatusForbidden, "forbidden: missing or wrong cluster secret\n"), nil, true},
 		{"409: a newer map", status(http.StatusConflict, "not a map\n"), nil, true},
 		{"503: shutting down", status(http.StatusServiceUnavailable, "shutting down\n"), nil, true},
+		{"504 of a late batch, its clock with it", late, nil, true},
+		{"a proxy's 502: the node behind it does not answer", status(http.StatusBadGateway, "upstream connect error\n"), nil, false},
+		{"a proxy's 504: the node behind it does not answer", status(http.StatusGatewayTimeout, "upstream request timeout\n"), nil, false},
 		{"its certificate from a CA this node does not trust", serveTLS(other, tls.NoClientCert, 0), ca.ClientConfig(), true},
 		{"it wants a client certificate this node does not have (TLS 1.2: its alert)", serveTLS(ca, tls.RequireAndVerifyClientCert, tls.VersionTLS12), ca.ClientConfig(), true},
 		{"it wants a client certificate this node does not have (TLS 1.3: a closed connection)", serveTLS(ca, tls.RequireAndVerifyClientCert, 0), ca.ClientConfig(), false},
