@@ -68,6 +68,23 @@ func (p *memPeer) Reach(string, time.Time) (bool, error)             { return fa
 func (p *memPeer) ClockOffset() (view.ClockSample, bool)             { return view.ClockSample{}, false }
 func (p *memPeer) Close()                                            {}
 
+// memCoordinator is node self's coordinator over views, its local replica
+// a real store in t's directory (returned, for a test to write to it
+// directly), the peers whatever the views hold.
+func memCoordinator(t *testing.T, self int, views func() *view.View, timeout time.Duration) (*Coordinator, *store.Store) {
+	t.Helper()
+	clock, err := hlc.New(self, nil)
+	require.NoError(t, err)
+	st, err := store.Open(filepath.Join(t.TempDir(), "db"), store.Options{})
+	require.NoError(t, err)
+	t.Cleanup(func() { st.Close() })
+	local := &replica.Replica{Store: st, Clock: clock, Versions: replica.NewVersionFilter(1<<10, 0)}
+	c := New(Deps{Views: views, Gate: openGate{}, Clock: clock, Local: local},
+		Options{Timeout: timeout}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	t.Cleanup(c.Close)
+	return c, st
+}
+
 // TestReadRepairDuringChangeKeepsReadsMonotonic: a join of node 3 (D) to
 // a cluster of three at factor 3 is in its stream stage; key k's old set
 // is {0,1,2} and its new set drops one of them (X) for D. Before read-new

@@ -2,9 +2,6 @@ package cluster
 
 import (
 	"fmt"
-	"io"
-	"log/slog"
-	"path/filepath"
 	"slices"
 	"sync/atomic"
 	"testing"
@@ -15,8 +12,6 @@ import (
 	"github.com/dhtkv/dhtkv/internal/clustermap"
 	"github.com/dhtkv/dhtkv/internal/hlc"
 	"github.com/dhtkv/dhtkv/internal/record"
-	"github.com/dhtkv/dhtkv/internal/replica"
-	"github.com/dhtkv/dhtkv/internal/store"
 	"github.com/dhtkv/dhtkv/internal/view"
 )
 
@@ -35,12 +30,6 @@ import (
 // reached the whole old set) is the gap docs/replication.md names: the
 // answers agree, and no repair runs.
 func TestReadRepairDuringGrowMeetsNewSetReads(t *testing.T) {
-	clock, err := hlc.New(5, nil)
-	require.NoError(t, err)
-	st, err := store.Open(filepath.Join(t.TempDir(), "db"), store.Options{})
-	require.NoError(t, err)
-	t.Cleanup(func() { st.Close() })
-	local := &replica.Replica{Store: st, Clock: clock, Versions: replica.NewVersionFilter(1<<10, 0)}
 
 	var urls []string
 	for i := range 6 {
@@ -62,9 +51,7 @@ func TestReadRepairDuringGrowMeetsNewSetReads(t *testing.T) {
 	const self = 5
 	var cur atomic.Pointer[view.View]
 	cur.Store(view.New(m, self, "", peerOf, time.Now()))
-	c := New(Deps{Views: func() *view.View { return cur.Load() }, Gate: openGate{}, Clock: clock, Local: local},
-		Options{Timeout: time.Second}, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	t.Cleanup(c.Close)
+	c, _ := memCoordinator(t, 5, func() *view.View { return cur.Load() }, time.Second)
 
 	v := cur.Load()
 	from, readMax := c.Factors()

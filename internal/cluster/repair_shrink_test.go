@@ -2,9 +2,6 @@ package cluster
 
 import (
 	"fmt"
-	"io"
-	"log/slog"
-	"path/filepath"
 	"slices"
 	"testing"
 	"time"
@@ -14,8 +11,6 @@ import (
 	"github.com/dhtkv/dhtkv/internal/clustermap"
 	"github.com/dhtkv/dhtkv/internal/hlc"
 	"github.com/dhtkv/dhtkv/internal/record"
-	"github.com/dhtkv/dhtkv/internal/replica"
-	"github.com/dhtkv/dhtkv/internal/store"
 	"github.com/dhtkv/dhtkv/internal/view"
 )
 
@@ -41,12 +36,6 @@ func (p *slowDownPeer) Apply(key, env []byte, epoch uint64, d time.Time) (uint64
 // counter: in a fasthttp handler, which does not recover, the node
 // process died. The failures counted are now the ReplicasError's.
 func TestReadRepairDuringShrinkCountsFailuresSafely(t *testing.T) {
-	clock, err := hlc.New(9, nil)
-	require.NoError(t, err)
-	st, err := store.Open(filepath.Join(t.TempDir(), "db"), store.Options{})
-	require.NoError(t, err)
-	t.Cleanup(func() { st.Close() })
-	local := &replica.Replica{Store: st, Clock: clock, Versions: replica.NewVersionFilter(1<<10, 0)}
 
 	var urls []string
 	for i := range 5 {
@@ -83,9 +72,7 @@ func TestReadRepairDuringShrinkCountsFailuresSafely(t *testing.T) {
 	mem[a].setDown(true)
 	peers[urls[a]] = &slowDownPeer{memPeer: mem[a], delay: 300 * time.Millisecond}
 	v := view.New(m, self, "", func(u string) view.Peer { return peers[u] }, time.Now())
-	c := New(Deps{Views: func() *view.View { return v }, Gate: openGate{}, Clock: clock, Local: local},
-		Options{Timeout: 2 * time.Second}, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	t.Cleanup(c.Close)
+	c, st := memCoordinator(t, 9, func() *view.View { return v }, 2*time.Second)
 
 	v2 := record.Record{Version: hlc.VersionAt(time.Now().Add(-time.Second)), Value: []byte("v2")}
 	require.NoError(t, st.Apply(key, &v2))

@@ -2,9 +2,6 @@ package cluster
 
 import (
 	"fmt"
-	"io"
-	"log/slog"
-	"path/filepath"
 	"slices"
 	"testing"
 	"time"
@@ -14,8 +11,6 @@ import (
 	"github.com/dhtkv/dhtkv/internal/clustermap"
 	"github.com/dhtkv/dhtkv/internal/hlc"
 	"github.com/dhtkv/dhtkv/internal/record"
-	"github.com/dhtkv/dhtkv/internal/replica"
-	"github.com/dhtkv/dhtkv/internal/store"
 	"github.com/dhtkv/dhtkv/internal/view"
 )
 
@@ -28,12 +23,6 @@ import (
 // write was then missed by a default read that B and C answered. Now a
 // write needs 2 of the old set and the one replica of the new.
 func TestDefaultQuorumsDuringShrinkTo1(t *testing.T) {
-	clock, err := hlc.New(3, nil)
-	require.NoError(t, err)
-	st, err := store.Open(filepath.Join(t.TempDir(), "db"), store.Options{})
-	require.NoError(t, err)
-	t.Cleanup(func() { st.Close() })
-	local := &replica.Replica{Store: st, Clock: clock, Versions: replica.NewVersionFilter(1<<10, 0)}
 
 	m, err := clustermap.Seed([]string{"http://a:1", "http://b:1", "http://c:1", "http://d:1"}, 3)
 	require.NoError(t, err)
@@ -48,9 +37,7 @@ func TestDefaultQuorumsDuringShrinkTo1(t *testing.T) {
 	}
 	const self = 3
 	v := view.New(m, self, "", peerOf, time.Now())
-	c := New(Deps{Views: func() *view.View { return v }, Gate: openGate{}, Clock: clock, Local: local},
-		Options{Timeout: time.Second}, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	t.Cleanup(c.Close)
+	c, _ := memCoordinator(t, 3, func() *view.View { return v }, time.Second)
 
 	from, readMaxAck := c.Factors()
 	wAck, rAck := from/2+1, min(from/2+1, readMaxAck) // parseReplication's defaults
@@ -107,12 +94,6 @@ func TestDefaultQuorumsDuringShrinkTo1(t *testing.T) {
 // and the read failed although both replicas answered. A set smaller
 // than ack now gives all it has.
 func TestReadRepairDuringShrinkTo1(t *testing.T) {
-	clock, err := hlc.New(0, nil)
-	require.NoError(t, err)
-	st, err := store.Open(filepath.Join(t.TempDir(), "db"), store.Options{})
-	require.NoError(t, err)
-	t.Cleanup(func() { st.Close() })
-	local := &replica.Replica{Store: st, Clock: clock, Versions: replica.NewVersionFilter(1<<10, 0)}
 
 	m, err := clustermap.Seed([]string{"http://a:1", "http://b:1"}, 2)
 	require.NoError(t, err)
@@ -120,9 +101,7 @@ func TestReadRepairDuringShrinkTo1(t *testing.T) {
 	require.NoError(t, err)
 	peer := &memPeer{recs: map[string]record.Record{}}
 	v := view.New(m, 0, "", func(string) view.Peer { return peer }, time.Now())
-	c := New(Deps{Views: func() *view.View { return v }, Gate: openGate{}, Clock: clock, Local: local},
-		Options{Timeout: time.Second}, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	t.Cleanup(c.Close)
+	c, st := memCoordinator(t, 0, func() *view.View { return v }, time.Second)
 	from, readMaxAck := c.Factors()
 	rAck := min(from/2+1, readMaxAck)
 

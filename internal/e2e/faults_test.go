@@ -52,29 +52,28 @@ func do(cl *testcluster.Client, method, u string, body []byte) (int, []byte, err
 func put(rec *history.Recorder, cl *testcluster.Client, base, client, key, value string, ack, from int) int {
 	p := rec.Write(client, key, value)
 	code, _, err := do(cl, http.MethodPut, testcluster.EntityURL(base, key, ack, from), []byte(value))
+	settle(p, http.StatusCreated, code, err)
+	return code
+}
+
+// settle records the outcome of a write answered code, which ok
+// acknowledges: a 4xx failed it, anything else leaves it in doubt.
+func settle(p *history.Pending, ok, code int, err error) {
 	switch {
-	case code == http.StatusCreated:
+	case code == ok:
 		p.OK()
 	case code >= 400 && code < 500:
 		p.Fail(fmt.Errorf("status %d", code))
 	default:
 		p.Unknown(fmt.Errorf("status %d: %v", code, err))
 	}
-	return code
 }
 
 // del records one DELETE (202 when acknowledged), as put records a PUT.
 func del(rec *history.Recorder, cl *testcluster.Client, base, client, key string, ack, from int) int {
 	p := rec.Delete(client, key)
 	code, _, err := do(cl, http.MethodDelete, testcluster.EntityURL(base, key, ack, from), nil)
-	switch {
-	case code == http.StatusAccepted:
-		p.OK()
-	case code >= 400 && code < 500:
-		p.Fail(fmt.Errorf("status %d", code))
-	default:
-		p.Unknown(fmt.Errorf("status %d: %v", code, err))
-	}
+	settle(p, http.StatusAccepted, code, err)
 	return code
 }
 

@@ -131,8 +131,15 @@ func (l *memLoad) put(via int, client, key, value string, ack int) int {
 		ack, from = 0, 0
 	}
 	code, body, err := do(l.cl, http.MethodPut, testcluster.EntityURL(l.c.URL(via), key, ack, from), []byte(value))
+	l.settle(p, http.StatusCreated, code, body, err)
+	return code
+}
+
+// settle records the outcome of a write answered code (body, err), which
+// ok acknowledges, and counts it.
+func (l *memLoad) settle(p *history.Pending, ok, code int, body []byte, err error) {
 	switch {
-	case code == http.StatusCreated:
+	case code == ok:
 		p.OK()
 	case code >= 400 && code < 500:
 		p.Fail(fmt.Errorf("status %d: %s", code, body))
@@ -142,7 +149,6 @@ func (l *memLoad) put(via int, client, key, value string, ack int) int {
 		p.Unknown(fmt.Errorf("status %d: %s %v", code, body, err))
 	}
 	l.count(code)
-	return code
 }
 
 // del records one DELETE, answered as put's PUT (202 for a DELETE).
@@ -153,17 +159,7 @@ func (l *memLoad) del(via int, client, key string, ack int) int {
 		ack, from = 0, 0
 	}
 	code, body, err := do(l.cl, http.MethodDelete, testcluster.EntityURL(l.c.URL(via), key, ack, from), nil)
-	switch {
-	case code == http.StatusAccepted:
-		p.OK()
-	case code >= 400 && code < 500:
-		p.Fail(fmt.Errorf("status %d: %s", code, body))
-	case strings.Contains(string(body), "refusing to coordinate writes"):
-		p.Fail(fmt.Errorf("status %d: %s", code, body))
-	default:
-		p.Unknown(fmt.Errorf("status %d: %s %v", code, body, err))
-	}
-	l.count(code)
+	l.settle(p, http.StatusAccepted, code, body, err)
 	return code
 }
 

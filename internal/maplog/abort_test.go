@@ -18,14 +18,7 @@ import (
 // refused "the map moved on", and the operator told 409 for an abort that
 // took effect.
 func TestAbortSentAgainIsAnsweredAsTheFirst(t *testing.T) {
-	f := newFSM()
-	idx := uint64(0)
-	do := func(c Command) *Result {
-		b, err := json.Marshal(c)
-		require.NoError(t, err)
-		idx++
-		return f.Apply(&raft.Log{Index: idx, Data: b}).(*Result)
-	}
+	do := applier(t, newFSM())
 	urls := []string{"http://127.0.0.1:8080", "http://127.0.0.1:8081", "http://127.0.0.1:8082"}
 	m, err := clustermap.Seed(urls, 2)
 	require.NoError(t, err)
@@ -41,4 +34,16 @@ func TestAbortSentAgainIsAnsweredAsTheFirst(t *testing.T) {
 	require.True(t, first.Accepted, first.Reason)
 	again := do(abort) // the same request, sent again by Submit
 	require.True(t, again.Accepted, "an abort sent again after it was applied: %s", again)
+}
+
+// applier returns a function that applies a command to f as the next
+// entry of the log and returns its result.
+func applier(t *testing.T, f *fsm) func(Command) *Result {
+	idx := uint64(0)
+	return func(c Command) *Result {
+		b, err := json.Marshal(c)
+		require.NoError(t, err)
+		idx++
+		return f.Apply(&raft.Log{Index: idx, Data: b}).(*Result)
+	}
 }

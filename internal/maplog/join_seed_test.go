@@ -1,10 +1,8 @@
 package maplog
 
 import (
-	"encoding/json"
 	"testing"
 
-	"github.com/hashicorp/raft"
 	"github.com/stretchr/testify/require"
 
 	"github.com/dhtkv/dhtkv/internal/clustermap"
@@ -17,14 +15,7 @@ import (
 // same map of a command, whatever release it runs.
 func TestJoinSeedByTheLogsRules(t *testing.T) {
 	for _, rules := range []int{1, 2} {
-		f := newFSM()
-		idx := uint64(0)
-		do := func(c Command) *Result {
-			b, err := json.Marshal(c)
-			require.NoError(t, err)
-			idx++
-			return f.Apply(&raft.Log{Index: idx, Data: b}).(*Result)
-		}
+		do := applier(t, newFSM())
 		urls := []string{"http://127.0.0.1:8080", "http://127.0.0.1:8081", "http://127.0.0.1:8082"}
 		m, err := clustermap.Seed(urls, 1)
 		require.NoError(t, err)
