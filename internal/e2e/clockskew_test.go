@@ -67,9 +67,24 @@ func (r *skewRun) put(via int, key, value string, ack int) int {
 	r.tick()
 	p := r.rec.Write("writer-"+key, key, value)
 	code, body, err := do(r.cl, http.MethodPut, testcluster.EntityURL(r.c.URL(via), key, ack, 3), []byte(value))
+	return r.settleWrite(p, key, http.StatusCreated, code, body, err, via)
+}
+
+// del deletes key through node via, recorded as the key's one writer, as
+// put records a PUT (202 acknowledged).
+func (r *skewRun) del(via int, key string, ack int) int {
+	r.tick()
+	p := r.rec.Delete("writer-"+key, key)
+	code, body, err := do(r.cl, http.MethodDelete, testcluster.EntityURL(r.c.URL(via), key, ack, 3), nil)
+	return r.settleWrite(p, key, http.StatusAccepted, code, body, err, via)
+}
+
+// settleWrite records the outcome of a write of key through node via
+// answered code, which ok acknowledges (see put), and returns code.
+func (r *skewRun) settleWrite(p *history.Pending, key string, ok, code int, body []byte, err error, via int) int {
 	r.codes[code]++
 	switch {
-	case code == http.StatusCreated:
+	case code == ok:
 		p.OK()
 	case code >= 400 && code < 500:
 		p.Fail(fmt.Errorf("status %d: %s", code, body))
@@ -80,7 +95,7 @@ func (r *skewRun) put(via int, key, value string, ack int) int {
 		p.Unknown(fmt.Errorf("status %d: %s %v", code, body, err))
 	}
 	if code == http.StatusInternalServerError {
-		r.t.Errorf("PUT %s via node %d: 500 %s", key, via, body)
+		r.t.Errorf("write of %s via node %d: 500 %s", key, via, body)
 	}
 	return code
 }
@@ -97,6 +112,32 @@ func (r *skewRun) putAll(via int, value string, ack int) map[int]int {
 		codes[r.put(via, k, value+"-"+k, ack)]++
 	}
 	return codes
+}
+
+// ackAll writes every key through node via, as the writes a test then
+// expects to stand: value+key to the even keys, a delete of the odd ones
+// (a tombstone must outrank a failed write as a value does). It answers
+// how many were acknowledged (201 or 202) and every code.
+func (r *skewRun) ackAll(via int, value string, ack int) (int, map[int]int) {
+	codes := map[int]int{}
+	for i, k := range r.keys {
+		if i%2 == 0 {
+			codes[r.put(via, k, value+"-"+k, ack)]++
+		} else {
+			codes[r.del(via, k, ack)]++
+		}
+	}
+	return codes[http.StatusCreated] + codes[http.StatusAccepted], codes
+}
+
+// deleted reports whether ackAll deletes key.
+func (r *skewRun) deleted(key string) bool {
+	for i, k := range r.keys {
+		if k == key {
+			return i%2 == 1
+		}
+	}
+	return false
 }
 
 // get reads key through node via, recorded.
@@ -126,12 +167,14 @@ func (r *skewRun) settle() {
 	}
 	final := map[string]history.Final{}
 	for _, k := range r.keys {
-		for i := range c.Size() {
-			require.Equal(t, http.StatusOK, r.get(i, k, 3), "final read of %s via node %d", k, i)
+		first := r.get(0, k, 3)
+		require.Contains(t, []int{http.StatusOK, http.StatusNotFound}, first, "final read of %s via node 0", k)
+		for i := 1; i < c.Size(); i++ {
+			require.Equal(t, first, r.get(i, k, 3), "final read of %s via node %d", k, i)
 		}
 		code, body := r.cl.Get(t, c.URL(0), k, 3, 3)
-		require.Equal(t, http.StatusOK, code)
-		final[k] = history.Final{Found: true, Value: string(body)}
+		require.Equal(t, first, code)
+		final[k] = history.Final{Found: code == http.StatusOK, Value: string(body)}
 	}
 	ops := r.rec.History().Ops
 	checkHistory(t, r.rec)
@@ -184,7 +227,7 @@ func TestFaultClockSkewDragsNoPeer(t *testing.T) {
 // TestFaultClockSkewFailedWriteLoses is the second finding of issue 22:
 // node 0 starts with its clock 30 s ahead, cut off from the others before
 // it measured them; a write of each of 12 keys through it fails, then a
-// write of each through node 1 is acknowledged. Once 30 s have passed and
+// write of each through node 1 (a delete of half of them) is acknowledged. Once 30 s have passed and
 // anti-entropy runs, the failed writes used to win on all 12 keys. Now
 // node 0 refuses to coordinate them before it makes a version (its clock
 // is not verified: too few peers answer, 504), and the acknowledged writes
@@ -196,8 +239,8 @@ func TestFaultClockSkewFailedWriteLoses(t *testing.T) {
 		codes := r.putAll(0, "failed", 2)
 		require.Equal(t, len(r.keys), codes[http.StatusGatewayTimeout], "%v", codes)
 		require.Equal(t, len(r.keys), r.refused, "node 0 cannot verify its clock")
-		codes = r.putAll(1, "acked", 2)
-		require.Equal(t, len(r.keys), codes[http.StatusCreated], "%v", codes)
+		acked, codes := r.ackAll(1, "acked", 2)
+		require.Equal(t, len(r.keys), acked, "%v", codes)
 		r.settle()
 	})
 }
@@ -210,7 +253,8 @@ func TestFaultClockSkewFailedWriteLoses(t *testing.T) {
 // 2, answered once its version is --max-clock-skew in node 2's past), or
 // refused before it makes a version (503 when it is off beyond the bound,
 // 504 when it restarted cut off and cannot verify its clock). Then, 1 ms
-// after W1's answer, W2 through node 0 is acknowledged; the
+// after W1's answer, W2 through node 0 is acknowledged (a value, or a
+// delete for half the keys: a tombstone outranks W1 as a value does); the
 // links heal, a minute passes, anti-entropy runs on every node: every
 // replica holds W2, and no answer was a 500. When node 0 is the one off
 // beyond the bound, no node can coordinate W2 while node 2 is cut off
@@ -287,11 +331,15 @@ func TestFaultClockSkewBound(t *testing.T) {
 					r.c.Cut(0, 2)
 					via = 1
 				}
-				codes = r.putAll(via, "acked", 2)
-				require.Equal(t, len(r.keys), codes[http.StatusCreated], "W2 via node %d: %v", via, codes)
+				acked, codes := r.ackAll(via, "acked", 2)
+				require.Equal(t, len(r.keys), acked, "W2 via node %d: %v", via, codes)
 				r.settle()
 				for _, k := range r.keys {
 					code, body := r.cl.Get(t, r.c.URL(1), k, 3, 3)
+					if r.deleted(k) {
+						require.Equal(t, http.StatusNotFound, code, "%s: W2 deleted it", k)
+						continue
+					}
 					require.Equal(t, http.StatusOK, code)
 					require.Equal(t, "acked-"+k, string(body))
 				}
@@ -335,7 +383,8 @@ func TestFaultClockLeaseLapses(t *testing.T) {
 // node 0 refuses each write with its newer version, which node 1 cannot
 // observe. It answers 503 and why (it used to answer 500: "write: version
 // too far ahead of the wall clock"). Once node 0's versions are in the
-// past, node 1's writes are acknowledged and win.
+// past, node 1's writes (deletes of half the keys) are acknowledged and
+// win.
 func TestFaultClockSkewReplicaAhead(t *testing.T) {
 	testcluster.InBubble(t, func(t *testing.T) {
 		r := startSkewed(t, 3, 0, 30*time.Second, 12)
@@ -360,8 +409,8 @@ func TestFaultClockSkewReplicaAhead(t *testing.T) {
 		}
 		time.Sleep(30 * time.Second)
 		r.c.Heal()
-		codes = r.putAll(1, "acked", 2)
-		require.Equal(t, len(r.keys), codes[http.StatusCreated], "%v", codes)
+		acked, codes := r.ackAll(1, "acked", 2)
+		require.Equal(t, len(r.keys), acked, "%v", codes)
 		r.settle()
 	})
 }
