@@ -387,7 +387,10 @@ func (c *Client) try(ctx context.Context, endpoint, method, path string, q url.V
 // is not read (closing the body then closes the connection).
 func (c *Client) readAnswer(resp *http.Response) ([]byte, error) {
 	limit := int64(c.maxRecord)
-	if resp.ContentLength > limit {
+	// An answer to HEAD has no body: its Content-Length is the length
+	// of the value a GET would send (Stat's Size), not of anything read.
+	head := resp.Request != nil && resp.Request.Method == http.MethodHead
+	if !head && resp.ContentLength > limit {
 		return nil, fmt.Errorf("%w: %d bytes announced, limit %d", ErrAnswerTooLarge, resp.ContentLength, limit)
 	}
 	b, err := io.ReadAll(io.LimitReader(resp.Body, limit+1))

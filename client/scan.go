@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"iter"
 	"net/http"
@@ -95,6 +96,9 @@ func (c *Client) Scan(ctx context.Context, start, end string, opts ...Option) it
 		for n := 0; ; n++ {
 			if !d.Next() {
 				if err := d.Err(); err != nil {
+					if errors.Is(err, framing.ErrTooLarge) {
+						err = fmt.Errorf("%w: %w", ErrAnswerTooLarge, err)
+					}
 					yield(Record{}, fmt.Errorf("dhtkv: scan via %s: %w", a.endpoint, err))
 				}
 				return

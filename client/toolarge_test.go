@@ -48,3 +48,47 @@ func TestValueTooLargeNotRetried(t *testing.T) {
 		require.Len(t, got, 2<<20)
 	}
 }
+
+// Stat sends HEAD: the node answers the value's length in Content-Length
+// and no body. A value longer than Config.MaxRecordBytes is still Stat'ed
+// (nothing of it is read); it was refused as ErrAnswerTooLarge from the
+// announced length, so `dhtkvctl get --meta` failed on large values.
+func TestStatOfAValueOverMaxRecordBytes(t *testing.T) {
+	_, ep := testcluster.Single(t)
+	ctx := ctxFor(t)
+	const limit = 64 << 10
+	big := make([]byte, limit+1)
+	require.NoError(t, testcluster.NewAPIClient(t, ep).Put(ctx, "big", big))
+	cl, err := client.New(client.Config{Endpoints: []string{ep}, MaxRecordBytes: limit})
+	require.NoError(t, err)
+	defer cl.Close()
+	m, err := cl.Stat(ctx, "big")
+	require.NoError(t, err, "HEAD of a large value transfers nothing")
+	assert.Equal(t, int64(limit+1), m.Size)
+	// Get of it is refused, as documented.
+	_, err = cl.Get(ctx, "big")
+	require.ErrorIs(t, err, client.ErrAnswerTooLarge)
+}
+
+// Config.MaxRecordBytes: "the longest key and the largest value a Scan
+// accepts from a node ... A larger answer fails the call with
+// ErrAnswerTooLarge". A scanned record over it says so (it was the
+// decoder's plain error, and dhtkvctl's hint to raise --max-answer-bytes
+// never showed on a scan).
+func TestScanOfARecordOverMaxRecordBytes(t *testing.T) {
+	_, ep := testcluster.Single(t)
+	ctx := ctxFor(t)
+	const limit = 64 << 10
+	require.NoError(t, testcluster.NewAPIClient(t, ep).Put(ctx, "big", make([]byte, limit+1)))
+	cl, err := client.New(client.Config{Endpoints: []string{ep}, MaxRecordBytes: limit})
+	require.NoError(t, err)
+	defer cl.Close()
+	var last error
+	for _, err := range cl.Scan(ctx, "", "") {
+		if err != nil {
+			last = err
+		}
+	}
+	require.Error(t, last)
+	assert.ErrorIs(t, last, client.ErrAnswerTooLarge)
+}

@@ -11,6 +11,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"text/tabwriter"
 	"time"
 
@@ -294,21 +295,33 @@ last that failed.`,
 				return usagef("status takes no arguments")
 			}
 			return e.withClient(func(ctx context.Context, c *client.Client) error {
-				var all []endpointStatus
-				down := 0
-				for _, ep := range c.Endpoints() {
-					st, err := c.Status(ctx, ep)
-					es := endpointStatus{Endpoint: ep, Reachable: err == nil, Status: st}
-					if err != nil {
-						es.Error = err.Error()
-						down++
-					} else {
-						es.MemberStates = map[string]client.MemberState{}
-						for _, m := range st.Members {
-							es.MemberStates[m.URL] = m.State()
+				// Every endpoint at once, each with the whole deadline: a
+				// hung one must not use it up and make the endpoints
+				// after it read as unreachable.
+				eps := c.Endpoints()
+				all := make([]endpointStatus, len(eps))
+				var wg sync.WaitGroup
+				for i, ep := range eps {
+					wg.Go(func() {
+						st, err := c.Status(ctx, ep)
+						es := endpointStatus{Endpoint: ep, Reachable: err == nil, Status: st}
+						if err != nil {
+							es.Error = err.Error()
+						} else {
+							es.MemberStates = map[string]client.MemberState{}
+							for _, m := range st.Members {
+								es.MemberStates[m.URL] = m.State()
+							}
 						}
+						all[i] = es
+					})
+				}
+				wg.Wait()
+				down := 0
+				for _, es := range all {
+					if !es.Reachable {
+						down++
 					}
-					all = append(all, es)
 				}
 				if err := printStatus(e.stdout, all, *asJSON); err != nil {
 					return err

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -193,4 +194,39 @@ func TestStatusDisk(t *testing.T) {
 			}}.run(t)
 		})
 	}
+}
+
+// status asks every endpoint: one endpoint that accepts connections and
+// never answers (a hung node, what status is for) must not make the
+// healthy endpoints listed after it read as unreachable. It used the
+// whole --timeout on the hung one, and then reported every later
+// endpoint "no" with "context deadline exceeded".
+func TestStatusHungEndpointHidesNoOther(t *testing.T) {
+	_, ep := testcluster.Single(t)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer l.Close()
+	go func() {
+		var conns []net.Conn
+		defer func() {
+			for _, c := range conns {
+				c.Close()
+			}
+		}()
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			conns = append(conns, c) // never answered
+		}
+	}()
+	var out, errb bytes.Buffer
+	code := run([]string{"--endpoints", "http://" + l.Addr().String() + "," + ep, "--timeout", "1s", "status"}, nil, &out, &errb)
+	assert.Equal(t, exitError, code)
+	rows := table(out.String())
+	require.Len(t, rows, 3, out.String())
+	assert.Equal(t, "no", rows[1][1], out.String())
+	assert.Equal(t, "yes", rows[2][1], "the healthy node answered:\n%s", out.String())
+	assert.Contains(t, errb.String(), "1 of 2 endpoints did not answer")
 }

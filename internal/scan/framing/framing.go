@@ -46,6 +46,10 @@ func AppendEnd(dst []byte, n uint64) []byte {
 // with a wrong record count: the sender failed mid-stream.
 var ErrTruncated = errors.New("scan stream truncated")
 
+// ErrTooLarge reports a record whose key or value length exceeds the
+// decoder's limit.
+var ErrTooLarge = errors.New("record larger than the limit")
+
 // Decoder reads a binary-framed stream. Key and Value of the current record
 // alias the decoder's buffers and are valid until the next call to Next.
 type Decoder struct {
@@ -109,7 +113,7 @@ func (d *Decoder) readLen(what string, limit int) (int, error) {
 		return 0, fmt.Errorf("record %d %s length: %w", d.n, what, eofIsTruncation(err))
 	}
 	if x > uint64(limit) {
-		return 0, fmt.Errorf("record %d: %s length %d exceeds limit %d", d.n, what, x, limit)
+		return 0, fmt.Errorf("%w: record %d: %s length %d exceeds limit %d", ErrTooLarge, d.n, what, x, limit)
 	}
 	return int(x), nil
 }
