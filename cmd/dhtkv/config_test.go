@@ -269,3 +269,33 @@ func TestCtlEnvIsDhtkvctls(t *testing.T) {
 		return q
 	}())
 }
+
+// DHTKV_VERSION, the variable ff offers --version, is what builds and
+// deployments commonly name the version they deploy (packaging/
+// compose.yaml's build argument): a version there is not the flag's, and
+// used to make every start a usage error ("parse error" for the boolean
+// flag) while it was exported.
+func TestVersionVariableIsNotTheFlag(t *testing.T) {
+	for _, tc := range []struct {
+		name, env string
+		args      []string
+		asked     bool
+		err       string
+	}{
+		{name: "a version exported", env: "v0.4.0-3-gdeadbee"},
+		{name: "a version exported, --version given", env: "v0.4.0-3-gdeadbee", args: []string{"--version"}, asked: true},
+		{name: "a boolean sets it as any variable does", env: "true", asked: true},
+		{name: "--version=maybe", args: []string{"--version=maybe"}, err: "version"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Setenv("DHTKV_VERSION", tc.env)
+			s, err := parseFlags(tc.args, io.Discard)
+			if tc.err != "" {
+				require.ErrorContains(t, err, tc.err)
+				return
+			}
+			require.NoError(t, err)
+			assert.Equal(t, tc.asked, s.version.Asked())
+		})
+	}
+}

@@ -58,7 +58,7 @@ type settings struct {
 	shutdown  time.Duration
 	logLevel  slog.Level
 	logFormat string
-	version   bool
+	version   buildinfo.Flag
 	minProcs  int
 	// unknownEnv are the DHTKV_* variables set that name no flag (ff
 	// ignores them), sorted.
@@ -79,7 +79,7 @@ func parseFlags(args []string, stdout io.Writer) (*settings, error) {
 	fs.DurationVar(&s.shutdown, "shutdown-timeout", 10*time.Second, "how long to wait for in-flight requests on SIGTERM")
 	logLevel := fs.String("log-level", "info", "`level`: debug, info, warn, error")
 	fs.StringVar(&s.logFormat, "log-format", "text", "`format` of the log lines on stderr: text (key=value) or json (one object per line)")
-	fs.BoolVar(&s.version, "version", false, "print the version and exit")
+	fs.Var(&s.version, "version", "print the version and exit")
 	fs.IntVar(&s.minProcs, "min-procs", defaultMinProcs, "run at least this many Go Ps (GOMAXPROCS) when the process has fewer cores, so that requests need not wait behind Pebble's flushes and compactions; not under a CPU quota, nor when GOMAXPROCS is set; 0: Go's choice")
 	err := ff.Parse(fs, args,
 		ff.WithEnvVarPrefix("DHTKV"),
@@ -93,7 +93,7 @@ func parseFlags(args []string, stdout io.Writer) (*settings, error) {
 		return nil, err
 	case err != nil:
 		return nil, err
-	case s.version:
+	case s.version.Asked():
 		return s, nil
 	case fs.NArg() > 0:
 		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
@@ -201,7 +201,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case err != nil:
 		fmt.Fprintf(stderr, "dhtkv: %v (see dhtkv -h)\n", err)
 		return 2
-	case s.version:
+	case s.version.Asked():
 		fmt.Fprintf(stdout, "dhtkv %s (%s)\n", buildinfo.Version(), buildinfo.GoVersion())
 		return 0
 	}

@@ -305,7 +305,8 @@ func newRoot(e *env, out io.Writer) *ffcli.Command {
 	cmds := []*ffcli.Command{getCmd(e, fs("get")), putCmd(e, fs("put")), delCmd(e, fs("del")), scanCmd(e, fs("scan")), statusCmd(e, fs("status")), snapshotCmd(e, fs("snapshot")), repairCmd(e, fs("repair"))}
 	cmds = append(cmds, membershipCmds(e, fs)...)
 	rootFS := fs("dhtkvctl")
-	version := rootFS.Bool("version", false, "print the version and exit")
+	version := new(buildinfo.Flag)
+	rootFS.Var(version, "version", "print the version and exit")
 	return &ffcli.Command{
 		Name:        "dhtkvctl",
 		ShortUsage:  "dhtkvctl [global flags] <command> [flags] [args]",
@@ -315,7 +316,7 @@ func newRoot(e *env, out io.Writer) *ffcli.Command {
 		Subcommands: cmds,
 		Exec: func(_ context.Context, args []string) error {
 			switch {
-			case *version:
+			case version.Asked():
 				fmt.Fprintf(e.stdout, "dhtkvctl %s (%s)\n", buildinfo.Version(), buildinfo.GoVersion())
 				return nil
 			case len(args) == 0:

@@ -244,3 +244,16 @@ func table(out string) [][]string {
 	}
 	return rows
 }
+
+// DHTKV_VERSION is what builds and deployments name the version of dhtkv
+// they deploy (packaging/compose.yaml: DHTKV_VERSION=$(git describe ...)).
+// ff maps it to the root's --version flag, a boolean: with a version
+// exported there, every dhtkvctl command failed with exit 2 before doing
+// anything (buildinfo.Flag).
+func TestVersionVariableIsNotTheFlag(t *testing.T) {
+	_, ep := testcluster.Single(t)
+	t.Setenv("DHTKV_VERSION", "v0.4.0-3-gdeadbee")
+	step{name: "put with DHTKV_VERSION exported", args: []string{"--endpoints", ep, "put", "k", "v"}, out: "OK\n"}.run(t)
+	step{name: "get with DHTKV_VERSION exported", args: []string{"--endpoints", ep, "get", "k"}, out: "v"}.run(t)
+	step{name: "--version=maybe is still a usage error", args: []string{"--version=maybe"}, code: exitUsage, errHas: "version"}.run(t)
+}

@@ -4,8 +4,10 @@
 package buildinfo
 
 import (
+	"os"
 	"runtime"
 	"runtime/debug"
+	"strconv"
 )
 
 // version is set at link time by make build, from git describe:
@@ -55,3 +57,45 @@ func Version() string {
 
 // GoVersion is the Go release the binary was built with.
 func GoVersion() string { return runtime.Version() }
+
+// EnvVar is the variable ff offers the binaries' --version flag (they
+// read DHTKV_* variables for their flags), and a name builds and
+// deployments commonly give the version they build or deploy
+// (packaging/compose.yaml's build argument).
+const EnvVar = "DHTKV_VERSION"
+
+// Flag is a --version flag: a boolean that a value of EnvVar which is
+// not a boolean (a version, such as v1.2.0-3-gabcdef0) leaves alone,
+// where a plain boolean flag made every start and every command a usage
+// error while such a variable was exported. Any other value that is not a
+// boolean is still an error, on the command line too; a boolean value of
+// EnvVar sets the flag, as every DHTKV_* variable sets its flag. The zero
+// value is false.
+type Flag struct{ set bool }
+
+// IsBoolFlag makes --version a flag without a value (flag.boolFlag).
+func (f *Flag) IsBoolFlag() bool { return true }
+
+// Set is flag.Value's.
+func (f *Flag) Set(s string) error {
+	b, err := strconv.ParseBool(s)
+	if err != nil {
+		if s == os.Getenv(EnvVar) {
+			return nil // a version exported for something else
+		}
+		return err
+	}
+	f.set = b
+	return nil
+}
+
+// String is flag.Value's.
+func (f *Flag) String() string {
+	if f == nil {
+		return "false"
+	}
+	return strconv.FormatBool(f.set)
+}
+
+// Asked reports whether --version was given.
+func (f *Flag) Asked() bool { return f.set }
