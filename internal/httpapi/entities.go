@@ -183,6 +183,14 @@ func contentType(f scan.Format) string {
 func (s *Server) newBody(st *scanStream, it scan.Iterator, f scan.Format, limit uint64, name string) *scan.Body {
 	idle := s.scanIdleTimeout()
 	conn := st.conn
+	if s.ScanMinRate > 0 {
+		// A blocked write returns only once the kernel has freed a third
+		// of the socket's send buffer, which Linux grows up to
+		// tcp_wmem's 4 MiB: the client would have to read ~1.3 MiB
+		// within one piece's allowance (9 s at 16 KiB/s), and one
+		// reading at twice the minimum rate is cut off as a trickler.
+		capSendBuffer(conn, scanSendBuffer)
+	}
 	return scan.NewBody(it, f, scan.BodyOptions{
 		Ctx: st.ctx,
 		// fasthttp sets the write deadline once per response; a scan
@@ -217,6 +225,28 @@ func (s *Server) writeAllowance(n int, idle time.Duration) time.Duration {
 		return idle
 	}
 	return min(idle, scanRateGrace+time.Duration(float64(n)/float64(rate)*float64(time.Second)))
+}
+
+// scanSendBuffer is the TCP send buffer of a range stream's connection
+// while a minimum rate is enforced (Linux doubles it): small enough that
+// a write blocked on a full buffer returns after tens of KiB read, not
+// megabytes, so the allowance judges the client's rate.
+const scanSendBuffer = 128 << 10
+
+// capSendBuffer sets the send buffer of conn's TCP connection, unwrapping
+// TLS and the node's listener wrappers (NetConn); nothing if it finds none.
+func capSendBuffer(conn net.Conn, n int) {
+	for range 4 {
+		if t, ok := conn.(interface{ SetWriteBuffer(int) error }); ok {
+			_ = t.SetWriteBuffer(n)
+			return
+		}
+		u, ok := conn.(interface{ NetConn() net.Conn })
+		if !ok {
+			return
+		}
+		conn = u.NetConn()
+	}
 }
 
 // scanRateGrace is the time a stream's client has for any piece, on top

@@ -15,6 +15,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/dhtkv/dhtkv/internal/httpapi"
 	"github.com/dhtkv/dhtkv/internal/node"
 	"github.com/dhtkv/dhtkv/internal/scan"
 	"github.com/dhtkv/dhtkv/internal/testcluster"
@@ -276,4 +277,37 @@ func TestMaxScans(t *testing.T) {
 		code, _ := cl.Do(t, http.MethodGet, "http://"+addr+"/v0/entities?start=key&limit=1", nil)
 		return code == http.StatusOK
 	}, 10*time.Second, 20*time.Millisecond, "a slot freed by the first stream's end")
+}
+
+// TestScanMinRateKeepsAFastEnoughClient: a client reading at five times
+// --scan-min-rate (its default, 16 KiB/s) keeps its stream. A write
+// blocked on a full socket returns only once the kernel has freed a third
+// of the send buffer, which Linux grows to tcp_wmem's maximum (4 MiB
+// here): such a client had to read about 1.3 MiB within one piece's
+// allowance (5 s + 64 KiB at the rate: 9 s), and was cut off as a
+// trickler; a stream's send buffer is now capped (scanSendBuffer).
+func TestScanMinRateKeepsAFastEnoughClient(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "filled")
+	testcluster.FillStore(t, dir, flowRecords, flowValueSize)
+	c := testcluster.Start(t, 1, func(_ int, cfg *node.Config) { cfg.DataDir = dir })
+	require.EqualValues(t, httpapi.DefaultScanMinRate, c.Config(0).ScanMinRate)
+	timeouts := func() float64 { return c.Metric(t, 0, "dhtkv_scan_aborts_total", "reason", scan.AbortClientTimeout) }
+	rc := testcluster.RawGet(t, c.Config(0).Listen, "/v0/entities?start=key&format=binary", 4096)
+	require.Equal(t, 200, rc.Status)
+	start := time.Now()
+	buf := make([]byte, 8<<10)
+	read := 0
+	for time.Since(start) < 15*time.Second && timeouts() == 0 { // cut at about 9 s before the cap
+		_ = rc.Conn.SetReadDeadline(time.Now().Add(time.Second))
+		n, err := io.ReadFull(rc.Wire, buf)
+		read += n
+		if err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
+			break // cut off: the connection closed
+		}
+		time.Sleep(100 * time.Millisecond) // at most 80 KiB/s: five times the minimum
+	}
+	rate := float64(read) / time.Since(start).Seconds()
+	t.Logf("read %d bytes in %v: %.1f KiB/s", read, time.Since(start), rate/1024)
+	require.Greater(t, rate, 3.0*httpapi.DefaultScanMinRate, "the client reads well above the minimum")
+	require.Zero(t, timeouts(), "a client reading %.1f KiB/s was cut off as slower than %d B/s", rate/1024, httpapi.DefaultScanMinRate)
 }

@@ -324,6 +324,10 @@ type limitConn struct {
 	lingering atomic.Bool
 }
 
+// NetConn is the connection limitConn wraps (as tls.Conn's NetConn): a
+// range stream caps its TCP send buffer through it (httpapi).
+func (c *limitConn) NetConn() net.Conn { return c.Conn }
+
 func (c *limitConn) Close() error {
 	first := c.closed.CompareAndSwap(false, true)
 	if first && c.lingering.Load() {
