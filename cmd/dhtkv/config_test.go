@@ -299,3 +299,26 @@ func TestVersionVariableIsNotTheFlag(t *testing.T) {
 		})
 	}
 }
+
+// TestOutOfRangeTimeoutsAndMaxScansRefused: a timeout or a stream cap the
+// node would silently turn into "none" (fasthttp ignores a zero or
+// negative ReadTimeout/WriteTimeout/IdleTimeout; rpc.StreamClient reads
+// other nodes' streams without any idle deadline when --write-timeout is
+// 0; httpapi replaces a --max-scans below 1 with 64) is refused at start,
+// as --replica-timeout 0 is.
+func TestOutOfRangeTimeoutsAndMaxScansRefused(t *testing.T) {
+	for _, args := range [][]string{
+		{"--write-timeout", "0"},
+		{"--write-timeout", "-1s"},
+		{"--read-timeout", "0"},
+		{"--idle-timeout", "-1s"},
+		{"--max-scans", "0"},
+		{"--max-scans", "-3"},
+	} {
+		_, err := parseFlags(append([]string{"--data-dir", t.TempDir()}, args...), io.Discard)
+		assert.Error(t, err, "%v accepted", args)
+		if err != nil {
+			assert.Contains(t, err.Error(), args[0], "%v: the error names the flag", args)
+		}
+	}
+}

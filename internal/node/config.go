@@ -96,7 +96,9 @@ type Config struct {
 	// default value is 30 s.
 	WriteTimeout time.Duration
 	// IdleTimeout is how long an idle keep-alive connection stays open
-	// (--idle-timeout). The default value is 2 min.
+	// (--idle-timeout; 0: ReadTimeout, as fasthttp takes it). The default
+	// value is 2 min. ReadTimeout and WriteTimeout must be positive:
+	// fasthttp takes zero as no deadline at all.
 	IdleTimeout time.Duration
 	// LingerTimeout bounds a lingering close (--linger-timeout): a
 	// connection closed after an answer that left the request's body
@@ -392,6 +394,15 @@ func (cfg *Config) Validate() error {
 		return fmt.Errorf("limits: key %d, value %d, header %d bytes: out of range", cfg.MaxKeyBytes, cfg.MaxValueBytes, cfg.MaxHeaderBytes)
 	case cfg.ReplicaTimeout <= 0:
 		return fmt.Errorf("--replica-timeout must be positive")
+	case cfg.ReadTimeout <= 0 || cfg.WriteTimeout <= 0:
+		// fasthttp takes zero or less as no deadline at all, and the
+		// reads of other nodes' range streams get no idle deadline
+		// (rpc.StreamOptions.IdleTimeout) without --write-timeout.
+		return fmt.Errorf("--read-timeout %v and --write-timeout %v must be positive", cfg.ReadTimeout, cfg.WriteTimeout)
+	case cfg.IdleTimeout < 0:
+		return fmt.Errorf("--idle-timeout %v must not be negative (0: --read-timeout)", cfg.IdleTimeout)
+	case cfg.MaxScans < 1:
+		return fmt.Errorf("--max-scans %d must be at least 1", cfg.MaxScans)
 	case cfg.JoinWait < 0:
 		return fmt.Errorf("--join-wait must not be negative")
 	case cfg.PeerConns < 1:
