@@ -327,6 +327,16 @@ func TestCompose(t *testing.T) {
 		"the README says how to make the secret compose needs, readable by its owner only")
 	assert.Contains(t, string(readme), `(umask 077; for r in read write admin; do echo "$r $(openssl rand -hex 16)"; done > packaging/client-tokens)`,
 		"the README says how to make the client tokens compose needs, readable by its owner only")
+	// Compose mounts a secret's file with its host owner and mode (uid
+	// and mode apply only under swarm): the files must belong to the
+	// image's user, or the node cannot read them and never starts.
+	dockerfile, err := os.ReadFile("Dockerfile")
+	require.NoError(t, err)
+	users := regexp.MustCompile(`(?m)^USER (\S+)$`).FindAllStringSubmatch(string(dockerfile), -1)
+	require.NotEmpty(t, users)
+	user := users[len(users)-1][1]
+	assert.Contains(t, string(readme), "`sudo chown "+user+" packaging/cluster-secret packaging/client-tokens`",
+		"the README gives the secrets to the image's user (%s)", user)
 }
 
 // unit is a systemd unit file: section → key → values, in order.
