@@ -289,7 +289,7 @@ func reason(body []byte) string {
 // another endpoint may not have (see the package's Failover).
 func failsOver(code int) bool {
 	return code == http.StatusInternalServerError || code == http.StatusBadGateway || code == http.StatusServiceUnavailable ||
-		code == http.StatusInsufficientStorage
+		code == http.StatusInsufficientStorage || code == http.StatusTooManyRequests
 }
 
 // roundTrip sends the request to the preferred endpoint, and to the next

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
+	"path/filepath"
 	"sort"
 	"strings"
 	"testing"
@@ -163,6 +165,38 @@ func TestClientFailsOverOn503(t *testing.T) {
 	v, err := cl.Get(ctx, "k")
 	require.NoError(t, err)
 	require.Equal(t, "v", string(v))
+}
+
+// A node at its --max-scans answers a range request 429 ("try again
+// later"): that is the node's load, not the request's fault, so the
+// scan goes on to the next endpoint (it was a *BadRequestError, and the
+// caller never reached the idle node).
+func TestClientScanFailsOverOn429(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "filled")
+	testcluster.FillStore(t, dir, 4096, 2048) // 8 MiB: a stream outlasts the sockets' buffers
+	busy := testcluster.Start(t, 1, func(_ int, cfg *node.Config) {
+		cfg.DataDir = dir
+		cfg.MaxScans = 1
+	})
+	held := testcluster.RawGet(t, busy.Config(0).Listen, "/v0/entities?start=key&format=binary", 4096)
+	require.Equal(t, http.StatusOK, held.Status, "the busy node's one stream, not read")
+	_, idle := testcluster.Single(t)
+	ctx := ctxFor(t)
+	require.NoError(t, testcluster.NewAPIClient(t, idle).Put(ctx, "k", []byte("v")))
+
+	var keys []string
+	for rec, err := range testcluster.NewAPIClient(t, busy.Endpoint(0), idle).Scan(ctx, "", "", client.WithLocal()) {
+		require.NoError(t, err)
+		keys = append(keys, string(rec.Key))
+	}
+	require.Equal(t, []string{"k"}, keys, "served by the idle node")
+
+	var last error
+	for _, err := range testcluster.NewAPIClient(t, busy.Endpoint(0)).Scan(ctx, "", "", client.WithLocal()) {
+		last = err
+	}
+	require.ErrorIs(t, last, client.ErrUnavailable, "every endpoint busy")
+	require.ErrorContains(t, last, "too many range scans in flight")
 }
 
 // A call ends with its context, and says so.

@@ -33,11 +33,13 @@
 //   - answers 500, 502 or 503: the node failed, is shutting down, or
 //     refuses to coordinate writes because its clock is off from its
 //     peers' or not verified by a majority of them; or 507: its own disk
-//     is full or failed, so it refuses to coordinate writes. Another
-//     node may well succeed.
+//     is full or failed, so it refuses to coordinate writes; or 429: it
+//     serves as many range scans as its --max-scans allows, or holds as
+//     many connections from this address as --max-connections-per-ip
+//     does. Another node may well succeed.
 //
 // It does not fail over on answers about the request or the data: 2xx,
-// 404, the other 4xx, and 504. A value of 1 MiB or more is announced
+// 404, the other 4xx (a *BadRequestError), and 504. A value of 1 MiB or more is announced
 // before it is sent (Expect: 100-continue), so that a node refuses one
 // over its --max-value-bytes from its length alone: the 413 then comes
 // before any of the value is sent, never as a connection reset midway,
