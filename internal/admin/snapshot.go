@@ -32,6 +32,16 @@ type Checkpointer interface {
 	Checkpoint(dir string) (complete time.Time, err error)
 }
 
+// nameMax and pathMax are Linux's NAME_MAX and PATH_MAX (a name in a
+// directory, a whole path with its NUL); checkpointNameRoom is kept in a
+// snapshot's path for the names of the files the checkpoint writes in it
+// (MANIFEST-000001, marker.manifest.000001.MANIFEST-000001, ...).
+const (
+	nameMax            = 255
+	pathMax            = 4096
+	checkpointNameRoom = 64
+)
+
 // unknownComplete is the answer's warning for a snapshot whose
 // completeness is not known.
 const unknownComplete = "completeness unknown: the node had not completed an anti-entropy exchange with every peer since its start (POST /repair first); a node started on this snapshot refuses to without --restore-old-snapshot"
@@ -159,6 +169,18 @@ func snapshotTarget(root, dir string) (target string, code int, why string) {
 	// directory, never a link (which could lead anywhere).
 	target = filepath.Join(root, rel)
 	parts := strings.Split(rel, string(filepath.Separator))
+	// A name the filesystem cannot hold is the request's fault, not a
+	// failed checkpoint's (500, after making the parents that fit).
+	// The reason does not quote dir, which may be kilobytes long.
+	for _, p := range parts {
+		if len(p) > nameMax {
+			return "", http.StatusBadRequest, fmt.Sprintf("dir of %d bytes: a name in it of %d bytes is too long (at most %d)", len(dir), len(p), nameMax)
+		}
+	}
+	if len(target) > pathMax-checkpointNameRoom {
+		return "", http.StatusBadRequest, fmt.Sprintf("dir of %d bytes: too long, the snapshot's path inside --snapshot-dir would be %d bytes (at most %d)",
+			len(dir), len(target), pathMax-checkpointNameRoom)
+	}
 	at := root
 	for i, p := range parts {
 		at = filepath.Join(at, p)

@@ -197,3 +197,39 @@ func TestSnapshotOneAtATime(t *testing.T) {
 	code, body = post(t, srv, http.MethodPost, "dir="+url.QueryEscape(filepath.Join(base, "b")))
 	assert.Equal(t, http.StatusOK, code, body)
 }
+
+// TestSnapshotDirTooLong: a dir whose name the filesystem cannot hold (a
+// component over NAME_MAX, 255 bytes, below a directory that does not
+// exist yet, or a path over PATH_MAX, less room for the checkpoint's own
+// file names) is the request's fault: 400 with a
+// short one-line reason, and the checkpoint is not tried. It was a 500
+// "snapshot failed: ... file name too long" whose reason echoed the whole
+// path (kilobytes), and an error logged as the node's own failure.
+func TestSnapshotDirTooLong(t *testing.T) {
+	db, err := pebble.Open(filepath.Join(t.TempDir(), "db"), &pebble.Options{})
+	require.NoError(t, err)
+	defer db.Close()
+	base := t.TempDir()
+	srv := httptest.NewServer(SnapshotHandler(pebbleCheckpointer{db}, base, slog.New(slog.DiscardHandler)))
+	defer srv.Close()
+	for _, dir := range []string{
+		"new/" + strings.Repeat("a", 256), // a component over NAME_MAX under a missing parent
+		strings.Repeat("a", 256),          // the same at the top (Lstat already refused it)
+		strings.Repeat("d/", 2100) + "x",  // a path over PATH_MAX
+	} {
+		t.Run(fmt.Sprint(len(dir)), func(t *testing.T) {
+			code, body := post(t, srv, http.MethodPost, "dir="+url.QueryEscape(dir))
+			assert.Equal(t, http.StatusBadRequest, code, "%.200s", body)
+			assert.Contains(t, body, "too long")
+			assert.Less(t, len(body), 600, "a short reason: %.200s...", body)
+			assert.Equal(t, 1, strings.Count(body, "\n"), "one line")
+			entries, err := os.ReadDir(base)
+			require.NoError(t, err)
+			assert.Empty(t, entries, "nothing made in --snapshot-dir")
+		})
+	}
+	// A long path that fits is still taken.
+	ok := strings.Repeat(strings.Repeat("c", 200)+"/", 15) + "end"
+	code, body := post(t, srv, http.MethodPost, "dir="+url.QueryEscape(ok))
+	assert.Equal(t, http.StatusOK, code, "%.300s", body)
+}
