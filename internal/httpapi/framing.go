@@ -11,7 +11,9 @@ import (
 // Checks on a request's headers, before any byte of its body is read.
 //
 // A request line of another HTTP version than 1.1 or 1.0 is refused
-// (505): fasthttp would serve it as HTTP/1.1.
+// (505): fasthttp would serve it as HTTP/1.1. An HTTP/1.0 PUT or POST
+// without Content-Length is refused (411): its body, ended by the
+// connection's close, fasthttp drops, and an empty value was stored.
 //
 // fasthttp v1.74.0 takes a request with both Transfer-Encoding: chunked and
 // Content-Length (chunked wins) and one with Transfer-Encoding: identity
@@ -44,6 +46,7 @@ var refusals = [...]struct {
 	'B': {fasthttp.StatusBadRequest, "both Transfer-Encoding and Content-Length: ambiguous message framing (RFC 9112 §6.1)"},
 	'T': {fasthttp.StatusBadRequest, "Transfer-Encoding other than chunked (RFC 9112 §6.1)"},
 	'V': {fasthttp.StatusHTTPVersionNotSupported, "HTTP version not supported: dhtkv speaks HTTP/1.1 (and HTTP/1.0)"},
+	'N': {fasthttp.StatusLengthRequired, "length required: an HTTP/1.0 PUT or POST needs a Content-Length (0 for an empty value)"},
 }
 
 // HeaderReceived is the node's fasthttp Server.HeaderReceived: it marks
@@ -60,6 +63,12 @@ func (s *Server) HeaderReceived(h *fasthttp.RequestHeader) fasthttp.RequestConfi
 		mark = 'V'
 	case te && cl:
 		mark = 'B'
+	case h.ContentLength() == -2 && !h.IsHTTP11() && (h.IsPut() || h.IsPost()):
+		// Neither Content-Length nor Transfer-Encoding: an HTTP/1.0
+		// body then runs to the connection's end, which fasthttp
+		// drops (the body is zero bytes long): the value stored
+		// would be empty, whatever the client sent.
+		mark = 'N'
 	case te && h.ContentLength() != -1: // identity: fasthttp dropped it
 		mark = 'T'
 	case h.ContentLength() > s.bodyLimit(h.RequestURI()):

@@ -174,3 +174,39 @@ func TestOversizedContentLengthRefusedFromHeaders(t *testing.T) {
 	resp.Body.Close()
 	require.Equal(t, 201, resp.StatusCode)
 }
+
+// TestHTTP10PutWithoutLength: an HTTP/1.0 request's body without
+// Content-Length runs to the end of the connection, which no server can
+// take as a request's framing (RFC 1945 §7.2.2 requires a Content-Length;
+// RFC 9112 §6.3 makes such a body zero bytes long). fasthttp v1.74.0
+// drops it silently, and the node stored an empty value and answered 201
+// to a client that sent "abc": a value cut short, acknowledged. It is
+// refused (411 Length Required, with the reason) and nothing is stored;
+// with a Content-Length, 0 included, HTTP/1.0 PUTs are stored as sent.
+func TestHTTP10PutWithoutLength(t *testing.T) {
+	_, base := testcluster.Single(t)
+	cl := testcluster.NewClient(t)
+	require.Equal(t, http.StatusCreated, cl.Put(t, base, "old", []byte("old"), 0, 0))
+	for _, key := range []string{"absent", "old"} {
+		resp := halfClosed(t, base, "PUT /v0/entity?id="+key+" HTTP/1.0\r\n\r\nabc")
+		require.Regexp(t, `^HTTP/1.1 411 `, resp)
+		assert.Contains(t, resp, "Content-Length")
+		assert.Equal(t, 1, strings.Count(resp, "HTTP/1.1 "), "one answer: %q", resp)
+	}
+	code, _ := cl.Get(t, base, "absent", 0, 0)
+	assert.Equal(t, http.StatusNotFound, code, "nothing stored")
+	code, got := cl.Get(t, base, "old", 0, 0)
+	assert.Equal(t, http.StatusOK, code)
+	assert.Equal(t, "old", string(got), "the older value is unchanged")
+
+	resp := halfClosed(t, base, "PUT /v0/entity?id=framed HTTP/1.0\r\nContent-Length: 3\r\n\r\nabc")
+	require.Regexp(t, `^HTTP/1.1 201 `, resp)
+	code, got = cl.Get(t, base, "framed", 0, 0)
+	assert.Equal(t, http.StatusOK, code)
+	assert.Equal(t, "abc", string(got))
+	resp = halfClosed(t, base, "PUT /v0/entity?id=empty HTTP/1.0\r\nContent-Length: 0\r\n\r\n")
+	require.Regexp(t, `^HTTP/1.1 201 `, resp)
+	code, got = cl.Get(t, base, "empty", 0, 0)
+	assert.Equal(t, http.StatusOK, code)
+	assert.Empty(t, got)
+}
