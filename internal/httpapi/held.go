@@ -47,14 +47,32 @@ type heldValue struct {
 // holdValue makes value the response body by reference, charged to the
 // budget, or refuses it with 503.
 func (s *Server) holdValue(ctx *fasthttp.RequestCtx, value []byte) *apiError {
-	n := int64(len(value))
+	if !s.hold(ctx, value) {
+		return errResponseBudget
+	}
+	return nil
+}
+
+// HoldAnswer is rpc.Server.HoldAnswer: an internal batch's or summary's
+// answer, charged to the same budget as the values of GETs, so that
+// stalled clients of the internal endpoints hold no more than it either.
+func (s *Server) HoldAnswer(ctx *fasthttp.RequestCtx, answer []byte) bool {
+	return s.hold(ctx, answer)
+}
+
+// hold makes b the response body by reference, charged to the budget
+// until fasthttp closes it, and reports whether the budget took it. A b
+// larger than the whole budget (a batch answer: a largest value and more)
+// is taken when nothing else is held, so that it can be sent at all.
+func (s *Server) hold(ctx *fasthttp.RequestCtx, b []byte) bool {
+	n := int64(len(b))
 	if budget := s.Limits.MaxInflightResponseBytes; budget > 0 {
 		// Taken only if it fits: an add and a roll-back would show a
 		// charge that is not held, and refuse a value that fits.
 		for {
 			used := s.heldBytes.Load()
-			if used+n > budget {
-				return errResponseBudget
+			if used+n > budget && used > 0 {
+				return false
 			}
 			if s.heldBytes.CompareAndSwap(used, used+n) {
 				break
@@ -63,8 +81,8 @@ func (s *Server) holdValue(ctx *fasthttp.RequestCtx, value []byte) *apiError {
 	} else {
 		s.heldBytes.Add(n)
 	}
-	ctx.Response.SetBodyStream(&heldValue{b: value, s: s, charged: n}, len(value))
-	return nil
+	ctx.Response.SetBodyStream(&heldValue{b: b, s: s, charged: n}, len(b))
+	return true
 }
 
 var errResponseBudget = &apiError{fasthttp.StatusServiceUnavailable,

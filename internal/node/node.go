@@ -300,6 +300,7 @@ func NewContext(ctx context.Context, cfg Config) (_ *Node, err error) {
 		Tokens:           tokens,
 		AccessLog:        cfg.AccessLog,
 	}
+	n.api.RPC.HoldAnswer = n.api.HoldAnswer // large internal answers share the GETs' budget
 	n.api.Register(n.registry)
 	n.srv = &fasthttp.Server{
 		Handler:      n.api.Handler,

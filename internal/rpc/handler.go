@@ -146,7 +146,7 @@ func (s *Server) HandleBatch(ctx *fasthttp.RequestCtx, body []byte) {
 			ctx.Response.Header.Set(SettingsHeader, s.Settings)
 		}
 	}
-	setAnswer(ctx, buf, out)
+	s.setAnswer(ctx, buf, out)
 }
 
 // HandleSummary answers SummaryPath's request: an anti-entropy comparison
@@ -165,7 +165,7 @@ func (s *Server) HandleSummary(ctx *fasthttp.RequestCtx, body []byte) {
 		s.fail(ctx, err)
 		return
 	}
-	setAnswer(ctx, buf, out)
+	s.setAnswer(ctx, buf, out)
 }
 
 // HandleMap answers MapPath's request: GET (body nil) this node's map
@@ -211,15 +211,27 @@ func (s *Server) fail(ctx *fasthttp.RequestCtx, err error) {
 // with SwapBody), the response body. Handed to fasthttp as the body, a
 // large answer would stay with the pooled response long after it was sent
 // (one per pooled request context); it goes as a stream instead, and is
-// garbage once written, and the response keeps its small buffer.
-func setAnswer(ctx *fasthttp.RequestCtx, buf, out []byte) {
+// garbage once written, and the response keeps its small buffer. It is
+// held until its client has read it: with HoldAnswer set, charged to the
+// node's budget of answers being sent, and refused with 503 beyond it.
+func (s *Server) setAnswer(ctx *fasthttp.RequestCtx, buf, out []byte) {
 	if cap(out) > retainAnswerBytes {
 		ctx.Response.SwapBody(buf[:0])
-		ctx.Response.SetBodyStream(bytes.NewReader(out), len(out))
+		if s.HoldAnswer == nil {
+			ctx.Response.SetBodyStream(bytes.NewReader(out), len(out))
+			return
+		}
+		if !s.HoldAnswer(ctx, out) {
+			ctx.Error(errAnswerBudget+"\n", fasthttp.StatusServiceUnavailable)
+		}
 		return
 	}
 	ctx.Response.SwapBody(out)
 }
+
+// errAnswerBudget is the reason of a batch or summary answer refused for
+// HoldAnswer's budget.
+const errAnswerBudget = "answers being sent exceed this node's budget (--max-inflight-response-bytes); retry later"
 
 // retainAnswerBytes is the largest batch answer whose buffer fasthttp may
 // keep with its pooled response for the next request.

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/valyala/fasthttp"
 	"golang.org/x/time/rate"
 
 	"github.com/dhtkv/dhtkv/internal/hlc"
@@ -83,6 +84,15 @@ type Server struct {
 	// (LogPath, upgrade.go); nil: the node runs without the log, and
 	// LogPath answers 503.
 	LogConns *LogListener
+	// HoldAnswer, when set, makes a batch's or summary's answer of more
+	// than 256 KiB the response body, charged to the node's budget of
+	// answers being sent until its client has read it (httpapi's
+	// --max-inflight-response-bytes), and reports false, setting
+	// nothing, when the budget cannot take it: the request is then
+	// answered 503. Without it such answers were held uncounted: clients
+	// of the internal port that ask for large values and read nothing
+	// made the node hold one answer per connection. nil: not charged.
+	HoldAnswer func(ctx *fasthttp.RequestCtx, answer []byte) bool
 	// Late counts the batches refused for arriving after their sender's
 	// deadline (DeadlineHeader); nil: not counted.
 	Late prometheus.Counter
