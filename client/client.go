@@ -272,6 +272,12 @@ type answer struct {
 func (a answer) err(method string) error {
 	switch {
 	case a.code == http.StatusGatewayTimeout:
+		// The node's reason (which replicas failed and why, or a clock
+		// not verified by a majority) is the operator's only clue; the
+		// error still matches ErrNotEnoughReplicas (errors.Is).
+		if r := strings.TrimPrefix(reason(a.body), "not enough replicas: "); r != "" {
+			return fmt.Errorf("%w: %s", ErrNotEnoughReplicas, r)
+		}
 		return ErrNotEnoughReplicas
 	case a.code >= 400 && a.code < 500:
 		return &BadRequestError{StatusCode: a.code, Reason: reason(a.body)}

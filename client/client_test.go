@@ -127,6 +127,7 @@ func TestClientFailover(t *testing.T) {
 	gets2 := c.Metric(t, 2, "dhtkv_requests_total", "op", "get")
 	_, err = cl.Get(ctx, "k", client.WithAck(3))
 	require.ErrorIs(t, err, client.ErrNotEnoughReplicas)
+	require.Regexp(t, `^dhtkv: not enough replicas: \d of 3 answered, 3 needed`, err.Error(), "the node's reason is kept, once")
 	require.Equal(t, gets2, c.Metric(t, 2, "dhtkv_requests_total", "op", "get"), "a 504 does not fail over")
 	require.ErrorIs(t, cl.Put(ctx, "k", []byte("v3"), client.WithAck(3)), client.ErrNotEnoughReplicas)
 
