@@ -58,6 +58,16 @@ func (s *slogger) Log(lv hclog.Level, msg string, args ...any) {
 		l = slog.LevelDebug
 	}
 	all := append(append([]any{}, s.args...), args...)
+	for i, a := range all {
+		// hclog.Fmt's value ("servers", hclog.Fmt("%+v", ...) in raft's
+		// "initial configuration"): hclog formats it, slog would print
+		// the verb and its arguments as a list.
+		if f, ok := a.(hclog.Format); ok && len(f) > 0 {
+			if format, ok := f[0].(string); ok {
+				all[i] = fmt.Sprintf(format, f[1:]...)
+			}
+		}
+	}
 	if l > slog.LevelDebug {
 		if peer, ok := peerOf(all); ok {
 			v := s.rep.Note(repeatKey{name: s.name, msg: msg, peer: peer})

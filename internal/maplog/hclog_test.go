@@ -33,6 +33,9 @@ func TestHCLogLevels(t *testing.T) {
 			l.Error("failed to decode incoming command", "error", closed)
 		}, ""},
 		{"nor a warning", func(l hclog.Logger) { l.Warn("failed to accept connection", "error", closed) }, ""},
+		{"hclog.Fmt is formatted", func(l hclog.Logger) {
+			l.Warn("initial configuration", "servers", hclog.Fmt("%+v", []raft.Server{{ID: "1", Address: "a:1"}}))
+		}, `servers="[{Suffrage:Voter ID:1 Address:a:1}]"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var b bytes.Buffer
