@@ -99,10 +99,13 @@ launch() {
 left() { (($2 == 0)) && grep -qE "decommissioned|left the cluster" <(tail -n 50 "$DATA/node$1.log"); }
 
 # await N PID: node N answers /v0/status (0), left the cluster (1); dies
-# when it exited otherwise or does not answer in 30 s.
+# when it exited otherwise or does not answer in 30 s. Each probe is
+# bounded (curl -m): a node started with --join before dhtkvctl join
+# added it has its listener bound but serves nothing until then, for up
+# to --join-wait (10 min), and an unbounded curl waited all that time.
 await() {
-  local code
-  for _ in $(seq 300); do
+  local code end=$((SECONDS + 30))
+  while ((SECONDS < end)); do
     if ! kill -0 "$2" 2>/dev/null; then
       code=0
       wait "$2" 2>/dev/null || code=$?
@@ -110,10 +113,13 @@ await() {
       left "$1" "$code" && return 1
       die "node$1 exited at start; the end of $DATA/node$1.log: $(tail -n 3 "$DATA/node$1.log")"
     fi
-    curl -sf -o /dev/null "$(url_of "$1")/v0/status" && return 0
+    curl -sf -m 2 -o /dev/null "$(url_of "$1")/v0/status" && return 0
     sleep 0.1
   done
-  die "node$1 does not answer on $(url_of "$1") after 30 s (see $DATA/node$1.log)"
+  if grep -q "waiting to be added to the cluster" <(tail -n 20 "$DATA/node$1.log"); then
+    die "node$1 waits to be added to the cluster (for --join-wait, 10 min by default): add it with bin/dhtkvctl join --admin <a member's admin address> $(url_of "$1"), or stop it with make stop-node N=$1"
+  fi
+  die "node$1 does not answer on $(url_of "$1") after 30 s; it still runs (make stop-node N=$1 stops it; see $DATA/node$1.log)"
 }
 
 run() {
@@ -222,7 +228,7 @@ node() {
         [[ -f $f ]] || continue
         m=${f##*/node}
         m=${m%.pid}
-        curl -sf -o /dev/null "$(url_of "$m")/v0/status" && { join=$(url_of "$m"); break; }
+        curl -sf -m 2 -o /dev/null "$(url_of "$m")/v0/status" && { join=$(url_of "$m"); break; }
       done
     fi
     [[ -n $join ]] || die "node$i is new and no member of $DATA answers to take the cluster map from (start the cluster, or set JOIN=<a member's URL>)"
