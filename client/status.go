@@ -47,6 +47,13 @@ type Status struct {
 	// replicas). Its /readyz answers 503 meanwhile, and dhtkvctl status
 	// exits 1.
 	NoQuorum string `json:"no_quorum,omitempty"`
+	// WritesFailing says, during a membership change, for how many
+	// partitions writes at the default ack fail through the node because
+	// a node of one of the two replica sets does not answer it (a joining
+	// node not started yet, a member down), and which; "" otherwise.
+	// dhtkvctl status exits 1 meanwhile; /readyz is not affected (reads
+	// are, only as NoQuorum says).
+	WritesFailing string `json:"writes_failing,omitempty"`
 	// Disk is the node's data volume and whether its store takes writes
 	// (absent from a node that does not report it).
 	Disk *Disk `json:"disk,omitempty"`

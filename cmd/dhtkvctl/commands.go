@@ -340,6 +340,11 @@ last that failed.`,
 					}
 				}
 				for _, es := range all {
+					if es.Status != nil && es.Status.WritesFailing != "" {
+						return fmt.Errorf("status: writes fail through %s: %s", es.Endpoint, es.Status.WritesFailing)
+					}
+				}
+				for _, es := range all {
 					if es.Status == nil || !es.Status.Disk.RefusesWrites() {
 						continue
 					}

@@ -230,3 +230,25 @@ func TestStatusHungEndpointHidesNoOther(t *testing.T) {
 	assert.Equal(t, "yes", rows[2][1], "the healthy node answered:\n%s", out.String())
 	assert.Contains(t, errb.String(), "1 of 2 endpoints did not answer")
 }
+
+// TestStatusWritesFailing: a node that says writes fail through it during
+// a change (client.Status.WritesFailing: a join asked before its node
+// started, at factor 2) makes status exit 1 with its reason, as a node
+// without a quorum does. A server stands in for it; the e2e story
+// (TestStatusWarnsOfWritesAJoinWaitsFor) has the real node say it.
+func TestStatusWritesFailing(t *testing.T) {
+	const why = "2048 of 4096 partitions cannot take writes at the default ack while the join of node 3 (stage write-both) writes both replica sets: unreachable from here: http://127.0.0.1:4"
+	yes := true
+	now := time.Now()
+	st := client.Status{
+		Node: "http://127.0.0.1:1", Version: "v1", Warnings: []string{"writes failing: " + why}, WritesFailing: why,
+		Members: []client.Member{{URL: "http://127.0.0.1:1", Self: true, Reachable: &yes, LastSuccess: &now}},
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(st)
+	}))
+	defer srv.Close()
+	step{name: "status", args: []string{"--endpoints=" + srv.URL, "status"}, code: exitError, errHas: "status: writes fail through " + srv.URL + ": " + why,
+		check: func(t *testing.T, out string) { assert.Contains(t, out, "writes failing: "+why, "in the table's warnings") }}.run(t)
+}

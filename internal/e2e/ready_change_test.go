@@ -1,14 +1,17 @@
 package e2e_test
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/dhtkv/dhtkv/client"
 	"github.com/dhtkv/dhtkv/internal/clustermap"
 	"github.com/dhtkv/dhtkv/internal/node"
 	"github.com/dhtkv/dhtkv/internal/partcopy"
@@ -48,5 +51,53 @@ func TestReadyDuringAGrowthNeedsEveryOldReplica(t *testing.T) {
 			return errors.Is(err, node.ErrNoQuorum), fmt.Sprint(err)
 		})
 		require.ErrorContains(t, c.Node(0).Ready(), "fewer than 3 of their 3 replicas reachable")
+	})
+}
+
+// TestStatusWarnsOfWritesAJoinWaitsFor: a join asked before its node is
+// started (docs/membership.md allows either order) puts the node in the
+// new replica set of the partitions it gains from write-both on. At
+// factor 2 a write at the default ack needs both replicas of each set,
+// so writes of those keys fail until the node answers: /v0/status says
+// so and names it (a new user met the failures with /readyz at 200 and
+// `dhtkvctl status` silent), and an abort ends them.
+func TestStatusWarnsOfWritesAJoinWaitsFor(t *testing.T) {
+	testcluster.InBubble(t, func(t *testing.T) {
+		c := testcluster.StartInMemory(t, 3, func(_ int, cfg *node.Config) { cfg.Replicas = 2 })
+		c.AwaitFormed(time.Minute)
+		cl := c.Client()
+		status := func() string {
+			_, body := cl.Do(t, http.MethodGet, c.URL(0)+"/v0/status", nil)
+			return string(body)
+		}
+		j := c.AddNode(0)
+		require.Equal(t, http.StatusAccepted, c.Join(0, j))
+		c.Await(time.Minute, "node 0 warns of the writes the join waits for", func() (bool, string) {
+			s := status()
+			return strings.Contains(s, "writes failing: "), s
+		})
+		require.Contains(t, status(), "join of node 3 (stage write-both)")
+		require.Contains(t, status(), "unreachable from here: "+c.URL(j))
+		var st client.Status
+		_, body := cl.Do(t, http.MethodGet, c.URL(0)+"/v0/status?verbose", nil)
+		require.NoError(t, json.Unmarshal(body, &st))
+		require.Contains(t, st.WritesFailing, "cannot take writes at the default ack", "what dhtkvctl status exits 1 for")
+		require.Empty(t, st.NoQuorum, "reads still have the old set")
+		require.NoError(t, c.Node(0).Ready(), "nor is readiness affected")
+		failed := 0
+		for i := range 40 {
+			if code := cl.Put(t, c.URL(0), fmt.Sprintf("k%d", i), []byte("v"), 0, 0); code != http.StatusCreated {
+				require.Equal(t, http.StatusGatewayTimeout, code)
+				failed++
+			}
+		}
+		require.NotZero(t, failed, "keys of the partitions node 3 gains")
+		code, body := cl.Do(t, http.MethodPost, c.AdminURL(0)+"/cluster/abort", nil)
+		require.Equal(t, http.StatusAccepted, code, "%s", body)
+		c.AwaitNoChange(time.Minute)
+		require.NotContains(t, status(), "writes failing")
+		for i := range 40 {
+			require.Equal(t, http.StatusCreated, cl.Put(t, c.URL(0), fmt.Sprintf("k%d", i), []byte("v"), 0, 0))
+		}
 	})
 }

@@ -43,6 +43,12 @@ type DiskStatus interface {
 	Disk() *client.Disk
 }
 
+// WritesStatus is what a Status that also says which writes fail during a
+// change implements (client.Status.WritesFailing; package node's does).
+type WritesStatus interface {
+	WritesFailing() string
+}
+
 // status serves GET /v0/status. Plain, it is the course's contract: 200
 // and "OK", then one "warning: ..." line per thing an operator must know
 // (Status.Warnings). With verbose (alone, or true: parseFlag) it is 200
@@ -95,6 +101,9 @@ func (s *Server) status(ctx *fasthttp.RequestCtx) {
 	st.Change = changeLine(m)
 	if d, ok := s.Status.(DiskStatus); ok {
 		st.Disk = d.Disk()
+	}
+	if w, ok := s.Status.(WritesStatus); ok {
+		st.WritesFailing = w.WritesFailing()
 	}
 	reachable := true
 	index := map[string]int{}

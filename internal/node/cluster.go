@@ -344,12 +344,14 @@ func (s status) PeerStates() []probe.PeerState       { return s.n.probe.PeerStat
 func (s status) PendingHints() map[string]int64      { return s.n.hints.Pending() }
 func (s status) AntiEntropy() []antientropy.PeerSync { return s.n.ae.Status() }
 func (s status) NoQuorum() string                    { return s.n.quorumProblem() }
+func (s status) WritesFailing() string               { return s.n.writeProblem() }
 
 // Warnings are what an operator must know about this node, one line each
 // (empty when all is well): a store that failed a write or a data volume
 // below --min-free-space (and how to free space at once), a clock off
 // from the peers', a rebuild under way, partitions without a reachable
-// quorum, a peer whose settings differ where they must not
+// quorum, partitions whose writes fail during a change (a node not
+// started or down in one of the two replica sets), a peer whose settings differ where they must not
 // (settings.go), a peer anti-entropy has not completed an exchange with
 // for long.
 func (s status) Warnings() []string {
@@ -365,6 +367,9 @@ func (s status) Warnings() []string {
 	}
 	if why := s.n.quorumProblem(); why != "" {
 		ws = append(ws, "no quorum: "+why)
+	}
+	if why := s.n.writeProblem(); why != "" {
+		ws = append(ws, "writes failing: "+why)
 	}
 	ws = append(ws, settingsWarnings(s.n.settings, s.n.probe.PeerStates())...)
 	return append(ws, s.n.ae.Warnings(time.Now())...)

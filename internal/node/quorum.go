@@ -89,3 +89,74 @@ func (n *Node) quorumProblem() string {
 	return fmt.Sprintf("%d of %d partitions have fewer than %d of their %d replicas reachable from here (unreachable: %s): requests at the default ack fail for their keys",
 		short, partition.Count, need, factor, strings.Join(urls, ", "))
 }
+
+// writeProblem says, while a change under way makes writes go to both
+// replica sets, for how many partitions a write at the default ack (a
+// majority of the larger factor: cluster.fanOut needs that many of each
+// set, or every replica of a smaller one) cannot reach its need in one of
+// the sets from here, and which nodes are missing; "" when none. A node
+// whose join was asked before it was started is such a node: it is in
+// the new set of the partitions it gains from write-both on, so at a
+// factor of 1 or 2 (or with another replica down) writes of their keys
+// fail until it answers, or the change is aborted. Reads are not
+// affected before read-new (quorumProblem), so /readyz does not count it;
+// /v0/status warns.
+func (n *Node) writeProblem() string {
+	v := n.members.View()
+	if v == nil || v.Self < 0 || !v.Moving {
+		return ""
+	}
+	reachable := map[string]bool{}
+	for _, st := range n.probe.PeerStates() {
+		reachable[st.URL] = !st.Probed || st.Reachable
+	}
+	up := func(id int) bool {
+		if id == v.Self {
+			return true
+		}
+		m := v.Map.Node(id)
+		return m != nil && reachable[m.URL]
+	}
+	allUp := true
+	for _, m := range v.Map.Nodes {
+		allUp = allUp && up(m.ID)
+	}
+	if allUp {
+		return ""
+	}
+	ack := v.Replicas/2 + 1
+	short := 0
+	var missing []int
+	var oldBuf, newBuf [16]int
+	count := func(reps []int) int {
+		ok := 0
+		for _, id := range reps {
+			if up(id) {
+				ok++
+			} else if !slices.Contains(missing, id) {
+				missing = append(missing, id)
+			}
+		}
+		return ok
+	}
+	for part := range partition.ID(partition.Count) {
+		old := v.Old.PartitionReplicas(part, v.OldFactor, oldBuf[:0])
+		nw := v.New.PartitionReplicas(part, v.NewFactor, newBuf[:0])
+		if count(old) < min(ack, len(old)) || count(nw) < min(ack, len(nw)) {
+			short++
+		}
+	}
+	if short == 0 {
+		return ""
+	}
+	urls := make([]string, 0, len(missing))
+	for _, id := range missing {
+		if m := v.Map.Node(id); m != nil {
+			urls = append(urls, m.URL)
+		}
+	}
+	ch := v.Map.Change
+	return fmt.Sprintf("%d of %d partitions cannot take writes at the default ack while the %s of node %d (stage %s) writes both replica sets: unreachable from here: %s; "+
+		"start or bring them back, or abort the change before read-new (dhtkvctl abort)",
+		short, partition.Count, ch.Kind, ch.Node, ch.Stage, strings.Join(urls, ", "))
+}
