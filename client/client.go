@@ -181,8 +181,8 @@ type callOptions struct {
 func WithAck(n int) Option { return func(o *callOptions) { o.ack = n } }
 
 // WithFrom sets how many replicas the key has for this call (the API's
-// from; at most the cluster size). The default is the node's: the
-// cluster size.
+// from; at most the replication factor). The default is the node's: the
+// replication factor.
 func WithFrom(n int) Option { return func(o *callOptions) { o.from = n } }
 
 // WithTTL makes a Put's value expire d after the write (the API's ttl):

@@ -107,7 +107,7 @@ type globals struct {
 func (g *globals) register(fs *flag.FlagSet) {
 	fs.StringVar(&g.endpoints, "endpoints", g.endpoints, "comma-separated node `URLs` (host:port means http, or https with --cacert, --cert or --key); a call moves on to the next when one is down")
 	fs.IntVar(&g.ack, "ack", g.ack, "replicas that must answer (0: the node's default, a majority of from)")
-	fs.IntVar(&g.from, "from", g.from, "replicas of the key (0: the node's default, the cluster size)")
+	fs.IntVar(&g.from, "from", g.from, "replicas of the key (0: the node's default, the replication factor)")
 	fs.DurationVar(&g.timeout, "timeout", g.timeout, "deadline of the whole command, scans included (0: none)")
 	fs.StringVar(&g.cacert, "cacert", g.cacert, "PEM `file` of the CA certificates the nodes' TLS certificates chain to (default: the system's roots); makes the endpoints https")
 	fs.StringVar(&g.cert, "cert", g.cert, "PEM `file` of a client certificate to present over TLS (with --key)")

@@ -95,8 +95,8 @@ func parseRange(raw []byte, args *fasthttp.Args, replicas, maxAck, maxKey int) (
 		}
 		return p, nil
 	}
-	// Same rules and defaults as /v0/entity: from = cluster size, ack =
-	// majority of from.
+	// Same rules and defaults as /v0/entity: from = the replication
+	// factor, ack = majority of from.
 	if p.ack, p.from, aerr = parseReplication(args, replicas, maxAck); aerr != nil {
 		return p, aerr
 	}
