@@ -250,5 +250,7 @@ func TestStatusWritesFailing(t *testing.T) {
 	}))
 	defer srv.Close()
 	step{name: "status", args: []string{"--endpoints=" + srv.URL, "status"}, code: exitError, errHas: "status: writes fail through " + srv.URL + ": " + why,
-		check: func(t *testing.T, out string) { assert.Contains(t, out, "writes failing: "+why, "in the table's warnings") }}.run(t)
+		check: func(t *testing.T, out string) {
+			assert.Contains(t, out, "writes failing: "+why, "in the table's warnings")
+		}}.run(t)
 }
