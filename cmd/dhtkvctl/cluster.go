@@ -169,6 +169,9 @@ func changeCmd(e *env, fs *flag.FlagSet, name, usage, short string, nargs int,
 				verb = "done"
 			}
 			fmt.Fprintf(e.stdout, "%s %s: %s\n", name, verb, describeMap(m))
+			if next := nextStep(name, args); next != "" {
+				fmt.Fprintln(e.stdout, next)
+			}
 			if f.noWait == nil || *f.noWait {
 				return nil
 			}
@@ -179,6 +182,25 @@ func changeCmd(e *env, fs *flag.FlagSet, name, usage, short string, nargs int,
 			return waitChange(e.stdout, c, *f.admin, ch, *f.waitTimeout)
 		},
 	}
+}
+
+// nextStep is what the operator does next after a join or a replace
+// began (a line of its own after the change's; stderr holds only the
+// error), "" after the others. A join's node may not run yet (either order is
+// allowed), and until it answers the writes that need it in the new
+// replica sets fail at factor 1 or 2; a replace is over as it begins,
+// before its new machine ever started, so its output alone looks like
+// nothing happened.
+func nextStep(name string, args []string) string {
+	switch name {
+	case "join":
+		return fmt.Sprintf("next: if %s is not running yet, start it now with an empty --data-dir and --join naming a member: "+
+			"until it answers, the writes that need it fail at a replication factor of 1 or 2 (dhtkvctl status says so)", args[0])
+	case "replace":
+		return fmt.Sprintf("next: start the new machine at %s with an empty --data-dir and --join naming a member: "+
+			"it rebuilds the node's data from the other replicas before it serves reads", args[1])
+	}
+	return ""
 }
 
 func (f membershipFlags) check(name string, args []string, nargs int) error {

@@ -67,6 +67,7 @@ func TestMembershipCommands(t *testing.T) {
 	// The stages it sees between are printed too; on the map's log they
 	// may pass quicker than its polls.
 	assert.Contains(t, out.String(), "join begun")
+	assert.Contains(t, out.String(), "next: if "+c.URL(joiner)+" is not running yet, start it now", "what to do next")
 	assert.Contains(t, out.String(), "3 nodes, replication factor 2, no change under way")
 	assert.Contains(t, out.String(), "join of node 2 ("+c.URL(joiner)+") completed")
 
@@ -329,4 +330,27 @@ func TestChangeWaitsForTheNodesAnswer(t *testing.T) {
 	})
 	require.Equal(t, exitOK, code, "stderr %q", errb.String())
 	assert.Contains(t, out.String(), "join begun")
+}
+
+// After a join or a replace begins, dhtkvctl says what to do next: a replace is over as it begins, before its new machine started,
+// and a join's node may not run yet while writes need it.
+func TestNextStep(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		args []string
+		has  string
+	}{
+		{"join", []string{"http://n4:8080"}, "if http://n4:8080 is not running yet, start it now"},
+		{"replace", []string{"http://n2:8080", "http://n5:8080"}, "next: start the new machine at http://n5:8080"},
+		{"decommission", []string{"http://n2:8080"}, ""},
+		{"replicas", []string{"3"}, ""},
+		{"abort", nil, ""},
+	} {
+		got := nextStep(tc.name, tc.args)
+		if tc.has == "" {
+			assert.Empty(t, got, tc.name)
+			continue
+		}
+		assert.Contains(t, got, tc.has, tc.name)
+	}
 }
