@@ -154,7 +154,9 @@ func (m Member) State() MemberState {
 // AntiEntropy is one node's comparison of its data with a peer's.
 type AntiEntropy struct {
 	// LastComplete is when the last exchange that left nothing differing
-	// started; absent if none since the node started.
+	// started; absent if none under the node's current cluster map (since
+	// it installed the map: an exchange under an earlier one compared
+	// other replica sets), nor since it started.
 	LastComplete *time.Time `json:"last_complete,omitempty"`
 	// Running is true while an exchange runs; Progress is how far the
 	// running (or last) one got, 0 to 1.

@@ -274,7 +274,8 @@ members of its cluster are up as it sees them (UP, itself included, of
 all), the hints it holds for members that missed writes (HINTS), when its
 anti-entropy last
 completed an exchange with every peer (SYNCED: the oldest of its peers'
-last complete exchanges; "never" if one has none yet), its data volume
+last complete exchanges under its current cluster map; "never" if one
+has none yet, as after every membership change), its data volume
 (DISK: the share of it free; "full" while it refuses writes (507) for
 having less than its --min-free-space free, "failed" once its store
 failed a write, until it restarts), and its warnings (a full disk and

@@ -101,3 +101,48 @@ func TestStatusWarnsOfWritesAJoinWaitsFor(t *testing.T) {
 		}
 	})
 }
+
+// TestSyncedCountsTheCurrentMapOnly: a peer's last complete anti-entropy
+// exchange (/v0/status's last_complete, dhtkvctl status's SYNCED) counts
+// under the cluster map the node installed last. After a replicas change
+// the pair shares other partitions, and an exchange made before it says
+// nothing of them: a new user saw SYNCED name an exchange of epoch 1 at
+// epoch 18 while the node's snapshot said its completeness was unknown.
+func TestSyncedCountsTheCurrentMapOnly(t *testing.T) {
+	testcluster.InBubble(t, func(t *testing.T) {
+		c := testcluster.StartInMemory(t, 3, func(_ int, cfg *node.Config) { cfg.Replicas = 2 })
+		c.AwaitFormed(time.Minute)
+		cl := c.Client()
+		lastComplete := func() []*time.Time {
+			var st client.Status
+			_, body := cl.Do(t, http.MethodGet, c.URL(0)+"/v0/status?verbose", nil)
+			require.NoError(t, json.Unmarshal(body, &st))
+			var out []*time.Time
+			for _, m := range st.Members {
+				if !m.Self {
+					require.NotNil(t, m.AntiEntropy)
+					out = append(out, m.AntiEntropy.LastComplete)
+				}
+			}
+			return out
+		}
+		for _, ex := range c.Repair(0) {
+			require.Empty(t, ex.Error)
+		}
+		for _, at := range lastComplete() {
+			require.NotNil(t, at, "compared with every peer under this map")
+		}
+		code, body := cl.Do(t, http.MethodPost, c.AdminURL(0)+"/cluster/replicas?n=3", nil)
+		require.Equal(t, http.StatusAccepted, code, "%s", body)
+		c.AwaitNoChange(time.Minute)
+		for _, at := range lastComplete() {
+			require.Nil(t, at, "an exchange under the factor-2 map says nothing of factor 3's replica sets")
+		}
+		for _, ex := range c.Repair(0) {
+			require.Empty(t, ex.Error)
+		}
+		for _, at := range lastComplete() {
+			require.NotNil(t, at)
+		}
+	})
+}

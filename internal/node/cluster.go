@@ -337,14 +337,28 @@ func joinsBeforeStream(m *clustermap.Map, self int) bool {
 // status is what /v0/status reports of the cluster parts (httpapi.Status).
 type status struct{ n *Node }
 
-func (s status) Map() (*clustermap.Map, int)         { return s.n.members.Map() }
-func (s status) Rebuilding() bool                    { return s.n.rebuild.Rebuilding() }
-func (s status) Formed() bool                        { return s.n.probe.Formed() }
-func (s status) PeerStates() []probe.PeerState       { return s.n.probe.PeerStates() }
-func (s status) PendingHints() map[string]int64      { return s.n.hints.Pending() }
-func (s status) AntiEntropy() []antientropy.PeerSync { return s.n.ae.Status() }
-func (s status) NoQuorum() string                    { return s.n.quorumProblem() }
-func (s status) WritesFailing() string               { return s.n.writeProblem() }
+func (s status) Map() (*clustermap.Map, int)    { return s.n.members.Map() }
+func (s status) Rebuilding() bool               { return s.n.rebuild.Rebuilding() }
+func (s status) Formed() bool                   { return s.n.probe.Formed() }
+func (s status) PeerStates() []probe.PeerState  { return s.n.probe.PeerStates() }
+func (s status) PendingHints() map[string]int64 { return s.n.hints.Pending() }
+func (s status) NoQuorum() string               { return s.n.quorumProblem() }
+func (s status) WritesFailing() string          { return s.n.writeProblem() }
+
+// AntiEntropy is anti-entropy's state with each peer, a last complete
+// exchange counted only under the cluster map this node installed last:
+// one under an earlier map compared other replica sets (completeAsOf, a
+// snapshot's completeness, counts them alike).
+func (s status) AntiEntropy() []antientropy.PeerSync {
+	out := s.n.ae.Status()
+	since := s.n.members.View().Since
+	for i := range out {
+		if out[i].LastSuccess.Before(since) {
+			out[i].LastSuccess = time.Time{}
+		}
+	}
+	return out
+}
 
 // Warnings are what an operator must know about this node, one line each
 // (empty when all is well): a store that failed a write or a data volume
