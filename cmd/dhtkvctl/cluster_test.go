@@ -332,8 +332,9 @@ func TestChangeWaitsForTheNodesAnswer(t *testing.T) {
 	assert.Contains(t, out.String(), "join begun")
 }
 
-// After a join or a replace begins, dhtkvctl says what to do next: a replace is over as it begins, before its new machine started,
-// and a join's node may not run yet while writes need it.
+// After a join or a replace begins, dhtkvctl says what to do next: a
+// replace is over as it begins, before its new machine started, and a
+// join's node may not run yet while writes need it.
 func TestNextStep(t *testing.T) {
 	for _, tc := range []struct {
 		name string
