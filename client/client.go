@@ -275,7 +275,12 @@ func (a answer) err(method string) error {
 		// The node's reason (which replicas failed and why, or a clock
 		// not verified by a majority) is the operator's only clue; the
 		// error still matches ErrNotEnoughReplicas (errors.Is).
-		if r := strings.TrimPrefix(reason(a.body), "not enough replicas: "); r != "" {
+		// A bare "not enough replicas" adds nothing to the error's own.
+		r := reason(a.body)
+		if r == "not enough replicas" {
+			return ErrNotEnoughReplicas
+		}
+		if r = strings.TrimPrefix(r, "not enough replicas: "); r != "" {
 			return fmt.Errorf("%w: %s", ErrNotEnoughReplicas, r)
 		}
 		return ErrNotEnoughReplicas

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -336,4 +337,28 @@ func TestClientScan(t *testing.T) {
 	require.ErrorIs(t, err, client.ErrNotEnoughReplicas)
 	assert.Empty(t, got)
 	assert.False(t, errors.Is(err, client.ErrUnavailable))
+}
+
+// A 504 keeps the node's reason once: a node answers the bare "not
+// enough replicas" when the failure carries no replica account
+// (httpapi.replicaStatus), and the client must not say it twice.
+func TestGatewayTimeoutReasonNotRepeated(t *testing.T) {
+	for _, tc := range []struct{ body, want string }{
+		{"not enough replicas\n", "dhtkv: not enough replicas"},
+		{"not enough replicas: 1 of 3 answered, 2 needed\n", "dhtkv: not enough replicas: 1 of 3 answered, 2 needed"},
+		{"clock not verified: too few peers answered\n", "dhtkv: not enough replicas: clock not verified: too few peers answered"},
+		{"", "dhtkv: not enough replicas"},
+	} {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			w.WriteHeader(http.StatusGatewayTimeout)
+			_, _ = w.Write([]byte(tc.body))
+		}))
+		cl, err := client.New(client.Config{Endpoints: []string{srv.URL}})
+		require.NoError(t, err)
+		_, err = cl.Get(ctxFor(t), "k")
+		require.ErrorIs(t, err, client.ErrNotEnoughReplicas)
+		assert.Equal(t, tc.want, err.Error(), "body %q", tc.body)
+		cl.Close()
+		srv.Close()
+	}
 }

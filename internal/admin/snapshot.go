@@ -40,6 +40,10 @@ const (
 	nameMax            = 255
 	pathMax            = 4096
 	checkpointNameRoom = 64
+	// partialNameRoom is what store.Checkpoint adds to the last name for
+	// the sibling it writes the copy into first: "." + name + ".partial-"
+	// + time.Now().UnixNano() in base 36 (at most 13 digits).
+	partialNameRoom = len(".") + len(".partial-") + 13
 )
 
 // unknownComplete is the answer's warning for a snapshot whose
@@ -172,14 +176,18 @@ func snapshotTarget(root, dir string) (target string, code int, why string) {
 	// A name the filesystem cannot hold is the request's fault, not a
 	// failed checkpoint's (500, after making the parents that fit).
 	// The reason does not quote dir, which may be kilobytes long.
-	for _, p := range parts {
-		if len(p) > nameMax {
-			return "", http.StatusBadRequest, fmt.Sprintf("dir of %d bytes: a name in it of %d bytes is too long (at most %d)", len(dir), len(p), nameMax)
+	for i, p := range parts {
+		most := nameMax
+		if i == len(parts)-1 {
+			most -= partialNameRoom // the copy is made in a sibling named after it
+		}
+		if len(p) > most {
+			return "", http.StatusBadRequest, fmt.Sprintf("dir of %d bytes: a name in it of %d bytes is too long (at most %d)", len(dir), len(p), most)
 		}
 	}
-	if len(target) > pathMax-checkpointNameRoom {
+	if len(target)+partialNameRoom > pathMax-checkpointNameRoom {
 		return "", http.StatusBadRequest, fmt.Sprintf("dir of %d bytes: too long, the snapshot's path inside --snapshot-dir would be %d bytes (at most %d)",
-			len(dir), len(target), pathMax-checkpointNameRoom)
+			len(dir), len(target), pathMax-checkpointNameRoom-partialNameRoom)
 	}
 	at := root
 	for i, p := range parts {

@@ -22,6 +22,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/dhtkv/dhtkv/client"
+	"github.com/dhtkv/dhtkv/internal/store"
 )
 
 // pebbleCheckpointer is what the store does: Pebble's own checkpoint, the
@@ -231,5 +232,41 @@ func TestSnapshotDirTooLong(t *testing.T) {
 	// A long path that fits is still taken.
 	ok := strings.Repeat(strings.Repeat("c", 200)+"/", 15) + "end"
 	code, body := post(t, srv, http.MethodPost, "dir="+url.QueryEscape(ok))
+	assert.Equal(t, http.StatusOK, code, "%.300s", body)
+}
+
+// storeCheckpointer is the node's: store.Store.Checkpoint, which writes
+// the copy into a sibling "." + name + ".partial-" + a number first.
+type storeCheckpointer struct{ s *store.Store }
+
+func (c storeCheckpointer) Checkpoint(dir string) (time.Time, error) {
+	return time.Time{}, c.s.Checkpoint(dir, time.Time{}, 0)
+}
+
+// TestSnapshotDirNameLeavesRoomForPartial: the store writes a snapshot
+// into a sibling named "." + the last name + ".partial-" + a number, up to 23
+// bytes longer than the name: a last name of 234 to 255 bytes passed
+// TestSnapshotDirTooLong's NAME_MAX check, and the checkpoint then failed
+// (500 "file name too long", quoting the path, after making the parents).
+// It is refused from the name, as a longer one is; the longest name the
+// store can take is still taken.
+func TestSnapshotDirNameLeavesRoomForPartial(t *testing.T) {
+	st, err := store.Open(filepath.Join(t.TempDir(), "db"), store.DefaultOptions())
+	require.NoError(t, err)
+	defer st.Close()
+	base := t.TempDir()
+	srv := httptest.NewServer(SnapshotHandler(storeCheckpointer{st}, base, slog.New(slog.DiscardHandler)))
+	defer srv.Close()
+	for _, n := range []int{nameMax - partialNameRoom + 1, 250, nameMax} {
+		dir := "new/" + strings.Repeat("a", n)
+		code, body := post(t, srv, http.MethodPost, "dir="+url.QueryEscape(dir))
+		assert.Equal(t, http.StatusBadRequest, code, "a last name of %d bytes: %.200s", n, body)
+		assert.Contains(t, body, "too long")
+		entries, err := os.ReadDir(base)
+		require.NoError(t, err)
+		assert.Empty(t, entries, "nothing made in --snapshot-dir")
+	}
+	dir := "new/" + strings.Repeat("b", nameMax-partialNameRoom)
+	code, body := post(t, srv, http.MethodPost, "dir="+url.QueryEscape(dir))
 	assert.Equal(t, http.StatusOK, code, "%.300s", body)
 }

@@ -22,7 +22,7 @@ func (cfg *Config) RegisterFlags(fs *flag.FlagSet) {
 	sizeflag.Var(fs, &cfg.MaxValueBytes, "max-value-bytes", "largest value, a `size` (413 beyond)")
 	sizeflag.Var(fs, &cfg.MaxHeaderBytes, "max-header-bytes", "largest request line + headers, a `size`")
 	sizeflag.Var(fs, &cfg.MaxInflightBodyBytes, "max-inflight-body-bytes", "budget of the buffers holding the bodies of requests in flight, a `size`; a body beyond gets 503 (0: no budget)")
-	sizeflag.Var(fs, &cfg.MaxInflightResponseBytes, "max-inflight-response-bytes", "budget of the values of 16 KiB or more being sent to clients, each held until written to its socket, a `size`; a GET beyond gets 503 (0: no budget)")
+	sizeflag.Var(fs, &cfg.MaxInflightResponseBytes, "max-inflight-response-bytes", "budget of the values of 16 KiB or more being sent to clients, and of other nodes' batch answers over 256 KiB, each held until written to its socket, a `size`; a GET or a batch beyond gets 503 (0: no budget)")
 	fs.DurationVar(&cfg.ReadTimeout, "read-timeout", cfg.ReadTimeout, "time to read a whole request")
 	fs.DurationVar(&cfg.WriteTimeout, "write-timeout", cfg.WriteTimeout, "time to write a whole response")
 	fs.DurationVar(&cfg.IdleTimeout, "idle-timeout", cfg.IdleTimeout, "keep-alive idle time before a connection is closed")

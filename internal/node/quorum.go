@@ -156,7 +156,10 @@ func (n *Node) writeProblem() string {
 		}
 	}
 	ch := v.Map.Change
-	return fmt.Sprintf("%d of %d partitions cannot take writes at the default ack while the %s of node %d (stage %s) writes both replica sets: unreachable from here: %s; "+
-		"start or bring them back, or abort the change before read-new (dhtkvctl abort)",
-		short, partition.Count, ch.Kind, ch.Node, ch.Stage, strings.Join(urls, ", "))
+	remedy := "start or bring them back, replace or remove a dead one, or abort the change (dhtkvctl abort)"
+	if v.ReadNew {
+		remedy = "start or bring them back, or replace or remove a dead one (past read-new the change cannot be aborted)"
+	}
+	return fmt.Sprintf("%d of %d partitions cannot take writes at the default ack while the %s of node %d (stage %s) writes both replica sets: unreachable from here: %s; %s",
+		short, partition.Count, ch.Kind, ch.Node, ch.Stage, strings.Join(urls, ", "), remedy)
 }
