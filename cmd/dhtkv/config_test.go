@@ -284,7 +284,8 @@ func TestVersionVariableIsNotTheFlag(t *testing.T) {
 	}{
 		{name: "a version exported", env: "v0.4.0-3-gdeadbee"},
 		{name: "a version exported, --version given", env: "v0.4.0-3-gdeadbee", args: []string{"--version"}, asked: true},
-		{name: "a boolean sets it as any variable does", env: "true", asked: true},
+		{name: "a build number that parses as a boolean", env: "1"},
+		{name: "a build number, --version given", env: "1", args: []string{"--version"}, asked: true},
 		{name: "--version=maybe", args: []string{"--version=maybe"}, err: "version"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -64,13 +64,15 @@ func GoVersion() string { return runtime.Version() }
 // (packaging/compose.yaml's build argument).
 const EnvVar = "DHTKV_VERSION"
 
-// Flag is a --version flag: a boolean that a value of EnvVar which is
-// not a boolean (a version, such as v1.2.0-3-gabcdef0) leaves alone,
-// where a plain boolean flag made every start and every command a usage
-// error while such a variable was exported. Any other value that is not a
-// boolean is still an error, on the command line too; a boolean value of
-// EnvVar sets the flag, as every DHTKV_* variable sets its flag. The zero
-// value is false.
+// Flag is a --version flag: a boolean that the variable EnvVar never
+// sets. ff offers every flag its DHTKV_* variable, and a version exported
+// there (v1.2.0-3-gabcdef0, or a build number such as 1) made every start
+// and every command a usage error, or, when it parsed as a boolean, made
+// every start print the version and exit 0. Set cannot tell the command
+// line from the environment, so it leaves alone any value equal to
+// EnvVar's: the one case it misreads is --version=X given with X exported
+// as EnvVar too. Any other value that is not a boolean is an error. The
+// zero value is false.
 type Flag struct{ set bool }
 
 // IsBoolFlag makes --version a flag without a value (flag.boolFlag).
@@ -78,11 +80,11 @@ func (f *Flag) IsBoolFlag() bool { return true }
 
 // Set is flag.Value's.
 func (f *Flag) Set(s string) error {
+	if env := os.Getenv(EnvVar); env != "" && s == env {
+		return nil // a version exported for something else
+	}
 	b, err := strconv.ParseBool(s)
 	if err != nil {
-		if s == os.Getenv(EnvVar) {
-			return nil // a version exported for something else
-		}
 		return err
 	}
 	f.set = b
