@@ -78,6 +78,7 @@ func BenchmarkCoordinatorHandler(b *testing.B) {
 	cfg.DataDir = filepath.Join(b.TempDir(), "coord")
 	cfg.Store.Sync = false
 	cfg.ReplicaTimeout = time.Second
+	testcluster.OnSharedDisk(&cfg)
 	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	n, err := node.New(cfg) // built, not served: the handler is called directly
 	require.NoError(b, err)

@@ -11,6 +11,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/dhtkv/dhtkv/internal/node"
+	"github.com/dhtkv/dhtkv/internal/testcluster"
 )
 
 const benchToken = "write-token-0123456789abcdef"
@@ -21,6 +22,7 @@ func newAuthBenchServer(tb testing.TB, auth bool) fasthttp.RequestHandler {
 	cfg := node.DefaultConfig()
 	cfg.DataDir = filepath.Join(tb.TempDir(), "data")
 	cfg.Store.Sync = false
+	testcluster.OnSharedDisk(&cfg)
 	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	if auth {
 		cfg.ClientTokens = filepath.Join(tb.TempDir(), "tokens")

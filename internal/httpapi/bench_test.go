@@ -17,6 +17,7 @@ import (
 
 	"github.com/dhtkv/dhtkv/internal/httpapi"
 	"github.com/dhtkv/dhtkv/internal/node"
+	"github.com/dhtkv/dhtkv/internal/testcluster"
 )
 
 // newBenchServer builds a single node the way the binary does (node.New),
@@ -28,6 +29,7 @@ func newBenchServer(b testing.TB, sync bool, cacheBytes int64, opts ...func(*nod
 	cfg.Store.Sync = sync
 	cfg.CacheBytes = cacheBytes
 	cfg.MaxValueBytes = 1 << 20
+	testcluster.OnSharedDisk(&cfg)
 	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	for _, o := range opts {
 		o(&cfg)

@@ -95,11 +95,7 @@ func start(t testing.TB, ports []int, opts []Option) *Cluster {
 		cfg.CacheBytes = 8 << 20
 		cfg.Store.BlockCacheBytes = 8 << 20
 		cfg.Store.MemTableBytes = 4 << 20
-		// The nodes share the test machine's disk with every other test:
-		// no ballast (1 GiB each by default), and a guard that refuses
-		// writes only when the disk is all but full.
-		cfg.Store.Ballast = sizeflag.Amount{}
-		cfg.Store.MinFreeSpace = sizeflag.Amount{Bytes: 16 << 20}
+		OnSharedDisk(&cfg)
 		cfg.ReplicaTimeout = 500 * time.Millisecond
 		// Anti-entropy only when a test asks (Repair, or an Option setting
 		// AEInterval): a scheduled exchange would repair what a test of
@@ -547,4 +543,14 @@ func (c *Cluster) Reconfigure(i int, fn func(*node.Config)) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	fn(&c.cfgs[i])
+}
+
+// OnSharedDisk sets cfg for a node that shares the test machine's disk
+// with every other test: no ballast (1% of the volume by default), and a
+// guard that refuses writes only when the disk is all but full, where the
+// default (5% of the volume free) made a node on a machine's fuller disk
+// answer 507 to a test's writes.
+func OnSharedDisk(cfg *node.Config) {
+	cfg.Store.Ballast = sizeflag.Amount{}
+	cfg.Store.MinFreeSpace = sizeflag.Amount{Bytes: 16 << 20}
 }
