@@ -44,6 +44,11 @@ func authorize(tokens *clientauth.Tokens, log *slog.Logger, next http.Handler) h
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		n := need(r.Method, r.URL.Path)
+		if n != clientauth.None && len(r.Header.Values("Authorization")) > 1 {
+			// A singleton field, refused repeated as the public port does.
+			plain(w, http.StatusBadRequest, "bad request: the Authorization header is repeated")
+			return
+		}
 		h := []byte(r.Header.Get("Authorization"))
 		d := tokens.Authorize(h, n)
 		if d.Outcome != clientauth.Allowed {

@@ -131,3 +131,30 @@ func TestAuthorizeOff(t *testing.T) {
 	next := http.NewServeMux()
 	assert.Same(t, next, authorize(nil, nil, next))
 }
+
+// TestRepeatedAuthorizationRefused: a request that needs a role and
+// carries two Authorization headers is refused (400), as on the public
+// port, where the first was taken; an open endpoint does not look.
+func TestRepeatedAuthorizationRefused(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "tokens")
+	require.NoError(t, os.WriteFile(p, []byte("admin "+adminTok+"\n"), 0o600))
+	tokens, err := clientauth.Load(p)
+	require.NoError(t, err)
+	var reached bool
+	h := authorize(tokens, slog.New(slog.DiscardHandler), http.HandlerFunc(func(http.ResponseWriter, *http.Request) { reached = true }))
+	for _, path := range []string{"/cluster", "/livez"} {
+		req := httptest.NewRequest(http.MethodGet, path, nil)
+		req.Header.Add("Authorization", "Bearer "+adminTok)
+		req.Header.Add("Authorization", "Bearer unknown-token-0123456789")
+		rec := httptest.NewRecorder()
+		reached = false
+		h.ServeHTTP(rec, req)
+		if path == "/livez" {
+			assert.True(t, reached, "an open endpoint")
+			continue
+		}
+		assert.False(t, reached, path)
+		assert.Equal(t, http.StatusBadRequest, rec.Code, path)
+		assert.Equal(t, "bad request: the Authorization header is repeated\n", rec.Body.String())
+	}
+}

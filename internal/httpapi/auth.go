@@ -59,7 +59,24 @@ func (s *Server) authorized(ctx *fasthttp.RequestCtx, r rule) bool {
 	if s.Tokens == nil {
 		return true
 	}
-	d := s.Tokens.Authorize(ctx.Request.Header.Peek(fasthttp.HeaderAuthorization), r.need(ctx.Method()))
+	need := r.need(ctx.Method())
+	if need == clientauth.None {
+		return true
+	}
+	// Authorization is a singleton field: two could be read differently
+	// by a proxy in front and by this node (the cluster secret's header
+	// is refused repeated too, rpc.Server). PeekAll reuses the header's
+	// own slice: no allocation.
+	var authz []byte
+	switch all := ctx.Request.Header.PeekAll(fasthttp.HeaderAuthorization); len(all) {
+	case 0:
+	case 1:
+		authz = all[0]
+	default:
+		ctx.Error(errRepeatedAuthorization+"\n", fasthttp.StatusBadRequest)
+		return false
+	}
+	d := s.Tokens.Authorize(authz, need)
 	if d.Outcome == clientauth.Allowed {
 		return true
 	}
@@ -67,3 +84,8 @@ func (s *Server) authorized(ctx *fasthttp.RequestCtx, r rule) bool {
 	ctx.Response.Header.Set(fasthttp.HeaderWWWAuthenticate, d.Challenge())
 	return false
 }
+
+// errRepeatedAuthorization is the reason of a request with more than one
+// Authorization header while client tokens are on (400); the admin port
+// answers it too.
+const errRepeatedAuthorization = "bad request: the Authorization header is repeated"

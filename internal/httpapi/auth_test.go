@@ -124,3 +124,28 @@ func request(method, uri, authorization string) *fasthttp.RequestCtx {
 	ctx.Init(&req, nil, nil)
 	return &ctx
 }
+
+// TestRepeatedAuthorizationRefused: Authorization is a singleton field.
+// With client tokens on, a request carrying two is refused (400, one
+// line) whatever they hold, where the first was taken: a proxy in front
+// that read the other would have checked another token than this node.
+func TestRepeatedAuthorizationRefused(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "tokens")
+	require.NoError(t, os.WriteFile(p, []byte("read "+readTok+"\nwrite "+writeTok+"\n"), 0o600))
+	tokens, err := clientauth.Load(p)
+	require.NoError(t, err)
+	s := &Server{Tokens: tokens, Metrics: NewMetrics(prometheus.NewRegistry()), Log: slog.New(slog.DiscardHandler)}
+	for _, pair := range [][2]string{
+		{"Bearer " + writeTok, "Bearer unknown-token-0123456789"},
+		{"Bearer unknown-token-0123456789", "Bearer " + writeTok},
+		{"Bearer " + writeTok, "Bearer " + writeTok},
+	} {
+		ctx := request(fasthttp.MethodPut, pathEntity+"?id=k", pair[0])
+		ctx.Request.Header.Add(fasthttp.HeaderAuthorization, pair[1])
+		s.Handler(ctx)
+		assert.Equal(t, fasthttp.StatusBadRequest, ctx.Response.StatusCode(), "%q", pair)
+		assert.Equal(t, errRepeatedAuthorization+"\n", string(ctx.Response.Body()))
+	}
+	ctx := request(fasthttp.MethodPut, pathEntity+"?id=k", "Bearer "+writeTok)
+	assert.True(t, s.authorized(ctx, access[pathEntity]), "one header goes on")
+}
