@@ -8,8 +8,9 @@
 #               127.0.0.1 (8080, 8081, 8082 for the three first).
 #               Default 8080.
 #   ADMIN_PORT  admin port of node 1 (/metrics, pprof, /livez, /readyz,
-#               /repair); node N uses ADMIN_PORT+N-1. Default PORT-2020,
-#               i.e. 6060 for 8080 and 21060 for 23080.
+#               /repair); node N uses ADMIN_PORT+N-1. Default: the one
+#               DATA's cluster was last started with (DATA/admin-port),
+#               else PORT-2020, i.e. 6060 for 8080 and 21060 for 23080.
 #   DATA        directory holding nodeN/ (Pebble), nodeN.log and nodeN.pid
 #               for every node, and single/, the single node's data.
 #               Default ./data for PORT 8080 and ./data/PORT for any other:
@@ -51,16 +52,26 @@ check_port() {
   (($2 >= 1024 && $2 + 2 <= 65535)) || die "$1=$2: want 1024 to 65533 (the base of three consecutive ports)"
 }
 check_port PORT "$PORT"
+if [[ -z ${DATA:-} ]]; then
+  DATA=data
+  ((PORT == 8080)) || DATA=data/$PORT
+fi
+# The cluster's admin base port is remembered in DATA with its PORT (run
+# and node write both), so that make run-node N=… and a later make
+# run-cluster of the same cluster use the ADMIN_PORT it was started with,
+# not the default.
+if [[ -z ${ADMIN_PORT:-} && -f $DATA/admin-port && ${1:-} != single ]]; then
+  read -r remembered_port remembered_admin <"$DATA/admin-port" || true
+  if [[ ${remembered_port:-} == "$PORT" && -n ${remembered_admin:-} ]]; then
+    ADMIN_PORT=$remembered_admin
+  fi
+fi
 if [[ -z ${ADMIN_PORT:-} ]]; then
   ADMIN_PORT=$((PORT - 2020))
   ((ADMIN_PORT >= 1024)) || die "ADMIN_PORT (PORT-2020 by default) would be $ADMIN_PORT: set ADMIN_PORT"
 fi
 check_port ADMIN_PORT "$ADMIN_PORT"
 ((ADMIN_PORT + 2 < PORT || ADMIN_PORT > PORT + 2)) || die "ADMIN_PORT=$ADMIN_PORT overlaps PORT=$PORT..$((PORT + 2))"
-if [[ -z ${DATA:-} ]]; then
-  DATA=data
-  ((PORT == 8080)) || DATA=data/$PORT
-fi
 
 # in_use PORT: something accepts connections on it.
 in_use() { (exec 3<>"/dev/tcp/$HOST/$1") 2>/dev/null; }
@@ -136,6 +147,7 @@ run() {
   done
   [[ -x $BIN/dhtkv ]] || die "$BIN/dhtkv not found (make build)"
   mkdir -p "$DATA"
+  echo "$PORT $ADMIN_PORT" >"$DATA/admin-port"
   stop_all() {
     trap - INT TERM EXIT
     echo
@@ -221,6 +233,7 @@ node() {
     in_use "$port" && die "port $port is in use (node$i already running? make stop-node N=$i)"
   done
   mkdir -p "$DATA"
+  echo "$PORT $ADMIN_PORT" >"$DATA/admin-port"
   local flags=()
   if [[ ! -d $DATA/node$i ]] || [[ -z $(ls -A "$DATA/node$i") ]]; then
     if [[ -z $join ]]; then

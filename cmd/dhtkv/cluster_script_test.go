@@ -29,6 +29,36 @@ import (
 
 // freeBase returns a base port such that base..base+4 and the admin ports
 // make derives, base-2020..base-2016, are all free (nodes 1-5).
+// freeAdminBase returns the first of five consecutive free ports, apart
+// from freeBase's ports around base.
+func freeAdminBase(t *testing.T, base int) int {
+	t.Helper()
+	for range 50 {
+		p := 22000 + rand.IntN(40000)
+		if p+4 >= base-2020 && p <= base+4 {
+			continue
+		}
+		var ls []net.Listener
+		ok := true
+		for i := range 5 {
+			l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p+i))
+			if err != nil {
+				ok = false
+				break
+			}
+			ls = append(ls, l)
+		}
+		for _, l := range ls {
+			l.Close()
+		}
+		if ok {
+			return p
+		}
+	}
+	t.Fatal("no five free consecutive ports")
+	return 0
+}
+
 func freeBase(t *testing.T) int {
 	t.Helper()
 	for range 50 {
@@ -320,14 +350,24 @@ func TestRunClusterFollowsItsNodes(t *testing.T) {
 	base := freeBase(t)
 	data := t.TempDir()
 	url := func(n int) string { return fmt.Sprintf("http://127.0.0.1:%d", base+n-1) }
-	admin := func(n int) string { return fmt.Sprintf("127.0.0.1:%d", base-2020+n-1) }
+	// The cluster's first start is given an admin base of its own; every
+	// later command is given none and must take the one DATA remembers
+	// (a new user's make run-node N=4 started node 4 on the default).
+	adminBase := freeAdminBase(t, base)
+	admin := func(n int) string { return fmt.Sprintf("127.0.0.1:%d", adminBase+n-1) }
 	env := []string{"PORT=" + strconv.Itoa(base), "BIN=" + filepath.Dir(bin), "DATA=" + data, "ADMIN_PORT="}
 	t.Cleanup(func() { _ = clusterScript(t, env, "stop").Run() })
 
 	// startCluster runs run-cluster until its banner, and returns its
 	// output file and the command.
+	first := true
 	startCluster := func() (string, *exec.Cmd) {
-		run := clusterScript(t, env, "run")
+		runEnv := env
+		if first {
+			runEnv = append(env[:len(env)-1:len(env)-1], "ADMIN_PORT="+strconv.Itoa(adminBase))
+			first = false
+		}
+		run := clusterScript(t, runEnv, "run")
 		outPath := filepath.Join(t.TempDir(), "out")
 		out, err := os.Create(outPath)
 		require.NoError(t, err)
