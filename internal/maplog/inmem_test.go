@@ -14,16 +14,20 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
-	"github.com/valyala/fasthttp/fasthttputil"
 
 	"github.com/dhtkv/dhtkv/internal/clustermap"
 )
 
-// memNet is in-memory listeners by address, and links between them that
-// a test cuts: the shape of the in-memory test cluster's network.
+// memNet is listeners by address, and links between them that a test
+// cuts: the shape of the in-memory test cluster's network. The listeners
+// are loopback TCP: fasthttputil's in-memory pipes break net.Conn's rule
+// that its methods may be called at once (their deadline setters race
+// with each other and with Write), which the Network relies on when a
+// cut or a caller's end sets a handshake's deadline from another
+// goroutine.
 type memNet struct {
 	mu  sync.Mutex
-	lns map[string]*fasthttputil.InmemoryListener
+	lns map[string]net.Listener
 	cut map[[2]string]bool // [from, to]
 	// refused counts the dials a cut link refused, by [from, to].
 	refused map[[2]string]int
@@ -32,13 +36,16 @@ type memNet struct {
 func (m *memNet) listen(addr string) net.Listener {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	ln := fasthttputil.NewInmemoryListener()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		panic(fmt.Sprintf("listen for %s: %v", addr, err))
+	}
 	m.lns[addr] = ln
 	return ln
 }
 
 func (m *memNet) dialer(from string) Dialer {
-	return func(_ context.Context, addr string, _ time.Duration) (net.Conn, error) {
+	return func(ctx context.Context, addr string, timeout time.Duration) (net.Conn, error) {
 		m.mu.Lock()
 		ln, cut := m.lns[addr], m.cut[[2]string{from, addr}]
 		m.mu.Unlock()
@@ -51,7 +58,8 @@ func (m *memNet) dialer(from string) Dialer {
 			m.mu.Unlock()
 			return nil, fmt.Errorf("no route from %s to %s", from, addr)
 		}
-		return ln.Dial()
+		d := net.Dialer{Timeout: timeout}
+		return d.DialContext(ctx, "tcp", ln.Addr().String())
 	}
 }
 
@@ -78,7 +86,7 @@ func (m *memNet) setCut(a string, cut bool, others ...string) {
 // follower answers by naming the leader.
 func TestNetworkInMemory(t *testing.T) {
 	o := fastOptions()
-	mn := &memNet{lns: map[string]*fasthttputil.InmemoryListener{}, cut: map[[2]string]bool{}}
+	mn := &memNet{lns: map[string]net.Listener{}, cut: map[[2]string]bool{}}
 	auth := Auth{Secret: "s3cret"}
 	addrs := []string{"mem0:1", "mem1:1", "mem2:1", "mem3:1"}
 	mn.setCut(addrs[2], true, addrs[0], addrs[1])
@@ -239,7 +247,7 @@ func (h countingHandler) WithGroup(string) slog.Handler      { return h }
 // member's acknowledgement, and with it every change, from the log.
 func TestSubmitRelaysAroundACutLink(t *testing.T) {
 	o := fastOptions()
-	mn := &memNet{lns: map[string]*fasthttputil.InmemoryListener{}, cut: map[[2]string]bool{}}
+	mn := &memNet{lns: map[string]net.Listener{}, cut: map[[2]string]bool{}}
 	addrs := []string{"mem0:1", "mem1:1", "mem2:1"}
 	var servers []Server
 	for i := range 3 {
@@ -345,7 +353,7 @@ func awaitLeader(t *testing.T, logs []*Log) int {
 // forever: the cause of TestNetworkInMemory's seed never answered.
 func TestSubmitGoesToTheLeaderAfterTheRelays(t *testing.T) {
 	o := fastOptions()
-	mn := &memNet{lns: map[string]*fasthttputil.InmemoryListener{}, cut: map[[2]string]bool{}}
+	mn := &memNet{lns: map[string]net.Listener{}, cut: map[[2]string]bool{}}
 	mn.setCut("mem0:1", true, "mem1:1", "mem2:1")
 	logs, addrs := memGroup(t, mn, o, 3, 3)
 	leader := awaitLeader(t, logs[1:]) + 1
@@ -389,7 +397,7 @@ func TestSubmitGoesToTheLeaderAfterTheRelays(t *testing.T) {
 // to the leader.
 func TestSubmitThroughTheInstalledMapsMembers(t *testing.T) {
 	o := fastOptions()
-	mn := &memNet{lns: map[string]*fasthttputil.InmemoryListener{}, cut: map[[2]string]bool{}}
+	mn := &memNet{lns: map[string]net.Listener{}, cut: map[[2]string]bool{}}
 	logs, addrs := memGroup(t, mn, o, 3, 4)
 	leader := awaitLeader(t, logs[:3])
 	mn.setCut(addrs[3], true, addrs[leader])
