@@ -114,6 +114,14 @@ type Network struct {
 	// the latter until the peer hangs up.
 	openMu sync.Mutex
 	open   map[net.Conn]struct{}
+	// served counts the connections raft took through Accept and has not
+	// closed yet: its transport handles each on a goroutine of its own,
+	// which answers a heartbeat there (raft.processHeartbeat, writing the
+	// term to the log's store) and closes the connection as it returns.
+	// Close waits for them, so that the Log closes its store under none
+	// (Pebble panics on a write to a closed store, and so does raft on
+	// any error of it).
+	served sync.WaitGroup
 	// interrupted: Interrupt closed every connection, and no new one is
 	// dialed or accepted.
 	interrupted bool
@@ -166,11 +174,20 @@ type tracked struct {
 	net.Conn
 	raw net.Conn
 	n   *Network
+	// served: raft took it through Accept (Network.served); closed once.
+	served bool
+	closed sync.Once
 }
 
 func (c *tracked) Close() error {
 	c.n.untrack(c.raw)
-	return c.Conn.Close() // a *tls.Conn closes raw too
+	err := c.Conn.Close() // a *tls.Conn closes raw too
+	c.closed.Do(func() {
+		if c.served {
+			c.n.served.Done()
+		}
+	})
+	return err
 }
 
 // Dialer opens a connection to a peer's log address (host:port) within
@@ -444,6 +461,19 @@ func isLoopback(a net.Addr) bool {
 func (n *Network) Accept() (net.Conn, error) {
 	select {
 	case c := <-n.conns:
+		if tc, ok := c.(*tracked); ok {
+			// Under openMu, against Close: served is not added to once
+			// Close may be waiting on it.
+			n.openMu.Lock()
+			if n.open == nil {
+				n.openMu.Unlock()
+				tc.Close()
+				return nil, net.ErrClosed
+			}
+			tc.served = true
+			n.served.Add(1)
+			n.openMu.Unlock()
+		}
 		return c, nil
 	case <-n.closed:
 		return nil, net.ErrClosed
@@ -464,9 +494,23 @@ func (n *Network) Close() error {
 		n.open = nil
 		n.openMu.Unlock()
 		n.wg.Wait()
+		// raft's handlers of the connections just closed return at
+		// their next read, and close them as they do.
+		served := make(chan struct{})
+		go func() { n.served.Wait(); close(served) }()
+		select {
+		case <-served:
+		case <-time.After(closeServedWait):
+			n.log.Warn("maplog: closing with raft still handling a connection", "waited", closeServedWait)
+		}
 	})
 	return err
 }
+
+// closeServedWait bounds Close's wait for raft's connection handlers: each
+// returns at its next read of the connection Close closed, after the
+// command it is handling, whose store write takes milliseconds.
+const closeServedWait = 5 * time.Second
 
 // Addr implements raft.StreamLayer: the advertised address.
 func (n *Network) Addr() net.Addr { return n.addr }
