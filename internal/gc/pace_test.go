@@ -60,14 +60,16 @@ func replicaWith(t *testing.T, live, tombs int) *replica.Replica {
 // TestPassTakesTokens: a pass takes a token for every index entry it
 // reads and removeCost for every record it removes, from the limiter the
 // background pace governs. At one token a second the refill during the
-// pass is negligible, so the tokens left say what it took.
+// pass is at most its length in seconds, so the tokens left say what it
+// took within that (a loaded machine's pass took 0.52 s).
 func TestPassTakesTokens(t *testing.T) {
 	g, _ := singleNode(t, 300, 20, Options{Rate: 1})
 	start := time.Now()
 	full := g.Limiter().TokensAt(start)
 	require.Equal(t, 20, g.Pass(context.Background()))
 	took := full - g.Limiter().TokensAt(start)
-	require.InDelta(t, 320+20*removeCost, took, 0.5, "entries read: 320; records removed: 20")
+	refill := time.Since(start).Seconds()
+	require.InDelta(t, 320+20*removeCost, took, 0.5+refill, "entries read: 320; records removed: 20")
 	require.Zero(t, g.Pass(context.Background()), "nothing left to remove")
 }
 
