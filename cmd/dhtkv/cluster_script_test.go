@@ -27,8 +27,38 @@ import (
 	"github.com/dhtkv/dhtkv/internal/testcluster"
 )
 
+// allFree reports whether every port of ports can be listened on now.
+func allFree(ports ...int) bool {
+	var ls []net.Listener
+	defer func() {
+		for _, l := range ls {
+			l.Close()
+		}
+	}()
+	for _, p := range ports {
+		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p))
+		if err != nil {
+			return false
+		}
+		ls = append(ls, l)
+	}
+	return true
+}
+
 // freeBase returns a base port such that base..base+4 and the admin ports
 // make derives, base-2020..base-2016, are all free (nodes 1-5).
+func freeBase(t *testing.T) int {
+	t.Helper()
+	for range 50 {
+		base := 22000 + rand.IntN(40000)
+		if allFree(base, base+1, base+2, base+3, base+4, base-2020, base-2019, base-2018, base-2017, base-2016) {
+			return base
+		}
+	}
+	t.Fatal("no free base port found")
+	return 0
+}
+
 // freeAdminBase returns the first of five consecutive free ports, apart
 // from freeBase's ports around base.
 func freeAdminBase(t *testing.T, base int) int {
@@ -38,49 +68,11 @@ func freeAdminBase(t *testing.T, base int) int {
 		if p+4 >= base-2020 && p <= base+4 {
 			continue
 		}
-		var ls []net.Listener
-		ok := true
-		for i := range 5 {
-			l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p+i))
-			if err != nil {
-				ok = false
-				break
-			}
-			ls = append(ls, l)
-		}
-		for _, l := range ls {
-			l.Close()
-		}
-		if ok {
+		if allFree(p, p+1, p+2, p+3, p+4) {
 			return p
 		}
 	}
 	t.Fatal("no five free consecutive ports")
-	return 0
-}
-
-func freeBase(t *testing.T) int {
-	t.Helper()
-	for range 50 {
-		base := 22000 + rand.IntN(40000)
-		var ls []net.Listener
-		ok := true
-		for _, p := range []int{base, base + 1, base + 2, base + 3, base + 4, base - 2020, base - 2019, base - 2018, base - 2017, base - 2016} {
-			l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p))
-			if err != nil {
-				ok = false
-				break
-			}
-			ls = append(ls, l)
-		}
-		for _, l := range ls {
-			l.Close()
-		}
-		if ok {
-			return base
-		}
-	}
-	t.Fatal("no free base port found")
 	return 0
 }
 

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/dhtkv/dhtkv/internal/partition"
+	"github.com/dhtkv/dhtkv/internal/view"
 )
 
 // ErrNoQuorum: the node cannot reach a quorum of some partition's
@@ -32,22 +33,8 @@ func (n *Node) quorumProblem() string {
 	if v == nil || v.Self < 0 {
 		return ""
 	}
-	reachable := map[string]bool{}
-	for _, st := range n.probe.PeerStates() {
-		reachable[st.URL] = !st.Probed || st.Reachable && !st.Rebuilding
-	}
-	up := func(id int) bool {
-		if id == v.Self {
-			return !n.rebuild.Rebuilding()
-		}
-		m := v.Map.Node(id)
-		return m != nil && reachable[m.URL]
-	}
-	allUp := true
-	for _, m := range v.Map.Nodes {
-		allUp = allUp && up(m.ID)
-	}
-	if allUp { // the common case, without a pass over the partitions
+	r := n.reach(v, true)
+	if r.allUp() { // the common case, without a pass over the partitions
 		return ""
 	}
 	sets := v.Old
@@ -61,33 +48,17 @@ func (n *Node) quorumProblem() string {
 	factor := v.ReadFactor()
 	need := min(v.Replicas/2+1, factor)
 	short := 0
-	var missing []int
 	var buf [16]int
 	for part := range partition.ID(partition.Count) {
-		reps := sets.PartitionReplicas(part, factor, buf[:0])
-		ok := 0
-		for _, id := range reps {
-			if up(id) {
-				ok++
-			} else if !slices.Contains(missing, id) {
-				missing = append(missing, id)
-			}
-		}
-		if ok < need {
+		if r.count(sets.PartitionReplicas(part, factor, buf[:0])) < need {
 			short++
 		}
 	}
 	if short == 0 {
 		return ""
 	}
-	urls := make([]string, 0, len(missing))
-	for _, id := range missing {
-		if m := v.Map.Node(id); m != nil {
-			urls = append(urls, m.URL)
-		}
-	}
 	return fmt.Sprintf("%d of %d partitions have fewer than %d of their %d replicas reachable from here (unreachable: %s): requests at the default ack fail for their keys",
-		short, partition.Count, need, factor, strings.Join(urls, ", "))
+		short, partition.Count, need, factor, r.missingURLs())
 }
 
 // writeProblem says, while a change under way makes writes go to both
@@ -106,54 +77,22 @@ func (n *Node) writeProblem() string {
 	if v == nil || v.Self < 0 || !v.Moving {
 		return ""
 	}
-	reachable := map[string]bool{}
-	for _, st := range n.probe.PeerStates() {
-		reachable[st.URL] = !st.Probed || st.Reachable
-	}
-	up := func(id int) bool {
-		if id == v.Self {
-			return true
-		}
-		m := v.Map.Node(id)
-		return m != nil && reachable[m.URL]
-	}
-	allUp := true
-	for _, m := range v.Map.Nodes {
-		allUp = allUp && up(m.ID)
-	}
-	if allUp {
+	r := n.reach(v, false)
+	if r.allUp() {
 		return ""
 	}
 	ack := v.Replicas/2 + 1
 	short := 0
-	var missing []int
 	var oldBuf, newBuf [16]int
-	count := func(reps []int) int {
-		ok := 0
-		for _, id := range reps {
-			if up(id) {
-				ok++
-			} else if !slices.Contains(missing, id) {
-				missing = append(missing, id)
-			}
-		}
-		return ok
-	}
 	for part := range partition.ID(partition.Count) {
 		old := v.Old.PartitionReplicas(part, v.OldFactor, oldBuf[:0])
 		nw := v.New.PartitionReplicas(part, v.NewFactor, newBuf[:0])
-		if count(old) < min(ack, len(old)) || count(nw) < min(ack, len(nw)) {
+		if r.count(old) < min(ack, len(old)) || r.count(nw) < min(ack, len(nw)) {
 			short++
 		}
 	}
 	if short == 0 {
 		return ""
-	}
-	urls := make([]string, 0, len(missing))
-	for _, id := range missing {
-		if m := v.Map.Node(id); m != nil {
-			urls = append(urls, m.URL)
-		}
 	}
 	ch := v.Map.Change
 	remedy := "start or bring them back, replace or remove a dead one, or abort the change (dhtkvctl abort)"
@@ -161,5 +100,65 @@ func (n *Node) writeProblem() string {
 		remedy = "start or bring them back, or replace or remove a dead one (past read-new the change cannot be aborted)"
 	}
 	return fmt.Sprintf("%d of %d partitions cannot take writes at the default ack while the %s of node %d (stage %s) writes both replica sets: unreachable from here: %s; %s",
-		short, partition.Count, ch.Kind, ch.Node, ch.Stage, strings.Join(urls, ", "), remedy)
+		short, partition.Count, ch.Kind, ch.Node, ch.Stage, r.missingURLs(), remedy)
+}
+
+// reach tells the replicas this node reaches from those it does not, by
+// its probe's last word (a peer no probe has ended for yet counts), and
+// remembers the latter.
+type reach struct {
+	v       *view.View
+	up      func(id int) bool
+	missing []int
+}
+
+// reach is v's reach from this node; rebuilding: a rebuilding replica
+// (this node's or a peer's) counts as not reached, as for reads, whose
+// rebuilding replicas refuse them (writes it takes).
+func (n *Node) reach(v *view.View, rebuilding bool) *reach {
+	reachable := map[string]bool{}
+	for _, st := range n.probe.PeerStates() {
+		reachable[st.URL] = !st.Probed || st.Reachable && !(rebuilding && st.Rebuilding)
+	}
+	return &reach{v: v, up: func(id int) bool {
+		if id == v.Self {
+			return !rebuilding || !n.rebuild.Rebuilding()
+		}
+		m := v.Map.Node(id)
+		return m != nil && reachable[m.URL]
+	}}
+}
+
+// allUp reports whether every node of the map is reached.
+func (r *reach) allUp() bool {
+	for _, m := range r.v.Map.Nodes {
+		if !r.up(m.ID) {
+			return false
+		}
+	}
+	return true
+}
+
+// count is how many of reps are reached; it remembers the others.
+func (r *reach) count(reps []int) int {
+	ok := 0
+	for _, id := range reps {
+		if r.up(id) {
+			ok++
+		} else if !slices.Contains(r.missing, id) {
+			r.missing = append(r.missing, id)
+		}
+	}
+	return ok
+}
+
+// missingURLs are the URLs of the replicas count found not reached.
+func (r *reach) missingURLs() string {
+	urls := make([]string, 0, len(r.missing))
+	for _, id := range r.missing {
+		if m := r.v.Map.Node(id); m != nil {
+			urls = append(urls, m.URL)
+		}
+	}
+	return strings.Join(urls, ", ")
 }
