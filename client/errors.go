@@ -50,6 +50,12 @@ func authRefusal(a answer) error {
 	return nil
 }
 
+// Error names a 400 a bad request and any other 4xx a refusal: a 401, 403,
+// 413 or 429 says why in its reason, and "bad request" would mislead.
 func (e *BadRequestError) Error() string {
-	return fmt.Sprintf("dhtkv: bad request (%d): %s", e.StatusCode, e.Reason)
+	what := "refused"
+	if e.StatusCode == http.StatusBadRequest {
+		what = "bad request"
+	}
+	return fmt.Sprintf("dhtkv: %s (%d): %s", what, e.StatusCode, e.Reason)
 }

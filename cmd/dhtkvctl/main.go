@@ -79,7 +79,7 @@ EXIT CODES
   2  usage error
   3  not found (get)
   4  not enough replicas answered (504)
-  5  bad request (other 4xx: bad ack/from, key or value too large,
+  5  request refused (a 4xx: bad ack/from, key or value too large,
      401 without a token the node knows, 403 with a role too low);
      the membership commands exit 1 when their change is refused (409)
      or, waited for, does not complete (aborted), as their help says`

@@ -161,7 +161,7 @@ func TestPutValueTooLarge(t *testing.T) {
 	eps := "--endpoints=" + c.URL(0) + "," + c.URL(1)
 	for range 3 {
 		step{name: "put too large", args: []string{eps, "put", "--file", file, "big"}, code: exitBadRequest,
-			errHas: "bad request (413): value too large: limit is 16777216 bytes"}.run(t)
+			errHas: "refused (413): value too large: limit is 16777216 bytes"}.run(t)
 	}
 	assert.Zero(t, c.Metric(t, 1, "dhtkv_requests_total", "op", "put"), "the other endpoint was not asked")
 	step{name: "get", args: []string{eps, "get", "big"}, code: exitNotFound, errHas: "not found"}.run(t)
@@ -217,7 +217,7 @@ func TestUsage(t *testing.T) {
 		{name: "empty endpoints", args: []string{"--endpoints", " , ", "get", "k"}, code: exitUsage, errHas: "--endpoints is empty"},
 		{name: "bad endpoint", args: []string{"--endpoints", "ftp://x:1", "get", "k"}, code: exitUsage, errHas: "want http://host:port"},
 		{name: "missing file", args: []string{eps, "put", "--file", filepath.Join(t.TempDir(), "absent"), "k"}, code: exitError, errHas: "no such file"},
-		{name: "help", args: []string{"-h"}, outHas: []string{"EXIT CODES", "3  not found", "4  not enough replicas", "5  bad request", "DHTKV_ENDPOINTS", "scan", "status"}},
+		{name: "help", args: []string{"-h"}, outHas: []string{"EXIT CODES", "3  not found", "4  not enough replicas", "5  request refused", "DHTKV_ENDPOINTS", "scan", "status"}},
 		{name: "command help", args: []string{"scan", "-h"}, outHas: []string{"--limit is applied by the node", "-keys-only"}},
 		{name: "version", args: []string{"--version"}, out: fmt.Sprintf("dhtkvctl %s (%s)\n", buildinfo.Version(), buildinfo.GoVersion())},
 	} {

@@ -30,12 +30,12 @@ func TestToken(t *testing.T) {
 	}
 	writeFile := file("write", tok.Write+"\n")
 	crlfFile := file("crlf", tok.Admin+"\r\n")
-	const noToken = "bad request (401): unauthorized: this request needs a client token (Authorization: Bearer TOKEN)"
+	const noToken = "refused (401): unauthorized: this request needs a client token (Authorization: Bearer TOKEN)"
 	for _, s := range []step{
 		{name: "put without a token", args: []string{eps, "put", "k", "v"}, code: exitBadRequest, errHas: noToken},
 		{name: "get without a token", args: []string{eps, "get", "k"}, code: exitBadRequest, errHas: noToken},
-		{name: "unknown token", args: []string{eps, "--token", "not-a-token-of-the-node", "get", "k"}, code: exitBadRequest, errHas: "bad request (401): unauthorized: unknown token"},
-		{name: "put with read", args: []string{eps, "--token", tok.Read, "put", "k", "v"}, code: exitBadRequest, errHas: "bad request (403): forbidden: this request needs the write role; the token's is read"},
+		{name: "unknown token", args: []string{eps, "--token", "not-a-token-of-the-node", "get", "k"}, code: exitBadRequest, errHas: "refused (401): unauthorized: unknown token"},
+		{name: "put with read", args: []string{eps, "--token", tok.Read, "put", "k", "v"}, code: exitBadRequest, errHas: "refused (403): forbidden: this request needs the write role; the token's is read"},
 		{name: "put with write", args: []string{eps, "--token", tok.Write, "put", "k", "v"}, out: "OK\n"},
 		{name: "get with read", args: []string{eps, "--token", tok.Read, "get", "k"}, out: "v"},
 		{name: "scan with read", args: []string{eps, "--token", tok.Read, "scan", "--keys-only"}, out: "k\n"},
@@ -46,7 +46,7 @@ func TestToken(t *testing.T) {
 		{name: "status needs no token", args: []string{eps, "status"}, outHas: []string{c.URL(0), c.URL(1)}},
 		{name: "cluster with read", args: []string{"--token", tok.Read, "cluster", admin}, outHas: []string{c.URL(0)}},
 		{name: "cluster without a token", args: []string{"cluster", admin}, code: exitBadRequest, errHas: noToken},
-		{name: "repair with write", args: []string{"--token", tok.Write, "repair", admin}, code: exitBadRequest, errHas: "bad request (403): forbidden: this request needs the admin role; the token's is write"},
+		{name: "repair with write", args: []string{"--token", tok.Write, "repair", admin}, code: exitBadRequest, errHas: "refused (403): forbidden: this request needs the admin role; the token's is write"},
 		{name: "repair with admin", args: []string{"--token", tok.Admin, "repair", admin}, outHas: []string{"PEER", c.URL(1)}},
 		{name: "snapshot with write", args: []string{"--token", tok.Write, "snapshot", admin, "--dir", "x"}, code: exitBadRequest, errHas: "(403): forbidden: this request needs the admin role"},
 		{name: "decommission without a token", args: []string{"decommission", admin, c.URL(1)}, code: exitBadRequest, errHas: noToken},
