@@ -8,6 +8,7 @@ import (
 	"log"
 	"log/slog"
 	"net"
+	"strings"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -57,6 +58,9 @@ func (s *slogger) Log(lv hclog.Level, msg string, args ...any) {
 	if l > slog.LevelDebug && closedHere(args) {
 		l = slog.LevelDebug
 	}
+	if l == slog.LevelWarn && firstElection(msg, args) {
+		l = slog.LevelInfo
+	}
 	all := append(append([]any{}, s.args...), args...)
 	for i, a := range all {
 		// hclog.Fmt's value ("servers", hclog.Fmt("%+v", ...) in raft's
@@ -81,6 +85,24 @@ func (s *slogger) Log(lv hclog.Level, msg string, args ...any) {
 		}
 	}
 	s.l.Log(context.Background(), l, msg, all...)
+}
+
+// firstElection reports whether msg is raft's "heartbeat timeout reached,
+// starting election" of a server that has heard of no leader since it
+// started (last-leader-id ""): every voter logs it at every start, before
+// the group's first election, and a single node at each start. A warning
+// there would teach operators to ignore the one that matters: the same
+// message naming the leader that went silent, which stays a warning.
+func firstElection(msg string, args []any) bool {
+	if !strings.HasPrefix(msg, "heartbeat timeout reached") {
+		return false
+	}
+	for i := 0; i+1 < len(args); i += 2 {
+		if args[i] == "last-leader-id" {
+			return fmt.Sprint(args[i+1]) == ""
+		}
+	}
+	return false
 }
 
 // closedHere reports whether one of args is an error on a connection this

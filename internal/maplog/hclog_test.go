@@ -12,9 +12,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 func TestHCLogLevels(t *testing.T) {
@@ -27,7 +29,12 @@ func TestHCLogLevels(t *testing.T) {
 		{"an error stays one", func(l hclog.Logger) {
 			l.Error("failed to decode incoming command", "error", errors.New("unexpected EOF"))
 		}, "level=ERROR"},
-		{"a warning stays one", func(l hclog.Logger) { l.Warn("heartbeat timeout reached", "last-leader-addr", "x") }, "level=WARN"},
+		{"a warning stays one", func(l hclog.Logger) {
+			l.Warn("heartbeat timeout reached, starting election", "last-leader-addr", "x:1", "last-leader-id", "2")
+		}, "level=WARN"},
+		{"the election of a start is no warning", func(l hclog.Logger) {
+			l.Warn("heartbeat timeout reached, starting election", "last-leader-addr", "", "last-leader-id", "")
+		}, "level=INFO"},
 		{"raft's info is the node's debug", func(l hclog.Logger) { l.Info("entering follower state") }, ""},
 		{"a connection closed here is no error", func(l hclog.Logger) {
 			l.Error("failed to decode incoming command", "error", closed)
@@ -139,4 +146,24 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// A single node's start, as the node logs it at level info: one component
+// per line, and no warning for the election every start holds.
+func TestStartLogsNoWarning(t *testing.T) {
+	var b syncBuffer
+	_, trans := raft.NewInmemTransport("node0")
+	l, err := Open(vfs.NewMem(), "log", 0, trans, nil, fastOptions(),
+		slog.New(slog.NewTextHandler(&b, &slog.HandlerOptions{Level: slog.LevelInfo})))
+	require.NoError(t, err)
+	require.NoError(t, l.Start())
+	require.NoError(t, l.Bootstrap([]Server{{ID: 0, Addr: "node0"}}))
+	require.Eventually(t, l.IsLeader, 10*time.Second, 10*time.Millisecond)
+	require.NoError(t, l.Close())
+	out := b.String()
+	assert.Contains(t, out, "starting election")
+	for line := range strings.Lines(out) {
+		assert.Equal(t, 1, strings.Count(line, "component="), line)
+		assert.NotContains(t, line, "level=WARN")
+	}
 }

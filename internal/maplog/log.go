@@ -201,7 +201,8 @@ func (e *NotLeaderError) Error() string {
 type Log struct {
 	o     Options
 	self  int
-	log   *slog.Logger
+	log   *slog.Logger // component=maplog
+	base  *slog.Logger // the node's, for raft's adapter (component=maplog.raft)
 	store *Store
 	fsm   *fsm
 	trans raft.Transport
@@ -249,7 +250,7 @@ func Open(fs vfs.FS, dir string, self int, trans raft.Transport, fwd Forwarder, 
 		return nil, err
 	}
 	return &Log{
-		o: o, self: self, log: log.With("component", "maplog"), store: st, fsm: newFSM(),
+		o: o, self: self, log: log.With("component", "maplog"), base: log, store: st, fsm: newFSM(),
 		trans: trans, fwd: fwd, stop: make(chan struct{}),
 		failing:  map[raft.ServerID]time.Time{},
 		departed: map[raft.ServerID]time.Time{},
@@ -298,7 +299,7 @@ func (l *Log) Start() error {
 	cfg.SnapshotThreshold = l.o.SnapshotThreshold
 	cfg.TrailingLogs = l.o.TrailingLogs
 	cfg.SnapshotInterval = l.o.SnapshotInterval
-	cfg.Logger = newHCLog(l.log)
+	cfg.Logger = newHCLog(l.base)
 	r, err := raft.NewRaft(cfg, l.fsm, l.store, l.store, l.store, l.trans)
 	if err != nil {
 		return fmt.Errorf("maplog: start raft: %w", err)
