@@ -52,10 +52,14 @@ check_port() {
   (($2 >= 1024 && $2 + 2 <= 65535)) || die "$1=$2: want 1024 to 65533 (the base of three consecutive ports)"
 }
 check_port PORT "$PORT"
-if [[ -z ${DATA:-} ]]; then
-  DATA=data
-  ((PORT == 8080)) || DATA=data/$PORT
-fi
+default_data=data
+((PORT == 8080)) || default_data=data/$PORT
+DATA=${DATA:-$default_data}
+# same: the make variables, each with a space before it, that name this
+# cluster again in a hint (none for the default cluster).
+same=""
+((PORT == 8080)) || same+=" PORT=$PORT"
+[[ $DATA == "$default_data" ]] || same+=" DATA=$DATA"
 # The cluster's admin base port is remembered in DATA with its PORT (run
 # and node write both), so that make run-node N=… and a later make
 # run-cluster of the same cluster use the ADMIN_PORT it was started with,
@@ -128,9 +132,9 @@ await() {
     sleep 0.1
   done
   if grep -q "waiting to be added to the cluster" <(tail -n 20 "$DATA/node$1.log"); then
-    die "node$1 waits to be added to the cluster (for --join-wait, 10 min by default): add it with bin/dhtkvctl join --admin <a member's admin address> $(url_of "$1"), or stop it with make stop-node N=$1"
+    die "node$1 waits to be added to the cluster (for --join-wait, 10 min by default): add it with bin/dhtkvctl join --admin <a member's admin address> $(url_of "$1"), or stop it with make stop-node N=$1$same"
   fi
-  die "node$1 does not answer on $(url_of "$1") after 30 s; it still runs (make stop-node N=$1 stops it; see $DATA/node$1.log)"
+  die "node$1 does not answer on $(url_of "$1") after 30 s; it still runs (make stop-node N=$1$same stops it; see $DATA/node$1.log)"
 }
 
 run() {
@@ -142,7 +146,7 @@ run() {
   for i in "${nodes[@]}"; do
     for port in $((PORT + i - 1)) $((ADMIN_PORT + i - 1)); do
       ((port <= 65535)) || die "node$i's port $port is out of range"
-      in_use "$port" && die "port $port is in use (another cluster? try make run-cluster PORT=<another base>, or make stop-cluster PORT=$PORT)"
+      in_use "$port" && die "port $port is in use (another cluster? try make run-cluster PORT=<another base>, or make stop-cluster$same)"
     done
   done
   [[ -x $BIN/dhtkv ]] || die "$BIN/dhtkv not found (make build)"
@@ -182,7 +186,7 @@ run() {
   echo
   echo "try:  curl -X PUT --data-binary hello 'http://$HOST:$((PORT + started[0] - 1))/v0/entity?id=greeting'"
   echo "      bin/dhtkvctl --endpoints $(for i in "${started[@]}"; do printf '%s,' "$(url_of "$i")"; done | sed 's/,$//') get greeting"
-  echo "Ctrl-C (or make stop-cluster PORT=$PORT) stops every node."
+  echo "Ctrl-C (or make stop-cluster$same) stops every node."
   # Each node's exit is told as it happens, and the others go on: a node
   # decommissioned or removed (dhtkvctl decommission or remove,
   # docs/membership.md) exits 0 by itself; one stopped with make
@@ -200,7 +204,7 @@ run() {
       unset "pids[i]"
       died=0
       if [[ $(cat "$DATA/node$i.pid" 2>/dev/null) != "$pid" ]]; then
-        echo "node$i stopped (make stop-node N=$i or stop-cluster; make run-node N=$i starts it again)"
+        echo "node$i stopped (make stop-node N=$i$same or stop-cluster$same; make run-node N=$i$same starts it again)"
         continue
       fi
       rm -f "$DATA/node$i.pid"
@@ -211,7 +215,7 @@ run() {
       died=1
       echo "node$i exited (status $code); the end of $DATA/node$i.log:"
       tail -n 3 "$DATA/node$i.log" | sed 's/^/  /'
-      echo "the others go on (make run-node N=$i starts it again)"
+      echo "the others go on (make run-node N=$i$same starts it again)"
     done
     for f in "$DATA"/node*.pid; do
       pid=$(cat "$f" 2>/dev/null) && kill -0 "$pid" 2>/dev/null && { sleep 0.5; continue 2; }
@@ -230,7 +234,7 @@ node() {
   [[ -x $BIN/dhtkv ]] || die "$BIN/dhtkv not found (make build)"
   for port in $((PORT + i - 1)) $((ADMIN_PORT + i - 1)); do
     ((port <= 65535)) || die "node$i's port $port is out of range"
-    in_use "$port" && die "port $port is in use (node$i already running? make stop-node N=$i)"
+    in_use "$port" && die "port $port is in use (node$i already running? make stop-node N=$i$same)"
   done
   mkdir -p "$DATA"
   echo "$PORT $ADMIN_PORT" >"$DATA/admin-port"
@@ -252,7 +256,7 @@ node() {
   if ! await "$i" "$pid"; then
     die "node$i left the cluster earlier (see $DATA/node$i.log): delete $DATA/node$i to use the number again"
   fi
-  echo "node$i running: $(url_of "$i")  admin http://$HOST:$((ADMIN_PORT + i - 1))/metrics  log $DATA/node$i.log  (make stop-node N=$i stops it)"
+  echo "node$i running: $(url_of "$i")  admin http://$HOST:$((ADMIN_PORT + i - 1))/metrics  log $DATA/node$i.log  (make stop-node N=$i$same stops it)"
 }
 
 # stop [N]: SIGTERM to node N's pid file, or to every node's of DATA, and

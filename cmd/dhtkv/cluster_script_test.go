@@ -202,7 +202,8 @@ func TestRunClusterScript(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, exec.Command("kill", "-KILL", strings.TrimSpace(string(pid))).Run())
 	said("node2 exited (status 137)")
-	said("the others go on (make run-node N=2 starts it again)")
+	same := fmt.Sprintf(" PORT=%d DATA=%s", base, data) // the hints name this cluster
+	said("the others go on (make run-node N=2" + same + " starts it again)")
 	for _, n := range []int{0, 2} {
 		_, err := c.Status(t.Context(), nodes[n].url)
 		require.NoError(t, err, "node%d still serves", n+1)
@@ -215,7 +216,7 @@ func TestRunClusterScript(t *testing.T) {
 	assert.Contains(t, string(out), "stopped node2")
 	out, err = clusterScript(t, env, "stop-node", "3").CombinedOutput()
 	require.NoError(t, err, "%s", out)
-	said("node3 stopped (make stop-node N=3 or stop-cluster")
+	said("node3 stopped (make stop-node N=3" + same + " or stop-cluster" + same)
 	_, err = c.Status(t.Context(), nodes[0].url)
 	require.NoError(t, err, "node1 still serves")
 
@@ -243,7 +244,7 @@ func TestRunClusterScript(t *testing.T) {
 		env  []string
 		want string
 	}{
-		{env, fmt.Sprintf("port %d is in use", base+1)},
+		{env, fmt.Sprintf("port %d is in use (another cluster? try make run-cluster PORT=<another base>, or make stop-cluster%s)", base+1, same)},
 		{[]string{"PORT=80", "DATA=" + data}, "PORT=80: want 1024 to 65533"},
 		{[]string{"PORT=3000", "DATA=" + data}, "ADMIN_PORT (PORT-2020 by default) would be 980"},
 		{[]string{"PORT=http", "DATA=" + data}, "PORT=http is not a port number"},
