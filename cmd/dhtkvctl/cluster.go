@@ -457,7 +457,7 @@ func ended(w io.Writer, ch ownChange, st *client.ClusterStatus, completed bool) 
 		if !ok {
 			last := "none recorded"
 			if o := st.Last; o != nil {
-				last = fmt.Sprintf("%s of node %d, epochs %d-%d", o.Kind, o.Node, o.Began, o.Ended)
+				last = fmt.Sprintf("%s, epochs %d-%d", outcomeName(o), o.Began, o.Ended)
 			}
 			return fmt.Errorf("%w at epoch %d: %s (the last change the cluster recorded: %s; see dhtkvctl cluster)",
 				ch.failed("did not complete"), st.Map.Epoch, instead, last)
@@ -465,6 +465,16 @@ func ended(w io.Writer, ch ownChange, st *client.ClusterStatus, completed bool) 
 	}
 	_, err := fmt.Fprintf(w, "%s completed\n", ch.what)
 	return err
+}
+
+// outcomeName names a recorded change: its kind and node ("join of node
+// 4"), or for a replicas change, whose node is only the one that drove
+// it, the kind alone.
+func outcomeName(o *client.ChangeOutcome) string {
+	if o.Kind == "replicas" {
+		return fmt.Sprintf("replicas change (driven by node %d)", o.Node)
+	}
+	return fmt.Sprintf("%s of node %d", o.Kind, o.Node)
 }
 
 func describeMap(m *client.ClusterMap) string {
@@ -497,7 +507,7 @@ func printCluster(w io.Writer, st *client.ClusterStatus, asJSON bool) error {
 		if o.Aborted {
 			how = "aborted"
 		}
-		fmt.Fprintf(w, "last change: %s of node %d, epochs %d-%d, %s\n", o.Kind, o.Node, o.Began, o.Ended, how)
+		fmt.Fprintf(w, "last change: %s, epochs %d-%d, %s\n", outcomeName(o), o.Began, o.Ended, how)
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tURL\tSELF")

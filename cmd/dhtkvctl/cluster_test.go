@@ -355,3 +355,21 @@ func TestNextStep(t *testing.T) {
 		assert.Contains(t, got, tc.has, tc.name)
 	}
 }
+
+// A recorded change is named by its kind and node, except a replicas
+// change: its node is the one that drove it, and "replicas of node 1"
+// read as if node 1 had moved.
+func TestPrintClusterNamesTheLastChange(t *testing.T) {
+	m := &client.ClusterMap{Epoch: 9, Replicas: 3, Nodes: []client.ClusterNode{{ID: 1, URL: "http://a:1"}}}
+	for _, tc := range []struct {
+		last client.ChangeOutcome
+		want string
+	}{
+		{client.ChangeOutcome{Kind: "join", Node: 4, Began: 5, Ended: 8}, "last change: join of node 4, epochs 5-8, completed\n"},
+		{client.ChangeOutcome{Kind: "replicas", Node: 1, Began: 5, Ended: 8, Aborted: true}, "last change: replicas change (driven by node 1), epochs 5-8, aborted\n"},
+	} {
+		var b strings.Builder
+		require.NoError(t, printCluster(&b, &client.ClusterStatus{Map: m, Self: 1, Last: &tc.last}, false))
+		assert.Contains(t, b.String(), tc.want)
+	}
+}

@@ -102,6 +102,33 @@ func TestStatusWarnsOfWritesAJoinWaitsFor(t *testing.T) {
 	})
 }
 
+// TestStatusWarnsOfWritesAReplicasChangeWaitsFor: the same warning names
+// a change of the replication factor by its new factor, not by the node
+// that drives it ("replicas of node 0" read as if node 0 were moving).
+// Factor 1 to 2 with node 2 stopped: the partitions whose new set holds
+// node 2 take no write at the new default ack.
+func TestStatusWarnsOfWritesAReplicasChangeWaitsFor(t *testing.T) {
+	testcluster.InBubble(t, func(t *testing.T) {
+		c := testcluster.StartInMemory(t, 3, func(_ int, cfg *node.Config) { cfg.Replicas = 1 })
+		c.AwaitFormed(time.Minute)
+		cl := c.Client()
+		c.Await(time.Minute, "node 2's acknowledgement of the first map, which a change needs", func() (bool, string) {
+			st := c.Node(0).MapLog().State()
+			return st.Map != nil && st.Acks[2] >= st.Map.Epoch, fmt.Sprintf("acks %v", st.Acks)
+		})
+		c.StopNode(2)
+		code, body := cl.Do(t, http.MethodPost, c.AdminURL(0)+"/cluster/replicas?n=2", nil)
+		require.Equal(t, http.StatusAccepted, code, "%s", body)
+		c.Await(time.Minute, "node 0 warns of the writes the change waits for", func() (bool, string) {
+			_, body := cl.Do(t, http.MethodGet, c.URL(0)+"/v0/status", nil)
+			return strings.Contains(string(body), "writes failing: "), string(body)
+		})
+		_, body = cl.Do(t, http.MethodGet, c.URL(0)+"/v0/status", nil)
+		require.Contains(t, string(body), "while the change of the replication factor to 2 (stage write-both)")
+		require.Contains(t, string(body), "unreachable from here: "+c.URL(2))
+	})
+}
+
 // TestSyncedCountsTheCurrentMapOnly: a peer's last complete anti-entropy
 // exchange (/v0/status's last_complete, dhtkvctl status's SYNCED) counts
 // under the cluster map the node installed last. After a replicas change

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/dhtkv/dhtkv/internal/clustermap"
 	"github.com/dhtkv/dhtkv/internal/partition"
 	"github.com/dhtkv/dhtkv/internal/view"
 )
@@ -99,8 +100,12 @@ func (n *Node) writeProblem() string {
 	if v.ReadNew {
 		remedy = "start or bring them back, or replace or remove a dead one (past read-new the change cannot be aborted)"
 	}
-	return fmt.Sprintf("%d of %d partitions cannot take writes at the default ack while the %s of node %d (stage %s) writes both replica sets: unreachable from here: %s; %s",
-		short, partition.Count, ch.Kind, ch.Node, ch.Stage, r.missingURLs(), remedy)
+	what := fmt.Sprintf("%s of node %d", ch.Kind, ch.Node)
+	if ch.Kind == clustermap.Replicas {
+		what = fmt.Sprintf("change of the replication factor to %d", ch.Replicas)
+	}
+	return fmt.Sprintf("%d of %d partitions cannot take writes at the default ack while the %s (stage %s) writes both replica sets: unreachable from here: %s; %s",
+		short, partition.Count, what, ch.Stage, r.missingURLs(), remedy)
 }
 
 // reach tells the replicas this node reaches from those it does not, by
