@@ -75,10 +75,12 @@ func (s *Store) Checkpoint(dir string, complete time.Time, grace time.Duration) 
 		return fmt.Errorf("checkpoint of %s in %s: %w", s.dir, dir, err)
 	}
 	partial := s.fs.PathJoin(s.fs.PathDir(dir), "."+s.fs.PathBase(dir)+".partial-"+strconv.FormatInt(time.Now().UnixNano(), 36))
+	made := s.missingParents(dir)
 	// Before the copy: every write it holds was acknowledged after this,
 	// or before; a delete it lacks was made after this.
 	taken := time.Now()
 	if err := s.db.Checkpoint(partial, pebble.WithFlushedWAL()); err != nil {
+		s.removeEmpty(made)
 		return fmt.Errorf("checkpoint of %s in %s: %w", s.dir, partial, err)
 	}
 	err := writeMark(s.fs, partial, Snapshot{Taken: taken, Complete: complete, Grace: grace})
@@ -86,13 +88,43 @@ func (s *Store) Checkpoint(dir string, complete time.Time, grace time.Duration) 
 		err = s.fs.Rename(partial, dir)
 	}
 	if err != nil {
-		_ = s.fs.RemoveAll(partial)
+		if s.fs.RemoveAll(partial) == nil {
+			s.removeEmpty(made)
+		}
 		return fmt.Errorf("checkpoint of %s in %s: %w", s.dir, dir, err)
 	}
 	if err := syncDir(s.fs, s.fs.PathDir(dir)); err != nil {
 		return fmt.Errorf("checkpoint of %s in %s: %w", s.dir, dir, err)
 	}
 	return nil
+}
+
+// missingParents are the directories above dir that do not exist yet,
+// the deepest first: those a checkpoint into dir makes (Pebble's
+// Checkpoint makes its destination's parents).
+func (s *Store) missingParents(dir string) []string {
+	var missing []string
+	for p := s.fs.PathDir(dir); ; p = s.fs.PathDir(p) {
+		if _, err := s.fs.Stat(p); !errors.Is(err, fs.ErrNotExist) {
+			return missing
+		}
+		missing = append(missing, p)
+		if s.fs.PathDir(p) == p {
+			return missing
+		}
+	}
+}
+
+// removeEmpty removes, deepest first, the directories a failed checkpoint
+// made (missingParents), each only if it is empty: a failed snapshot
+// leaves no directories behind, nor removes anything another writer put
+// there meanwhile.
+func (s *Store) removeEmpty(made []string) {
+	for _, d := range made {
+		if ls, err := s.fs.List(d); err != nil || len(ls) > 0 || s.fs.Remove(d) != nil {
+			return
+		}
+	}
 }
 
 // writeMark writes dir's SnapshotMark durably: the two times, a line

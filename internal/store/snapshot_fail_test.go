@@ -2,6 +2,7 @@ package store
 
 import (
 	"os"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -82,7 +83,9 @@ func TestCheckpointToAFailingDestinationLeavesTheStoreAlone(t *testing.T) {
 // its mark is a store that RestoredSnapshot takes for no snapshot, so a
 // node restored from it would skip the age check against --gc-grace. Nor
 // does a crash after the copy, before its mark (played by a clean-up that
-// fails too): the copy is made beside dir and renamed to it marked.
+// fails too): the copy is made beside dir and renamed to it marked. The
+// directories the snapshot made above dir are removed with it (they were
+// left, empty).
 func TestCheckpointWhoseMarkFailsLeavesNothing(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
@@ -108,9 +111,21 @@ func TestCheckpointWhoseMarkFailsLeavesNothing(t *testing.T) {
 			defer s.Close()
 			require.NoError(t, s.Apply([]byte("k"), rec(1, "v")))
 
+			require.NoError(t, fs.MkdirAll("/backup", 0o755))
+			require.Error(t, s.Checkpoint("/backup/nightly/1/snap", time.Now(), time.Hour), "the mark cannot be written")
+			_, err := fs.Stat("/backup/nightly/1/snap")
+			require.ErrorIs(t, err, os.ErrNotExist)
+			ls, err := fs.List("/backup")
+			require.NoError(t, err)
+			if tc.crash {
+				require.Equal(t, []string{"nightly"}, ls, "the partial copy's parents stay with it")
+			} else {
+				require.Empty(t, ls, "the directories it made are removed; /backup was there before")
+			}
+
 			require.Error(t, s.Checkpoint("/backup/snap", time.Now(), time.Hour), "the mark cannot be written")
 
-			_, err := fs.Stat("/backup/snap")
+			_, err = fs.Stat("/backup/snap")
 			if err == nil {
 				ls, _ := fs.List("/backup/snap")
 				r, err := Open("/backup/snap", Options{BlockCacheBytes: 1 << 20, MemTableBytes: 1 << 20, FS: fs})
@@ -120,9 +135,10 @@ func TestCheckpointWhoseMarkFailsLeavesNothing(t *testing.T) {
 				require.NoError(t, err)
 				t.Fatalf("a failed snapshot left %v in its directory, which opens as a store that is no restored snapshot (RestoredSnapshot: %v)", ls, restored)
 			}
-			ls, err := fs.List("/backup")
+			ls, err = fs.List("/backup")
 			require.NoError(t, err)
 			if tc.crash {
+				ls = slices.DeleteFunc(ls, func(n string) bool { return n == "nightly" })
 				require.Len(t, ls, 1, "the partial copy beside it")
 				require.True(t, strings.HasPrefix(ls[0], ".snap.partial-"), ls[0])
 			} else {
