@@ -74,7 +74,10 @@ type Result struct {
 	Errors        ErrorCounts      `json:"errors"`
 	Latency       LatencySummary   `json:"latency_us"`
 	// LatencyByOp is a mixed workload's Latency for its GETs ("get") and
-	// PUTs ("put") apart; absent for the other workloads.
+	// PUTs ("put") apart; absent for the other workloads. It holds the
+	// requests sent only: an unsent slot (Unsent) had no operation drawn
+	// yet, so it counts in Latency and not here, and a run with unsent
+	// slots is judged by Latency.
 	LatencyByOp map[string]LatencySummary `json:"latency_by_op_us,omitempty"`
 	// Spectrum is the whole latency distribution, from 0% to 100%, at
 	// wrk2's percentile steps; empty when nothing was recorded.
