@@ -457,7 +457,7 @@ func ended(w io.Writer, ch ownChange, st *client.ClusterStatus, completed bool) 
 		if !ok {
 			last := "none recorded"
 			if o := st.Last; o != nil {
-				last = fmt.Sprintf("%s, epochs %d-%d", outcomeName(o), o.Began, o.Ended)
+				last = fmt.Sprintf("%s, epochs %d-%d", outcomeName(o, st.Map), o.Began, o.Ended)
 			}
 			return fmt.Errorf("%w at epoch %d: %s (the last change the cluster recorded: %s; see dhtkvctl cluster)",
 				ch.failed("did not complete"), st.Map.Epoch, instead, last)
@@ -468,11 +468,15 @@ func ended(w io.Writer, ch ownChange, st *client.ClusterStatus, completed bool) 
 }
 
 // outcomeName names a recorded change: its kind and node ("join of node
-// 4"), or for a replicas change, whose node is only the one that drove
-// it, the kind alone.
-func outcomeName(o *client.ChangeOutcome) string {
+// 4 at URL", the URL while m has the node: ids are the map's, not the
+// operator's numbering), or for a replicas change, whose node is only the
+// one that drove it, the kind.
+func outcomeName(o *client.ChangeOutcome, m *client.ClusterMap) string {
 	if o.Kind == "replicas" {
 		return fmt.Sprintf("replicas change (driven by node %d)", o.Node)
+	}
+	if u := m.NodeURL(o.Node); u != "" {
+		return fmt.Sprintf("%s of node %d at %s", o.Kind, o.Node, u)
 	}
 	return fmt.Sprintf("%s of node %d", o.Kind, o.Node)
 }
@@ -507,7 +511,7 @@ func printCluster(w io.Writer, st *client.ClusterStatus, asJSON bool) error {
 		if o.Aborted {
 			how = "aborted"
 		}
-		fmt.Fprintf(w, "last change: %s, epochs %d-%d, %s\n", outcomeName(o), o.Began, o.Ended, how)
+		fmt.Fprintf(w, "last change: %s, epochs %d-%d, %s\n", outcomeName(o, st.Map), o.Began, o.Ended, how)
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tURL\tSELF")

@@ -365,7 +365,8 @@ func TestPrintClusterNamesTheLastChange(t *testing.T) {
 		last client.ChangeOutcome
 		want string
 	}{
-		{client.ChangeOutcome{Kind: "join", Node: 4, Began: 5, Ended: 8}, "last change: join of node 4, epochs 5-8, completed\n"},
+		{client.ChangeOutcome{Kind: "join", Node: 1, Began: 5, Ended: 8}, "last change: join of node 1 at http://a:1, epochs 5-8, completed\n"},
+		{client.ChangeOutcome{Kind: "decommission", Node: 4, Began: 5, Ended: 8}, "last change: decommission of node 4, epochs 5-8, completed\n"},
 		{client.ChangeOutcome{Kind: "replicas", Node: 1, Began: 5, Ended: 8, Aborted: true}, "last change: replicas change (driven by node 1), epochs 5-8, aborted\n"},
 	} {
 		var b strings.Builder

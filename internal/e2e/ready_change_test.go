@@ -76,7 +76,7 @@ func TestStatusWarnsOfWritesAJoinWaitsFor(t *testing.T) {
 			s := status()
 			return strings.Contains(s, "writes failing: "), s
 		})
-		require.Contains(t, status(), "join of node 3 (stage write-both)")
+		require.Contains(t, status(), "join of node 3 at "+c.URL(j)+" (stage write-both)")
 		require.Contains(t, status(), "unreachable from here: "+c.URL(j))
 		var st client.Status
 		_, body := cl.Do(t, http.MethodGet, c.URL(0)+"/v0/status?verbose", nil)

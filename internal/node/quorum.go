@@ -101,6 +101,9 @@ func (n *Node) writeProblem() string {
 		remedy = "start or bring them back, or replace or remove a dead one (past read-new the change cannot be aborted)"
 	}
 	what := fmt.Sprintf("%s of node %d", ch.Kind, ch.Node)
+	if nd := v.Map.Node(ch.Node); nd != nil {
+		what += " at " + nd.URL // ids are the map's, not the operator's numbering
+	}
 	if ch.Kind == clustermap.Replicas {
 		what = fmt.Sprintf("change of the replication factor to %d", ch.Replicas)
 	}
