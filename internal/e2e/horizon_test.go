@@ -176,3 +176,62 @@ func TestGCHorizonResetWhenAPartitionLeaves(t *testing.T) {
 		}
 	})
 }
+
+// TestGCHorizonAboveLastExchangeKeepsMissedWrites: a horizon may only
+// claim what the exchanges a collection relied on vouched for. Node 1
+// and node 2 replicate one partition; node 1's last exchange with node 2
+// (clean) is older than the grace when it collects y's tombstone, and w,
+// a write of another key of that partition made after that exchange,
+// is on node 2 only (from=1: anti-entropy brings it to node 1). The
+// collection raised the partition's horizon to now - grace, above w's
+// version: node 1 then refused w as "below the horizon", both sides
+// counted it delivered, and w stayed on one replica for good (lost with
+// node 2's disk).
+func TestGCHorizonAboveLastExchangeKeepsMissedWrites(t *testing.T) {
+	testcluster.InBubble(t, func(t *testing.T) {
+		c, p := horizonCluster(t, 2)
+		w := findKey(t, p, "w", 2, 1)
+		part, _ := partition.Of([]byte(w))
+		y := ""
+		for i := 0; ; i++ {
+			y = fmt.Sprintf("y-%d", i)
+			if q, _ := partition.Of([]byte(y)); q == part {
+				break
+			}
+		}
+		cl := c.Client()
+		require.Equal(t, http.StatusCreated, cl.Put(t, c.URL(1), y, []byte("v"), 2, 2))
+		require.Equal(t, http.StatusAccepted, cl.Delete(t, c.URL(1), y, 2, 2))
+		// Older than the exchange below by more than the collector's lag
+		// (a write may reach a peer after its exchange with a version from
+		// before it: --max-clock-skew + --replica-timeout + 1 s).
+		time.Sleep(5 * time.Second)
+		for _, st := range c.Repair(1) { // node 1's last exchanges: the tombstone is everywhere
+			require.Empty(t, st.Error, "node 1 with %s", st.Peer)
+		}
+		time.Sleep(time.Second)
+		require.Equal(t, http.StatusCreated, cl.Put(t, c.URL(2), w, []byte("written"), 1, 1)) // on node 2 only
+
+		time.Sleep(70 * time.Second) // past the grace of y's delete, and of w's write
+		require.Equal(t, 1, c.Node(1).CollectGarbage(), "node 1 collects y")
+
+		for _, i := range []int{1, 2} {
+			for _, st := range c.Repair(i) {
+				require.Empty(t, st.Error, "node %d with %s", i, st.Peer)
+			}
+		}
+		code, rec := internalGet(t, cl, c.URL(1), w, "")
+		require.Equal(t, http.StatusOK, code, "anti-entropy brought w to node 1, its other replica")
+		require.Equal(t, "written", string(rec.Value))
+
+		// What it costs: node 2's disk lost and rebuilt from node 1.
+		c.StopNode(2)
+		c.WipeNode(2)
+		c.StartNode(2)
+		c.Await(time.Minute, "node 2 rebuilt", func() (bool, string) {
+			return !c.Node(2).Rebuilding(), "rebuilding"
+		})
+		code, body := cl.Get(t, c.URL(0), w, 2, 2)
+		require.Equal(t, http.StatusOK, code, "w through node 0: %q", body)
+	})
+}

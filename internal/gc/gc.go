@@ -24,7 +24,9 @@
 //     reconfirm, would not be seen.)
 //  2. its delete (the tombstone's version time, or the expiry) is older
 //     than Grace. Removing raises the horizon of the record's partition to
-//     that cut-off, and from then on the replica drops every write older
+//     that cut-off, or to the start of the oldest exchange relied on less
+//     Lag where that is lower (a horizon claims what the exchanges saw:
+//     Pass), and from then on the replica drops every write older
 //     than it of a key of that partition that holds nothing (answering as
 //     if it held something newer): a write older than a removed delete,
 //     delivered late, cannot resurrect the key (store's gc.go says why a
@@ -79,6 +81,13 @@ type Options struct {
 	// removes counting as removeCost entries (--gc-rate; default
 	// DefaultRate). A pass over N records takes at least N/Rate seconds.
 	Rate int
+	// Lag is how far below the moment it reaches a replica a write's
+	// version may be: its coordinator's clock behind, and the write in
+	// flight (no flag; the node passes --max-clock-skew plus
+	// --replica-timeout plus a second; default 0). A pass raises a
+	// partition's horizon no higher than its relied-on exchanges' start
+	// less Lag (Pass).
+	Lag time.Duration
 }
 
 // DefaultRate is Options.Rate's default: reading an index entry costs
@@ -243,8 +252,20 @@ func (g *Collector) Pass(ctx context.Context) int {
 		if !mine || arrivedBefore.IsZero() {
 			continue
 		}
+		// The partition's horizon claims that every write below it that
+		// this node lacks was overtaken by a delete removed here: true
+		// only of what the exchanges relied on had seen (arrivedBefore,
+		// which may be older than the cutoff when a peer's exchanges
+		// keep failing, or --gc-grace is under --ae-interval), less
+		// Lag, for a write that reached the peer after its exchange with
+		// a version from before it. Above that, a write this node missed
+		// is one the next exchange must still bring, not refuse.
+		partHorizon := min(horizon, hlc.VersionAt(arrivedBefore.Add(-g.o.Lag)))
 		cands = cands[:0]
 		read, err := g.local.Store.Candidates(part, uint64(cutoff.UnixMilli()), uint64(arrivedBefore.UnixMilli()), func(key []byte, e store.IndexEntry) error {
+			if e.Version >= partHorizon {
+				return nil // above what the exchanges vouch for: a later pass
+			}
 			cands = append(cands, store.Candidate{Key: bytes.Clone(key), Version: e.Version})
 			return nil
 		})
@@ -276,7 +297,7 @@ func (g *Collector) Pass(ctx context.Context) int {
 			// commits: an install that happens after this check waits
 			// (store.AwaitCommits, package membership) until the
 			// commit is done, and one before it withdraws the commit.
-			n, err := g.local.Collect(chunk, horizon, func() bool { return g.views() == v })
+			n, err := g.local.Collect(chunk, partHorizon, func() bool { return g.views() == v })
 			if errors.Is(err, store.ErrCollectWithdrawn) {
 				return g.stoppedAtNewMap(removed)
 			}

@@ -244,3 +244,37 @@ func TestPassStopsAtANewMap(t *testing.T) {
 		})
 	}
 }
+
+// A pass raises a partition's horizon no higher than what its relied-on
+// exchange vouched for: the exchange's start less Lag (a write may reach
+// the peer after the exchange with a version from before it). With a
+// grace shorter than the time since the exchange, the cutoff is above the
+// exchange, and a horizon at the cutoff refused for good a write this node
+// missed between the two, which anti-entropy then counted delivered. A
+// tombstone at or above the capped horizon waits for a later pass.
+func TestPassHorizonBelowTheExchangeLessLag(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		grace   time.Duration
+		lag     time.Duration
+		removed int
+	}{
+		{"the cutoff below the exchange", time.Hour, 0, 20},
+		{"the cutoff above the exchange", time.Millisecond, 0, 20},
+		{"above the exchange, with a lag", time.Millisecond, time.Minute, 20},
+		{"a lag past the tombstones", time.Millisecond, 3 * time.Hour, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				g := twoNodes(t, 20, &incarnationPeer{incs: []uint64{7}}, 7)
+				g.o.Grace, g.o.Lag = tc.grace, tc.lag
+				exchange := g.synced()[1].At
+				now := g.now()
+				require.Equal(t, tc.removed, g.Pass(context.Background()))
+				h := g.local.Store.HighestHorizon()
+				require.LessOrEqual(t, h, hlc.VersionAt(exchange.Add(-tc.lag)), "a horizon above the exchange less the lag")
+				require.LessOrEqual(t, h, hlc.VersionAt(now.Add(-tc.grace)), "a horizon above the cutoff")
+			})
+		})
+	}
+}

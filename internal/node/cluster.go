@@ -157,6 +157,7 @@ func (n *Node) buildCluster(cmap *clustermap.Map, self int, joined bool, topo cl
 	n.ae = ae
 	gcOpts := cfg.GC
 	gcOpts.Grace = cfg.gcGrace()
+	gcOpts.Lag = cfg.MaxClockSkew + cfg.ReplicaTimeout + time.Second
 	n.gc = gc.New(local, n.members.View, ae.SyncedSince, n.rebuild.Rebuilding, gcOpts, log)
 	n.settle = settle.New(n.store, cfg.Settle, log)
 
