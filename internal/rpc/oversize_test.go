@@ -1,7 +1,10 @@
 package rpc
 
 import (
+	"bufio"
 	"net"
+	"net/http"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -58,4 +61,54 @@ func TestOversizedWriteLeavesItsBatchMates(t *testing.T) {
 	_, found, err := st.Version([]byte("small"))
 	require.NoError(t, err)
 	require.True(t, found, "the valid batch-mate is stored")
+}
+
+// A peer's answer to a batch or a ping is bounded before this node
+// allocates it: fasthttp's client allocates a response body's announced
+// Content-Length (rounded up) before it reads a byte of it, so without
+// a bound one answer from a misbehaving peer (or whatever listens at a
+// dead peer's address) announcing 2 GiB made this node allocate 2 GiB
+// per call, and one announcing more than the address space panicked the
+// sender's goroutine (makeslice), ending the node.
+func TestPeerAnswerOverLimitIsRefusedUnallocated(t *testing.T) {
+	const announced = 2 << 30
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				br := bufio.NewReader(c)
+				for {
+					req, err := http.ReadRequest(br)
+					if err != nil {
+						return
+					}
+					_ = req.Body.Close()
+					// The header only: the body never comes.
+					if _, err := c.Write([]byte("HTTP/1.1 200 OK\r\nContent-Length: 2147483648\r\n\r\n")); err != nil {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	p := NewPeer("http://"+ln.Addr().String(), PeerOptions{Timeout: 200 * time.Millisecond}, nil)
+	defer p.Close()
+
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	_, pingErr := p.Ping(0, time.Now().Add(200*time.Millisecond))
+	_, _, getErr := p.Get([]byte("k"), 0, time.Now().Add(200*time.Millisecond))
+	runtime.ReadMemStats(&after)
+
+	require.Error(t, pingErr)
+	require.Error(t, getErr)
+	require.Less(t, after.TotalAlloc-before.TotalAlloc, uint64(announced/8),
+		"allocated for answers announced at %d bytes and never sent", announced)
 }

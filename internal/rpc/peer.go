@@ -29,6 +29,13 @@ const SecretHeader = "X-Dhtkv-Secret"
 // own --max-value-bytes (node.Config).
 const DefaultMaxBatchBytes = 256 << 10
 
+// DefaultMaxPeerAnswerBytes is PeerOptions.MaxAnswerBytes' default: a
+// batch answer's reads stop once past the peer's DefaultMaxAnswerBytes,
+// the last of them a value of at most the peer's --max-value-bytes,
+// which this node takes up to 1 GiB whatever its own (as it does a
+// record of a peer's stream); plus the writes' results.
+const DefaultMaxPeerAnswerBytes = 1<<30 + 2*DefaultMaxAnswerBytes
+
 // PeerOptions configures the client for one peer. Zero fields take the
 // defaults noted.
 type PeerOptions struct {
@@ -47,6 +54,12 @@ type PeerOptions struct {
 	// DefaultMaxBatchBytes); a single larger operation goes alone. Keep it
 	// within the peers' request body limit.
 	MaxBatchBytes int
+	// MaxAnswerBytes bounds the body of the peer's answer to a batch or
+	// a ping (default DefaultMaxPeerAnswerBytes); a larger one fails the
+	// batch's calls. fasthttp allocates an answer's announced length
+	// before it reads a byte of it: without a bound, one header from a
+	// misbehaving peer made this node allocate whatever it announced.
+	MaxAnswerBytes int
 	// Secret is sent in SecretHeader on every request when set
 	// (--cluster-secret; default none).
 	Secret string
@@ -195,6 +208,9 @@ func NewPeer(baseURL string, o PeerOptions, m *Metrics) *Peer {
 	if o.MaxBatchBytes <= 0 {
 		o.MaxBatchBytes = DefaultMaxBatchBytes
 	}
+	if o.MaxAnswerBytes <= 0 {
+		o.MaxAnswerBytes = DefaultMaxPeerAnswerBytes
+	}
 	base := transportURL(baseURL, o.TLS)
 	p := &Peer{
 		url:      baseURL,
@@ -243,6 +259,7 @@ func NewPeer(baseURL string, o PeerOptions, m *Metrics) *Peer {
 			ReadTimeout:              timeout,
 			WriteTimeout:             timeout,
 			MaxIdleConnDuration:      30 * time.Second,
+			MaxResponseBodySize:      o.MaxAnswerBytes,
 			NoDefaultUserAgentHeader: true,
 			// fasthttp handshakes within WriteTimeout after the dial,
 			// and refuses a request whose scheme disagrees with IsTLS.
