@@ -86,6 +86,10 @@ type SegmentList struct {
 
 var errSummaryMalformed = errors.New("malformed summary request")
 
+// minEntry is the fewest bytes an entry of a segments answer takes: a
+// key length, one key byte, a version.
+const minEntry = 1 + 1 + 8
+
 // ServeSummary answers one SummaryPath request from this node's store and
 // appends the answer to out. Nothing of body is kept.
 func (s *Server) ServeSummary(body, out []byte) ([]byte, error) {
@@ -225,7 +229,9 @@ func ParseSegmentsAnswer(buf []byte, asked []Segment, maxKeyBytes int) ([]Segmen
 			return nil, fmt.Errorf("segments answer: segment %d/%d, asked %d/%d: %w", l.Part, l.Seg, asked[len(out)].Part, asked[len(out)].Seg, errSummaryMalformed)
 		}
 		n, k := binary.Uvarint(buf[3:])
-		if k <= 0 || n > uint64(len(buf)) {
+		// Each entry takes at least minEntry bytes: a count beyond what
+		// the rest holds is refused before it is allocated for.
+		if k <= 0 || n > uint64(len(buf)-3-k)/minEntry {
 			return nil, fmt.Errorf("segments answer: bad count: %w", errSummaryMalformed)
 		}
 		buf = buf[3+k:]

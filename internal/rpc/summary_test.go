@@ -1,10 +1,12 @@
 package rpc
 
 import (
+	"encoding/binary"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"path/filepath"
+	"runtime"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -163,4 +165,25 @@ func FuzzParseSegmentsAnswer(f *testing.F) {
 			}
 		}
 	})
+}
+
+// A segments answer's count is bounded by the entries its bytes can
+// hold (each takes at least 10: a length, a key byte, a version) before
+// the parser allocates for it: a misbehaving peer's answer of 1 MiB
+// claiming 1M entries (the bound was the answer's length) made the
+// asker allocate 32 MiB of entries, 32 times the answer, and up to
+// 256 MiB per exchange step within the summary client's 8 MiB answers.
+func TestParseSegmentsAnswerCountBoundedByItsBytes(t *testing.T) {
+	const size = 1 << 20
+	ans := make([]byte, 0, size)
+	ans = append(ans, 0, 1, 2) // partition 1, segment 2
+	ans = binary.AppendUvarint(ans, uint64(size-8))
+	ans = ans[:size] // zeros: no entry is valid
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	_, err := ParseSegmentsAnswer(ans, []Segment{{1, 2}}, 64)
+	runtime.ReadMemStats(&after)
+	require.Error(t, err)
+	allocs := after.TotalAlloc - before.TotalAlloc
+	require.Less(t, allocs, uint64(2*size), "bytes allocated to parse an answer of %d bytes", size)
 }
