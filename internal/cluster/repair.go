@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/dhtkv/dhtkv/internal/record"
@@ -174,6 +175,9 @@ type repairQueue struct {
 	repair func(repairJob)
 	jobs   chan repairJob
 	work   *worker.Group
+	// bytes is what the jobs queued or being written hold (their keys
+	// and records), at most repairQueueBytes.
+	bytes atomic.Int64
 	// dropped counts a job the full queue had no room for, by its targets.
 	dropped func(targets int)
 }
@@ -189,6 +193,12 @@ type repairJob struct {
 // next read or to anti-entropy.
 const repairQueueLen = 1024
 
+// repairQueueBytes bounds the bytes of the background repairs waiting or
+// being written (their keys and records): 1024 records of the largest
+// value would be 16 GiB at the default --max-value-bytes. A job beyond it
+// is dropped, as one beyond repairQueueLen is (but for one alone: take).
+const repairQueueBytes = 64 << 20
+
 func newRepairQueue(repair func(repairJob), dropped func(targets int)) *repairQueue {
 	return &repairQueue{repair: repair, dropped: dropped, jobs: make(chan repairJob, repairQueueLen), work: worker.New()}
 }
@@ -199,11 +209,32 @@ func (q *repairQueue) enqueue(key, env []byte, targets []int) {
 	if len(targets) == 0 {
 		return
 	}
+	size := int64(len(key) + len(env))
+	if !q.take(size) {
+		q.dropped(len(targets))
+		return
+	}
 	job := repairJob{key: bytes.Clone(key), env: env, targets: slices.Clone(targets)}
 	select {
 	case q.jobs <- job:
 	default:
+		q.bytes.Add(-size)
 		q.dropped(len(targets))
+	}
+}
+
+// take charges size bytes to repairQueueBytes, and reports whether they
+// fit; a job larger than the whole bound is taken when nothing else is
+// held (a --max-value-bytes above it).
+func (q *repairQueue) take(size int64) bool {
+	for {
+		used := q.bytes.Load()
+		if used+size > repairQueueBytes && used > 0 {
+			return false
+		}
+		if q.bytes.CompareAndSwap(used, used+size) {
+			return true
+		}
 	}
 }
 
@@ -216,6 +247,7 @@ func (q *repairQueue) start() {
 				return
 			case job := <-q.jobs:
 				q.repair(job)
+				q.bytes.Add(-int64(len(job.key) + len(job.env)))
 			}
 		}
 	})
