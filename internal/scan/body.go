@@ -108,6 +108,13 @@ type Body struct {
 	counted uint64 // records already added to metrics
 	done    bool   // end reached (and, for the binary framings, marker produced)
 
+	// jsonRest is what is left to write of the value of the JSON record
+	// under way (jsonMore): written in pieces of about FlushBytes
+	// (framing.AppendJSONValuePart), never escaped whole. It aliases the
+	// iterator's record, valid until the next Next, Release included.
+	jsonRest []byte
+	jsonMore bool
+
 	pending []byte // Read's leftovers
 	pendErr error
 
@@ -325,6 +332,18 @@ func (b *Body) step() ([]byte, error) {
 			return nil, b.abort(AbortShutdown, ErrShutdown)
 		default:
 		}
+		if b.jsonMore {
+			var done bool
+			// Escaped, a byte takes up to 6.
+			b.buf, b.jsonRest, done = framing.AppendJSONValuePart(b.buf, b.jsonRest, b.o.FlushBytes/6)
+			if done {
+				b.jsonRest, b.jsonMore = nil, false
+			}
+			if len(b.buf) >= b.o.FlushBytes {
+				return b.buf, nil
+			}
+			continue
+		}
 		if b.o.Limit > 0 && b.n >= b.o.Limit {
 			return b.end()
 		}
@@ -355,7 +374,12 @@ func (b *Body) step() ([]byte, error) {
 			if !rec.LiveAt(b.o.Now) {
 				continue
 			}
-			b.buf = framing.AppendJSON(b.buf, b.it.Key(), rec.Value)
+			if len(rec.Value) <= b.o.FlushBytes {
+				b.buf = framing.AppendJSON(b.buf, b.it.Key(), rec.Value)
+				break
+			}
+			b.buf, b.jsonMore = framing.AppendJSONStart(b.buf, b.it.Key(), rec.Value)
+			b.jsonRest = rec.Value
 		default:
 			b.buf = AppendRecord(b.buf, b.it.Key(), b.it.Envelope())
 		}

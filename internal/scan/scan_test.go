@@ -2,6 +2,7 @@ package scan
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -12,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/dhtkv/dhtkv/internal/record"
+	"github.com/dhtkv/dhtkv/internal/scan/framing"
 )
 
 // sliceIter is an Iterator over records in memory; failAfter >= 0 makes it
@@ -315,4 +317,33 @@ func TestBodyErrors(t *testing.T) {
 		require.NoError(t, b.Close())
 		require.True(t, src.closed)
 	})
+}
+
+// A JSON record is written in pieces of about FlushBytes, not built whole:
+// a value of control characters, valid UTF-8, is escaped as \u00XX, six
+// bytes a byte, and a stream of a 16 MiB value held a 96 MiB piece (64
+// such streams, --max-scans, 6 GiB) where the other framings hold the
+// value's size (docs/range-scans.md: "a larger record is one piece of its
+// own size, bounded by --max-value-bytes").
+func TestBodyJSONPieceBoundedByTheValue(t *testing.T) {
+	value := bytes.Repeat([]byte{0x01, '"', 'a', 0xe2, 0x80, 0xa8}, 1<<17) // 768 KiB, escapes and U+2028 across piece boundaries
+	var w chunkWriter
+	b := NewBody(newSliceIter(map[string]record.Record{"k": live(string(value), 1), "l": live("x", 2)}), FormatJSON, BodyOptions{})
+	_, err := b.WriteTo(&w)
+	require.NoError(t, err)
+	require.NoError(t, b.Close())
+	most := 0
+	for _, c := range w.chunks {
+		most = max(most, len(c))
+	}
+	require.LessOrEqual(t, most, len(value), "largest piece written for a value of %d bytes", len(value))
+	lines := bytes.Split(bytes.TrimSuffix(bytes.Join(w.chunks, nil), []byte("\n")), []byte("\n"))
+	require.Len(t, lines, 2)
+	var got struct{ Key, Value string }
+	require.NoError(t, json.Unmarshal(lines[0], &got))
+	require.Equal(t, "k", got.Key)
+	require.Equal(t, string(value), got.Value, "the value round-trips")
+	want := framing.AppendJSON(nil, []byte("k"), value)
+	require.Equal(t, string(want), string(lines[0])+"\n", "byte for byte AppendJSON's")
+	require.Equal(t, `{"key":"l","value":"x"}`, string(lines[1]))
 }

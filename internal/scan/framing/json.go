@@ -39,6 +39,35 @@ func AppendJSON(dst, key, value []byte) []byte {
 	return append(dst, '}', '\n')
 }
 
+// AppendJSONStart appends the start of one record of the JSON lines
+// framing, AppendJSON's bytes in pieces: the whole object when value is
+// not valid UTF-8 (more false), else up to the opening quote of the
+// value's string (more true), whose rest AppendJSONValuePart appends.
+// A value escaped whole could take six times its size (\u00XX a byte).
+func AppendJSONStart(dst, key, value []byte) (_ []byte, more bool) {
+	dst = appendJSONField(append(dst, '{'), "key", key)
+	if !utf8.Valid(value) {
+		dst = appendJSONField(append(dst, ','), "value", value)
+		return append(dst, '}', '\n'), false
+	}
+	return append(dst, `,"value":"`...), true
+}
+
+// AppendJSONValuePart appends the escaped form of value's first most
+// bytes or so (whole runes, at least one), and returns the rest; once
+// none is left (done), the string's and the object's ends and '\n'.
+func AppendJSONValuePart(dst, value []byte, most int) (_, rest []byte, done bool) {
+	n := min(len(value), max(most, 1))
+	for n < len(value) && !utf8.RuneStart(value[n]) {
+		n++
+	}
+	dst = appendJSONStringBody(dst, value[:n])
+	if n < len(value) {
+		return dst, value[n:], false
+	}
+	return append(dst, '"', '}', '\n'), nil, true
+}
+
 // AppendJSONKey appends an object with the key only, and '\n' (a listing
 // of keys).
 func AppendJSONKey(dst, key []byte) []byte {
@@ -65,8 +94,13 @@ func appendJSONField(dst []byte, name string, b []byte) []byte {
 // FuzzJSONString): the standard library has no append API for it, and
 // json.Marshal would allocate twice per record.
 func appendJSONString(dst, b []byte) []byte {
+	return append(appendJSONStringBody(append(dst, '"'), b), '"')
+}
+
+// appendJSONStringBody is appendJSONString without the quotes: b split
+// at rune boundaries gives the same bytes piece by piece.
+func appendJSONStringBody(dst, b []byte) []byte {
 	const hex = "0123456789abcdef"
-	dst = append(dst, '"')
 	start := 0 // b[start:i] is pending, needing no escape
 	for i := 0; i < len(b); {
 		c := b[i]
@@ -105,6 +139,5 @@ func appendJSONString(dst, b []byte) []byte {
 		i++
 		start = i
 	}
-	dst = append(dst, b[start:]...)
-	return append(dst, '"')
+	return append(dst, b[start:]...)
 }
