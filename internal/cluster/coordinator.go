@@ -300,6 +300,11 @@ const maxReplicas = 8
 // A replica with a newer cluster map refuses the read (and hands its map
 // over, which this node installs): the read is then routed again by the
 // new map, at most twice.
+//
+// ack 0 is the default, a majority of from cut to the factor of the set
+// the read asks, taken from the view each route is by: a read routed
+// again from stream to read-new of a growth asks the new, larger set,
+// whose default ack is larger (1 to 3: 1 of the old set, 2 of the new).
 func (c *Coordinator) Get(key []byte, ack, from int) (Result, error) {
 	for try := 0; ; try++ {
 		r := c.route()
@@ -314,6 +319,9 @@ func (c *Coordinator) Get(key []byte, ack, from int) (Result, error) {
 }
 
 func (c *Coordinator) get(r *routes, key []byte, ack, from int) (Result, error) {
+	if ack <= 0 {
+		ack = min(from/2+1, r.ReadFactor())
+	}
 	var buf [maxReplicas]int
 	reps := r.ReadReplicas(key, from, buf[:0])
 	if len(reps) == 1 && reps[0] == r.Self && !r.Moving {

@@ -275,7 +275,14 @@ func (s *Server) entity(ctx *fasthttp.RequestCtx, info *reqInfo) Op {
 	}
 	switch op {
 	case OpGet, OpHead:
-		res, err := s.Coord.Get(p.key, p.ack, p.from)
+		ack := p.ack
+		if !ctx.QueryArgs().Has("ack") {
+			// The default: Get takes it from the view it routes by, which
+			// a route again after a stale epoch may change (a growth's
+			// read-new asks a larger set than its stream stage).
+			ack = 0
+		}
+		res, err := s.Coord.Get(p.key, ack, p.from)
 		switch {
 		case err != nil:
 			s.replicaError(ctx, err)
