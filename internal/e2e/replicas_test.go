@@ -127,3 +127,54 @@ func TestMembershipReplicasChangeUnderLoad(t *testing.T) {
 		r.check(m)
 	})
 }
+
+// TestShrinkKeepsAWriteItsKeptReplicaMissed: at factor 3, a write is
+// acknowledged by two replicas (ack=2, the default majority) while the
+// key's first-ranked replica, node 0, is down, and the hint for node 0
+// expires (--hint-window) before anti-entropy ran. The factor is then
+// lowered to 1: the new set of the key is node 0 alone, which gains
+// nothing, so nothing is copied; nodes 1 and 2 drop the partition at
+// the change's end, and with it the only copies of an acknowledged
+// write.
+func TestShrinkKeepsAWriteItsKeptReplicaMissed(t *testing.T) {
+	testcluster.InBubble(t, func(t *testing.T) {
+		c := testcluster.StartInMemory(t, 3, func(_ int, cfg *node.Config) {
+			cfg.Replicas = 3
+			cfg.Handoff.Window = 2 * time.Second
+			cfg.Handoff.Interval = 200 * time.Millisecond
+		})
+		c.AwaitFormed(time.Minute)
+		m, _ := c.Node(0).Members().Map()
+		p := placement.New(m.Nodes)
+		cl := c.Client()
+		var keys []string
+		for i := 0; len(keys) < 20; i++ {
+			k := fmt.Sprintf("k%d", i)
+			if replicasOf(p, k, 1)[0] == 0 {
+				keys = append(keys, k)
+			}
+		}
+
+		c.StopNode(0)
+		for _, k := range keys {
+			require.Equal(t, http.StatusCreated, cl.Put(t, c.URL(1), k, []byte("v"), 2, 3))
+		}
+		time.Sleep(10 * time.Second) // past the hints' window: they are dropped
+		c.StartNode(0)
+		c.AwaitStable(time.Minute)
+		require.Empty(t, c.Hints(1)[0], "node 1's hints for node 0 expired")
+		require.Empty(t, c.Hints(2)[0], "node 2's hints for node 0 expired")
+
+		code, body := cl.Do(t, http.MethodPost, c.AdminURL(1)+"/cluster/replicas?n=1", nil)
+		require.Equal(t, http.StatusAccepted, code, "%s", body)
+		c.AwaitNoChange(2 * time.Minute)
+
+		var lost []string
+		for _, k := range keys {
+			if code, _ := cl.Get(t, c.URL(0), k, 1, 1); code != http.StatusOK {
+				lost = append(lost, k)
+			}
+		}
+		require.Empty(t, lost, "%d of %d writes acknowledged by 2 of 3 replicas lost by the shrink to 1", len(lost), len(keys))
+	})
+}

@@ -280,7 +280,8 @@ func (mv *mover) copyGained(ctx context.Context, v *view.View) {
 		s.log.Warn("membership: partitions this node gains have no live replica in the old set to copy from: only what this node holds of them is left",
 			"epoch", v.Map.Epoch, "partitions", len(unsourced), "first", unsourced[0])
 	}
-	if len(from) == 0 {
+	kept := keptFromLeavers(v)
+	if len(from) == 0 && len(kept) == 0 {
 		s.setMoved(v.Map.Epoch)
 		return
 	}
@@ -288,6 +289,9 @@ func (mv *mover) copyGained(ctx context.Context, v *view.View) {
 		return
 	}
 	bulk, rest := planCopy(from)
+	for r, ps := range kept {
+		rest[r] = append(rest[r], ps...)
+	}
 	parts := 0
 	for _, set := range bulk {
 		parts += set.Len()
@@ -413,6 +417,37 @@ func liveGains(v *view.View) (from map[int][]partition.ID, unsourced []partition
 	}
 	slices.Sort(unsourced)
 	return from, unsourced
+}
+
+// keptFromLeavers returns, by live old replica leaving them, the
+// partitions this node keeps (in both sets) whose new set gains no node:
+// a replicas change lowering the factor, where nothing is copied, and
+// the old replicas that lose a rank drop the partition at the end. A
+// write acknowledged before the change may be on those alone (at factor
+// 3, ack=2 on the second and third ranked while the first was down and
+// its hint expired; lowered to 1, the first holds the partition alone),
+// so this node compares the partition with each of them, pulling only,
+// before the change may end.
+func keptFromLeavers(v *view.View) map[int][]partition.ID {
+	out := map[int][]partition.ID{}
+	var oldBuf, newBuf [8]int
+	for p := range partition.Count {
+		part := partition.ID(p)
+		old := v.Old.PartitionReplicas(part, v.OldFactor, oldBuf[:0])
+		nw := v.New.PartitionReplicas(part, v.NewFactor, newBuf[:0])
+		if !slices.Contains(old, v.Self) || !slices.Contains(nw, v.Self) {
+			continue
+		}
+		if slices.ContainsFunc(nw, func(n int) bool { return !slices.Contains(old, n) }) {
+			continue // a gainer copies from every old replica
+		}
+		for _, r := range old {
+			if !slices.Contains(nw, r) && !v.Dead(r) {
+				out[r] = append(out[r], part)
+			}
+		}
+	}
+	return out
 }
 
 // keptForDead reports whether partition p, not held by this node in v
