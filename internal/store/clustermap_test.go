@@ -387,3 +387,28 @@ func TestDropHeldKeepsAWriteRacingItsChunk(t *testing.T) {
 	require.True(t, found, "the write arrived after the moment (%d)", began)
 	require.Equal(t, uint64(2), v)
 }
+
+// TestDropHeldKeepsARecordStoredAgainSince: a leftover stored again
+// since the moment at the same version (a change's copy bringing it from
+// an old replica, after the drop before the copy failed) is the copy the
+// map's log may have counted: a second DropHeld (the mover run again
+// after a restart in the stream stage) must keep it. The index merge
+// keeps the earlier arrival of equal versions, so it was dropped.
+func TestDropHeldKeepsARecordStoredAgainSince(t *testing.T) {
+	s := open(t, t.TempDir())
+	defer s.Close()
+	k := "k0"
+	put(t, s, k, 1, []byte("leftover"))
+	last := time.Now().UnixMilli()
+	require.Eventually(t, func() bool { return time.Now().UnixMilli() > last }, time.Second, 100*time.Microsecond)
+	began := uint64(time.Now().UnixMilli())
+	require.Eventually(t, func() bool { return uint64(time.Now().UnixMilli()) > began }, time.Second, 100*time.Microsecond)
+
+	put(t, s, k, 1, []byte("leftover")) // the copy, from an old replica
+	removed, err := s.DropHeld(t.Context(), partOf(k), nil, nil, began)
+	require.NoError(t, err)
+	require.Zero(t, removed, "the copy stored the record again after the moment (%d)", began)
+	_, found, err := s.Version([]byte(k))
+	require.NoError(t, err)
+	require.True(t, found)
+}

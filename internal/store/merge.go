@@ -96,8 +96,10 @@ func (m *lwwValueMerger) Close() error {
 var maxMergerPool = sync.Pool{New: func() any { return new(indexMerger) }}
 
 // indexMerger keeps the index entry (summary.go) of the largest version;
-// of two entries of one version (the same write stored twice), the earlier
-// arrival.
+// of two entries of one version (the same write stored twice), the later
+// arrival: a record a change's copy stored again is the copy, which the
+// drop of what a gained partition held from before (DropHeld) must keep,
+// and garbage collection then waits for an exchange since (only later).
 type indexMerger struct {
 	best IndexEntry
 	buf  [indexValueLen]byte
@@ -108,7 +110,7 @@ func (m *indexMerger) add(value []byte) error {
 	if !ok {
 		return fmt.Errorf("index merge operand of %d bytes: %w", len(value), record.ErrCorrupt)
 	}
-	if e.Version > m.best.Version || e.Version == m.best.Version && e.Arrived < m.best.Arrived {
+	if e.Version > m.best.Version || e.Version == m.best.Version && e.Arrived > m.best.Arrived {
 		m.best = e
 	}
 	return nil

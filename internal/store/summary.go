@@ -47,7 +47,7 @@ const indexPrefix = 'i'
 // IndexEntry is a key's entry in the index.
 type IndexEntry struct {
 	Version uint64
-	// Arrived is when this node first stored this version, Unix
+	// Arrived is when this node last stored this version, Unix
 	// milliseconds: garbage collection removes a record only once this
 	// node has since compared it with every other replica.
 	Arrived uint64
