@@ -108,11 +108,13 @@ type Body struct {
 	counted uint64 // records already added to metrics
 	done    bool   // end reached (and, for the binary framings, marker produced)
 
-	// jsonRest is what is left to write of the value of the JSON record
-	// under way (jsonMore): written in pieces of about FlushBytes
-	// (framing.AppendJSONValuePart), never escaped whole. It aliases the
-	// iterator's record, valid until the next Next, Release included.
-	jsonRest []byte
+	// jsonOff is how much of the value of the JSON record under way
+	// (jsonMore) is written: the rest goes in pieces of about FlushBytes
+	// (framing.AppendJSONValuePart), never escaped whole. The value is
+	// read again from the iterator for each piece: a stalled write's
+	// Release (stallRelease, between two pieces) gives back the memory
+	// the record aliased, and the iterator then holds its own copy.
+	jsonOff  int
 	jsonMore bool
 
 	pending []byte // Read's leftovers
@@ -333,11 +335,14 @@ func (b *Body) step() ([]byte, error) {
 		default:
 		}
 		if b.jsonMore {
+			value := b.it.Record().Value
+			var rest []byte
 			var done bool
 			// Escaped, a byte takes up to 6.
-			b.buf, b.jsonRest, done = framing.AppendJSONValuePart(b.buf, b.jsonRest, b.o.FlushBytes/6)
+			b.buf, rest, done = framing.AppendJSONValuePart(b.buf, value[b.jsonOff:], b.o.FlushBytes/6)
+			b.jsonOff = len(value) - len(rest)
 			if done {
-				b.jsonRest, b.jsonMore = nil, false
+				b.jsonOff, b.jsonMore = 0, false
 			}
 			if len(b.buf) >= b.o.FlushBytes {
 				return b.buf, nil
@@ -379,7 +384,6 @@ func (b *Body) step() ([]byte, error) {
 				break
 			}
 			b.buf, b.jsonMore = framing.AppendJSONStart(b.buf, b.it.Key(), rec.Value)
-			b.jsonRest = rec.Value
 		default:
 			b.buf = AppendRecord(b.buf, b.it.Key(), b.it.Envelope())
 		}

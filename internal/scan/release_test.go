@@ -1,6 +1,7 @@
 package scan
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -14,6 +15,8 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/dhtkv/dhtkv/internal/record"
+	"github.com/dhtkv/dhtkv/internal/scan/framing"
+	"github.com/dhtkv/dhtkv/internal/store"
 )
 
 // releasingIter is a sliceIter that counts its releases and fails the
@@ -150,4 +153,63 @@ func TestMergeReleasesItsReleasers(t *testing.T) {
 	require.Equal(t, []string{"k0000=v0", "k0001=newer", "k0002=v2", "k0009=x"}, got)
 	a.fail = errors.New("injected")
 	require.ErrorIs(t, m.Release(), a.fail)
+}
+
+// TestBodyJSONValueInPiecesSurvivesARelease: a JSON record whose value is
+// written in pieces (over FlushBytes) keeps the rest of the value across
+// steps; a stalled client releases the store iterator between two of
+// them, which gives Pebble back the block that value was read from. The
+// pieces after the release must still be the value's bytes, not what the
+// block's memory holds once the cache freed or reused it.
+func TestBodyJSONValueInPiecesSurvivesARelease(t *testing.T) {
+	s, err := store.Open(t.TempDir(), store.Options{BlockCacheBytes: 1 << 20, MemTableBytes: 1 << 20})
+	require.NoError(t, err)
+	defer s.Close()
+	value := bytes.Repeat([]byte("a"), 100<<10) // over FlushBytes (64 KiB): written in pieces
+	require.NoError(t, s.Apply([]byte("k"), &record.Record{Version: 1, Value: value}))
+	other := bytes.Repeat([]byte("z"), 100<<10)
+	for i := range 20 {
+		require.NoError(t, s.Apply(fmt.Appendf(nil, "z%02d", i), &record.Record{Version: 1, Value: other}))
+	}
+	// In sstables: the iterator's value is then a cached block's memory.
+	require.NoError(t, s.CompactRange(t.Context(), store.KeyRange{Start: []byte{0}, End: []byte{0xff}}))
+
+	it, err := s.NewIter([]byte("k"), []byte("k\x00"))
+	require.NoError(t, err)
+	client, server := net.Pipe() // every Write blocks until it is read
+	defer client.Close()
+	b := NewBody(it, FormatJSON, BodyOptions{ReleaseAfter: 5 * time.Millisecond})
+	done := make(chan error, 1)
+	go func() {
+		_, err := b.WriteTo(server)
+		server.Close()
+		done <- err
+	}()
+	// The first piece's write blocks: the iterator is released.
+	require.Eventually(t, func() bool { return s.RangeIters() == 0 }, 5*time.Second, time.Millisecond)
+	for i := range 20 { // other reads take the cache's memory
+		_, found, err := s.AppendEnvelope(nil, fmt.Appendf(nil, "z%02d", i))
+		require.NoError(t, err)
+		require.True(t, found)
+	}
+	got, err := io.ReadAll(client)
+	require.NoError(t, err)
+	require.NoError(t, <-done)
+	require.NoError(t, b.Close())
+	want := framing.AppendJSON(nil, []byte("k"), value)
+	if i := firstDiff(got, want); i >= 0 {
+		t.Fatalf("the JSON record differs from AppendJSON's from byte %d of %d: got %q..., want %q...", i, len(want), got[i:min(i+16, len(got))], want[i:min(i+16, len(want))])
+	}
+}
+
+func firstDiff(a, b []byte) int {
+	for i := range min(len(a), len(b)) {
+		if a[i] != b[i] {
+			return i
+		}
+	}
+	if len(a) != len(b) {
+		return min(len(a), len(b))
+	}
+	return -1
 }
