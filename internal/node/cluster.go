@@ -49,7 +49,11 @@ func (n *Node) buildCluster(cmap *clustermap.Map, self int, joined bool, topo cl
 		Timeout: cfg.ReplicaTimeout, Conns: cfg.PeerConns, Secret: cfg.ClusterSecret, Dial: cfg.PeerDial, TLS: peerTLS,
 		// Every node's batch body limit holds this, whatever its
 		// --max-value-bytes (Config.maxBatchBytes).
-		MaxBatchBytes:  rpc.DefaultMaxBatchBytes,
+		MaxBatchBytes: rpc.DefaultMaxBatchBytes,
+		// A peer's answer ends with at most one value over the answer
+		// budget, of up to its --max-value-bytes: taken up to 1 GiB, or
+		// this node's own limit where that is larger (as streams are).
+		MaxAnswerBytes: max(cfg.MaxValueBytes, streamValueBytes) + record.MaxHeaderSize + cfg.MaxKeyBytes + 2*rpc.DefaultMaxAnswerBytes,
 		SummaryTimeout: 30 * time.Second,
 		Now:            clock.Wall,
 	}
