@@ -51,7 +51,10 @@ func TestGCNoZombie(t *testing.T) {
 	_, tomb := internalGet(t, cl, c.URL(0), "z", "")
 	require.True(t, tomb.Tombstone)
 
-	time.Sleep(1500 * time.Millisecond) // the behaviour under test: past the grace
+	// The behaviour under test: past the grace, and the exchanges below
+	// start more than the collector's lag after the delete
+	// (--max-clock-skew 0.5 s + --replica-timeout 0.3 s + 1 s: gc.Options.Lag).
+	time.Sleep(2500 * time.Millisecond)
 	for i := range 2 {
 		for _, st := range c.Repair(t, i) {
 			if st.Peer == c.URL(2) {
