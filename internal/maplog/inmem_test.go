@@ -2,6 +2,7 @@ package maplog
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -430,4 +431,59 @@ func TestSubmitThroughTheInstalledMapsMembers(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, res.Accepted, res.String())
 	require.Eventually(t, func() bool { return logs[leader].State().Acks[3] == joined.Epoch }, 10*time.Second, 5*time.Millisecond)
+}
+
+// answerLost is a member's Network whose first forward to lost reaches
+// it (the leader applies the command) but whose answer is lost on the
+// way back: a link cut between the two while the leader answers.
+type answerLost struct {
+	*Network
+	lost    string
+	dropped atomic.Bool
+}
+
+func (a *answerLost) Forward(ctx context.Context, addr string, cmd []byte) ([]byte, error) {
+	out, err := a.Network.Forward(ctx, addr, cmd)
+	if err == nil && addr == a.lost && a.dropped.CompareAndSwap(false, true) {
+		return nil, errors.New("connection reset (the answer was lost)")
+	}
+	return out, err
+}
+
+// A change whose answer from the leader is lost is sent again through
+// another member (the relay, Command.Relay) with the first attempt's
+// request id: the log answers it with the first attempt's outcome,
+// accepted, not "the map moved on" for a change it applied.
+func TestSubmitRelayKeepsTheRequestID(t *testing.T) {
+	o := fastOptions()
+	mn := &memNet{lns: map[string]net.Listener{}, cut: map[[2]string]bool{}}
+	logs, _ := memGroup(t, mn, o, 3, 3)
+	leader := awaitLeader(t, logs)
+	from := (leader + 1) % 3
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	m, err := clustermap.Seed([]string{memURL(0), memURL(1), memURL(2)}, 3)
+	require.NoError(t, err)
+	res, err := logs[leader].Submit(ctx, Command{Op: OpSeed, Map: m})
+	require.NoError(t, err)
+	require.True(t, res.Accepted, res.String())
+	for _, l := range logs {
+		res, err := l.Ack(ctx, 1)
+		require.NoError(t, err)
+		require.True(t, res.Accepted, res.String())
+	}
+	require.Eventually(t, func() bool {
+		id, _ := logs[from].Leader()
+		return id == leader && logs[from].State().Map != nil
+	}, 10*time.Second, 5*time.Millisecond)
+	_, leaderAddr := logs[from].Leader()
+	logs[from].fwd = &answerLost{Network: logs[from].fwd.(*Network), lost: leaderAddr}
+
+	res, err = logs[from].Submit(ctx, Command{Op: OpJoin, Epoch: 1, From: from, URL: memURL(7)})
+	require.NoError(t, err)
+	st := logs[leader].State()
+	require.NotNil(t, st.Map.ByURL(memURL(7)), "the log applied the join")
+	require.True(t, res.Accepted, "the log applied the join, and its requester is told: %s", res.String())
+	require.Equal(t, st.Current.Node, res.Node)
+	require.NotEmpty(t, st.Current.ID)
 }

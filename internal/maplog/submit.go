@@ -201,6 +201,9 @@ func (l *Log) encode(c Command) ([]byte, error) {
 // A change is given an ID first, so that a retry after an uncertain
 // outcome is answered with the first attempt's outcome.
 func (l *Log) Submit(ctx context.Context, c Command) (*Result, error) {
+	if c.ID == "" && isChange(c.Op) {
+		c.ID = requestID() // here, not in encode alone: the relayed copy (rc) is the same request
+	}
 	b, err := l.encode(c)
 	if err != nil {
 		return nil, err
