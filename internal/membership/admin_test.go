@@ -93,3 +93,25 @@ func TestAdminDecommissionBelowFactor(t *testing.T) {
 	require.Equal(t, http.StatusAccepted, code, body)
 	require.Contains(t, body, `"kind":"decommission"`)
 }
+
+// A join or a replace naming a member's URL with its host spelled in
+// other letters (host names are case-insensitive: the same machine) is
+// refused as a member's URL is, with 409 and the reason; nothing changes.
+func TestAdminJoinMemberURLOtherCase(t *testing.T) {
+	urls := []string{"http://n1:1", "http://n2:1", "http://n3:1"}
+	c, logs := loggedCluster(t, urls)
+	before := c.settled(logs[urls[0]], 3)
+	h := c.member(urls[0]).Handler(nil)
+	q := url.QueryEscape
+	for _, target := range []string{
+		"/cluster/join?node=" + q("http://N2:1"),
+		"/cluster/join?node=" + q("HTTP://N3:1/"),
+	} {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, target, nil))
+		body := strings.TrimSpace(rec.Body.String())
+		require.Equal(t, http.StatusConflict, rec.Code, "%s: %s", target, body)
+		require.Contains(t, body, "already a member", target)
+	}
+	require.Equal(t, before.Epoch, c.member(urls[0]).View().Map.Epoch, "no change started")
+}

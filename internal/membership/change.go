@@ -3,6 +3,7 @@ package membership
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/dhtkv/dhtkv/internal/clustermap"
@@ -44,7 +45,28 @@ func (s *Service) Join(url string) (*clustermap.Map, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := notMemberByHost(m, url); err != nil {
+		return nil, err
+	}
 	return s.submit(maplog.Command{Op: maplog.OpJoin, Epoch: m.Epoch, URL: url})
+}
+
+// notMemberByHost refuses a new node URL that names a member's machine
+// with its host spelled in other letters (host names ignore case, the
+// map's URLs are compared as text): the log would take it as a new node.
+// The requester's check, not a rule of the log, so that every release
+// applies the log alike.
+func notMemberByHost(m *clustermap.Map, url string) error {
+	u, err := clustermap.NormalizeURL(url)
+	if err != nil {
+		return nil // the log refuses it with the reason
+	}
+	for _, n := range m.Nodes {
+		if n.URL != u && strings.EqualFold(n.URL, u) {
+			return fmt.Errorf("%w: %s is already a member, as node %d at %s (host names ignore case)", ErrChangeRefused, u, n.ID, n.URL)
+		}
+	}
+	return nil
 }
 
 // Decommission begins removing the node at url: its partitions are
@@ -107,6 +129,9 @@ func (s *Service) SetReplicas(n int) (*clustermap.Map, error) {
 func (s *Service) Replace(oldURL, newURL string) (*clustermap.Map, error) {
 	m, n, err := s.deadMember(oldURL, "replaced")
 	if err != nil {
+		return nil, err
+	}
+	if err := notMemberByHost(m, newURL); err != nil {
 		return nil, err
 	}
 	return s.submit(maplog.Command{Op: maplog.OpReplace, Epoch: m.Epoch, Node: n.ID, URL: newURL})
