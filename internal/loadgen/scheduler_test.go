@@ -145,10 +145,13 @@ func TestCancelStopsTheRun(t *testing.T) {
 		// Canceled after 300 ms. A loose bound: a run that ignored the
 		// cancellation would wait for the slot 5 s out, or last its minute.
 		ok(t, took < 2500*time.Millisecond, "rate %v: took %v", rate, took)
-		// The requests are the rate's over the run as it lasted: on a
-		// loaded machine the cancellation may take effect past 300 ms, and
-		// the schedule keeps its rate until then.
-		near(t, rate*took.Seconds()+1, res.Requests, 5, "requests at rate %v in %v", rate, took)
+		// No more requests than the schedule had slots for while the run
+		// lasted (the first is due at once): the cancellation sent no
+		// burst of the slots left. Not fewer than a bound either would be
+		// a timed test: on a loaded machine requests still out at the
+		// cancellation are not recorded (CI once had 31 of 36 slots).
+		ok(t, res.Requests <= int64(rate*took.Seconds())+2, "requests at rate %v in %v: %d", rate, took, res.Requests)
+		ok(t, res.Requests >= 1, "requests at rate %v in %v: %d, the first slot is due at once", rate, took, res.Requests)
 	}
 }
 
