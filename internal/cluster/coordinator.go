@@ -432,6 +432,15 @@ func (c *Coordinator) Write(key, value []byte, tombstone bool, ttl time.Duration
 	if err != nil {
 		return fmt.Errorf("write: %w", err)
 	}
+	if ack > 1 {
+		// A verified wall clock does not make a verified version: the
+		// clock's last version may be ahead of it (an ack=1 write made
+		// while it ran ahead, a bound restored from then), and a failed
+		// write's wait (failLate) covers a version at most the bound ahead.
+		if err := c.clock.CheckAhead(version); err != nil {
+			return fmt.Errorf("write: %w: %w: refusing to coordinate writes with ack of 2 or more", ErrVersionAhead, err)
+		}
+	}
 	rec := record.Record{Version: version, Tombstone: tombstone, Value: value, ExpiresAt: expiry(version, ttl)}
 	for try := 0; ; try++ {
 		r := c.route()
@@ -490,6 +499,13 @@ func (c *Coordinator) failLate(version uint64) {
 // once it learns so: node.Left). Its replica is no longer any key's, and
 // the map has no transport to the node now holding its id.
 var ErrNotAMember = errors.New("this node is not a member of the cluster map (decommissioned, removed or replaced): send requests to another node")
+
+// ErrVersionAhead refuses a write with ack of 2 or more because this
+// node's clock would version it beyond --max-clock-skew ahead of its wall
+// clock: it issued or observed such a version while its clock ran ahead,
+// and its clock was put right since. It coordinates them again once its
+// wall clock is within the bound of that version.
+var ErrVersionAhead = errors.New("this node's clock issues versions too far ahead of its wall clock")
 
 // ErrReplicaAhead refuses a write because a replica holds a version of
 // the key too far ahead of this node's clock to be observed: a node whose

@@ -414,3 +414,34 @@ func TestFaultClockSkewReplicaAhead(t *testing.T) {
 		r.settle()
 	})
 }
+
+// TestFaultClockCorrectedKeepsVersionsAhead: node 2's clock steps 30 s
+// ahead and, before its next probe round measures it off, takes an
+// ack=1 write (no lease needed): its clock's last version is then 30 s
+// ahead. The clock is put right again (NTP) and the next round verifies
+// it: its wall clock agrees with its peers'. Its versions, though, are
+// still 30 s ahead (the larger of the wall clock and the last version
+// plus one), so a write with ack=2 it coordinates while cut off fails
+// and stays on it with a version 30 s ahead, answered only 2 S after
+// its time (failLate's cap), not S after its version. A write of the
+// same key through node 0, acknowledged after that failure, must stand
+// (docs/replication.md, what the clock rules guarantee): node 2 refuses
+// W1 (503) while its versions are beyond the bound of its wall clock.
+func TestFaultClockCorrectedKeepsVersionsAhead(t *testing.T) {
+	testcluster.InBubble(t, func(t *testing.T) {
+		r := startSkewed(t, 3, 2, 0, 4)
+		require.Equal(t, http.StatusCreated, r.cl.Put(t, r.c.URL(2), "warm", []byte("x"), 2, 3), "node 2 verified")
+		r.c.StepClock(2, 30*time.Second)
+		require.Equal(t, http.StatusCreated, r.cl.Put(t, r.c.URL(2), "ack1", []byte("ahead"), 1, 3), "ack=1 before the next round")
+		r.c.StepClock(2, 0)
+		time.Sleep(3 * time.Second) // rounds verify node 2's corrected clock
+		r.c.Isolate(2)
+		refused := r.refused
+		codes := r.putAll(2, "failed", 2)
+		r.tick()
+		acked, w2 := r.ackAll(0, "acked", 2)
+		require.Equal(t, len(r.keys), acked, "W2 via node 0: %v", w2)
+		r.settle()
+		require.Equal(t, len(r.keys), r.refused-refused, "W1 via node 2, its versions 30 s ahead of its verified clock: refused before it makes one: %v", codes)
+	})
+}

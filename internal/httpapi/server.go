@@ -391,7 +391,7 @@ func (s *Server) replicaStatus(path []byte, err error) (int, string) {
 		// Too few peers answered to verify this node's clock: as the
 		// write itself would find, not enough nodes answered.
 		return fasthttp.StatusGatewayTimeout, err.Error()
-	case errors.Is(err, probe.ErrClockSkew), errors.Is(err, probe.ErrClockUnverified), errors.Is(err, cluster.ErrReplicaAhead),
+	case errors.Is(err, probe.ErrClockSkew), errors.Is(err, probe.ErrClockUnverified), errors.Is(err, cluster.ErrReplicaAhead), errors.Is(err, cluster.ErrVersionAhead),
 		errors.Is(err, cluster.ErrNotAMember):
 		// A clock this node cannot vouch for, or a replica's version
 		// made by one: not the server's fault, and it says why.
