@@ -58,7 +58,11 @@ func (o *clockOffset) measured(peer, sent, got time.Time) {
 		return // the clock stepped meanwhile, or too slow to tell
 	}
 	mid := sent.Round(0).Add(rtt / 2)
-	off := peer.UnixMicro() - mid.UnixMicro()
+	// Beyond what the word holds, the offset saturates: wrapped around,
+	// a clock off by 2^44 µs (about 203.6 days) would read as in
+	// agreement.
+	const maxOff = 1<<(63-errorBits) - 1
+	off := min(max(peer.UnixMicro()-mid.UnixMicro(), -maxOff), maxOff)
 	o.sample.Store(uint64(off)<<errorBits | uint64(errMicros))
 	now := time.Now() // local time: this clock may be the one off
 	base := o.base.Load()

@@ -40,3 +40,22 @@ func TestClockOffset(t *testing.T) {
 	require.Equal(t, before.Offset, after.Offset, "neither kept")
 	require.Equal(t, before.Error, after.Error)
 }
+
+// TestClockOffsetBeyondRange: an offset beyond what the packed word holds
+// (±2^43 µs, about 101 days) reads as far off, not wrapped around: a
+// peer 2^44 µs (about 203.6 days) ahead, or a clock that far behind its
+// peers, must not read as in agreement.
+func TestClockOffsetBeyondRange(t *testing.T) {
+	var o clockOffset
+	sent := time.UnixMilli(1_800_000_000_000)
+	for _, peer := range []time.Duration{
+		1 << 44 * time.Microsecond, -(1 << 44 * time.Microsecond),
+		1<<44*time.Microsecond + 100*time.Millisecond, 3 << 44 * time.Microsecond,
+	} {
+		o.measured(sent.Add(peer), sent, sent.Add(2*time.Millisecond))
+		s, ok := o.get()
+		require.True(t, ok)
+		require.Greater(t, s.Offset.Abs(), 100*24*time.Hour, "peer %v ahead read as %v", peer, s.Offset)
+		require.Equal(t, peer > 0, s.Offset > 0, "peer %v ahead read as %v", peer, s.Offset)
+	}
+}
