@@ -159,9 +159,12 @@ func TestSyncedCountsTheCurrentMapOnly(t *testing.T) {
 		for _, at := range lastComplete() {
 			require.NotNil(t, at, "compared with every peer under this map")
 		}
+		before, _ := c.Node(0).Members().Map()
 		code, body := cl.Do(t, http.MethodPost, c.AdminURL(0)+"/cluster/replicas?n=3", nil)
 		require.Equal(t, http.StatusAccepted, code, "%s", body)
-		c.AwaitNoChange(time.Minute)
+		// The members may not have installed the change when the admin
+		// call answers: wait for the map after it.
+		c.AwaitStableAfter(before.Epoch, time.Minute)
 		for _, at := range lastComplete() {
 			require.Nil(t, at, "an exchange under the factor-2 map says nothing of factor 3's replica sets")
 		}

@@ -167,7 +167,10 @@ func TestShrinkKeepsAWriteItsKeptReplicaMissed(t *testing.T) {
 
 		code, body := cl.Do(t, http.MethodPost, c.AdminURL(1)+"/cluster/replicas?n=1", nil)
 		require.Equal(t, http.StatusAccepted, code, "%s", body)
-		c.AwaitNoChange(2 * time.Minute)
+		// After the change: the admin call answers once the log took it,
+		// maybe before any member installed it (AwaitNoChange could find
+		// them all still at the map before).
+		c.AwaitStableAfter(m.Epoch, 2*time.Minute)
 
 		var lost []string
 		for _, k := range keys {
