@@ -32,6 +32,10 @@ func tooLarge(limit int) *apiError {
 type entityParams struct {
 	key       []byte // aliases the request's buffer
 	ack, from int
+	// ackGiven: the request named ack; without it ack is the default as
+	// of the map the parse was made by, which a read takes again from
+	// the map it is routed by (cluster.Coordinator.Get's ack 0).
+	ackGiven bool
 }
 
 // checkQuery refuses a raw query string that fasthttp would decode
@@ -144,7 +148,7 @@ func parseEntity(raw []byte, args *fasthttp.Args, replicas, maxAck, maxKey int) 
 	if aerr != nil {
 		return entityParams{}, aerr
 	}
-	return entityParams{key: key, ack: ack, from: from}, nil
+	return entityParams{key: key, ack: ack, from: from, ackGiven: args.Has("ack")}, nil
 }
 
 // parseReplication reads ack and from: from defaults to the replication

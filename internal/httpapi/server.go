@@ -276,7 +276,7 @@ func (s *Server) entity(ctx *fasthttp.RequestCtx, info *reqInfo) Op {
 	switch op {
 	case OpGet, OpHead:
 		ack := p.ack
-		if !ctx.QueryArgs().Has("ack") {
+		if !p.ackGiven {
 			// The default: Get takes it from the view it routes by, which
 			// a route again after a stale epoch may change (a growth's
 			// read-new asks a larger set than its stream stage).

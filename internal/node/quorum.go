@@ -100,12 +100,14 @@ func (n *Node) writeProblem() string {
 	if v.ReadNew {
 		remedy = "start or bring them back, or replace or remove a dead one (past read-new the change cannot be aborted)"
 	}
-	what := fmt.Sprintf("%s of node %d", ch.Kind, ch.Node)
-	if nd := v.Map.Node(ch.Node); nd != nil {
-		what += " at " + nd.URL // ids are the map's, not the operator's numbering
-	}
-	if ch.Kind == clustermap.Replicas {
-		what = fmt.Sprintf("change of the replication factor to %d", ch.Replicas)
+	// A replicas change moves no node (its node is the driver); a node is
+	// named with its URL too: ids are the map's, not the operator's numbering.
+	what := fmt.Sprintf("change of the replication factor to %d", ch.Replicas)
+	if ch.Kind != clustermap.Replicas {
+		what = fmt.Sprintf("%s of node %d", ch.Kind, ch.Node)
+		if nd := v.Map.Node(ch.Node); nd != nil {
+			what += " at " + nd.URL
+		}
 	}
 	return fmt.Sprintf("%d of %d partitions cannot take writes at the default ack while the %s (stage %s) writes both replica sets: unreachable from here: %s; %s",
 		short, partition.Count, what, ch.Stage, r.missingURLs(), remedy)
