@@ -37,7 +37,9 @@
 //     lapses. Within the lease, a step of this node's clock (its wall
 //     reading moving unlike time.Now's monotonic one) counts against each
 //     peer's offset at once, so a clock set 30 s ahead after a round is
-//     refused by the next write, not the next round. With at most one
+//     refused by the next write, not the next round (a round during
+//     which it stepped verifies nothing: its offsets hold the step
+//     already). With at most one
 //     clock off, every majority includes a correct clock, so a verified
 //     clock is within MaxClockSkew of real time: CockroachDB's max-offset
 //     rule (a node whose offset from a majority of its peers exceeds the
@@ -354,6 +356,12 @@ func (p *Prober) judge(v *view.View, now time.Time) {
 	}
 }
 
+// maxRoundStep is the most this clock's wall reading may part from its
+// monotonic one during a probe round for the round to make a lease: NTP
+// slews both alike, and only a step moves one alone. A parting within it
+// is the two readings' own distance, and leaseErr counts no step.
+const maxRoundStep = time.Millisecond
+
 // quorum is how many peers must agree with this node's clock for a
 // lease: with this node, a majority of the cluster's members.
 func quorum(v *view.View) int { return len(v.Map.Nodes) / 2 }
@@ -389,6 +397,18 @@ func (p *Prober) renew(v *view.View, start, wall time.Time) {
 		}
 	}
 	p.measured.Store(int32(measured))
+	// A step of this clock during the round (its wall reading moving
+	// unlike the monotonic one) leaves unknown which offsets were
+	// measured before it and which after; leaseErr would count it once
+	// more against offsets that already hold it (stepped back 4 s within
+	// the round, then ahead 10 s: a clock 6 s ahead read as 2 s off).
+	// Such a round verifies nothing and ends nothing: the lease before
+	// it, measured before the step, counts it (leaseErr), and the next
+	// round measures afresh. Read after the offsets, so it covers each.
+	if stepped := p.o.Wall().Round(0).Sub(wall) - time.Since(start); stepped.Abs() > maxRoundStep {
+		p.log.Warn("clock stepped during a probe round: the round verifies nothing", "step", stepped.Round(time.Millisecond))
+		return
+	}
 	verified := len(agreed) >= need
 	switch {
 	case verified:
@@ -465,6 +485,9 @@ func (p *Prober) leaseErr(now time.Time) error {
 		why = fmt.Sprintf("the round that last verified it began %v ago (--clock-lease %v)", now.Sub(l.start).Round(time.Millisecond), p.o.Lease)
 	default:
 		step := p.o.Wall().Round(0).Sub(l.wall) - now.Sub(l.start)
+		if step.Abs() <= maxRoundStep {
+			step = 0 // the two clocks' readings' own distance, not a step
+		}
 		agreed := 0
 		for _, s := range l.agreed {
 			if p.agrees(s, step) {

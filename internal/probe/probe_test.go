@@ -83,11 +83,15 @@ func TestJudge(t *testing.T) {
 	}
 }
 
-// lease tests' clocks: time.Now for the monotonic side, and this node's
-// wall clock, which a test steps.
-type fakeWall struct{ at time.Time }
+// fakeWall is the lease tests' node clock: time.Now's wall reading, as
+// the node's is, moved by the steps a test makes. (A wall that stood
+// still would part from the monotonic clock in every round.)
+type fakeWall struct{ stepped atomic.Int64 } // ns
 
-func (w *fakeWall) now() time.Time { return w.at }
+func (w *fakeWall) now() time.Time { return time.Now().Round(0).Add(time.Duration(w.stepped.Load())) }
+
+// step steps the clock by d, as settimeofday would.
+func (w *fakeWall) step(d time.Duration) { w.stepped.Add(int64(d)) }
 
 // pingPeer is a peer whose every ping measures its clock offset from
 // this node's, with err, and is counted.
@@ -161,7 +165,7 @@ func TestLeaseNeedsAMajority(t *testing.T) {
 		{"five, one answers", []*pingPeer{offsetPeer(0, 0), downPeer(), downPeer(), downPeer()}, false, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			wall := &fakeWall{at: time.Now()}
+			wall := new(fakeWall)
 			p, pings := leaseProber(t, wall, tc.peers...)
 			err := p.Verify()
 			if tc.verified {
@@ -183,7 +187,7 @@ func TestLeaseNeedsAMajority(t *testing.T) {
 // round's start, with no round in between; then Verify runs a round, and
 // without a majority the node is refused, saying since when.
 func TestLeaseLapses(t *testing.T) {
-	wall := &fakeWall{at: time.Now()}
+	wall := new(fakeWall)
 	peer := offsetPeer(0, 0)
 	p, pings := leaseProber(t, wall, peer, downPeer())
 	require.NoError(t, p.Verify())
@@ -211,25 +215,66 @@ func TestLeaseLapses(t *testing.T) {
 // offsets at once: a step of 30 s ends the lease before any round, a step
 // that keeps every offset within the bound does not.
 func TestLeaseSeesAStep(t *testing.T) {
-	wall := &fakeWall{at: time.Now()}
+	wall := new(fakeWall)
 	p, _ := leaseProber(t, wall, offsetPeer(-2*time.Second, 0), downPeer())
 	require.NoError(t, p.Verify())
-	wall.at = wall.at.Add(2 * time.Second)
+	wall.step(2 * time.Second)
 	require.NoError(t, p.leaseErr(time.Now()), "2 s ahead, then 2 s more: 4 s, within the bound")
-	wall.at = wall.at.Add(30 * time.Second)
+	wall.step(30 * time.Second)
 	err := p.leaseErr(time.Now())
 	require.ErrorIs(t, err, ErrClockUnverified)
-	// 32 s less the real time the test took between the two readings.
-	require.Regexp(t, `stepped by (32|31\.9\d*)s`, err.Error())
-	wall.at = wall.at.Add(-64 * time.Second)
+	require.Contains(t, err.Error(), "stepped by 32s")
+	wall.step(-64 * time.Second)
 	require.ErrorIs(t, p.leaseErr(time.Now()), ErrClockUnverified, "32 s behind")
+}
+
+// stepPeer is a peer whose ping first steps this node's clock by step
+// (NTP stepping it while the round is under way), then measures the
+// peer's clock, which is right: its offset is the step's opposite.
+type stepPeer struct {
+	pingPeer
+	wall *fakeWall
+	step time.Duration
+}
+
+func (p *stepPeer) Ping(epoch uint64, deadline time.Time) (view.PingAnswer, error) {
+	p.wall.step(p.step)
+	p.sample.Offset = -time.Duration(p.wall.stepped.Load())
+	return p.pingPeer.Ping(epoch, deadline)
+}
+
+// TestLeaseStepDuringRound: a step of this clock inside a probe round is
+// already in the offsets the round measured, so the round makes no lease;
+// if it did, the lease's step rule would count the step again. Here the
+// clock steps back 4 s within the round (the peer, which is right, is
+// measured 4 s ahead: within the 5 s bound), then 10 s ahead after it:
+// 6 s ahead in all. A lease from that round saw a step of +6 s since the
+// round's start against an offset of +4 s, 2 s apart, and let it write.
+// A round with no step inside it verifies the clock while it is 4 s
+// behind, and counts the later step against that.
+func TestLeaseStepDuringRound(t *testing.T) {
+	wall := new(fakeWall)
+	peer := &stepPeer{pingPeer: *offsetPeer(0, 0), wall: wall, step: -4 * time.Second}
+	p, _ := leaseProber(t, wall, &peer.pingPeer, downPeer())
+	p.views().Peers[1] = peer // the slot of the first peer (node 1)
+	require.ErrorIs(t, p.Verify(), ErrClockUnverified)
+	require.Nil(t, p.lease.Load(), "the round the clock stepped in made no lease")
+	wall.step(10 * time.Second)
+	require.ErrorIs(t, p.leaseErr(time.Now()), ErrClockUnverified, "6 s ahead")
+
+	peer.step = 0
+	require.ErrorIs(t, p.Verify(), ErrClockUnverified, "a round measures it 6 s ahead")
+	wall.step(-10 * time.Second)
+	require.NoError(t, p.Verify(), "a round measures it 4 s behind: within the bound")
+	wall.step(10 * time.Second)
+	require.ErrorIs(t, p.leaseErr(time.Now()), ErrClockUnverified, "and counts the step after it")
 }
 
 // TestRoundsAreShared: a caller that asks for a round after one ended
 // since it looked gets none of its own (Verify's callers share the round
 // under way).
 func TestRoundsAreShared(t *testing.T) {
-	wall := &fakeWall{at: time.Now()}
+	wall := new(fakeWall)
 	p, pings := leaseProber(t, wall, offsetPeer(0, 0))
 	seen := p.rounds.Load()
 	p.nextRound(seen)
@@ -254,7 +299,7 @@ func TestOptionsValidate(t *testing.T) {
 // first, so that a clock off at start-up refuses it; after the first
 // round it does not wait.
 func TestMeasureWaitsForTheFirstRound(t *testing.T) {
-	wall := &fakeWall{at: time.Now()}
+	wall := new(fakeWall)
 	p, pings := leaseProber(t, wall, offsetPeer(-30*time.Second, 0), offsetPeer(-30*time.Second, 0))
 	require.ErrorIs(t, p.Measure(), ErrClockSkew)
 	require.Equal(t, int32(2), pings.Load())
