@@ -157,6 +157,30 @@ type State struct {
 	Current *Outcome `json:"current,omitempty"`
 	// Last is the last change that ended.
 	Last *Outcome `json:"last,omitempty"`
+	// Recent are the changes with a request id that ended before Last,
+	// oldest first, at most maxRecent: a request sent again after its
+	// outcome left Current and Last (a remove asked during a join, the
+	// join ended before the retry) is still answered with it. It changes
+	// what a retry is answered, never the state a command leaves, so
+	// releases without it apply the log alike (no rules version).
+	Recent []Outcome `json:"recent,omitempty"`
+}
+
+// maxRecent bounds State.Recent: changes take seconds at least, and a
+// request is sent again within its own deadline.
+const maxRecent = 32
+
+// keepRecent moves prev's last outcome to s.Recent if s replaced it and a
+// retry could name it.
+func (s *State) keepRecent(prev *State) {
+	o := prev.Last
+	if o == nil || s.Last == o || o.ID == "" && o.AbortID == "" {
+		return
+	}
+	s.Recent = append(slices.Clip(s.Recent), *o) // s shares prev's array
+	if len(s.Recent) > maxRecent {
+		s.Recent = s.Recent[len(s.Recent)-maxRecent:]
+	}
 }
 
 func (s *State) clone() *State {
@@ -308,6 +332,15 @@ func (f *fsm) Apply(l *raft.Log) any {
 // apply is the rules: it returns the next state (nil: unchanged) and the
 // command's result. It only reads cur.
 func apply(cur *State, c *Command) (*State, *Result) {
+	next, res := applyCommand(cur, c)
+	if next != nil {
+		next.keepRecent(cur)
+	}
+	return next, res
+}
+
+// applyCommand is apply but for the outcomes kept for retries.
+func applyCommand(cur *State, c *Command) (*State, *Result) {
 	refuse := func(format string, args ...any) (*State, *Result) {
 		return nil, &Result{Reason: fmt.Sprintf(format, args...), Map: cur.Map}
 	}
@@ -323,6 +356,11 @@ func apply(cur *State, c *Command) (*State, *Result) {
 	if c.ID != "" {
 		for _, o := range []*Outcome{cur.Current, cur.Last} {
 			if o != nil && (o.ID == c.ID || o.AbortID == c.ID) {
+				return nil, &Result{Accepted: true, Map: m, Node: o.Node}
+			}
+		}
+		for _, o := range cur.Recent {
+			if o.ID == c.ID || o.AbortID == c.ID {
 				return nil, &Result{Accepted: true, Map: m, Node: o.Node}
 			}
 		}

@@ -205,3 +205,41 @@ func TestEveryChangeGetsAnID(t *testing.T) {
 		require.Equal(t, tc.change, strings.HasPrefix(res.Reason, "the map moved on"), "%s: %s", tc.op, res.Reason)
 	}
 }
+
+// TestRecentOutcomesBounded: the outcomes kept for retries past Last are
+// the newest maxRecent; an older request's retry is refused as made at an
+// old epoch; a state once published keeps its own list while later
+// states add to theirs and drop the oldest.
+func TestRecentOutcomesBounded(t *testing.T) {
+	m, err := clustermap.Seed([]string{"http://127.0.0.1:8080", "http://127.0.0.1:8081"}, 2)
+	require.NoError(t, err)
+	s, res := apply(&State{}, &Command{Op: OpSeed, Map: m})
+	require.True(t, res.Accepted, res.Reason)
+	var kept *State
+	const ended = maxRecent + 8
+	for i := range ended {
+		next := s.clone()
+		next.Last = &Outcome{ID: fmt.Sprint(i), Kind: OpJoin, Node: i}
+		next.keepRecent(s)
+		if i == ended/2 {
+			kept = next
+		}
+		s = next
+	}
+	require.Len(t, s.Recent, maxRecent)
+	keptLen := len(kept.Recent)
+	for i := range ended {
+		_, res := apply(s, &Command{Op: OpRemove, ID: fmt.Sprint(i), Epoch: m.Epoch - 1, Node: 1})
+		if i < ended-1-maxRecent {
+			require.False(t, res.Accepted, "request %d ended too long ago", i)
+			require.Contains(t, res.Reason, "the map moved on")
+		} else {
+			require.True(t, res.Accepted, "request %d: %s", i, res.Reason)
+			require.Equal(t, i, res.Node)
+		}
+	}
+	require.Len(t, kept.Recent, keptLen)
+	for i, o := range kept.Recent {
+		require.Equal(t, fmt.Sprint(i), o.ID, "an earlier state's list is its own")
+	}
+}
