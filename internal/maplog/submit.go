@@ -338,6 +338,12 @@ func (l *Log) AwaitOutcome(ctx context.Context, id string) (*Outcome, error) {
 			o := *s.Last
 			return &o, nil
 		}
+		// Ended, and another change after it, between two looks.
+		for _, o := range s.Recent {
+			if o.ID == id {
+				return &o, nil
+			}
+		}
 		select {
 		case <-ctx.Done():
 			return nil, fmt.Errorf("maplog: change %s not ended: %w", id, ctx.Err())
