@@ -123,6 +123,12 @@ type Options struct {
 	// Timeout bounds each ping while Unconfirmed (the node's
 	// --replica-timeout).
 	Timeout time.Duration
+	// WarnAfter is how long an unconfirmed node waits for its peers'
+	// answers before it warns that they stay silent (default 30 s): in a
+	// new cluster's start the members come up within seconds of each
+	// other, and a wait that long is a wiped node's peers down, or a
+	// member that was never started.
+	WarnAfter time.Duration
 	// Confirmed records what the peers said while Unconfirmed: lost, the
 	// node rebuilds, which must be recorded before it does (the node sets
 	// Rebuilding in its identity and clears Unconfirmed); or a new
@@ -154,6 +160,9 @@ type Rebuilder struct {
 // views views returns, whose partitions copier copies into it. Start
 // starts it when o.Rebuilding.
 func New(views func() *view.View, copier Copier, o Options, log *slog.Logger) *Rebuilder {
+	if o.WarnAfter <= 0 {
+		o.WarnAfter = 30 * time.Second
+	}
 	r := &Rebuilder{views: views, copier: copier, o: o, log: log, m: newMetrics(), work: worker.New()}
 	if o.Rebuilding {
 		r.rebuilding.Store(true)
@@ -249,12 +258,21 @@ func (r *Rebuilder) run(ctx context.Context) {
 // confirm asks every peer that has not answered yet, once a
 // confirmEvery, whether the cluster was formed before this node's
 // directory was made, until one says so (the node rebuilds) or every
-// peer answered without (a new cluster).
+// peer answered without (a new cluster). It warns once if they have
+// not after Options.WarnAfter: before that the silence is a new
+// cluster's members starting one after another.
 func (r *Rebuilder) confirm(ctx context.Context) {
-	r.log.Warn("started with an empty data directory while not every peer answered: serving as a new cluster's node until they say whether the cluster existed before (then it rebuilds)")
+	r.log.Info("started with an empty data directory while not every peer answered: serving as a new cluster's node until they say whether the cluster existed before (then it rebuilds)")
 	answered := map[int]bool{}
+	warnAt := time.Now().Add(r.o.WarnAfter)
 	for {
 		lost, all := r.ask(answered)
+		if !lost && !all && !warnAt.IsZero() && time.Now().After(warnAt) {
+			warnAt = time.Time{}
+			r.log.Warn("peers still silent: this node started with an empty data directory and cannot tell a new cluster from a lost disk until they answer; "+
+				"it serves as a new cluster's node meanwhile (and rebuilds once one says the cluster existed before)",
+				"waited", r.o.WarnAfter, "silent", r.silent(answered))
+		}
 		if lost || all {
 			err := error(nil)
 			if r.o.Confirmed != nil {
@@ -279,6 +297,19 @@ func (r *Rebuilder) confirm(ctx context.Context) {
 			return
 		}
 	}
+}
+
+// silent returns the URLs of the current view's live peers not in
+// answered.
+func (r *Rebuilder) silent(answered map[int]bool) []string {
+	v := r.views()
+	var out []string
+	for i, p := range v.Peers {
+		if p != nil && !answered[i] && !v.Dead(i) {
+			out = append(out, v.URL(i))
+		}
+	}
+	return out
 }
 
 // ask pings the peers of the current view not in answered, all at once,

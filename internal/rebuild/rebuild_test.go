@@ -1,9 +1,12 @@
 package rebuild
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -112,4 +115,72 @@ func TestAskRemembersWhoAnswered(t *testing.T) {
 	lost, all = r.ask(answered)
 	require.False(t, lost)
 	require.True(t, all, "a new cluster")
+}
+
+// lockedBuffer is a log destination for a test to read while the
+// rebuilder writes to it.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// TestConfirmWarnsOnlyOfPeersSilentForLong: a new cluster's node, whose
+// peers start after it, logs no warning (every node of every fresh
+// `make run-cluster` logged one); one whose peer stays silent past
+// WarnAfter warns once, naming it.
+func TestConfirmWarnsOnlyOfPeersSilentForLong(t *testing.T) {
+	made := time.Now()
+	urls := []string{"http://n1:1", "http://n2:1", "http://n3:1"}
+	m, err := clustermap.Seed(urls, 0)
+	require.NoError(t, err)
+	for _, tc := range []struct {
+		name string
+		late pinged // node 3, once node 2 answered
+		warn bool
+	}{
+		{"a new cluster's peers start", pinged{}, false},
+		{"a peer stays silent", pinged{err: errors.New("connection refused")}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var mu sync.Mutex
+			peers := map[string]view.Peer{urls[1]: pinged{}, urls[2]: pinged{err: errors.New("connection refused")}}
+			views := func() *view.View {
+				mu.Lock()
+				defer mu.Unlock()
+				return view.New(m, 0, urls[0], func(u string) view.Peer { return peers[u] }, made)
+			}
+			var logs lockedBuffer
+			r := New(views, nil, Options{Unconfirmed: true, Created: made, WarnAfter: 300 * time.Millisecond},
+				slog.New(slog.NewTextHandler(&logs, nil)))
+			r.Start()
+			defer r.Close()
+			require.Eventually(t, func() bool { return strings.Contains(logs.String(), "started with an empty data directory") }, 5*time.Second, time.Millisecond)
+			mu.Lock()
+			peers[urls[2]] = tc.late
+			mu.Unlock()
+			if !tc.warn {
+				require.Eventually(t, func() bool { return !r.Unconfirmed() }, 5*time.Second, time.Millisecond)
+				require.NotContains(t, logs.String(), "level=WARN")
+				require.Contains(t, logs.String(), "a new cluster, nothing to rebuild")
+				return
+			}
+			require.Eventually(t, func() bool { return strings.Contains(logs.String(), "level=WARN") }, 5*time.Second, time.Millisecond)
+			require.Contains(t, logs.String(), `silent=[http://n3:1]`)
+			require.True(t, r.Unconfirmed())
+			r.Close()
+			require.Equal(t, 1, strings.Count(logs.String(), "level=WARN"), "once")
+		})
+	}
 }
