@@ -148,7 +148,9 @@ func (s *Store) dropPartition(ctx context.Context, part partition.ID, pace Pacer
 func (s *Store) dropChunk(keys, ikeys [][]byte, arrivedBefore uint64) ([][]byte, error) {
 	filter := arrivedBefore != math.MaxUint64
 	if filter {
-		s.gc.mu.Lock()
+		if err := s.lockGC(); err != nil {
+			return nil, err
+		}
 		defer s.gc.mu.Unlock()
 	}
 	b := s.db.NewBatch()

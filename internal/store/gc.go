@@ -216,7 +216,9 @@ func (s *Store) belowHorizon(key []byte, part partition.ID, v uint64) (bool, err
 // gain one again, the copy brings every record its replicas hold, old
 // ones included, as to a node that never held it (see above).
 func (s *Store) ResetHorizons(gone func(partition.ID) bool) error {
-	s.gc.mu.Lock()
+	if err := s.lockGC(); err != nil {
+		return fmt.Errorf("reset gc horizons: %w", err)
+	}
 	defer s.gc.mu.Unlock()
 	b := s.db.NewBatch()
 	defer b.Close()
@@ -263,10 +265,41 @@ var ErrCollectWithdrawn = errors.New("collection withdrawn: what it was decided 
 // exchange compared. Package membership calls it once a new cluster map
 // is installed: no removal decided under the old map commits after it
 // (Collect's still).
+//
+// On a failed store it returns once the store failed, without waiting
+// for a write stalled inside Pebble, which never returns (lockGC).
 func (s *Store) AwaitCommits() {
-	s.gc.mu.Lock()
-	//lint:ignore SA2001 the empty critical section is the barrier
-	s.gc.mu.Unlock()
+	if s.lockGC() == nil {
+		s.gc.mu.Unlock()
+	}
+}
+
+// lockGC takes gcState.mu exclusively, or returns the store's failure
+// without it once the store failed: a write stalled inside Pebble when
+// Pebble parked on a failed MANIFEST write (health.go's Fatalf) holds its
+// share for good, and every exclusive taker would wait with it (an
+// exchange's start, a collection, the node's stop behind them). Only a
+// contended call costs a goroutine.
+func (s *Store) lockGC() error {
+	if s.gc.mu.TryLock() {
+		return nil
+	}
+	got := make(chan struct{})
+	go func() {
+		s.gc.mu.Lock()
+		close(got)
+	}()
+	select {
+	case <-got:
+		return nil
+	case <-s.health.failedCh:
+		// Should the lock come after all, it is released at once.
+		go func() {
+			<-got
+			s.gc.mu.Unlock()
+		}()
+		return s.Failure()
+	}
 }
 
 // Candidate is a record garbage collection may remove: the key, and the
@@ -313,7 +346,9 @@ func (s *Store) Collect(cands []Candidate, horizon uint64, still func() bool) (r
 	// The partitions' write counts while no writer is between its count
 	// and its commit; then the versions, unlocked (see above).
 	counts := map[partition.ID]uint64{}
-	s.gc.mu.Lock()
+	if err := s.lockGC(); err != nil {
+		return nil, fmt.Errorf("collect: %w", err)
+	}
 	for _, c := range cands {
 		part, _ := partition.Of(c.Key)
 		counts[part] = s.gc.writes[part].Load()
@@ -331,7 +366,9 @@ func (s *Store) Collect(cands []Candidate, horizon uint64, still func() bool) (r
 		s.gc.read()
 	}
 
-	s.gc.mu.Lock()
+	if err := s.lockGC(); err != nil {
+		return nil, fmt.Errorf("collect: %w", err)
+	}
 	defer s.gc.mu.Unlock()
 	if still != nil && !still() {
 		return nil, ErrCollectWithdrawn

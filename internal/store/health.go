@@ -52,6 +52,8 @@ var ErrStoreFailed = errors.New("the store failed a write and takes none until t
 type health struct {
 	// failed is set once a write failed (nil before).
 	failed atomic.Pointer[failure]
+	// failedCh is closed once failed is set.
+	failedCh chan struct{}
 	// refusedFull and refusedFailed count the writes refused, by reason.
 	refusedFull, refusedFailed atomic.Uint64
 	// background counts Pebble's background errors (a flush or a
@@ -85,6 +87,7 @@ func (s *Store) Failure() error {
 func (s *Store) fail(cause error) error {
 	f := &failure{cause: cause, refusal: &Refusal{fmt.Errorf("%w: %w: %w", ErrInsufficientStorage, ErrStoreFailed, cause)}}
 	if s.health.failed.CompareAndSwap(nil, f) {
+		close(s.health.failedCh)
 		s.log.Error("the store failed a write: writes are refused from now on (507), reads are served, /readyz answers 503; "+
 			"restart the node once the disk is sound (docs/storage.md)", "dir", s.dir, "err", cause)
 		return f.refusal

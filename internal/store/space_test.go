@@ -20,6 +20,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/dhtkv/dhtkv/internal/partition"
 	"github.com/dhtkv/dhtkv/internal/record"
 	"github.com/dhtkv/dhtkv/internal/sizeflag"
 )
@@ -580,4 +581,80 @@ func TestSpaceUnknown(t *testing.T) {
 	require.NoError(t, plain.Apply([]byte("k"), rec(1, "v")))
 	require.Empty(t, plain.Warnings())
 	require.False(t, plain.Space().Known)
+}
+
+// A write stalled inside Pebble (its memtables full, waiting for a flush)
+// when that flush's MANIFEST write fails waits for good: Pebble's Fatalf
+// parks the flush holding the database's mutex, which the stalled commit
+// needs (docs/storage.md). It holds its share of the collection lock with
+// it, so every exclusive taker of that lock waited for good too: an
+// anti-entropy exchange's start (AwaitCommits), a collection, a reset of
+// the horizons, a drop of leftovers, and the node's stop behind them.
+// They give up once the store failed.
+func TestStalledWriteHoldsNoExclusiveTakerOfAFailedStore(t *testing.T) {
+	var holding atomic.Bool
+	release := make(chan struct{})
+	inj := errorfs.InjectorFunc(func(op errorfs.Op) error {
+		if holding.Load() && strings.Contains(op.Path, "MANIFEST") && op.Kind.ReadOrWrite() == errorfs.OpIsWrite {
+			<-release
+			return &os.PathError{Op: "write", Path: op.Path, Err: syscall.EIO}
+		}
+		return nil
+	})
+	s := guarded(t, errorfs.Wrap(vfs.NewMem(), inj), newVolume(500*mib, 1000*mib), func(o *Options) {
+		o.MemTableBytes = 256 << 10
+		o.Sync = false
+	})
+	s.closeWait = 100 * time.Millisecond
+	require.NoError(t, s.Apply([]byte("k"), rec(1, "v")))
+	holding.Store(true)
+	var written atomic.Int64
+	value := strings.Repeat("x", 64<<10)
+	go func() { // stalls for good: left behind
+		for i := 0; ; i++ {
+			if s.Apply([]byte(fmt.Sprintf("w%d", i)), rec(uint64(i+2), value)) != nil {
+				return
+			}
+			written.Add(1)
+		}
+	}()
+	// Stalled: no write for a while.
+	last, since := written.Load(), time.Now()
+	require.Eventually(t, func() bool {
+		if n := written.Load(); n != last {
+			last, since = n, time.Now()
+		}
+		return last > 0 && time.Since(since) > 200*time.Millisecond
+	}, 10*time.Second, 5*time.Millisecond)
+	close(release)
+	require.Eventually(t, func() bool { return s.Failure() != nil }, 10*time.Second, time.Millisecond)
+
+	returned := func(what string, fn func() error) error {
+		done := make(chan error, 1)
+		go func() { done <- fn() }()
+		select {
+		case err := <-done:
+			return err
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%s waits for the stalled write", what)
+			return nil
+		}
+	}
+	require.NoError(t, returned("AwaitCommits", func() error { s.AwaitCommits(); return nil }))
+	require.ErrorIs(t, returned("Collect", func() error {
+		_, err := s.Collect([]Candidate{{Key: []byte("k"), Version: 1}}, 10, nil)
+		return err
+	}), ErrStoreFailed)
+	require.ErrorIs(t, returned("ResetHorizons", func() error {
+		return s.ResetHorizons(func(partition.ID) bool { return true })
+	}), ErrStoreFailed)
+	part, _ := partition.Of([]byte("k"))
+	require.ErrorIs(t, returned("DropHeld", func() error {
+		_, err := s.DropHeld(context.Background(), part, nil, nil, uint64(time.Now().Add(time.Hour).UnixMilli()))
+		return err
+	}), ErrStoreFailed)
+	got, found, err := get(s, []byte("k"))
+	require.NoError(t, err)
+	require.True(t, found, "reads go on")
+	require.Equal(t, "v", string(got.Value))
 }

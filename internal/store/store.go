@@ -238,6 +238,7 @@ func Open(dir string, o Options) (*Store, error) {
 		fsys = vfs.Default
 	}
 	s := &Store{dir: dir, fs: fsys, writeOpt: pebble.NoSync, log: o.Logger, jobs: newJobTimes(), closeWait: closeWaitAfterFailure}
+	s.health.failedCh = make(chan struct{})
 	statfs := o.StatFS
 	if statfs == nil {
 		statfs = fsys.GetDiskUsage
