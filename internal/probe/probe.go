@@ -268,7 +268,7 @@ func (p *Prober) nextRound(seen uint64) {
 // round pings every peer at once and then judges this node's clock. The
 // caller holds roundMu.
 func (p *Prober) round() {
-	start, wall := time.Now(), p.o.Wall().Round(0)
+	start, wall, unc := p.reading()
 	// A round's lease starts at its start and is stored at its end: a
 	// ping deadline at or beyond the lease (Timeout is --replica-timeout)
 	// would store every lease expired while one peer hangs. Interval is
@@ -298,7 +298,7 @@ func (p *Prober) round() {
 	}
 	wg.Wait()
 	p.judge(v, time.Now())
-	p.renew(v, start, wall)
+	p.renew(v, start, wall, unc)
 	p.noteFormed(failed.Load() == 0)
 }
 
@@ -362,6 +362,27 @@ func (p *Prober) judge(v *view.View, now time.Time) {
 // is the two readings' own distance, and leaseErr counts no step.
 const maxRoundStep = time.Millisecond
 
+// reading returns time.Now and this node's clock (without a monotonic
+// reading) as of one instant, and how far from it either may be: half
+// the time between two monotonic readings around the clock's. A
+// goroutine descheduled between two readings would otherwise make their
+// distance look like a step; it tries again, a few times, for a close
+// pair.
+func (p *Prober) reading() (mono, wall time.Time, unc time.Duration) {
+	for i := range 3 {
+		m := time.Now()
+		w := p.o.Wall().Round(0)
+		d := time.Since(m)
+		if i == 0 || d/2 < unc {
+			mono, wall, unc = m.Add(d/2), w, d/2
+		}
+		if unc < 50*time.Microsecond {
+			break
+		}
+	}
+	return mono, wall, unc
+}
+
 // quorum is how many peers must agree with this node's clock for a
 // lease: with this node, a majority of the cluster's members.
 func quorum(v *view.View) int { return len(v.Map.Nodes) / 2 }
@@ -373,16 +394,19 @@ func (p *Prober) agrees(s view.ClockSample, step time.Duration) bool {
 }
 
 // renew makes the round that started at start (this node's clock then
-// wall) a lease if a quorum of peers measured during it agreed with this
-// clock. A round that measured enough peers but not a quorum in agreement
-// ends the lease; one that reached too few to tell leaves it to lapse.
-// The caller holds roundMu.
-func (p *Prober) renew(v *view.View, start, wall time.Time) {
+// wall, both within unc of that instant) a lease if a quorum of peers
+// measured during it agreed with this clock. A round that measured
+// enough peers but not a quorum in agreement ends the lease; one that
+// reached too few to tell leaves it to lapse. The caller holds roundMu.
+func (p *Prober) renew(v *view.View, start, wall time.Time, unc time.Duration) {
 	need, measured := quorum(v), 0
 	if need == 0 {
 		return // a cluster of one: always verified
 	}
 	var agreed []view.ClockSample
+	// stepped is the largest parting of this clock from the monotonic one
+	// since the round's start, at a sample or at the end.
+	var stepped time.Duration
 	for _, peer := range v.Peers {
 		if peer == nil {
 			continue
@@ -392,20 +416,31 @@ func (p *Prober) renew(v *view.View, start, wall time.Time) {
 			continue
 		}
 		measured++
+		if !s.Wall.IsZero() {
+			if d := s.Wall.Sub(wall) - s.At.Sub(start); d.Abs() > stepped.Abs() {
+				stepped = d
+			}
+		}
 		if p.agrees(s, 0) {
 			agreed = append(agreed, s)
 		}
 	}
 	p.measured.Store(int32(measured))
 	// A step of this clock during the round (its wall reading moving
-	// unlike the monotonic one) leaves unknown which offsets were
-	// measured before it and which after; leaseErr would count it once
-	// more against offsets that already hold it (stepped back 4 s within
-	// the round, then ahead 10 s: a clock 6 s ahead read as 2 s off).
-	// Such a round verifies nothing and ends nothing: the lease before
-	// it, measured before the step, counts it (leaseErr), and the next
-	// round measures afresh. Read after the offsets, so it covers each.
-	if stepped := p.o.Wall().Round(0).Sub(wall) - time.Since(start); stepped.Abs() > maxRoundStep {
+	// unlike the monotonic one) leaves offsets measured with the clock
+	// elsewhere than at the round's start, against which leaseErr would
+	// count it once more (stepped back 4 s within the round, then ahead
+	// 10 s: a clock 6 s ahead read as 2 s off). Such a round verifies
+	// nothing and ends nothing: the lease before it, measured before the
+	// step, counts it (leaseErr), and the next round measures afresh. A
+	// step is seen at the round's end, read after the offsets, and at
+	// each sample (ClockSample.Wall), where a step undone within the
+	// round shows although both ends agree.
+	endMono, endWall, endUnc := p.reading()
+	if d := endWall.Sub(wall) - endMono.Sub(start); d.Abs() > stepped.Abs() {
+		stepped = d
+	}
+	if stepped.Abs() > maxRoundStep+unc+endUnc {
 		p.log.Warn("clock stepped during a probe round: the round verifies nothing", "step", stepped.Round(time.Millisecond))
 		return
 	}

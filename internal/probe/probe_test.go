@@ -270,6 +270,58 @@ func TestLeaseStepDuringRound(t *testing.T) {
 	require.ErrorIs(t, p.leaseErr(time.Now()), ErrClockUnverified, "and counts the step after it")
 }
 
+// undoPeer is a peer measured while this node's clock was stepped by
+// step, within the round, and stepped back before the round ended: the
+// peer (right) is measured -step ahead, and the round's start and end
+// readings show no step. The exchange itself saw no step (as rpc's
+// clockOffset requires: the step is before it, the step back after it),
+// and its sample says the clock's reading then, as rpc's does.
+type undoPeer struct {
+	pingPeer
+	wall *fakeWall
+	step time.Duration
+}
+
+func (p *undoPeer) Ping(epoch uint64, deadline time.Time) (view.PingAnswer, error) {
+	p.wall.step(p.step)
+	p.sample.Offset = -time.Duration(p.wall.stepped.Load())
+	a, err := p.pingPeer.Ping(epoch, deadline)
+	p.sample.Wall = p.wall.now()
+	p.wall.step(-p.step)
+	return a, err
+}
+
+// TestLeaseStepUndoneWithinRound: the clock steps back 4 s within a
+// round, the peer is measured then (4 s ahead: within the 5 s bound),
+// and it steps ahead 4 s again before the round ends. The round's start
+// and end agree; its sample does not, and the round makes no lease. With
+// one, the clock set 6 s ahead later had its step of +6 s counted
+// against an offset of +4 s: 2 s apart, verified 6 s off.
+func TestLeaseStepUndoneWithinRound(t *testing.T) {
+	wall := new(fakeWall)
+	peer := &undoPeer{pingPeer: *offsetPeer(0, 0), wall: wall, step: -4 * time.Second}
+	p, _ := leaseProber(t, wall, &peer.pingPeer, downPeer())
+	p.views().Peers[1] = peer
+	require.Error(t, p.Verify())
+	require.Nil(t, p.lease.Load())
+	wall.step(6 * time.Second)
+	require.ErrorIs(t, p.leaseErr(time.Now()), ErrClockUnverified, "6 s ahead of the peer, beyond the 5 s bound")
+}
+
+// TestLeaseSlowWallReadIsNoStep: a right clock whose reading returns
+// 2 ms after it was read (its goroutine descheduled between the two
+// readings of a loaded host) is no step: the round verifies it.
+func TestLeaseSlowWallReadIsNoStep(t *testing.T) {
+	wall := new(fakeWall)
+	p, _ := leaseProber(t, wall, offsetPeer(0, 0), downPeer())
+	p.o.Wall = func() time.Time {
+		t := wall.now()
+		time.Sleep(2 * time.Millisecond)
+		return t
+	}
+	require.NoError(t, p.Verify())
+}
+
 // TestRoundsAreShared: a caller that asks for a round after one ended
 // since it looked gets none of its own (Verify's callers share the round
 // under way).

@@ -3,6 +3,7 @@ package rpc
 import (
 	"errors"
 	"fmt"
+	"runtime"
 	"slices"
 	"strconv"
 	"sync/atomic"
@@ -27,10 +28,19 @@ func (s *Server) AppendTime(dst []byte) []byte {
 // clockOffset is the last measurement of a peer's clock against this
 // node's: the peer's time minus the midpoint of the exchange, so its
 // error is at most half the round trip. The offset and its error are
-// packed in one word, so a reader never pairs one measurement's offset
-// with another's error: the offset in microseconds in the high
+// packed in one word: the offset in microseconds in the high
 // 64-errorBits bits (signed: ±100 days), the error in the low errorBits.
+// A measurement's words are stored under a sequence number (a seqlock),
+// so a reader never pairs one measurement's offset with another's time
+// or clock reading, and nothing is allocated per exchange. Reads are a
+// probe round's, a few a second; writes one per exchange, each a few
+// stores long: a reader that meets one reads again.
 type clockOffset struct {
+	// seq is odd while a measurement is being stored; a reader that sees
+	// it odd, or changed across its reads, reads again. A writer that
+	// finds it odd keeps its measurement out: another as fresh is being
+	// stored.
+	seq    atomic.Uint64
 	sample atomic.Uint64
 	// base is when the first measurement was made, and at when the last
 	// was, in nanoseconds after base, plus 1 (0: never). Both from
@@ -40,6 +50,9 @@ type clockOffset struct {
 	// sample of a silent peer count as fresh.
 	base atomic.Pointer[time.Time]
 	at   atomic.Int64
+	// wall is this node's clock when the answer came (Unix ns):
+	// ClockSample.Wall.
+	wall atomic.Int64
 }
 
 // errorBits holds an error up to about a second: a measurement over a
@@ -63,7 +76,6 @@ func (o *clockOffset) measured(peer, sent, got time.Time) {
 	// agreement.
 	const maxOff = 1<<(63-errorBits) - 1
 	off := min(max(peer.UnixMicro()-mid.UnixMicro(), -maxOff), maxOff)
-	o.sample.Store(uint64(off)<<errorBits | uint64(errMicros))
 	now := time.Now() // local time: this clock may be the one off
 	base := o.base.Load()
 	if base == nil {
@@ -71,22 +83,39 @@ func (o *clockOffset) measured(peer, sent, got time.Time) {
 		o.base.CompareAndSwap(nil, &first) // once a peer
 		base = o.base.Load()
 	}
+	q := o.seq.Load()
+	if q&1 == 1 || !o.seq.CompareAndSwap(q, q+1) {
+		return
+	}
+	o.sample.Store(uint64(off)<<errorBits | uint64(errMicros))
 	o.at.Store(int64(now.Sub(*base)) + 1)
+	o.wall.Store(got.Round(0).UnixNano())
+	o.seq.Store(q + 2)
 }
 
 // get returns the last measurement; ok is false before any.
 func (o *clockOffset) get() (s view.ClockSample, ok bool) {
-	ns := o.at.Load()
-	if ns == 0 {
-		return view.ClockSample{}, false
+	for {
+		q := o.seq.Load()
+		if q&1 == 1 {
+			runtime.Gosched() // a writer is between its stores
+			continue
+		}
+		ns, w, wall := o.at.Load(), o.sample.Load(), o.wall.Load()
+		base := o.base.Load() // stored before at
+		if o.seq.Load() != q {
+			continue
+		}
+		if ns == 0 {
+			return view.ClockSample{}, false
+		}
+		return view.ClockSample{
+			Offset: time.Duration(int64(w)>>errorBits) * time.Microsecond,
+			Error:  time.Duration(w&(1<<errorBits-1)) * time.Microsecond,
+			At:     base.Add(time.Duration(ns - 1)),
+			Wall:   time.Unix(0, wall),
+		}, true
 	}
-	base := o.base.Load() // stored before at
-	w := o.sample.Load()
-	return view.ClockSample{
-		Offset: time.Duration(int64(w)>>errorBits) * time.Microsecond,
-		Error:  time.Duration(w&(1<<errorBits-1)) * time.Microsecond,
-		At:     base.Add(time.Duration(ns - 1)),
-	}, true
 }
 
 // ClockOffset returns the last measurement of the peer's clock against

@@ -1,6 +1,9 @@
 package rpc
 
 import (
+	"runtime"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -57,5 +60,54 @@ func TestClockOffsetBeyondRange(t *testing.T) {
 		require.True(t, ok)
 		require.Greater(t, s.Offset.Abs(), 100*24*time.Hour, "peer %v ahead read as %v", peer, s.Offset)
 		require.Equal(t, peer > 0, s.Offset > 0, "peer %v ahead read as %v", peer, s.Offset)
+	}
+}
+
+// TestClockOffsetReadWhole: a measurement is read back whole, its offset
+// with its own clock reading (ClockSample.Wall: this clock as the answer
+// came), however many exchanges store theirs at once.
+func TestClockOffsetReadWhole(t *testing.T) {
+	var o clockOffset
+	base := time.UnixMilli(1_800_000_000_000)
+	var wg sync.WaitGroup
+	var done atomic.Int32
+	const writers, each = 4, 2000
+	for w := range writers {
+		wg.Go(func() {
+			defer done.Add(1)
+			for k := range each {
+				i := k*writers + w
+				sent := base.Add(time.Duration(i) * time.Second)
+				// The peer i ms ahead of the midpoint; answered 2 ms after.
+				o.measured(sent.Add(time.Duration(i+1)*time.Millisecond), sent, sent.Add(2*time.Millisecond))
+				if k%16 == 0 {
+					runtime.Gosched()
+				}
+			}
+		})
+	}
+	reads := 0
+	for done.Load() < writers || reads == 0 {
+		s, ok := o.get()
+		if !ok {
+			continue
+		}
+		reads++
+		i := int(s.Offset / time.Millisecond)
+		require.Equal(t, base.Add(time.Duration(i)*time.Second+2*time.Millisecond), s.Wall, "offset %v read with another's clock reading", s.Offset)
+		require.Equal(t, time.Millisecond, s.Error)
+	}
+	wg.Wait()
+}
+
+// BenchmarkClockOffsetMeasured: what measuring a peer's clock adds to
+// every exchange.
+func BenchmarkClockOffsetMeasured(b *testing.B) {
+	b.ReportAllocs()
+	var o clockOffset
+	sent := time.Now()
+	peer, got := sent.Add(time.Millisecond), sent.Add(100*time.Microsecond)
+	for b.Loop() {
+		o.measured(peer, sent, got)
 	}
 }

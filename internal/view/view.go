@@ -119,6 +119,11 @@ type ClockSample struct {
 	// At is when it was measured, by this process's time.Now (not this
 	// node's clock, which may be the one off).
 	At time.Time
+	// Wall is this node's clock (the one Offset is against) as the
+	// answer came, without a monotonic reading: set apart from At, it
+	// says whether this clock stepped between two moments (a probe
+	// round's start and the sample). Zero: not known.
+	Wall time.Time
 }
 
 // View is this node's picture of the cluster at one epoch. It is
