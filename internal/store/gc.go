@@ -279,10 +279,15 @@ func (s *Store) AwaitCommits() {
 // Pebble parked on a failed MANIFEST write (health.go's Fatalf) holds its
 // share for good, and every exclusive taker would wait with it (an
 // exchange's start, a collection, the node's stop behind them). Only a
-// contended call costs a goroutine.
+// contended call on a store that has not failed costs a goroutine, which
+// waits for the lock for good only if the store fails meanwhile: calls
+// after the failure spawn none, however often they are retried.
 func (s *Store) lockGC() error {
 	if s.gc.mu.TryLock() {
 		return nil
+	}
+	if err := s.Failure(); err != nil {
+		return err
 	}
 	got := make(chan struct{})
 	go func() {

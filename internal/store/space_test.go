@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"runtime"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -653,6 +654,13 @@ func TestStalledWriteHoldsNoExclusiveTakerOfAFailedStore(t *testing.T) {
 		_, err := s.DropHeld(context.Background(), part, nil, nil, uint64(time.Now().Add(time.Hour).UnixMilli()))
 		return err
 	}), ErrStoreFailed)
+	// Retried for as long as the node runs (every exchange, every
+	// collection pass), they leave no goroutine behind each.
+	before := runtime.NumGoroutine()
+	for range 100 {
+		s.AwaitCommits()
+	}
+	require.LessOrEqual(t, runtime.NumGoroutine(), before)
 	got, found, err := get(s, []byte("k"))
 	require.NoError(t, err)
 	require.True(t, found, "reads go on")
