@@ -405,8 +405,15 @@ func (p *Prober) renew(v *view.View, start, wall time.Time, unc time.Duration) {
 	}
 	var agreed []view.ClockSample
 	// stepped is the largest parting of this clock from the monotonic one
-	// since the round's start, at a sample or at the end.
+	// since the round's start, at a sample or at the end, beyond what the
+	// readings' uncertainties allow (0: none).
 	var stepped time.Duration
+	limit := maxRoundStep + unc
+	note := func(d, err time.Duration) {
+		if d.Abs() > limit+err && d.Abs() > stepped.Abs() {
+			stepped = d
+		}
+	}
 	for _, peer := range v.Peers {
 		if peer == nil {
 			continue
@@ -417,9 +424,7 @@ func (p *Prober) renew(v *view.View, start, wall time.Time, unc time.Duration) {
 		}
 		measured++
 		if !s.Wall.IsZero() {
-			if d := s.Wall.Sub(wall) - s.At.Sub(start); d.Abs() > stepped.Abs() {
-				stepped = d
-			}
+			note(s.Wall.Sub(wall)-s.At.Sub(start), s.WallErr)
 		}
 		if p.agrees(s, 0) {
 			agreed = append(agreed, s)
@@ -437,10 +442,8 @@ func (p *Prober) renew(v *view.View, start, wall time.Time, unc time.Duration) {
 	// each sample (ClockSample.Wall), where a step undone within the
 	// round shows although both ends agree.
 	endMono, endWall, endUnc := p.reading()
-	if d := endWall.Sub(wall) - endMono.Sub(start); d.Abs() > stepped.Abs() {
-		stepped = d
-	}
-	if stepped.Abs() > maxRoundStep+unc+endUnc {
+	note(endWall.Sub(wall)-endMono.Sub(start), endUnc)
+	if stepped != 0 {
 		p.log.Warn("clock stepped during a probe round: the round verifies nothing", "step", stepped.Round(time.Millisecond))
 		return
 	}

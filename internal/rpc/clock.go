@@ -51,8 +51,9 @@ type clockOffset struct {
 	base atomic.Pointer[time.Time]
 	at   atomic.Int64
 	// wall is this node's clock when the answer came (Unix ns):
-	// ClockSample.Wall.
-	wall atomic.Int64
+	// ClockSample.Wall; wallErr how far from at's instant it may have
+	// been read (ns): ClockSample.WallErr.
+	wall, wallErr atomic.Int64
 }
 
 // errorBits holds an error up to about a second: a measurement over a
@@ -62,6 +63,15 @@ const errorBits = 20
 // measured records the peer's clock, peer, read off an exchange sent at
 // sent and answered at got (both this node's clock).
 func (o *clockOffset) measured(peer, sent, got time.Time) {
+	o.measuredAfter(peer, sent, got, time.Time{})
+}
+
+// measuredAfter is measured, where before is time.Now just before got
+// was read (zero: not known): the sample's At is then the midpoint of
+// before and measured's own time.Now, and its WallErr half their
+// distance, so that a goroutine descheduled between the reading of got
+// and time.Now's is no step of this clock (probe's renew).
+func (o *clockOffset) measuredAfter(peer, sent, got, before time.Time) {
 	// The wall readings, not the monotonic ones: a step of this clock
 	// during the exchange (settimeofday moves the wall, not the monotonic
 	// reading) must not pair the peer's time with the wall from before it.
@@ -77,6 +87,11 @@ func (o *clockOffset) measured(peer, sent, got time.Time) {
 	const maxOff = 1<<(63-errorBits) - 1
 	off := min(max(peer.UnixMicro()-mid.UnixMicro(), -maxOff), maxOff)
 	now := time.Now() // local time: this clock may be the one off
+	var wallErr time.Duration
+	if !before.IsZero() {
+		d := now.Sub(before)
+		now, wallErr = before.Add(d/2), d/2
+	}
 	base := o.base.Load()
 	if base == nil {
 		first := now
@@ -90,6 +105,7 @@ func (o *clockOffset) measured(peer, sent, got time.Time) {
 	o.sample.Store(uint64(off)<<errorBits | uint64(errMicros))
 	o.at.Store(int64(now.Sub(*base)) + 1)
 	o.wall.Store(got.Round(0).UnixNano())
+	o.wallErr.Store(int64(wallErr))
 	o.seq.Store(q + 2)
 }
 
@@ -101,7 +117,7 @@ func (o *clockOffset) get() (s view.ClockSample, ok bool) {
 			runtime.Gosched() // a writer is between its stores
 			continue
 		}
-		ns, w, wall := o.at.Load(), o.sample.Load(), o.wall.Load()
+		ns, w, wall, wallErr := o.at.Load(), o.sample.Load(), o.wall.Load(), o.wallErr.Load()
 		base := o.base.Load() // stored before at
 		if o.seq.Load() != q {
 			continue
@@ -110,10 +126,11 @@ func (o *clockOffset) get() (s view.ClockSample, ok bool) {
 			return view.ClockSample{}, false
 		}
 		return view.ClockSample{
-			Offset: time.Duration(int64(w)>>errorBits) * time.Microsecond,
-			Error:  time.Duration(w&(1<<errorBits-1)) * time.Microsecond,
-			At:     base.Add(time.Duration(ns - 1)),
-			Wall:   time.Unix(0, wall),
+			Offset:  time.Duration(int64(w)>>errorBits) * time.Microsecond,
+			Error:   time.Duration(w&(1<<errorBits-1)) * time.Microsecond,
+			At:      base.Add(time.Duration(ns - 1)),
+			Wall:    time.Unix(0, wall),
+			WallErr: time.Duration(wallErr),
 		}, true
 	}
 }
@@ -130,7 +147,8 @@ func (p *Peer) exchange(req *fasthttp.Request, resp *fasthttp.Response, deadline
 		return err // a late batch's answer (late.go) carries the time too
 	}
 	if peer, perr := strconv.ParseInt(string(resp.Header.Peek(TimeHeader)), 10, 64); perr == nil {
-		p.offset.measured(time.UnixMicro(peer), sent, p.now())
+		before := time.Now()
+		p.offset.measuredAfter(time.UnixMicro(peer), sent, p.now(), before)
 		p.notePeerTime(time.UnixMicro(peer), sentMono)
 	}
 	return nil

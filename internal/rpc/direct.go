@@ -109,7 +109,8 @@ func (d *Direct) batch(body []byte, epoch uint64) ([]byte, error) {
 		return nil, fmt.Errorf("%s: %w", d.URL, err)
 	}
 	// The other node's clock, as Peer reads it off TimeHeader.
-	d.offset.measured(d.Server.Replica.Clock.Wall(), start, d.now())
+	peer, before := d.Server.Replica.Clock.Wall(), time.Now()
+	d.offset.measuredAfter(peer, start, d.now(), before)
 	return out, nil
 }
 

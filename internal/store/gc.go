@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 
@@ -89,6 +90,9 @@ type gcState struct {
 	// writes counts, per partition, the writes of ApplyBatch, each before
 	// its commit under mu shared.
 	writes [partition.Count]atomic.Uint64
+	// stuck is set once an exclusive taker waited closeWait for mu on a
+	// failed store in vain: a holder is parked inside Pebble (lockGC).
+	stuck atomic.Bool
 	// read is a test's hook, called between Collect's unlocked reads and
 	// its locked check (nil: none).
 	read func()
@@ -266,8 +270,8 @@ var ErrCollectWithdrawn = errors.New("collection withdrawn: what it was decided 
 // is installed: no removal decided under the old map commits after it
 // (Collect's still).
 //
-// On a failed store it returns once the store failed, without waiting
-// for a write stalled inside Pebble, which never returns (lockGC).
+// On a failed store it waits at most closeWait, once, for a write stalled
+// inside Pebble, which never returns (lockGC).
 func (s *Store) AwaitCommits() {
 	if s.lockGC() == nil {
 		s.gc.mu.Unlock()
@@ -275,19 +279,25 @@ func (s *Store) AwaitCommits() {
 }
 
 // lockGC takes gcState.mu exclusively, or returns the store's failure
-// without it once the store failed: a write stalled inside Pebble when
-// Pebble parked on a failed MANIFEST write (health.go's Fatalf) holds its
-// share for good, and every exclusive taker would wait with it (an
-// exchange's start, a collection, the node's stop behind them). Only a
-// contended call on a store that has not failed costs a goroutine, which
-// waits for the lock for good only if the store fails meanwhile: calls
-// after the failure spawn none, however often they are retried.
+// without it once the store failed and the lock did not come: a write
+// stalled inside Pebble when Pebble parked on a failed MANIFEST write
+// (health.go's Fatalf) holds its share for good, and every exclusive
+// taker would wait with it (an exchange's start, a collection, the node's
+// stop behind them). Not every failure parks Pebble, though: after an
+// sstable's EIO (fileError, backgroundError) the commits already past
+// Store.write's check complete, and a taker that returned at once would
+// let them finish after it (AwaitCommits' promise). So on a failed store
+// it waits for the lock as long as Close waits for Pebble (closeWait),
+// once: a wait that timed out marks the lock held for good (gcState.stuck),
+// and later calls only try it. Only a contended call on a store that has
+// not failed costs a goroutine, which waits for the lock for good only if
+// the store fails meanwhile and the lock never comes.
 func (s *Store) lockGC() error {
 	if s.gc.mu.TryLock() {
 		return nil
 	}
-	if err := s.Failure(); err != nil {
-		return err
+	if s.Failure() != nil {
+		return s.lockFailed()
 	}
 	got := make(chan struct{})
 	go func() {
@@ -298,13 +308,42 @@ func (s *Store) lockGC() error {
 	case <-got:
 		return nil
 	case <-s.health.failedCh:
-		// Should the lock come after all, it is released at once.
-		go func() {
-			<-got
-			s.gc.mu.Unlock()
-		}()
-		return s.Failure()
 	}
+	if !s.gc.stuck.Load() {
+		t := time.NewTimer(s.closeWait)
+		defer t.Stop()
+		select {
+		case <-got:
+			return nil
+		case <-t.C:
+			s.gc.stuck.Store(true)
+		}
+	}
+	// Should the lock come after all, it is released at once.
+	go func() {
+		<-got
+		s.gc.mu.Unlock()
+	}()
+	return s.Failure()
+}
+
+// lockFailed is lockGC on a failed store, with no goroutine: no write is
+// admitted any more, so the lock's holders leave unless parked inside
+// Pebble; it tries the lock for up to closeWait, unless a wait timed out
+// before.
+func (s *Store) lockFailed() error {
+	deadline := time.Now().Add(s.closeWait)
+	for !s.gc.stuck.Load() {
+		if s.gc.mu.TryLock() {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			s.gc.stuck.Store(true)
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	return s.Failure()
 }
 
 // Candidate is a record garbage collection may remove: the key, and the

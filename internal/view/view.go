@@ -124,6 +124,9 @@ type ClockSample struct {
 	// says whether this clock stepped between two moments (a probe
 	// round's start and the sample). Zero: not known.
 	Wall time.Time
+	// WallErr is how far from At's instant Wall may have been read (a
+	// goroutine descheduled between the two readings).
+	WallErr time.Duration
 }
 
 // View is this node's picture of the cluster at one epoch. It is
