@@ -112,21 +112,13 @@ func TestNetworkInMemory(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	m, err := clustermap.Seed([]string{urlOf(0), urlOf(1), urlOf(2)}, 3)
-	require.NoError(t, err)
-	res, err := logs[0].Submit(ctx, Command{Op: OpSeed, Map: m})
-	require.NoError(t, err)
-	require.True(t, res.Accepted, res.String())
+	seedLog(t, ctx, logs[0], urlOf(0), urlOf(1), urlOf(2))
 	require.Eventually(t, func() bool { return logs[1].Map() != nil }, 10*time.Second, 5*time.Millisecond)
 	require.Nil(t, logs[2].Map(), "cut off: the seed does not reach it")
 
 	mn.setCut(addrs[2], false, addrs[0], addrs[1])
 	require.Eventually(t, func() bool { return logs[2].Map() != nil }, 10*time.Second, 5*time.Millisecond, "healed: it does")
-	for _, l := range logs {
-		res, err := l.Ack(ctx, 1)
-		require.NoError(t, err)
-		require.True(t, res.Accepted, res.String())
-	}
+	ackEvery(t, ctx, logs, 1)
 
 	// A node outside the group: its replica has no configuration and
 	// knows no leader, so only a member can route its request.
@@ -141,7 +133,7 @@ func TestNetworkInMemory(t *testing.T) {
 		}
 		return false
 	}, 10*time.Second, 5*time.Millisecond)
-	res, err = outsider.SubmitVia(ctx, follower, Command{Op: OpJoin, Epoch: 1, From: 0, URL: urlOf(3), Addr: addrs[3]})
+	res, err := outsider.SubmitVia(ctx, follower, Command{Op: OpJoin, Epoch: 1, From: 0, URL: urlOf(3), Addr: addrs[3]})
 	require.NoError(t, err)
 	require.True(t, res.Accepted, res.String())
 	require.Equal(t, 3, res.Node)
@@ -267,11 +259,7 @@ func TestSubmitRelaysAroundACutLink(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	m, err := clustermap.Seed([]string{urlOf(0), urlOf(1), urlOf(2)}, 3)
-	require.NoError(t, err)
-	res, err := logs[0].Submit(ctx, Command{Op: OpSeed, Map: m})
-	require.NoError(t, err)
-	require.True(t, res.Accepted, res.String())
+	seedLog(t, ctx, logs[0], urlOf(0), urlOf(1), urlOf(2))
 	leader := -1
 	require.Eventually(t, func() bool {
 		for i, l := range logs {
@@ -292,7 +280,7 @@ func TestSubmitRelaysAroundACutLink(t *testing.T) {
 		require.NoError(t, err)
 		require.True(t, res.Accepted, res.String())
 	}
-	res, err = logs[follower].Ack(ctx, 1)
+	res, err := logs[follower].Ack(ctx, 1)
 	require.NoError(t, err, "the cut member's acknowledgement, relayed")
 	require.True(t, res.Accepted, res.String())
 	require.Eventually(t, func() bool { return logs[leader].State().Acks[follower] == 1 }, 10*time.Second, 5*time.Millisecond)
@@ -361,11 +349,7 @@ func TestSubmitGoesToTheLeaderAfterTheRelays(t *testing.T) {
 	other := 3 - leader // the member neither 0 nor the leader
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	m, err := clustermap.Seed([]string{memURL(0), memURL(1), memURL(2)}, 3)
-	require.NoError(t, err)
-	res, err := logs[leader].Submit(ctx, Command{Op: OpSeed, Map: m})
-	require.NoError(t, err)
-	require.True(t, res.Accepted, res.String())
+	m := seedLog(t, ctx, logs[leader], memURL(0), memURL(1), memURL(2))
 	logs[0].SetPeers(m)
 	require.Equal(t, -1, func() int { id, _ := logs[0].Leader(); return id }(), "cut off from every member: no leader known")
 
@@ -404,17 +388,13 @@ func TestSubmitThroughTheInstalledMapsMembers(t *testing.T) {
 	mn.setCut(addrs[3], true, addrs[leader])
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	m, err := clustermap.Seed([]string{memURL(0), memURL(1), memURL(2)}, 3)
-	require.NoError(t, err)
-	res, err := logs[leader].Submit(ctx, Command{Op: OpSeed, Map: m})
-	require.NoError(t, err)
-	require.True(t, res.Accepted, res.String())
+	seedLog(t, ctx, logs[leader], memURL(0), memURL(1), memURL(2))
 	for _, l := range logs[:3] {
 		res, err := l.Ack(ctx, 1)
 		require.NoError(t, err)
 		require.True(t, res.Accepted, res.String())
 	}
-	res, err = logs[leader].Submit(ctx, Command{Op: OpJoin, Epoch: 1, From: leader, URL: memURL(3)})
+	res, err := logs[leader].Submit(ctx, Command{Op: OpJoin, Epoch: 1, From: leader, URL: memURL(3)})
 	require.NoError(t, err)
 	require.True(t, res.Accepted, res.String())
 	require.Equal(t, 3, res.Node)
@@ -462,16 +442,8 @@ func TestSubmitRelayKeepsTheRequestID(t *testing.T) {
 	from := (leader + 1) % 3
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	m, err := clustermap.Seed([]string{memURL(0), memURL(1), memURL(2)}, 3)
-	require.NoError(t, err)
-	res, err := logs[leader].Submit(ctx, Command{Op: OpSeed, Map: m})
-	require.NoError(t, err)
-	require.True(t, res.Accepted, res.String())
-	for _, l := range logs {
-		res, err := l.Ack(ctx, 1)
-		require.NoError(t, err)
-		require.True(t, res.Accepted, res.String())
-	}
+	seedLog(t, ctx, logs[leader], memURL(0), memURL(1), memURL(2))
+	ackEvery(t, ctx, logs, 1)
 	require.Eventually(t, func() bool {
 		id, _ := logs[from].Leader()
 		return id == leader && logs[from].State().Map != nil
@@ -479,7 +451,7 @@ func TestSubmitRelayKeepsTheRequestID(t *testing.T) {
 	_, leaderAddr := logs[from].Leader()
 	logs[from].fwd = &answerLost{Network: logs[from].fwd.(*Network), lost: leaderAddr}
 
-	res, err = logs[from].Submit(ctx, Command{Op: OpJoin, Epoch: 1, From: from, URL: memURL(7)})
+	res, err := logs[from].Submit(ctx, Command{Op: OpJoin, Epoch: 1, From: from, URL: memURL(7)})
 	require.NoError(t, err)
 	st := logs[leader].State()
 	require.NotNil(t, st.Map.ByURL(memURL(7)), "the log applied the join")

@@ -51,16 +51,8 @@ func TestNetworkGroup(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	m, err := clustermap.Seed([]string{urlOf(0), urlOf(1), urlOf(2)}, 3)
-	require.NoError(t, err)
-	res, err := logs[1].Submit(ctx, Command{Op: OpSeed, Map: m})
-	require.NoError(t, err)
-	require.True(t, res.Accepted, res.String())
-	for _, l := range logs {
-		res, err := l.Ack(ctx, 1)
-		require.NoError(t, err)
-		require.True(t, res.Accepted, res.String())
-	}
+	seedLog(t, ctx, logs[1], urlOf(0), urlOf(1), urlOf(2))
+	ackEvery(t, ctx, logs, 1)
 	var follower *Log
 	require.Eventually(t, func() bool {
 		for _, l := range logs {
@@ -71,7 +63,7 @@ func TestNetworkGroup(t *testing.T) {
 		}
 		return false
 	}, 10*time.Second, 10*time.Millisecond)
-	res, err = follower.Submit(ctx, Command{Op: OpJoin, Epoch: 1, From: 0, URL: "http://127.0.0.1:9400"})
+	res, err := follower.Submit(ctx, Command{Op: OpJoin, Epoch: 1, From: 0, URL: "http://127.0.0.1:9400"})
 	require.NoError(t, err)
 	require.True(t, res.Accepted, res.String())
 	require.Equal(t, 3, res.Node)
@@ -223,5 +215,26 @@ func TestForwardEndsWithItsContext(t *testing.T) {
 		require.Error(t, err)
 	case <-time.After(20 * time.Second):
 		t.Fatal("raft's dial outlived Interrupt")
+	}
+}
+
+// seedLog seeds the map of urls at factor 3 through l, and returns it.
+func seedLog(t *testing.T, ctx context.Context, l *Log, urls ...string) *clustermap.Map {
+	t.Helper()
+	m, err := clustermap.Seed(urls, 3)
+	require.NoError(t, err)
+	res, err := l.Submit(ctx, Command{Op: OpSeed, Map: m})
+	require.NoError(t, err)
+	require.True(t, res.Accepted, res.String())
+	return m
+}
+
+// ackEvery has every log report that its node installed epoch.
+func ackEvery(t *testing.T, ctx context.Context, logs []*Log, epoch uint64) {
+	t.Helper()
+	for _, l := range logs {
+		res, err := l.Ack(ctx, epoch)
+		require.NoError(t, err)
+		require.True(t, res.Accepted, res.String())
 	}
 }

@@ -230,17 +230,26 @@ func TestLeaseSeesAStep(t *testing.T) {
 
 // stepPeer is a peer whose ping first steps this node's clock by step
 // (NTP stepping it while the round is under way), then measures the
-// peer's clock, which is right: its offset is the step's opposite.
+// peer's clock, which is right: its offset is the step's opposite. With
+// undo it steps the clock back after the exchange, before the round
+// ends: the exchange itself saw no step (as rpc's clockOffset requires),
+// and its sample says this clock's reading then, as rpc's does.
 type stepPeer struct {
 	pingPeer
 	wall *fakeWall
 	step time.Duration
+	undo bool
 }
 
 func (p *stepPeer) Ping(epoch uint64, deadline time.Time) (view.PingAnswer, error) {
 	p.wall.step(p.step)
 	p.sample.Offset = -time.Duration(p.wall.stepped.Load())
-	return p.pingPeer.Ping(epoch, deadline)
+	a, err := p.pingPeer.Ping(epoch, deadline)
+	if p.undo {
+		p.sample.Wall = p.wall.now()
+		p.wall.step(-p.step)
+	}
+	return a, err
 }
 
 // TestLeaseStepDuringRound: a step of this clock inside a probe round is
@@ -270,27 +279,6 @@ func TestLeaseStepDuringRound(t *testing.T) {
 	require.ErrorIs(t, p.leaseErr(time.Now()), ErrClockUnverified, "and counts the step after it")
 }
 
-// undoPeer is a peer measured while this node's clock was stepped by
-// step, within the round, and stepped back before the round ended: the
-// peer (right) is measured -step ahead, and the round's start and end
-// readings show no step. The exchange itself saw no step (as rpc's
-// clockOffset requires: the step is before it, the step back after it),
-// and its sample says the clock's reading then, as rpc's does.
-type undoPeer struct {
-	pingPeer
-	wall *fakeWall
-	step time.Duration
-}
-
-func (p *undoPeer) Ping(epoch uint64, deadline time.Time) (view.PingAnswer, error) {
-	p.wall.step(p.step)
-	p.sample.Offset = -time.Duration(p.wall.stepped.Load())
-	a, err := p.pingPeer.Ping(epoch, deadline)
-	p.sample.Wall = p.wall.now()
-	p.wall.step(-p.step)
-	return a, err
-}
-
 // TestLeaseStepUndoneWithinRound: the clock steps back 4 s within a
 // round, the peer is measured then (4 s ahead: within the 5 s bound),
 // and it steps ahead 4 s again before the round ends. The round's start
@@ -299,7 +287,7 @@ func (p *undoPeer) Ping(epoch uint64, deadline time.Time) (view.PingAnswer, erro
 // against an offset of +4 s: 2 s apart, verified 6 s off.
 func TestLeaseStepUndoneWithinRound(t *testing.T) {
 	wall := new(fakeWall)
-	peer := &undoPeer{pingPeer: *offsetPeer(0, 0), wall: wall, step: -4 * time.Second}
+	peer := &stepPeer{pingPeer: *offsetPeer(0, 0), wall: wall, step: -4 * time.Second, undo: true}
 	p, _ := leaseProber(t, wall, &peer.pingPeer, downPeer())
 	p.views().Peers[1] = peer
 	require.Error(t, p.Verify())
