@@ -1,13 +1,13 @@
 package admin_test
 
 import (
-	"bytes"
 	"io"
 	"log/slog"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
+
+	"github.com/dhtkv/dhtkv/internal/logbuf"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -16,23 +16,6 @@ import (
 	"github.com/dhtkv/dhtkv/internal/node"
 	"github.com/dhtkv/dhtkv/internal/testcluster"
 )
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 func call(t *testing.T, method, u string) (int, http.Header, string) {
 	t.Helper()
@@ -52,7 +35,7 @@ func call(t *testing.T, method, u string) (int, http.Header, string) {
 // one-line reason that leaves the level as it was.
 func TestLogLevel(t *testing.T) {
 	leakcheck.Register(t)
-	var logs lockedBuffer
+	var logs logbuf.Buffer
 	level := new(slog.LevelVar)
 	log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: level}))
 	c := testcluster.Start(t, 1, func(_ int, cfg *node.Config) { cfg.Logger, cfg.LogLevel = log, level })

@@ -9,10 +9,11 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/dhtkv/dhtkv/internal/logbuf"
 
 	"github.com/stretchr/testify/require"
 
@@ -56,7 +57,7 @@ func TestScanMemoryBounded(t *testing.T) {
 	// Port 0: the node picks a free port and logs it, so that no other
 	// test's node can take the port between a look-up and the bind (the
 	// suite runs packages in parallel) and answer in its place.
-	stderr := &syncBuffer{}
+	stderr := &logbuf.Buffer{}
 	cmd := exec.Command(bin, "--listen", "127.0.0.1:0", "--data-dir", dir, "--sync=false",
 		"--cache-bytes=0", "--block-cache-bytes", strconv.Itoa(8<<20), "--memtable-bytes", strconv.Itoa(4<<20))
 	cmd.Env = append(os.Environ(), fmt.Sprintf("GOMEMLIMIT=%dMiB", limitMiB))
@@ -148,24 +149,6 @@ func procStatus(pid int, field string) (int64, error) {
 		}
 	}
 	return 0, fmt.Errorf("no %s in /proc/%d/status", field, pid)
-}
-
-// syncBuffer is a bytes.Buffer a process writes while the test reads it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
 }
 
 // TestScanStallsPinNoMemory: 16 clients each open a range stream and stop

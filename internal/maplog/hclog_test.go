@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dhtkv/dhtkv/internal/logbuf"
+
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
@@ -116,7 +118,7 @@ func TestHCLogRepeatedPeerFailures(t *testing.T) {
 // The adapter is safe for concurrent use: raft logs from a goroutine per
 // follower.
 func TestHCLogRepeatsConcurrent(t *testing.T) {
-	var b syncBuffer
+	var b logbuf.Buffer
 	l := newHCLog(slog.New(slog.NewTextHandler(&b, nil)))
 	var wg sync.WaitGroup
 	for p := range 4 {
@@ -131,27 +133,10 @@ func TestHCLogRepeatsConcurrent(t *testing.T) {
 	assert.Equal(t, 8, strings.Count(b.String(), "\n"), "one line per message and peer")
 }
 
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // A single node's start, as the node logs it at level info: one component
 // per line, and no warning for the election every start holds.
 func TestStartLogsNoWarning(t *testing.T) {
-	var b syncBuffer
+	var b logbuf.Buffer
 	_, trans := raft.NewInmemTransport("node0")
 	l, err := Open(vfs.NewMem(), "log", 0, trans, nil, fastOptions(),
 		slog.New(slog.NewTextHandler(&b, &slog.HandlerOptions{Level: slog.LevelInfo})))

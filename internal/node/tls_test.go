@@ -12,9 +12,10 @@ import (
 	"os"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/dhtkv/dhtkv/internal/logbuf"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -103,25 +104,6 @@ func TestMaxConnectionsWithTLS(t *testing.T) {
 	}, 10*time.Second, 10*time.Millisecond, "the node serves again once the connections closed")
 }
 
-// syncBuffer is a log the node writes from its goroutines while the test
-// reads it.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // TestPlainHTTPToTLSPort: a plain HTTP request to a node that speaks TLS
 // gets a 400 saying so (not an empty reply), whatever its method; the node
 // logs it at warn level once for the client's address however often it
@@ -130,7 +112,7 @@ func TestPlainHTTPToTLSPort(t *testing.T) {
 	leakcheck.Register(t)
 	ca := testpki.NewCA(t, "cluster")
 	var files [2]string
-	var logs syncBuffer
+	var logs logbuf.Buffer
 	c, _ := testcluster.Single(t, withTLS(ca, &files), func(_ int, cfg *node.Config) {
 		cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
 	})

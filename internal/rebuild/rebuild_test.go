@@ -1,7 +1,6 @@
 package rebuild
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -9,6 +8,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/dhtkv/dhtkv/internal/logbuf"
 
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
@@ -117,25 +118,6 @@ func TestAskRemembersWhoAnswered(t *testing.T) {
 	require.True(t, all, "a new cluster")
 }
 
-// lockedBuffer is a log destination for a test to read while the
-// rebuilder writes to it.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // TestConfirmWarnsOnlyOfPeersSilentForLong: a new cluster's node, whose
 // peers start after it, logs no warning (every node of every fresh
 // `make run-cluster` logged one); one whose peer stays silent past
@@ -161,7 +143,7 @@ func TestConfirmWarnsOnlyOfPeersSilentForLong(t *testing.T) {
 				defer mu.Unlock()
 				return view.New(m, 0, urls[0], func(u string) view.Peer { return peers[u] }, made)
 			}
-			var logs lockedBuffer
+			var logs logbuf.Buffer
 			r := New(views, nil, Options{Unconfirmed: true, Created: made, WarnAfter: 300 * time.Millisecond},
 				slog.New(slog.NewTextHandler(&logs, nil)))
 			r.Start()
